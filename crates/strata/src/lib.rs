@@ -1,8 +1,18 @@
 //! strata: ggml's execution runtime rebuilt in Rust.
+//!
+//! Tensors and compute graphs, a backend interface (buffer types, buffers,
+//! backends, devices, events, registry) and a multi-threaded CPU backend.
+//! See the crate's ARCHITECTURE.md for the layer map.
 #![warn(missing_docs)]
 
+pub mod backend;
+pub mod cpu;
 pub mod error;
+pub mod graph;
+pub mod ops;
+pub mod quant;
 pub mod tensor;
 
 pub use error::{Error, Result};
-pub use tensor::DType;
+pub use graph::Graph;
+pub use tensor::{DType, Flags, Tensor};

@@ -1,0 +1,195 @@
+//! Backends, devices, events and the registry (ggml's `ggml_backend`,
+//! `ggml_backend_dev`, `ggml_backend_event`, `ggml_backend_reg`).
+
+use std::sync::Arc;
+
+use super::{BufferType, Graph};
+use crate::tensor::Tensor;
+use crate::{Error, Result};
+
+/// A synchronization point recorded on one backend and waited on by others.
+pub trait Event: Send + Sync {
+    /// Blocks until the work recorded before the event is done.
+    fn synchronize(&self) -> Result<()>;
+}
+
+/// An execution stream on a device (ggml's backend).
+///
+/// Everything but compute has a default: synchronous copies through the
+/// tensor's buffer, no events, no offload preference.
+pub trait Backend: Send {
+    /// Name, e.g. `"CPU"`.
+    fn name(&self) -> String;
+    /// The device this backend runs on.
+    fn device(&self) -> Arc<dyn Device>;
+    /// The buffer type tensors for this backend are allocated in by default.
+    fn default_buffer_type(&self) -> Arc<dyn BufferType> {
+        self.device().default_buffer_type()
+    }
+    /// Writes tensor bytes, possibly asynchronously (call [`Backend::synchronize`]).
+    fn set_tensor_async(&mut self, tensor: &Tensor, offset: usize, data: &[u8]) -> Result<()> {
+        super::tensor_set(tensor, offset, data)
+    }
+    /// Reads tensor bytes, possibly asynchronously (call [`Backend::synchronize`]).
+    fn get_tensor_async(&mut self, tensor: &Tensor, offset: usize, out: &mut [u8]) -> Result<()> {
+        super::tensor_get(tensor, offset, out)
+    }
+    /// Copies `src` into `dst` asynchronously when this backend can; `Ok(false)` otherwise.
+    fn cpy_tensor_async(&mut self, _src: &Tensor, _dst: &Tensor) -> Result<bool> {
+        Ok(false)
+    }
+    /// Waits for all queued work.
+    fn synchronize(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Computes every node of `graph` (all tensors must be allocated in memory
+    /// this backend can use).
+    fn graph_compute(&mut self, graph: &Graph) -> Result<()>;
+    /// True when this backend can compute `op` (the tensor it produces).
+    fn supports_op(&self, op: &Tensor) -> bool {
+        self.device().supports_op(op)
+    }
+    /// True when this backend can use tensors in `buft` memory.
+    fn supports_buft(&self, buft: &Arc<dyn BufferType>) -> bool {
+        self.device().supports_buft(buft)
+    }
+    /// True when this backend wants to run `op` even though its weights live elsewhere.
+    fn offload_op(&self, op: &Tensor) -> bool {
+        self.device().offload_op(op)
+    }
+    /// Records `event` after the work queued so far.
+    fn event_record(&mut self, _event: &Arc<dyn Event>) -> Result<()> {
+        Err(Error::Unsupported { backend: self.name(), what: "events".into() })
+    }
+    /// Makes later work on this backend wait for `event`.
+    fn event_wait(&mut self, event: &Arc<dyn Event>) -> Result<()> {
+        event.synchronize()
+    }
+}
+
+/// Kind of device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceType {
+    /// The host CPU.
+    Cpu,
+    /// A discrete GPU (remote devices report themselves as this, as ggml does).
+    Gpu,
+    /// An integrated GPU.
+    IGpu,
+    /// An accelerator used alongside the CPU (BLAS, AMX).
+    Accel,
+}
+
+/// Free and total memory of a device, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// Bytes free.
+    pub free: usize,
+    /// Bytes in all.
+    pub total: usize,
+}
+
+/// A device: where memory is and what can run there (ggml's `ggml_backend_dev`).
+pub trait Device: Send + Sync {
+    /// Name, e.g. `"CPU"`.
+    fn name(&self) -> String;
+    /// Human-readable description.
+    fn description(&self) -> String;
+    /// Memory free / total.
+    fn memory(&self) -> Result<DeviceMemory>;
+    /// Kind of device.
+    fn device_type(&self) -> DeviceType;
+    /// Creates a backend (execution stream) on this device.
+    fn init_backend(&self) -> Result<Box<dyn Backend>>;
+    /// The device's own memory.
+    fn default_buffer_type(&self) -> Arc<dyn BufferType>;
+    /// Host memory this device copies from fast (pinned memory), if any.
+    fn host_buffer_type(&self) -> Option<Arc<dyn BufferType>> {
+        None
+    }
+    /// True when a backend of this device can compute `op`.
+    fn supports_op(&self, op: &Tensor) -> bool;
+    /// True when this device can use tensors in `buft` memory.
+    fn supports_buft(&self, buft: &Arc<dyn BufferType>) -> bool;
+    /// True when the device wants ops whose weights are in host memory.
+    fn offload_op(&self, _op: &Tensor) -> bool {
+        false
+    }
+    /// A new event, when the device has them.
+    fn event_new(&self) -> Option<Arc<dyn Event>> {
+        None
+    }
+}
+
+/// A family of devices (ggml's `ggml_backend_reg`): CPU, RPC, ...
+pub trait DeviceProvider: Send + Sync {
+    /// Name of the family, e.g. `"CPU"` or `"RPC"`.
+    fn name(&self) -> String;
+    /// The devices known now.
+    fn devices(&self) -> Vec<Arc<dyn Device>>;
+    /// A device by name, possibly created on demand (`"RPC[host:port]"`).
+    fn device(&self, name: &str) -> Result<Option<Arc<dyn Device>>> {
+        Ok(self.devices().into_iter().find(|d| d.name() == name))
+    }
+}
+
+/// The set of device providers: find devices and create backends by name.
+///
+/// ```
+/// use strata::backend::Registry;
+/// let reg = Registry::with_defaults();
+/// let dev = reg.device("CPU").unwrap();
+/// assert_eq!(dev.name(), "CPU");
+/// let mut backend = reg.backend("CPU").unwrap();
+/// assert_eq!(backend.name(), "CPU");
+/// assert!(reg.device("NPU7").is_err());
+/// ```
+#[derive(Default, Clone)]
+pub struct Registry {
+    providers: Vec<Arc<dyn DeviceProvider>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// A registry with the CPU provider.
+    pub fn with_defaults() -> Registry {
+        let mut r = Registry::new();
+        r.register(Arc::new(crate::cpu::CpuProvider));
+        r
+    }
+
+    /// Adds a provider.
+    pub fn register(&mut self, provider: Arc<dyn DeviceProvider>) {
+        self.providers.push(provider);
+    }
+
+    /// The providers.
+    pub fn providers(&self) -> &[Arc<dyn DeviceProvider>] {
+        &self.providers
+    }
+
+    /// Every device of every provider.
+    pub fn devices(&self) -> Vec<Arc<dyn Device>> {
+        self.providers.iter().flat_map(|p| p.devices()).collect()
+    }
+
+    /// The device called `name`, or an error listing the known ones.
+    pub fn device(&self, name: &str) -> Result<Arc<dyn Device>> {
+        for p in &self.providers {
+            if let Some(d) = p.device(name)? {
+                return Ok(d);
+            }
+        }
+        let known: Vec<String> = self.devices().iter().map(|d| d.name()).collect();
+        Err(Error::InvalidArgument(format!("no device named '{name}' (known: {})", known.join(", "))))
+    }
+
+    /// A new backend on the device called `name`.
+    pub fn backend(&self, name: &str) -> Result<Box<dyn Backend>> {
+        self.device(name)?.init_backend()
+    }
+}

@@ -1,0 +1,178 @@
+//! The backend interface: buffer types, buffers, backends, devices, events,
+//! the registry, and the operations on tensors that go through them.
+//!
+//! ```
+//! use strata::backend::{alloc_tensors, tensor_get, tensor_set};
+//! use strata::cpu::cpu_buffer_type;
+//! use strata::{DType, Tensor};
+//!
+//! let a = Tensor::new(DType::F32, &[3]).unwrap().with_name("a");
+//! // writing before allocation is a typed error naming the tensor
+//! assert!(tensor_set(&a, 0, &[0u8; 12]).is_err());
+//! let bufs = alloc_tensors(&[a.clone()], &cpu_buffer_type()).unwrap();
+//! assert_eq!(bufs.len(), 1);
+//! a.write_f32(&[1.0, 2.0, 3.0]).unwrap();
+//! assert_eq!(a.to_f32_vec().unwrap(), vec![1.0, 2.0, 3.0]);
+//! let mut first = [0u8; 4];
+//! tensor_get(&a, 0, &mut first).unwrap();
+//! assert_eq!(f32::from_le_bytes(first), 1.0);
+//! ```
+
+mod buffer;
+mod device;
+
+use std::sync::Arc;
+
+pub use buffer::{same_buffer_type, Buffer, BufferType, BufferUsage};
+pub use device::{Backend, Device, DeviceMemory, DeviceProvider, DeviceType, Event, Registry};
+
+pub use crate::graph::Graph;
+use crate::tensor::Tensor;
+use crate::{Error, Result};
+
+/// Checks `offset..offset+len` lies inside the tensor and the tensor inside its
+/// buffer; returns the storage and the absolute buffer offset.
+fn checked_range(tensor: &Tensor, offset: usize, len: usize) -> Result<(crate::tensor::Storage, usize)> {
+    let st = tensor.storage_or_err()?;
+    let nbytes = tensor.nbytes();
+    let end = offset.checked_add(len).unwrap_or(usize::MAX);
+    if end > nbytes {
+        return Err(Error::OutOfBounds { what: format!("tensor '{}'", tensor.name()), offset, end, size: nbytes });
+    }
+    let buf_end = st.offset.checked_add(nbytes).unwrap_or(usize::MAX);
+    if buf_end > st.buffer.size() {
+        return Err(Error::OutOfBounds {
+            what: format!("tensor '{}' in buffer '{}'", tensor.name(), st.buffer.name()),
+            offset: st.offset,
+            end: buf_end,
+            size: st.buffer.size(),
+        });
+    }
+    let abs = st.offset + offset;
+    Ok((st, abs))
+}
+
+/// Writes `data` into `tensor` starting `offset` bytes into it (ggml_backend_tensor_set).
+pub fn tensor_set(tensor: &Tensor, offset: usize, data: &[u8]) -> Result<()> {
+    let (st, abs) = checked_range(tensor, offset, data.len())?;
+    if data.is_empty() {
+        return Ok(());
+    }
+    st.buffer.write(tensor, abs, data)
+}
+
+/// Reads `out.len()` bytes of `tensor` starting `offset` bytes into it (ggml_backend_tensor_get).
+pub fn tensor_get(tensor: &Tensor, offset: usize, out: &mut [u8]) -> Result<()> {
+    let (st, abs) = checked_range(tensor, offset, out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    st.buffer.read(tensor, abs, out)
+}
+
+/// Sets `len` bytes of `tensor` from `offset` to `value` (ggml_backend_tensor_memset).
+pub fn tensor_memset(tensor: &Tensor, offset: usize, len: usize, value: u8) -> Result<()> {
+    let (st, abs) = checked_range(tensor, offset, len)?;
+    if len == 0 {
+        return Ok(());
+    }
+    st.buffer.fill(tensor, abs, len, value)
+}
+
+/// Copies the bytes of `src` into `dst` between any two buffers
+/// (ggml_backend_tensor_copy): same layout required; host fast path when
+/// either side is host memory, buffer-to-buffer when the destination's
+/// buffer can do it, otherwise through a staging vector.
+pub fn tensor_copy(src: &Tensor, dst: &Tensor) -> Result<()> {
+    if src.dtype() != dst.dtype() || src.ne() != dst.ne() || src.nbytes() != dst.nbytes() {
+        return Err(Error::InvalidArgument(format!(
+            "tensor_copy: '{}' ({} {:?}) and '{}' ({} {:?}) differ in layout",
+            src.name(),
+            src.dtype(),
+            src.ne(),
+            dst.name(),
+            dst.dtype(),
+            dst.ne()
+        )));
+    }
+    let n = src.nbytes();
+    let (sst, sabs) = checked_range(src, 0, n)?;
+    let (dst_st, dabs) = checked_range(dst, 0, n)?;
+    if n == 0 {
+        return Ok(());
+    }
+    if let Some(p) = sst.buffer.host_ptr() {
+        // SAFETY: checked_range proved sabs..sabs+n lies inside the source buffer.
+        let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr().add(sabs), n) };
+        return dst_st.buffer.write(dst, dabs, bytes);
+    }
+    if let Some(p) = dst_st.buffer.host_ptr() {
+        // SAFETY: checked_range proved dabs..dabs+n lies inside the destination buffer;
+        // no other reference to those bytes is alive during the read.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(p.as_ptr().add(dabs), n) };
+        return sst.buffer.read(src, sabs, bytes);
+    }
+    if dst_st.buffer.copy_from(src, dst)? {
+        return Ok(());
+    }
+    let mut staging = vec![0u8; n];
+    sst.buffer.read(src, sabs, &mut staging)?;
+    dst_st.buffer.write(dst, dabs, &staging)
+}
+
+/// Rounds `x` up to a multiple of `align` (a power of two).
+pub fn align_up(x: usize, align: usize) -> usize {
+    debug_assert!(align.is_power_of_two());
+    (x + align - 1) & !(align - 1)
+}
+
+/// Allocates every tensor of `tensors` that has no storage and is not a view
+/// into as few buffers of `buft` as its max size allows
+/// (ggml_backend_alloc_ctx_tensors_from_buft). Views are skipped (they follow
+/// their base). A tensor larger than the max size is an error naming it.
+pub fn alloc_tensors(tensors: &[Tensor], buft: &Arc<dyn BufferType>) -> Result<Vec<Arc<dyn Buffer>>> {
+    let align = buft.alignment().max(1);
+    let max = buft.max_size();
+    let todo: Vec<&Tensor> = tensors.iter().filter(|t| !t.is_view() && !t.is_allocated()).collect();
+    // Group tensors greedily in order into chunks that fit max_size.
+    let mut chunks: Vec<(usize, usize, usize)> = Vec::new(); // (first, last_excl, size)
+    let mut start = 0;
+    let mut size = 0;
+    for (i, t) in todo.iter().enumerate() {
+        let sz = align_up(buft.alloc_size(t), align);
+        if sz > max {
+            return Err(Error::OutOfMemory {
+                buffer_type: buft.name(),
+                requested: sz,
+                msg: format!("tensor '{}' is larger than the buffer type's max size {max}", t.name()),
+            });
+        }
+        if size + sz > max {
+            chunks.push((start, i, size));
+            start = i;
+            size = 0;
+        }
+        size += sz;
+    }
+    if start < todo.len() {
+        chunks.push((start, todo.len(), size));
+    }
+    let mut buffers = Vec::with_capacity(chunks.len());
+    for (first, last, size) in chunks {
+        let buf = buft.clone().alloc_buffer(size)?;
+        let mut off = 0;
+        for t in &todo[first..last] {
+            t.set_storage(buf.clone(), off)?;
+            buf.init_tensor(t)?;
+            off += align_up(buft.alloc_size(t), align);
+        }
+        buffers.push(buf);
+    }
+    // Views of tensors in the set get initialized on their buffers too.
+    for t in tensors.iter().filter(|t| t.is_view()) {
+        if let Some(st) = t.storage() {
+            st.buffer.init_tensor(t)?;
+        }
+    }
+    Ok(buffers)
+}

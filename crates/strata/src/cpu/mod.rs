@@ -1,0 +1,236 @@
+//! The CPU backend: host buffers, a persistent thread pool and kernels.
+//!
+//! ```
+//! use strata::backend::{alloc_tensors, Backend};
+//! use strata::cpu::{cpu_buffer_type, CpuBackend};
+//! use strata::{ops, DType, Graph, Tensor};
+//!
+//! let a = Tensor::new(DType::F32, &[3]).unwrap();
+//! let b = Tensor::new(DType::F32, &[3]).unwrap();
+//! let c = ops::add(&a, &b).unwrap();
+//! let graph = Graph::build(&[c.clone()]);
+//! let all: Vec<Tensor> = graph.leafs().iter().chain(graph.nodes()).cloned().collect();
+//! let _buffers = alloc_tensors(&all, &cpu_buffer_type()).unwrap();
+//! a.write_f32(&[1.0, 2.0, 3.0]).unwrap();
+//! b.write_f32(&[10.0, 20.0, 30.0]).unwrap();
+//! let mut cpu = CpuBackend::new(2);
+//! cpu.graph_compute(&graph).unwrap();
+//! assert_eq!(c.to_f32_vec().unwrap(), vec![11.0, 22.0, 33.0]);
+//! ```
+
+mod buffer;
+mod ops;
+mod pool;
+mod view;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+pub use buffer::{cpu_buffer_type, HostBuffer, HostBufferType, HOST_ALIGNMENT};
+pub use pool::{ThreadPool, WorkerCtx};
+pub use view::TView;
+
+use crate::backend::{Backend, BufferType, Device, DeviceMemory, DeviceProvider, DeviceType, Graph};
+use crate::tensor::{Tensor, MAX_SRC};
+use crate::{Error, Result};
+use ops::{Ctx, NodePlan, WorkSize};
+
+/// The CPU device provider (registry entry "CPU").
+pub struct CpuProvider;
+
+impl DeviceProvider for CpuProvider {
+    fn name(&self) -> String {
+        "CPU".into()
+    }
+    fn devices(&self) -> Vec<Arc<dyn Device>> {
+        vec![cpu_device()]
+    }
+}
+
+/// The host CPU as a device.
+pub struct CpuDevice;
+
+/// The CPU device.
+pub fn cpu_device() -> Arc<dyn Device> {
+    static DEV: std::sync::OnceLock<Arc<CpuDevice>> = std::sync::OnceLock::new();
+    DEV.get_or_init(|| Arc::new(CpuDevice)).clone()
+}
+
+/// Total and available memory from /proc/meminfo (0 when unknown).
+fn host_memory() -> DeviceMemory {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| -> usize {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    DeviceMemory { free: field("MemAvailable:"), total: field("MemTotal:") }
+}
+
+/// Number of threads used when none is given: the machine's parallelism.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+impl Device for CpuDevice {
+    fn name(&self) -> String {
+        "CPU".into()
+    }
+    fn description(&self) -> String {
+        format!("{} ({} threads)", std::env::consts::ARCH, default_threads())
+    }
+    fn memory(&self) -> Result<DeviceMemory> {
+        Ok(host_memory())
+    }
+    fn device_type(&self) -> DeviceType {
+        DeviceType::Cpu
+    }
+    fn init_backend(&self) -> Result<Box<dyn Backend>> {
+        Ok(Box::new(CpuBackend::new(default_threads())))
+    }
+    fn default_buffer_type(&self) -> Arc<dyn BufferType> {
+        cpu_buffer_type()
+    }
+    fn supports_op(&self, op: &Tensor) -> bool {
+        ops::supports(op)
+    }
+    fn supports_buft(&self, buft: &Arc<dyn BufferType>) -> bool {
+        buft.is_host()
+    }
+}
+
+/// Callback asked between nodes; returning `true` stops the computation.
+pub type AbortCallback = Box<dyn Fn() -> bool + Send + Sync>;
+
+/// The CPU backend: computes graphs on a persistent thread pool.
+pub struct CpuBackend {
+    pool: ThreadPool,
+    work: Vec<u64>,
+    abort: Option<AbortCallback>,
+}
+
+impl CpuBackend {
+    /// A CPU backend with `n_threads` threads (at least 1).
+    pub fn new(n_threads: usize) -> CpuBackend {
+        CpuBackend { pool: ThreadPool::new(n_threads), work: Vec::new(), abort: None }
+    }
+
+    /// Number of threads.
+    pub fn n_threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+
+    /// Changes the number of threads (restarts the pool).
+    pub fn set_n_threads(&mut self, n_threads: usize) {
+        if n_threads.max(1) != self.pool.n_threads() {
+            self.pool = ThreadPool::new(n_threads);
+        }
+    }
+
+    /// Sets (or clears) the abort callback, asked after every node.
+    pub fn set_abort_callback(&mut self, cb: Option<AbortCallback>) {
+        self.abort = cb;
+    }
+
+    /// Bytes of work memory the last graph needed.
+    pub fn work_size(&self) -> usize {
+        self.work.len() * 8
+    }
+
+    fn plan(&self, graph: &Graph) -> Result<Vec<NodePlan>> {
+        let mut plans = Vec::with_capacity(graph.nodes().len());
+        for t in graph.nodes() {
+            if t.op().is_view_op() {
+                continue;
+            }
+            if !ops::supports(t) {
+                return Err(Error::Unsupported {
+                    backend: "CPU".into(),
+                    what: format!("op {} on {} (tensor '{}')", t.op().name(), t.dtype(), t.name()),
+                });
+            }
+            let dst = TView::resolve(t, "CPU", true)?;
+            let mut src: [Option<TView>; MAX_SRC] = Default::default();
+            for (i, s) in t.src_slots().iter().enumerate() {
+                if let Some(s) = s {
+                    src[i] = Some(TView::resolve(s, "CPU", false)?);
+                }
+            }
+            plans.push(NodePlan { op: t.op().clone(), dst, src });
+        }
+        Ok(plans)
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        "CPU".into()
+    }
+    fn device(&self) -> Arc<dyn Device> {
+        cpu_device()
+    }
+    fn graph_compute(&mut self, graph: &Graph) -> Result<()> {
+        let plans = self.plan(graph)?;
+        let nth = self.pool.n_threads();
+        let works: Vec<WorkSize> = plans.iter().map(|p| ops::work_size(p, nth)).collect();
+        let need = works.iter().map(|w| w.total(nth)).max().unwrap_or(0);
+        if self.work.len() * 8 < need {
+            self.work = vec![0u64; need.div_ceil(8)];
+        }
+        let wdata = self.work.as_mut_ptr().cast::<u8>();
+        let wdata_addr = wdata as usize;
+        let aborted = AtomicBool::new(false);
+        let abort = self.abort.as_ref();
+        let ok = self.pool.run(&|w| {
+            for (plan, work) in plans.iter().zip(&works) {
+                let ctx = Ctx { w, wdata: wdata_addr as *mut u8, work: *work };
+                ops::forward(plan, &ctx);
+                if w.ith == 0 {
+                    if let Some(cb) = abort {
+                        if cb() {
+                            aborted.store(true, Ordering::Release);
+                        }
+                    }
+                }
+                w.barrier();
+                if aborted.load(Ordering::Acquire) {
+                    break;
+                }
+            }
+        });
+        if !ok {
+            return Err(Error::Backend { backend: "CPU".into(), msg: "a kernel panicked (internal error)".into() });
+        }
+        if aborted.load(Ordering::Acquire) {
+            return Err(Error::Aborted);
+        }
+        Ok(())
+    }
+}
+
+/// Allocates every unallocated tensor of `graph` in fresh CPU buffers and
+/// computes it with `n_threads` threads: the shortest way to run a graph.
+/// Returns the buffers (keep them alive while reading results).
+///
+/// ```
+/// use strata::{cpu, ops, DType, Graph, Tensor};
+/// let a = Tensor::new(DType::F32, &[2]).unwrap();
+/// let b = ops::scale(&a, 3.0).unwrap();
+/// let g = Graph::build(&[b.clone()]);
+/// let _bufs = cpu::alloc_graph_host(&g).unwrap();
+/// a.write_f32(&[1.0, -2.0]).unwrap();
+/// cpu::compute(&g, 2).unwrap();
+/// assert_eq!(b.to_f32_vec().unwrap(), vec![3.0, -6.0]);
+/// ```
+pub fn alloc_graph_host(graph: &Graph) -> Result<Vec<Arc<dyn crate::backend::Buffer>>> {
+    let all: Vec<Tensor> = graph.leafs().iter().chain(graph.nodes()).cloned().collect();
+    // Sources outside the graph (graph views) are the caller's business.
+    crate::backend::alloc_tensors(&all, &cpu_buffer_type())
+}
+
+/// Computes `graph` on a new CPU backend with `n_threads` threads.
+pub fn compute(graph: &Graph, n_threads: usize) -> Result<()> {
+    CpuBackend::new(n_threads).graph_compute(graph)
+}

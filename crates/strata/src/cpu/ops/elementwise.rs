@@ -1,0 +1,137 @@
+//! Element-wise kernels: binary ops with broadcasting, unary functions,
+//! scale, clamp and gated linear units.
+
+use super::{Ctx, NodePlan, WorkSize};
+use crate::ops::{GluOp, Op, UnaryOp};
+use crate::tensor::Tensor;
+
+pub(super) fn handles(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Add
+            | Op::Sub
+            | Op::Mul
+            | Op::Div
+            | Op::Scale { .. }
+            | Op::Sqr
+            | Op::Sqrt
+            | Op::Log
+            | Op::Sin
+            | Op::Cos
+            | Op::Clamp { .. }
+            | Op::Unary(_)
+            | Op::Glu { .. }
+    )
+}
+
+pub(super) fn supports(t: &Tensor) -> bool {
+    // Float results from float sources (infer already enforces float types).
+    t.dtype().is_float() && t.srcs().all(|s| s.dtype().is_float())
+}
+
+pub(super) fn work_size(node: &NodePlan) -> WorkSize {
+    let n: usize = node.src.iter().flatten().map(|s| s.ne[0]).sum::<usize>() + node.dst.ne[0];
+    WorkSize { shared: 0, per_thread: n * 4 }
+}
+
+/// f32 GELU, tanh approximation (as ggml's reference formula).
+#[inline]
+pub(crate) fn gelu(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+}
+
+/// x * sigmoid(x)
+#[inline]
+pub(crate) fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+#[inline]
+pub(crate) fn unary(op: UnaryOp, x: f32) -> f32 {
+    match op {
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Neg => -x,
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Relu => x.max(0.0),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Gelu => gelu(x),
+        UnaryOp::GeluQuick => x / (1.0 + (-1.702 * x).exp()),
+        UnaryOp::Silu => silu(x),
+        UnaryOp::Exp => x.exp(),
+    }
+}
+
+fn glu_act(op: GluOp, x: f32) -> f32 {
+    match op {
+        GluOp::Reglu => x.max(0.0),
+        GluOp::Geglu => gelu(x),
+        GluOp::Swiglu => silu(x),
+    }
+}
+
+pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
+    let dst = &node.dst;
+    let a = node.src(0);
+    let n0 = dst.ne[0];
+    let scratch = ctx.scratch_f32(work_size(node).per_thread / 4);
+    let (row_a, rest) = scratch.split_at_mut(a.ne[0]);
+    for r in ctx.rows(dst.nrows()) {
+        let (i1, i2, i3) = dst.row_coords(r);
+        a.load_row(i1, i2, i3, row_a);
+        match &node.op {
+            Op::Add | Op::Sub | Op::Mul | Op::Div => {
+                let b = node.src(1);
+                let (row_b, _) = rest.split_at_mut(b.ne[0]);
+                b.load_row(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3], row_b);
+                let nb0 = b.ne[0];
+                let f: fn(f32, f32) -> f32 = match node.op {
+                    Op::Add => |x, y| x + y,
+                    Op::Sub => |x, y| x - y,
+                    Op::Mul => |x, y| x * y,
+                    _ => |x, y| x / y,
+                };
+                if nb0 == n0 {
+                    for (x, &y) in row_a.iter_mut().zip(row_b.iter()) {
+                        *x = f(*x, y);
+                    }
+                } else {
+                    for (i, x) in row_a.iter_mut().enumerate() {
+                        *x = f(*x, row_b[i % nb0]);
+                    }
+                }
+            }
+            Op::Scale { scale, bias } => row_a.iter_mut().for_each(|x| *x = *x * scale + bias),
+            Op::Sqr => row_a.iter_mut().for_each(|x| *x *= *x),
+            Op::Sqrt => row_a.iter_mut().for_each(|x| *x = x.sqrt()),
+            Op::Log => row_a.iter_mut().for_each(|x| *x = x.ln()),
+            Op::Sin => row_a.iter_mut().for_each(|x| *x = x.sin()),
+            Op::Cos => row_a.iter_mut().for_each(|x| *x = x.cos()),
+            Op::Clamp { min, max } => row_a.iter_mut().for_each(|x| *x = x.max(*min).min(*max)),
+            Op::Unary(u) => row_a.iter_mut().for_each(|x| *x = unary(*u, *x)),
+            Op::Glu { op, swapped } => {
+                match node.src[1].as_ref() {
+                    Some(b) => {
+                        let (row_b, _) = rest.split_at_mut(b.ne[0]);
+                        b.load_row(i1, i2, i3, row_b);
+                        for (x, &y) in row_a.iter_mut().zip(row_b.iter()) {
+                            *x = glu_act(*op, *x) * y;
+                        }
+                    }
+                    None => {
+                        let (first, second) = row_a.split_at_mut(n0);
+                        let (gate, up) = if *swapped { (&*second, &*first) } else { (&*first, &*second) };
+                        let out = &mut rest[..n0];
+                        for i in 0..n0 {
+                            out[i] = glu_act(*op, gate[i]) * up[i];
+                        }
+                        dst.store_row(i1, i2, i3, out);
+                        continue;
+                    }
+                }
+            }
+            op => unreachable!("{} is not element-wise", op.name()),
+        }
+        dst.store_row(i1, i2, i3, &row_a[..n0]);
+    }
+}

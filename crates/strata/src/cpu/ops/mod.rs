@@ -1,0 +1,98 @@
+//! CPU kernels, one file per op family, behind one dispatch point.
+//!
+//! Every thread runs every node and takes its share of rows ([`Ctx::rows`]);
+//! threads meet at a barrier between nodes. Kernels read sources and write the
+//! destination through [`TView`]s resolved once per graph. Sources may alias
+//! the destination for in-place ops: kernels load a source row before
+//! storing the destination row (rows are loaded into per-thread scratch).
+
+mod elementwise;
+
+use super::pool::WorkerCtx;
+use super::view::TView;
+use crate::ops::Op;
+use crate::tensor::{Tensor, MAX_SRC};
+
+/// One node ready to run: its op and resolved memory.
+pub(crate) struct NodePlan {
+    pub op: Op,
+    pub dst: TView,
+    pub src: [Option<TView>; MAX_SRC],
+}
+
+impl NodePlan {
+    /// Source `i` (present by construction for required sources: infer checked it).
+    pub fn src(&self, i: usize) -> &TView {
+        self.src[i].as_ref().expect("required source validated by infer")
+    }
+}
+
+/// Work memory a node needs: shared by all threads, and per thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WorkSize {
+    pub shared: usize,
+    pub per_thread: usize,
+}
+
+impl WorkSize {
+    /// Total bytes for `nth` threads (64-byte aligned parts).
+    pub fn total(&self, nth: usize) -> usize {
+        crate::backend::align_up(self.shared, 64) + crate::backend::align_up(self.per_thread, 64) * nth
+    }
+}
+
+/// What a kernel gets besides its node: the thread context and work memory.
+pub(crate) struct Ctx<'a> {
+    pub w: &'a WorkerCtx<'a>,
+    pub wdata: *mut u8,
+    pub work: WorkSize,
+}
+
+impl Ctx<'_> {
+    /// This thread's rows of `n`.
+    pub fn rows(&self, n: usize) -> std::ops::Range<usize> {
+        self.w.split(n)
+    }
+
+    /// This thread's scratch memory as `len` f32 values (len*4 <= per_thread bytes).
+    pub fn scratch_f32(&self, len: usize) -> &mut [f32] {
+        let per = crate::backend::align_up(self.work.per_thread, 64);
+        assert!(len * 4 <= per, "scratch of {len} f32 exceeds the planned {per} bytes");
+        let off = crate::backend::align_up(self.work.shared, 64) + per * self.w.ith;
+        // SAFETY: each thread gets the disjoint range [off, off+per) of the work
+        // buffer (sized by WorkSize::total), 64-byte aligned, alive for the compute.
+        unsafe { std::slice::from_raw_parts_mut(self.wdata.add(off).cast::<f32>(), len) }
+    }
+
+    /// Pointer to the shared part of the work memory.
+    pub fn shared_ptr(&self) -> *mut u8 {
+        self.wdata
+    }
+}
+
+/// True when the CPU backend has a kernel for `t`'s op with its types.
+pub(crate) fn supports(t: &Tensor) -> bool {
+    match t.op() {
+        Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => true,
+        op if elementwise::handles(op) => elementwise::supports(t),
+        _ => false,
+    }
+}
+
+/// Work memory for `node` with `nth` threads.
+pub(crate) fn work_size(node: &NodePlan, nth: usize) -> WorkSize {
+    let _ = nth;
+    match &node.op {
+        op if elementwise::handles(op) => elementwise::work_size(node),
+        _ => WorkSize::default(),
+    }
+}
+
+/// Runs this thread's share of `node`.
+pub(crate) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
+    match &node.op {
+        Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
+        op if elementwise::handles(op) => elementwise::forward(node, ctx),
+        op => unreachable!("no CPU kernel for {} (supports_op said yes)", op.name()),
+    }
+}

@@ -1,0 +1,265 @@
+//! A persistent thread pool with a spinning barrier, ggml style: every thread
+//! walks the whole graph, takes its share of each op's rows, and meets the
+//! others at a barrier between ops.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+/// What each thread of a parallel job gets: its index, the thread count and
+/// the barrier shared by all of them.
+pub struct WorkerCtx<'a> {
+    /// This thread's index, 0..nth (0 is the calling thread).
+    pub ith: usize,
+    /// Number of threads in the job.
+    pub nth: usize,
+    barrier: &'a SpinBarrier,
+}
+
+impl WorkerCtx<'_> {
+    /// Waits until every thread of the job reaches this point.
+    pub fn barrier(&self) {
+        self.barrier.wait(self.nth)
+    }
+
+    /// This thread's share `start..end` of `n` items (contiguous chunks).
+    pub fn split(&self, n: usize) -> std::ops::Range<usize> {
+        let per = n.div_ceil(self.nth.max(1));
+        let start = (self.ith * per).min(n);
+        start..(start + per).min(n)
+    }
+}
+
+/// A sense-reversing spin barrier that yields when spinning gets long.
+pub(crate) struct SpinBarrier {
+    count: AtomicUsize,
+    phase: AtomicUsize,
+}
+
+impl SpinBarrier {
+    fn new() -> SpinBarrier {
+        SpinBarrier { count: AtomicUsize::new(0), phase: AtomicUsize::new(0) }
+    }
+
+    pub(crate) fn wait(&self, n: usize) {
+        if n <= 1 {
+            return;
+        }
+        let phase = self.phase.load(Ordering::Acquire);
+        if self.count.fetch_add(1, Ordering::AcqRel) + 1 == n {
+            self.count.store(0, Ordering::Relaxed);
+            self.phase.fetch_add(1, Ordering::AcqRel);
+        } else {
+            let mut spins = 0u32;
+            while self.phase.load(Ordering::Acquire) == phase {
+                spins += 1;
+                if spins < 1 << 14 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+}
+
+type JobRef = *const (dyn Fn(&WorkerCtx<'_>) + Sync);
+
+struct Shared {
+    generation: AtomicU64,
+    job: Mutex<Option<SendJob>>,
+    wake: Condvar,
+    done: AtomicUsize,
+    panicked: AtomicBool,
+    shutdown: AtomicBool,
+    barrier: SpinBarrier,
+    n_threads: usize,
+}
+
+#[derive(Clone, Copy)]
+struct SendJob(JobRef);
+// SAFETY: the pointee is `Sync`, and `ThreadPool::run` keeps it alive until
+// every worker has finished with it.
+unsafe impl Send for SendJob {}
+
+/// A fixed set of worker threads that run one job at a time with the caller.
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use strata::cpu::ThreadPool;
+/// let pool = ThreadPool::new(3);
+/// let hits = AtomicUsize::new(0);
+/// pool.run(&|ctx| {
+///     hits.fetch_add(ctx.ith + 1, Ordering::Relaxed);
+///     ctx.barrier();
+/// });
+/// assert_eq!(hits.load(Ordering::Relaxed), 1 + 2 + 3);
+/// ```
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl ThreadPool {
+    /// A pool of `n_threads` threads in all (the caller is one of them).
+    pub fn new(n_threads: usize) -> ThreadPool {
+        let n_threads = n_threads.max(1);
+        let shared = Arc::new(Shared {
+            generation: AtomicU64::new(0),
+            job: Mutex::new(None),
+            wake: Condvar::new(),
+            done: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            barrier: SpinBarrier::new(),
+            n_threads,
+        });
+        let handles = (1..n_threads)
+            .map(|ith| {
+                let s = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("strata-cpu-{ith}"))
+                    .spawn(move || worker(s, ith))
+                    .expect("spawning a CPU worker thread")
+            })
+            .collect();
+        ThreadPool { shared, handles }
+    }
+
+    /// Number of threads, the caller included.
+    pub fn n_threads(&self) -> usize {
+        self.shared.n_threads
+    }
+
+    /// Runs `job` on every thread (the caller as thread 0) and returns when all
+    /// are done. Returns `false` if a worker panicked.
+    pub fn run(&self, job: &(dyn Fn(&WorkerCtx<'_>) + Sync)) -> bool {
+        let s = &*self.shared;
+        let n = s.n_threads;
+        if n > 1 {
+            // SAFETY: the lifetime is erased only for the duration of this call:
+            // we wait below until all n-1 workers have reported done, after
+            // which no worker touches the pointer again.
+            let erased: JobRef = unsafe { std::mem::transmute::<&(dyn Fn(&WorkerCtx<'_>) + Sync), JobRef>(job) };
+            s.done.store(0, Ordering::Release);
+            {
+                let mut slot = s.job.lock().unwrap_or_else(|e| e.into_inner());
+                *slot = Some(SendJob(erased));
+                s.generation.fetch_add(1, Ordering::AcqRel);
+            }
+            s.wake.notify_all();
+        }
+        let ctx = WorkerCtx { ith: 0, nth: n, barrier: &s.barrier };
+        let main_ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&ctx))).is_ok();
+        if n > 1 {
+            let mut spins = 0u32;
+            while s.done.load(Ordering::Acquire) < n - 1 {
+                spins += 1;
+                if spins < 1 << 12 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            *s.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+        main_ok && !s.panicked.swap(false, Ordering::AcqRel)
+    }
+}
+
+fn worker(s: Arc<Shared>, ith: usize) {
+    let mut seen = 0u64;
+    loop {
+        // Spin briefly for the next job, then sleep on the condvar.
+        let mut spins = 0u32;
+        while s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) && spins < 1 << 12 {
+            spins += 1;
+            std::hint::spin_loop();
+        }
+        let job = {
+            let mut slot = s.job.lock().unwrap_or_else(|e| e.into_inner());
+            while s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
+                slot = s.wake.wait(slot).unwrap_or_else(|e| e.into_inner());
+            }
+            if s.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            seen = s.generation.load(Ordering::Acquire);
+            *slot
+        };
+        if let Some(SendJob(ptr)) = job {
+            let ctx = WorkerCtx { ith, nth: s.n_threads, barrier: &s.barrier };
+            // SAFETY: `run` keeps the job alive until `done` reaches n-1.
+            let f = unsafe { &*ptr };
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&ctx))).is_err() {
+                s.panicked.store(true, Ordering::Release);
+            }
+        }
+        s.done.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        {
+            let _slot = self.shared.job.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.shutdown.store(true, Ordering::Release);
+        }
+        self.shared.wake.notify_all();
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn many_jobs_with_barriers() {
+        for n in 1..=4 {
+            let pool = ThreadPool::new(n);
+            let counter = AtomicUsize::new(0);
+            for round in 0..200 {
+                pool.run(&|ctx| {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    ctx.barrier();
+                    // after the barrier everybody sees all increments of this round
+                    assert!(counter.load(Ordering::Relaxed) >= (round + 1) * ctx.nth);
+                    ctx.barrier();
+                });
+            }
+            assert_eq!(counter.load(Ordering::Relaxed), 200 * n);
+        }
+    }
+
+    #[test]
+    fn split_covers_everything_once() {
+        let b = SpinBarrier::new();
+        for nth in 1..6 {
+            for n in 0..40 {
+                let mut seen = vec![0; n];
+                for ith in 0..nth {
+                    let ctx = WorkerCtx { ith, nth, barrier: &b };
+                    for i in ctx.split(n) {
+                        seen[i] += 1;
+                    }
+                }
+                assert!(seen.iter().all(|&c| c == 1));
+            }
+        }
+    }
+
+    #[test]
+    fn a_panicking_job_is_reported_not_hung() {
+        let pool = ThreadPool::new(2);
+        let ok = pool.run(&|ctx| {
+            if ctx.ith == 1 {
+                panic!("boom");
+            }
+        });
+        assert!(!ok);
+        assert!(pool.run(&|_| {}));
+    }
+}

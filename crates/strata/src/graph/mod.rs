@@ -1,0 +1,198 @@
+//! Compute graphs (ggml's `ggml_cgraph`): nodes in execution order and leafs.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use crate::tensor::{Flags, Tensor};
+
+/// A tensor's place in a graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// Index into [`Graph::nodes`].
+    Node(usize),
+    /// Index into [`Graph::leafs`].
+    Leaf(usize),
+}
+
+/// A compute graph: the nodes (results of ops) in a valid execution order
+/// and the leafs (tensors with no op) they read.
+///
+/// ```
+/// use strata::{ops, DType, Graph, Tensor};
+/// let a = Tensor::new(DType::F32, &[4]).unwrap().with_name("a");
+/// let b = Tensor::new(DType::F32, &[4]).unwrap().with_name("b");
+/// let c = ops::add(&ops::mul(&a, &b).unwrap(), &a).unwrap();
+/// let g = Graph::build(&[c.clone()]);
+/// assert_eq!(g.nodes().len(), 2);
+/// assert_eq!(g.leafs().len(), 2);
+/// assert!(g.nodes().last().unwrap() == &c);
+/// assert!(g.to_dot().contains("MUL"));
+/// ```
+#[derive(Clone, Default)]
+pub struct Graph {
+    nodes: Vec<Tensor>,
+    leafs: Vec<Tensor>,
+    index: HashMap<u64, Slot>,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Graph {
+        Graph::default()
+    }
+
+    /// The graph computing `outputs` (ggml_build_forward_expand on each in turn).
+    pub fn build(outputs: &[Tensor]) -> Graph {
+        let mut g = Graph::new();
+        for t in outputs {
+            g.expand(t);
+        }
+        g
+    }
+
+    /// Adds `t` and everything it depends on that is not in the graph yet:
+    /// depth first, sources in order, so every node comes after its sources.
+    pub fn expand(&mut self, t: &Tensor) {
+        // Iterative DFS (deep graphs must not overflow the stack).
+        let mut stack: Vec<(Tensor, usize)> = vec![(t.clone(), 0)];
+        while let Some((cur, next_src)) = stack.pop() {
+            if next_src == 0 && self.index.contains_key(&cur.id()) {
+                continue;
+            }
+            let srcs = cur.src_slots();
+            let mut i = next_src;
+            while i < srcs.len() && srcs[i].as_ref().is_none_or(|s| self.index.contains_key(&s.id())) {
+                i += 1;
+            }
+            if i < srcs.len() {
+                let s = srcs[i].clone().expect("checked above");
+                stack.push((cur, i + 1));
+                stack.push((s, 0));
+                continue;
+            }
+            if self.index.contains_key(&cur.id()) {
+                continue;
+            }
+            if cur.op().is_none_op() && !cur.flags().contains(Flags::PARAM) {
+                self.index.insert(cur.id(), Slot::Leaf(self.leafs.len()));
+                self.leafs.push(cur);
+            } else {
+                self.index.insert(cur.id(), Slot::Node(self.nodes.len()));
+                self.nodes.push(cur);
+            }
+        }
+    }
+
+    /// Nodes in execution order.
+    pub fn nodes(&self) -> &[Tensor] {
+        &self.nodes
+    }
+
+    /// Leafs (inputs, weights, constants).
+    pub fn leafs(&self) -> &[Tensor] {
+        &self.leafs
+    }
+
+    /// Where `t` is in the graph.
+    pub fn slot(&self, t: &Tensor) -> Option<Slot> {
+        self.index.get(&t.id()).copied()
+    }
+
+    /// True when `t` is a node or leaf of the graph.
+    pub fn contains(&self, t: &Tensor) -> bool {
+        self.index.contains_key(&t.id())
+    }
+
+    /// A graph of nodes `start..end` (ggml_graph_view): no leafs; sources
+    /// outside the range are treated as already computed.
+    pub fn view(&self, start: usize, end: usize) -> Graph {
+        let end = end.min(self.nodes.len());
+        let start = start.min(end);
+        let nodes: Vec<Tensor> = self.nodes[start..end].to_vec();
+        let index = nodes.iter().enumerate().map(|(i, t)| (t.id(), Slot::Node(i))).collect();
+        Graph { nodes, leafs: Vec::new(), index }
+    }
+
+    /// Graphviz DOT text: nodes as boxes with op and shape, leafs as ellipses.
+    pub fn to_dot(&self) -> String {
+        let mut s = String::from("digraph strata {\n  rankdir=TB;\n");
+        for t in &self.leafs {
+            let _ = writeln!(s, "  t{} [shape=ellipse,label=\"{}\\n{} {:?}\"];", t.id(), t.name(), t.dtype(), t.ne());
+        }
+        for t in &self.nodes {
+            let _ = writeln!(
+                s,
+                "  t{} [shape=box,label=\"{}\\n{} {} {:?}\"];",
+                t.id(),
+                t.name(),
+                t.op().name(),
+                t.dtype(),
+                t.ne()
+            );
+            for (i, src) in t.srcs().enumerate() {
+                let _ = writeln!(s, "  t{} -> t{} [label=\"{i}\"];", src.id(), t.id());
+            }
+        }
+        s.push_str("}\n");
+        s
+    }
+}
+
+impl crate::ops::Op {
+    /// True for [`crate::ops::Op::None`].
+    pub fn is_none_op(&self) -> bool {
+        matches!(self, crate::ops::Op::None)
+    }
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "graph: {} nodes, {} leafs", self.nodes.len(), self.leafs.len())?;
+        for (i, t) in self.nodes.iter().enumerate() {
+            let srcs: Vec<String> = t.srcs().map(|s| s.name()).collect();
+            writeln!(f, "  node {i:3}: {:?} <- [{}]", t, srcs.join(", "))?;
+        }
+        for (i, t) in self.leafs.iter().enumerate() {
+            writeln!(f, "  leaf {i:3}: {t:?}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ops, DType};
+
+    #[test]
+    fn depth_first_sources_in_order() {
+        let a = Tensor::new(DType::F32, &[2]).unwrap().with_name("a");
+        let b = Tensor::new(DType::F32, &[2]).unwrap().with_name("b");
+        let x = ops::add(&a, &b).unwrap().with_name("x");
+        let y = ops::mul(&b, &a).unwrap().with_name("y");
+        let z = ops::sub(&x, &y).unwrap().with_name("z");
+        let g = Graph::build(&[z.clone()]);
+        let names: Vec<String> = g.nodes().iter().map(|t| t.name()).collect();
+        assert_eq!(names, ["x", "y", "z"]);
+        let leafs: Vec<String> = g.leafs().iter().map(|t| t.name()).collect();
+        assert_eq!(leafs, ["a", "b"]);
+        assert_eq!(g.slot(&y), Some(Slot::Node(1)));
+        let v = g.view(1, 3);
+        assert_eq!(v.nodes().len(), 2);
+        assert!(v.leafs().is_empty());
+        // expanding again adds nothing
+        let mut g2 = g.clone();
+        g2.expand(&z);
+        assert_eq!(g2.nodes().len(), 3);
+    }
+
+    #[test]
+    fn deep_chain_does_not_overflow() {
+        let mut t = Tensor::new(DType::F32, &[1]).unwrap();
+        for _ in 0..100_000 {
+            t = ops::sqr(&t).unwrap();
+        }
+        let g = Graph::build(&[t]);
+        assert_eq!(g.nodes().len(), 100_000);
+    }
+}
