@@ -1,0 +1,97 @@
+//! Shared helpers for strata's integration tests: deterministic random data,
+//! running a graph on the CPU, and comparing against f64 references.
+#![allow(dead_code)]
+
+use strata::{cpu, DType, Graph, Tensor};
+
+/// A small deterministic generator (xorshift64*), so tests need no extra crate.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [lo, hi).
+    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        lo + (hi - lo) * u
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+    pub fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform(lo, hi)).collect()
+    }
+}
+
+/// A new input tensor (flag INPUT) of `dtype` and shape `dims`, named `name`.
+pub fn tensor(name: &str, dtype: DType, dims: &[usize]) -> Tensor {
+    let t = Tensor::new(dtype, dims).unwrap().with_name(name);
+    t.set_input();
+    t
+}
+
+/// Allocates the graph of `outputs` on the CPU, writes `inputs` (converted to
+/// each tensor's type), computes with `nth` threads, reads every output as f32.
+pub fn run(outputs: &[Tensor], inputs: &[(&Tensor, &[f32])], nth: usize) -> Vec<Vec<f32>> {
+    let g = Graph::build(outputs);
+    let _bufs = cpu::alloc_graph_host(&g).unwrap();
+    for (t, v) in inputs {
+        if t.dtype() == DType::I32 {
+            let ints: Vec<i32> = v.iter().map(|&x| x as i32).collect();
+            t.write_i32(&ints).unwrap();
+        } else {
+            t.write_f32(v).unwrap();
+        }
+    }
+    cpu::compute(&g, nth).unwrap();
+    outputs.iter().map(|t| t.to_f32_vec().unwrap()).collect()
+}
+
+/// The values `v` as stored in `dtype` and read back (rounding of f16/bf16/quant).
+pub fn round_trip(dtype: DType, v: &[f32]) -> Vec<f32> {
+    if dtype == DType::F32 {
+        return v.to_vec();
+    }
+    let t = Tensor::new(dtype, &[v.len()]).unwrap();
+    let _b = strata::backend::alloc_tensors(&[t.clone()], &cpu::cpu_buffer_type()).unwrap();
+    t.write_f32(v).unwrap();
+    t.to_f32_vec().unwrap()
+}
+
+/// Normalized mean squared error, as ggml's test-backend-ops: sum((a-b)²) / sum(b²).
+pub fn nmse(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "length differs");
+    let mut err = 0.0;
+    let mut norm = 0.0;
+    for (&g, &w) in got.iter().zip(want) {
+        if g.is_infinite() && w.is_infinite() && (g > 0.0) == (w > 0.0) {
+            continue;
+        }
+        err += (g as f64 - w) * (g as f64 - w);
+        norm += w * w;
+    }
+    if norm == 0.0 {
+        err
+    } else {
+        err / norm
+    }
+}
+
+/// Asserts `got` matches the f64 reference within normalized error `tol`
+/// and that no value is NaN where the reference is not.
+pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(!(g.is_nan() && !w.is_nan()), "{what}: NaN at {i} (want {w})");
+    }
+    let e = nmse(got, want);
+    assert!(e <= tol, "{what}: nmse {e:e} > {tol:e}\n got[..8] {:?}\nwant[..8] {:?}", &got[..got.len().min(8)], &want[..want.len().min(8)]);
+}
