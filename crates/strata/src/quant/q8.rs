@@ -6,7 +6,8 @@
 //!
 //! Q8_1 (36 B): f16 `d`, f16 `s`, 32 × i8; as Q8_0 plus `s = d * Σ q`
 //! (computed with the f32 `d`), which lets the Q4_1 / Q5_1 dot products fold
-//! in the partner's minimum with one multiply per block.
+//! in the partner's minimum with one multiply per block. As in ggml, `s`
+//! overflows to ±inf when a block's |Σx| exceeds the f16 range (65504).
 
 use super::{debug_check_row, get_f16, inv_or_zero, put_f16, QK};
 use crate::DType;
