@@ -23,12 +23,24 @@ fn quantize_block_q8(x: &[f32], qs: &mut [u8]) -> (f32, i32) {
     let id = inv_or_zero(d);
     let mut sum = 0i32;
     for (q, &v) in qs.iter_mut().zip(x) {
-        // |v * id| <= 127 up to rounding, which `round` absorbs; `as` saturates.
-        let qi = (v * id).round() as i8;
+        let qi = round_to_i8(v * id);
         sum += i32::from(qi);
         *q = qi as u8;
     }
     (d, sum)
+}
+
+/// C `roundf` (ties away from zero) to i8, without a libm call: `f32::round`
+/// is one on x86-64 targets without SSE4.1, and this runs per activation.
+///
+/// `r - trunc(r)` is exact in this range. Out-of-range values saturate
+/// (C leaves them undefined; here |r| <= 127 up to rounding), NaN gives 0.
+#[inline(always)]
+fn round_to_i8(r: f32) -> i8 {
+    let r = r.clamp(-128.0, 127.0); // NaN stays NaN
+    let t = r as i32; // truncates toward zero; NaN gives 0
+    let frac = r - t as f32;
+    (t + i32::from(frac >= 0.5) - i32::from(frac <= -0.5)) as i8
 }
 
 /// Quantizes an f32 row to Q8_0 (`src.len()` a multiple of 32,
@@ -73,5 +85,35 @@ pub fn dequantize_row_q8_1(src: &[u8], dst: &mut [f32]) {
         for (&q, v) in x[4..].iter().zip(y) {
             *v = d * f32::from(q as i8);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_to_i8;
+
+    #[test]
+    fn round_to_i8_is_roundf() {
+        let check = |r: f32| {
+            let want = r.round().clamp(-128.0, 127.0) as i8;
+            assert_eq!(round_to_i8(r), want, "{r:e}");
+        };
+        // Every tie and its neighbours.
+        for k in -130..130 {
+            let t = k as f32 + 0.5;
+            // Adjacent f32s (`next_up` / `next_down` need Rust 1.86).
+            let adj = |v: f32, d: i32| f32::from_bits(v.to_bits().wrapping_add_signed(d));
+            for v in [t, adj(t, 1), adj(t, -1), k as f32, adj(k as f32, -1)] {
+                check(v);
+            }
+        }
+        // A sweep of bit patterns over |r| < 256, both signs.
+        for bits in (0..0x4380_0000u32).step_by(997) {
+            check(f32::from_bits(bits));
+            check(-f32::from_bits(bits));
+        }
+        assert_eq!(round_to_i8(f32::NAN), 0);
+        assert_eq!(round_to_i8(f32::INFINITY), 127);
+        assert_eq!(round_to_i8(-1e9), -128);
     }
 }
