@@ -59,7 +59,10 @@ pub trait Backend: Send {
     }
     /// Records `event` after the work queued so far.
     fn event_record(&mut self, _event: &Arc<dyn Event>) -> Result<()> {
-        Err(Error::Unsupported { backend: self.name(), what: "events".into() })
+        Err(Error::Unsupported {
+            backend: self.name(),
+            what: "events".into(),
+        })
     }
     /// Makes later work on this backend wait for `event`.
     fn event_wait(&mut self, event: &Arc<dyn Event>) -> Result<()> {
@@ -185,7 +188,10 @@ impl Registry {
             }
         }
         let known: Vec<String> = self.devices().iter().map(|d| d.name()).collect();
-        Err(Error::InvalidArgument(format!("no device named '{name}' (known: {})", known.join(", "))))
+        Err(Error::InvalidArgument(format!(
+            "no device named '{name}' (known: {})",
+            known.join(", ")
+        )))
     }
 
     /// A new backend on the device called `name`.

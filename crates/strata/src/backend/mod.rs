@@ -32,17 +32,30 @@ use crate::{Error, Result};
 
 /// Checks `offset..offset+len` lies inside the tensor and the tensor inside its
 /// buffer; returns the storage and the absolute buffer offset.
-fn checked_range(tensor: &Tensor, offset: usize, len: usize) -> Result<(crate::tensor::Storage, usize)> {
+fn checked_range(
+    tensor: &Tensor,
+    offset: usize,
+    len: usize,
+) -> Result<(crate::tensor::Storage, usize)> {
     let st = tensor.storage_or_err()?;
     let nbytes = tensor.nbytes();
     let end = offset.checked_add(len).unwrap_or(usize::MAX);
     if end > nbytes {
-        return Err(Error::OutOfBounds { what: format!("tensor '{}'", tensor.name()), offset, end, size: nbytes });
+        return Err(Error::OutOfBounds {
+            what: format!("tensor '{}'", tensor.name()),
+            offset,
+            end,
+            size: nbytes,
+        });
     }
     let buf_end = st.offset.checked_add(nbytes).unwrap_or(usize::MAX);
     if buf_end > st.buffer.size() {
         return Err(Error::OutOfBounds {
-            what: format!("tensor '{}' in buffer '{}'", tensor.name(), st.buffer.name()),
+            what: format!(
+                "tensor '{}' in buffer '{}'",
+                tensor.name(),
+                st.buffer.name()
+            ),
             offset: st.offset,
             end: buf_end,
             size: st.buffer.size(),
@@ -130,10 +143,16 @@ pub fn align_up(x: usize, align: usize) -> usize {
 /// into as few buffers of `buft` as its max size allows
 /// (ggml_backend_alloc_ctx_tensors_from_buft). Views are skipped (they follow
 /// their base). A tensor larger than the max size is an error naming it.
-pub fn alloc_tensors(tensors: &[Tensor], buft: &Arc<dyn BufferType>) -> Result<Vec<Arc<dyn Buffer>>> {
+pub fn alloc_tensors(
+    tensors: &[Tensor],
+    buft: &Arc<dyn BufferType>,
+) -> Result<Vec<Arc<dyn Buffer>>> {
     let align = buft.alignment().max(1);
     let max = buft.max_size();
-    let todo: Vec<&Tensor> = tensors.iter().filter(|t| !t.is_view() && !t.is_allocated()).collect();
+    let todo: Vec<&Tensor> = tensors
+        .iter()
+        .filter(|t| !t.is_view() && !t.is_allocated())
+        .collect();
     // Group tensors greedily in order into chunks that fit max_size.
     let mut chunks: Vec<(usize, usize, usize)> = Vec::new(); // (first, last_excl, size)
     let mut start = 0;
@@ -144,7 +163,10 @@ pub fn alloc_tensors(tensors: &[Tensor], buft: &Arc<dyn BufferType>) -> Result<V
             return Err(Error::OutOfMemory {
                 buffer_type: buft.name(),
                 requested: sz,
-                msg: format!("tensor '{}' is larger than the buffer type's max size {max}", t.name()),
+                msg: format!(
+                    "tensor '{}' is larger than the buffer type's max size {max}",
+                    t.name()
+                ),
             });
         }
         if size + sz > max {

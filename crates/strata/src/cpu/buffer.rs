@@ -23,13 +23,20 @@ pub struct HostBufferType {
 /// The process-wide CPU buffer type (one object, so buffer types compare by identity).
 pub fn cpu_buffer_type() -> Arc<dyn BufferType> {
     static BUFT: OnceLock<Arc<HostBufferType>> = OnceLock::new();
-    BUFT.get_or_init(|| Arc::new(HostBufferType { max_size: isize::MAX as usize })).clone()
+    BUFT.get_or_init(|| {
+        Arc::new(HostBufferType {
+            max_size: isize::MAX as usize,
+        })
+    })
+    .clone()
 }
 
 impl HostBufferType {
     /// A host buffer type with a custom max buffer size (tests of multi-buffer allocation).
     pub fn with_max_size(max_size: usize) -> Arc<dyn BufferType> {
-        Arc::new(HostBufferType { max_size: max_size.max(1) })
+        Arc::new(HostBufferType {
+            max_size: max_size.max(1),
+        })
     }
 }
 
@@ -86,7 +93,11 @@ unsafe impl Sync for HostBuffer {}
 
 impl HostBuffer {
     fn alloc(buft: Arc<HostBufferType>, size: usize) -> Result<HostBuffer> {
-        let oom = |msg: String| Error::OutOfMemory { buffer_type: "CPU".into(), requested: size, msg };
+        let oom = |msg: String| Error::OutOfMemory {
+            buffer_type: "CPU".into(),
+            requested: size,
+            msg,
+        };
         if size == 0 {
             return Ok(HostBuffer {
                 ptr: NonNull::dangling(),
@@ -97,11 +108,19 @@ impl HostBuffer {
                 buft,
             });
         }
-        let layout = Layout::from_size_align(size, HOST_ALIGNMENT).map_err(|e| oom(e.to_string()))?;
+        let layout =
+            Layout::from_size_align(size, HOST_ALIGNMENT).map_err(|e| oom(e.to_string()))?;
         // SAFETY: layout has non-zero size.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).ok_or_else(|| oom("the system allocator failed".into()))?;
-        Ok(HostBuffer { ptr, size, owner: Owner::Alloc(layout), read_only: false, usage: AtomicU8::new(0), buft })
+        Ok(HostBuffer {
+            ptr,
+            size,
+            owner: Owner::Alloc(layout),
+            read_only: false,
+            usage: AtomicU8::new(0),
+            buft,
+        })
     }
 
     /// Wraps caller-owned bytes (e.g. a read-only mmap of a model file) without
@@ -138,7 +157,12 @@ impl HostBuffer {
     fn check(&self, offset: usize, len: usize) -> Result<()> {
         let end = offset.checked_add(len).unwrap_or(usize::MAX);
         if end > self.size {
-            return Err(Error::OutOfBounds { what: "host buffer".into(), offset, end, size: self.size });
+            return Err(Error::OutOfBounds {
+                what: "host buffer".into(),
+                offset,
+                end,
+                size: self.size,
+            });
         }
         Ok(())
     }
@@ -208,7 +232,9 @@ impl Buffer for HostBuffer {
     }
     fn clear(&self, value: u8) -> Result<()> {
         if self.read_only {
-            return Err(Error::InvalidArgument("cannot clear a read-only host buffer".into()));
+            return Err(Error::InvalidArgument(
+                "cannot clear a read-only host buffer".into(),
+            ));
         }
         // SAFETY: the whole buffer is ours.
         unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), value, self.size) }

@@ -30,7 +30,9 @@ pub use buffer::{cpu_buffer_type, HostBuffer, HostBufferType, HOST_ALIGNMENT};
 pub use pool::{ThreadPool, WorkerCtx};
 pub use view::TView;
 
-use crate::backend::{Backend, BufferType, Device, DeviceMemory, DeviceProvider, DeviceType, Graph};
+use crate::backend::{
+    Backend, BufferType, Device, DeviceMemory, DeviceProvider, DeviceType, Graph,
+};
 use crate::tensor::{Tensor, MAX_SRC};
 use crate::{Error, Result};
 use ops::{Ctx, NodePlan, WorkSize};
@@ -66,7 +68,10 @@ fn host_memory() -> DeviceMemory {
             .and_then(|v| v.parse::<usize>().ok())
             .map_or(0, |kb| kb * 1024)
     };
-    DeviceMemory { free: field("MemAvailable:"), total: field("MemTotal:") }
+    DeviceMemory {
+        free: field("MemAvailable:"),
+        total: field("MemTotal:"),
+    }
 }
 
 /// Number of threads used when none is given: the machine's parallelism.
@@ -114,7 +119,11 @@ pub struct CpuBackend {
 impl CpuBackend {
     /// A CPU backend with `n_threads` threads (at least 1).
     pub fn new(n_threads: usize) -> CpuBackend {
-        CpuBackend { pool: ThreadPool::new(n_threads), work: Vec::new(), abort: None }
+        CpuBackend {
+            pool: ThreadPool::new(n_threads),
+            work: Vec::new(),
+            abort: None,
+        }
     }
 
     /// Number of threads.
@@ -148,7 +157,12 @@ impl CpuBackend {
             if !ops::supports(t) {
                 return Err(Error::Unsupported {
                     backend: "CPU".into(),
-                    what: format!("op {} on {} (tensor '{}')", t.op().name(), t.dtype(), t.name()),
+                    what: format!(
+                        "op {} on {} (tensor '{}')",
+                        t.op().name(),
+                        t.dtype(),
+                        t.name()
+                    ),
                 });
             }
             let dst = TView::resolve(t, "CPU", true)?;
@@ -158,7 +172,11 @@ impl CpuBackend {
                     src[i] = Some(TView::resolve(s, "CPU", false)?);
                 }
             }
-            plans.push(NodePlan { op: t.op().clone(), dst, src });
+            plans.push(NodePlan {
+                op: t.op().clone(),
+                dst,
+                src,
+            });
         }
         Ok(plans)
     }
@@ -185,7 +203,11 @@ impl Backend for CpuBackend {
         let abort = self.abort.as_ref();
         let ok = self.pool.run(&|w| {
             for (plan, work) in plans.iter().zip(&works) {
-                let ctx = Ctx { w, wdata: wdata_addr as *mut u8, work: *work };
+                let ctx = Ctx {
+                    w,
+                    wdata: wdata_addr as *mut u8,
+                    work: *work,
+                };
                 ops::forward(plan, &ctx);
                 if w.ith == 0 {
                     if let Some(cb) = abort {
@@ -201,7 +223,10 @@ impl Backend for CpuBackend {
             }
         });
         if !ok {
-            return Err(Error::Backend { backend: "CPU".into(), msg: "a kernel panicked (internal error)".into() });
+            return Err(Error::Backend {
+                backend: "CPU".into(),
+                msg: "a kernel panicked (internal error)".into(),
+            });
         }
         if aborted.load(Ordering::Acquire) {
             return Err(Error::Aborted);

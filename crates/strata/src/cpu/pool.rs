@@ -38,7 +38,10 @@ pub(crate) struct SpinBarrier {
 
 impl SpinBarrier {
     fn new() -> SpinBarrier {
-        SpinBarrier { count: AtomicUsize::new(0), phase: AtomicUsize::new(0) }
+        SpinBarrier {
+            count: AtomicUsize::new(0),
+            phase: AtomicUsize::new(0),
+        }
     }
 
     pub(crate) fn wait(&self, n: usize) {
@@ -140,7 +143,8 @@ impl ThreadPool {
             // SAFETY: the lifetime is erased only for the duration of this call:
             // we wait below until all n-1 workers have reported done, after
             // which no worker touches the pointer again.
-            let erased: JobRef = unsafe { std::mem::transmute::<&(dyn Fn(&WorkerCtx<'_>) + Sync), JobRef>(job) };
+            let erased: JobRef =
+                unsafe { std::mem::transmute::<&(dyn Fn(&WorkerCtx<'_>) + Sync), JobRef>(job) };
             s.done.store(0, Ordering::Release);
             {
                 let mut slot = s.job.lock().unwrap_or_else(|e| e.into_inner());
@@ -149,7 +153,11 @@ impl ThreadPool {
             }
             s.wake.notify_all();
         }
-        let ctx = WorkerCtx { ith: 0, nth: n, barrier: &s.barrier };
+        let ctx = WorkerCtx {
+            ith: 0,
+            nth: n,
+            barrier: &s.barrier,
+        };
         let main_ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&ctx))).is_ok();
         if n > 1 {
             let mut spins = 0u32;
@@ -172,13 +180,18 @@ fn worker(s: Arc<Shared>, ith: usize) {
     loop {
         // Spin briefly for the next job, then sleep on the condvar.
         let mut spins = 0u32;
-        while s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) && spins < 1 << 12 {
+        while s.generation.load(Ordering::Acquire) == seen
+            && !s.shutdown.load(Ordering::Acquire)
+            && spins < 1 << 12
+        {
             spins += 1;
             std::hint::spin_loop();
         }
         let job = {
             let mut slot = s.job.lock().unwrap_or_else(|e| e.into_inner());
-            while s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
+            while s.generation.load(Ordering::Acquire) == seen
+                && !s.shutdown.load(Ordering::Acquire)
+            {
                 slot = s.wake.wait(slot).unwrap_or_else(|e| e.into_inner());
             }
             if s.shutdown.load(Ordering::Acquire) {
@@ -188,7 +201,11 @@ fn worker(s: Arc<Shared>, ith: usize) {
             *slot
         };
         if let Some(SendJob(ptr)) = job {
-            let ctx = WorkerCtx { ith, nth: s.n_threads, barrier: &s.barrier };
+            let ctx = WorkerCtx {
+                ith,
+                nth: s.n_threads,
+                barrier: &s.barrier,
+            };
             // SAFETY: `run` keeps the job alive until `done` reaches n-1.
             let f = unsafe { &*ptr };
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&ctx))).is_err() {
@@ -241,7 +258,11 @@ mod tests {
             for n in 0..40 {
                 let mut seen = vec![0; n];
                 for ith in 0..nth {
-                    let ctx = WorkerCtx { ith, nth, barrier: &b };
+                    let ctx = WorkerCtx {
+                        ith,
+                        nth,
+                        barrier: &b,
+                    };
                     for i in ctx.split(n) {
                         seen[i] += 1;
                     }

@@ -31,7 +31,11 @@ impl TView {
         let st = t.storage_or_err()?;
         let base = st.buffer.host_ptr().ok_or_else(|| Error::Unsupported {
             backend: backend.into(),
-            what: format!("tensor '{}' in non-host buffer '{}'", t.name(), st.buffer.name()),
+            what: format!(
+                "tensor '{}' in non-host buffer '{}'",
+                t.name(),
+                st.buffer.name()
+            ),
         })?;
         if writable && st.buffer.is_read_only() {
             return Err(Error::InvalidArgument(format!(
@@ -51,7 +55,12 @@ impl TView {
         }
         // SAFETY: offset..end is inside the buffer (checked above).
         let ptr = unsafe { base.as_ptr().add(st.offset) };
-        Ok(TView { ptr, dtype: t.dtype(), ne: t.ne(), nb: t.nb() })
+        Ok(TView {
+            ptr,
+            dtype: t.dtype(),
+            ne: t.ne(),
+            nb: t.nb(),
+        })
     }
 
     /// A view over memory owned by the caller (work buffers, tests).
@@ -89,7 +98,10 @@ impl TView {
     pub fn row_ptr(&self, i1: usize, i2: usize, i3: usize) -> *mut u8 {
         self.check(0, i1, i2, i3);
         // SAFETY: indices checked against ne; resolve() proved the span in bounds.
-        unsafe { self.ptr.add(i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3]) }
+        unsafe {
+            self.ptr
+                .add(i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3])
+        }
     }
 
     /// Pointer to element (i0, i1, i2, i3) of a non-quantized tensor.
@@ -97,7 +109,10 @@ impl TView {
     pub fn elem_ptr(&self, i0: usize, i1: usize, i2: usize, i3: usize) -> *mut u8 {
         self.check(i0, i1, i2, i3);
         // SAFETY: as row_ptr.
-        unsafe { self.ptr.add(i0 * self.nb[0] + i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3]) }
+        unsafe {
+            self.ptr
+                .add(i0 * self.nb[0] + i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3])
+        }
     }
 
     /// True when rows are contiguous.
@@ -185,7 +200,8 @@ impl TView {
         if self.dtype.is_quantized() {
             // SAFETY: reading a row nobody writes during this op (sources are read-only).
             let bytes = unsafe { self.row_bytes(i1, i2, i3) };
-            crate::quant::dequantize_row(self.dtype, bytes, out).expect("row length validated by infer");
+            crate::quant::dequantize_row(self.dtype, bytes, out)
+                .expect("row length validated by infer");
             return;
         }
         if self.dtype == DType::F32 && self.rows_contiguous() {
@@ -209,7 +225,8 @@ impl TView {
             let p = self.row_ptr(i1, i2, i3);
             // SAFETY: the row is in bounds and written by this thread only.
             let bytes = unsafe { std::slice::from_raw_parts_mut(p, self.dtype.row_size(n)) };
-            crate::quant::quantize_row(self.dtype, src, bytes).expect("row length validated by infer");
+            crate::quant::quantize_row(self.dtype, src, bytes)
+                .expect("row length validated by infer");
             return;
         }
         if self.dtype == DType::F32 && self.rows_contiguous() {

@@ -61,7 +61,11 @@ impl Graph {
             }
             let srcs = cur.src_slots();
             let mut i = next_src;
-            while i < srcs.len() && srcs[i].as_ref().is_none_or(|s| self.index.contains_key(&s.id())) {
+            while i < srcs.len()
+                && srcs[i]
+                    .as_ref()
+                    .is_none_or(|s| self.index.contains_key(&s.id()))
+            {
                 i += 1;
             }
             if i < srcs.len() {
@@ -109,15 +113,30 @@ impl Graph {
         let end = end.min(self.nodes.len());
         let start = start.min(end);
         let nodes: Vec<Tensor> = self.nodes[start..end].to_vec();
-        let index = nodes.iter().enumerate().map(|(i, t)| (t.id(), Slot::Node(i))).collect();
-        Graph { nodes, leafs: Vec::new(), index }
+        let index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.id(), Slot::Node(i)))
+            .collect();
+        Graph {
+            nodes,
+            leafs: Vec::new(),
+            index,
+        }
     }
 
     /// Graphviz DOT text: nodes as boxes with op and shape, leafs as ellipses.
     pub fn to_dot(&self) -> String {
         let mut s = String::from("digraph strata {\n  rankdir=TB;\n");
         for t in &self.leafs {
-            let _ = writeln!(s, "  t{} [shape=ellipse,label=\"{}\\n{} {:?}\"];", t.id(), t.name(), t.dtype(), t.ne());
+            let _ = writeln!(
+                s,
+                "  t{} [shape=ellipse,label=\"{}\\n{} {:?}\"];",
+                t.id(),
+                t.name(),
+                t.dtype(),
+                t.ne()
+            );
         }
         for t in &self.nodes {
             let _ = writeln!(
@@ -147,7 +166,12 @@ impl crate::ops::Op {
 
 impl std::fmt::Debug for Graph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "graph: {} nodes, {} leafs", self.nodes.len(), self.leafs.len())?;
+        writeln!(
+            f,
+            "graph: {} nodes, {} leafs",
+            self.nodes.len(),
+            self.leafs.len()
+        )?;
         for (i, t) in self.nodes.iter().enumerate() {
             let srcs: Vec<String> = t.srcs().map(|s| s.name()).collect();
             writeln!(f, "  node {i:3}: {:?} <- [{}]", t, srcs.join(", "))?;

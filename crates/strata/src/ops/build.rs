@@ -5,7 +5,11 @@ use crate::tensor::{shape4, Tensor, ViewOf};
 use crate::Result;
 
 /// Creates the tensor `op` produces from `src` (validated by [`infer`]).
-pub fn make(op: Op, src: Vec<Option<Tensor>>, layout: Option<([usize; 4], [usize; 4])>) -> Result<Tensor> {
+pub fn make(
+    op: Op,
+    src: Vec<Option<Tensor>>,
+    layout: Option<([usize; 4], [usize; 4])>,
+) -> Result<Tensor> {
     let out = infer(&op, &src, layout)?;
     let view = out.view.map(|(src, offset)| ViewOf { src, offset });
     Ok(Tensor::from_parts(out.dtype, out.ne, out.nb, op, src, view))
@@ -113,7 +117,11 @@ pub fn relu(a: &Tensor) -> Result<Tensor> {
 }
 /// Gated linear unit with separate gate `a` and up `b`: `f(a) * b`.
 pub fn glu_split(a: &Tensor, b: &Tensor, op: GluOp) -> Result<Tensor> {
-    make(Op::Glu { op, swapped: false }, vec![Some(a.clone()), Some(b.clone())], None)
+    make(
+        Op::Glu { op, swapped: false },
+        vec![Some(a.clone()), Some(b.clone())],
+        None,
+    )
 }
 /// Gated linear unit on a fused tensor whose rows hold gate and up halves
 /// (gate first unless `swapped`).
@@ -144,7 +152,11 @@ pub fn get_rows(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// Writes the rows of `rows` into `dst` at `indices` (I32/I64); the result is
 /// a view of `dst` (compute it to perform the write).
 pub fn set_rows(dst: &Tensor, rows: &Tensor, indices: &Tensor) -> Result<Tensor> {
-    make(Op::SetRows, vec![Some(rows.clone()), Some(indices.clone()), Some(dst.clone())], None)
+    make(
+        Op::SetRows,
+        vec![Some(rows.clone()), Some(indices.clone()), Some(dst.clone())],
+        None,
+    )
 }
 /// Masks elements above the diagonal (shifted by `n_past`) with -inf.
 pub fn diag_mask_inf(a: &Tensor, n_past: usize) -> Result<Tensor> {
@@ -152,19 +164,47 @@ pub fn diag_mask_inf(a: &Tensor, n_past: usize) -> Result<Tensor> {
 }
 /// Row softmax.
 pub fn soft_max(a: &Tensor) -> Result<Tensor> {
-    op1(Op::SoftMax { scale: 1.0, max_bias: 0.0 }, a)
+    op1(
+        Op::SoftMax {
+            scale: 1.0,
+            max_bias: 0.0,
+        },
+        a,
+    )
 }
 /// softmax(a·scale + mask·slope) with an optional F32/F16 mask and ALiBi `max_bias`.
-pub fn soft_max_ext(a: &Tensor, mask: Option<&Tensor>, scale: f32, max_bias: f32) -> Result<Tensor> {
-    make(Op::SoftMax { scale, max_bias }, vec![Some(a.clone()), mask.cloned()], None)
+pub fn soft_max_ext(
+    a: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f32,
+    max_bias: f32,
+) -> Result<Tensor> {
+    make(
+        Op::SoftMax { scale, max_bias },
+        vec![Some(a.clone()), mask.cloned()],
+        None,
+    )
 }
 /// Rotary position embedding of `a` [head_dim, n_head, n_tokens, ..] at I32 `positions`.
 pub fn rope(a: &Tensor, positions: &Tensor, params: RopeParams) -> Result<Tensor> {
     op2(Op::Rope(params), a, positions)
 }
 /// RoPE with per-dimension frequency factors.
-pub fn rope_ext(a: &Tensor, positions: &Tensor, freq_factors: Option<&Tensor>, params: RopeParams) -> Result<Tensor> {
-    make(Op::Rope(params), vec![Some(a.clone()), Some(positions.clone()), freq_factors.cloned()], None)
+pub fn rope_ext(
+    a: &Tensor,
+    positions: &Tensor,
+    freq_factors: Option<&Tensor>,
+    params: RopeParams,
+) -> Result<Tensor> {
+    make(
+        Op::Rope(params),
+        vec![
+            Some(a.clone()),
+            Some(positions.clone()),
+            freq_factors.cloned(),
+        ],
+        None,
+    )
 }
 /// Indices that sort each row.
 pub fn argsort(a: &Tensor, order: SortOrder) -> Result<Tensor> {
@@ -182,8 +222,17 @@ pub fn flash_attn_ext(
     softcap: f32,
 ) -> Result<Tensor> {
     make(
-        Op::FlashAttnExt { scale, max_bias, softcap },
-        vec![Some(q.clone()), Some(k.clone()), Some(v.clone()), mask.cloned()],
+        Op::FlashAttnExt {
+            scale,
+            max_bias,
+            softcap,
+        },
+        vec![
+            Some(q.clone()),
+            Some(k.clone()),
+            Some(v.clone()),
+            mask.cloned(),
+        ],
         None,
     )
 }
@@ -206,11 +255,23 @@ pub fn view(a: &Tensor, dims: &[usize], strides: &[usize], offset: usize) -> Res
     let mut nb = [0; 4];
     nb[0] = a.dtype().type_size();
     if strides.len() + 1 != dims.len() {
-        return Err(crate::Error::shape("VIEW", format!("{} dims need {} strides (nb1..), got {}", dims.len(), dims.len() - 1, strides.len())));
+        return Err(crate::Error::shape(
+            "VIEW",
+            format!(
+                "{} dims need {} strides (nb1..), got {}",
+                dims.len(),
+                dims.len() - 1,
+                strides.len()
+            ),
+        ));
     }
     nb[1..dims.len()].copy_from_slice(strides);
     for i in dims.len().max(1)..4 {
-        nb[i] = if i == 1 { a.dtype().row_size(ne[0]) } else { nb[i - 1] * ne[i - 1] };
+        nb[i] = if i == 1 {
+            a.dtype().row_size(ne[0])
+        } else {
+            nb[i - 1] * ne[i - 1]
+        };
     }
     make(Op::View { offset }, vec![Some(a.clone())], Some((ne, nb)))
 }
@@ -223,11 +284,24 @@ pub fn view_2d(a: &Tensor, ne0: usize, ne1: usize, nb1: usize, offset: usize) ->
     view(a, &[ne0, ne1], &[nb1], offset)
 }
 /// 3-d view.
-pub fn view_3d(a: &Tensor, ne: [usize; 3], nb1: usize, nb2: usize, offset: usize) -> Result<Tensor> {
+pub fn view_3d(
+    a: &Tensor,
+    ne: [usize; 3],
+    nb1: usize,
+    nb2: usize,
+    offset: usize,
+) -> Result<Tensor> {
     view(a, &ne, &[nb1, nb2], offset)
 }
 /// 4-d view.
-pub fn view_4d(a: &Tensor, ne: [usize; 4], nb1: usize, nb2: usize, nb3: usize, offset: usize) -> Result<Tensor> {
+pub fn view_4d(
+    a: &Tensor,
+    ne: [usize; 4],
+    nb1: usize,
+    nb2: usize,
+    nb3: usize,
+    offset: usize,
+) -> Result<Tensor> {
     view(a, &ne, &[nb1, nb2, nb3], offset)
 }
 /// Permutes dims: source dim i becomes dim `axes[i]`.

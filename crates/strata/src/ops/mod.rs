@@ -100,7 +100,9 @@ impl GluOp {
     }
     /// From ggml's id.
     pub fn from_ggml_id(id: i32) -> Option<GluOp> {
-        [GluOp::Reglu, GluOp::Geglu, GluOp::Swiglu].into_iter().find(|g| g.ggml_id() == id)
+        [GluOp::Reglu, GluOp::Geglu, GluOp::Swiglu]
+            .into_iter()
+            .find(|g| g.ggml_id() == id)
     }
 }
 
@@ -336,7 +338,10 @@ impl Op {
     /// True for ops whose result only re-describes memory of its source
     /// (nothing to compute): VIEW, RESHAPE, PERMUTE, TRANSPOSE, NONE.
     pub fn is_view_op(&self) -> bool {
-        matches!(self, Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose)
+        matches!(
+            self,
+            Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose
+        )
     }
 
     /// True when the result may be written over its first source's memory

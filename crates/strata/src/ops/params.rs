@@ -109,7 +109,11 @@ impl Op {
                 p[1] = f(max);
             }
             Op::Argsort { order } => p[0] = matches!(order, SortOrder::Desc) as i32,
-            Op::FlashAttnExt { scale, max_bias, softcap } => {
+            Op::FlashAttnExt {
+                scale,
+                max_bias,
+                softcap,
+            } => {
                 p[0] = f(scale);
                 p[1] = f(max_bias);
                 p[2] = f(softcap);
@@ -146,17 +150,25 @@ impl Op {
             17 => Op::Mean,
             18 => Op::Argmax,
             20 => Op::Repeat,
-            22 => Op::Concat { dim: nonneg("CONCAT", "dim", p[0])? },
+            22 => Op::Concat {
+                dim: nonneg("CONCAT", "dim", p[0])?,
+            },
             24 => Op::Norm { eps: fl(p[0]) },
             25 => Op::RmsNorm { eps: fl(p[0]) },
             29 => Op::MulMat,
-            32 => Op::Scale { scale: fl(p[0]), bias: fl(p[1]) },
+            32 => Op::Scale {
+                scale: fl(p[0]),
+                bias: fl(p[1]),
+            },
             34 => Op::Cpy,
             35 => Op::Cont,
             36 => Op::Reshape,
             37 => {
                 let o = (p[0] as u32 as u64) | ((p[1] as u32 as u64) << 32);
-                Op::View { offset: usize::try_from(o).map_err(|_| bad(format!("view offset {o} too large")))? }
+                Op::View {
+                    offset: usize::try_from(o)
+                        .map_err(|_| bad(format!("view offset {o} too large")))?,
+                }
             }
             38 => {
                 let mut axes = [0; 4];
@@ -168,13 +180,22 @@ impl Op {
             39 => Op::Transpose,
             40 => Op::GetRows,
             42 => Op::SetRows,
-            44 => Op::DiagMaskInf { n_past: nonneg("DIAG_MASK_INF", "n_past", p[0])? },
-            46 => Op::SoftMax { scale: fl(p[0]), max_bias: fl(p[1]) },
+            44 => Op::DiagMaskInf {
+                n_past: nonneg("DIAG_MASK_INF", "n_past", p[0])?,
+            },
+            46 => Op::SoftMax {
+                scale: fl(p[0]),
+                max_bias: fl(p[1]),
+            },
             48 => {
                 let mode = match p[2] {
                     0 => RopeMode::Normal,
                     2 => RopeMode::Neox,
-                    m => return Err(bad(format!("rope mode {m} is not supported (0 normal, 2 neox)"))),
+                    m => {
+                        return Err(bad(format!(
+                            "rope mode {m} is not supported (0 normal, 2 neox)"
+                        )))
+                    }
                 };
                 if p[11..15].iter().any(|&s| s != 0) || p[15] != 0 {
                     return Err(bad("rope sections / offsets are not supported".into()));
@@ -191,7 +212,10 @@ impl Op {
                     beta_slow: fl(p[10]),
                 })
             }
-            50 => Op::Clamp { min: fl(p[0]), max: fl(p[1]) },
+            50 => Op::Clamp {
+                min: fl(p[0]),
+                max: fl(p[1]),
+            },
             69 => Op::Argsort {
                 order: match p[0] {
                     0 => SortOrder::Asc,
@@ -203,11 +227,19 @@ impl Op {
                 if p[4] != 0 {
                     return Err(bad("flash attention n_kv_max is not supported".into()));
                 }
-                Op::FlashAttnExt { scale: fl(p[0]), max_bias: fl(p[1]), softcap: fl(p[2]) }
+                Op::FlashAttnExt {
+                    scale: fl(p[0]),
+                    max_bias: fl(p[1]),
+                    softcap: fl(p[2]),
+                }
             }
-            91 => Op::Unary(UnaryOp::from_ggml_id(p[0]).ok_or_else(|| bad(format!("unary op {} is not supported", p[0])))?),
+            91 => Op::Unary(
+                UnaryOp::from_ggml_id(p[0])
+                    .ok_or_else(|| bad(format!("unary op {} is not supported", p[0])))?,
+            ),
             100 => {
-                let op = GluOp::from_ggml_id(p[0]).ok_or_else(|| bad(format!("glu op {} is not supported", p[0])))?;
+                let op = GluOp::from_ggml_id(p[0])
+                    .ok_or_else(|| bad(format!("glu op {} is not supported", p[0])))?;
                 let swapped = match p[1] {
                     0 => false,
                     1 => true,
@@ -231,24 +263,47 @@ mod tests {
             Op::Add,
             Op::Concat { dim: 2 },
             Op::RmsNorm { eps: 1e-5 },
-            Op::Scale { scale: 0.5, bias: 2.0 },
-            Op::View { offset: (5u64 << 32 | 4) as usize },
+            Op::Scale {
+                scale: 0.5,
+                bias: 2.0,
+            },
+            Op::View {
+                offset: (5u64 << 32 | 4) as usize,
+            },
             Op::Permute { axes: [0, 2, 1, 3] },
-            Op::SoftMax { scale: 0.125, max_bias: 8.0 },
+            Op::SoftMax {
+                scale: 0.125,
+                max_bias: 8.0,
+            },
             Op::Rope(RopeParams::new(64, RopeMode::Neox, 100000.0)),
-            Op::Argsort { order: SortOrder::Desc },
-            Op::FlashAttnExt { scale: 0.125, max_bias: 0.0, softcap: 30.0 },
+            Op::Argsort {
+                order: SortOrder::Desc,
+            },
+            Op::FlashAttnExt {
+                scale: 0.125,
+                max_bias: 0.0,
+                softcap: 30.0,
+            },
             Op::Unary(UnaryOp::Silu),
-            Op::Glu { op: GluOp::Swiglu, swapped: true },
+            Op::Glu {
+                op: GluOp::Swiglu,
+                swapped: true,
+            },
             Op::DiagMaskInf { n_past: 3 },
-            Op::Clamp { min: -1.0, max: 1.0 },
+            Op::Clamp {
+                min: -1.0,
+                max: 1.0,
+            },
         ];
         for op in ops {
             let back = Op::from_ggml(op.ggml_id(), &op.to_ggml_params()).unwrap();
             assert_eq!(back, op);
         }
         // Facts from the protocol description: eps 1e-5 is 0x3727C5AC, SILU is 10, VIEW offset 4 -> [4, 0].
-        assert_eq!(Op::RmsNorm { eps: 1e-5 }.to_ggml_params()[0] as u32, 0x3727_C5AC);
+        assert_eq!(
+            Op::RmsNorm { eps: 1e-5 }.to_ggml_params()[0] as u32,
+            0x3727_C5AC
+        );
         assert_eq!(Op::Unary(UnaryOp::Silu).to_ggml_params()[0], 10);
         assert_eq!(&Op::View { offset: 4 }.to_ggml_params()[..2], &[4, 0]);
         assert!(Op::from_ggml(95, &[0; 16]).is_err()); // CUSTOM: host pointers, refused

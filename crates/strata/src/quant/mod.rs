@@ -1,13 +1,344 @@
-//! GGUF block formats (placeholder until the block-format module lands).
+//! GGUF block formats: row quantize / dequantize and the scalar dot products
+//! quantized matmul is built on.
+//!
+//! Every format is bit-compatible with ggml's byte layout (and so with GGUF
+//! files): a row of `n` elements is `n / block_size` blocks laid end to end,
+//! each block little-endian and unpadded.
+//!
+//! | type | bytes | block layout (32 elements)                               |
+//! |------|-------|----------------------------------------------------------|
+//! | Q4_0 | 18    | f16 `d`, 16 B nibbles                                    |
+//! | Q4_1 | 20    | f16 `d`, f16 `m`, 16 B nibbles                           |
+//! | Q5_0 | 22    | f16 `d`, u32 `qh`, 16 B nibbles                          |
+//! | Q5_1 | 24    | f16 `d`, f16 `m`, u32 `qh`, 16 B nibbles                 |
+//! | Q8_0 | 34    | f16 `d`, 32 × i8                                         |
+//! | Q8_1 | 36    | f16 `d`, f16 `s` (= `d` × Σ quants), 32 × i8             |
+//!
+//! Nibble byte `j` holds element `j` in its low half and element `j + 16` in
+//! its high half; bit `j` of `qh` is the fifth bit of element `j`.
+//!
+//! Two API levels:
+//!
+//! * [`quantize_row`] / [`dequantize_row`] / [`vec_dot`]: dispatch on a
+//!   [`DType`], check every length and return [`Error`] instead of panicking.
+//! * the per-type functions (`quantize_row_q8_0`, `vec_dot_q4_0_q8_0`, ...) and
+//!   the function-pointer getters ([`quantize_row_fn`], [`vec_dot_fn`], ...):
+//!   for kernels that have already checked shapes and call them in a hot loop.
+//!   They only `debug_assert!` their length preconditions; in release builds a
+//!   mismatch processes the whole blocks that fit or panics on a slice bound,
+//!   never reads out of bounds.
+//!
+//! ```
+//! use strata::{quant, DType};
+//! let x: Vec<f32> = (0..64).map(|i| i as f32 / 8.0 - 4.0).collect();
+//! let mut q = vec![0u8; DType::Q8_0.row_size(x.len())];
+//! quant::quantize_row(DType::Q8_0, &x, &mut q)?;
+//! let mut y = vec![0f32; x.len()];
+//! quant::dequantize_row(DType::Q8_0, &q, &mut y)?;
+//! assert!(x.iter().zip(&y).all(|(a, b)| (a - b).abs() < 0.02));
+//! assert!(quant::quantize_row(DType::Q8_0, &x[..33], &mut q).is_err());
+//! # Ok::<(), strata::Error>(())
+//! ```
+
+mod dot;
+mod float;
+mod q4;
+mod q5;
+mod q8;
+
+pub use dot::{
+    vec_dot_bf16, vec_dot_f16, vec_dot_f32, vec_dot_q4_0_q8_0, vec_dot_q4_1_q8_1,
+    vec_dot_q5_0_q8_0, vec_dot_q5_1_q8_1, vec_dot_q8_0_q8_0,
+};
+pub use float::{
+    bf16_to_f32, dequantize_row_bf16, dequantize_row_f16, dequantize_row_f32, f32_to_bf16,
+    quantize_row_bf16, quantize_row_f16, quantize_row_f32,
+};
+pub use q4::{dequantize_row_q4_0, dequantize_row_q4_1, quantize_row_q4_0, quantize_row_q4_1};
+pub use q5::{dequantize_row_q5_0, dequantize_row_q5_1, quantize_row_q5_0, quantize_row_q5_1};
+pub use q8::{dequantize_row_q8_0, dequantize_row_q8_1, quantize_row_q8_0, quantize_row_q8_1};
 
 use crate::{DType, Error, Result};
 
-/// Quantizes one row of f32 values into `dtype` blocks.
-pub fn quantize_row(dtype: DType, _src: &[f32], _dst: &mut [u8]) -> Result<()> {
-    Err(Error::InvalidArgument(format!("quantize to {dtype} not available yet")))
+/// Elements per block of every block-quantized format here.
+pub const QK: usize = 32;
+
+/// Unchecked row quantizer: `src.len()` a multiple of the block size,
+/// `dst.len() == dtype.row_size(src.len())`.
+pub type QuantizeRowFn = fn(src: &[f32], dst: &mut [u8]);
+
+/// Unchecked row dequantizer: `dst.len()` a multiple of the block size,
+/// `src.len() == dtype.row_size(dst.len())`.
+pub type DequantizeRowFn = fn(src: &[u8], dst: &mut [f32]);
+
+/// Unchecked dot product of `n` elements: `x` in the weight type, `y` in its
+/// [`vec_dot_type`], both exactly `row_size(n)` bytes long.
+pub type VecDotFn = fn(n: usize, x: &[u8], y: &[u8]) -> f32;
+
+/// The unchecked row quantizer for `dtype`, or `None` if `dtype` cannot be
+/// quantized to (the integer types).
+pub fn quantize_row_fn(dtype: DType) -> Option<QuantizeRowFn> {
+    Some(match dtype {
+        DType::F32 => quantize_row_f32,
+        DType::F16 => quantize_row_f16,
+        DType::BF16 => quantize_row_bf16,
+        DType::Q4_0 => quantize_row_q4_0,
+        DType::Q4_1 => quantize_row_q4_1,
+        DType::Q5_0 => quantize_row_q5_0,
+        DType::Q5_1 => quantize_row_q5_1,
+        DType::Q8_0 => quantize_row_q8_0,
+        DType::Q8_1 => quantize_row_q8_1,
+        DType::I8 | DType::I16 | DType::I32 | DType::I64 => return None,
+    })
 }
 
-/// Dequantizes one row of `dtype` blocks into f32 values.
-pub fn dequantize_row(dtype: DType, _src: &[u8], _dst: &mut [f32]) -> Result<()> {
-    Err(Error::InvalidArgument(format!("dequantize from {dtype} not available yet")))
+/// The unchecked row dequantizer for `dtype`, or `None` for the integer types.
+pub fn dequantize_row_fn(dtype: DType) -> Option<DequantizeRowFn> {
+    Some(match dtype {
+        DType::F32 => dequantize_row_f32,
+        DType::F16 => dequantize_row_f16,
+        DType::BF16 => dequantize_row_bf16,
+        DType::Q4_0 => dequantize_row_q4_0,
+        DType::Q4_1 => dequantize_row_q4_1,
+        DType::Q5_0 => dequantize_row_q5_0,
+        DType::Q5_1 => dequantize_row_q5_1,
+        DType::Q8_0 => dequantize_row_q8_0,
+        DType::Q8_1 => dequantize_row_q8_1,
+        DType::I8 | DType::I16 | DType::I32 | DType::I64 => return None,
+    })
+}
+
+/// The type activations are quantized to before a dot product with a row of
+/// `dtype` (ggml's `vec_dot_type`): Q4_0 / Q5_0 / Q8_0 → Q8_0, Q4_1 / Q5_1 →
+/// Q8_1, and the float types pair with themselves.
+///
+/// Q8_1 and the integer types have no dot product; they map to themselves and
+/// [`vec_dot_fn`] returns `None` for them.
+pub const fn vec_dot_type(dtype: DType) -> DType {
+    match dtype {
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => DType::Q8_0,
+        DType::Q4_1 | DType::Q5_1 => DType::Q8_1,
+        other => other,
+    }
+}
+
+/// The unchecked dot product of a `dtype` row with a [`vec_dot_type`]`(dtype)`
+/// row, or `None` if there is none (Q8_1, integer types).
+pub fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
+    Some(match dtype {
+        DType::F32 => vec_dot_f32,
+        DType::F16 => vec_dot_f16,
+        DType::BF16 => vec_dot_bf16,
+        DType::Q4_0 => vec_dot_q4_0_q8_0,
+        DType::Q4_1 => vec_dot_q4_1_q8_1,
+        DType::Q5_0 => vec_dot_q5_0_q8_0,
+        DType::Q5_1 => vec_dot_q5_1_q8_1,
+        DType::Q8_0 => vec_dot_q8_0_q8_0,
+        DType::Q8_1 | DType::I8 | DType::I16 | DType::I32 | DType::I64 => return None,
+    })
+}
+
+/// True if `n` elements are whole blocks of `dtype`.
+// `usize::is_multiple_of` needs Rust 1.87; the workspace MSRV is 1.80.
+#[allow(clippy::manual_is_multiple_of)]
+#[inline(always)]
+fn whole_blocks(dtype: DType, n: usize) -> bool {
+    n % dtype.block_size() == 0
+}
+
+/// Checks that `n` elements fit whole blocks of `dtype` and that a buffer of
+/// `bytes` bytes is exactly one row of them.
+fn check_row(op: &'static str, dtype: DType, n: usize, bytes: usize) -> Result<()> {
+    let bs = dtype.block_size();
+    if !whole_blocks(dtype, n) {
+        return Err(Error::InvalidArgument(format!(
+            "{op} {dtype}: {n} elements is not a multiple of the block size {bs}"
+        )));
+    }
+    let want = dtype.row_size(n);
+    if bytes != want {
+        return Err(Error::InvalidArgument(format!(
+            "{op} {dtype}: {n} elements need {want} bytes, got a buffer of {bytes}"
+        )));
+    }
+    Ok(())
+}
+
+fn unsupported(op: &'static str, dtype: DType) -> Error {
+    Error::dtype(
+        op,
+        dtype,
+        "expected f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0 or q8_1",
+    )
+}
+
+/// Quantizes (or converts) the f32 row `src` into `dst` in `dtype`'s layout.
+///
+/// Accepts F32 (a little-endian copy), F16, BF16 and the Q4/Q5/Q8 block
+/// formats. Errors: [`Error::Type`] for the integer types,
+/// [`Error::InvalidArgument`] if `src.len()` is not a multiple of the block
+/// size or `dst.len() != dtype.row_size(src.len())`.
+pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
+    let f = quantize_row_fn(dtype).ok_or_else(|| unsupported("quantize_row", dtype))?;
+    check_row("quantize_row", dtype, src.len(), dst.len())?;
+    f(src, dst);
+    Ok(())
+}
+
+/// Dequantizes (or converts) the `dtype` row `src` into the f32 row `dst`.
+///
+/// `dst.len()` is the element count. Errors: [`Error::Type`] for the integer
+/// types, [`Error::InvalidArgument`] if `dst.len()` is not a multiple of the
+/// block size or `src.len() != dtype.row_size(dst.len())`.
+pub fn dequantize_row(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
+    let f = dequantize_row_fn(dtype).ok_or_else(|| unsupported("dequantize_row", dtype))?;
+    check_row("dequantize_row", dtype, dst.len(), src.len())?;
+    f(src, dst);
+    Ok(())
+}
+
+/// Dot product of `n` elements: `x` a `dtype` row, `y` a
+/// [`vec_dot_type`]`(dtype)` row, computed the way ggml's scalar reference
+/// does (integer block sums scaled in f32 for quantized types; f32 products
+/// summed in f64 for the float types).
+///
+/// Errors: [`Error::Type`] if `dtype` has no dot product (Q8_1, integer
+/// types), [`Error::InvalidArgument`] on a length mismatch.
+pub fn vec_dot(dtype: DType, n: usize, x: &[u8], y: &[u8]) -> Result<f32> {
+    let f = vec_dot_fn(dtype).ok_or_else(|| {
+        Error::dtype(
+            "vec_dot",
+            dtype,
+            "expected f32, f16, bf16, q4_0, q4_1, q5_0, q5_1 or q8_0",
+        )
+    })?;
+    check_row("vec_dot", dtype, n, x.len())?;
+    check_row("vec_dot", vec_dot_type(dtype), n, y.len())?;
+    Ok(f(n, x, y))
+}
+
+/// Reads the little-endian f16 at `b[off..off + 2]` as f32.
+#[inline(always)]
+fn get_f16(b: &[u8], off: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[off], b[off + 1]])).to_f32()
+}
+
+/// Writes `v` rounded to f16 (nearest, ties to even) at `b[off..off + 2]`.
+#[inline(always)]
+fn put_f16(b: &mut [u8], off: usize, v: f32) {
+    b[off..off + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+}
+
+/// Debug-checks the length contract of an unchecked row function.
+#[inline(always)]
+fn debug_check_row(dtype: DType, n: usize, bytes: usize) {
+    debug_assert!(
+        whole_blocks(dtype, n) && bytes == dtype.row_size(n),
+        "{dtype} row: {n} elements vs {bytes} bytes"
+    );
+}
+
+/// The element with the largest magnitude, keeping its sign (first one on
+/// ties; NaNs are skipped), as ggml's Q4_0 / Q5_0 quantizers pick it.
+#[inline(always)]
+fn signed_absmax(x: &[f32]) -> f32 {
+    let mut amax = 0.0f32;
+    let mut max = 0.0f32;
+    for &v in x {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    max
+}
+
+/// `(min, max)` of a non-empty block.
+#[inline(always)]
+fn min_max(x: &[f32]) -> (f32, f32) {
+    let mut min = x[0];
+    let mut max = x[0];
+    for &v in &x[1..] {
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+    }
+    (min, max)
+}
+
+/// `1 / d`, or 0 when `d` is 0 (an all-zero block).
+#[inline(always)]
+fn inv_or_zero(d: f32) -> f32 {
+    if d != 0.0 {
+        1.0 / d
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn function_tables_cover_exactly_the_float_and_block_types() {
+        for t in DType::ALL {
+            let supported = t.is_float() || t.is_quantized();
+            assert_eq!(quantize_row_fn(t).is_some(), supported, "{t}");
+            assert_eq!(dequantize_row_fn(t).is_some(), supported, "{t}");
+            assert_eq!(
+                vec_dot_fn(t).is_some(),
+                supported && t != DType::Q8_1,
+                "{t}"
+            );
+        }
+        assert_eq!(vec_dot_type(DType::Q4_0), DType::Q8_0);
+        assert_eq!(vec_dot_type(DType::Q5_0), DType::Q8_0);
+        assert_eq!(vec_dot_type(DType::Q8_0), DType::Q8_0);
+        assert_eq!(vec_dot_type(DType::Q4_1), DType::Q8_1);
+        assert_eq!(vec_dot_type(DType::Q5_1), DType::Q8_1);
+        assert_eq!(vec_dot_type(DType::F16), DType::F16);
+        assert_eq!(vec_dot_type(DType::BF16), DType::BF16);
+        assert_eq!(vec_dot_type(DType::F32), DType::F32);
+    }
+
+    #[test]
+    fn checked_api_rejects_bad_types_and_lengths() {
+        let x = [0.5f32; 64];
+        let mut b = [0u8; 256];
+        let mut y = [0f32; 64];
+        assert!(matches!(
+            quantize_row(DType::I32, &x, &mut b[..256]),
+            Err(Error::Type { .. })
+        ));
+        assert!(matches!(
+            dequantize_row(DType::I8, &b[..64], &mut y),
+            Err(Error::Type { .. })
+        ));
+        assert!(matches!(
+            quantize_row(DType::Q4_0, &x[..40], &mut b[..18]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            quantize_row(DType::Q4_0, &x, &mut b[..35]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            dequantize_row(DType::Q8_0, &b[..67], &mut y),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            vec_dot(DType::Q8_1, 64, &b[..72], &b[..72]),
+            Err(Error::Type { .. })
+        ));
+        assert!(matches!(
+            vec_dot(DType::Q4_1, 64, &b[..40], &b[..68]),
+            Err(Error::InvalidArgument(_))
+        ));
+        quantize_row(DType::Q4_0, &x, &mut b[..36]).unwrap();
+        assert_eq!(vec_dot(DType::F32, 0, &[], &[]).unwrap(), 0.0);
+    }
 }

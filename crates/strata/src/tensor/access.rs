@@ -41,7 +41,11 @@ impl Tensor {
     pub fn write_f32(&self, values: &[f32]) -> Result<()> {
         self.check_contiguous_len("write_f32", values.len())?;
         let bytes = encode_f32(self.dtype(), values).ok_or_else(|| {
-            Error::InvalidArgument(format!("write_f32: tensor '{}' has type {}", self.name(), self.dtype()))
+            Error::InvalidArgument(format!(
+                "write_f32: tensor '{}' has type {}",
+                self.name(),
+                self.dtype()
+            ))
         })?;
         tensor_set(self, 0, &bytes)
     }
@@ -51,8 +55,16 @@ impl Tensor {
         self.check_contiguous_len("write_i32", values.len())?;
         let bytes: Vec<u8> = match self.dtype() {
             DType::I32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            DType::I64 => values.iter().flat_map(|&v| (v as i64).to_le_bytes()).collect(),
-            t => return Err(Error::InvalidArgument(format!("write_i32: tensor '{}' has type {t}", self.name()))),
+            DType::I64 => values
+                .iter()
+                .flat_map(|&v| (v as i64).to_le_bytes())
+                .collect(),
+            t => {
+                return Err(Error::InvalidArgument(format!(
+                    "write_i32: tensor '{}' has type {t}",
+                    self.name()
+                )))
+            }
         };
         tensor_set(self, 0, &bytes)
     }
@@ -87,9 +99,17 @@ impl Tensor {
     /// Reads an I32 tensor in logical order.
     pub fn to_i32_vec(&self) -> Result<Vec<i32>> {
         if self.dtype() != DType::I32 {
-            return Err(Error::InvalidArgument(format!("to_i32_vec: tensor '{}' has type {}", self.name(), self.dtype())));
+            return Err(Error::InvalidArgument(format!(
+                "to_i32_vec: tensor '{}' has type {}",
+                self.name(),
+                self.dtype()
+            )));
         }
-        Ok(self.to_f32_or_int_bytes()?.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        Ok(self
+            .to_f32_or_int_bytes()?
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
 
     fn to_f32_or_int_bytes(&self) -> Result<Vec<u8>> {
@@ -116,8 +136,14 @@ impl Tensor {
 pub(crate) fn encode_f32(dtype: DType, values: &[f32]) -> Option<Vec<u8>> {
     Some(match dtype {
         DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        DType::F16 => values.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect(),
-        DType::BF16 => values.iter().flat_map(|&v| bf16::from_f32(v).to_le_bytes()).collect(),
+        DType::F16 => values
+            .iter()
+            .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+            .collect(),
+        DType::BF16 => values
+            .iter()
+            .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
+            .collect(),
         t if t.is_quantized() => {
             let mut out = vec![0u8; t.row_size(values.len())];
             crate::quant::quantize_row(t, values, &mut out).ok()?;
@@ -130,13 +156,37 @@ pub(crate) fn encode_f32(dtype: DType, values: &[f32]) -> Option<Vec<u8>> {
 /// Decodes one row (or one element) of `dtype` bytes, appending f32 values.
 pub(crate) fn decode_row(dtype: DType, bytes: &[u8], out: &mut Vec<f32>) -> Result<()> {
     match dtype {
-        DType::F32 => out.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
-        DType::F16 => out.extend(bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())),
-        DType::BF16 => out.extend(bytes.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())),
+        DType::F32 => out.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        ),
+        DType::F16 => out.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()),
+        ),
+        DType::BF16 => out.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()),
+        ),
         DType::I8 => out.extend(bytes.iter().map(|&b| b as i8 as f32)),
-        DType::I16 => out.extend(bytes.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as f32)),
-        DType::I32 => out.extend(bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)),
-        DType::I64 => out.extend(bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)),
+        DType::I16 => out.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|c| i16::from_le_bytes([c[0], c[1]]) as f32),
+        ),
+        DType::I32 => out.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32),
+        ),
+        DType::I64 => out.extend(
+            bytes
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32),
+        ),
         t => {
             let n = bytes.len() / t.type_size() * t.block_size();
             let start = out.len();

@@ -108,7 +108,10 @@ pub fn contiguous_strides(dtype: DType, ne: [usize; MAX_DIMS]) -> [usize; MAX_DI
 /// Pads a 1..4-dim shape to 4 dims and checks it.
 pub(crate) fn shape4(op: &'static str, dims: &[usize]) -> Result<[usize; MAX_DIMS]> {
     if dims.is_empty() || dims.len() > MAX_DIMS {
-        return Err(Error::shape(op, format!("a tensor has 1 to 4 dimensions, got {dims:?}")));
+        return Err(Error::shape(
+            op,
+            format!("a tensor has 1 to 4 dimensions, got {dims:?}"),
+        ));
     }
     let mut ne = [1; MAX_DIMS];
     ne[..dims.len()].copy_from_slice(dims);
@@ -131,10 +134,21 @@ impl Tensor {
             return Err(Error::dtype(
                 "new_tensor",
                 dtype,
-                format!("row length {} is not a multiple of the block size {}", ne[0], dtype.block_size()),
+                format!(
+                    "row length {} is not a multiple of the block size {}",
+                    ne[0],
+                    dtype.block_size()
+                ),
             ));
         }
-        Ok(Tensor::from_parts(dtype, ne, contiguous_strides(dtype, ne), Op::None, vec![], None))
+        Ok(Tensor::from_parts(
+            dtype,
+            ne,
+            contiguous_strides(dtype, ne),
+            Op::None,
+            vec![],
+            None,
+        ))
     }
 
     /// Builds a tensor from already-validated parts (used by op constructors).
@@ -206,7 +220,10 @@ impl Tensor {
 
     /// Number of dimensions ignoring trailing ones (at least 1).
     pub fn n_dims(&self) -> usize {
-        (1..MAX_DIMS).rev().find(|&i| self.0.ne[i] > 1).map_or(1, |i| i + 1)
+        (1..MAX_DIMS)
+            .rev()
+            .find(|&i| self.0.ne[i] > 1)
+            .map_or(1, |i| i + 1)
     }
 
     /// Total number of elements.
@@ -230,7 +247,11 @@ impl Tensor {
             return 0;
         }
         let bs = self.0.dtype.block_size();
-        let mut bytes = if bs == 1 { self.0.dtype.type_size() } else { self.row_size() };
+        let mut bytes = if bs == 1 {
+            self.0.dtype.type_size()
+        } else {
+            self.row_size()
+        };
         let start = if bs == 1 { 0 } else { 1 };
         for i in start..MAX_DIMS {
             bytes += (self.0.ne[i] - 1) * self.0.nb[i];
@@ -312,7 +333,11 @@ impl Tensor {
                 if self.0.nb[i] != next {
                     return false;
                 }
-                next = if i == 0 { self.row_size() } else { next * self.0.ne[i] };
+                next = if i == 0 {
+                    self.row_size()
+                } else {
+                    next * self.0.ne[i]
+                };
             } else if i == 0 {
                 next = self.row_size();
             }
@@ -358,14 +383,24 @@ impl Tensor {
     /// plus the view offset. `None` when nothing has allocated it.
     pub fn storage(&self) -> Option<Storage> {
         match &self.0.view {
-            Some(v) => v.src.storage().map(|s| Storage { buffer: s.buffer, offset: s.offset + v.offset }),
-            None => self.0.storage.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            Some(v) => v.src.storage().map(|s| Storage {
+                buffer: s.buffer,
+                offset: s.offset + v.offset,
+            }),
+            None => self
+                .0
+                .storage
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
     }
 
     /// The storage, or [`Error::Unallocated`] naming the tensor.
     pub fn storage_or_err(&self) -> Result<Storage> {
-        self.storage().ok_or_else(|| Error::Unallocated { tensor: self.name() })
+        self.storage().ok_or_else(|| Error::Unallocated {
+            tensor: self.name(),
+        })
     }
 
     /// True when the tensor (or its view base) has storage.
@@ -391,9 +426,19 @@ impl Tensor {
         }
         let end = offset.checked_add(self.nbytes()).unwrap_or(usize::MAX);
         if end > buffer.size() {
-            return Err(Error::OutOfBounds { what: format!("placing tensor '{}' in buffer '{}'", self.name(), buffer.name()), offset, end, size: buffer.size() });
+            return Err(Error::OutOfBounds {
+                what: format!(
+                    "placing tensor '{}' in buffer '{}'",
+                    self.name(),
+                    buffer.name()
+                ),
+                offset,
+                end,
+                size: buffer.size(),
+            });
         }
-        *self.0.storage.lock().unwrap_or_else(|e| e.into_inner()) = Some(Storage { buffer, offset });
+        *self.0.storage.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(Storage { buffer, offset });
         Ok(())
     }
 
@@ -437,6 +482,13 @@ impl std::hash::Hash for Tensor {
 
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} {:?} op={}", self.name(), self.0.dtype, self.0.ne, self.0.op.name())
+        write!(
+            f,
+            "{}: {} {:?} op={}",
+            self.name(),
+            self.0.dtype,
+            self.0.ne,
+            self.0.op.name()
+        )
     }
 }

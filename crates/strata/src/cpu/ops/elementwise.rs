@@ -31,7 +31,10 @@ pub(super) fn supports(t: &Tensor) -> bool {
 
 pub(super) fn work_size(node: &NodePlan) -> WorkSize {
     let n: usize = node.src.iter().flatten().map(|s| s.ne[0]).sum::<usize>() + node.dst.ne[0];
-    WorkSize { shared: 0, per_thread: n * 4 }
+    WorkSize {
+        shared: 0,
+        per_thread: n * 4,
+    }
 }
 
 /// f32 GELU, tanh approximation (as ggml's reference formula).
@@ -109,27 +112,29 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
             Op::Cos => row_a.iter_mut().for_each(|x| *x = x.cos()),
             Op::Clamp { min, max } => row_a.iter_mut().for_each(|x| *x = x.max(*min).min(*max)),
             Op::Unary(u) => row_a.iter_mut().for_each(|x| *x = unary(*u, *x)),
-            Op::Glu { op, swapped } => {
-                match node.src[1].as_ref() {
-                    Some(b) => {
-                        let (row_b, _) = rest.split_at_mut(b.ne[0]);
-                        b.load_row(i1, i2, i3, row_b);
-                        for (x, &y) in row_a.iter_mut().zip(row_b.iter()) {
-                            *x = glu_act(*op, *x) * y;
-                        }
-                    }
-                    None => {
-                        let (first, second) = row_a.split_at_mut(n0);
-                        let (gate, up) = if *swapped { (&*second, &*first) } else { (&*first, &*second) };
-                        let out = &mut rest[..n0];
-                        for i in 0..n0 {
-                            out[i] = glu_act(*op, gate[i]) * up[i];
-                        }
-                        dst.store_row(i1, i2, i3, out);
-                        continue;
+            Op::Glu { op, swapped } => match node.src[1].as_ref() {
+                Some(b) => {
+                    let (row_b, _) = rest.split_at_mut(b.ne[0]);
+                    b.load_row(i1, i2, i3, row_b);
+                    for (x, &y) in row_a.iter_mut().zip(row_b.iter()) {
+                        *x = glu_act(*op, *x) * y;
                     }
                 }
-            }
+                None => {
+                    let (first, second) = row_a.split_at_mut(n0);
+                    let (gate, up) = if *swapped {
+                        (&*second, &*first)
+                    } else {
+                        (&*first, &*second)
+                    };
+                    let out = &mut rest[..n0];
+                    for i in 0..n0 {
+                        out[i] = glu_act(*op, gate[i]) * up[i];
+                    }
+                    dst.store_row(i1, i2, i3, out);
+                    continue;
+                }
+            },
             op => unreachable!("{} is not element-wise", op.name()),
         }
         dst.store_row(i1, i2, i3, &row_a[..n0]);

@@ -23,7 +23,9 @@ pub(crate) struct NodePlan {
 impl NodePlan {
     /// Source `i` (present by construction for required sources: infer checked it).
     pub fn src(&self, i: usize) -> &TView {
-        self.src[i].as_ref().expect("required source validated by infer")
+        self.src[i]
+            .as_ref()
+            .expect("required source validated by infer")
     }
 }
 
@@ -37,7 +39,8 @@ pub(crate) struct WorkSize {
 impl WorkSize {
     /// Total bytes for `nth` threads (64-byte aligned parts).
     pub fn total(&self, nth: usize) -> usize {
-        crate::backend::align_up(self.shared, 64) + crate::backend::align_up(self.per_thread, 64) * nth
+        crate::backend::align_up(self.shared, 64)
+            + crate::backend::align_up(self.per_thread, 64) * nth
     }
 }
 
@@ -57,7 +60,10 @@ impl Ctx<'_> {
     /// This thread's scratch memory as `len` f32 values (len*4 <= per_thread bytes).
     pub fn scratch_f32(&self, len: usize) -> &mut [f32] {
         let per = crate::backend::align_up(self.work.per_thread, 64);
-        assert!(len * 4 <= per, "scratch of {len} f32 exceeds the planned {per} bytes");
+        assert!(
+            len * 4 <= per,
+            "scratch of {len} f32 exceeds the planned {per} bytes"
+        );
         let off = crate::backend::align_up(self.work.shared, 64) + per * self.w.ith;
         // SAFETY: each thread gets the disjoint range [off, off+per) of the work
         // buffer (sized by WorkSize::total), 64-byte aligned, alive for the compute.
