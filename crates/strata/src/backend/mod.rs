@@ -39,7 +39,7 @@ fn checked_range(
 ) -> Result<(crate::tensor::Storage, usize)> {
     let st = tensor.storage_or_err()?;
     let nbytes = tensor.nbytes();
-    let end = offset.checked_add(len).unwrap_or(usize::MAX);
+    let end = offset.saturating_add(len);
     if end > nbytes {
         return Err(Error::OutOfBounds {
             what: format!("tensor '{}'", tensor.name()),
@@ -48,7 +48,7 @@ fn checked_range(
             size: nbytes,
         });
     }
-    let buf_end = st.offset.checked_add(nbytes).unwrap_or(usize::MAX);
+    let buf_end = st.offset.saturating_add(nbytes);
     if buf_end > st.buffer.size() {
         return Err(Error::OutOfBounds {
             what: format!(

@@ -155,7 +155,7 @@ impl HostBuffer {
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<()> {
-        let end = offset.checked_add(len).unwrap_or(usize::MAX);
+        let end = offset.saturating_add(len);
         if end > self.size {
             return Err(Error::OutOfBounds {
                 what: "host buffer".into(),

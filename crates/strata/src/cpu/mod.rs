@@ -203,12 +203,12 @@ impl Backend for CpuBackend {
         let abort = self.abort.as_ref();
         let ok = self.pool.run(&|w| {
             for (plan, work) in plans.iter().zip(&works) {
-                let ctx = Ctx {
+                let mut ctx = Ctx {
                     w,
                     wdata: wdata_addr as *mut u8,
                     work: *work,
                 };
-                ops::forward(plan, &ctx);
+                ops::forward(plan, &mut ctx);
                 if w.ith == 0 {
                     if let Some(cb) = abort {
                         if cb() {

@@ -44,7 +44,7 @@ impl TView {
                 st.buffer.name()
             )));
         }
-        let end = st.offset.checked_add(t.nbytes()).unwrap_or(usize::MAX);
+        let end = st.offset.saturating_add(t.nbytes());
         if end > st.buffer.size() {
             return Err(Error::OutOfBounds {
                 what: format!("tensor '{}' in buffer '{}'", t.name(), st.buffer.name()),

@@ -30,7 +30,7 @@ fn contiguous(dtype: DType, ne: [usize; MAX_DIMS]) -> Inferred {
 
 /// ggml_can_repeat: `b` can be tiled to `a`'s shape.
 pub(crate) fn can_repeat(b: &[usize; 4], a: &[usize; 4]) -> bool {
-    (0..4).all(|i| b[i] != 0 && a[i] % b[i] == 0)
+    (0..4).all(|i| b[i] != 0 && a[i].is_multiple_of(b[i]))
 }
 
 fn base_of(t: &Tensor, offset: usize) -> (Tensor, usize) {
@@ -42,11 +42,11 @@ fn base_of(t: &Tensor, offset: usize) -> (Tensor, usize) {
 
 /// Highest byte touched by a (ne, nb) layout + 1, relative to its start.
 pub(crate) fn span(dtype: DType, ne: &[usize; 4], nb: &[usize; 4]) -> Option<usize> {
-    if ne.iter().any(|&n| n == 0) {
+    if ne.contains(&0) {
         return Some(0);
     }
     let mut bytes = dtype.row_size(ne[0]);
-    if ne[0] % dtype.block_size() != 0 {
+    if !ne[0].is_multiple_of(dtype.block_size()) {
         return None;
     }
     for i in 1..4 {

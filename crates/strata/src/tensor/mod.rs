@@ -243,7 +243,7 @@ impl Tensor {
 
     /// Bytes spanned by the tensor in memory (ggml's `ggml_nbytes`).
     pub fn nbytes(&self) -> usize {
-        if self.0.ne.iter().any(|&n| n == 0) {
+        if self.0.ne.contains(&0) {
             return 0;
         }
         let bs = self.0.dtype.block_size();
@@ -424,7 +424,7 @@ impl Tensor {
                 self.storage_owner().name()
             )));
         }
-        let end = offset.checked_add(self.nbytes()).unwrap_or(usize::MAX);
+        let end = offset.saturating_add(self.nbytes());
         if end > buffer.size() {
             return Err(Error::OutOfBounds {
                 what: format!(

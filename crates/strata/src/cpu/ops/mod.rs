@@ -58,7 +58,8 @@ impl Ctx<'_> {
     }
 
     /// This thread's scratch memory as `len` f32 values (len*4 <= per_thread bytes).
-    pub fn scratch_f32(&self, len: usize) -> &mut [f32] {
+    /// Borrowing `self` mutably keeps two scratch slices from aliasing.
+    pub fn scratch_f32(&mut self, len: usize) -> &mut [f32] {
         let per = crate::backend::align_up(self.work.per_thread, 64);
         assert!(
             len * 4 <= per,
@@ -68,11 +69,6 @@ impl Ctx<'_> {
         // SAFETY: each thread gets the disjoint range [off, off+per) of the work
         // buffer (sized by WorkSize::total), 64-byte aligned, alive for the compute.
         unsafe { std::slice::from_raw_parts_mut(self.wdata.add(off).cast::<f32>(), len) }
-    }
-
-    /// Pointer to the shared part of the work memory.
-    pub fn shared_ptr(&self) -> *mut u8 {
-        self.wdata
     }
 }
 
@@ -95,7 +91,7 @@ pub(crate) fn work_size(node: &NodePlan, nth: usize) -> WorkSize {
 }
 
 /// Runs this thread's share of `node`.
-pub(crate) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
+pub(crate) fn forward(node: &NodePlan, ctx: &mut Ctx<'_>) {
     match &node.op {
         Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
         op if elementwise::handles(op) => elementwise::forward(node, ctx),

@@ -1,0 +1,283 @@
+//! Tensors, views and the backend interface: layout rules, allocation,
+//! copies, and every error path a user can hit.
+
+mod common;
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use strata::backend::{
+    alloc_tensors, tensor_copy, tensor_get, tensor_memset, tensor_set, Buffer, BufferUsage,
+    Registry,
+};
+use strata::cpu::{cpu_buffer_type, HostBuffer, HostBufferType};
+use strata::{ops, DType, Error, Tensor};
+
+fn alloc(ts: &[&Tensor]) -> Vec<Arc<dyn Buffer>> {
+    let v: Vec<Tensor> = ts.iter().map(|t| (*t).clone()).collect();
+    alloc_tensors(&v, &cpu_buffer_type()).unwrap()
+}
+
+#[test]
+fn unallocated_tensor_is_a_typed_error_naming_it() {
+    let t = Tensor::new(DType::F32, &[4]).unwrap().with_name("matrix_C");
+    let e = t.write_f32(&[1.0; 4]).unwrap_err();
+    assert!(
+        matches!(&e, Error::Unallocated { tensor } if tensor == "matrix_C"),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("alloc_tensors"),
+        "says how to allocate: {e}"
+    );
+    assert!(matches!(t.to_f32_vec(), Err(Error::Unallocated { .. })));
+    assert!(matches!(
+        tensor_memset(&t, 0, 4, 0),
+        Err(Error::Unallocated { .. })
+    ));
+    // a view of an unallocated tensor is unallocated too
+    let v = ops::view_1d(&t, 2, 4).unwrap();
+    assert!(matches!(v.to_f32_vec(), Err(Error::Unallocated { .. })));
+    // computing it is an error too, not an abort
+    let s = ops::sqr(&t).unwrap();
+    let g = strata::Graph::build(&[s]);
+    assert!(matches!(
+        strata::cpu::compute(&g, 1),
+        Err(Error::Unallocated { .. })
+    ));
+}
+
+#[test]
+fn out_of_range_reads_and_writes_are_errors() {
+    let t = Tensor::new(DType::F32, &[4]).unwrap().with_name("t");
+    let _b = alloc(&[&t]);
+    assert!(matches!(
+        tensor_set(&t, 8, &[0u8; 12]),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        tensor_set(&t, usize::MAX, &[0u8; 2]),
+        Err(Error::OutOfBounds { .. })
+    ));
+    let mut out = [0u8; 20];
+    assert!(matches!(
+        tensor_get(&t, 0, &mut out),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(t.write_f32(&[1.0; 5]).is_err(), "wrong element count");
+    assert!(t.write_i32(&[1; 4]).is_err(), "wrong type");
+    tensor_set(&t, 4, &2.5f32.to_le_bytes()).unwrap();
+    tensor_memset(&t, 8, 8, 0).unwrap();
+    assert_eq!(t.to_f32_vec().unwrap(), vec![0.0, 2.5, 0.0, 0.0]);
+}
+
+#[test]
+fn placing_beyond_a_buffer_and_placing_views_are_errors() {
+    let buf = cpu_buffer_type().alloc_buffer(16).unwrap();
+    let t = Tensor::new(DType::F32, &[8]).unwrap();
+    assert!(matches!(
+        t.set_storage(buf.clone(), 0),
+        Err(Error::OutOfBounds { .. })
+    ));
+    let small = Tensor::new(DType::F32, &[2]).unwrap();
+    small.set_storage(buf.clone(), 8).unwrap();
+    let v = ops::view_1d(&small, 1, 4).unwrap();
+    assert!(v.set_storage(buf, 0).is_err());
+    assert_eq!(
+        v.storage().unwrap().offset,
+        12,
+        "a view's storage follows its base"
+    );
+}
+
+#[test]
+fn read_only_buffers_refuse_writes_and_compute() {
+    let bytes: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let keep = bytes.clone();
+    let ptr = std::ptr::NonNull::new(keep.as_ptr() as *mut u8).unwrap();
+    // SAFETY: `keep` is moved into the buffer as its owner and never written.
+    let buf: Arc<dyn Buffer> =
+        Arc::new(unsafe { HostBuffer::from_raw_parts(ptr, 16, Box::new(keep), true) });
+    let w = Tensor::new(DType::F32, &[4]).unwrap().with_name("w");
+    w.set_storage(buf.clone(), 0).unwrap();
+    assert_eq!(w.to_f32_vec().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+    assert!(w.write_f32(&[0.0; 4]).is_err());
+    assert!(buf.clear(0).is_err());
+    // an op whose result would land in read-only memory is refused
+    let out = ops::cpy(&w, &ops::view_1d(&w, 4, 0).unwrap()).unwrap();
+    let g = strata::Graph::build(&[out]);
+    assert!(strata::cpu::compute(&g, 1).is_err());
+}
+
+#[test]
+fn alloc_tensors_packs_into_as_few_buffers_as_max_size_allows() {
+    let buft = HostBufferType::with_max_size(256);
+    let ts: Vec<Tensor> = (0..10)
+        .map(|i| Tensor::new(DType::F32, &[16 + i]).unwrap())
+        .collect();
+    let bufs = alloc_tensors(&ts, &buft).unwrap();
+    // each tensor takes 64..128 aligned bytes; 256 bytes hold at most 3
+    assert!(bufs.len() >= 4 && bufs.len() <= 5, "{} buffers", bufs.len());
+    assert!(bufs.iter().all(|b| b.size() <= 256));
+    for t in &ts {
+        let st = t.storage().unwrap();
+        assert_eq!(st.offset % 64, 0);
+        assert!(st.offset + t.nbytes() <= st.buffer.size());
+    }
+    // no two tensors overlap
+    for (i, a) in ts.iter().enumerate() {
+        for b in &ts[i + 1..] {
+            let (sa, sb) = (a.storage().unwrap(), b.storage().unwrap());
+            if Arc::ptr_eq(&sa.buffer, &sb.buffer) {
+                assert!(sa.offset + a.nbytes() <= sb.offset || sb.offset + b.nbytes() <= sa.offset);
+            }
+        }
+    }
+    let huge = Tensor::new(DType::F32, &[100]).unwrap().with_name("huge");
+    let e = alloc_tensors(&[huge], &buft).err().expect("too large");
+    assert!(e.to_string().contains("huge"), "{e}");
+}
+
+#[test]
+fn copies_between_buffers_and_usage() {
+    let a = Tensor::new(DType::F16, &[5, 3]).unwrap();
+    let b = Tensor::new(DType::F16, &[5, 3]).unwrap();
+    let bufs_a = alloc(&[&a]);
+    let bufs_b = alloc(&[&b]);
+    bufs_a[0].set_usage(BufferUsage::Weights);
+    assert_eq!(bufs_a[0].usage(), BufferUsage::Weights);
+    assert_eq!(bufs_b[0].usage(), BufferUsage::Any);
+    let vals: Vec<f32> = (0..15).map(|i| i as f32 * 0.25).collect();
+    a.write_f32(&vals).unwrap();
+    tensor_copy(&a, &b).unwrap();
+    assert_eq!(b.to_f32_vec().unwrap(), vals);
+    let c = Tensor::new(DType::F32, &[5, 3]).unwrap();
+    let _bc = alloc(&[&c]);
+    assert!(tensor_copy(&a, &c).is_err(), "layouts differ");
+}
+
+#[test]
+fn registry_creates_cpu_and_reports_memory() {
+    let reg = Registry::with_defaults();
+    let devs = reg.devices();
+    assert_eq!(devs.len(), 1);
+    let mem = devs[0].memory().unwrap();
+    assert!(mem.total > 0 && mem.free <= mem.total);
+    assert!(devs[0].supports_buft(&cpu_buffer_type()));
+    let e = reg.backend("CUDA0").err().expect("unknown device");
+    assert!(e.to_string().contains("CPU"), "lists known devices: {e}");
+}
+
+#[test]
+fn shape_errors_name_the_op_and_shapes() {
+    let a = Tensor::new(DType::F32, &[4, 3]).unwrap();
+    let b = Tensor::new(DType::F32, &[3, 4]).unwrap();
+    let e = ops::add(&a, &b).unwrap_err().to_string();
+    assert!(e.contains("ADD") && e.contains("[3, 4, 1, 1]"), "{e}");
+    assert!(ops::reshape(&a, &[5, 2]).is_err());
+    assert!(
+        ops::reshape(&ops::transpose(&a).unwrap(), &[12]).is_err(),
+        "not contiguous"
+    );
+    assert!(ops::view_2d(&a, 4, 3, 16, 4).is_err(), "past the end");
+    assert!(ops::permute(&a, [0, 0, 1, 2]).is_err());
+    assert!(
+        Tensor::new(DType::Q4_0, &[33]).is_err(),
+        "row not a multiple of the block"
+    );
+    assert!(Tensor::new(DType::F32, &[]).is_err());
+    assert!(Tensor::new(DType::F32, &[1, 2, 3, 4, 5]).is_err());
+    assert!(Tensor::new(DType::F32, &[usize::MAX, 2]).is_err());
+    let q = Tensor::new(DType::Q8_0, &[64, 2]).unwrap();
+    assert!(ops::transpose(&q).is_err());
+    let idx = Tensor::new(DType::F32, &[2]).unwrap();
+    assert!(ops::get_rows(&q, &idx).is_err(), "indices must be i32");
+}
+
+#[test]
+fn contiguity_and_sizes() {
+    let t = Tensor::new(DType::F32, &[3, 4, 5]).unwrap();
+    assert_eq!(t.nbytes(), 240);
+    assert!(t.is_contiguous());
+    let tt = ops::transpose(&t).unwrap();
+    assert!(!tt.is_contiguous() && tt.is_transposed());
+    assert_eq!(tt.ne(), [4, 3, 5, 1]);
+    assert_eq!(tt.nbytes(), 240);
+    let p = ops::permute(&t, [2, 0, 1, 3]).unwrap();
+    assert_eq!(p.ne(), [4, 5, 3, 1]);
+    assert_eq!(p.nb(), [12, 48, 4, 240]);
+    let q = Tensor::new(DType::Q4_1, &[64, 3]).unwrap();
+    assert_eq!(q.row_size(), 40);
+    assert_eq!(q.nbytes(), 120);
+    // dims of size 1 may have any stride
+    let v = ops::view_2d(&t, 3, 1, 999, 0).unwrap();
+    assert!(v.is_contiguous());
+}
+
+fn any_dims() -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(1usize..6, 1..=4)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Reading a permuted / transposed / strided view gives exactly the elements
+    /// its strides select from the base tensor.
+    #[test]
+    fn views_select_the_right_elements(dims in any_dims(), axes in Just([0usize,1,2,3]).prop_shuffle(), off in 0usize..3) {
+        let t = Tensor::new(DType::F32, &dims).unwrap();
+        let _b = alloc(&[&t]);
+        let n = t.nelements();
+        let vals: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        t.write_f32(&vals).unwrap();
+        let ne = t.ne();
+        let nb = t.nb();
+        let get = |i: [usize; 4], nb: [usize; 4], base: usize| vals[(base + i[0]*nb[0] + i[1]*nb[1] + i[2]*nb[2] + i[3]*nb[3]) / 4];
+
+        let p = ops::permute(&t, axes).unwrap();
+        let pv = p.to_f32_vec().unwrap();
+        let pne = p.ne();
+        let mut k = 0;
+        for i3 in 0..pne[3] { for i2 in 0..pne[2] { for i1 in 0..pne[1] { for i0 in 0..pne[0] {
+            prop_assert_eq!(pv[k], get([i0, i1, i2, i3], p.nb(), 0));
+            k += 1;
+        }}}}
+        prop_assert_eq!(p.nelements(), n);
+
+        // a strided sub-view: skip `off` elements, keep the strides
+        if ne[0] > off {
+            let v = ops::view_4d(&t, [ne[0] - off, ne[1], ne[2], ne[3]], nb[1], nb[2], nb[3], off * 4).unwrap();
+            let vv = v.to_f32_vec().unwrap();
+            let mut k = 0;
+            for i3 in 0..ne[3] { for i2 in 0..ne[2] { for i1 in 0..ne[1] { for i0 in 0..ne[0] - off {
+                prop_assert_eq!(vv[k], get([i0, i1, i2, i3], nb, off * 4));
+                k += 1;
+            }}}}
+            // a view of a view flattens to the base with summed offsets
+            let vv2 = ops::view_1d(&v, 1, 4 * (ne[0] - off - 1)).unwrap();
+            prop_assert!(vv2.view_of().unwrap().src == t);
+            prop_assert_eq!(vv2.to_f32_vec().unwrap()[0], vals[ne[0] - 1]);
+        }
+
+        // reshape keeps the data order
+        let r = ops::reshape(&t, &[n]).unwrap();
+        prop_assert_eq!(r.to_f32_vec().unwrap(), vals.clone());
+        let tt = ops::transpose(&ops::transpose(&t).unwrap()).unwrap();
+        prop_assert_eq!(tt.ne(), ne);
+        prop_assert_eq!(tt.to_f32_vec().unwrap(), vals);
+    }
+
+    /// Views that would reach past their base are refused, never created.
+    #[test]
+    fn out_of_bounds_views_are_refused(dims in any_dims(), extra in 1usize..64, off in 0usize..512) {
+        let t = Tensor::new(DType::F32, &dims).unwrap();
+        let n = t.nelements();
+        let r = ops::view_1d(&t, n + extra, 0);
+        prop_assert!(r.is_err());
+        let r = ops::view_1d(&t, n, off);
+        prop_assert_eq!(r.is_ok(), off + 4 * n <= t.nbytes());
+    }
+}
