@@ -12,6 +12,7 @@ pub mod graph;
 pub mod ops;
 pub mod quant;
 pub mod tensor;
+pub mod testkit;
 
 pub use error::{Error, Result};
 pub use graph::Graph;

@@ -167,8 +167,8 @@ impl CpuBackend {
             }
             let dst = TView::resolve(t, "CPU", true)?;
             let mut src: [Option<TView>; MAX_SRC] = Default::default();
-            for (i, s) in t.src_slots().iter().enumerate() {
-                if let Some(s) = s {
+            for i in 0..t.src_slots().len() {
+                if let Some(s) = graph.src(t, i) {
                     src[i] = Some(TView::resolve(s, "CPU", false)?);
                 }
             }

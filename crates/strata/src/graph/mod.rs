@@ -33,6 +33,11 @@ pub struct Graph {
     nodes: Vec<Tensor>,
     leafs: Vec<Tensor>,
     index: HashMap<u64, Slot>,
+    /// Source substitutions: node `n` reading tensor `s` reads
+    /// `overrides[(n, s)]` instead (the scheduler's copies of split inputs).
+    /// Backends, the memory planner and serializers read sources through
+    /// [`Graph::src`].
+    overrides: HashMap<(u64, u64), Tensor>,
 }
 
 impl Graph {
@@ -87,6 +92,43 @@ impl Graph {
         }
     }
 
+    /// A graph from explicit node and leaf lists (already in execution order)
+    /// and source substitutions. Used by the scheduler to describe what one
+    /// backend runs without touching the caller's tensors.
+    pub fn from_parts(nodes: Vec<Tensor>, leafs: Vec<Tensor>, overrides: HashMap<(u64, u64), Tensor>) -> Graph {
+        let mut index = HashMap::with_capacity(nodes.len() + leafs.len());
+        for (i, t) in leafs.iter().enumerate() {
+            index.insert(t.id(), Slot::Leaf(i));
+        }
+        for (i, t) in nodes.iter().enumerate() {
+            index.insert(t.id(), Slot::Node(i));
+        }
+        Graph { nodes, leafs, index, overrides }
+    }
+
+    /// Source `i` of `node` as this graph computes it (after substitutions).
+    pub fn src<'a>(&'a self, node: &'a Tensor, i: usize) -> Option<&'a Tensor> {
+        node.src(i).map(|s| self.effective(node, s))
+    }
+
+    /// The present sources of `node` as this graph computes them.
+    pub fn srcs<'a>(&'a self, node: &'a Tensor) -> impl Iterator<Item = &'a Tensor> + 'a {
+        node.srcs().map(move |s| self.effective(node, s))
+    }
+
+    /// The tensor `node` reads in place of its source `src` (`src` unless substituted).
+    pub fn effective<'a>(&'a self, node: &Tensor, src: &'a Tensor) -> &'a Tensor {
+        if self.overrides.is_empty() {
+            return src;
+        }
+        self.overrides.get(&(node.id(), src.id())).unwrap_or(src)
+    }
+
+    /// The source substitutions, keyed by (node id, source id).
+    pub fn overrides(&self) -> &HashMap<(u64, u64), Tensor> {
+        &self.overrides
+    }
+
     /// Nodes in execution order.
     pub fn nodes(&self) -> &[Tensor] {
         &self.nodes
@@ -122,6 +164,7 @@ impl Graph {
             nodes,
             leafs: Vec::new(),
             index,
+            overrides: self.overrides.clone(),
         }
     }
 
@@ -148,8 +191,10 @@ impl Graph {
                 t.dtype(),
                 t.ne()
             );
-            for (i, src) in t.srcs().enumerate() {
-                let _ = writeln!(s, "  t{} -> t{} [label=\"{i}\"];", src.id(), t.id());
+            for (i, src) in t.src_slots().iter().enumerate() {
+                if let Some(src) = src {
+                    let _ = writeln!(s, "  t{} -> t{} [label=\"{i}\"];", self.effective(t, src).id(), t.id());
+                }
             }
         }
         s.push_str("}\n");

@@ -177,6 +177,12 @@ impl Tensor {
         }))
     }
 
+    /// A new leaf tensor with this one's type, shape and strides (ggml_dup_tensor_layout);
+    /// no op, no storage.
+    pub fn dup_layout(&self) -> Tensor {
+        Tensor::from_parts(self.0.dtype, self.0.ne, self.0.nb, Op::None, vec![], None)
+    }
+
     /// Sets the name and returns the tensor (builder style).
     pub fn with_name(self, name: impl Into<String>) -> Tensor {
         self.set_name(name);

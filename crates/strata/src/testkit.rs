@@ -1,0 +1,179 @@
+//! Test doubles for multi-backend code: a device whose memory the CPU
+//! backend cannot address (like a GPU's), and a CPU backend that only
+//! supports some ops. The scheduler's tests and examples use them; users can
+//! too, to check their placement policies without a GPU.
+//!
+//! ```
+//! use strata::backend::Backend;
+//! use strata::testkit::TestBackend;
+//! let gpu = TestBackend::device("FAKE0", |_| true, 2);
+//! assert!(!gpu.default_buffer_type().is_host());
+//! let cpu_adds_only = TestBackend::host("CPU", |t| t.op().name() == "ADD", 1);
+//! assert_eq!(cpu_adds_only.name(), "CPU");
+//! ```
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::backend::{Backend, Buffer, BufferType, BufferUsage, Device, DeviceMemory, DeviceType, Graph};
+use crate::cpu::{cpu_buffer_type, CpuBackend};
+use crate::tensor::Tensor;
+use crate::Result;
+
+/// Which ops a test backend accepts.
+pub type OpFilter = Arc<dyn Fn(&Tensor) -> bool + Send + Sync>;
+
+/// Memory of a fake device: host memory underneath, but not host-accessible
+/// as far as other backends can tell (`is_host` is false).
+pub struct DeviceBufferType {
+    name: String,
+}
+
+impl BufferType for DeviceBufferType {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn alloc_buffer(self: Arc<Self>, size: usize) -> Result<Arc<dyn Buffer>> {
+        let inner = cpu_buffer_type().alloc_buffer(size)?;
+        Ok(Arc::new(DeviceBuffer { inner, buft: self }))
+    }
+    fn alignment(&self) -> usize {
+        crate::cpu::HOST_ALIGNMENT
+    }
+}
+
+struct DeviceBuffer {
+    inner: Arc<dyn Buffer>,
+    buft: Arc<DeviceBufferType>,
+}
+
+impl Buffer for DeviceBuffer {
+    fn buffer_type(&self) -> Arc<dyn BufferType> {
+        self.buft.clone()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn base(&self) -> u64 {
+        self.inner.base()
+    }
+    fn host_ptr(&self) -> Option<NonNull<u8>> {
+        // The fake device's own kernels (the CPU's) address it directly.
+        self.inner.host_ptr()
+    }
+    fn usage(&self) -> BufferUsage {
+        self.inner.usage()
+    }
+    fn set_usage(&self, usage: BufferUsage) {
+        self.inner.set_usage(usage)
+    }
+    fn write(&self, t: &Tensor, offset: usize, data: &[u8]) -> Result<()> {
+        self.inner.write(t, offset, data)
+    }
+    fn read(&self, t: &Tensor, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.inner.read(t, offset, out)
+    }
+    fn fill(&self, t: &Tensor, offset: usize, len: usize, value: u8) -> Result<()> {
+        self.inner.fill(t, offset, len, value)
+    }
+    fn clear(&self, value: u8) -> Result<()> {
+        self.inner.clear(value)
+    }
+}
+
+struct TestDevice {
+    name: String,
+    host: bool,
+    filter: OpFilter,
+    buft: Arc<dyn BufferType>,
+    threads: usize,
+}
+
+impl Device for TestDevice {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn description(&self) -> String {
+        format!("test device {}", self.name)
+    }
+    fn memory(&self) -> Result<DeviceMemory> {
+        Ok(DeviceMemory { free: 1 << 30, total: 1 << 30 })
+    }
+    fn device_type(&self) -> DeviceType {
+        if self.host {
+            DeviceType::Cpu
+        } else {
+            DeviceType::Gpu
+        }
+    }
+    fn init_backend(&self) -> Result<Box<dyn Backend>> {
+        Ok(Box::new(TestBackend {
+            dev: Arc::new(TestDevice {
+                name: self.name.clone(),
+                host: self.host,
+                filter: self.filter.clone(),
+                buft: self.buft.clone(),
+                threads: self.threads,
+            }),
+            cpu: CpuBackend::new(self.threads),
+        }))
+    }
+    fn default_buffer_type(&self) -> Arc<dyn BufferType> {
+        self.buft.clone()
+    }
+    fn supports_op(&self, op: &Tensor) -> bool {
+        crate::cpu::cpu_device().supports_op(op) && (op.op().is_view_op() || (self.filter)(op))
+    }
+    fn supports_buft(&self, buft: &Arc<dyn BufferType>) -> bool {
+        if self.host {
+            buft.is_host()
+        } else {
+            crate::backend::same_buffer_type(buft, &self.buft)
+        }
+    }
+}
+
+/// A backend for tests: computes with the CPU's kernels, supports only the
+/// ops its filter accepts, and either uses host memory (a CPU-like backend)
+/// or memory of its own that other backends cannot read (a GPU-like one).
+pub struct TestBackend {
+    dev: Arc<TestDevice>,
+    cpu: CpuBackend,
+}
+
+impl TestBackend {
+    /// A GPU-like backend named `name` with its own buffer type.
+    pub fn device(name: &str, filter: impl Fn(&Tensor) -> bool + Send + Sync + 'static, threads: usize) -> TestBackend {
+        let buft: Arc<dyn BufferType> = Arc::new(DeviceBufferType { name: name.to_string() });
+        TestBackend {
+            dev: Arc::new(TestDevice { name: name.into(), host: false, filter: Arc::new(filter), buft, threads }),
+            cpu: CpuBackend::new(threads),
+        }
+    }
+
+    /// A CPU-like backend (host memory, the CPU buffer type) limited to some ops.
+    pub fn host(name: &str, filter: impl Fn(&Tensor) -> bool + Send + Sync + 'static, threads: usize) -> TestBackend {
+        TestBackend {
+            dev: Arc::new(TestDevice {
+                name: name.into(),
+                host: true,
+                filter: Arc::new(filter),
+                buft: cpu_buffer_type(),
+                threads,
+            }),
+            cpu: CpuBackend::new(threads),
+        }
+    }
+}
+
+impl Backend for TestBackend {
+    fn name(&self) -> String {
+        self.dev.name.clone()
+    }
+    fn device(&self) -> Arc<dyn Device> {
+        self.dev.clone()
+    }
+    fn graph_compute(&mut self, graph: &Graph) -> Result<()> {
+        self.cpu.graph_compute(graph)
+    }
+}
