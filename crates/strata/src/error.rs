@@ -129,16 +129,26 @@ pub enum Error {
 impl Error {
     /// Shorthand for [`Error::Shape`].
     pub fn shape(op: &'static str, msg: impl Into<String>) -> Error {
-        Error::Shape { op, msg: msg.into() }
+        Error::Shape {
+            op,
+            msg: msg.into(),
+        }
     }
 
     /// Shorthand for [`Error::Type`].
     pub fn dtype(op: &'static str, dtype: DType, msg: impl Into<String>) -> Error {
-        Error::Type { op, dtype, msg: msg.into() }
+        Error::Type {
+            op,
+            dtype,
+            msg: msg.into(),
+        }
     }
 
     /// Shorthand for [`Error::Io`].
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 }

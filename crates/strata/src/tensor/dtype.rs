@@ -200,7 +200,11 @@ mod tests {
             (DType::I32, 26, 1, 4),
         ];
         for (t, id, bs, ts) in expect {
-            assert_eq!((t.ggml_id(), t.block_size(), t.type_size()), (id, bs, ts), "{t}");
+            assert_eq!(
+                (t.ggml_id(), t.block_size(), t.type_size()),
+                (id, bs, ts),
+                "{t}"
+            );
         }
     }
 }
