@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod gguf;
 pub mod tensor;
 
 pub use error::{Error, Result};
