@@ -289,7 +289,9 @@ impl GgufFile {
         &self.data_section()[info.data_range()]
     }
 
-    /// Offset of the data section from the start of the file (aligned).
+    /// Offset of the data section from the start of the file: aligned to
+    /// [`alignment`](Self::alignment), except in a file without tensors that
+    /// ends before the padding, where it is the file length.
     pub fn data_offset(&self) -> usize {
         self.data_offset
     }
