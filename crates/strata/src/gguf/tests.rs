@@ -529,6 +529,12 @@ fn gguf_writer_rejects_bad_input() {
     assert!(w.add_metadata("k", 2u8).is_err());
     assert!(w.add_metadata("general.alignment", 3u32).is_err());
     assert!(w.add_metadata("general.alignment", 32u64).is_err());
+    let mut deep = Array::from(vec![1u8]);
+    for _ in 1..limits::MAX_ARRAY_DEPTH {
+        deep = Array::from(vec![deep]);
+    }
+    w.add_metadata("deep.ok", deep.clone()).unwrap();
+    assert!(w.add_metadata("deep.bad", Array::from(vec![deep])).is_err());
     assert!(w.set_alignment(0).is_err());
     assert!(w.set_alignment(24).is_err());
     w.set_alignment(16).unwrap();

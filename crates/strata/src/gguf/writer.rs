@@ -5,7 +5,9 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
-use super::limits::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, WRITE_VERSION};
+use super::limits::{
+    ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS, WRITE_VERSION,
+};
 use super::value::{Array, Metadata, Value};
 use crate::error::{Error, Result};
 use crate::tensor::DType;
@@ -65,13 +67,22 @@ impl<'a> GgufWriter<'a> {
         self.alignment
     }
 
-    /// Adds a key/value pair. Keys must be unique; `general.alignment` must
-    /// be a `u32` power of two and sets the alignment.
+    /// Adds a key/value pair. Keys must be unique, arrays nested at most
+    /// [`MAX_ARRAY_DEPTH`] deep; `general.alignment` must be a `u32` power
+    /// of two and sets the alignment.
     pub fn add_metadata(&mut self, key: impl Into<String>, value: impl Into<Value>) -> Result<()> {
         let key = key.into();
         let value = value.into();
         if self.metadata.contains_key(&key) {
             return Err(invalid(format!("metadata key '{key}' added twice")));
+        }
+        if let Value::Array(a) = &value {
+            if array_depth(a) > MAX_ARRAY_DEPTH {
+                return Err(invalid(format!(
+                    "metadata key '{key}': arrays nested deeper than {MAX_ARRAY_DEPTH} levels \
+                     cannot be read back"
+                )));
+            }
         }
         if key == ALIGNMENT_KEY {
             match value {
@@ -210,6 +221,14 @@ impl<'a> GgufWriter<'a> {
             put(w, &zeros[..pad])?;
         }
         w.flush()
+    }
+}
+
+/// Nesting depth of an array: 1 for an array of scalars or strings.
+fn array_depth(a: &Array) -> usize {
+    match a {
+        Array::Array(v) => 1 + v.iter().map(array_depth).max().unwrap_or(0),
+        _ => 1,
     }
 }
 
