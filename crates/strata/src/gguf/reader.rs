@@ -284,7 +284,10 @@ pub(crate) fn parse(buf: &[u8], src: &str) -> Result<Parsed> {
                 _ => {
                     return Err(cur.err(
                         &format!("metadata key '{ALIGNMENT_KEY}'"),
-                        format!("alignment must be a non-zero power of two, found {v:?}"),
+                        format!(
+                            "alignment must be a non-zero power of two, found {}",
+                            v.summary()
+                        ),
                     ))
                 }
             }

@@ -182,6 +182,8 @@ fn gguf_typed_getters_name_the_key() {
         (field.as_str(), msg.as_str()),
         ("metadata key 'missing.key'", "missing")
     );
+    let (_, msg) = field_of(m.get_usize("t.arr.string").unwrap_err());
+    assert!(msg.ends_with("found array of string of length 3"), "{msg}");
     assert!(m.get_usize("t.i64").is_err());
     assert!(m.get_array("t.u8").is_err());
 }

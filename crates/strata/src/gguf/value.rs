@@ -340,6 +340,27 @@ impl Value {
             v => v.value_type().name().to_owned(),
         }
     }
+
+    /// Short description for error messages: scalars with their value
+    /// ("u32 48"), strings and arrays by type and length only, so that a
+    /// hostile file cannot blow up an error message.
+    pub(crate) fn summary(&self) -> String {
+        match self {
+            Value::String(s) => format!("string of {} bytes", s.len()),
+            Value::Array(a) => format!("{} of length {}", a.describe(), a.len()),
+            Value::U8(x) => format!("u8 {x}"),
+            Value::I8(x) => format!("i8 {x}"),
+            Value::U16(x) => format!("u16 {x}"),
+            Value::I16(x) => format!("i16 {x}"),
+            Value::U32(x) => format!("u32 {x}"),
+            Value::I32(x) => format!("i32 {x}"),
+            Value::F32(x) => format!("f32 {x}"),
+            Value::Bool(x) => format!("bool {x}"),
+            Value::U64(x) => format!("u64 {x}"),
+            Value::I64(x) => format!("i64 {x}"),
+            Value::F64(x) => format!("f64 {x}"),
+        }
+    }
 }
 
 /// The metadata of a GGUF file: key → value pairs in file order, with
@@ -493,7 +514,10 @@ impl Metadata {
             .ok_or_else(|| Error::Format {
                 source_name: self.source.clone(),
                 field: format!("metadata key '{key}'"),
-                msg: format!("expected a non-negative integer that fits usize, found {v:?}"),
+                msg: format!(
+                    "expected a non-negative integer that fits usize, found {}",
+                    v.summary()
+                ),
             })
     }
 

@@ -89,7 +89,8 @@ impl<'a> GgufWriter<'a> {
                 Value::U32(a) if a.is_power_of_two() => self.alignment = a as usize,
                 _ => {
                     return Err(invalid(format!(
-                        "{ALIGNMENT_KEY} must be a u32 power of two, got {value:?}"
+                        "{ALIGNMENT_KEY} must be a u32 power of two, got {}",
+                        value.summary()
                     )))
                 }
             }
