@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::limits::{
     ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS, MIN_KV_SIZE,
-    MIN_TENSOR_INFO_SIZE,
+    MIN_TENSOR_INFO_SIZE, SUPPORTED_VERSIONS,
 };
 use super::value::{Array, Metadata, Value, ValueType};
 use super::TensorInfo;
@@ -227,7 +227,7 @@ pub(crate) fn parse(buf: &[u8], src: &str) -> Result<Parsed> {
     }
     let version = cur.u32("version")?;
     match version {
-        2 | 3 => {}
+        v if SUPPORTED_VERSIONS.contains(&v) => {}
         1 => {
             return Err(cur.err(
                 "version",
