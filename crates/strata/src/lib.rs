@@ -8,6 +8,7 @@
 pub mod backend;
 pub mod cpu;
 pub mod error;
+pub mod gguf;
 pub mod graph;
 pub mod ops;
 pub mod quant;
