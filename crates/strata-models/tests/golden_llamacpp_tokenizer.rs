@@ -147,3 +147,59 @@ fn golden_llamacpp_tokenizer_cases() {
         failures.join("\n")
     );
 }
+
+/// The prompts of llama.cpp's logits reference and its greedy continuations: prompt ids,
+/// and for every generated token its piece and whether llama.cpp called it end-of-generation.
+#[test]
+fn golden_llamacpp_prompts_and_continuations() {
+    let Some(tok) = load() else { return };
+    let golden: Value = serde_json::from_str(include_str!("data/llamacpp_prompts.json")).unwrap();
+    let prompts = golden["prompts"].as_array().unwrap();
+    assert_eq!(prompts.len(), 4);
+    let mut failures = Vec::new();
+    let mut checked_steps = 0;
+    for p in prompts {
+        let name = p["name"].as_str().unwrap();
+        let text = String::from_utf8(unhex(p["prompt_utf8_hex"].as_str().unwrap())).unwrap();
+        let want = ids_of(&p["token_ids"]);
+        let ids = tok.encode(&text, true, true).unwrap();
+        if ids != want {
+            failures.push(format!("{name}: prompt ids {ids:?}, want {want:?}"));
+        }
+        let detok = tok.decode(&want, false, true).unwrap();
+        if detok != p["prompt_detok"].as_str().unwrap() {
+            failures.push(format!("{name}: prompt detok {detok:?}"));
+        }
+        for (config, c) in p["continuations"].as_object().unwrap() {
+            let ids = ids_of(&c["ids"]);
+            let text = hex(&tok.decode_bytes(&ids, false, true).unwrap());
+            if text != c["text_utf8_hex"].as_str().unwrap() {
+                failures.push(format!("{name}/{config}: continuation text {text}"));
+            }
+            for (i, s) in c["steps"].as_array().unwrap().iter().enumerate() {
+                let id = s["id"].as_u64().unwrap() as u32;
+                let piece = hex(tok.token_to_piece(id).unwrap());
+                if piece != s["piece_hex"].as_str().unwrap() {
+                    failures.push(format!("{name}/{config} step {i}: piece of {id} = {piece}"));
+                }
+                if tok.is_eog(id) != s["is_eog"].as_bool().unwrap() {
+                    failures.push(format!("{name}/{config} step {i}: is_eog({id}) wrong"));
+                }
+                checked_steps += 1;
+            }
+            let first_eog = ids.iter().position(|&id| tok.is_eog(id));
+            if first_eog.map(|i| i as u64) != c["first_eog_index"].as_u64() {
+                failures.push(format!("{name}/{config}: first eog at {first_eog:?}"));
+            }
+        }
+    }
+    assert!(
+        checked_steps >= 4 * 32,
+        "only {checked_steps} steps checked"
+    );
+    assert!(
+        failures.is_empty(),
+        "mismatches with llama.cpp:\n{}",
+        failures.join("\n")
+    );
+}

@@ -326,3 +326,31 @@ fn unknown_pre_tokenizer_falls_back_to_default() {
     // default rules isolate punctuation runs first, then split digits in threes
     assert_eq!(t.pre_tokenizer().split("1234567"), ["123", "456", "7"]);
 }
+
+mod prop {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Byte-level BPE loses nothing: any text (special markers treated as text) comes back.
+        #[test]
+        fn encode_decode_round_trips(s in "\\PC{0,40}|[ \\t\\n<|>a-z0-9'é😀你]{0,40}") {
+            let t = tiny("smollm");
+            let ids = t.encode(&s, false, false).unwrap();
+            prop_assert_eq!(t.decode(&ids, false, true).unwrap(), s.clone());
+            // every piece of a word is a vocabulary token, never a control token
+            prop_assert!(ids.iter().all(|&id| t.token_type(id).unwrap() == TokenType::Normal));
+        }
+
+        /// Pre-tokenization partitions the text: the words concatenate back to it.
+        #[test]
+        fn pre_tokenizers_partition_text(s in "\\PC{0,40}|[ \\t\\r\\n'a-zA-Z0-9.,!]{0,40}") {
+            for pre in ["smollm", "gpt-2", "llama-bpe", "qwen2", "default", "falcon", "deepseek-coder"] {
+                let t = tiny(pre);
+                let words = t.pre_tokenizer().split(&s);
+                prop_assert_eq!(words.concat(), s.clone());
+                prop_assert!(words.iter().all(|w| !w.is_empty()));
+            }
+        }
+    }
+}
