@@ -72,7 +72,7 @@ fn smollm2_vocab_metadata() {
         tok.n_merges()
     );
     assert_eq!(tok.n_vocab(), 49152);
-    assert_eq!(tok.pre_tokenizer().name(), "smollm");
+    assert_eq!(tok.pre_tokenizer().unwrap().name(), "smollm");
     assert!(!tok.add_bos());
     assert_eq!(tok.token_text(1).unwrap(), "<|im_start|>");
     assert_eq!(tok.token_text(2).unwrap(), "<|im_end|>");

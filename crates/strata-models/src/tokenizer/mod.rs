@@ -14,7 +14,9 @@
 //! | `tokenizer.ggml.{bos,eos,eot,unknown,padding}_token_id` | `*_id` fields |
 //! | `tokenizer.ggml.add_{bos,eos}_token` | [`TokenizerParts::add_bos`], [`TokenizerParts::add_eos`] |
 //!
-//! Only byte-level BPE (`model = "gpt2"`) is implemented. Encoding follows llama.cpp's
+//! Byte-level BPE (`model = "gpt2"`) is the main target and is checked against llama.cpp's
+//! output for SmolLM2; SentencePiece-style vocabularies (`model = "llama"`) follow llama.cpp's
+//! SPM code but have only hand-built tests so far. BPE encoding follows llama.cpp's
 //! `llama_tokenize`: special tokens are cut out of the text first (see `special.rs`), the rest
 //! is split into words by the pre-tokenizer (`pretokenize.rs`), each word is byte-encoded with
 //! the GPT-2 byte ↔ unicode map and merged by BPE rank (`bpe.rs`).
@@ -22,6 +24,7 @@
 mod bpe;
 mod pretokenize;
 mod special;
+mod spm;
 
 use std::collections::{HashMap, HashSet};
 
@@ -31,7 +34,7 @@ pub use pretokenize::PreTokenizer;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TokenizerError {
     /// `tokenizer.ggml.model` names a tokenizer this crate does not implement.
-    #[error("unsupported tokenizer model {0:?} (only \"gpt2\" byte-level BPE is implemented)")]
+    #[error("unsupported tokenizer model {0:?} (implemented: \"gpt2\" BPE, \"llama\" SPM)")]
     UnsupportedModel(String),
     /// The vocabulary has no tokens.
     #[error("the vocabulary is empty")]
@@ -57,6 +60,9 @@ pub enum TokenizerError {
     /// `add_bos`/`add_eos` is set but the model has no such token.
     #[error("the model asks to add a {0} token but has none")]
     MissingSpecial(&'static str),
+    /// SentencePiece text needs a byte token (`<0xAB>`) the vocabulary lacks.
+    #[error("no byte token for 0x{0:02X}")]
+    MissingByteToken(u8),
     /// A pre-tokenizer regex failed to compile (a bug in this crate).
     #[error("pre-tokenizer regex: {0}")]
     Regex(String),
@@ -105,7 +111,7 @@ impl TokenType {
 /// GGUF keys each field comes from).
 #[derive(Debug, Clone, Default)]
 pub struct TokenizerParts {
-    /// `tokenizer.ggml.model`: `"gpt2"` for byte-level BPE.
+    /// `tokenizer.ggml.model`: `"gpt2"` for byte-level BPE, `"llama"` for SentencePiece.
     pub model: String,
     /// `tokenizer.ggml.pre`: pre-tokenizer name (`"smollm"`, `"llama-bpe"`, `"gpt-2"`, ...).
     /// Empty or unknown names get llama.cpp's `"default"` rules.
@@ -116,7 +122,7 @@ pub struct TokenizerParts {
     pub token_types: Vec<i32>,
     /// BPE merges, `"left right"`, in rank order.
     pub merges: Vec<String>,
-    /// Token scores (SentencePiece); unused by BPE.
+    /// Token scores: the merge priority of SentencePiece vocabularies; unused by BPE.
     pub scores: Option<Vec<f32>>,
     /// Beginning-of-sequence token.
     pub bos_id: Option<u32>,
@@ -133,6 +139,9 @@ pub struct TokenizerParts {
     pub add_bos: Option<bool>,
     /// `tokenizer.ggml.add_eos_token`; `None` means false.
     pub add_eos: Option<bool>,
+    /// `tokenizer.ggml.add_space_prefix`; `None` means llama.cpp's default (true for
+    /// SentencePiece, false for BPE).
+    pub add_space_prefix: Option<bool>,
 }
 
 /// Texts llama.cpp takes as end-of-turn when no `eot_token_id` is given (in this order here;
@@ -166,15 +175,27 @@ const EOG_TEXTS: &[&str] = &[
     "<end_of_utterance>",
 ];
 
-/// A llama.cpp-compatible tokenizer (byte-level BPE).
+/// The algorithm behind a vocabulary.
+#[derive(Debug, Clone)]
+enum Kind {
+    /// Byte-level BPE (`gpt2`).
+    Bpe {
+        ranks: bpe::MergeRanks,
+        pre: PreTokenizer,
+        ignore_merges: bool,
+    },
+    /// SentencePiece (`llama`): merges by score.
+    Spm { scores: Vec<f32> },
+}
+
+/// A llama.cpp-compatible tokenizer (byte-level BPE or SentencePiece).
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
     tokens: Vec<String>,
     types: Vec<TokenType>,
     token_to_id: HashMap<String, u32>,
-    ranks: bpe::MergeRanks,
-    pre: PreTokenizer,
-    ignore_merges: bool,
+    kind: Kind,
+    add_space_prefix: bool,
     clean_spaces: bool,
     bos: Option<u32>,
     eos: Option<u32>,
@@ -197,9 +218,11 @@ impl Tokenizer {
     /// defaults BOS/EOS to id 11 when the model names none, end-of-turn/-generation tokens
     /// are recognised by their text and forced to [`TokenType::Control`].
     pub fn from_parts(parts: TokenizerParts) -> Result<Self> {
-        if parts.model != "gpt2" {
-            return Err(TokenizerError::UnsupportedModel(parts.model));
-        }
+        let is_bpe = match parts.model.as_str() {
+            "gpt2" => true,
+            "llama" => false,
+            _ => return Err(TokenizerError::UnsupportedModel(parts.model)),
+        };
         let n = parts.tokens.len();
         if n == 0 {
             return Err(TokenizerError::EmptyVocab);
@@ -245,12 +268,29 @@ impl Tokenizer {
             // later duplicates win, as with llama.cpp's `token_to_id[word] = i`
             token_to_id.insert(t.clone(), i as u32);
         }
-        let (pre, defaults) = PreTokenizer::for_name(&parts.pre)?;
         let in_range = |id: Option<u32>| id.filter(|&i| (i as usize) < n);
-        // llama.cpp's gpt2 defaults: bos = eos = 11 unless the model says otherwise.
-        let default_11 = in_range(Some(11));
-        let bos = in_range(parts.bos_id).or(default_11);
-        let eos = in_range(parts.eos_id).or(default_11);
+        let (kind, add_bos_default, clean_spaces, default_ids) = if is_bpe {
+            let (pre, d) = PreTokenizer::for_name(&parts.pre)?;
+            let kind = Kind::Bpe {
+                ranks: bpe::MergeRanks::from_lines(&parts.merges),
+                pre,
+                ignore_merges: d.ignore_merges,
+            };
+            // llama.cpp's gpt2 defaults: bos = eos = 11, no unk
+            (kind, d.add_bos, d.clean_spaces, (Some(11), Some(11), None))
+        } else {
+            let scores = parts.scores.clone().unwrap_or_else(|| vec![0.0; n]);
+            // llama.cpp's llama (SPM) defaults: bos 1, eos 2, unk 0
+            (
+                Kind::Spm { scores },
+                true,
+                false,
+                (Some(1), Some(2), Some(0)),
+            )
+        };
+        let bos = in_range(parts.bos_id).or(in_range(default_ids.0));
+        let eos = in_range(parts.eos_id).or(in_range(default_ids.1));
+        let unk = in_range(parts.unk_id).or(in_range(default_ids.2));
         let mut eot = in_range(parts.eot_id);
         if eot.is_none() {
             eot = EOT_TEXTS.iter().find_map(|t| token_to_id.get(*t).copied());
@@ -267,7 +307,7 @@ impl Tokenizer {
         }
         eog.extend(eos);
         eog.extend(eot);
-        let add_bos = parts.add_bos.unwrap_or(defaults.add_bos);
+        let add_bos = parts.add_bos.unwrap_or(add_bos_default);
         let add_eos = parts.add_eos.unwrap_or(false);
         if add_bos && bos.is_none() {
             return Err(TokenizerError::MissingSpecial("BOS"));
@@ -287,17 +327,16 @@ impl Tokenizer {
         specials.sort_by_key(|&i| std::cmp::Reverse(tokens[i as usize].len()));
 
         let mut tok = Self {
-            ranks: bpe::MergeRanks::from_lines(&parts.merges),
             tokens,
             types,
             token_to_id,
-            pre,
-            ignore_merges: defaults.ignore_merges,
-            clean_spaces: defaults.clean_spaces,
+            kind,
+            add_space_prefix: parts.add_space_prefix.unwrap_or(!is_bpe),
+            clean_spaces,
             bos,
             eos,
             eot,
-            unk: in_range(parts.unk_id),
+            unk,
             pad: in_range(parts.pad_id),
             add_bos,
             add_eos,
@@ -315,9 +354,17 @@ impl Tokenizer {
         self.tokens.len()
     }
 
-    /// Number of distinct BPE merge pairs.
+    /// Number of distinct BPE merge pairs (0 for SentencePiece).
     pub fn n_merges(&self) -> usize {
-        self.ranks.len()
+        match &self.kind {
+            Kind::Bpe { ranks, .. } => ranks.len(),
+            Kind::Spm { .. } => 0,
+        }
+    }
+
+    /// Whether this is a byte-level BPE vocabulary (else SentencePiece).
+    pub fn is_bpe(&self) -> bool {
+        matches!(self.kind, Kind::Bpe { .. })
     }
 
     /// Beginning-of-sequence token, if any.
@@ -368,9 +415,12 @@ impl Tokenizer {
         v
     }
 
-    /// The pre-tokenizer in use.
-    pub fn pre_tokenizer(&self) -> &PreTokenizer {
-        &self.pre
+    /// The pre-tokenizer in use (BPE only).
+    pub fn pre_tokenizer(&self) -> Option<&PreTokenizer> {
+        match &self.kind {
+            Kind::Bpe { pre, .. } => Some(pre),
+            Kind::Spm { .. } => None,
+        }
     }
 
     /// Type of a token (after llama.cpp's load-time overrides).
@@ -423,10 +473,33 @@ impl Tokenizer {
         if add_special && self.add_bos {
             out.extend(self.bos);
         }
+        // SPM: a space is put before text that starts the input or follows a special token
+        let mut prev_special = true;
         for frag in special::partition(text, &specials) {
             match frag {
-                special::Fragment::Token(id) => out.push(id),
-                special::Fragment::Text(range) => self.encode_bpe(&text[range], &mut out),
+                special::Fragment::Token(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
+                special::Fragment::Text(range) => {
+                    let text = &text[range];
+                    match &self.kind {
+                        Kind::Bpe {
+                            ranks,
+                            pre,
+                            ignore_merges,
+                        } => self.encode_bpe(text, ranks, pre, *ignore_merges, &mut out),
+                        Kind::Spm { scores } => {
+                            let prefix = if self.add_space_prefix && prev_special {
+                                " "
+                            } else {
+                                ""
+                            };
+                            self.encode_spm(&format!("{prefix}{text}"), scores, &mut out)?;
+                        }
+                    }
+                    prev_special = false;
+                }
             }
         }
         if add_special && self.add_eos {
@@ -435,17 +508,50 @@ impl Tokenizer {
         Ok(out)
     }
 
+    /// SentencePiece over one raw-text fragment (llama.cpp's `llm_tokenizer_spm_session`).
+    fn encode_spm(&self, text: &str, scores: &[f32], out: &mut Vec<u32>) -> Result<()> {
+        let escaped = spm::escape_whitespace(text);
+        for piece in spm::merge(&escaped, &self.token_to_id, scores) {
+            if let Some(&id) = self.token_to_id.get(piece) {
+                out.push(id);
+                continue;
+            }
+            // not a token: spell it out as <0xAB> byte tokens (or the byte itself)
+            for b in piece.bytes() {
+                let hex = format!("<0x{b:02X}>");
+                let id = self
+                    .token_to_id
+                    .get(&hex)
+                    .or_else(|| {
+                        b.is_ascii()
+                            .then(|| self.token_to_id.get(&char::from(b).to_string()))
+                            .flatten()
+                    })
+                    .ok_or(TokenizerError::MissingByteToken(b))?;
+                out.push(*id);
+            }
+        }
+        Ok(())
+    }
+
     /// BPE over one raw-text fragment.
-    fn encode_bpe(&self, text: &str, out: &mut Vec<u32>) {
-        for word in self.pre.split(text) {
+    fn encode_bpe(
+        &self,
+        text: &str,
+        ranks: &bpe::MergeRanks,
+        pre: &PreTokenizer,
+        ignore_merges: bool,
+        out: &mut Vec<u32>,
+    ) {
+        for word in pre.split(text) {
             let encoded = pretokenize::byte_encode(word, &self.byte_table);
-            if self.ignore_merges {
+            if ignore_merges {
                 if let Some(&id) = self.token_to_id.get(&encoded) {
                     out.push(id);
                     continue;
                 }
             }
-            for sym in bpe::merge_word(&encoded, &self.ranks) {
+            for sym in bpe::merge_word(&encoded, ranks) {
                 match self.token_to_id.get(sym) {
                     Some(&id) => out.push(id),
                     None => {
@@ -493,7 +599,9 @@ impl Tokenizer {
             TokenType::Control | TokenType::Unknown | TokenType::UserDefined => {
                 text.as_bytes().to_vec()
             }
-            TokenType::Normal => self.byte_decode(text),
+            TokenType::Normal if self.is_bpe() => self.byte_decode(text),
+            TokenType::Normal => spm::unescape_whitespace(text).into_bytes(),
+            TokenType::Byte if !self.is_bpe() => spm::byte_of_token(text).into_iter().collect(),
             _ => Vec::new(),
         }
     }
@@ -530,8 +638,11 @@ impl Tokenizer {
         unparse_special: bool,
     ) -> Result<Vec<u8>> {
         let mut ids = ids;
+        // SPM: the space added in front of the text is dropped again, unless a BOS is removed
+        let mut remove_space = self.add_space_prefix;
         if remove_special && self.add_bos && self.bos.is_some() && ids.first() == self.bos.as_ref()
         {
+            remove_space = false;
             ids = &ids[1..];
         }
         if remove_special && self.add_eos && self.eos.is_some() && ids.last() == self.eos.as_ref() {
@@ -539,7 +650,9 @@ impl Tokenizer {
         }
         let mut out = Vec::new();
         for &id in ids {
-            out.extend_from_slice(self.token_to_piece_with(id, 0, unparse_special)?);
+            let lstrip = usize::from(remove_space);
+            out.extend_from_slice(self.token_to_piece_with(id, lstrip, unparse_special)?);
+            remove_space = false;
         }
         if self.clean_spaces {
             clean_spaces(&mut out);

@@ -290,10 +290,10 @@ fn clean_spaces_passes() {
 #[test]
 fn errors() {
     let mut p = parts("smollm");
-    p.model = "llama".into();
+    p.model = "t5".into();
     assert_eq!(
         Tokenizer::from_parts(p).unwrap_err(),
-        TokenizerError::UnsupportedModel("llama".into())
+        TokenizerError::UnsupportedModel("t5".into())
     );
     let mut p = parts("smollm");
     p.token_types.pop();
@@ -324,7 +324,10 @@ fn unknown_pre_tokenizer_falls_back_to_default() {
     let t = tiny("no-such-pre");
     roundtrip(&t, "x = 1000000; y's");
     // default rules isolate punctuation runs first, then split digits in threes
-    assert_eq!(t.pre_tokenizer().split("1234567"), ["123", "456", "7"]);
+    assert_eq!(
+        t.pre_tokenizer().unwrap().split("1234567"),
+        ["123", "456", "7"]
+    );
 }
 
 mod prop {
@@ -347,10 +350,134 @@ mod prop {
         fn pre_tokenizers_partition_text(s in "\\PC{0,40}|[ \\t\\r\\n'a-zA-Z0-9.,!]{0,40}") {
             for pre in ["smollm", "gpt-2", "llama-bpe", "qwen2", "default", "falcon", "deepseek-coder"] {
                 let t = tiny(pre);
-                let words = t.pre_tokenizer().split(&s);
+                let words = t.pre_tokenizer().unwrap().split(&s);
                 prop_assert_eq!(words.concat(), s.clone());
                 prop_assert!(words.iter().all(|w| !w.is_empty()));
             }
         }
+    }
+}
+
+/// SentencePiece (`llama`) vocabulary: ids 0..3 specials, 3..259 `<0xAB>` byte tokens, then
+/// pieces whose score grows with length so that longer merges win.
+mod spm_vocab {
+    use super::*;
+
+    const PIECES: &[&str] = &[
+        "▁", "▁h", "▁he", "▁hel", "▁hell", "▁hello", "h", "e", "l", "o", "w", "r", "d", "▁w", "or",
+        "▁wor", "ld", "▁world", "▁▁",
+    ];
+
+    fn spm_parts() -> TokenizerParts {
+        let mut tokens: Vec<String> = ["<unk>", "<s>", "</s>"].map(String::from).to_vec();
+        let mut types = vec![2, CONTROL, CONTROL];
+        let mut scores = vec![0.0, 0.0, 0.0];
+        for b in 0..=255u8 {
+            tokens.push(format!("<0x{b:02X}>"));
+            types.push(6);
+            scores.push(0.0);
+        }
+        for p in PIECES {
+            tokens.push(p.to_string());
+            types.push(NORMAL);
+            scores.push(p.chars().count() as f32);
+        }
+        TokenizerParts {
+            model: "llama".into(),
+            tokens,
+            token_types: types,
+            scores: Some(scores),
+            ..Default::default()
+        }
+    }
+
+    fn spm() -> Tokenizer {
+        Tokenizer::from_parts(spm_parts()).unwrap()
+    }
+
+    #[test]
+    fn llama_defaults() {
+        let t = spm();
+        assert!(!t.is_bpe());
+        assert!(t.pre_tokenizer().is_none());
+        assert_eq!((t.bos(), t.eos(), t.unk()), (Some(1), Some(2), Some(0)));
+        assert!(t.add_bos() && !t.add_eos());
+        assert_eq!(t.n_merges(), 0);
+    }
+
+    #[test]
+    fn score_merges_with_space_prefix() {
+        let t = spm();
+        let ids = t.encode("hello world", true, true).unwrap();
+        assert_eq!(ids, [1, id(&t, "▁hello"), id(&t, "▁world")]);
+        // no BOS without add_special; the space prefix is still added
+        assert_eq!(t.encode("hello", false, true).unwrap(), [id(&t, "▁hello")]);
+        // OG SentencePiece: "" gives [BOS] with add_special, else nothing
+        assert_eq!(t.encode("", true, true).unwrap(), [1]);
+        assert!(t.encode("", false, true).unwrap().is_empty());
+    }
+
+    #[test]
+    fn unknown_text_falls_back_to_byte_tokens() {
+        let t = spm();
+        let ids = t.encode("é", false, false).unwrap();
+        assert_eq!(ids, [id(&t, "▁"), 3 + 0xC3, 3 + 0xA9]);
+        assert_eq!(t.token_to_piece(3 + 0xC3).unwrap(), [0xC3]);
+        assert_eq!(t.decode(&ids, false, true).unwrap(), "é");
+    }
+
+    #[test]
+    fn space_prefix_after_special_tokens_only() {
+        let t = spm();
+        // "<s>" cut out: the text after it gets a prefix space again
+        let ids = t.encode("<s>hello", false, true).unwrap();
+        assert_eq!(ids, [1, id(&t, "▁hello")]);
+        let ids = t.encode("hello<s>world", false, true).unwrap();
+        assert_eq!(ids, [id(&t, "▁hello"), 1, id(&t, "▁world")]);
+    }
+
+    #[test]
+    fn decode_strips_the_added_space_like_llama_cpp() {
+        let t = spm();
+        let ids = t.encode("hello world", true, true).unwrap();
+        // BOS kept: its piece gets the lstrip, the words keep their spaces
+        assert_eq!(t.decode(&ids, false, true).unwrap(), "<s> hello world");
+        // BOS removed: llama.cpp then keeps the leading space
+        assert_eq!(t.decode(&ids, true, true).unwrap(), " hello world");
+        // no BOS at all: the first piece loses its prefix space
+        assert_eq!(t.decode(&ids[1..], false, true).unwrap(), "hello world");
+        // unparse_special = false: BOS renders as nothing but still takes the lstrip
+        assert_eq!(t.decode(&ids, false, false).unwrap(), " hello world");
+    }
+
+    #[test]
+    fn add_space_prefix_can_be_turned_off() {
+        let mut p = spm_parts();
+        p.add_space_prefix = Some(false);
+        let t = Tokenizer::from_parts(p).unwrap();
+        assert_eq!(
+            t.encode("hello", false, false).unwrap(),
+            [
+                id(&t, "h"),
+                id(&t, "e"),
+                id(&t, "l"),
+                id(&t, "l"),
+                id(&t, "o")
+            ]
+        );
+        let ids = t.encode(" hello", false, false).unwrap();
+        assert_eq!(ids, [id(&t, "▁hello")]);
+        assert_eq!(t.decode(&ids, false, true).unwrap(), " hello");
+    }
+
+    #[test]
+    fn missing_byte_token_is_an_error() {
+        let mut p = spm_parts();
+        p.tokens[3 + 0xC3] = "<gone>".into();
+        let t = Tokenizer::from_parts(p).unwrap();
+        assert_eq!(
+            t.encode("é", false, false).unwrap_err(),
+            TokenizerError::MissingByteToken(0xC3)
+        );
     }
 }

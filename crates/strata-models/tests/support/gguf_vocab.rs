@@ -156,5 +156,6 @@ pub fn load_parts(path: &Path) -> io::Result<TokenizerParts> {
         pad_id: id("padding_token_id"),
         add_bos: flag("add_bos_token"),
         add_eos: flag("add_eos_token"),
+        add_space_prefix: flag("add_space_prefix"),
     })
 }
