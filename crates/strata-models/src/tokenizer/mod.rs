@@ -188,6 +188,60 @@ enum Kind {
     Spm { scores: Vec<f32> },
 }
 
+/// Fill-in-the-middle token texts llama.cpp recognises (first found per group is taken and
+/// forced to [`TokenType::Control`]); the pad, repo and file-separator groups also end
+/// generation.
+const FIM_TEXTS: &[(&[&str], bool)] = &[
+    (
+        &[
+            "<|fim_prefix|>",
+            "<fim-prefix>",
+            "<fim_prefix>",
+            "<｜fim▁begin｜>",
+            "<PRE>",
+            "▁<PRE>",
+            "<|code_prefix|>",
+        ],
+        false,
+    ),
+    (
+        &[
+            "<|fim_suffix|>",
+            "<fim-suffix>",
+            "<fim_suffix>",
+            "<｜fim▁hole｜>",
+            "<SUF>",
+            "▁<SUF>",
+            "<|code_suffix|>",
+        ],
+        false,
+    ),
+    (
+        &[
+            "<|fim_middle|>",
+            "<fim-middle>",
+            "<fim_middle>",
+            "<｜fim▁end｜>",
+            "<MID>",
+            "▁<MID>",
+            "<|code_middle|>",
+        ],
+        false,
+    ),
+    (&["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"], true),
+    (
+        &[
+            "<|fim_repo|>",
+            "<|repo_name|>",
+            "<fim-repo>",
+            "<REPO>",
+            "<reponame>",
+        ],
+        true,
+    ),
+    (&["<|file_sep|>"], true),
+];
+
 /// A llama.cpp-compatible tokenizer (byte-level BPE or SentencePiece).
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
@@ -299,14 +353,38 @@ impl Tokenizer {
             }
         }
         let mut eog = HashSet::new();
+        for &(texts, ends) in FIM_TEXTS {
+            if let Some(id) = texts.iter().find_map(|t| token_to_id.get(*t).copied()) {
+                types[id as usize] = TokenType::Control;
+                if ends {
+                    eog.insert(id);
+                }
+            }
+        }
         for t in EOG_TEXTS {
             if let Some(&id) = token_to_id.get(*t) {
                 eog.insert(id);
                 types[id as usize] = TokenType::Control;
             }
         }
+        // llama.cpp's gpt-oss (harmony) hack: these always render
+        for t in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
+            if let Some(&id) = token_to_id.get(t) {
+                types[id as usize] = TokenType::UserDefined;
+            }
+        }
         eog.extend(eos);
         eog.extend(eot);
+        // ... and with <|return|> and <|call|> present, <|end|> is not end-of-generation
+        let eog_text = |t: &str| token_to_id.get(t).filter(|id| eog.contains(id)).copied();
+        if let (Some(_), Some(_), Some(end)) = (
+            eog_text("<|return|>"),
+            eog_text("<|call|>"),
+            eog_text("<|end|>"),
+        ) {
+            eog.remove(&end);
+            types[end as usize] = TokenType::UserDefined;
+        }
         let add_bos = parts.add_bos.unwrap_or(add_bos_default);
         let add_eos = parts.add_eos.unwrap_or(false);
         if add_bos && bos.is_none() {

@@ -481,3 +481,33 @@ mod spm_vocab {
         );
     }
 }
+
+#[test]
+fn fim_and_harmony_tokens_like_llama_cpp() {
+    let mut p = parts("smollm");
+    for t in [
+        "<|fim_prefix|>",
+        "<|fim_pad|>",
+        "<|return|>",
+        "<|call|>",
+        "<|end|>",
+        "<|channel|>",
+    ] {
+        p.tokens.push(t.into());
+        p.token_types.push(NORMAL);
+    }
+    let t = Tokenizer::from_parts(p).unwrap();
+    let pre = id(&t, "<|fim_prefix|>");
+    assert_eq!(t.token_type(pre).unwrap(), TokenType::Control);
+    assert!(!t.is_eog(pre));
+    assert!(t.is_eog(id(&t, "<|fim_pad|>")));
+    assert!(t.is_eog(id(&t, "<|return|>")) && t.is_eog(id(&t, "<|call|>")));
+    let end = id(&t, "<|end|>");
+    assert!(!t.is_eog(end));
+    assert_eq!(t.token_type(end).unwrap(), TokenType::UserDefined);
+    let ch = id(&t, "<|channel|>");
+    assert_eq!(t.token_type(ch).unwrap(), TokenType::UserDefined);
+    // user-defined: split out and rendered even without parse_special / unparse_special
+    assert_eq!(t.encode("<|channel|>", false, false).unwrap(), [ch]);
+    assert_eq!(t.decode(&[ch], false, false).unwrap(), "<|channel|>");
+}
