@@ -20,6 +20,19 @@
 //! `llama_tokenize`: special tokens are cut out of the text first (see `special.rs`), the rest
 //! is split into words by the pre-tokenizer (`pretokenize.rs`), each word is byte-encoded with
 //! the GPT-2 byte ↔ unicode map and merged by BPE rank (`bpe.rs`).
+//!
+//! llama.cpp behaviours reproduced on purpose (they differ from HF `tokenizers`):
+//! - Pre-tokenizer regexes run in sequence, each over the pieces of the previous one; the
+//!   GPT-2 and LLaMA-3 regexes use llama.cpp's hand-written splitters, whose `\s+(?!\S)`
+//!   look-ahead stops at the piece end (SmolLM: `\p{N}` first, so `" 2024"` gives `" "`,
+//!   `"2"`, `"0"`, ...). Unknown `pre` names fall back to llama.cpp's "default" rules.
+//! - Special tokens are cut out longest-text-first over the whole input (not leftmost
+//!   longest match); user-defined tokens are cut out even when `parse_special` is false.
+//! - A BPE symbol that is not a token falls back to its single ASCII bytes as tokens.
+//! - Tokens whose text looks like an end-of-turn/-generation or FIM marker are forced to
+//!   control type; `<|im_end|>`, `<|endoftext|>`, ... are end-of-generation.
+//! - Detokenization: control tokens render only with `unparse_special`; the `clean_spaces`
+//!   passes run for BPE unless the pre-tokenizer turns them off (SmolLM does).
 
 mod bpe;
 mod pretokenize;
