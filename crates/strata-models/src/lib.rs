@@ -1,0 +1,6 @@
+//! Tokenizers (llama.cpp-compatible) and, later, model definitions for strata.
+#![warn(missing_docs)]
+
+pub mod tokenizer;
+
+pub use tokenizer::{Tokenizer, TokenizerError, TokenizerParts};

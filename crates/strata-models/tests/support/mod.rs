@@ -1,0 +1,5 @@
+//! Test-only helpers.
+
+#![allow(dead_code)]
+
+pub mod gguf_vocab;
