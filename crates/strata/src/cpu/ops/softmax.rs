@@ -4,7 +4,7 @@
 //! Both run in place in real graphs: each source row is loaded into
 //! per-thread scratch before the destination row is written.
 
-use super::reduce::flat_f32;
+use super::reduce::{flat_f32, load_span, sum_f64};
 use super::{Ctx, NodePlan, WorkSize};
 use crate::ops::Op;
 use crate::tensor::{DType, Tensor};
@@ -73,7 +73,8 @@ fn soft_max(node: &NodePlan, ctx: &Ctx<'_>, scale: f32, max_bias: f32) {
         let (i1, i2, i3) = a.row_coords(r);
         a.load_row(i1, i2, i3, row);
         if let Some(m) = mask {
-            m.load_row(i1, i2 % m.ne[2], i3 % m.ne[3], mrow);
+            // load_span converts contiguous F16 rows without per-element dispatch.
+            load_span(m, i1, i2 % m.ne[2], i3 % m.ne[3], 0, mrow);
             let slope = alibi_slope(max_bias, i2, a.ne[2]);
             for (x, &mv) in row.iter_mut().zip(mrow.iter()) {
                 *x = *x * scale + slope * mv;
@@ -90,11 +91,8 @@ fn soft_max(node: &NodePlan, ctx: &Ctx<'_>, scale: f32, max_bias: f32) {
             // Every logit is masked: no probability mass anywhere.
             row.fill(0.0);
         } else {
-            let mut sum = 0f64;
-            for x in row.iter_mut() {
-                *x = (*x - max).exp();
-                sum += *x as f64;
-            }
+            row.iter_mut().for_each(|x| *x = (*x - max).exp());
+            let mut sum = sum_f64(row);
             if let Some(s) = sink {
                 sum += ((s - max) as f64).exp();
             }
