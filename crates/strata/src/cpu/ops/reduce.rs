@@ -4,8 +4,6 @@
 //! thread count: SUM splits the tensor into fixed-size items whose f64
 //! partials thread 0 adds up in item order after a barrier.
 
-use std::cmp::Ordering;
-
 use half::{bf16, f16};
 
 use super::{Ctx, NodePlan, WorkSize};
@@ -76,10 +74,10 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
                 per_thread: it.seg * 4,
             }
         }
-        // Values, then the row's indices (as u32).
+        // Values, then one u64 sort key per value (+8 bytes to align them).
         Op::Argsort { .. } => WorkSize {
             shared: 0,
-            per_thread: a.ne[0] * 8,
+            per_thread: a.ne[0] * 12 + 8,
         },
         _ => WorkSize {
             shared: 0,
@@ -219,39 +217,51 @@ fn argmax(node: &NodePlan, ctx: &Ctx<'_>) {
     }
 }
 
-/// Ascending order with NaN after every number (and -0 equal to +0).
+/// A u32 whose unsigned order is the ascending order of `x`: -0 equals +0
+/// and every NaN equals every other NaN, after +inf.
 #[inline]
-fn cmp_asc(x: f32, y: f32) -> Ordering {
-    x.partial_cmp(&y)
-        .unwrap_or_else(|| x.is_nan().cmp(&y.is_nan()))
+fn asc_key(x: f32) -> u32 {
+    let x = if x == 0.0 {
+        0.0
+    } else if x.is_nan() {
+        f32::NAN
+    } else {
+        x
+    };
+    let b = x.to_bits();
+    if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
 }
 
 fn argsort(node: &NodePlan, ctx: &Ctx<'_>, order: SortOrder) {
     let (a, dst) = (node.src(0), &node.dst);
     let n = a.ne[0];
-    let scratch = ctx.scratch_f32(2 * n);
-    let (vals, idx) = scratch.split_at_mut(n);
-    // SAFETY: f32 and u32 have the same size and alignment and every bit
-    // pattern is valid for both, so the whole slice reinterprets exactly.
-    let (pre, idx, post) = unsafe { idx.align_to_mut::<u32>() };
-    debug_assert!(pre.is_empty() && post.is_empty());
+    let scratch = ctx.scratch_f32(3 * n + 2);
+    let (vals, rest) = scratch.split_at_mut(n);
+    // SAFETY: every bit pattern is a valid f32 and a valid u64, so viewing
+    // the aligned middle of the f32 scratch as u64 is sound.
+    let (_, keys, _) = unsafe { rest.align_to_mut::<u64>() };
+    assert!(keys.len() >= n, "argsort scratch too small");
+    let keys = &mut keys[..n];
     for r in ctx.rows(a.nrows()) {
         let (i1, i2, i3) = a.row_coords(r);
         load_span(a, i1, i2, i3, 0, vals);
-        for (k, v) in idx.iter_mut().enumerate() {
-            *v = k as u32;
+        // Key in the high half, index in the low half: sorting the u64s
+        // orders by value and breaks ties by index (a stable argsort)
+        // without allocating.
+        for (i, (k, &v)) in keys.iter_mut().zip(vals.iter()).enumerate() {
+            let key = match order {
+                SortOrder::Asc => asc_key(v),
+                SortOrder::Desc => !asc_key(v),
+            };
+            *k = (key as u64) << 32 | i as u64;
         }
-        // Unstable sort with the index as tie-break = stable order, no allocation.
-        match order {
-            SortOrder::Asc => idx.sort_unstable_by(|&p, &q| {
-                cmp_asc(vals[p as usize], vals[q as usize]).then(p.cmp(&q))
-            }),
-            SortOrder::Desc => idx.sort_unstable_by(|&p, &q| {
-                cmp_asc(vals[q as usize], vals[p as usize]).then(p.cmp(&q))
-            }),
-        }
-        for (i0, &k) in idx.iter().enumerate() {
-            dst.set_i32(i0, i1, i2, i3, k as i32);
+        keys.sort_unstable();
+        for (i0, &k) in keys.iter().enumerate() {
+            dst.set_i32(i0, i1, i2, i3, k as u32 as i32);
         }
     }
 }
