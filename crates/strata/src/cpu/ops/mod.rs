@@ -7,6 +7,10 @@
 //! storing the destination row (rows are loaded into per-thread scratch).
 
 mod elementwise;
+mod norm;
+mod reduce;
+mod rope;
+mod softmax;
 
 use super::pool::WorkerCtx;
 use super::view::TView;
@@ -77,6 +81,10 @@ pub(crate) fn supports(t: &Tensor) -> bool {
     match t.op() {
         Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => true,
         op if elementwise::handles(op) => elementwise::supports(t),
+        op if reduce::handles(op) => reduce::supports(t),
+        op if norm::handles(op) => norm::supports(t),
+        op if softmax::handles(op) => softmax::supports(t),
+        op if rope::handles(op) => rope::supports(t),
         _ => false,
     }
 }
@@ -86,6 +94,10 @@ pub(crate) fn work_size(node: &NodePlan, nth: usize) -> WorkSize {
     let _ = nth;
     match &node.op {
         op if elementwise::handles(op) => elementwise::work_size(node),
+        op if reduce::handles(op) => reduce::work_size(node),
+        op if norm::handles(op) => norm::work_size(node),
+        op if softmax::handles(op) => softmax::work_size(node),
+        op if rope::handles(op) => rope::work_size(node),
         _ => WorkSize::default(),
     }
 }
@@ -95,6 +107,10 @@ pub(crate) fn forward(node: &NodePlan, ctx: &mut Ctx<'_>) {
     match &node.op {
         Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
         op if elementwise::handles(op) => elementwise::forward(node, ctx),
+        op if reduce::handles(op) => reduce::forward(node, ctx),
+        op if norm::handles(op) => norm::forward(node, ctx),
+        op if softmax::handles(op) => softmax::forward(node, ctx),
+        op if rope::handles(op) => rope::forward(node, ctx),
         op => unreachable!("no CPU kernel for {} (supports_op said yes)", op.name()),
     }
 }
