@@ -15,7 +15,9 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::backend::{Backend, Buffer, BufferType, BufferUsage, Device, DeviceMemory, DeviceType, Graph};
+use crate::backend::{
+    Backend, Buffer, BufferType, BufferUsage, Device, DeviceMemory, DeviceType, Graph,
+};
 use crate::cpu::{cpu_buffer_type, CpuBackend};
 use crate::tensor::Tensor;
 use crate::Result;
@@ -97,7 +99,10 @@ impl Device for TestDevice {
         format!("test device {}", self.name)
     }
     fn memory(&self) -> Result<DeviceMemory> {
-        Ok(DeviceMemory { free: 1 << 30, total: 1 << 30 })
+        Ok(DeviceMemory {
+            free: 1 << 30,
+            total: 1 << 30,
+        })
     }
     fn device_type(&self) -> DeviceType {
         if self.host {
@@ -143,16 +148,32 @@ pub struct TestBackend {
 
 impl TestBackend {
     /// A GPU-like backend named `name` with its own buffer type.
-    pub fn device(name: &str, filter: impl Fn(&Tensor) -> bool + Send + Sync + 'static, threads: usize) -> TestBackend {
-        let buft: Arc<dyn BufferType> = Arc::new(DeviceBufferType { name: name.to_string() });
+    pub fn device(
+        name: &str,
+        filter: impl Fn(&Tensor) -> bool + Send + Sync + 'static,
+        threads: usize,
+    ) -> TestBackend {
+        let buft: Arc<dyn BufferType> = Arc::new(DeviceBufferType {
+            name: name.to_string(),
+        });
         TestBackend {
-            dev: Arc::new(TestDevice { name: name.into(), host: false, filter: Arc::new(filter), buft, threads }),
+            dev: Arc::new(TestDevice {
+                name: name.into(),
+                host: false,
+                filter: Arc::new(filter),
+                buft,
+                threads,
+            }),
             cpu: CpuBackend::new(threads),
         }
     }
 
     /// A CPU-like backend (host memory, the CPU buffer type) limited to some ops.
-    pub fn host(name: &str, filter: impl Fn(&Tensor) -> bool + Send + Sync + 'static, threads: usize) -> TestBackend {
+    pub fn host(
+        name: &str,
+        filter: impl Fn(&Tensor) -> bool + Send + Sync + 'static,
+        threads: usize,
+    ) -> TestBackend {
         TestBackend {
             dev: Arc::new(TestDevice {
                 name: name.into(),

@@ -167,9 +167,9 @@ impl CpuBackend {
             }
             let dst = TView::resolve(t, "CPU", true)?;
             let mut src: [Option<TView>; MAX_SRC] = Default::default();
-            for i in 0..t.src_slots().len() {
+            for (i, slot) in src.iter_mut().enumerate().take(t.src_slots().len()) {
                 if let Some(s) = graph.src(t, i) {
-                    src[i] = Some(TView::resolve(s, "CPU", false)?);
+                    *slot = Some(TView::resolve(s, "CPU", false)?);
                 }
             }
             plans.push(NodePlan {
@@ -203,12 +203,8 @@ impl Backend for CpuBackend {
         let abort = self.abort.as_ref();
         let ok = self.pool.run(&|w| {
             for (plan, work) in plans.iter().zip(&works) {
-                let mut ctx = Ctx {
-                    w,
-                    wdata: wdata_addr as *mut u8,
-                    work: *work,
-                };
-                ops::forward(plan, &mut ctx);
+                let ctx = Ctx::new(w, wdata_addr as *mut u8, *work);
+                ops::forward(plan, &ctx);
                 if w.ith == 0 {
                     if let Some(cb) = abort {
                         if cb() {

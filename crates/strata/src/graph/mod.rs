@@ -95,7 +95,11 @@ impl Graph {
     /// A graph from explicit node and leaf lists (already in execution order)
     /// and source substitutions. Used by the scheduler to describe what one
     /// backend runs without touching the caller's tensors.
-    pub fn from_parts(nodes: Vec<Tensor>, leafs: Vec<Tensor>, overrides: HashMap<(u64, u64), Tensor>) -> Graph {
+    pub fn from_parts(
+        nodes: Vec<Tensor>,
+        leafs: Vec<Tensor>,
+        overrides: HashMap<(u64, u64), Tensor>,
+    ) -> Graph {
         let mut index = HashMap::with_capacity(nodes.len() + leafs.len());
         for (i, t) in leafs.iter().enumerate() {
             index.insert(t.id(), Slot::Leaf(i));
@@ -103,7 +107,12 @@ impl Graph {
         for (i, t) in nodes.iter().enumerate() {
             index.insert(t.id(), Slot::Node(i));
         }
-        Graph { nodes, leafs, index, overrides }
+        Graph {
+            nodes,
+            leafs,
+            index,
+            overrides,
+        }
     }
 
     /// Source `i` of `node` as this graph computes it (after substitutions).
@@ -193,7 +202,12 @@ impl Graph {
             );
             for (i, src) in t.src_slots().iter().enumerate() {
                 if let Some(src) = src {
-                    let _ = writeln!(s, "  t{} -> t{} [label=\"{i}\"];", self.effective(t, src).id(), t.id());
+                    let _ = writeln!(
+                        s,
+                        "  t{} -> t{} [label=\"{i}\"];",
+                        self.effective(t, src).id(),
+                        t.id()
+                    );
                 }
             }
         }

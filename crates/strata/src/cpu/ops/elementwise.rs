@@ -73,14 +73,13 @@ fn glu_act(op: GluOp, x: f32) -> f32 {
     }
 }
 
-pub(super) fn forward(node: &NodePlan, ctx: &mut Ctx<'_>) {
+pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     let dst = &node.dst;
     let a = node.src(0);
     let n0 = dst.ne[0];
-    let rows = ctx.rows(dst.nrows());
     let scratch = ctx.scratch_f32(work_size(node).per_thread / 4);
     let (row_a, rest) = scratch.split_at_mut(a.ne[0]);
-    for r in rows {
+    for r in ctx.rows(dst.nrows()) {
         let (i1, i2, i3) = dst.row_coords(r);
         a.load_row(i1, i2, i3, row_a);
         match &node.op {

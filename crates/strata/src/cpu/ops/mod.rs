@@ -53,17 +53,41 @@ pub(crate) struct Ctx<'a> {
     pub w: &'a WorkerCtx<'a>,
     pub wdata: *mut u8,
     pub work: WorkSize,
+    /// Whether this thread's scratch has been handed out for the current node.
+    pub scratch_taken: std::cell::Cell<bool>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// The context of one thread for one node.
+    pub fn new(w: &'a WorkerCtx<'a>, wdata: *mut u8, work: WorkSize) -> Ctx<'a> {
+        Ctx {
+            w,
+            wdata,
+            work,
+            scratch_taken: std::cell::Cell::new(false),
+        }
+    }
+
     /// This thread's rows of `n`.
     pub fn rows(&self, n: usize) -> std::ops::Range<usize> {
         self.w.split(n)
     }
 
-    /// This thread's scratch memory as `len` f32 values (len*4 <= per_thread bytes).
-    /// Borrowing `self` mutably keeps two scratch slices from aliasing.
-    pub fn scratch_f32(&mut self, len: usize) -> &mut [f32] {
+    /// Pointer to the shared part of the work memory (written by all threads
+    /// in disjoint parts, read after a barrier).
+    pub fn shared_ptr(&self) -> *mut u8 {
+        self.wdata
+    }
+
+    /// This thread's scratch memory as `len` f32 values (len*4 <= per_thread
+    /// bytes). Handed out once per node, so two slices can never alias: a
+    /// second call is an internal error.
+    #[allow(clippy::mut_from_ref)]
+    pub fn scratch_f32(&self, len: usize) -> &'a mut [f32] {
+        assert!(
+            !self.scratch_taken.replace(true),
+            "scratch taken twice for one node"
+        );
         let per = crate::backend::align_up(self.work.per_thread, 64);
         assert!(
             len * 4 <= per,
@@ -71,7 +95,8 @@ impl Ctx<'_> {
         );
         let off = crate::backend::align_up(self.work.shared, 64) + per * self.w.ith;
         // SAFETY: each thread gets the disjoint range [off, off+per) of the work
-        // buffer (sized by WorkSize::total), 64-byte aligned, alive for the compute.
+        // buffer (sized by WorkSize::total), 64-byte aligned, alive for the compute
+        // ('a); the flag above makes this the only slice of that range for this node.
         unsafe { std::slice::from_raw_parts_mut(self.wdata.add(off).cast::<f32>(), len) }
     }
 }
@@ -103,7 +128,7 @@ pub(crate) fn work_size(node: &NodePlan, nth: usize) -> WorkSize {
 }
 
 /// Runs this thread's share of `node`.
-pub(crate) fn forward(node: &NodePlan, ctx: &mut Ctx<'_>) {
+pub(crate) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     match &node.op {
         Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
         op if elementwise::handles(op) => elementwise::forward(node, ctx),
