@@ -6,7 +6,11 @@
 //! the destination for in-place ops: kernels load a source row before
 //! storing the destination row (rows are loaded into per-thread scratch).
 
+mod attn;
+mod copy;
 mod elementwise;
+mod matmul;
+mod rows;
 
 use super::pool::WorkerCtx;
 use super::view::TView;
@@ -81,6 +85,10 @@ pub(crate) fn supports(t: &Tensor) -> bool {
     match t.op() {
         Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => true,
         op if elementwise::handles(op) => elementwise::supports(t),
+        Op::MulMat => matmul::supports(t),
+        op if rows::handles(op) => rows::supports(t),
+        op if copy::handles(op) => copy::supports(t),
+        Op::FlashAttnExt { .. } => attn::supports(t),
         _ => false,
     }
 }
@@ -90,6 +98,10 @@ pub(crate) fn work_size(node: &NodePlan, nth: usize) -> WorkSize {
     let _ = nth;
     match &node.op {
         op if elementwise::handles(op) => elementwise::work_size(node),
+        Op::MulMat => matmul::work_size(node),
+        op if rows::handles(op) => rows::work_size(node),
+        op if copy::handles(op) => copy::work_size(node),
+        Op::FlashAttnExt { .. } => attn::work_size(node),
         _ => WorkSize::default(),
     }
 }
@@ -99,6 +111,23 @@ pub(crate) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     match &node.op {
         Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
         op if elementwise::handles(op) => elementwise::forward(node, ctx),
+        Op::MulMat => matmul::forward(node, ctx),
+        op if rows::handles(op) => rows::forward(node, ctx),
+        op if copy::handles(op) => copy::forward(node, ctx),
+        Op::FlashAttnExt { .. } => attn::forward(node, ctx),
         op => unreachable!("no CPU kernel for {} (supports_op said yes)", op.name()),
+    }
+}
+
+/// Checks data-dependent preconditions of `node` before compute (row
+/// indices in range); `computed(t)` is true for tensors the graph writes.
+pub(crate) fn validate(
+    t: &Tensor,
+    node: &NodePlan,
+    computed: &dyn Fn(&Tensor) -> bool,
+) -> crate::Result<()> {
+    match &node.op {
+        op if rows::handles(op) => rows::validate(t, node, computed),
+        _ => Ok(()),
     }
 }
