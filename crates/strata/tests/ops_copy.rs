@@ -201,7 +201,9 @@ fn repeat_tiles_any_source() {
             for i2 in 0..3 {
                 for i1 in 0..4 {
                     for i0 in 0..6 {
-                        want.push(av[((i3 % 2) * 2 + i1 % 2) * 3 + i0 % 3 + (i2 % 1) * 6]);
+                        // a.ne2 == 1: every i2 reads plane 0.
+                        let _ = i2;
+                        want.push(av[((i3 % 2) * 2 + i1 % 2) * 3 + i0 % 3]);
                     }
                 }
             }

@@ -144,18 +144,35 @@ fn get_rows_rejects_bad_indices_with_a_named_error() {
 /// Runs SET_ROWS of `rows` [ne0, n, ne2, ne3] into `dst_t` [ne0, n_dst, ne2, ne3]
 /// with `idx` [n, i2, i3] (broadcast over rows' dims 2, 3); returns the result
 /// and the expected destination.
-fn set_rows_case(
+/// Types and shapes of a SET_ROWS case.
+#[derive(Clone, Copy)]
+struct SetCase {
     dst_t: DType,
     row_t: DType,
     idx_t: DType,
+    /// Shape of the rows tensor.
     shape: [usize; 4],
+    /// Rows of the destination.
     n_dst: usize,
+    /// Shape of the index tensor.
     idx_ne: [usize; 3],
+}
+
+fn set_rows_case(
+    c: &SetCase,
     idx: &[i64],
     nth: usize,
     seed: u64,
 ) -> Result<(Vec<f32>, Vec<f32>), (Error, bool)> {
     let mut rng = Rng::new(seed);
+    let SetCase {
+        dst_t,
+        row_t,
+        idx_t,
+        shape,
+        n_dst,
+        idx_ne,
+    } = *c;
     let [ne0, n, ne2, ne3] = shape;
     let dst = tensor("kv_cache", dst_t, &[ne0, n_dst, ne2, ne3]);
     let rows = tensor("new_rows", row_t, &shape);
@@ -221,8 +238,20 @@ fn set_rows_every_destination_type_with_broadcast_indices() {
             seed += 1;
             // rows [64, 3, 4, 2], indices [3, 2, 1]: dims 2, 3 broadcast.
             let idx = [5, 0, 2, 1, 5, 3];
-            let (got, want) =
-                set_rows_case(dt, rt, it, [64, 3, 4, 2], 6, [3, 2, 1], &idx, 2, seed).unwrap();
+            let (got, want) = set_rows_case(
+                &SetCase {
+                    dst_t: dt,
+                    row_t: rt,
+                    idx_t: it,
+                    shape: [64, 3, 4, 2],
+                    n_dst: 6,
+                    idx_ne: [3, 2, 1],
+                },
+                &idx,
+                2,
+                seed,
+            )
+            .unwrap();
             assert_eq!(bits(&got), bits(&want), "{rt} rows into {dt} by {it}");
         }
     }
@@ -234,12 +263,14 @@ fn set_rows_duplicates_take_the_last_write_on_any_thread_count() {
     let mut first = None;
     for nth in 1..=3 {
         let (got, want) = set_rows_case(
-            DType::F16,
-            DType::F32,
-            DType::I32,
-            [8, 7, 1, 1],
-            3,
-            [7, 1, 1],
+            &SetCase {
+                dst_t: DType::F16,
+                row_t: DType::F32,
+                idx_t: DType::I32,
+                shape: [8, 7, 1, 1],
+                n_dst: 3,
+                idx_ne: [7, 1, 1],
+            },
             &idx,
             nth,
             42,
@@ -255,12 +286,14 @@ fn set_rows_duplicates_take_the_last_write_on_any_thread_count() {
 fn set_rows_bad_index_is_an_error_and_writes_nothing() {
     for (it, bad) in [(DType::I32, 4i64), (DType::I64, -2), (DType::I64, 1 << 40)] {
         let (err, untouched) = set_rows_case(
-            DType::Q8_0,
-            DType::F32,
-            it,
-            [32, 3, 2, 1],
-            4,
-            [3, 1, 1],
+            &SetCase {
+                dst_t: DType::Q8_0,
+                row_t: DType::F32,
+                idx_t: it,
+                shape: [32, 3, 2, 1],
+                n_dst: 4,
+                idx_ne: [3, 1, 1],
+            },
             &[0, bad, 1],
             2,
             9,
