@@ -330,3 +330,25 @@ proptest! {
         run_case(&c, nth, seed).check(&format!("{at} k={k} m={m} n={n}"), at);
     }
 }
+
+#[test]
+fn permuted_weights_as_in_unfused_attention() {
+    // kq = mul_mat(k, q) with k a permuted view [D, n_kv, H] of a
+    // [D, H, n_kv] cache: rows of a stay contiguous, dims 1 and 2 are strided.
+    let mut rng = Rng::new(21);
+    for at in [DType::F32, DType::F16, DType::Q8_0] {
+        let (k, m, h, n) = (64, 9, 3, 5);
+        let a_base = tensor("k_cache", at, &[k, h, m]);
+        let a = ops::permute(&a_base, [0, 2, 1, 3]).unwrap();
+        let b = tensor("q", DType::F32, &[k, n, h]);
+        let out = ops::mul_mat(&a, &b).unwrap();
+        let av = rng.vec(k * m * h, -1.0, 1.0);
+        let bv = rng.vec(k * n * h, -1.0, 1.0);
+        let got = run(&[out], &[(&a_base, &av), (&b, &bv)], 2).remove(0);
+        let a_logical = a.to_f32_vec().unwrap();
+        let vdt = strata::quant::vec_dot_type(at);
+        let b_rounded: Vec<f32> = bv.chunks(k).flat_map(|r| round_trip(vdt, r)).collect();
+        let want = reference(&a_logical, a.ne(), &b_rounded, b.ne(), |x| x);
+        assert_close(&format!("permuted {at}"), &got, &want, 1e-10);
+    }
+}

@@ -31,7 +31,9 @@ pub(super) fn supports(t: &Tensor) -> bool {
                 at.is_float() && (dt.is_float() || (dt.is_quantized() && t.is_contiguous_rows()))
             }
         }
-        Op::Repeat | Op::Concat { .. } => !at.is_quantized() && t.srcs().all(|s| s.dtype() == dt),
+        // REPEAT's second source only gives the shape; its type is irrelevant.
+        Op::Repeat => !at.is_quantized() && at == dt,
+        Op::Concat { .. } => !at.is_quantized() && t.srcs().all(|s| s.dtype() == dt),
         _ => false,
     }
 }
