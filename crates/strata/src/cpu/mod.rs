@@ -150,6 +150,14 @@ impl CpuBackend {
 
     fn plan(&self, graph: &Graph) -> Result<Vec<NodePlan>> {
         let mut plans = Vec::with_capacity(graph.nodes().len());
+        // Memory the graph writes (data-dependent checks skip it: not computed yet).
+        let written: std::collections::HashSet<u64> = graph
+            .nodes()
+            .iter()
+            .filter(|t| !t.op().is_view_op())
+            .map(|t| t.storage_owner().id())
+            .collect();
+        let computed = |t: &Tensor| written.contains(&t.storage_owner().id());
         for t in graph.nodes() {
             if t.op().is_view_op() {
                 continue;
@@ -172,11 +180,13 @@ impl CpuBackend {
                     *slot = Some(TView::resolve(s, "CPU", false)?);
                 }
             }
-            plans.push(NodePlan {
+            let plan = NodePlan {
                 op: t.op().clone(),
                 dst,
                 src,
-            });
+            };
+            ops::validate(t, &plan, &computed)?;
+            plans.push(plan);
         }
         Ok(plans)
     }

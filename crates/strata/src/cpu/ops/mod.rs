@@ -6,10 +6,14 @@
 //! the destination for in-place ops: kernels load a source row before
 //! storing the destination row (rows are loaded into per-thread scratch).
 
+mod attn;
+mod copy;
 mod elementwise;
+mod matmul;
 mod norm;
 mod reduce;
 mod rope;
+mod rows;
 mod softmax;
 
 use super::pool::WorkerCtx;
@@ -110,6 +114,10 @@ pub(crate) fn supports(t: &Tensor) -> bool {
         op if norm::handles(op) => norm::supports(t),
         op if softmax::handles(op) => softmax::supports(t),
         op if rope::handles(op) => rope::supports(t),
+        Op::MulMat => matmul::supports(t),
+        op if rows::handles(op) => rows::supports(t),
+        op if copy::handles(op) => copy::supports(t),
+        Op::FlashAttnExt { .. } => attn::supports(t),
         _ => false,
     }
 }
@@ -123,6 +131,10 @@ pub(crate) fn work_size(node: &NodePlan, nth: usize) -> WorkSize {
         op if norm::handles(op) => norm::work_size(node),
         op if softmax::handles(op) => softmax::work_size(node),
         op if rope::handles(op) => rope::work_size(node),
+        Op::MulMat => matmul::work_size(node),
+        op if rows::handles(op) => rows::work_size(node),
+        op if copy::handles(op) => copy::work_size(node),
+        Op::FlashAttnExt { .. } => attn::work_size(node),
         _ => WorkSize::default(),
     }
 }
@@ -136,6 +148,23 @@ pub(crate) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
         op if norm::handles(op) => norm::forward(node, ctx),
         op if softmax::handles(op) => softmax::forward(node, ctx),
         op if rope::handles(op) => rope::forward(node, ctx),
+        Op::MulMat => matmul::forward(node, ctx),
+        op if rows::handles(op) => rows::forward(node, ctx),
+        op if copy::handles(op) => copy::forward(node, ctx),
+        Op::FlashAttnExt { .. } => attn::forward(node, ctx),
         op => unreachable!("no CPU kernel for {} (supports_op said yes)", op.name()),
+    }
+}
+
+/// Checks data-dependent preconditions of `node` before compute (row
+/// indices in range); `computed(t)` is true for tensors the graph writes.
+pub(crate) fn validate(
+    t: &Tensor,
+    node: &NodePlan,
+    computed: &dyn Fn(&Tensor) -> bool,
+) -> crate::Result<()> {
+    match &node.op {
+        op if rows::handles(op) => rows::validate(t, node, computed),
+        _ => Ok(()),
     }
 }

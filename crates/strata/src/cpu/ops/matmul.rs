@@ -1,0 +1,144 @@
+//! MUL_MAT: `dst[m, n] = Σ_k a[k, m] · b[k, n]`, ggml semantics.
+//!
+//! `a` [K, M, ne02, ne03] is a float or block-quantized weight with
+//! contiguous rows; `b` [K, N, ne12, ne13] is F32/F16/BF16 with any strides;
+//! `a` broadcasts over `b` in dims 2 and 3 (`i02 = i12 / (ne12 / ne02)`).
+//!
+//! As ggml does, every row of `b` is first converted once into
+//! [`vec_dot_type`]`(a)` in the shared work buffer (threads split the rows,
+//! then meet at a barrier); the products are then dot products of a row of
+//! `a` with a converted row of `b` through one function pointer looked up per
+//! op. When `b` already has the dot type with contiguous rows, it is used in
+//! place. Output elements are computed in tiles of [`TILE_M`] rows of `a` ×
+//! [`TILE_N`] columns of `b` (the `a` rows stay in cache across the columns);
+//! threads take contiguous ranges of tiles. Every element is one call of the
+//! dot function, so results do not depend on the thread count.
+
+use super::{Ctx, NodePlan, WorkSize};
+use crate::quant::{quantize_row_fn, vec_dot_fn, vec_dot_type};
+use crate::tensor::{DType, Tensor};
+
+/// Rows of `a` per tile.
+const TILE_M: usize = 16;
+/// Columns of `b` per tile.
+const TILE_N: usize = 8;
+
+pub(super) fn supports(t: &Tensor) -> bool {
+    let (Some(a), Some(b)) = (t.src(0), t.src(1)) else {
+        return false;
+    };
+    let at = a.dtype();
+    t.dtype() == DType::F32
+        && b.dtype().is_float()
+        && (at.is_float() || (at.is_quantized() && at != DType::Q8_1))
+        && vec_dot_fn(at).is_some()
+        && a.is_contiguous_rows()
+}
+
+/// True when `b` must be converted to the dot type first.
+fn needs_conversion(node: &NodePlan) -> bool {
+    let (a, b) = (node.src(0), node.src(1));
+    b.dtype != vec_dot_type(a.dtype) || !b.rows_contiguous()
+}
+
+pub(super) fn work_size(node: &NodePlan) -> WorkSize {
+    let (a, b) = (node.src(0), node.src(1));
+    let k = b.ne[0];
+    if !needs_conversion(node) {
+        return WorkSize::default();
+    }
+    WorkSize {
+        shared: vec_dot_type(a.dtype).row_size(k) * b.nrows(),
+        per_thread: k * 4,
+    }
+}
+
+pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
+    let (a, b, dst) = (node.src(0), node.src(1), &node.dst);
+    let k = a.ne[0];
+    let vdt = vec_dot_type(a.dtype);
+    let dot = vec_dot_fn(a.dtype).expect("supports() checked the weight type");
+    let a_row_bytes = a.dtype.row_size(k);
+    let b_row_bytes = vdt.row_size(k);
+    let n_cols = b.nrows();
+    let convert = needs_conversion(node);
+
+    if convert {
+        let quantize = quantize_row_fn(vdt).expect("dot types are float or block types");
+        let tmp = ctx.scratch_f32(k);
+        let base = ctx.shared_ptr();
+        for r in ctx.rows(n_cols) {
+            let (i1, i2, i3) = b.row_coords(r);
+            b.load_row(i1, i2, i3, tmp);
+            // SAFETY: the shared work buffer holds n_cols rows of b_row_bytes
+            // (work_size); row r is written by this thread only, before the barrier.
+            let out =
+                unsafe { std::slice::from_raw_parts_mut(base.add(r * b_row_bytes), b_row_bytes) };
+            quantize(&tmp[..k], out);
+        }
+        ctx.w.barrier();
+    }
+
+    // Row `r` of b in the dot type.
+    let b_row = |r: usize| -> &[u8] {
+        if convert {
+            // SAFETY: row r was written before the barrier above; now read-only.
+            unsafe {
+                std::slice::from_raw_parts(ctx.shared_ptr().add(r * b_row_bytes), b_row_bytes)
+            }
+        } else {
+            let (i1, i2, i3) = b.row_coords(r);
+            // SAFETY: b is a source (read-only during the op) with contiguous rows.
+            unsafe { b.row_bytes(i1, i2, i3) }
+        }
+    };
+
+    let m = a.ne[1];
+    let r2 = b.ne[2] / a.ne[2];
+    let r3 = b.ne[3] / a.ne[3];
+    let tiles_m = m.div_ceil(TILE_M);
+    let tiles_n = n_cols.div_ceil(TILE_N);
+    let mut a_rows: [&[u8]; TILE_M] = [&[]; TILE_M];
+    let mut cols: [&[u8]; TILE_N] = [&[]; TILE_N];
+    let mut out = [0f32; TILE_M];
+    for tile in ctx.rows(tiles_m * tiles_n) {
+        // Consecutive tiles share the same rows of a (n fastest).
+        let (tm, tn) = (tile / tiles_n, tile % tiles_n);
+        let (m0, m1) = (tm * TILE_M, ((tm + 1) * TILE_M).min(m));
+        let (n0, n1) = (tn * TILE_N, ((tn + 1) * TILE_N).min(n_cols));
+        let mut plane = None;
+        for (j, c) in (n0..n1).enumerate() {
+            cols[j] = b_row(c);
+        }
+        for c in n0..n1 {
+            let (i11, i12, i13) = b.row_coords(c);
+            let (i02, i03) = (i12 / r2, i13 / r3);
+            if plane != Some((i02, i03)) {
+                plane = Some((i02, i03));
+                for (i, r) in (m0..m1).enumerate() {
+                    // SAFETY: a is a read-only source with contiguous rows (supports()).
+                    a_rows[i] = unsafe { a.row_bytes(r, i02, i03) };
+                    debug_assert_eq!(a_rows[i].len(), a_row_bytes);
+                }
+            }
+            let y = cols[c - n0];
+            for (o, x) in out.iter_mut().zip(&a_rows[..m1 - m0]) {
+                *o = dot(k, x, y);
+            }
+            let p = dst.elem_ptr(m0, i11, i12, i13);
+            if dst.nb[0] == 4 {
+                // The tile's outputs are m1 - m0 consecutive f32 of one dst row.
+                dst.elem_ptr(m1 - 1, i11, i12, i13);
+                // SAFETY: elements m0..m1 of this dst row are in bounds (checked
+                // both ends) and owned by this thread's tile.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(out.as_ptr().cast::<u8>(), p, (m1 - m0) * 4)
+                };
+            } else {
+                for (i, &v) in out[..m1 - m0].iter().enumerate() {
+                    dst.set_f32(m0 + i, i11, i12, i13, v);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! MUL_MAT on the CPU against an f64 reference: every weight type, float
+//! activations in any layout, broadcasting, thread-count independence.
+//!
+//! Error bounds (NMSE, sum of squared errors over sum of squares):
+//! * F32 weights: 1e-10 (f32 products, f64 sums).
+//! * F16 weights: activations are rounded to f16 first: 1e-5.
+//! * BF16 weights: activations rounded to bf16: 1e-4.
+//! * Q4_0/Q5_0/Q8_0 (activations quantized to Q8_0) and Q4_1/Q5_1 (Q8_1):
+//!   the reference uses the dequantized weights and exact activations, so
+//!   the only error is the 8-bit activation rounding (~1.5e-5 for uniform
+//!   data): bound 1e-4, checked where there are enough outputs for the
+//!   NMSE to average (≥ 16 values; a lone dot product can cancel).
+//!
+//! Every case is also checked against a second reference whose activations
+//! are rounded to the dot type first (what ggml computes), with the error
+//! normalized by Σ|a·b| per output (robust to cancellation in a single dot
+//! product): bound 1e-12 for float weights and Q8_0 partners (f32
+//! accumulation only), 1e-7 for Q8_1 partners (Q4_1/Q5_1: their dot product
+//! uses the f16-rounded block sum `s` of the activations).
+
+mod common;
+
+use common::{assert_close, round_trip, run, tensor, Rng};
+use proptest::prelude::*;
+use strata::{ops, DType, Tensor};
+
+/// How the activation tensor `b` is laid out.
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    Contiguous,
+    /// `b` is the transpose of a contiguous [N, K, ..] tensor.
+    Transposed,
+    /// `b` is a [K, ne12, N, ne13] tensor with dims 1 and 2 swapped.
+    Permuted,
+    /// Every other row of a wider tensor, starting one element in.
+    Strided,
+}
+
+const LAYOUTS: [Layout; 4] = [
+    Layout::Contiguous,
+    Layout::Transposed,
+    Layout::Permuted,
+    Layout::Strided,
+];
+
+/// Returns (base tensor to fill, its element count, the view used as b).
+fn make_b(
+    bt: DType,
+    layout: Layout,
+    k: usize,
+    n: usize,
+    e2: usize,
+    e3: usize,
+) -> (Tensor, usize, Tensor) {
+    match layout {
+        Layout::Contiguous => {
+            let b = tensor("b", bt, &[k, n, e2, e3]);
+            (b.clone(), k * n * e2 * e3, b)
+        }
+        Layout::Transposed => {
+            let base = tensor("b_base", bt, &[n, k, e2, e3]);
+            let b = ops::transpose(&base).unwrap();
+            (base, k * n * e2 * e3, b)
+        }
+        Layout::Permuted => {
+            let base = tensor("b_base", bt, &[k, e2, n, e3]);
+            let b = ops::permute(&base, [0, 2, 1, 3]).unwrap();
+            (base, k * n * e2 * e3, b)
+        }
+        Layout::Strided => {
+            let base = tensor("b_base", bt, &[k + 3, 2 * n, e2, e3]);
+            let ts = bt.type_size();
+            let nb1 = (k + 3) * ts;
+            let b = ops::view_4d(
+                &base,
+                [k, n, e2, e3],
+                2 * nb1,
+                2 * n * nb1,
+                2 * n * e2 * nb1,
+                ts,
+            )
+            .unwrap();
+            (base, (k + 3) * 2 * n * e2 * e3, b)
+        }
+    }
+}
+
+/// c[m, n, i2, i3] = Σ_k f(a[k, m, i2 / r2, i3 / r3] · b[k, n, i2, i3]) in f64.
+fn reference(
+    a: &[f32],
+    ane: [usize; 4],
+    b: &[f32],
+    bne: [usize; 4],
+    f: fn(f64) -> f64,
+) -> Vec<f64> {
+    let (k, m, n) = (ane[0], ane[1], bne[1]);
+    let (r2, r3) = (bne[2] / ane[2], bne[3] / ane[3]);
+    let mut out = Vec::with_capacity(m * n * bne[2] * bne[3]);
+    for i3 in 0..bne[3] {
+        for i2 in 0..bne[2] {
+            for j in 0..n {
+                for i in 0..m {
+                    let ao = ((i3 / r3 * ane[2] + i2 / r2) * m + i) * k;
+                    let bo = ((i3 * bne[2] + i2) * n + j) * k;
+                    let s: f64 = (0..k).map(|x| f(a[ao + x] as f64 * b[bo + x] as f64)).sum();
+                    out.push(s);
+                }
+            }
+        }
+    }
+    out
+}
+
+struct Case {
+    at: DType,
+    bt: DType,
+    layout: Layout,
+    k: usize,
+    m: usize,
+    n: usize,
+    a23: [usize; 2],
+    b23: [usize; 2],
+}
+
+/// Result, reference with exact activations, reference with activations
+/// rounded to the weight's dot type.
+struct Outcome {
+    got: Vec<f32>,
+    exact: Vec<f64>,
+    emulated: Vec<f64>,
+    magnitude: Vec<f64>,
+}
+
+impl Outcome {
+    fn check(&self, what: &str, at: DType) {
+        let bound = if strata::quant::vec_dot_type(at) == DType::Q8_1 {
+            1e-7
+        } else {
+            1e-12
+        };
+        let (mut err, mut norm) = (0.0, 0.0);
+        for ((&g, &w), &m) in self.got.iter().zip(&self.emulated).zip(&self.magnitude) {
+            assert!(g.is_finite(), "{what}: non-finite output {g}");
+            err += (g as f64 - w) * (g as f64 - w);
+            norm += m * m;
+        }
+        let e = if norm > 0.0 { err / norm } else { err };
+        assert!(
+            e <= bound,
+            "{what}: error vs dot-type activations {e:e} > {bound:e}"
+        );
+        if self.got.len() >= 16 {
+            assert_close(
+                &format!("{what} (vs exact activations)"),
+                &self.got,
+                &self.exact,
+                tol(at),
+            );
+        }
+    }
+}
+
+/// Runs the case with `nth` threads.
+fn run_case(c: &Case, nth: usize, seed: u64) -> Outcome {
+    let mut rng = Rng::new(seed);
+    let ane = [c.k, c.m, c.a23[0], c.a23[1]];
+    let a = tensor("a", c.at, &ane);
+    let (base, nbase, b) = make_b(c.bt, c.layout, c.k, c.n, c.b23[0], c.b23[1]);
+    let out = ops::mul_mat(&a, &b).unwrap();
+    assert_eq!(out.ne(), [c.m, c.n, c.b23[0], c.b23[1]]);
+    let av = rng.vec(ane.iter().product(), -1.0, 1.0);
+    let bv = rng.vec(nbase, -1.0, 1.0);
+    let got = run(&[out], &[(&a, &av), (&base, &bv)], nth).remove(0);
+    // Reference inputs: the values as stored (dequantized weights, rounded
+    // activations), read back through the views.
+    let a_stored = a.to_f32_vec().unwrap();
+    let b_logical = b.to_f32_vec().unwrap();
+    let vdt = strata::quant::vec_dot_type(c.at);
+    let b_rounded: Vec<f32> = b_logical
+        .chunks(c.k)
+        .flat_map(|r| round_trip(vdt, r))
+        .collect();
+    Outcome {
+        got,
+        exact: reference(&a_stored, ane, &b_logical, b.ne(), |x| x),
+        emulated: reference(&a_stored, ane, &b_rounded, b.ne(), |x| x),
+        magnitude: reference(&a_stored, ane, &b_rounded, b.ne(), f64::abs),
+    }
+}
+
+fn tol(at: DType) -> f64 {
+    match at {
+        DType::F32 => 1e-10,
+        DType::F16 => 1e-5,
+        _ => 1e-4,
+    }
+}
+
+const WEIGHTS: [DType; 8] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+];
+
+#[test]
+fn every_weight_type_every_layout_with_broadcast() {
+    let mut seed = 1;
+    for at in WEIGHTS {
+        for bt in [DType::F32, DType::F16, DType::BF16] {
+            for layout in LAYOUTS {
+                seed += 1;
+                // Block types need K in whole blocks; floats get an odd K.
+                let k = if at.is_quantized() { 96 } else { 37 };
+                let c = Case {
+                    at,
+                    bt,
+                    layout,
+                    k,
+                    m: 19,
+                    n: 11,
+                    a23: [2, 1],
+                    b23: [4, 3],
+                };
+                run_case(&c, 2, seed).check(&format!("{at} x {bt} {layout:?}"), at);
+            }
+        }
+    }
+}
+
+#[test]
+fn small_m_and_vector_shapes() {
+    // M smaller than a tile (work split over columns), N = 1 (matrix-vector),
+    // M = 1 (row-vector): all must match the reference.
+    for (m, n) in [(3, 40), (33, 1), (1, 17), (1, 1)] {
+        for at in [DType::F32, DType::Q8_0, DType::Q4_1] {
+            let c = Case {
+                at,
+                bt: DType::F32,
+                layout: Layout::Contiguous,
+                k: 64,
+                m,
+                n,
+                a23: [1, 1],
+                b23: [1, 1],
+            };
+            run_case(&c, 3, (m * 100 + n) as u64).check(&format!("{at} m={m} n={n}"), at);
+        }
+    }
+}
+
+#[test]
+fn identical_bits_for_one_two_three_threads() {
+    for (at, layout, m, n) in [
+        (DType::F32, Layout::Transposed, 37, 9),
+        (DType::Q4_0, Layout::Contiguous, 35, 13),
+        (DType::F16, Layout::Permuted, 5, 29),
+        (DType::Q5_1, Layout::Strided, 2, 3),
+    ] {
+        let c = Case {
+            at,
+            bt: DType::F32,
+            layout,
+            k: 64,
+            m,
+            n,
+            a23: [1, 2],
+            b23: [3, 2],
+        };
+        let one = run_case(&c, 1, 77).got;
+        for nth in [2, 3] {
+            let got = run_case(&c, nth, 77).got;
+            let same = one
+                .iter()
+                .zip(&got)
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{at} {layout:?}: {nth} threads differ from 1");
+        }
+    }
+}
+
+#[test]
+fn unsupported_weight_types_are_refused_not_computed() {
+    // Q8_1 has no dot product: the graph builds (ggml allows it) but the CPU
+    // backend must refuse it with a typed error instead of aborting.
+    let a = tensor("a", DType::Q8_1, &[32, 2]);
+    let b = tensor("b", DType::F32, &[32, 3]);
+    let Ok(c) = ops::mul_mat(&a, &b) else {
+        return; // refused at build time: also fine
+    };
+    let g = strata::Graph::build(&[c]);
+    let _bufs = strata::cpu::alloc_graph_host(&g).unwrap();
+    let err = strata::cpu::compute(&g, 1).unwrap_err();
+    assert!(matches!(err, strata::Error::Unsupported { .. }), "{err}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn random_shapes_and_views(
+        wi in 0usize..8,
+        bi in 0usize..3,
+        li in 0usize..4,
+        kb in 1usize..4,
+        kodd in 1usize..40,
+        m in 1usize..24,
+        n in 1usize..12,
+        a2 in 1usize..3,
+        r2 in 1usize..3,
+        r3 in 1usize..3,
+        nth in 1usize..4,
+        seed in 0u64..1000,
+    ) {
+        let at = WEIGHTS[wi];
+        let k = if at.is_quantized() { 32 * kb } else { kodd };
+        let c = Case {
+            at,
+            bt: [DType::F32, DType::F16, DType::BF16][bi],
+            layout: LAYOUTS[li],
+            k,
+            m,
+            n,
+            a23: [a2, 1],
+            b23: [a2 * r2, r3],
+        };
+        run_case(&c, nth, seed).check(&format!("{at} k={k} m={m} n={n}"), at);
+    }
+}
+
+#[test]
+fn permuted_weights_as_in_unfused_attention() {
+    // kq = mul_mat(k, q) with k a permuted view [D, n_kv, H] of a
+    // [D, H, n_kv] cache: rows of a stay contiguous, dims 1 and 2 are strided.
+    let mut rng = Rng::new(21);
+    for at in [DType::F32, DType::F16, DType::Q8_0] {
+        let (k, m, h, n) = (64, 9, 3, 5);
+        let a_base = tensor("k_cache", at, &[k, h, m]);
+        let a = ops::permute(&a_base, [0, 2, 1, 3]).unwrap();
+        let b = tensor("q", DType::F32, &[k, n, h]);
+        let out = ops::mul_mat(&a, &b).unwrap();
+        let av = rng.vec(k * m * h, -1.0, 1.0);
+        let bv = rng.vec(k * n * h, -1.0, 1.0);
+        let got = run(&[out], &[(&a_base, &av), (&b, &bv)], 2).remove(0);
+        let a_logical = a.to_f32_vec().unwrap();
+        let vdt = strata::quant::vec_dot_type(at);
+        let b_rounded: Vec<f32> = bv.chunks(k).flat_map(|r| round_trip(vdt, r)).collect();
+        let want = reference(&a_logical, a.ne(), &b_rounded, b.ne(), |x| x);
+        assert_close(&format!("permuted {at}"), &got, &want, 1e-10);
+    }
+}
