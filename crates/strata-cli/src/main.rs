@@ -1,1 +1,41 @@
-fn main() {}
+//! `strata`: the command-line tool.
+#![warn(missing_docs)]
+
+mod inspect;
+mod test_ops;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "strata",
+    version,
+    about = "ggml's execution runtime, rebuilt in Rust"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print a GGUF file's metadata and tensors.
+    Inspect(inspect::Args),
+    /// Run the op conformance suite on a device against the local CPU.
+    TestOps(test_ops::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(a) => inspect::run(a),
+        Command::TestOps(a) => test_ops::run(a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    }
+}

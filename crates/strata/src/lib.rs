@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod conformance;
 pub mod cpu;
 pub mod error;
 pub mod gguf;

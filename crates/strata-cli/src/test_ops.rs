@@ -1,0 +1,64 @@
+//! `strata test-ops --device NAME`: the op conformance suite on one device,
+//! each case compared with the local CPU (like ggml's test-backend-ops).
+
+use strata::backend::Registry;
+use strata::conformance::{cases, run_case, Outcome};
+
+/// Arguments of `strata test-ops`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Device to test, e.g. `CPU` or `RPC[127.0.0.1:50052]`.
+    #[arg(long, default_value = "CPU")]
+    pub device: String,
+    /// Only cases whose name contains this text (e.g. `MUL_MAT`).
+    #[arg(long, short = 'o')]
+    pub op: Option<String>,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+/// The registry the CLI knows: the CPU, plus remote devices when built in.
+pub fn registry() -> Registry {
+    Registry::with_defaults()
+}
+
+/// Runs the suite; exit code 1 when a case failed.
+pub fn run(a: Args) -> strata::Result<i32> {
+    let reg = registry();
+    let mut backend = reg.backend(&a.device)?;
+    println!(
+        "Testing device {} ({})",
+        a.device,
+        backend.device().description()
+    );
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for case in cases() {
+        if a.op.as_deref().is_some_and(|f| !case.name.contains(f)) {
+            continue;
+        }
+        match run_case(&case, backend.as_mut(), a.seed) {
+            Ok(Outcome::Pass { nmse }) => {
+                passed += 1;
+                println!("  {}: OK (nmse {nmse:.2e})", case.name);
+            }
+            Ok(Outcome::Fail { nmse }) => {
+                failed += 1;
+                println!(
+                    "  {}: FAIL (nmse {nmse:.2e} > {:.0e})",
+                    case.name, case.max_nmse
+                );
+            }
+            Ok(Outcome::Unsupported) => {
+                skipped += 1;
+                println!("  {}: not supported", case.name);
+            }
+            Err(e) => {
+                failed += 1;
+                println!("  {}: FAIL ({e})", case.name);
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed ({skipped} not supported)");
+    Ok(if failed == 0 { 0 } else { 1 })
+}

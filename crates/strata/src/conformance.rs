@@ -1,0 +1,440 @@
+//! The op conformance suite (ggml's `test-backend-ops`): every op with random
+//! inputs, computed on a backend under test and on the local CPU, compared
+//! with a normalized mean squared error bound. `strata test-ops --device X`
+//! runs it against any device, remote ones included.
+//!
+//! ```
+//! use strata::conformance::{cases, run_case, Outcome};
+//! use strata::cpu::CpuBackend;
+//! let mut dut = CpuBackend::new(2);
+//! let case = cases().into_iter().find(|c| c.name.starts_with("ADD")).unwrap();
+//! let r = run_case(&case, &mut dut, 7).unwrap();
+//! assert!(matches!(r, Outcome::Pass { .. }));
+//! ```
+
+use std::sync::Arc;
+
+use crate::backend::{alloc_tensors, Backend, Buffer};
+use crate::cpu::CpuBackend;
+use crate::graph::Graph;
+use crate::ops::{self, GluOp, RopeMode, RopeParams, SortOrder, UnaryOp};
+use crate::tensor::{DType, Tensor};
+use crate::Result;
+
+/// Deterministic generator for test data (xorshift64*).
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    /// Next raw value.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in `[lo, hi)`.
+    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
+    }
+}
+
+/// How inputs of a case are filled.
+#[derive(Clone, Copy, Debug)]
+pub enum Fill {
+    /// Uniform floats in a range.
+    Uniform(f32, f32),
+    /// Integers in `0..n` (indices).
+    Index(usize),
+    /// Distinct integers in `0..n`, one per element (SET_ROWS destinations).
+    Permutation(usize),
+    /// A causal mask: 0 where `i0 <= i1 + offset`, -inf elsewhere.
+    Causal(usize),
+}
+
+/// A case's graph: inputs with how to fill them, and the output.
+pub type CaseGraph = (Vec<(Tensor, Fill)>, Tensor);
+
+/// Builds a case's graph from fresh tensors.
+pub type BuildFn = Box<dyn Fn() -> Result<CaseGraph> + Send + Sync>;
+
+/// One op test: builds its graph from fresh tensors each time it runs.
+pub struct OpCase {
+    /// ggml-style name with the parameters, e.g. `MUL_MAT(a=q4_0,m=16,n=3,k=64)`.
+    pub name: String,
+    /// Builds (inputs with their fill, output).
+    pub build: BuildFn,
+    /// NMSE bound.
+    pub max_nmse: f64,
+}
+
+/// Result of one case on one backend.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Within the bound.
+    Pass {
+        /// The error measured.
+        nmse: f64,
+    },
+    /// Outside the bound, or a NaN where the CPU has none.
+    Fail {
+        /// The error measured.
+        nmse: f64,
+    },
+    /// The backend does not support the op.
+    Unsupported,
+}
+
+fn t(dt: DType, dims: &[usize]) -> Result<Tensor> {
+    Tensor::new(dt, dims)
+}
+
+fn case(
+    name: impl Into<String>,
+    max_nmse: f64,
+    build: impl Fn() -> Result<CaseGraph> + Send + Sync + 'static,
+) -> OpCase {
+    OpCase {
+        name: name.into(),
+        build: Box::new(build),
+        max_nmse,
+    }
+}
+
+const U: Fill = Fill::Uniform(-1.0, 1.0);
+
+/// The suite: every op strata implements, with the types it supports.
+pub fn cases() -> Vec<OpCase> {
+    let mut v = Vec::new();
+    type Bin = fn(&Tensor, &Tensor) -> Result<Tensor>;
+    let bins: [(&str, Bin); 4] = [
+        ("ADD", ops::add),
+        ("SUB", ops::sub),
+        ("MUL", ops::mul),
+        ("DIV", ops::div),
+    ];
+    for (name, f) in bins {
+        for dt in [DType::F32, DType::F16] {
+            v.push(case(
+                format!("{name}(type={dt},ne=[10,5,4,3],bcast=[1,5,1,3])"),
+                1e-6,
+                move || {
+                    let a = t(dt, &[10, 5, 4, 3])?;
+                    let b = t(dt, &[10, 1, 4, 1])?;
+                    let fill_b = if name == "DIV" {
+                        Fill::Uniform(0.5, 2.0)
+                    } else {
+                        U
+                    };
+                    Ok((vec![(a.clone(), U), (b.clone(), fill_b)], f(&a, &b)?))
+                },
+            ));
+        }
+    }
+    for u in UnaryOp::ALL {
+        v.push(case(format!("UNARY({u:?},type=f32)"), 1e-6, move || {
+            let a = t(DType::F32, &[17, 3, 2])?;
+            Ok((
+                vec![(a.clone(), Fill::Uniform(-3.0, 3.0))],
+                ops::unary(&a, u)?,
+            ))
+        }));
+    }
+    type Un = fn(&Tensor) -> Result<Tensor>;
+    let uns: [(&str, Un, Fill); 10] = [
+        ("SQR", ops::sqr, U),
+        ("SQRT", ops::sqrt, Fill::Uniform(0.1, 4.0)),
+        ("LOG", ops::log, Fill::Uniform(0.1, 4.0)),
+        ("SIN", ops::sin, U),
+        ("COS", ops::cos, U),
+        ("SUM", ops::sum, U),
+        ("SUM_ROWS", ops::sum_rows, U),
+        ("MEAN", ops::mean, U),
+        ("ARGMAX", ops::argmax, U),
+        ("CONT", |a| ops::cont(&ops::transpose(a)?), U),
+    ];
+    for (name, f, fill) in uns {
+        v.push(case(
+            format!("{name}(type=f32,ne=[33,7])"),
+            1e-6,
+            move || {
+                let a = t(DType::F32, &[33, 7])?;
+                Ok((vec![(a.clone(), fill)], f(&a)?))
+            },
+        ));
+    }
+    v.push(case("SCALE(s=0.3,b=1.5)", 1e-6, || {
+        let a = t(DType::F32, &[20, 3])?;
+        Ok((vec![(a.clone(), U)], ops::scale_bias(&a, 0.3, 1.5)?))
+    }));
+    v.push(case("CLAMP(min=-0.5,max=0.5)", 1e-6, || {
+        let a = t(DType::F32, &[20, 3])?;
+        Ok((vec![(a.clone(), U)], ops::clamp(&a, -0.5, 0.5)?))
+    }));
+    v.push(case("ARGSORT(order=desc)", 0.0, || {
+        let a = t(DType::F32, &[16, 5])?;
+        Ok((vec![(a.clone(), U)], ops::argsort(&a, SortOrder::Desc)?))
+    }));
+    v.push(case("REPEAT(ne=[4,3]->[8,6,2])", 1e-6, || {
+        let a = t(DType::F32, &[4, 3])?;
+        let b = t(DType::F32, &[8, 6, 2])?;
+        Ok((vec![(a.clone(), U), (b.clone(), U)], ops::repeat(&a, &b)?))
+    }));
+    for dim in 0..3 {
+        v.push(case(format!("CONCAT(dim={dim})"), 1e-6, move || {
+            let a = t(DType::F32, &[5, 4, 3])?;
+            let mut nb = [5, 4, 3];
+            nb[dim] = 2;
+            let b = t(DType::F32, &nb)?;
+            Ok((
+                vec![(a.clone(), U), (b.clone(), U)],
+                ops::concat(&a, &b, dim)?,
+            ))
+        }));
+    }
+    for g in [GluOp::Reglu, GluOp::Geglu, GluOp::Swiglu] {
+        v.push(case(format!("GLU({g:?},split)"), 1e-6, move || {
+            let a = t(DType::F32, &[24, 3])?;
+            let b = t(DType::F32, &[24, 3])?;
+            Ok((
+                vec![(a.clone(), U), (b.clone(), U)],
+                ops::glu_split(&a, &b, g)?,
+            ))
+        }));
+        v.push(case(format!("GLU({g:?},fused,swapped)"), 1e-6, move || {
+            let a = t(DType::F32, &[48, 3])?;
+            Ok((vec![(a.clone(), U)], ops::glu(&a, g, true)?))
+        }));
+    }
+    v.push(case("NORM(eps=1e-5)", 1e-6, || {
+        let a = t(DType::F32, &[64, 5])?;
+        Ok((vec![(a.clone(), U)], ops::norm(&a, 1e-5)?))
+    }));
+    v.push(case("RMS_NORM(eps=1e-5)", 1e-6, || {
+        let a = t(DType::F32, &[64, 5, 2])?;
+        Ok((vec![(a.clone(), U)], ops::rms_norm(&a, 1e-5)?))
+    }));
+    for a_t in [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+    ] {
+        for (m, n, k) in [(16, 1, 64), (7, 9, 96), (33, 5, 256)] {
+            let tol = if a_t.is_quantized() { 1e-4 } else { 1e-5 };
+            v.push(case(
+                format!("MUL_MAT(type_a={a_t},m={m},n={n},k={k})"),
+                tol,
+                move || {
+                    let a = t(a_t, &[k, m, 2])?;
+                    let b = t(DType::F32, &[k, n, 4])?;
+                    Ok((vec![(a.clone(), U), (b.clone(), U)], ops::mul_mat(&a, &b)?))
+                },
+            ));
+        }
+    }
+    for a_t in [DType::F32, DType::F16, DType::Q4_1, DType::Q8_0] {
+        v.push(case(format!("GET_ROWS(type={a_t})"), 1e-6, move || {
+            let a = t(a_t, &[64, 10, 2])?;
+            let i = t(DType::I32, &[4, 2])?;
+            Ok((
+                vec![(a.clone(), U), (i.clone(), Fill::Index(10))],
+                ops::get_rows(&a, &i)?,
+            ))
+        }));
+    }
+    for d_t in [DType::F32, DType::F16] {
+        v.push(case(format!("SET_ROWS(type={d_t})"), 1e-6, move || {
+            let dst = t(d_t, &[32, 8])?;
+            let rows = t(DType::F32, &[32, 3])?;
+            let idx = t(DType::I32, &[3])?;
+            Ok((
+                vec![
+                    (dst.clone(), U),
+                    (rows.clone(), U),
+                    (idx.clone(), Fill::Permutation(8)),
+                ],
+                ops::set_rows(&dst, &rows, &idx)?,
+            ))
+        }));
+    }
+    for d_t in [DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0] {
+        v.push(case(format!("CPY(f32->{d_t})"), 1e-4, move || {
+            let a = t(DType::F32, &[64, 3])?;
+            let b = t(d_t, &[64, 3])?;
+            Ok((vec![(a.clone(), U), (b.clone(), U)], ops::cpy(&a, &b)?))
+        }));
+    }
+    v.push(case("DIAG_MASK_INF(n_past=2)", 1e-6, || {
+        let a = t(DType::F32, &[8, 6, 2])?;
+        Ok((vec![(a.clone(), U)], ops::diag_mask_inf(&a, 2)?))
+    }));
+    for (mask_t, bias) in [
+        (None, 0.0),
+        (Some(DType::F32), 0.0),
+        (Some(DType::F16), 8.0),
+    ] {
+        v.push(case(
+            format!("SOFT_MAX(mask={mask_t:?},max_bias={bias})"),
+            1e-6,
+            move || {
+                let a = t(DType::F32, &[12, 5, 4])?;
+                let mut ins = vec![(a.clone(), Fill::Uniform(-4.0, 4.0))];
+                let m = match mask_t {
+                    Some(mt) => {
+                        let m = t(mt, &[12, 5])?;
+                        ins.push((m.clone(), Fill::Causal(7)));
+                        Some(m)
+                    }
+                    None => None,
+                };
+                Ok((ins, ops::soft_max_ext(&a, m.as_ref(), 0.7, bias)?))
+            },
+        ));
+    }
+    for mode in [RopeMode::Normal, RopeMode::Neox] {
+        for yarn in [false, true] {
+            v.push(case(
+                format!("ROPE(mode={mode:?},yarn={yarn})"),
+                1e-6,
+                move || {
+                    let a = t(DType::F32, &[64, 3, 5])?;
+                    let p = t(DType::I32, &[5])?;
+                    let mut rp = RopeParams::new(64, mode, 10000.0);
+                    if yarn {
+                        rp.freq_scale = 0.25;
+                        rp.ext_factor = 1.0;
+                        rp.n_ctx_orig = 4096;
+                    }
+                    Ok((
+                        vec![(a.clone(), U), (p.clone(), Fill::Index(100))],
+                        ops::rope(&a, &p, rp)?,
+                    ))
+                },
+            ));
+        }
+    }
+    for kv_t in [DType::F32, DType::F16] {
+        v.push(case(
+            format!("FLASH_ATTN_EXT(kv={kv_t},gqa=3,mask,softcap)"),
+            1e-5,
+            move || {
+                let q = t(DType::F32, &[64, 4, 6])?;
+                let k = t(kv_t, &[64, 10, 2])?;
+                let vv = t(kv_t, &[64, 10, 2])?;
+                let m = t(DType::F16, &[10, 4])?;
+                let out = ops::flash_attn_ext(&q, &k, &vv, Some(&m), 0.125, 0.0, 30.0)?;
+                Ok((vec![(q, U), (k, U), (vv, U), (m, Fill::Causal(6))], out))
+            },
+        ));
+    }
+    v
+}
+
+fn fill_values(t: &Tensor, fill: Fill, rng: &mut Rng) -> Vec<f32> {
+    let n = t.nelements();
+    match fill {
+        Fill::Uniform(lo, hi) => (0..n).map(|_| rng.uniform(lo, hi)).collect(),
+        Fill::Index(m) => (0..n).map(|_| (rng.next_u64() % m as u64) as f32).collect(),
+        Fill::Permutation(m) => {
+            let mut all: Vec<usize> = (0..m).collect();
+            for i in (1..m).rev() {
+                all.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+            }
+            (0..n).map(|i| all[i % m] as f32).collect()
+        }
+        Fill::Causal(off) => {
+            let ne0 = t.ne()[0];
+            (0..n)
+                .map(|i| {
+                    if i % ne0 <= (i / ne0) % t.ne()[1] + off {
+                        0.0
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+/// Builds the case, allocates it for `backend`, fills inputs from `seed`,
+/// computes, and returns every output value (as f32).
+fn compute_on(case: &OpCase, backend: &mut dyn Backend, seed: u64) -> Result<Option<Vec<f32>>> {
+    let (inputs, out) = (case.build)()?;
+    if !backend.supports_op(&out) {
+        return Ok(None);
+    }
+    let g = Graph::build(&[out.clone()]);
+    let all: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
+    let _bufs: Vec<Arc<dyn Buffer>> = alloc_tensors(&all, &backend.default_buffer_type())?;
+    let mut rng = Rng::new(seed);
+    for (t, fill) in &inputs {
+        let vals = fill_values(t, *fill, &mut rng);
+        if t.dtype() == DType::I32 {
+            t.write_i32(&vals.iter().map(|&x| x as i32).collect::<Vec<_>>())?;
+        } else {
+            t.write_f32(&vals)?;
+        }
+    }
+    backend.graph_compute(&g)?;
+    backend.synchronize()?;
+    Ok(Some(out.to_f32_vec()?))
+}
+
+/// Normalized mean squared error between two outputs; infinities that agree count as equal.
+pub fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    let (mut err, mut norm) = (0.0f64, 0.0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        if g == w {
+            norm += if w.is_finite() {
+                (w as f64) * (w as f64)
+            } else {
+                0.0
+            };
+            continue;
+        }
+        let d = g as f64 - w as f64;
+        err += d * d;
+        norm += (w as f64) * (w as f64);
+    }
+    if got.len() != want.len() {
+        return f64::INFINITY;
+    }
+    if norm == 0.0 {
+        err
+    } else {
+        err / norm
+    }
+}
+
+/// Runs one case on `backend` and on a local CPU backend with the same data.
+pub fn run_case(case: &OpCase, backend: &mut dyn Backend, seed: u64) -> Result<Outcome> {
+    let Some(got) = compute_on(case, backend, seed)? else {
+        return Ok(Outcome::Unsupported);
+    };
+    let mut cpu = CpuBackend::new(1);
+    let want = compute_on(case, &mut cpu, seed)?.ok_or_else(|| crate::Error::Unsupported {
+        backend: "CPU".into(),
+        what: format!("conformance case {}", case.name),
+    })?;
+    let e = nmse(&got, &want);
+    let nan = got
+        .iter()
+        .zip(&want)
+        .any(|(g, w)| g.is_nan() && !w.is_nan());
+    Ok(if e <= case.max_nmse && !nan {
+        Outcome::Pass { nmse: e }
+    } else {
+        Outcome::Fail { nmse: e }
+    })
+}
