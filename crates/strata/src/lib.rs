@@ -5,6 +5,7 @@
 //! See the crate's ARCHITECTURE.md for the layer map.
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod backend;
 pub mod cpu;
 pub mod error;
