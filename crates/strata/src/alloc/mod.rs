@@ -27,9 +27,12 @@
 //! [`Strategy::GreedyBySize`] (largest blocks first, each into the smallest
 //! gap among blocks whose lifetimes overlap it). Greedy-by-size is the
 //! default: on SmolLM2-135M-shaped llama graphs it meets the live-set lower
-//! bound (ratio 1.000) in every configuration measured, where best fit is
-//! up to several times above it — see PERFORMANCE.md, "Memory planner",
-//! and `cargo run --release --example plan_report`.
+//! bound (ratio 1.000) in all 12 configurations measured, where best fit is
+//! up to 4.5 % above it (batch 512, n_ctx 512, flash attention off: 101.51
+//! vs 97.12 MiB; n_ctx 8192: 163.38 vs 162.25 MiB; llama.cpp's compute
+//! buffer: 98.25 and 166.38 MiB). Planning is O(blocks²) per buffer, about a
+//! millisecond for those ~1000-node graphs. See PERFORMANCE.md, "Memory
+//! planner", and `cargo run --release --example plan_report`.
 
 mod dynamic;
 mod graph;
