@@ -16,7 +16,11 @@ fn mib(b: usize) -> f64 {
 }
 
 /// llama.cpp's CPU compute buffer (MiB) for n_ubatch 512: (n_ctx, flash on, flash off).
-const LLAMA_CPP: [(usize, f64, f64); 3] = [(512, 98.25, 98.25), (2048, 102.51, 99.38), (8192, 98.25, 166.38)];
+const LLAMA_CPP: [(usize, f64, f64); 3] = [
+    (512, 98.25, 98.25),
+    (2048, 102.51, 99.38),
+    (8192, 98.25, 166.38),
+];
 
 fn main() -> strata::Result<()> {
     let hp = llama::SMOLLM2_135M;
@@ -42,15 +46,24 @@ fn main() -> strata::Result<()> {
                 let planner = Planner::new(&[cpu_buffer_type()])?.with_strategy(s);
                 let t0 = std::time::Instant::now();
                 let plan = planner.plan_n(&g.graph, None, None, &ext)?;
-                eprintln!("{s}: planned {} nodes in {:?}", g.graph.nodes().len(), t0.elapsed());
+                eprintln!(
+                    "{s}: planned {} nodes in {:?}",
+                    g.graph.nodes().len(),
+                    t0.elapsed()
+                );
                 row.push((plan.buffers()[0].peak, plan.buffers()[0].lower_bound));
             }
-            assert_eq!(row[0].1, row[1].1, "the lower bound does not depend on the strategy");
+            assert_eq!(
+                row[0].1, row[1].1,
+                "the lower bound does not depend on the strategy"
+            );
             let lb = row[0].1;
             let reference = LLAMA_CPP
                 .iter()
                 .find(|r| r.0 == n_ctx && n_tokens == 512)
-                .map_or("–".to_string(), |r| format!("{:.2} MiB", if flash { r.1 } else { r.2 }));
+                .map_or("–".to_string(), |r| {
+                    format!("{:.2} MiB", if flash { r.1 } else { r.2 })
+                });
             println!(
                 "| {n_tokens} | {n_ctx} | {} | {} | {:.2} MiB | {:.2} MiB | {:.2} MiB | {:.3} | {:.3} | {reference} |",
                 if flash { "on" } else { "off" },

@@ -51,7 +51,12 @@ fn input(dtype: DType, dims: &[usize], name: &str) -> Tensor {
 
 /// The forward graph for `n_tokens` tokens over a KV cache of `n_ctx` cells
 /// (all of them attended to: llama.cpp's worst case for reserving).
-pub fn build(hp: Hparams, n_tokens: usize, n_ctx: usize, flash: bool) -> strata::Result<LlamaGraph> {
+pub fn build(
+    hp: Hparams,
+    n_tokens: usize,
+    n_ctx: usize,
+    flash: bool,
+) -> strata::Result<LlamaGraph> {
     let mut ext = HashSet::new();
     let mut weight = |dtype: DType, dims: &[usize], name: String| {
         let w = t(dtype, dims, name);

@@ -57,6 +57,9 @@ pub(crate) struct Info {
     n_views: usize,
     /// Responsible for freeing its block (ggml's `allocated`).
     holds: bool,
+    /// Kept to the end like an output: the base of an output view.
+    /// (ggml frees such a base after the view's last consumer.)
+    pinned: bool,
     pub first: usize,
     pub last: usize,
 }
@@ -106,6 +109,7 @@ impl State<'_> {
             n_children: 0,
             n_views: 0,
             holds: false,
+            pinned: false,
             first: self.step,
             last: self.step,
         });
@@ -168,8 +172,8 @@ impl State<'_> {
                     continue; // weights and user-placed tensors are never reused
                 }
                 let pbase = self.base(p);
-                let output =
-                    parent.is_output() || pbase.is_some_and(|b| self.a.infos[b].tensor.is_output());
+                let kept = |i: usize| self.a.infos[i].tensor.is_output() || self.a.infos[i].pinned;
+                let output = kept(p) || pbase.is_some_and(kept);
                 if output || !t.same_layout(parent) {
                     continue;
                 }
@@ -215,12 +219,21 @@ impl State<'_> {
     fn free(&mut self, i: usize) {
         let inf = &mut self.a.infos[i];
         inf.holds = false;
-        if inf.tensor.is_output() {
+        if inf.tensor.is_output() || inf.pinned {
             return;
         }
         if let How::Own(b) | How::InPlace(b, _) = inf.how {
             self.a.blocks[b].end = self.step;
             self.a.events.push(Event::Free(b));
+        }
+    }
+
+    /// An output that is a view keeps its base to the end.
+    fn pin_base_of_output_view(&mut self, i: usize) {
+        if self.a.infos[i].tensor.is_output() {
+            if let Some(b) = self.base(i) {
+                self.a.infos[b].pinned = true;
+            }
         }
     }
 
@@ -249,6 +262,7 @@ pub(crate) fn analyze(graph: &Graph, rules: &Rules<'_>) -> Analysis {
     for (i, leaf) in graph.leafs().iter().enumerate() {
         let li = s.info(leaf, || Locator::Leaf(i));
         s.allocate(li, rules.leaf_arena[i]);
+        s.pin_base_of_output_view(li);
     }
     // Register every tensor with the place it is first found at.
     for (i, node) in graph.nodes().iter().enumerate() {
@@ -267,6 +281,7 @@ pub(crate) fn analyze(graph: &Graph, rules: &Rules<'_>) -> Analysis {
                 s.a.infos[b].n_views += 1;
             }
         }
+        s.pin_base_of_output_view(ni);
         if node.is_input() {
             s.allocate(ni, rules.node_arena[i]);
         }
@@ -313,7 +328,7 @@ pub(crate) fn analyze(graph: &Graph, rules: &Rules<'_>) -> Analysis {
         }
     }
     for inf in &mut s.a.infos {
-        if inf.tensor.is_output() || inf.holds {
+        if inf.tensor.is_output() || inf.pinned || inf.holds {
             inf.last = last;
         }
     }

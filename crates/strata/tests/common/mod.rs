@@ -90,8 +90,16 @@ pub fn nmse(got: &[f32], want: &[f64]) -> f64 {
 /// and that no value is NaN where the reference is not.
 pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        assert!(!(g.is_nan() && !w.is_nan()), "{what}: NaN at {i} (want {w})");
+        assert!(
+            !(g.is_nan() && !w.is_nan()),
+            "{what}: NaN at {i} (want {w})"
+        );
     }
     let e = nmse(got, want);
-    assert!(e <= tol, "{what}: nmse {e:e} > {tol:e}\n got[..8] {:?}\nwant[..8] {:?}", &got[..got.len().min(8)], &want[..want.len().min(8)]);
+    assert!(
+        e <= tol,
+        "{what}: nmse {e:e} > {tol:e}\n got[..8] {:?}\nwant[..8] {:?}",
+        &got[..got.len().min(8)],
+        &want[..want.len().min(8)]
+    );
 }
