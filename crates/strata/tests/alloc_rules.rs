@@ -464,3 +464,30 @@ fn an_output_view_keeps_its_base() {
         assert_eq!(x.to_f32_vec().unwrap()[0], 1.0);
     }
 }
+
+#[test]
+fn a_graph_view_whose_views_reach_outside_plans_their_base() {
+    // node 1 views node 0's result; the sub-graph of nodes 1.. does not
+    // contain node 0, so the planner places it (sources outside are the
+    // caller's business, but they get memory and nothing panics)
+    let a = input("a", &[16]);
+    let x = ops::add(&a, &a).unwrap().with_name("x");
+    let v = ops::view_1d(&x, 8, 0).unwrap().with_name("v");
+    let y = ops::sqr(&v).unwrap().with_name("y");
+    let g = Graph::build(&[y.clone()]);
+    let sub = g.view(1, 3);
+    for s in BOTH {
+        let mut ga = GraphAllocator::new(cpu_buffer_type()).with_strategy(s);
+        let plan = ga.reserve(&sub).unwrap().clone();
+        assert!(matches!(entry(&plan, &x), Placement::Own { .. }), "{plan}");
+        assert_eq!(
+            plan.get(&Locator::Src { node: 0, src: 0 }).unwrap().name,
+            "x"
+        );
+        ga.alloc_graph(&sub).unwrap();
+        assert!(x.is_allocated() && y.is_allocated());
+        assert!(!a.is_allocated());
+        x.clear_storage();
+        y.clear_storage();
+    }
+}

@@ -4,6 +4,7 @@
 //! and the high-water mark is the buffer size a plan needs.
 
 use crate::backend::align_up;
+use crate::{Error, Result};
 
 /// A free range of a virtual buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,14 +24,15 @@ pub struct FreeBlock {
 /// ```
 /// use strata::alloc::DynAllocator;
 /// let mut d = DynAllocator::new(32);
-/// let a = d.alloc(4);   // 0
-/// let b = d.alloc(40);  // 32 (sizes are rounded up to 32)
-/// let c = d.alloc(4);   // 96
-/// d.free(a, 4);
-/// d.free(c, 4);         // merges with the tail
-/// assert_eq!(d.alloc(10), 0); // best fit: the hole at 0
+/// let a = d.alloc(4).unwrap();   // 0
+/// let b = d.alloc(40).unwrap();  // 32 (sizes are rounded up to 32)
+/// let c = d.alloc(4).unwrap();   // 96
+/// d.free(a, 4).unwrap();
+/// d.free(c, 4).unwrap();         // merges with the tail
+/// assert_eq!(d.alloc(10).unwrap(), 0); // best fit: the hole at 0
 /// assert_eq!((a, b, c), (0, 32, 96));
 /// assert_eq!(d.max_size(), 128);
+/// assert!(d.free(c, 4).is_err()); // a double free is an error
 /// ```
 #[derive(Clone, Debug)]
 pub struct DynAllocator {
@@ -77,9 +79,18 @@ impl DynAllocator {
     }
 
     /// Allocates `size` bytes (rounded up to the alignment); returns the offset.
-    pub fn alloc(&mut self, size: usize) -> usize {
-        let size = align_up(size, self.alignment);
+    /// A size beyond the virtual buffer (`usize::MAX / 2` in all) is an error.
+    pub fn alloc(&mut self, size: usize) -> Result<usize> {
         let last = self.free.len() - 1;
+        let tail = self.free[last].size;
+        let size = align_up(size.min(TAIL + 1), self.alignment);
+        if size > tail {
+            return Err(Error::OutOfMemory {
+                buffer_type: "dynamic allocator".into(),
+                requested: size,
+                msg: format!("only {tail} bytes of address space are left"),
+            });
+        }
         // Best fit among the bounded blocks; the tail only when none fits.
         let best = self.free[..last]
             .iter()
@@ -88,7 +99,6 @@ impl DynAllocator {
             .min_by_key(|(_, b)| b.size)
             .map_or(last, |(i, _)| i);
         let block = &mut self.free[best];
-        assert!(block.size >= size, "dynamic allocator tail exhausted");
         let offset = block.offset;
         block.offset += size;
         block.size -= size;
@@ -96,22 +106,35 @@ impl DynAllocator {
             self.free.remove(best);
         }
         self.max_size = self.max_size.max(offset + size);
-        offset
+        Ok(offset)
     }
 
-    /// Returns `size` bytes at `offset` (as given to / returned by [`DynAllocator::alloc`]).
-    pub fn free(&mut self, offset: usize, size: usize) {
-        let size = align_up(size, self.alignment);
+    /// Returns `size` bytes at `offset` (as given to / returned by
+    /// [`DynAllocator::alloc`]). Freeing bytes that are already free is an
+    /// error and changes nothing.
+    pub fn free(&mut self, offset: usize, size: usize) -> Result<()> {
+        let size = align_up(size.min(TAIL), self.alignment);
         if size == 0 {
-            return;
+            return Ok(());
         }
         // First block starting after the freed range.
         let i = self.free.partition_point(|b| b.offset < offset);
+        let end = offset.saturating_add(size);
+        let overlaps_prev = i > 0 && {
+            let p = self.free[i - 1];
+            p.offset + p.size > offset
+        };
+        let overlaps_next = i < self.free.len() && self.free[i].offset < end;
+        if overlaps_prev || overlaps_next || offset % self.alignment != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "dynamic allocator: {offset}..{end} was not allocated (double free or wrong range)"
+            )));
+        }
         let merge_prev = i > 0 && {
             let p = self.free[i - 1];
             p.offset + p.size == offset
         };
-        let merge_next = i < self.free.len() && offset + size == self.free[i].offset;
+        let merge_next = i < self.free.len() && end == self.free[i].offset;
         match (merge_prev, merge_next) {
             (true, true) => {
                 let next = self.free.remove(i);
@@ -124,6 +147,7 @@ impl DynAllocator {
             }
             (false, false) => self.free.insert(i, FreeBlock { offset, size }),
         }
+        Ok(())
     }
 }
 
@@ -134,27 +158,27 @@ mod tests {
     #[test]
     fn best_fit_prefers_the_smallest_hole() {
         let mut d = DynAllocator::new(16);
-        let a = d.alloc(64);
-        let _x = d.alloc(16);
-        let b = d.alloc(32);
-        let _y = d.alloc(16);
-        d.free(a, 64);
-        d.free(b, 32);
+        let a = d.alloc(64).unwrap();
+        let _x = d.alloc(16).unwrap();
+        let b = d.alloc(32).unwrap();
+        let _y = d.alloc(16).unwrap();
+        d.free(a, 64).unwrap();
+        d.free(b, 32).unwrap();
         // holes: 64 at 0, 32 at 80; a 20-byte request takes the 32-byte hole
-        assert_eq!(d.alloc(20), b);
-        assert_eq!(d.alloc(48), a);
+        assert_eq!(d.alloc(20).unwrap(), b);
+        assert_eq!(d.alloc(48).unwrap(), a);
         assert_eq!(d.max_size(), 128);
     }
 
     #[test]
     fn free_merges_with_both_neighbours_and_the_tail() {
         let mut d = DynAllocator::new(8);
-        let offs: Vec<usize> = (0..4).map(|_| d.alloc(8)).collect();
+        let offs: Vec<usize> = (0..4).map(|_| d.alloc(8).unwrap()).collect();
         assert_eq!(offs, [0, 8, 16, 24]);
-        d.free(0, 8);
-        d.free(16, 8);
+        d.free(0, 8).unwrap();
+        d.free(16, 8).unwrap();
         assert_eq!(d.free_blocks().len(), 3);
-        d.free(8, 8); // joins 0..8 and 16..24
+        d.free(8, 8).unwrap(); // joins 0..8 and 16..24
         assert_eq!(
             d.free_blocks()[0],
             FreeBlock {
@@ -162,7 +186,7 @@ mod tests {
                 size: 24
             }
         );
-        d.free(24, 8); // joins everything with the tail
+        d.free(24, 8).unwrap(); // joins everything with the tail
         assert_eq!(d.free_blocks().len(), 1);
         assert_eq!(d.free_blocks()[0].offset, 0);
         assert_eq!(d.max_size(), 32);
@@ -171,9 +195,9 @@ mod tests {
     #[test]
     fn alignment_rounds_sizes() {
         let mut d = DynAllocator::new(32);
-        assert_eq!(d.alloc(1), 0);
-        assert_eq!(d.alloc(33), 32);
-        assert_eq!(d.alloc(0), 96);
+        assert_eq!(d.alloc(1).unwrap(), 0);
+        assert_eq!(d.alloc(33).unwrap(), 32);
+        assert_eq!(d.alloc(0).unwrap(), 96);
         assert_eq!(d.max_size(), 96);
     }
 
@@ -181,15 +205,20 @@ mod tests {
     fn no_cap_on_free_blocks() {
         // ggml's dyn allocator has at most 256 free blocks; this one has none.
         let mut d = DynAllocator::new(1);
-        let offs: Vec<usize> = (0..2000).map(|_| d.alloc(1)).collect();
+        let offs: Vec<usize> = (0..2000).map(|_| d.alloc(1).unwrap()).collect();
         for o in offs.iter().step_by(2) {
-            d.free(*o, 1);
+            d.free(*o, 1).unwrap();
         }
         assert_eq!(d.free_blocks().len(), 1001);
         for (i, o) in offs.iter().step_by(2).enumerate() {
             assert_eq!(d.free_blocks()[i].offset, *o);
         }
         assert_eq!(d.max_size(), 2000);
+        // double frees and oversized requests are errors, not corruption
+        assert!(d.free(0, 1).is_err());
+        assert!(d.free(1, 2).is_err());
+        assert!(d.alloc(usize::MAX).is_err());
+        assert_eq!(d.free_blocks().len(), 1001);
         d.reset();
         assert_eq!(d.free_blocks().len(), 1);
         assert_eq!(d.max_size(), 0);

@@ -136,7 +136,7 @@ impl Planner {
             &an.events,
             self.arenas.len(),
             &aligns,
-        );
+        )?;
         let lbs = lower_bounds(&an.blocks, self.arenas.len(), an.n_steps);
         let mut buffers = Vec::with_capacity(self.arenas.len());
         for (a, buft) in self.arenas.iter().enumerate() {

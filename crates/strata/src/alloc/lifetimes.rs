@@ -167,7 +167,10 @@ impl State<'_> {
         let t = self.a.infos[i].tensor.clone();
         if t.op().can_run_in_place() {
             for parent in t.srcs() {
-                let p = self.info(parent, || unreachable!("sources are registered"));
+                // Sources of tensors outside the graph are not registered: skip them.
+                let Some(&p) = self.index.get(&parent.id()) else {
+                    continue;
+                };
                 if !self.owned(p) {
                     continue; // weights and user-placed tensors are never reused
                 }

@@ -4,6 +4,7 @@
 
 use super::dynamic::DynAllocator;
 use super::lifetimes::{Block, Event};
+use crate::Result;
 
 /// How the planner chooses offsets once lifetimes are known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -43,10 +44,11 @@ pub(crate) fn assign(
     events: &[Event],
     n_arenas: usize,
     alignments: &[usize],
-) -> (Vec<usize>, Vec<usize>) {
+) -> Result<(Vec<usize>, Vec<usize>)> {
     match strategy {
         Strategy::BestFit => best_fit(blocks, events, n_arenas, alignments),
-        Strategy::GreedyBySize => greedy_by_size(blocks, n_arenas),
+        // Offsets saturate: a plan beyond the address space fails the max-size check.
+        Strategy::GreedyBySize => Ok(greedy_by_size(blocks, n_arenas)),
     }
 }
 
@@ -55,18 +57,20 @@ fn best_fit(
     events: &[Event],
     n_arenas: usize,
     alignments: &[usize],
-) -> (Vec<usize>, Vec<usize>) {
+) -> Result<(Vec<usize>, Vec<usize>)> {
     let mut allocs: Vec<DynAllocator> = (0..n_arenas)
         .map(|a| DynAllocator::new(alignments[a]))
         .collect();
     let mut offsets = vec![0; blocks.len()];
     for e in events {
         match *e {
-            Event::Alloc(b) => offsets[b] = allocs[blocks[b].arena].alloc(blocks[b].size),
-            Event::Free(b) => allocs[blocks[b].arena].free(offsets[b], blocks[b].size),
+            Event::Alloc(b) => offsets[b] = allocs[blocks[b].arena].alloc(blocks[b].size)?,
+            Event::Free(b) => allocs[blocks[b].arena]
+                .free(offsets[b], blocks[b].size)
+                .expect("the analysis frees each block once, after allocating it"),
         }
     }
-    (offsets, allocs.iter().map(|a| a.max_size()).collect())
+    Ok((offsets, allocs.iter().map(|a| a.max_size()).collect()))
 }
 
 fn greedy_by_size(blocks: &[Block], n_arenas: usize) -> (Vec<usize>, Vec<usize>) {
@@ -97,11 +101,11 @@ fn greedy_by_size(blocks: &[Block], n_arenas: usize) -> (Vec<usize>, Vec<usize>)
                     best = Some((gap, prev_end));
                 }
             }
-            prev_end = prev_end.max(offsets[p] + pb.size);
+            prev_end = prev_end.max(offsets[p].saturating_add(pb.size));
         }
         let off = best.map_or(prev_end, |(_, o)| o);
         offsets[b] = off;
-        sizes[blk.arena] = sizes[blk.arena].max(off + blk.size);
+        sizes[blk.arena] = sizes[blk.arena].max(off.saturating_add(blk.size));
         let list = &mut placed[blk.arena];
         let at = list.partition_point(|&p| offsets[p] <= off);
         list.insert(at, b);
@@ -167,7 +171,7 @@ mod tests {
         // block is freed and the late 96-byte block cannot use its hole.
         let blocks = vec![blk(64, 0, 1), blk(32, 1, 3), blk(96, 2, 3)];
         let ev = events(&blocks, 3);
-        let (_, online) = best_fit(&blocks, &ev, 1, &[32]);
+        let (_, online) = best_fit(&blocks, &ev, 1, &[32]).unwrap();
         let (offs, offline) = greedy_by_size(&blocks, 1);
         let lb = lower_bounds(&blocks, 1, 3);
         assert_eq!(online, [192]);
@@ -201,7 +205,7 @@ mod tests {
         let (offs, sizes) = greedy_by_size(&blocks, 1);
         assert_eq!(offs, [0, 0, 0]);
         assert_eq!(sizes, [64]);
-        let (offs, sizes) = best_fit(&blocks, &events(&blocks, 5), 1, &[64]);
+        let (offs, sizes) = best_fit(&blocks, &events(&blocks, 5), 1, &[64]).unwrap();
         assert_eq!(offs, [0, 0, 0]);
         assert_eq!(sizes, [64]);
     }
