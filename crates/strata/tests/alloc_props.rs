@@ -1,7 +1,9 @@
 //! Property tests of the graph memory planner on random DAGs with random
-//! element-wise ops, views, outputs, pre-placed weights and buffer splits:
+//! element-wise ops, views, outputs, pre-placed weights and nodes, and
+//! buffer splits over two buffer types:
 //! (a) no two tensors needed at the same time overlap in memory, (b) planned
-//! memory computes bit-identical results to one-tensor-per-allocation memory,
+//! memory computes bit-identical results to one-tensor-per-allocation memory
+//! (1 to 3 threads),
 //! (c) every buffer's peak is at least its live-set lower bound, (d) reserving
 //! twice gives the same plan.
 
@@ -125,6 +127,10 @@ fn build(r: &Recipe) -> Case {
             continue;
         }
         let t = t.with_name(format!("t{k}"));
+        if fl & 0x18 == 0x18 && !t.is_view() {
+            // placed by the user: the planner must neither own nor reuse it
+            weights.extend(alloc_tensors(&[t.clone()], &cpu_buffer_type()).unwrap());
+        }
         if fl & 1 != 0 {
             t.set_output();
             outs.push(t.clone());

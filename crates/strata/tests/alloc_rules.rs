@@ -304,13 +304,16 @@ fn chain(n: usize) -> (Tensor, Tensor, Graph) {
 
 #[test]
 fn one_buffer_replans_automatically_and_grows_only_when_needed() {
-    let (_, _, g1) = chain(16);
+    let (_, y1, g1) = chain(16);
     let (a2, y2, g2) = chain(64);
     let mut ga = GraphAllocator::new(cpu_buffer_type());
     ga.reserve(&g1).unwrap();
     let f1 = ga.plan().unwrap().fingerprint();
     let buf1 = ga.buffer(0).unwrap();
     assert_eq!(buf1.size(), 128);
+    ga.alloc_graph(&g1).unwrap();
+    assert!(Arc::ptr_eq(&y1.buffer().unwrap(), &buf1));
+    drop(buf1);
     ga.alloc_graph(&g2).unwrap();
     assert_ne!(ga.plan().unwrap().fingerprint(), f1);
     assert_eq!(ga.buffer_size(0), 512);
@@ -324,6 +327,9 @@ fn one_buffer_replans_automatically_and_grows_only_when_needed() {
     let big = ga.buffer(0).unwrap();
     ga.alloc_graph(&g1).unwrap();
     assert!(Arc::ptr_eq(&big, &ga.buffer(0).unwrap()));
+    // g1's tensors were placed before the buffer grew: still the allocator's
+    // own (not external), so they move into the current buffer
+    assert!(Arc::ptr_eq(&y1.buffer().unwrap(), &big));
     // a rebuilt graph of the same shape has the same fingerprint: no re-plan
     let (_, _, g3) = chain(16);
     let before = ga.plan().unwrap().clone();

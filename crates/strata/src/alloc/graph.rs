@@ -1,8 +1,7 @@
 //! The planner (graph → [`Plan`]) and the graph allocator (ggml's
 //! `ggml_gallocr`): plans, owns one buffer per buffer type, places tensors.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::lifetimes::{analyze, How, Rules};
 use super::plan::{fingerprint, BufferPlan, Placement, Plan, TensorPlan};
@@ -225,13 +224,13 @@ impl Planner {
     }
 }
 
-fn addr(b: &Arc<dyn Buffer>) -> usize {
-    Arc::as_ptr(b) as *const u8 as usize
-}
-
 /// The graph allocator: plans graphs with a [`Planner`], keeps one buffer
 /// per distinct buffer type (usage [`BufferUsage::Compute`]), grows it only
 /// when a plan needs more, and places graph tensors from the plan.
+///
+/// Tensors without storage, or stored in a buffer this allocator made, are
+/// its own; every other tensor (weights, user-placed tensors) is external:
+/// never placed, reused or freed.
 ///
 /// ```
 /// use strata::alloc::GraphAllocator;
@@ -254,8 +253,9 @@ pub struct GraphAllocator {
     planner: Planner,
     buffers: Vec<Option<Arc<dyn Buffer>>>,
     plan: Option<Plan>,
-    /// Tensors this allocator placed, with the buffer they were placed in.
-    placed: HashMap<u64, usize>,
+    /// Every buffer this allocator made that something still holds:
+    /// tensors stored in them are the allocator's own, never external.
+    made: Vec<Weak<dyn Buffer>>,
 }
 
 impl GraphAllocator {
@@ -277,7 +277,7 @@ impl GraphAllocator {
             planner,
             buffers: vec![None; n],
             plan: None,
-            placed: HashMap::new(),
+            made: Vec::new(),
         }
     }
 
@@ -310,10 +310,12 @@ impl GraphAllocator {
     }
 
     fn is_external(&self, t: &Tensor) -> bool {
-        let owner = t.storage_owner();
-        match owner.storage() {
+        match t.storage_owner().storage() {
             None => false,
-            Some(st) => self.placed.get(&owner.id()) != Some(&addr(&st.buffer)),
+            Some(st) => !self
+                .made
+                .iter()
+                .any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(&st.buffer))),
         }
     }
 
@@ -352,6 +354,8 @@ impl GraphAllocator {
                 self.buffers[a] = None;
                 let buf = self.planner.arenas[a].clone().alloc_buffer(bp.peak)?;
                 buf.set_usage(BufferUsage::Compute);
+                self.made.retain(|w| w.strong_count() > 0);
+                self.made.push(Arc::downgrade(&buf));
                 self.buffers[a] = Some(buf);
             }
         }
@@ -488,7 +492,6 @@ impl GraphAllocator {
         for b in self.buffers.iter().flatten() {
             b.reset();
         }
-        let mut placed = HashMap::with_capacity(plan.tensors.len());
         let mut views = Vec::new();
         for tp in &plan.tensors {
             let t = tp
@@ -504,7 +507,6 @@ impl GraphAllocator {
                     let buf = self.buffers[*buffer].clone().expect("checked above");
                     t.set_storage(buf.clone(), *offset)?;
                     buf.init_tensor(&t)?;
-                    placed.insert(t.id(), addr(&buf));
                 }
                 Placement::View { .. } => views.push(t),
                 Placement::External => {}
@@ -515,7 +517,6 @@ impl GraphAllocator {
                 st.buffer.init_tensor(&v)?;
             }
         }
-        self.placed = placed;
         Ok(())
     }
 }
