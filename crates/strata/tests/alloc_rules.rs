@@ -495,5 +495,13 @@ fn a_graph_view_whose_views_reach_outside_plans_their_base() {
         assert!(!a.is_allocated());
         x.clear_storage();
         y.clear_storage();
+        // the view itself outside too: y takes x's memory through it
+        let sub = g.view(2, 3);
+        let plan = GraphAllocator::new(cpu_buffer_type())
+            .with_strategy(s)
+            .reserve(&sub)
+            .unwrap()
+            .clone();
+        assert_eq!(in_place_of(entry(&plan, &y)), Some("v"), "{plan}");
     }
 }

@@ -60,6 +60,8 @@ pub(crate) struct Info {
     /// Kept to the end like an output: the base of an output view.
     /// (ggml frees such a base after the view's last consumer.)
     pinned: bool,
+    /// A view already counted in its base's `n_views`.
+    counted: bool,
     pub first: usize,
     pub last: usize,
 }
@@ -110,6 +112,7 @@ impl State<'_> {
             n_views: 0,
             holds: false,
             pinned: false,
+            counted: false,
             first: self.step,
             last: self.step,
         });
@@ -231,6 +234,17 @@ impl State<'_> {
         }
     }
 
+    /// Counts view `i` once in its base's views.
+    fn count_view(&mut self, i: usize) {
+        if self.a.infos[i].counted {
+            return;
+        }
+        if let Some(b) = self.base(i) {
+            self.a.infos[i].counted = true;
+            self.a.infos[b].n_views += 1;
+        }
+    }
+
     /// An output that is a view keeps its base to the end.
     fn pin_base_of_output_view(&mut self, i: usize) {
         if self.a.infos[i].tensor.is_output() {
@@ -279,10 +293,8 @@ pub(crate) fn analyze(graph: &Graph, rules: &Rules<'_>) -> Analysis {
     // Count children and views; place graph inputs before any node runs.
     for (i, node) in graph.nodes().iter().enumerate() {
         let ni = s.info(node, || unreachable!());
-        if node.is_view() && !node.op().is_none_op() {
-            if let Some(b) = s.base(ni) {
-                s.a.infos[b].n_views += 1;
-            }
+        if !node.op().is_none_op() {
+            s.count_view(ni);
         }
         s.pin_base_of_output_view(ni);
         if node.is_input() {
@@ -292,6 +304,8 @@ pub(crate) fn analyze(graph: &Graph, rules: &Rules<'_>) -> Analysis {
             let Some(src) = src else { continue };
             let si = s.info(src, || Locator::Src { node: i, src: j });
             s.a.infos[si].n_children += 1;
+            // a view from outside the graph (graph views) counts like a node
+            s.count_view(si);
             if src.is_input() {
                 s.allocate(si, rules.node_arena[i]);
             }
@@ -313,7 +327,7 @@ pub(crate) fn analyze(graph: &Graph, rules: &Rules<'_>) -> Analysis {
             if pi.n_children != 0 || pi.n_views != 0 {
                 continue;
             }
-            if let Some(b) = s.base(p) {
+            if let Some(b) = s.base(p).filter(|_| s.a.infos[p].counted) {
                 s.a.infos[b].n_views -= 1;
                 let bi = &s.a.infos[b];
                 if bi.n_views == 0 && bi.n_children == 0 && bi.holds {
