@@ -124,6 +124,28 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    /// A graph no longer fits the memory plan of a graph allocator that
+    /// cannot re-plan by itself (several buffers).
+    #[error("memory plan: tensor '{tensor}' {msg}")]
+    PlanMismatch {
+        /// The first tensor that does not fit the plan.
+        tensor: String,
+        /// What changed and what to do.
+        msg: String,
+    },
+
+    /// A memory plan was replayed on a graph it was not made for.
+    #[error(
+        "stale memory plan: it was made for graph {planned:016x} but this graph is {found:016x}; \
+         call reserve with this graph for a new plan"
+    )]
+    StalePlan {
+        /// Fingerprint the plan was made for.
+        planned: u64,
+        /// Fingerprint of the graph given.
+        found: u64,
+    },
 }
 
 impl Error {

@@ -1,10 +1,12 @@
 //! strata: ggml's execution runtime rebuilt in Rust.
 //!
 //! Tensors and compute graphs, a backend interface (buffer types, buffers,
-//! backends, devices, events, registry) and a multi-threaded CPU backend.
+//! backends, devices, events, registry), the graph memory planner
+//! ([`alloc`]) and a multi-threaded CPU backend.
 //! See the crate's ARCHITECTURE.md for the layer map.
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod backend;
 pub mod conformance;
 pub mod cpu;
