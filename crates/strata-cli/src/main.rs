@@ -1,6 +1,7 @@
 //! `strata`: the command-line tool.
 #![warn(missing_docs)]
 
+mod explain;
 mod inspect;
 mod test_ops;
 
@@ -23,6 +24,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Run the op conformance suite on a device against the local CPU.
     TestOps(test_ops::Args),
+    /// Show how the scheduler places an example graph (text, JSON or DOT).
+    Explain(explain::Args),
 }
 
 fn main() {
@@ -30,6 +33,7 @@ fn main() {
     let result = match cli.command {
         Command::Inspect(a) => inspect::run(a),
         Command::TestOps(a) => test_ops::run(a),
+        Command::Explain(a) => explain::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -15,6 +15,7 @@ pub mod gguf;
 pub mod graph;
 pub mod ops;
 pub mod quant;
+pub mod sched;
 pub mod tensor;
 pub mod testkit;
 

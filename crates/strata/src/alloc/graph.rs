@@ -52,6 +52,11 @@ impl Planner {
         })
     }
 
+    /// Buffer type of each buffer id.
+    pub fn buffer_types(&self) -> &[Arc<dyn BufferType>] {
+        &self.bufts
+    }
+
     /// The same planner with another strategy.
     pub fn with_strategy(mut self, strategy: Strategy) -> Planner {
         self.strategy = strategy;

@@ -1,0 +1,80 @@
+//! `strata explain`: how the scheduler places an example graph, as text,
+//! JSON or Graphviz DOT.
+
+use strata::backend::{alloc_tensors, Backend, BufferUsage};
+use strata::cpu::{cpu_buffer_type, CpuBackend};
+use strata::sched::{SchedConfig, Scheduler};
+use strata::testkit::TestBackend;
+use strata::{ops, DType, Graph, Tensor};
+
+/// Arguments of `strata explain`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Example graph: `seed` (the seeds' mul_mat + 2 adds, C/D unmarked) or
+    /// `seed-weights` (C/D in a WEIGHTS buffer).
+    #[arg(long, default_value = "seed-weights")]
+    pub graph: String,
+    /// Device to pair with the CPU (default: a simulated device, `FAKE0`).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Print Graphviz DOT (splits as clusters).
+    #[arg(long)]
+    pub dot: bool,
+    /// Also print every node with backend, cause and sources.
+    #[arg(long, short)]
+    pub verbose: bool,
+}
+
+/// Prints the report; exit code 0.
+pub fn run(a: Args) -> strata::Result<i32> {
+    let cpu_weights = match a.graph.as_str() {
+        "seed" => false,
+        "seed-weights" => true,
+        g => {
+            return Err(strata::Error::InvalidArgument(format!(
+                "unknown example graph '{g}' (seed, seed-weights)"
+            )))
+        }
+    };
+    let dev: Box<dyn Backend> = match &a.device {
+        Some(name) => crate::test_ops::registry().backend(name)?,
+        None => Box::new(TestBackend::device("FAKE0", |_| true, 1)),
+    };
+    let a_t = Tensor::new(DType::F32, &[2, 4])?.with_name("a");
+    let b_t = Tensor::new(DType::F32, &[2, 3])?.with_name("b");
+    let c = Tensor::new(DType::F32, &[4, 3])?.with_name("c");
+    let d = Tensor::new(DType::F32, &[4, 3])?.with_name("d");
+    let ab = alloc_tensors(&[a_t.clone(), b_t.clone()], &dev.default_buffer_type())?;
+    ab[0].set_usage(BufferUsage::Weights);
+    let cd = alloc_tensors(&[c.clone(), d.clone()], &cpu_buffer_type())?;
+    if cpu_weights {
+        cd[0].set_usage(BufferUsage::Weights);
+    }
+    let mm = ops::mul_mat(&a_t, &b_t)?.with_name("mul_mat_0");
+    let add0 = ops::add(&mm, &c)?.with_name("add_0");
+    let add1 = ops::add(&add0, &d)?.with_name("add_1");
+    add1.set_output();
+    let g = Graph::build(&[add1]);
+    let backends: Vec<Box<dyn Backend>> = vec![dev, Box::new(CpuBackend::new(1))];
+    let mut sched = Scheduler::new(
+        backends,
+        None,
+        SchedConfig {
+            debug: 0,
+            ..SchedConfig::default()
+        },
+    )?;
+    sched.reserve(&g)?;
+    let report = sched.report_for(&g)?;
+    if a.json {
+        println!("{}", report.to_json());
+    } else if a.dot {
+        print!("{}", report.to_dot());
+    } else {
+        print!("{}", report.to_text(a.verbose));
+    }
+    Ok(0)
+}

@@ -1,0 +1,318 @@
+//! The scheduler (ggml's `ggml_backend_sched`): runs one graph across several
+//! backends. It assigns every node to a backend (ggml's five passes, each
+//! decision with its [`Cause`]), cuts the graph into [`Split`]s, copies split
+//! inputs between backends, allocates through the memory planner and runs
+//! the splits.
+//!
+//! Unlike ggml, the caller's graph is never rewritten: placement is a value
+//! ([`Placement`]) computed from the graph, and the per-backend graphs read
+//! copied inputs through [`Graph`] source substitutions.
+//!
+//! ```
+//! use strata::backend::Backend;
+//! use strata::cpu::CpuBackend;
+//! use strata::sched::{SchedConfig, Scheduler};
+//! use strata::{ops, DType, Graph, Tensor};
+//!
+//! let a = Tensor::new(DType::F32, &[4]).unwrap().with_name("a");
+//! a.set_input();
+//! let b = ops::sqr(&a).unwrap().with_name("b");
+//! b.set_output();
+//! let g = Graph::build(&[b.clone()]);
+//! let backends: Vec<Box<dyn Backend>> = vec![Box::new(CpuBackend::new(2))];
+//! let mut sched = Scheduler::new(backends, None, SchedConfig::default()).unwrap();
+//! sched.alloc_graph(&g).unwrap();
+//! a.write_f32(&[1.0, 2.0, 3.0, 4.0]).unwrap();
+//! sched.compute(&g).unwrap();
+//! assert_eq!(b.to_f32_vec().unwrap(), vec![1.0, 4.0, 9.0, 16.0]);
+//! assert_eq!(sched.n_splits(), 1);
+//! ```
+
+mod placement;
+mod report;
+mod run;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub use placement::{Cause, Placement, Split};
+pub use report::{Report, ReportInput, ReportNode, ReportSplit};
+
+use crate::backend::{Backend, BufferType, DeviceType, Event};
+use crate::graph::Graph;
+use crate::tensor::Tensor;
+use crate::{Error, Result};
+
+/// Scheduler settings. Limits are runtime values (ggml has compile-time
+/// constants); exceeding one is an [`Error::Limit`] naming the setting.
+#[derive(Clone, Debug)]
+pub struct SchedConfig {
+    /// Pipeline copies of split inputs (ggml's `parallel` = 4); 1 disables pipelining.
+    pub n_copies: usize,
+    /// Let higher-priority backends take ops whose weights are on the CPU (`offload_op`).
+    pub op_offload: bool,
+    /// Maximum number of backends.
+    pub max_backends: usize,
+    /// Maximum number of splits of one graph.
+    pub max_splits: usize,
+    /// Maximum number of inputs copied into one split (a new split starts beyond it).
+    pub max_split_inputs: usize,
+    /// Debug printing: 0 off, 1 splits, 2 splits and nodes (default: `STRATA_SCHED_DEBUG`).
+    pub debug: u8,
+}
+
+impl Default for SchedConfig {
+    fn default() -> SchedConfig {
+        SchedConfig {
+            n_copies: 1,
+            op_offload: true,
+            max_backends: 16,
+            max_splits: 4096,
+            max_split_inputs: 30,
+            debug: std::env::var("STRATA_SCHED_DEBUG")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// Callback asked for each node: `(tensor, ask)`. With `ask = true` it answers
+/// whether the user wants to see the node; with `ask = false` it is called
+/// after the node was computed (its data readable) and answers whether to go on.
+pub type EvalCallback = Box<dyn FnMut(&Tensor, bool) -> bool + Send>;
+
+/// Runs graphs across backends in priority order (the last one is the CPU fallback).
+pub struct Scheduler {
+    backends: Vec<Box<dyn Backend>>,
+    bufts: Vec<Arc<dyn BufferType>>,
+    config: SchedConfig,
+    user: HashMap<u64, usize>,
+    events: Vec<Vec<Option<Arc<dyn Event>>>>,
+    eval: Option<EvalCallback>,
+    run: run::RunState,
+}
+
+impl Scheduler {
+    /// A scheduler over `backends` (priority order, the CPU last) with
+    /// optional buffer types per backend (default: each backend's own).
+    pub fn new(
+        backends: Vec<Box<dyn Backend>>,
+        bufts: Option<Vec<Arc<dyn BufferType>>>,
+        config: SchedConfig,
+    ) -> Result<Scheduler> {
+        if backends.is_empty() {
+            return Err(Error::InvalidArgument(
+                "the scheduler needs at least one backend (the CPU last)".into(),
+            ));
+        }
+        if backends.len() > config.max_backends {
+            return Err(Error::Limit {
+                what: "backends",
+                value: backends.len(),
+                limit: config.max_backends,
+                knob: "SchedConfig::max_backends",
+            });
+        }
+        if config.n_copies == 0 || config.max_split_inputs == 0 || config.max_splits == 0 {
+            return Err(Error::InvalidArgument(
+                "n_copies, max_splits and max_split_inputs must be at least 1".into(),
+            ));
+        }
+        let last = backends.last().expect("non-empty");
+        if last.device().device_type() != DeviceType::Cpu {
+            return Err(Error::InvalidArgument(format!(
+                "the last backend must be the CPU (the fallback), got '{}'",
+                last.name()
+            )));
+        }
+        let bufts = match bufts {
+            Some(b) if b.len() != backends.len() => {
+                return Err(Error::InvalidArgument(format!(
+                    "{} buffer types for {} backends",
+                    b.len(),
+                    backends.len()
+                )))
+            }
+            Some(b) => b,
+            None => backends.iter().map(|b| b.default_buffer_type()).collect(),
+        };
+        for (b, buft) in backends.iter().zip(&bufts) {
+            if !b.supports_buft(buft) {
+                return Err(Error::Unsupported {
+                    backend: b.name(),
+                    what: format!("buffer type '{}'", buft.name()),
+                });
+            }
+        }
+        let events = backends
+            .iter()
+            .map(|b| {
+                (0..config.n_copies)
+                    .map(|_| {
+                        if config.n_copies > 1 {
+                            b.device().event_new()
+                        } else {
+                            None
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let run = run::RunState::new(&bufts)?;
+        Ok(Scheduler {
+            backends,
+            bufts,
+            config,
+            user: HashMap::new(),
+            events,
+            eval: None,
+            run,
+        })
+    }
+
+    /// The backends, in priority order.
+    pub fn backends(&self) -> &[Box<dyn Backend>] {
+        &self.backends
+    }
+
+    /// Index of the backend called `name`.
+    pub fn backend_index(&self, name: &str) -> Option<usize> {
+        self.backends.iter().position(|b| b.name() == name)
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &SchedConfig {
+        &self.config
+    }
+
+    fn env(&self) -> placement::Env<'_> {
+        placement::Env {
+            own_buffers: self.run.own_buffers(),
+            backends: &self.backends,
+            bufts: &self.bufts,
+            user: &self.user,
+            op_offload: self.config.op_offload,
+            max_split_inputs: self.config.max_split_inputs,
+            max_splits: self.config.max_splits,
+            n_copies: self.config.n_copies,
+        }
+    }
+
+    /// Computes the placement of `graph` without allocating or running anything.
+    pub fn plan(&self, graph: &Graph) -> Result<Placement> {
+        placement::place(graph, &self.env())
+    }
+
+    /// Forces `tensor` onto backend `backend` (ggml_backend_sched_set_tensor_backend);
+    /// kept until [`Scheduler::reset`].
+    pub fn set_tensor_backend(&mut self, tensor: &Tensor, backend: usize) -> Result<()> {
+        if backend >= self.backends.len() {
+            return Err(Error::InvalidArgument(format!(
+                "backend index {backend} out of range 0..{}",
+                self.backends.len()
+            )));
+        }
+        self.user.insert(tensor.id(), backend);
+        self.run.invalidate();
+        Ok(())
+    }
+
+    /// The backend `tensor` was assigned to by the last plan (or by the user).
+    pub fn tensor_backend(&self, tensor: &Tensor) -> Option<usize> {
+        self.run
+            .assigned(tensor)
+            .or_else(|| self.user.get(&tensor.id()).copied())
+    }
+
+    /// Plans `graph` (a worst-case graph) and sizes the compute buffers for it.
+    pub fn reserve(&mut self, graph: &Graph) -> Result<()> {
+        let placement = self.plan(graph)?;
+        self.synchronize()?;
+        self.run
+            .reserve(graph, placement, &self.backends, &self.config)
+    }
+
+    /// Plans `graph` and places all its tensors (re-planning memory when the
+    /// assignment changed or the graph no longer fits).
+    pub fn alloc_graph(&mut self, graph: &Graph) -> Result<()> {
+        let placement = self.plan(graph)?;
+        // re-allocation may move split inputs: let running work finish first
+        self.synchronize()?;
+        self.run
+            .alloc(graph, placement, &self.backends, &self.config)?;
+        if self.config.debug > 0 {
+            eprint!("{}", self.report_for(graph)?.to_text(self.config.debug > 1));
+        }
+        Ok(())
+    }
+
+    /// Computes `graph` (allocating it first when needed) and waits for it.
+    pub fn compute(&mut self, graph: &Graph) -> Result<()> {
+        self.compute_async(graph)?;
+        self.synchronize()
+    }
+
+    /// Computes `graph` without waiting for the last backend's work.
+    pub fn compute_async(&mut self, graph: &Graph) -> Result<()> {
+        if !self.run.is_allocated_for(graph) {
+            self.alloc_graph(graph)?;
+        }
+        self.run
+            .compute(graph, &mut self.backends, &self.events, self.eval.as_mut())
+    }
+
+    /// Waits for every backend.
+    pub fn synchronize(&mut self) -> Result<()> {
+        for b in &mut self.backends {
+            b.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// Forgets user assignments and the current allocation (ggml_backend_sched_reset).
+    pub fn reset(&mut self) {
+        self.user.clear();
+        self.run.invalidate();
+    }
+
+    /// Sets the eval callback (see [`EvalCallback`]).
+    pub fn set_eval_callback(&mut self, cb: Option<EvalCallback>) {
+        self.eval = cb;
+    }
+
+    /// Number of splits of the last planned graph.
+    pub fn n_splits(&self) -> usize {
+        self.run.placement().map_or(0, |p| p.splits.len())
+    }
+
+    /// The splits of the last planned graph.
+    pub fn splits(&self) -> &[Split] {
+        self.run.placement().map_or(&[], |p| &p.splits)
+    }
+
+    /// Pipeline copies.
+    pub fn n_copies(&self) -> usize {
+        self.config.n_copies
+    }
+
+    /// Compute-buffer bytes reserved for backend `backend`.
+    pub fn buffer_size(&self, backend: usize) -> usize {
+        self.run.buffer_size(backend)
+    }
+
+    /// The explain report of the last planned graph.
+    pub fn report_for(&self, graph: &Graph) -> Result<Report> {
+        let placement = match self.run.placement() {
+            Some(p) if self.run.is_planned_for(graph) => p.clone(),
+            _ => self.plan(graph)?,
+        };
+        Ok(Report::new(
+            graph,
+            &placement,
+            &self.backends,
+            &self.bufts,
+            |b| self.buffer_size(b),
+        ))
+    }
+}

@@ -1,0 +1,347 @@
+//! Per-run scheduler state: copies of split inputs, the allocation graph
+//! handed to the memory planner, per-backend split graphs, and the compute
+//! loop with copies and events. Everything here is derived from a
+//! [`Placement`] and rebuilt when the graph or the assignment changes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::placement::{Placement, Split};
+use super::{EvalCallback, SchedConfig};
+use crate::alloc::GraphAllocator;
+use crate::backend::{tensor_copy, Backend, BufferType, Event};
+use crate::graph::{Graph, Slot};
+use crate::ops::{self, Op};
+use crate::tensor::{Flags, Tensor};
+use crate::{Error, Result};
+
+/// Identity of a graph: its node and leaf ids (tensors are unique objects).
+fn graph_key(graph: &Graph) -> Vec<u64> {
+    graph
+        .nodes()
+        .iter()
+        .chain(graph.leafs())
+        .map(Tensor::id)
+        .collect()
+}
+
+fn slot_tensor(graph: &Graph, slot: Slot) -> &Tensor {
+    match slot {
+        Slot::Node(i) => &graph.nodes()[i],
+        Slot::Leaf(i) => &graph.leafs()[i],
+    }
+}
+
+pub(crate) struct RunState {
+    galloc: GraphAllocator,
+    placement: Option<Placement>,
+    key: Vec<u64>,
+    allocated: bool,
+    /// Copies of split inputs: (source id, backend) → one tensor per pipeline copy.
+    copies: HashMap<(u64, usize), Vec<Tensor>>,
+    assigned: HashMap<u64, usize>,
+    prev_ids: Option<(Vec<usize>, Vec<usize>)>,
+    cur_copy: usize,
+}
+
+impl RunState {
+    pub(crate) fn new(bufts: &[Arc<dyn BufferType>]) -> Result<RunState> {
+        Ok(RunState {
+            galloc: GraphAllocator::new_n(bufts)?,
+            placement: None,
+            key: Vec::new(),
+            allocated: false,
+            copies: HashMap::new(),
+            assigned: HashMap::new(),
+            prev_ids: None,
+            cur_copy: 0,
+        })
+    }
+
+    pub(crate) fn invalidate(&mut self) {
+        self.allocated = false;
+        self.placement = None;
+        self.key.clear();
+    }
+
+    pub(crate) fn placement(&self) -> Option<&Placement> {
+        self.placement.as_ref()
+    }
+
+    pub(crate) fn assigned(&self, t: &Tensor) -> Option<usize> {
+        self.assigned.get(&t.id()).copied()
+    }
+
+    pub(crate) fn is_planned_for(&self, graph: &Graph) -> bool {
+        self.placement.is_some() && self.key == graph_key(graph)
+    }
+
+    pub(crate) fn is_allocated_for(&self, graph: &Graph) -> bool {
+        self.allocated && self.is_planned_for(graph)
+    }
+
+    /// The compute buffers allocated so far.
+    pub(crate) fn own_buffers(&self) -> Vec<Arc<dyn crate::backend::Buffer>> {
+        (0..self.galloc.planner().buffer_types().len())
+            .filter_map(|i| self.galloc.buffer(i))
+            .collect()
+    }
+
+    pub(crate) fn buffer_size(&self, backend: usize) -> usize {
+        self.galloc.buffer_size(backend)
+    }
+
+    /// Creates the copies of every split input (and pipeline copies).
+    fn make_copies(
+        &mut self,
+        graph: &Graph,
+        p: &Placement,
+        backends: &[Box<dyn Backend>],
+        n_copies: usize,
+    ) {
+        self.copies.clear();
+        for split in &p.splits {
+            let bname = backends[split.backend].name();
+            for &slot in &split.inputs {
+                let src = slot_tensor(graph, slot);
+                let v: Vec<Tensor> = (0..n_copies)
+                    .map(|c| {
+                        let t = src
+                            .dup_layout()
+                            .with_name(format!("{bname}#{}#{c}", src.name()));
+                        if n_copies > 1 {
+                            // persist across the whole graph: never reused by the planner
+                            t.set_flags(Flags(Flags::INPUT.0 | Flags::OUTPUT.0));
+                        }
+                        t
+                    })
+                    .collect();
+                self.copies.insert((src.id(), split.backend), v);
+            }
+        }
+    }
+
+    /// Substitutions for the nodes of `split` with pipeline copy `copy`.
+    fn overrides(&self, graph: &Graph, split: &Split, copy: usize) -> HashMap<(u64, u64), Tensor> {
+        let mut o = HashMap::new();
+        for node in &graph.nodes()[split.start..split.end] {
+            for src in node.srcs() {
+                if let Some(v) = self.copies.get(&(src.id(), split.backend)) {
+                    o.insert((node.id(), src.id()), v[copy].clone());
+                }
+            }
+        }
+        o
+    }
+
+    /// The graph the memory planner sees (ggml's `sched->graph`): per split,
+    /// a dependency on each input (so it stays alive until copied), the
+    /// input's copy (allocated at the split's start), then the split's nodes
+    /// reading the copies; leafs last. Returns it with per-node and per-leaf
+    /// backend ids.
+    fn alloc_graph(
+        &self,
+        graph: &Graph,
+        p: &Placement,
+        n_copies: usize,
+    ) -> Result<(Graph, Vec<usize>, Vec<usize>)> {
+        let mut nodes = Vec::new();
+        let mut node_ids = Vec::new();
+        let mut leafs = Vec::new();
+        let mut leaf_ids = Vec::new();
+        let mut overrides = HashMap::new();
+        for split in &p.splits {
+            for &slot in &split.inputs {
+                let input = slot_tensor(graph, slot);
+                let dep = ops::make(
+                    Op::View { offset: 0 },
+                    vec![Some(input.clone())],
+                    Some((input.ne(), input.nb())),
+                )?;
+                nodes.push(dep.with_name(format!("{}#dep", input.name())));
+                node_ids.push(p.of(slot).0);
+                if n_copies == 1 {
+                    nodes.push(self.copies[&(input.id(), split.backend)][0].clone());
+                    node_ids.push(split.backend);
+                }
+            }
+            for (i, node) in graph.nodes()[split.start..split.end].iter().enumerate() {
+                nodes.push(node.clone());
+                node_ids.push(p.nodes[split.start + i].0);
+            }
+            overrides.extend(self.overrides(graph, split, self.cur_copy));
+        }
+        if n_copies > 1 {
+            for split in &p.splits {
+                for &slot in &split.inputs {
+                    for c in &self.copies[&(slot_tensor(graph, slot).id(), split.backend)] {
+                        leafs.push(c.clone());
+                        leaf_ids.push(split.backend);
+                    }
+                }
+            }
+        }
+        for (i, leaf) in graph.leafs().iter().enumerate() {
+            leafs.push(leaf.clone());
+            leaf_ids.push(p.leafs[i].0);
+        }
+        Ok((
+            Graph::from_parts(nodes, leafs, overrides),
+            node_ids,
+            leaf_ids,
+        ))
+    }
+
+    fn adopt(&mut self, graph: &Graph, p: Placement) {
+        self.assigned.clear();
+        for (t, (b, _)) in graph
+            .nodes()
+            .iter()
+            .zip(&p.nodes)
+            .chain(graph.leafs().iter().zip(&p.leafs))
+        {
+            self.assigned.insert(t.id(), *b);
+        }
+        self.key = graph_key(graph);
+        self.placement = Some(p);
+    }
+
+    pub(crate) fn reserve(
+        &mut self,
+        graph: &Graph,
+        p: Placement,
+        backends: &[Box<dyn Backend>],
+        config: &SchedConfig,
+    ) -> Result<()> {
+        self.make_copies(graph, &p, backends, config.n_copies);
+        let (ag, node_ids, leaf_ids) = self.alloc_graph(graph, &p, config.n_copies)?;
+        self.galloc.reserve_n(&ag, &node_ids, &leaf_ids)?;
+        self.prev_ids = Some((node_ids, leaf_ids));
+        self.adopt(graph, p);
+        self.allocated = false;
+        Ok(())
+    }
+
+    pub(crate) fn alloc(
+        &mut self,
+        graph: &Graph,
+        p: Placement,
+        backends: &[Box<dyn Backend>],
+        config: &SchedConfig,
+    ) -> Result<()> {
+        self.make_copies(graph, &p, backends, config.n_copies);
+        let (ag, node_ids, leaf_ids) = self.alloc_graph(graph, &p, config.n_copies)?;
+        // ggml's backend_ids_changed: re-plan when any tensor moved to a backend
+        // with another buffer type.
+        let bufts = self.galloc.planner().buffer_types().to_vec();
+        let moved = |prev: &[usize], now: &[usize]| {
+            prev.len() != now.len()
+                || prev.iter().zip(now).any(|(&a, &b)| {
+                    a != b && !crate::backend::same_buffer_type(&bufts[a], &bufts[b])
+                })
+        };
+        let changed = match &self.prev_ids {
+            Some((pn, pl)) => moved(pn, &node_ids) || moved(pl, &leaf_ids),
+            None => true,
+        };
+        if changed || self.galloc.alloc_graph(&ag).is_err() {
+            self.galloc.reserve_n(&ag, &node_ids, &leaf_ids)?;
+            self.galloc.alloc_graph(&ag)?;
+        }
+        self.prev_ids = Some((node_ids, leaf_ids));
+        self.adopt(graph, p);
+        self.allocated = true;
+        Ok(())
+    }
+
+    pub(crate) fn compute(
+        &mut self,
+        graph: &Graph,
+        backends: &mut [Box<dyn Backend>],
+        events: &[Vec<Option<Arc<dyn Event>>>],
+        mut eval: Option<&mut EvalCallback>,
+    ) -> Result<()> {
+        let p = self
+            .placement
+            .clone()
+            .ok_or_else(|| Error::InvalidArgument("compute before alloc_graph".into()))?;
+        let n_copies = events.first().map_or(1, Vec::len).max(1);
+        let copy = self.cur_copy % n_copies;
+        for split in &p.splits {
+            let sb = split.backend;
+            let event = events[sb].get(copy).cloned().flatten();
+            for &slot in &split.inputs {
+                let input = slot_tensor(graph, slot);
+                let (ib, _) = p.of(slot);
+                let cpy = self.copies[&(input.id(), sb)][copy].clone();
+                if input.flags().contains(Flags::INPUT) {
+                    // user inputs are copied at once, so the user may overwrite them afterwards
+                    match &event {
+                        Some(e) => e.synchronize()?,
+                        None => backends[sb].synchronize()?,
+                    }
+                    tensor_copy(input, &cpy)?;
+                } else {
+                    match &event {
+                        Some(e) => backends[sb].event_wait(e)?,
+                        None => backends[sb].synchronize()?,
+                    }
+                    if !backends[sb].cpy_tensor_async(input, &cpy)? {
+                        backends[ib].synchronize()?;
+                        if let Some(e) = &event {
+                            e.synchronize()?;
+                        }
+                        tensor_copy(input, &cpy)?;
+                    }
+                }
+            }
+            let sg = Graph::from_parts(
+                graph.nodes()[split.start..split.end].to_vec(),
+                Vec::new(),
+                self.overrides(graph, split, copy),
+            );
+            match eval.as_deref_mut() {
+                None => backends[sb].graph_compute(&sg)?,
+                Some(cb) => {
+                    if !compute_with_callback(&sg, &mut backends[sb], cb)? {
+                        self.cur_copy = (self.cur_copy + 1) % n_copies;
+                        return Ok(());
+                    }
+                }
+            }
+            if !split.inputs.is_empty() {
+                if let Some(e) = &event {
+                    backends[sb].event_record(e)?;
+                }
+            }
+        }
+        self.cur_copy = (self.cur_copy + 1) % n_copies;
+        Ok(())
+    }
+}
+
+/// Computes `g` in ranges ending at each node the callback wants to see,
+/// showing it those nodes; `Ok(false)` when the callback asked to stop.
+fn compute_with_callback(
+    g: &Graph,
+    backend: &mut Box<dyn Backend>,
+    cb: &mut EvalCallback,
+) -> Result<bool> {
+    let n = g.nodes().len();
+    let mut j0 = 0;
+    while j0 < n {
+        let mut j1 = j0;
+        let mut need = cb(&g.nodes()[j1], true);
+        while !need && j1 + 1 < n {
+            j1 += 1;
+            need = cb(&g.nodes()[j1], true);
+        }
+        backend.graph_compute(&g.view(j0, j1 + 1))?;
+        backend.synchronize()?;
+        if need && !cb(&g.nodes()[j1], false) {
+            return Ok(false);
+        }
+        j0 = j1 + 1;
+    }
+    Ok(true)
+}
