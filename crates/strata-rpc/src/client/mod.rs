@@ -1,0 +1,1 @@
+//! The RPC client (in progress).
