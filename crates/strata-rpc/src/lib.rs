@@ -12,3 +12,6 @@
 pub mod client;
 pub mod proto;
 pub mod server;
+
+pub use client::{ClientOptions, RpcProvider};
+pub use server::{Limits, Server, ServerHandle};

@@ -1,0 +1,394 @@
+//! One client connection: its buffers, backends and cached graphs, and the
+//! command loop. Every request is decoded and validated before anything is
+//! touched; a bad one ends the connection with a logged reason.
+
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use strata::backend::{tensor_copy, tensor_get, tensor_memset, tensor_set, Backend};
+use strata::Graph;
+
+use super::graph::rebuild;
+use super::validate::{lookup, placed, range_in_tensor, tensor_of, Refusal, RemoteBuf};
+use super::{BackendFactory, Limits, ServerStats, State};
+use crate::proto::{
+    decode_request, hello_response, pair_payload, parse_request_header, Command, Request,
+    REQUEST_HEADER_SIZE,
+};
+
+/// How a connection ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// The client closed the connection between messages.
+    Closed,
+    /// The server refused a message (the reason is also logged).
+    Refused(String),
+    /// Reading or writing the stream failed.
+    Io(String),
+}
+
+/// The state of one client connection. Dropping it frees every buffer the
+/// client allocated.
+pub struct Session {
+    state: Arc<State>,
+    buffers: HashMap<u64, RemoteBuf>,
+    backends: Vec<Option<Box<dyn Backend>>>,
+    graphs: Vec<Option<Graph>>,
+    greeted: bool,
+    peer: String,
+}
+
+impl Session {
+    pub(crate) fn new(state: Arc<State>, peer: String) -> Session {
+        let n = state.factory.device_count();
+        state.active.fetch_add(1, Ordering::SeqCst);
+        Session {
+            state,
+            buffers: HashMap::new(),
+            backends: (0..n).map(|_| None).collect(),
+            graphs: (0..n).map(|_| None).collect(),
+            greeted: false,
+            peer,
+        }
+    }
+
+    /// A session not attached to a listening server: for serving a stream
+    /// held in memory (tests, fuzzing).
+    pub fn standalone(factory: Arc<dyn BackendFactory>, limits: Limits) -> Session {
+        Session::new(Arc::new(State::new(factory, limits)), "in-memory".into())
+    }
+
+    /// Counters of the server (or standalone state) this session belongs to.
+    pub fn stats(&self) -> ServerStats {
+        self.state.stats()
+    }
+
+    /// Serves requests from `stream` until the client closes it, a message is
+    /// refused, or I/O fails. Never panics on any input.
+    pub fn serve<S: Read + Write>(&mut self, stream: &mut S) -> SessionEnd {
+        let end = self.serve_inner(stream);
+        match &end {
+            SessionEnd::Refused(r) => {
+                self.state.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(peer = %self.peer, "closing connection: {r}");
+            }
+            SessionEnd::Io(e) => tracing::info!(peer = %self.peer, "connection lost: {e}"),
+            SessionEnd::Closed => tracing::debug!(peer = %self.peer, "client closed connection"),
+        }
+        end
+    }
+
+    fn serve_inner<S: Read + Write>(&mut self, stream: &mut S) -> SessionEnd {
+        loop {
+            let mut head = [0u8; REQUEST_HEADER_SIZE];
+            match read_exact_or_eof(stream, &mut head[..1]) {
+                Ok(false) => return SessionEnd::Closed,
+                Ok(true) => {}
+                Err(e) => return SessionEnd::Io(e.to_string()),
+            }
+            let Some(cmd) = Command::from_u8(head[0]) else {
+                return SessionEnd::Refused(format!("unknown command {}", head[0]));
+            };
+            if !self.greeted && cmd != Command::Hello {
+                return SessionEnd::Refused(format!("expected HELLO first, got {cmd}"));
+            }
+            if self.greeted && cmd == Command::Hello {
+                return SessionEnd::Refused("HELLO after the handshake".into());
+            }
+            if let Err(e) = stream.read_exact(&mut head[1..]) {
+                return SessionEnd::Io(e.to_string());
+            }
+            let (_, size) = parse_request_header(&head);
+            match cmd.request_size() {
+                Some(n) if size != n as u64 => {
+                    return SessionEnd::Refused(format!(
+                        "{cmd}: size {size}, expected {n} (client speaks another protocol version?)"
+                    ))
+                }
+                None if size > self.state.limits.max_message => {
+                    return SessionEnd::Refused(format!(
+                        "{cmd}: message of {size} bytes exceeds the limit of {} bytes",
+                        self.state.limits.max_message
+                    ))
+                }
+                _ => {}
+            }
+            let mut payload = Vec::with_capacity(size as usize);
+            match stream.take(size).read_to_end(&mut payload) {
+                Ok(n) if n as u64 == size => {}
+                Ok(n) => {
+                    return SessionEnd::Io(format!(
+                        "{cmd}: stream ended after {n} of {size} payload bytes"
+                    ))
+                }
+                Err(e) => return SessionEnd::Io(e.to_string()),
+            }
+            let req = match decode_request(cmd as u8, &payload) {
+                Ok(r) => r,
+                Err(e) => return SessionEnd::Refused(e.to_string()),
+            };
+            let reply = match self.handle(req) {
+                Ok(r) => r,
+                Err(e) => return SessionEnd::Refused(format!("{cmd}: {e}")),
+            };
+            if let Some(body) = reply {
+                let res = stream
+                    .write_all(&(body.len() as u64).to_le_bytes())
+                    .and_then(|_| stream.write_all(&body))
+                    .and_then(|_| stream.flush());
+                if let Err(e) = res {
+                    return SessionEnd::Io(e.to_string());
+                }
+            }
+        }
+    }
+
+    fn device(&self, device: u32) -> Result<usize, Refusal> {
+        let n = self.state.factory.device_count();
+        if (device as usize) < n {
+            Ok(device as usize)
+        } else {
+            Err(format!("device {device} does not exist ({n} devices)"))
+        }
+    }
+
+    fn backend(&mut self, device: usize) -> Result<&mut Box<dyn Backend>, Refusal> {
+        if self.backends[device].is_none() {
+            let b = self
+                .state
+                .factory
+                .backend(device)
+                .map_err(|e| format!("cannot start a backend on device {device}: {e}"))?;
+            self.backends[device] = Some(b);
+        }
+        Ok(self.backends[device].as_mut().expect("set above"))
+    }
+
+    fn compute(&mut self, device: usize, graph: &Graph) -> Result<(), Refusal> {
+        self.backend(device)?
+            .graph_compute(graph)
+            .map_err(|e| format!("graph computation failed on device {device}: {e}"))
+    }
+
+    /// Handles one decoded request; `Ok(Some(payload))` for commands with a response.
+    pub fn handle(&mut self, req: Request<'_>) -> Result<Option<Vec<u8>>, Refusal> {
+        let state = self.state.clone();
+        let limits = &state.limits;
+        Ok(match req {
+            Request::Hello { .. } => {
+                self.greeted = true;
+                Some(hello_response().to_vec())
+            }
+            Request::DeviceCount => {
+                Some((state.factory.device_count() as u32).to_le_bytes().to_vec())
+            }
+            Request::AllocBuffer { device, size } => {
+                let d = self.device(device)?;
+                let (handle, size) = self.alloc(d, size);
+                Some(pair_payload(handle, size).to_vec())
+            }
+            Request::GetAlignment { device } => {
+                let d = self.device(device)?;
+                let a = state.factory.device(d).default_buffer_type().alignment();
+                Some((a as u64).to_le_bytes().to_vec())
+            }
+            Request::GetMaxSize { device } => {
+                let d = self.device(device)?;
+                let m = state.factory.device(d).default_buffer_type().max_size() as u64;
+                Some(m.min(limits.max_buffer).to_le_bytes().to_vec())
+            }
+            Request::BufferGetBase { remote_ptr } => {
+                let b = lookup(&self.buffers, remote_ptr, "BUFFER_GET_BASE")?;
+                Some(b.base.to_le_bytes().to_vec())
+            }
+            Request::FreeBuffer { remote_ptr } => {
+                lookup(&self.buffers, remote_ptr, "FREE_BUFFER")?;
+                // Cached graphs may reference the buffer: drop them all.
+                self.graphs.iter_mut().for_each(|g| *g = None);
+                let b = self.buffers.remove(&remote_ptr).expect("looked up");
+                state.release(b.size);
+                None
+            }
+            Request::BufferClear { remote_ptr, value } => {
+                let b = lookup(&self.buffers, remote_ptr, "BUFFER_CLEAR")?;
+                b.buffer.clear(value).map_err(|e| e.to_string())?;
+                None
+            }
+            Request::SetTensor { header, data } => {
+                let t = placed(&self.buffers, &header.tensor)?;
+                range_in_tensor(&t, header.offset, data.len() as u64)?;
+                if header.cache_flag != 0 {
+                    state.cache_store(data);
+                }
+                tensor_set(&t, header.offset as usize, data).map_err(|e| e.to_string())?;
+                None
+            }
+            Request::SetTensorHash {
+                tensor,
+                offset,
+                hash,
+            } => {
+                let Some(bytes) = state.cache_load(hash) else {
+                    return Ok(Some(vec![0]));
+                };
+                let t = placed(&self.buffers, &tensor)?;
+                range_in_tensor(&t, offset, bytes.len() as u64)?;
+                tensor_set(&t, offset as usize, &bytes).map_err(|e| e.to_string())?;
+                Some(vec![1])
+            }
+            Request::GetTensor {
+                tensor,
+                offset,
+                size,
+            } => {
+                let t = placed(&self.buffers, &tensor)?;
+                range_in_tensor(&t, offset, size)?;
+                let mut out = vec![0u8; size as usize];
+                tensor_get(&t, offset as usize, &mut out).map_err(|e| e.to_string())?;
+                Some(out)
+            }
+            Request::CopyTensor { src, dst } => {
+                let s = placed(&self.buffers, &src)?;
+                let d = placed(&self.buffers, &dst)?;
+                if s.dtype() == d.dtype() && s.ne() == d.ne() && s.nbytes() == d.nbytes() {
+                    tensor_copy(&s, &d).map_err(|e| e.to_string())?;
+                    Some(vec![1])
+                } else {
+                    Some(vec![0])
+                }
+            }
+            Request::GraphCompute(msg) => {
+                let d = self.device(msg.device)?;
+                let graph = rebuild(&msg, &self.buffers, limits)?;
+                self.graphs[d] = None;
+                self.compute(d, &graph)?;
+                self.graphs[d] = Some(graph);
+                None
+            }
+            Request::GraphRecompute { device } => {
+                let d = self.device(device)?;
+                let graph = self.graphs[d]
+                    .take()
+                    .ok_or_else(|| format!("no graph to recompute on device {d}"))?;
+                self.compute(d, &graph)?;
+                self.graphs[d] = Some(graph);
+                None
+            }
+            Request::GetDeviceMemory { device } => {
+                let d = self.device(device)?;
+                let (free, total) = match limits.mem {
+                    Some(total) => (
+                        total.saturating_sub(state.used.load(Ordering::SeqCst)),
+                        total,
+                    ),
+                    None => {
+                        let m = state
+                            .factory
+                            .device(d)
+                            .memory()
+                            .map_err(|e| e.to_string())?;
+                        (m.free as u64, m.total as u64)
+                    }
+                };
+                Some(pair_payload(free, total).to_vec())
+            }
+            Request::InitTensor { tensor } => {
+                if tensor.buffer == 0 {
+                    tensor_of(&tensor)?;
+                } else {
+                    let t = placed(&self.buffers, &tensor)?;
+                    let b = t.buffer().expect("placed");
+                    if let Err(e) = b.init_tensor(&t) {
+                        tracing::debug!(peer = %self.peer, "init_tensor: {e}");
+                    }
+                }
+                None
+            }
+            Request::GetAllocSize { device, tensor, .. } => {
+                let d = self.device(device)?;
+                let t = tensor_of(&tensor)?;
+                let buft = match self.buffers.get(&tensor.buffer) {
+                    Some(b) if tensor.buffer != 0 => b.buffer.buffer_type(),
+                    _ => state.factory.device(d).default_buffer_type(),
+                };
+                Some((buft.alloc_size(&t) as u64).to_le_bytes().to_vec())
+            }
+            Request::MemsetTensor {
+                tensor,
+                offset,
+                size,
+                value,
+            } => {
+                let t = placed(&self.buffers, &tensor)?;
+                range_in_tensor(&t, offset, size)?;
+                tensor_memset(&t, offset as usize, size as usize, value)
+                    .map_err(|e| e.to_string())?;
+                None
+            }
+        })
+    }
+
+    /// Allocates a buffer: (handle, size), or (0, 0) when it cannot.
+    fn alloc(&mut self, device: usize, size: u64) -> (u64, u64) {
+        let state = &self.state;
+        if size > state.limits.max_buffer || !state.reserve(size) {
+            tracing::info!(peer = %self.peer, "refusing a buffer of {size} bytes (limit)");
+            return (0, 0);
+        }
+        let buft = state.factory.device(device).default_buffer_type();
+        let base = if size == 0 {
+            Some(0)
+        } else {
+            state.next_base(size, buft.alignment() as u64)
+        };
+        let buffer = match (base, usize::try_from(size)) {
+            (Some(_), Ok(sz)) => buft.alloc_buffer(sz),
+            _ => Err(strata::Error::InvalidArgument(
+                "address space exhausted".into(),
+            )),
+        };
+        match (buffer, base) {
+            (Ok(buffer), Some(base)) => {
+                let handle = state.next_handle.fetch_add(1, Ordering::Relaxed);
+                state.live_buffers.fetch_add(1, Ordering::SeqCst);
+                self.buffers
+                    .insert(handle, RemoteBuf { buffer, base, size });
+                (handle, size)
+            }
+            (res, _) => {
+                state.used.fetch_sub(size, Ordering::SeqCst);
+                if let Err(e) = res {
+                    tracing::info!(peer = %self.peer, "buffer of {size} bytes not allocated: {e}");
+                }
+                (0, 0)
+            }
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.graphs.clear();
+        for (_, b) in self.buffers.drain() {
+            self.state.release(b.size);
+        }
+        self.state.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Reads exactly `buf.len()` bytes; `Ok(false)` on a clean end of stream before the first byte.
+fn read_exact_or_eof<R: Read>(r: &mut R, buf: &mut [u8]) -> std::io::Result<bool> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
