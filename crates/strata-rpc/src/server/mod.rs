@@ -33,7 +33,7 @@ use strata::backend::{Backend, Device};
 use strata::cpu::{cpu_device, CpuBackend};
 use strata::{Error, Result};
 
-pub use session::{Session, SessionEnd};
+pub use session::{Session, SessionEnd, StatsHandle};
 
 use crate::proto::fnv1a;
 

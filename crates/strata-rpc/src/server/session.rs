@@ -29,6 +29,17 @@ pub enum SessionEnd {
     Io(String),
 }
 
+/// Reads the counters of a server or standalone session state.
+#[derive(Clone)]
+pub struct StatsHandle(Arc<State>);
+
+impl StatsHandle {
+    /// Current counters.
+    pub fn get(&self) -> ServerStats {
+        self.0.stats()
+    }
+}
+
 /// The state of one client connection. Dropping it frees every buffer the
 /// client allocated.
 pub struct Session {
@@ -63,6 +74,11 @@ impl Session {
     /// Counters of the server (or standalone state) this session belongs to.
     pub fn stats(&self) -> ServerStats {
         self.state.stats()
+    }
+
+    /// A handle reading the same counters, usable after the session is dropped.
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle(self.state.clone())
     }
 
     /// Serves requests from `stream` until the client closes it, a message is
