@@ -20,6 +20,12 @@ pub struct RpcDevice {
     pub(crate) buft: Arc<RpcBufferType>,
 }
 
+impl std::fmt::Debug for RpcDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RpcDevice({}, index {})", self.name, self.index)
+    }
+}
+
 impl RpcDevice {
     /// The device's index on its server.
     pub fn index(&self) -> u32 {
