@@ -547,3 +547,24 @@ fn copy_memset_clear_and_alloc_size() {
         0
     );
 }
+
+#[test]
+fn large_transfers_cross_chunk_boundaries() {
+    let (addr, _server) = cpu_server(1, Limits::default());
+    let (_p, dev) = device(addr);
+    let n = (9 << 20) / 4 + 3; // > two 4 MiB server chunks, odd size
+    let t = Tensor::new(DType::F32, &[n]).unwrap();
+    let _b = alloc_tensors(std::slice::from_ref(&t), &dev.default_buffer_type()).unwrap();
+    let bytes = Rng::new(11).bytes(n * 4);
+    t.write_bytes(0, &bytes).unwrap();
+    assert_eq!(t.read_bytes().unwrap(), bytes);
+    let mut part = vec![0u8; 5 << 20];
+    strata::backend::tensor_get(&t, 1234, &mut part).unwrap();
+    assert_eq!(part, bytes[1234..1234 + (5 << 20)]);
+    let patch = vec![7u8; (4 << 20) + 9];
+    t.write_bytes(100, &patch).unwrap();
+    let back = t.read_bytes().unwrap();
+    assert_eq!(&back[..100], &bytes[..100]);
+    assert_eq!(&back[100..100 + patch.len()], &patch[..]);
+    assert_eq!(&back[100 + patch.len()..], &bytes[100 + patch.len()..]);
+}

@@ -230,15 +230,14 @@ impl Buffer for RpcBuffer {
     }
     fn read(&self, tensor: &Tensor, offset: usize, out: &mut [u8]) -> Result<()> {
         let (rec, toff) = self.locate(tensor, offset)?;
-        let r = self.conn.call(
+        self.conn.call_into(
             &Request::GetTensor {
                 tensor: rec,
                 offset: toff,
                 size: out.len() as u64,
             },
-            Some(out.len()),
+            out,
         )?;
-        out.copy_from_slice(&r);
         Ok(())
     }
     fn fill(&self, tensor: &Tensor, offset: usize, len: usize, value: u8) -> Result<()> {

@@ -122,6 +122,18 @@ impl Conn {
     /// Sends `req` and, for commands with a response, reads it. `expect` is
     /// the response size for variable responses (GET_TENSOR).
     pub fn call(&self, req: &Request<'_>, expect: Option<usize>) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; expect.unwrap_or(0)];
+        let fixed = self.call_into(req, &mut out)?;
+        Ok(if req.command().response_size() == Some(None) {
+            out
+        } else {
+            fixed
+        })
+    }
+
+    /// Like [`Conn::call`] for a variable-size response read straight into
+    /// `out` (GET_TENSOR), without an intermediate copy.
+    pub fn call_into(&self, req: &Request<'_>, out: &mut [u8]) -> Result<Vec<u8>> {
         let cmd = req.command();
         let mut guard = self.stream.lock().unwrap_or_else(|e| e.into_inner());
         let Some(stream) = guard.as_mut() else {
@@ -129,7 +141,7 @@ impl Conn {
                 "{cmd}: the connection was lost earlier; reconnect (look the device up again)"
             )));
         };
-        let res = exchange(stream, req, expect);
+        let res = exchange(stream, req, out);
         match res {
             Ok(v) => Ok(v),
             Err(msg) => {
@@ -185,7 +197,7 @@ impl From<std::io::Error> for ExchangeError {
 fn exchange(
     stream: &mut TcpStream,
     req: &Request<'_>,
-    expect: Option<usize>,
+    into: &mut [u8],
 ) -> std::result::Result<Vec<u8>, ExchangeError> {
     let (head, tail) = req.encode_parts();
     stream.write_all(&head)?;
@@ -195,7 +207,7 @@ fn exchange(
     let want = match req.command().response_size() {
         None => return Ok(Vec::new()),
         Some(Some(n)) => n,
-        Some(None) => expect.unwrap_or(0),
+        Some(None) => into.len(),
     };
     let mut len = [0u8; 8];
     stream.read_exact(&mut len)?;
@@ -204,6 +216,10 @@ fn exchange(
         return Err(ExchangeError::Protocol(format!(
             "malformed response: {len} bytes announced, {want} expected"
         )));
+    }
+    if req.command().response_size() == Some(None) {
+        stream.read_exact(into)?;
+        return Ok(Vec::new());
     }
     let mut out = vec![0u8; want];
     stream.read_exact(&mut out)?;

@@ -222,6 +222,13 @@ impl State {
         Some(start.div_ceil(a) * a)
     }
 
+    fn cache_enabled(&self) -> bool {
+        self.cache_dir
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
     fn cache_path(&self, hash: u64) -> Option<PathBuf> {
         let dir = self.cache_dir.lock().unwrap_or_else(|e| e.into_inner());
         dir.as_ref().map(|d| d.join(format!("{hash:016x}")))

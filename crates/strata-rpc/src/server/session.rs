@@ -8,14 +8,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use strata::backend::{tensor_copy, tensor_get, tensor_memset, tensor_set, Backend};
-use strata::Graph;
+use strata::{Graph, Tensor};
 
 use super::graph::rebuild;
 use super::validate::{lookup, placed, range_in_tensor, tensor_of, Refusal, RemoteBuf};
 use super::{BackendFactory, Limits, ServerStats, State};
 use crate::proto::{
     decode_request, hello_response, pair_payload, parse_request_header, Command, Request,
-    REQUEST_HEADER_SIZE,
+    REQUEST_HEADER_SIZE, SET_TENSOR_FIXED,
 };
 
 /// How a connection ended.
@@ -27,6 +27,19 @@ pub enum SessionEnd {
     Refused(String),
     /// Reading or writing the stream failed.
     Io(String),
+}
+
+/// Bytes moved per step when streaming tensor data.
+const CHUNK: usize = 4 << 20;
+
+/// What a handled request answers.
+enum Reply {
+    /// No response at all.
+    Nothing,
+    /// A response payload.
+    Bytes(Vec<u8>),
+    /// `size` bytes of a tensor from `offset`, streamed.
+    Read(Tensor, usize, usize),
 }
 
 /// Reads the counters of a server or standalone session state.
@@ -49,6 +62,7 @@ pub struct Session {
     graphs: Vec<Option<Graph>>,
     greeted: bool,
     peer: String,
+    scratch: Vec<u8>,
 }
 
 impl Session {
@@ -62,6 +76,7 @@ impl Session {
             graphs: (0..n).map(|_| None).collect(),
             greeted: false,
             peer,
+            scratch: Vec::new(),
         }
     }
 
@@ -131,6 +146,15 @@ impl Session {
                 }
                 _ => {}
             }
+            if cmd == Command::SetTensor
+                && size >= SET_TENSOR_FIXED as u64
+                && !self.state.cache_enabled()
+            {
+                if let Err(e) = self.stream_set_tensor(stream, size) {
+                    return e;
+                }
+                continue;
+            }
             let mut payload = Vec::with_capacity(size as usize);
             match stream.take(size).read_to_end(&mut payload) {
                 Ok(n) if n as u64 == size => {}
@@ -149,16 +173,68 @@ impl Session {
                 Ok(r) => r,
                 Err(e) => return SessionEnd::Refused(format!("{cmd}: {e}")),
             };
-            if let Some(body) = reply {
-                let res = stream
-                    .write_all(&(body.len() as u64).to_le_bytes())
-                    .and_then(|_| stream.write_all(&body))
-                    .and_then(|_| stream.flush());
-                if let Err(e) = res {
-                    return SessionEnd::Io(e.to_string());
-                }
+            if let Err(e) = self.respond(stream, reply) {
+                return e;
             }
         }
+    }
+
+    /// Writes a response; tensor reads are streamed in chunks.
+    fn respond<S: Write>(&mut self, stream: &mut S, reply: Reply) -> Result<(), SessionEnd> {
+        let io = |e: std::io::Error| SessionEnd::Io(e.to_string());
+        match reply {
+            Reply::Nothing => Ok(()),
+            Reply::Bytes(body) => {
+                stream
+                    .write_all(&(body.len() as u64).to_le_bytes())
+                    .map_err(io)?;
+                stream.write_all(&body).map_err(io)?;
+                stream.flush().map_err(io)
+            }
+            Reply::Read(t, offset, size) => {
+                stream.write_all(&(size as u64).to_le_bytes()).map_err(io)?;
+                let mut done = 0;
+                while done < size {
+                    let n = (size - done).min(CHUNK);
+                    self.scratch.resize(n, 0);
+                    tensor_get(&t, offset + done, &mut self.scratch[..n])
+                        .map_err(|e| SessionEnd::Refused(format!("GET_TENSOR: {e}")))?;
+                    stream.write_all(&self.scratch[..n]).map_err(io)?;
+                    done += n;
+                }
+                stream.flush().map_err(io)
+            }
+        }
+    }
+
+    /// SET_TENSOR without a cache copy: validates the fixed part, then
+    /// streams the data into the tensor in chunks.
+    fn stream_set_tensor<S: Read>(&mut self, stream: &mut S, size: u64) -> Result<(), SessionEnd> {
+        let refuse = |m: String| SessionEnd::Refused(format!("SET_TENSOR: {m}"));
+        let mut fixed = [0u8; SET_TENSOR_FIXED];
+        stream
+            .read_exact(&mut fixed)
+            .map_err(|e| SessionEnd::Io(e.to_string()))?;
+        let Ok(Request::SetTensor { header, .. }) =
+            decode_request(Command::SetTensor as u8, &fixed)
+        else {
+            return Err(refuse("undecodable header".into()));
+        };
+        let len = size - SET_TENSOR_FIXED as u64;
+        let t = placed(&self.buffers, &header.tensor).map_err(refuse)?;
+        range_in_tensor(&t, header.offset, len).map_err(refuse)?;
+        let (offset, len) = (header.offset as usize, len as usize);
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(CHUNK);
+            self.scratch.resize(n, 0);
+            stream
+                .read_exact(&mut self.scratch[..n])
+                .map_err(|e| SessionEnd::Io(e.to_string()))?;
+            tensor_set(&t, offset + done, &self.scratch[..n]).map_err(|e| refuse(e.to_string()))?;
+            done += n;
+        }
+        Ok(())
     }
 
     fn device(&self, device: u32) -> Result<usize, Refusal> {
@@ -188,36 +264,36 @@ impl Session {
             .map_err(|e| format!("graph computation failed on device {device}: {e}"))
     }
 
-    /// Handles one decoded request; `Ok(Some(payload))` for commands with a response.
-    pub fn handle(&mut self, req: Request<'_>) -> Result<Option<Vec<u8>>, Refusal> {
+    /// Handles one decoded request.
+    fn handle(&mut self, req: Request<'_>) -> Result<Reply, Refusal> {
         let state = self.state.clone();
         let limits = &state.limits;
         Ok(match req {
             Request::Hello { .. } => {
                 self.greeted = true;
-                Some(hello_response().to_vec())
+                Reply::Bytes(hello_response().to_vec())
             }
             Request::DeviceCount => {
-                Some((state.factory.device_count() as u32).to_le_bytes().to_vec())
+                Reply::Bytes((state.factory.device_count() as u32).to_le_bytes().to_vec())
             }
             Request::AllocBuffer { device, size } => {
                 let d = self.device(device)?;
                 let (handle, size) = self.alloc(d, size);
-                Some(pair_payload(handle, size).to_vec())
+                Reply::Bytes(pair_payload(handle, size).to_vec())
             }
             Request::GetAlignment { device } => {
                 let d = self.device(device)?;
                 let a = state.factory.device(d).default_buffer_type().alignment();
-                Some((a as u64).to_le_bytes().to_vec())
+                Reply::Bytes((a as u64).to_le_bytes().to_vec())
             }
             Request::GetMaxSize { device } => {
                 let d = self.device(device)?;
                 let m = state.factory.device(d).default_buffer_type().max_size() as u64;
-                Some(m.min(limits.max_buffer).to_le_bytes().to_vec())
+                Reply::Bytes(m.min(limits.max_buffer).to_le_bytes().to_vec())
             }
             Request::BufferGetBase { remote_ptr } => {
                 let b = lookup(&self.buffers, remote_ptr, "BUFFER_GET_BASE")?;
-                Some(b.base.to_le_bytes().to_vec())
+                Reply::Bytes(b.base.to_le_bytes().to_vec())
             }
             Request::FreeBuffer { remote_ptr } => {
                 lookup(&self.buffers, remote_ptr, "FREE_BUFFER")?;
@@ -225,12 +301,12 @@ impl Session {
                 self.graphs.iter_mut().for_each(|g| *g = None);
                 let b = self.buffers.remove(&remote_ptr).expect("looked up");
                 state.release(b.size);
-                None
+                Reply::Nothing
             }
             Request::BufferClear { remote_ptr, value } => {
                 let b = lookup(&self.buffers, remote_ptr, "BUFFER_CLEAR")?;
                 b.buffer.clear(value).map_err(|e| e.to_string())?;
-                None
+                Reply::Nothing
             }
             Request::SetTensor { header, data } => {
                 let t = placed(&self.buffers, &header.tensor)?;
@@ -239,7 +315,7 @@ impl Session {
                     state.cache_store(data);
                 }
                 tensor_set(&t, header.offset as usize, data).map_err(|e| e.to_string())?;
-                None
+                Reply::Nothing
             }
             Request::SetTensorHash {
                 tensor,
@@ -247,12 +323,12 @@ impl Session {
                 hash,
             } => {
                 let Some(bytes) = state.cache_load(hash) else {
-                    return Ok(Some(vec![0]));
+                    return Ok(Reply::Bytes(vec![0]));
                 };
                 let t = placed(&self.buffers, &tensor)?;
                 range_in_tensor(&t, offset, bytes.len() as u64)?;
                 tensor_set(&t, offset as usize, &bytes).map_err(|e| e.to_string())?;
-                Some(vec![1])
+                Reply::Bytes(vec![1])
             }
             Request::GetTensor {
                 tensor,
@@ -261,18 +337,16 @@ impl Session {
             } => {
                 let t = placed(&self.buffers, &tensor)?;
                 range_in_tensor(&t, offset, size)?;
-                let mut out = vec![0u8; size as usize];
-                tensor_get(&t, offset as usize, &mut out).map_err(|e| e.to_string())?;
-                Some(out)
+                Reply::Read(t, offset as usize, size as usize)
             }
             Request::CopyTensor { src, dst } => {
                 let s = placed(&self.buffers, &src)?;
                 let d = placed(&self.buffers, &dst)?;
                 if s.dtype() == d.dtype() && s.ne() == d.ne() && s.nbytes() == d.nbytes() {
                     tensor_copy(&s, &d).map_err(|e| e.to_string())?;
-                    Some(vec![1])
+                    Reply::Bytes(vec![1])
                 } else {
-                    Some(vec![0])
+                    Reply::Bytes(vec![0])
                 }
             }
             Request::GraphCompute(msg) => {
@@ -281,7 +355,7 @@ impl Session {
                 self.graphs[d] = None;
                 self.compute(d, &graph)?;
                 self.graphs[d] = Some(graph);
-                None
+                Reply::Nothing
             }
             Request::GraphRecompute { device } => {
                 let d = self.device(device)?;
@@ -290,7 +364,7 @@ impl Session {
                     .ok_or_else(|| format!("no graph to recompute on device {d}"))?;
                 self.compute(d, &graph)?;
                 self.graphs[d] = Some(graph);
-                None
+                Reply::Nothing
             }
             Request::GetDeviceMemory { device } => {
                 let d = self.device(device)?;
@@ -308,7 +382,7 @@ impl Session {
                         (m.free as u64, m.total as u64)
                     }
                 };
-                Some(pair_payload(free, total).to_vec())
+                Reply::Bytes(pair_payload(free, total).to_vec())
             }
             Request::InitTensor { tensor } => {
                 if tensor.buffer == 0 {
@@ -320,7 +394,7 @@ impl Session {
                         tracing::debug!(peer = %self.peer, "init_tensor: {e}");
                     }
                 }
-                None
+                Reply::Nothing
             }
             Request::GetAllocSize { device, tensor, .. } => {
                 let d = self.device(device)?;
@@ -329,7 +403,7 @@ impl Session {
                     Some(b) if tensor.buffer != 0 => b.buffer.buffer_type(),
                     _ => state.factory.device(d).default_buffer_type(),
                 };
-                Some((buft.alloc_size(&t) as u64).to_le_bytes().to_vec())
+                Reply::Bytes((buft.alloc_size(&t) as u64).to_le_bytes().to_vec())
             }
             Request::MemsetTensor {
                 tensor,
@@ -341,7 +415,7 @@ impl Session {
                 range_in_tensor(&t, offset, size)?;
                 tensor_memset(&t, offset as usize, size as usize, value)
                     .map_err(|e| e.to_string())?;
-                None
+                Reply::Nothing
             }
         })
     }
