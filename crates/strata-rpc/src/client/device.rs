@@ -168,7 +168,7 @@ impl Backend for RpcBackend {
         msg.encode_into(&mut bytes);
         let epoch = self.conn.free_epoch.load(Ordering::SeqCst);
         let device = self.device.index;
-        let same = {
+        let same = self.conn.opts.recompute && {
             let last = self
                 .conn
                 .last_graph

@@ -34,6 +34,9 @@ pub struct ClientOptions {
     /// Uploads to WEIGHTS buffers larger than this try the server's cache
     /// first (SET_TENSOR_HASH).
     pub hash_threshold: usize,
+    /// Re-run a graph identical to the last one sent with GRAPH_RECOMPUTE
+    /// instead of sending it again.
+    pub recompute: bool,
 }
 
 impl Default for ClientOptions {
@@ -42,6 +45,7 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(5),
             timeout: Duration::from_secs(30),
             hash_threshold: crate::proto::HASH_THRESHOLD,
+            recompute: true,
         }
     }
 }

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use strata::backend::Device;
 use strata_rpc::client::RpcDevice;
-use strata_rpc::proto::{Request, RpcTensor, CONN_CAPS_SIZE};
+use strata_rpc::proto::{
+    GraphMsg, Request, RpcTensor, SetTensorHeader, CONN_CAPS_SIZE, FLAG_COMPUTE,
+};
 use strata_rpc::server::{BackendFactory, CpuBackendFactory, Limits, Server, ServerHandle};
 use strata_rpc::{ClientOptions, RpcProvider};
 
@@ -157,4 +159,32 @@ pub fn f32_rec(id: u64, handle: u64, data: u64, ne: [u32; 4]) -> RpcTensor {
 /// Keeps `Device` in scope for trait methods in tests.
 pub fn name_of(d: &dyn Device) -> String {
     d.name()
+}
+
+/// A SET_TENSOR request.
+pub fn set(t: RpcTensor, offset: u64, data: &[u8]) -> Request<'_> {
+    Request::SetTensor {
+        header: SetTensorHeader {
+            tensor: t,
+            cache_flag: 0,
+            offset,
+        },
+        data,
+    }
+}
+
+/// A graph: leaves a, b (4 floats each) and c = a + b, all in buffer `h`.
+pub fn add_graph(h: u64, base: u64) -> GraphMsg {
+    let a = f32_rec(10, h, base, [4, 1, 1, 1]);
+    let b = f32_rec(20, h, base + 16, [4, 1, 1, 1]);
+    let mut c = f32_rec(30, h, base + 32, [4, 1, 1, 1]);
+    c.op = 2;
+    c.flags = FLAG_COMPUTE;
+    c.src[0] = 10;
+    c.src[1] = 20;
+    GraphMsg {
+        device: 0,
+        nodes: vec![30],
+        tensors: vec![a, b, c],
+    }
 }
