@@ -199,9 +199,13 @@ fn exchange(
     req: &Request<'_>,
     into: &mut [u8],
 ) -> std::result::Result<Vec<u8>, ExchangeError> {
-    let (head, tail) = req.encode_parts();
-    stream.write_all(&head)?;
-    if !tail.is_empty() {
+    let (mut head, tail) = req.encode_parts();
+    if tail.len() <= 64 << 10 {
+        // Small payloads go out in one write (one segment with TCP_NODELAY).
+        head.extend_from_slice(tail);
+        stream.write_all(&head)?;
+    } else {
+        stream.write_all(&head)?;
         stream.write_all(tail)?;
     }
     let want = match req.command().response_size() {

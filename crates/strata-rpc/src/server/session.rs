@@ -185,10 +185,20 @@ impl Session {
         match reply {
             Reply::Nothing => Ok(()),
             Reply::Bytes(body) => {
-                stream
-                    .write_all(&(body.len() as u64).to_le_bytes())
-                    .map_err(io)?;
-                stream.write_all(&body).map_err(io)?;
+                self.scratch.clear();
+                self.scratch
+                    .extend_from_slice(&(body.len() as u64).to_le_bytes());
+                self.scratch.extend_from_slice(&body);
+                stream.write_all(&self.scratch).map_err(io)?;
+                stream.flush().map_err(io)
+            }
+            Reply::Read(t, offset, size) if size <= CHUNK => {
+                // One write for header and data: one segment for small reads.
+                self.scratch.resize(8 + size, 0);
+                self.scratch[..8].copy_from_slice(&(size as u64).to_le_bytes());
+                tensor_get(&t, offset, &mut self.scratch[8..])
+                    .map_err(|e| SessionEnd::Refused(format!("GET_TENSOR: {e}")))?;
+                stream.write_all(&self.scratch).map_err(io)?;
                 stream.flush().map_err(io)
             }
             Reply::Read(t, offset, size) => {
