@@ -264,23 +264,30 @@ fn run_remote(case: &Case, vals: &[Vec<f32>], dev: &Arc<dyn Device>) -> Vec<u8> 
 
 #[test]
 fn every_op_through_rpc_equals_local_cpu_bit_for_bit() {
-    let (addr, server) = cpu_server(2, Limits::default());
-    let mut reg = Registry::with_defaults();
-    reg.register(Arc::new(RpcProvider::new()));
-    let dev = reg.device(&format!("RPC[{addr}]")).unwrap();
-    assert_eq!(dev.name(), format!("RPC[{addr}]"));
-    for (i, case) in CASES.iter().enumerate() {
-        let vals = data(case, 100 + i as u64);
-        let local = run_local(case, &vals);
-        let remote = run_remote(case, &vals, &dev);
-        assert!(!local.is_empty());
-        assert_eq!(local, remote, "op case '{}'", case.name);
+    // Servers computing with 1, 2 and 3 threads all match the local CPU.
+    for nth in 1..=3 {
+        let (addr, server) = cpu_server(nth, Limits::default());
+        let mut reg = Registry::with_defaults();
+        reg.register(Arc::new(RpcProvider::new()));
+        let dev = reg.device(&format!("RPC[{addr}]")).unwrap();
+        assert_eq!(dev.name(), format!("RPC[{addr}]"));
+        for (i, case) in CASES.iter().enumerate() {
+            let vals = data(case, 100 + i as u64);
+            let local = run_local(case, &vals);
+            let remote = run_remote(case, &vals, &dev);
+            assert!(!local.is_empty());
+            assert_eq!(
+                local, remote,
+                "op case '{}', {nth} server threads",
+                case.name
+            );
+        }
+        // Everything was freed as the tests' buffers went away.
+        server
+            .wait_for(Duration::from_secs(5), |s| s.live_buffers == 0)
+            .unwrap();
+        assert_eq!(server.stats().refused_messages, 0);
     }
-    // Everything was freed as the tests' buffers went away.
-    server
-        .wait_for(Duration::from_secs(5), |s| s.live_buffers == 0)
-        .unwrap();
-    assert_eq!(server.stats().refused_messages, 0);
 }
 
 /// A small MLP-like stack: three layers of (mul by weight, add bias, silu),
