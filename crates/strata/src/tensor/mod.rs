@@ -161,7 +161,7 @@ impl Tensor {
     /// ```
     /// use strata::{DType, Tensor};
     /// let t = Tensor::with_layout(DType::F32, [2, 3, 1, 1], [4, 16, 48, 48]).unwrap();
-    /// assert_eq!(t.nbytes(), 4 + 2 * 16);
+    /// assert_eq!(t.nbytes(), 4 + 4 + 2 * 16); // rows 16 bytes apart, 8 used
     /// assert!(Tensor::with_layout(DType::F32, [2, 1, 1, 1], [2, 8, 8, 8]).is_err());
     /// ```
     pub fn with_layout(
