@@ -366,6 +366,29 @@ fn multi_layer_graph_and_recompute() {
     backend.graph_compute(&g).unwrap();
     assert_eq!(backend.graphs_sent(), 2);
     assert_eq!(out.read_bytes().unwrap(), want[2]);
+
+    // With recompute disabled the graph is always sent in full.
+    let opts = ClientOptions {
+        recompute: false,
+        ..ClientOptions::default()
+    };
+    let (_p2, dev2) = device_opts(addr, opts);
+    let (w, b, x) = mk();
+    let out = build(&w, &b, &x);
+    let g = Graph::build(std::slice::from_ref(&out));
+    let all: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
+    let _bufs2 = alloc_tensors(&all, &dev2.default_buffer_type()).unwrap();
+    for l in 0..3 {
+        w[l].write_f32(&wv[l]).unwrap();
+        b[l].write_f32(&bv[l]).unwrap();
+    }
+    let mut backend = dev2.rpc_backend();
+    for (i, xv) in xs.iter().enumerate() {
+        x.write_f32(xv).unwrap();
+        backend.graph_compute(&g).unwrap();
+        assert_eq!(out.read_bytes().unwrap(), want[i], "input {i}");
+    }
+    assert_eq!((backend.graphs_sent(), backend.graphs_recomputed()), (3, 0));
 }
 
 #[test]

@@ -133,11 +133,11 @@ fn server_shut_down_mid_compute() {
 #[test]
 fn stalled_server_times_out() {
     let (addr, _server) = server_with(
-        Arc::new(SlowFactory(Duration::from_secs(5))),
+        Arc::new(SlowFactory(Duration::from_secs(10))),
         Limits::default(),
     );
     let opts = ClientOptions {
-        timeout: Duration::from_millis(300),
+        timeout: Duration::from_secs(1),
         ..ClientOptions::default()
     };
     let (_p, dev) = device_opts(addr, opts);
@@ -149,8 +149,9 @@ fn stalled_server_times_out() {
         is_backend_error(&e) && e.to_string().contains("no answer within"),
         "{e}"
     );
+    // gave up after the timeout, long before the 10 s computation ended
     assert!(
-        start.elapsed() < Duration::from_secs(4),
+        start.elapsed() < Duration::from_secs(8),
         "{:?}",
         start.elapsed()
     );
