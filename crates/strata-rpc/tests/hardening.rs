@@ -589,6 +589,12 @@ fn malformed_message_per_command() {
         v.extend([0u8; 16]);
         let _ = r.send_bytes(&v);
     });
+    // a graph message larger than the graph limits allow: refused unread
+    assert_refused(addr, &server, |r, _, _| {
+        let mut v = request_header(Command::GraphCompute, 4 << 30).to_vec();
+        v.extend([0u8; 16]);
+        let _ = r.send_bytes(&v);
+    });
     // anything before HELLO
     let mut raw = Raw::connect_no_hello(addr);
     raw.send(&Request::DeviceCount).unwrap();

@@ -146,16 +146,27 @@ impl Session {
                 }
                 _ => {}
             }
-            if cmd == Command::SetTensor
-                && size >= SET_TENSOR_FIXED as u64
-                && !self.state.cache_enabled()
-            {
+            if cmd == Command::SetTensor && size >= SET_TENSOR_FIXED as u64 {
                 if let Err(e) = self.stream_set_tensor(stream, size) {
                     return e;
                 }
                 continue;
             }
-            let mut payload = Vec::with_capacity(size as usize);
+            // Only GRAPH_COMPUTE (and too-short SET_TENSOR) get here: bound
+            // the message by the graph limits before reserving anything.
+            let limits = &self.state.limits;
+            let graph_max = 12
+                + 8 * limits.max_graph_nodes as u64
+                + crate::proto::RPC_TENSOR_SIZE as u64 * limits.max_graph_tensors as u64;
+            if cmd == Command::GraphCompute && size > graph_max {
+                return SessionEnd::Refused(format!(
+                    "{cmd}: message of {size} bytes exceeds the graph limits ({graph_max} bytes)"
+                ));
+            }
+            let mut payload = Vec::new();
+            if payload.try_reserve_exact(size as usize).is_err() {
+                return SessionEnd::Refused(format!("{cmd}: cannot reserve {size} bytes"));
+            }
             match stream.take(size).read_to_end(&mut payload) {
                 Ok(n) if n as u64 == size => {}
                 Ok(n) => {
@@ -217,8 +228,9 @@ impl Session {
         }
     }
 
-    /// SET_TENSOR without a cache copy: validates the fixed part, then
-    /// streams the data into the tensor in chunks.
+    /// SET_TENSOR: validates the fixed part before reading the data, then
+    /// streams the data into the tensor in chunks (or, for an upload the
+    /// client wants cached, reads it whole to hash and store it).
     fn stream_set_tensor<S: Read>(&mut self, stream: &mut S, size: u64) -> Result<(), SessionEnd> {
         let refuse = |m: String| SessionEnd::Refused(format!("SET_TENSOR: {m}"));
         let mut fixed = [0u8; SET_TENSOR_FIXED];
@@ -234,6 +246,18 @@ impl Session {
         let t = placed(&self.buffers, &header.tensor).map_err(refuse)?;
         range_in_tensor(&t, header.offset, len).map_err(refuse)?;
         let (offset, len) = (header.offset as usize, len as usize);
+        if header.cache_flag != 0 && self.state.cache_enabled() {
+            // len fits the tensor, hence a buffer that exists: reserving it is bounded.
+            let mut data = Vec::new();
+            data.try_reserve_exact(len)
+                .map_err(|_| refuse(format!("cannot reserve {len} bytes")))?;
+            data.resize(len, 0);
+            stream
+                .read_exact(&mut data)
+                .map_err(|e| SessionEnd::Io(e.to_string()))?;
+            self.state.cache_store(&data);
+            return tensor_set(&t, offset, &data).map_err(|e| refuse(e.to_string()));
+        }
         let mut done = 0;
         while done < len {
             let n = (len - done).min(CHUNK);
