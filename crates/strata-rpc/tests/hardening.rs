@@ -345,6 +345,13 @@ fn graph_structure_is_validated() {
         g.tensors[0].ne = [7, 1, 1, 1];
         g.tensors[0].nb = [34, 34, 34, 34];
     });
+    // a RESHAPE whose claimed shape overflows when multiplied out
+    graph_refused(addr, &server, |g, _, _| {
+        g.tensors[2].op = 36;
+        g.tensors[2].src[1] = 0;
+        g.tensors[2].ne = [u32::MAX; 4];
+        g.tensors[2].nb = [4, u32::MAX, u32::MAX, u32::MAX];
+    });
     // more nodes than the limit
     let (addr2, server2) = cpu_server(
         1,

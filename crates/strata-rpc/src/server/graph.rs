@@ -85,6 +85,9 @@ impl<'a> Builder<'a> {
             self.leaf(rec.id, &user)?;
             return Ok(None);
         }
+        // The layout the message claims must itself be sane (bounded element
+        // count, non-overflowing span) before inference computes with it.
+        claimed_layout_ok(rec)?;
         let op = Op::from_ggml(rec.op, &rec.op_params).map_err(|e| format!("{user}: {e}"))?;
         if op == Op::None {
             return Err(format!("{user} has op NONE: leaves are not nodes"));
@@ -161,6 +164,26 @@ impl<'a> Builder<'a> {
         self.remember(rec.id, &t);
         Ok(Some(t))
     }
+}
+
+/// A node's claimed shape and strides, checked for overflow only (view
+/// results may have any stride order, so no contiguity rule applies).
+fn claimed_layout_ok(rec: &RpcTensor) -> Result<(), Refusal> {
+    let mut elems: u64 = 1;
+    let mut span: u64 = 0;
+    for k in 0..4 {
+        let (ne, nb) = (rec.ne[k] as u64, rec.nb[k] as u64);
+        elems = elems
+            .checked_mul(ne)
+            .filter(|&e| e <= (isize::MAX as u64) / 16)
+            .ok_or_else(|| format!("node '{}': shape {:?} is too large", rec.name_str(), rec.ne))?;
+        if ne > 0 {
+            span = span.checked_add((ne - 1) * nb).ok_or_else(|| {
+                format!("node '{}': strides {:?} overflow", rec.name_str(), rec.nb)
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Rebuilds `msg` into a strata graph over this connection's buffers, or

@@ -377,9 +377,18 @@ impl Server {
 
 fn serve_connection(state: Arc<State>, mut stream: TcpStream, peer: String, id: usize) {
     tracing::info!(peer, "client connected");
-    {
+    // Last resort: a bug that panics ends this connection (its buffers are
+    // freed while unwinding), never the server.
+    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut session = Session::new(state.clone(), peer.clone());
         session.serve(&mut stream);
+    }));
+    if served.is_err() {
+        state.refused.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            peer,
+            "internal error while serving this client (a bug: please report)"
+        );
     }
     let _ = stream.flush();
     let _ = stream.shutdown(std::net::Shutdown::Both);

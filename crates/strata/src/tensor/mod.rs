@@ -100,7 +100,9 @@ pub fn contiguous_strides(dtype: DType, ne: [usize; MAX_DIMS]) -> [usize; MAX_DI
     nb[0] = dtype.type_size();
     nb[1] = dtype.row_size(ne[0]);
     for i in 2..MAX_DIMS {
-        nb[i] = nb[i - 1] * ne[i - 1];
+        // Saturates instead of overflowing: shapes built by strata are
+        // bounded, and a saturated stride never matches a described one.
+        nb[i] = nb[i - 1].saturating_mul(ne[i - 1]);
     }
     nb
 }
