@@ -192,26 +192,32 @@ proptest! {
         prop_assert_eq!(live, 0);
     }
 
-    /// Graph records with random field values: refused or computed, never a panic.
+    /// Graph records with several random field values at once (an op
+    /// together with shapes, strides or parameters): refused or computed,
+    /// never a panic.
     #[test]
     fn random_graph_fields_never_panic(
-        field in 0usize..12, value in any::<u64>(), which in 0usize..3, op in 0u32..110,
+        muts in proptest::collection::vec((0usize..12, any::<u64>(), 0usize..3), 1..5),
+        op in 0u32..110,
     ) {
         let mut g = add_graph(H, BASE);
-        let t = &mut g.tensors[which];
-        match field {
-            0 => t.id = value,
-            1 => t.dtype = value as u32 % 50,
-            2 => t.buffer = value,
-            3 => t.ne[(value % 4) as usize] = (value >> 8) as u32,
-            4 => t.nb[(value % 4) as usize] = (value >> 8) as u32,
-            5 => t.op = op,
-            6 => t.op_params[(value % 16) as usize] = (value >> 8) as i32,
-            7 => t.src[(value % 10) as usize] = value >> 60,
-            8 => t.view_src = value % 40,
-            9 => t.view_offs = value,
-            10 => t.data = BASE.wrapping_add(value % 8192).wrapping_sub(4096),
-            _ => t.flags = value as i32,
+        g.tensors[2].op = op;
+        for (field, value, which) in muts {
+            let t = &mut g.tensors[which];
+            match field {
+                0 => t.id = value,
+                1 => t.dtype = value as u32 % 50,
+                2 => t.buffer = value,
+                3 => t.ne[(value % 4) as usize] = (value >> 8) as u32 >> (value % 32),
+                4 => t.nb[(value % 4) as usize] = (value >> 8) as u32 >> (value % 32),
+                5 => t.op = (value % 110) as u32,
+                6 => t.op_params[(value % 16) as usize] = (value >> 8) as i32 >> (value % 32),
+                7 => t.src[(value % 10) as usize] = value >> 60,
+                8 => t.view_src = value % 40,
+                9 => t.view_offs = value >> (value % 64),
+                10 => t.data = BASE.wrapping_add(value % 8192).wrapping_sub(4096),
+                _ => t.flags = value as i32,
+            }
         }
         let bytes = [
             Request::Hello { caps: [0; 24] }.encode(),
