@@ -3,6 +3,8 @@
 
 mod explain;
 mod inspect;
+mod log;
+mod rpc_server;
 mod test_ops;
 
 use clap::{Parser, Subcommand};
@@ -26,14 +28,18 @@ enum Command {
     TestOps(test_ops::Args),
     /// Show how the scheduler places an example graph (text, JSON or DOT).
     Explain(explain::Args),
+    /// Serve this machine's CPU to RPC clients (ggml RPC protocol 7.0.0).
+    RpcServer(rpc_server::Args),
 }
 
 fn main() {
     let cli = Cli::parse();
+    log::init();
     let result = match cli.command {
         Command::Inspect(a) => inspect::run(a),
         Command::TestOps(a) => test_ops::run(a),
         Command::Explain(a) => explain::run(a),
+        Command::RpcServer(a) => rpc_server::run(a).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),
