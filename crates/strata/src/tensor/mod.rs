@@ -184,11 +184,11 @@ impl Tensor {
                 ),
             ));
         }
-        if nb[0] != dtype.type_size() {
+        if dtype.is_quantized() && nb[0] != dtype.type_size() {
             return Err(Error::shape(
                 op,
                 format!(
-                    "nb[0] {} must be the type size {}",
+                    "nb[0] {} must be the block size {} (block types keep rows contiguous)",
                     nb[0],
                     dtype.type_size()
                 ),
