@@ -126,3 +126,32 @@ fn bad_options_fail_with_a_message() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--threads"));
 }
+
+/// `strata test-ops --device RPC[...]` against a `strata rpc-server` process,
+/// as the README tells a user to run it: every case passes.
+#[test]
+fn test_ops_against_a_strata_rpc_server() {
+    let (_child, lines) = start(&["--port", "0", "--threads", "2"]);
+    let ep = endpoint(&lines);
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["test-ops", "--device", &format!("RPC[{ep}]")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let summary = text.lines().last().unwrap();
+    assert!(summary.ends_with("0 failed (0 not supported)"), "{summary}");
+    let passed: usize = summary.split_whitespace().next().unwrap().parse().unwrap();
+    assert_eq!(passed, strata::conformance::cases().len());
+    assert!(
+        text.contains("MUL_MAT(type_a=q4_1,m=33,n=5,k=256): OK"),
+        "{text}"
+    );
+    // a device that does not exist is an error naming the known ones
+    let bad = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["test-ops", "--device", "NPU9"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no device named 'NPU9'"));
+}

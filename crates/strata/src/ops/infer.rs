@@ -50,7 +50,11 @@ pub(crate) fn span(dtype: DType, ne: &[usize; 4], nb: &[usize; 4]) -> Option<usi
     }
     // ggml_nbytes: scalar types may have any element stride (permuted views);
     // block types keep their rows contiguous.
-    let (mut bytes, first) = if dtype.block_size() == 1 { (dtype.type_size(), 0) } else { (dtype.row_size(ne[0]), 1) };
+    let (mut bytes, first) = if dtype.block_size() == 1 {
+        (dtype.type_size(), 0)
+    } else {
+        (dtype.row_size(ne[0]), 1)
+    };
     for i in first..4 {
         bytes = bytes.checked_add((ne[i] - 1).checked_mul(nb[i])?)?;
     }

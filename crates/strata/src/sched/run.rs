@@ -315,11 +315,13 @@ impl RunState {
                     }
                 }
             }
-            let sg = Graph::from_parts(
-                graph.nodes()[split.start..split.end].to_vec(),
-                Vec::new(),
-                self.overrides(graph, split, copy),
-            );
+            // View nodes of tensors that live on another backend fall inside the
+            // range but are no-ops there; the backend gets only its own nodes.
+            let nodes: Vec<Tensor> = (split.start..split.end)
+                .filter(|&i| p.nodes[i].0 == sb || !graph.nodes()[i].op().is_view_op())
+                .map(|i| graph.nodes()[i].clone())
+                .collect();
+            let sg = Graph::from_parts(nodes, Vec::new(), self.overrides(graph, split, copy));
             match eval.as_deref_mut() {
                 None => backends[sb].graph_compute(&sg)?,
                 Some(cb) => {

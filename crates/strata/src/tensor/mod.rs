@@ -156,15 +156,20 @@ impl Tensor {
     /// A new leaf tensor with explicit strides (a tensor described by someone
     /// else, e.g. a record received over RPC). It has no storage yet.
     ///
-    /// Checked: `ne[0]` is a multiple of the block size, `nb[0]` is the type
-    /// (block) size, the element count is bounded and the byte span the
-    /// strides describe does not overflow.
+    /// Checked: `ne[0]` is a multiple of the block size, block types keep
+    /// `nb[0]` = the block size (scalar types may have any element stride,
+    /// as ggml's permuted tensors do), the element count is bounded and the
+    /// byte span the strides describe does not overflow.
     ///
     /// ```
     /// use strata::{DType, Tensor};
     /// let t = Tensor::with_layout(DType::F32, [2, 3, 1, 1], [4, 16, 48, 48]).unwrap();
     /// assert_eq!(t.nbytes(), 4 + 4 + 2 * 16); // rows 16 bytes apart, 8 used
-    /// assert!(Tensor::with_layout(DType::F32, [2, 1, 1, 1], [2, 8, 8, 8]).is_err());
+    /// let p = Tensor::with_layout(DType::F32, [3, 2, 1, 1], [8, 4, 24, 24]).unwrap(); // transposed
+    /// assert_eq!(p.nbytes(), 4 + 2 * 8 + 4);
+    /// assert!(Tensor::with_layout(DType::Q8_0, [32, 1, 1, 1], [2, 34, 34, 34]).is_err());
+    /// assert!(Tensor::with_layout(DType::F32, [2, 1, 1, 1], [4, 1 << 62, 0, 0]).is_ok()); // ne1 = 1
+    /// assert!(Tensor::with_layout(DType::F32, [2, 3, 1, 1], [4, usize::MAX / 2, 0, 0]).is_err());
     /// ```
     pub fn with_layout(
         dtype: DType,
