@@ -116,7 +116,19 @@ impl<'a> Builder<'a> {
         let ne = rec.ne.map(|v| v as usize);
         let nb = rec.nb.map(|v| v as usize);
         let layout = matches!(op, Op::View { .. } | Op::Reshape).then_some((ne, nb));
-        let t = ops::make(op, src, layout).map_err(|e| format!("{user}: {e}"))?;
+        // ggml's in-place ops: a view of source 0 with its layout.
+        let in_place = rec.view_src != 0
+            && op.can_run_in_place()
+            && src
+                .first()
+                .and_then(|s| s.as_ref())
+                .is_some_and(|a| a.dtype().ggml_id() == rec.dtype && a.ne() == ne && a.nb() == nb);
+        let t = if in_place {
+            ops::make_inplace(op, src)
+        } else {
+            ops::make(op, src, layout)
+        }
+        .map_err(|e| format!("{user}: {e}"))?;
         t.set_name(&name);
         if t.dtype().ggml_id() != rec.dtype || t.ne() != ne || t.nb() != nb {
             return Err(format!(
