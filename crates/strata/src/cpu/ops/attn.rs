@@ -16,6 +16,7 @@
 
 use half::f16;
 
+use super::softmax::alibi_slope;
 use super::{Ctx, NodePlan, WorkSize};
 use crate::cpu::TView;
 use crate::ops::Op;
@@ -72,21 +73,6 @@ impl Elem for F16 {
     fn get(b: &[u8], i: usize) -> f32 {
         let o = i * 2;
         f16::from_bits(u16::from_le_bytes([b[o], b[o + 1]])).to_f32()
-    }
-}
-
-/// The ALiBi slope of head `h` of `n_head` (1 when `max_bias` is 0).
-pub(crate) fn alibi_slope(max_bias: f32, h: usize, n_head: usize) -> f32 {
-    if max_bias <= 0.0 {
-        return 1.0;
-    }
-    let n_head_log2 = 1usize << (usize::BITS - 1 - n_head.max(1).leading_zeros());
-    let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
-    let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
-    if h < n_head_log2 {
-        m0.powi(h as i32 + 1)
-    } else {
-        m1.powi(2 * (h - n_head_log2) as i32 + 1)
     }
 }
 
