@@ -24,9 +24,10 @@
 //!   the same f16 rounding).
 //! * Quantized dot products compute every block's integer sum exactly (for
 //!   any input bytes); only the f32 accumulation of the per-block terms
-//!   `t_b = d_x d_y Σq_x q_y` (+ `m_x s_y`) is reordered (lanes, then a tree).
-//!   With `u = 2^-24` and `nb` blocks,
-//!   `|simd - scalar| <= (nb + 8) · 2u · Σ_b |t_b|`.
+//!   `t_b = d_x d_y Σq_x q_y` (+ `m_x s_y`) is reordered (partial sums of
+//!   four quant products per lane, lanes, then a tree). With `u = 2^-24` and
+//!   `nb` blocks, `|simd - scalar| <= (nb + 8) · 2u · M` where
+//!   `M = Σ_b (|d_x d_y| Σ_j |q_x,j q_y,j| + |m_x s_y|)`.
 //! * Float dot products accumulate f32 products in f32 lanes (the scalar
 //!   reference sums in f64): `|simd - scalar| <= (n / 16 + 16) · 2u · Σ |x_i y_i|`
 //!   (each lane sums at most `n / 16` products for the 512-bit kernels,

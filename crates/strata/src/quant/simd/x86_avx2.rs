@@ -238,9 +238,12 @@ macro_rules! float_dot {
 float_dot!(dot_f32_imp, 4, |p| _mm256_loadu_ps(p.cast()), |q| q
     .cast::<f32>()
     .read_unaligned());
-float_dot!(dot_f16_imp, 2, |p| _mm256_cvtph_ps(_mm_loadu_si128(p.cast())), |q| {
-    super::f16_to_f32(q.cast::<u16>().read_unaligned())
-});
+float_dot!(
+    dot_f16_imp,
+    2,
+    |p| _mm256_cvtph_ps(_mm_loadu_si128(p.cast())),
+    |q| { super::f16_to_f32(q.cast::<u16>().read_unaligned()) }
+);
 float_dot!(
     dot_bf16_imp,
     2,
@@ -304,7 +307,10 @@ unsafe fn quantize_block_q8(x: *const f32, q: *mut u8) -> (f32, i32) {
     let p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     // SAFETY: the caller guarantees 32 writable bytes at q.
     unsafe { _mm256_storeu_si256(q.cast(), p8) };
-    let s = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    let s = _mm_add_epi32(
+        _mm256_castsi256_si128(sum),
+        _mm256_extracti128_si256(sum, 1),
+    );
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
     (d, _mm_cvtsi128_si32(s))
@@ -338,14 +344,26 @@ macro_rules! quantize_q8 {
     };
 }
 
-quantize_q8!(quantize_q8_0, quantize_q8_0_imp, DType::Q8_0, 2, |y, d, s| {
-    let _ = s;
-    put_f16(y, 0, d)
-});
-quantize_q8!(quantize_q8_1, quantize_q8_1_imp, DType::Q8_1, 4, |y, d, s| {
-    put_f16(y, 0, d);
-    put_f16(y, 2, s as f32 * d)
-});
+quantize_q8!(
+    quantize_q8_0,
+    quantize_q8_0_imp,
+    DType::Q8_0,
+    2,
+    |y, d, s| {
+        let _ = s;
+        put_f16(y, 0, d)
+    }
+);
+quantize_q8!(
+    quantize_q8_1,
+    quantize_q8_1_imp,
+    DType::Q8_1,
+    4,
+    |y, d, s| {
+        put_f16(y, 0, d);
+        put_f16(y, 2, s as f32 * d)
+    }
+);
 
 /// f32 → f16 row, eight at a time with `vcvtps2ph` (round to nearest even,
 /// as the scalar `half` conversion); from the first group of eight holding a

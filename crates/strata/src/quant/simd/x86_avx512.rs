@@ -135,16 +135,54 @@ const Q5_1: usize = DType::Q5_1.type_size();
 const Q8_0: usize = DType::Q8_0.type_size();
 const Q8_1: usize = DType::Q8_1.type_size();
 
-pair_dot!("avx2,fma,f16c,avx512f,avx512bw,avx512vl", dot_q4_0_imp, Q4_0, Q8_0, 8, false,
-    |bx| nibbles(bx.add(2)), |by| _mm256_loadu_si256(by.add(2).cast()), sum2_u8_i8, sum_u8_i8);
-pair_dot!("avx2,fma,f16c,avx512f,avx512bw,avx512vl", dot_q4_1_imp, Q4_1, Q8_1, 0, true,
-    |bx| nibbles(bx.add(4)), |by| _mm256_loadu_si256(by.add(4).cast()), sum2_u8_i8, sum_u8_i8);
-pair_dot!("avx2,fma,f16c,avx512f,avx512bw,avx512vl", dot_q5_0_imp, Q5_0, Q8_0, 16, false,
+pair_dot!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    dot_q4_0_imp,
+    Q4_0,
+    Q8_0,
+    8,
+    false,
+    |bx| nibbles(bx.add(2)),
+    |by| _mm256_loadu_si256(by.add(2).cast()),
+    sum2_u8_i8,
+    sum_u8_i8
+);
+pair_dot!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    dot_q4_1_imp,
+    Q4_1,
+    Q8_1,
+    0,
+    true,
+    |bx| nibbles(bx.add(4)),
+    |by| _mm256_loadu_si256(by.add(4).cast()),
+    sum2_u8_i8,
+    sum_u8_i8
+);
+pair_dot!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    dot_q5_0_imp,
+    Q5_0,
+    Q8_0,
+    16,
+    false,
     |bx| _mm256_or_si256(nibbles(bx.add(6)), high_bits(bx.add(2))),
-    |by| _mm256_loadu_si256(by.add(2).cast()), sum2_u8_i8, sum_u8_i8);
-pair_dot!("avx2,fma,f16c,avx512f,avx512bw,avx512vl", dot_q5_1_imp, Q5_1, Q8_1, 0, true,
+    |by| _mm256_loadu_si256(by.add(2).cast()),
+    sum2_u8_i8,
+    sum_u8_i8
+);
+pair_dot!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    dot_q5_1_imp,
+    Q5_1,
+    Q8_1,
+    0,
+    true,
     |bx| _mm256_or_si256(nibbles(bx.add(8)), high_bits(bx.add(4))),
-    |by| _mm256_loadu_si256(by.add(4).cast()), sum2_u8_i8, sum_u8_i8);
+    |by| _mm256_loadu_si256(by.add(4).cast()),
+    sum2_u8_i8,
+    sum_u8_i8
+);
 
 /// Q8_0 · Q8_0: one block per register, both sides widened to i16 (exact).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
@@ -192,7 +230,11 @@ macro_rules! float_dot {
                 i += 64;
             }
             while i < n {
-                let m: __mmask16 = if n - i >= 16 { !0 } else { (1u16 << (n - i)) - 1 };
+                let m: __mmask16 = if n - i >= 16 {
+                    !0
+                } else {
+                    (1u16 << (n - i)) - 1
+                };
                 // SAFETY: the lanes in m are elements i .. min(i + 16, n).
                 let (px, py) = unsafe { (x.add(i * $es), y.add(i * $es)) };
                 acc[0] = _mm512_fmadd_ps(ld(px, m), ld(py, m), acc[0]);
@@ -205,8 +247,12 @@ macro_rules! float_dot {
 }
 
 float_dot!(dot_f32_imp, 4, |p, m| _mm512_maskz_loadu_ps(m, p.cast()));
-float_dot!(dot_f16_imp, 2, |p, m| _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p.cast())));
-float_dot!(dot_bf16_imp, 2, |p, m| _mm512_castsi512_ps(_mm512_slli_epi32(
-    _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p.cast())),
-    16
-)));
+float_dot!(dot_f16_imp, 2, |p, m| _mm512_cvtph_ps(
+    _mm256_maskz_loadu_epi16(m, p.cast())
+));
+float_dot!(dot_bf16_imp, 2, |p, m| _mm512_castsi512_ps(
+    _mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p.cast())),
+        16
+    )
+));

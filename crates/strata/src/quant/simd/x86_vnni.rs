@@ -65,16 +65,63 @@ const Q5_1: usize = DType::Q5_1.type_size();
 const Q8_0: usize = DType::Q8_0.type_size();
 const Q8_1: usize = DType::Q8_1.type_size();
 
-pair_dot!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", dot_q4_0_imp, Q4_0, Q8_0, 8, false,
-    |bx| nibbles(bx.add(2)), |by| _mm256_loadu_si256(by.add(2).cast()), sum2, sum1);
-pair_dot!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", dot_q4_1_imp, Q4_1, Q8_1, 0, true,
-    |bx| nibbles(bx.add(4)), |by| _mm256_loadu_si256(by.add(4).cast()), sum2, sum1);
-pair_dot!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", dot_q5_0_imp, Q5_0, Q8_0, 16, false,
+pair_dot!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    dot_q4_0_imp,
+    Q4_0,
+    Q8_0,
+    8,
+    false,
+    |bx| nibbles(bx.add(2)),
+    |by| _mm256_loadu_si256(by.add(2).cast()),
+    sum2,
+    sum1
+);
+pair_dot!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    dot_q4_1_imp,
+    Q4_1,
+    Q8_1,
+    0,
+    true,
+    |bx| nibbles(bx.add(4)),
+    |by| _mm256_loadu_si256(by.add(4).cast()),
+    sum2,
+    sum1
+);
+pair_dot!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    dot_q5_0_imp,
+    Q5_0,
+    Q8_0,
+    16,
+    false,
     |bx| _mm256_or_si256(nibbles(bx.add(6)), high_bits(bx.add(2))),
-    |by| _mm256_loadu_si256(by.add(2).cast()), sum2, sum1);
-pair_dot!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", dot_q5_1_imp, Q5_1, Q8_1, 0, true,
+    |by| _mm256_loadu_si256(by.add(2).cast()),
+    sum2,
+    sum1
+);
+pair_dot!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    dot_q5_1_imp,
+    Q5_1,
+    Q8_1,
+    0,
+    true,
     |bx| _mm256_or_si256(nibbles(bx.add(8)), high_bits(bx.add(4))),
-    |by| _mm256_loadu_si256(by.add(4).cast()), sum2, sum1);
-pair_dot!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", dot_q8_0_imp, Q8_0, Q8_0, 128, false,
+    |by| _mm256_loadu_si256(by.add(4).cast()),
+    sum2,
+    sum1
+);
+pair_dot!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    dot_q8_0_imp,
+    Q8_0,
+    Q8_0,
+    128,
+    false,
     |bx| _mm256_xor_si256(_mm256_loadu_si256(bx.add(2).cast()), _mm256_set1_epi8(-128)),
-    |by| _mm256_loadu_si256(by.add(2).cast()), sum2, sum1);
+    |by| _mm256_loadu_si256(by.add(2).cast()),
+    sum2,
+    sum1
+);
