@@ -361,13 +361,31 @@ fn child_reports_active_level() {
 #[test]
 fn strata_isa_env_var_forces_the_level() {
     let exe = std::env::current_exe().unwrap();
+    // Under a cargo target runner (e.g. qemu for aarch64) start the child
+    // through the same runner.
+    let runner: Vec<String> = std::env::vars()
+        .find(|(k, _)| k.starts_with("CARGO_TARGET_") && k.ends_with("_RUNNER"))
+        .map(|(_, v)| v.split_whitespace().map(String::from).collect())
+        .unwrap_or_default();
     let run = |value: &str| -> String {
-        let out = std::process::Command::new(&exe)
+        let mut cmd = match runner.split_first() {
+            Some((prog, args)) => {
+                let mut c = std::process::Command::new(prog);
+                c.args(args).arg(&exe);
+                c
+            }
+            None => std::process::Command::new(&exe),
+        };
+        let out = cmd
             .args(["--exact", "child_reports_active_level", "--nocapture"])
             .env("STRATA_ISA", value)
             .output()
             .unwrap();
-        assert!(out.status.success(), "child failed with STRATA_ISA={value}");
+        assert!(
+            out.status.success(),
+            "child failed with STRATA_ISA={value}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let line = text
             .lines()

@@ -8,14 +8,16 @@
 //! [`vec_dot_type`]`(a)` in the shared work buffer (threads split the rows,
 //! then meet at a barrier); the products are then dot products of a row of
 //! `a` with a converted row of `b` through one function pointer looked up per
-//! op. When `b` already has the dot type with contiguous rows, it is used in
+//! op, at the backend's SIMD level ([`crate::quant::simd`]: the conversion
+//! and the dot products dispatch once per op, never per element). When `b` already has the dot type with contiguous rows, it is used in
 //! place. Output elements are computed in tiles of [`TILE_M`] rows of `a` ×
 //! [`TILE_N`] columns of `b` (the `a` rows stay in cache across the columns);
 //! threads take contiguous ranges of tiles. Every element is one call of the
 //! dot function, so results do not depend on the thread count.
 
 use super::{Ctx, NodePlan, WorkSize};
-use crate::quant::{quantize_row_fn, vec_dot_fn, vec_dot_type};
+use crate::quant::simd::{quantize_row_fn_for, vec_dot_fn_for};
+use crate::quant::{vec_dot_fn, vec_dot_type};
 use crate::tensor::{DType, Tensor};
 
 /// Rows of `a` per tile.
@@ -57,14 +59,15 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     let (a, b, dst) = (node.src(0), node.src(1), &node.dst);
     let k = a.ne[0];
     let vdt = vec_dot_type(a.dtype);
-    let dot = vec_dot_fn(a.dtype).expect("supports() checked the weight type");
+    let dot = vec_dot_fn_for(ctx.isa, a.dtype).expect("supports() checked the weight type");
     let a_row_bytes = a.dtype.row_size(k);
     let b_row_bytes = vdt.row_size(k);
     let n_cols = b.nrows();
     let convert = needs_conversion(node);
 
     if convert {
-        let quantize = quantize_row_fn(vdt).expect("dot types are float or block types");
+        let quantize =
+            quantize_row_fn_for(ctx.isa, vdt).expect("dot types are float or block types");
         let tmp = ctx.scratch_f32(k);
         let base = ctx.shared_ptr();
         for r in ctx.rows(n_cols) {

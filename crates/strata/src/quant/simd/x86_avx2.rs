@@ -242,7 +242,7 @@ float_dot!(
     dot_f16_imp,
     2,
     |p| _mm256_cvtph_ps(_mm_loadu_si128(p.cast())),
-    |q| { super::f16_to_f32(q.cast::<u16>().read_unaligned()) }
+    |q| super::f16_to_f32(q.cast::<u16>().read_unaligned())
 );
 float_dot!(
     dot_bf16_imp,
