@@ -10,7 +10,7 @@
 //! wrappers they return check the row lengths before any raw read.
 
 use super::super::{put_f16, DType, QuantizeRowFn, VecDotFn, QK};
-use super::{dot_blocks, scale_at};
+use super::dot_blocks;
 use std::arch::x86_64::*;
 
 /// Defines a safe `VecDotFn` wrapper around an AVX2-level kernel.
@@ -69,6 +69,22 @@ pub(super) fn hsum_ps(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// `f16(a) · f16(b)` for the f16 scales at `a` and `b` (2 bytes each),
+/// converted by `vcvtph2ps` (exact, like [`super::f16_to_f32`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn scale_product(a: *const u8, b: *const u8) -> f32 {
+    // SAFETY: the caller guarantees two readable bytes at a and at b.
+    let (ha, hb) = unsafe {
+        (
+            a.cast::<u16>().read_unaligned(),
+            b.cast::<u16>().read_unaligned(),
+        )
+    };
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(ha) | (i32::from(hb) << 16)));
+    _mm_cvtss_f32(_mm_mul_ss(v, _mm_movehdup_ps(v)))
 }
 
 /// The 32 nibbles at `p` (16 bytes) as u8 lanes in element order.
@@ -145,11 +161,11 @@ macro_rules! block_dot {
                 // SAFETY: block i of both rows is in bounds (nb checked by the wrapper).
                 let ($bx, $by) = unsafe { (x.add(i * $xb), y.add(i * $yb)) };
                 // SAFETY: as above; the block helpers read inside the blocks.
-                let (sumi, d) = unsafe { ($sum, scale_at($bx) * scale_at($by)) };
+                let (sumi, d) = unsafe { ($sum, scale_product($bx, $by)) };
                 acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
                 if $min {
                     // SAFETY: the `_1` blocks store m / s at byte 2.
-                    mins += unsafe { scale_at($bx.add(2)) * scale_at($by.add(2)) };
+                    mins += unsafe { scale_product($bx.add(2), $by.add(2)) };
                 }
             }
             hsum_ps(acc) + mins

@@ -9,8 +9,8 @@
 //! check the row lengths before any raw read.
 
 use super::super::{DType, VecDotFn};
-use super::x86_avx2::{high_bits, hsum_ps, nibbles, safe_dot, sum_u8_i8};
-use super::{dot_blocks, scale_at};
+use super::dot_blocks;
+use super::x86_avx2::{high_bits, hsum_ps, nibbles, safe_dot, scale_product, sum_u8_i8};
 use std::arch::x86_64::*;
 
 safe_dot!(dot_q4_0, dot_q4_0_imp, DType::Q4_0);
@@ -98,13 +98,12 @@ macro_rules! pair_dot {
                     $off,
                 );
                 // SAFETY: the scales are the first bytes of in-bounds blocks.
-                let d = unsafe { halves(scale_at(x0) * scale_at(y0), scale_at(x1) * scale_at(y1)) };
+                let d = unsafe { halves(scale_product(x0, y0), scale_product(x1, y1)) };
                 acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi), acc);
                 if $min {
                     // SAFETY: the `_1` blocks store m / s at byte 2.
                     mins += unsafe {
-                        scale_at(x0.add(2)) * scale_at(y0.add(2))
-                            + scale_at(x1.add(2)) * scale_at(y1.add(2))
+                        scale_product(x0.add(2), y0.add(2)) + scale_product(x1.add(2), y1.add(2))
                     };
                 }
                 i += 2;
@@ -115,11 +114,11 @@ macro_rules! pair_dot {
                 let (x0, y0) = unsafe { (x.add(i * $xb), y.add(i * $yb)) };
                 let sumi = $sum1(quants(x0), partner(y0), $off);
                 // SAFETY: as above.
-                let d = unsafe { scale_at(x0) * scale_at(y0) };
+                let d = unsafe { scale_product(x0, y0) };
                 sum += hsum_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi)));
                 if $min {
                     // SAFETY: as above.
-                    mins += unsafe { scale_at(x0.add(2)) * scale_at(y0.add(2)) };
+                    mins += unsafe { scale_product(x0.add(2), y0.add(2)) };
                 }
             }
             sum + mins
@@ -200,7 +199,7 @@ unsafe fn dot_q8_0_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
         };
         let sumi = _mm512_madd_epi16(_mm512_cvtepi8_epi16(qx), _mm512_cvtepi8_epi16(qy));
         // SAFETY: as above.
-        let d = unsafe { scale_at(bx) * scale_at(by) };
+        let d = unsafe { scale_product(bx, by) };
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
     }
     _mm512_reduce_add_ps(acc)

@@ -10,9 +10,9 @@
 //! lengths before any raw read.
 
 use super::super::{DType, VecDotFn};
-use super::x86_avx2::{high_bits, hsum_ps, nibbles, safe_dot};
+use super::dot_blocks;
+use super::x86_avx2::{high_bits, hsum_ps, nibbles, safe_dot, scale_product};
 use super::x86_avx512::{halves, join, pair_dot};
-use super::{dot_blocks, scale_at};
 use std::arch::x86_64::*;
 
 safe_dot!(dot_q4_0, dot_q4_0_imp, DType::Q4_0);
