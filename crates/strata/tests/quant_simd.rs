@@ -403,3 +403,43 @@ fn strata_isa_env_var_forces_the_level() {
         assert_eq!(run("neon"), detected.name());
     }
 }
+
+/// The four-column kernels return exactly what four one-column calls of the
+/// same level return (the matmul relies on it for thread-count-independent
+/// results), on scrambled quants and odd block counts.
+#[test]
+fn four_column_dots_are_bit_identical_to_one_column_calls() {
+    let mut rng = Rng::new(29);
+    let mut covered = 0;
+    for isa in levels() {
+        for t in QUANT {
+            let Some(dot4) = simd::vec_dot4_fn_for(isa, t) else {
+                continue;
+            };
+            covered += 1;
+            let dot = simd::vec_dot_fn_for(isa, t).unwrap();
+            let yt = quant::vec_dot_type(t);
+            for nb in [1usize, 2, 3, 18, 49] {
+                let n = nb * QK;
+                let mut x = quantize(t, &rng.vec(n, -1.0, 1.0));
+                scramble(t, &mut x, &mut rng);
+                let ys: Vec<Vec<u8>> = (0..4)
+                    .map(|_| quantize(yt, &rng.vec(n, -2.0, 2.0)))
+                    .collect();
+                let mut out = [0f32; 4];
+                dot4(n, &x, [&ys[0], &ys[1], &ys[2], &ys[3]], &mut out);
+                for (j, y) in ys.iter().enumerate() {
+                    assert_eq!(
+                        out[j].to_bits(),
+                        dot(n, &x, y).to_bits(),
+                        "{isa} {t} nb={nb} col {j}"
+                    );
+                }
+            }
+        }
+    }
+    // On an AVX-512 machine the four-column kernels must exist and be tested.
+    if simd::detected() >= Isa::Avx512 && simd::detected() != Isa::Neon {
+        assert!(covered >= 4, "only {covered} four-column kernels");
+    }
+}

@@ -76,6 +76,10 @@ pub type DequantizeRowFn = fn(src: &[u8], dst: &mut [f32]);
 /// [`vec_dot_type`], both exactly `row_size(n)` bytes long.
 pub type VecDotFn = fn(n: usize, x: &[u8], y: &[u8]) -> f32;
 
+/// Unchecked dot products of one `x` row with four `y` rows (as four
+/// [`VecDotFn`] calls, bit for bit, but decoding `x` once): `out[j] = x · ys[j]`.
+pub type VecDot4Fn = fn(n: usize, x: &[u8], ys: [&[u8]; 4], out: &mut [f32; 4]);
+
 /// The unchecked row quantizer for `dtype` at the [`simd::active`]
 /// instruction-set level (bit-identical to the scalar reference), or `None`
 /// if `dtype` cannot be quantized to (the integer types).

@@ -33,7 +33,7 @@
 //!   (each lane sums at most `n / 16` products for the 512-bit kernels,
 //!   `n / 32` products in four accumulators of eight for AVX2, plus the tree).
 
-use super::{DType, QuantizeRowFn, VecDotFn};
+use super::{DType, QuantizeRowFn, VecDot4Fn, VecDotFn};
 use crate::{Error, Result};
 use std::sync::OnceLock;
 
@@ -205,6 +205,23 @@ pub fn vec_dot_fn_for(isa: Isa, dtype: DType) -> Option<VecDotFn> {
         _ => None,
     };
     own.or_else(|| vec_dot_fn_for(lower(isa), dtype))
+}
+
+/// The four-column dot product of level `isa` for `dtype`, bit-identical to
+/// four calls of [`vec_dot_fn_for`]`(isa, dtype)`, or `None` where the level
+/// has none (then call the one-column kernel four times). Present for the
+/// quantized types at the AVX-512 (4/5-bit) and VNNI (all) levels.
+pub fn vec_dot4_fn_for(isa: Isa, dtype: DType) -> Option<VecDot4Fn> {
+    if !isa.is_supported() {
+        return None;
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => x86_avx512::vec_dot4_fn(dtype),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Vnni => x86_vnni::vec_dot4_fn(dtype),
+        _ => None,
+    }
 }
 
 /// The row quantizer (f32 → `dtype`) at level `isa`, with the same fallback

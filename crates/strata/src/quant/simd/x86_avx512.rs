@@ -8,7 +8,7 @@
 //! called by the dispatcher after it checked them, and the safe wrappers
 //! check the row lengths before any raw read.
 
-use super::super::{DType, VecDotFn};
+use super::super::{DType, VecDot4Fn, VecDotFn};
 use super::dot_blocks;
 use super::x86_avx2::{high_bits, hsum_ps, nibbles, safe_dot, scale_product, sum_u8_i8};
 use std::arch::x86_64::*;
@@ -21,6 +21,35 @@ safe_dot!(dot_q8_0, dot_q8_0_imp, DType::Q8_0);
 safe_dot!(dot_f32, dot_f32_imp, DType::F32);
 safe_dot!(dot_f16, dot_f16_imp, DType::F16);
 safe_dot!(dot_bf16, dot_bf16_imp, DType::BF16);
+
+/// Defines a safe `VecDot4Fn` wrapper around a `C`-column kernel.
+macro_rules! safe_dot4 {
+    ($name:ident, $impn:ident, $ty:expr) => {
+        fn $name(n: usize, x: &[u8], ys: [&[u8]; 4], out: &mut [f32; 4]) {
+            let nb = ys.map(|y| dot_blocks($ty, n, x, y));
+            // SAFETY: only handed out once the CPU was checked for this level's
+            // features (module docs); all rows hold `nb` whole blocks.
+            *out = unsafe { $impn::<4>(nb[0], x.as_ptr(), ys.map(|y| y.as_ptr())) };
+        }
+    };
+}
+pub(super) use safe_dot4;
+
+safe_dot4!(dot4_q4_0, dot_q4_0_n, DType::Q4_0);
+safe_dot4!(dot4_q4_1, dot_q4_1_n, DType::Q4_1);
+safe_dot4!(dot4_q5_0, dot_q5_0_n, DType::Q5_0);
+safe_dot4!(dot4_q5_1, dot_q5_1_n, DType::Q5_1);
+
+/// This level's four-column dot product for `dtype` (the 4/5-bit types).
+pub(super) fn vec_dot4_fn(dtype: DType) -> Option<VecDot4Fn> {
+    Some(match dtype {
+        DType::Q4_0 => dot4_q4_0,
+        DType::Q4_1 => dot4_q4_1,
+        DType::Q5_0 => dot4_q5_0,
+        DType::Q5_1 => dot4_q5_1,
+        _ => return None,
+    })
+}
 
 /// This level's dot product for `dtype`.
 pub(super) fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
@@ -66,11 +95,21 @@ fn sum2_u8_i8(q: __m512i, y: __m512i, offset: i8) -> __m512i {
 /// 32 unsigned quants (256 bits), `$y(by)` its partner's i8 quants; `$sum2`
 /// combines two blocks' quants into sixteen exact i32 lanes and `$sum1` does
 /// one block (the odd last one) in eight. `$min`: add `m_x s_y` per block.
+///
+/// `$impn::<C>` computes one `x` row against `C` partner rows, decoding each
+/// `x` block once; every column goes through exactly the operations of the
+/// one-column `$imp`, so the results are bit-identical to it.
 macro_rules! pair_dot {
-    ($feat:literal, $imp:ident, $xb:expr, $yb:expr, $off:expr, $min:expr,
+    ($feat:literal, $imp:ident, $impn:ident, $xb:expr, $yb:expr, $off:expr, $min:expr,
      |$bx:ident| $q:expr, |$by:ident| $y:expr, $sum2:ident, $sum1:ident) => {
         #[target_feature(enable = $feat)]
         unsafe fn $imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
+            // SAFETY: forwarded contract.
+            unsafe { $impn::<1>(nb, x, [y])[0] }
+        }
+
+        #[target_feature(enable = $feat)]
+        unsafe fn $impn<const C: usize>(nb: usize, x: *const u8, ys: [*const u8; C]) -> [f32; C] {
             let quants = |$bx: *const u8| -> __m256i {
                 // SAFETY: only called with in-bounds block pointers below.
                 unsafe { $q }
@@ -79,49 +118,48 @@ macro_rules! pair_dot {
                 // SAFETY: as above.
                 unsafe { $y }
             };
-            let mut acc = _mm512_setzero_ps();
-            let mut mins = 0.0f32;
+            let mut acc = [_mm512_setzero_ps(); C];
+            let mut mins = [0.0f32; C];
             let mut i = 0;
             while i + 2 <= nb {
-                // SAFETY: blocks i and i + 1 < nb of both rows are in bounds.
-                let (x0, y0, x1, y1) = unsafe {
-                    (
-                        x.add(i * $xb),
-                        y.add(i * $yb),
-                        x.add((i + 1) * $xb),
-                        y.add((i + 1) * $yb),
-                    )
-                };
-                let sumi = $sum2(
-                    join(quants(x0), quants(x1)),
-                    join(partner(y0), partner(y1)),
-                    $off,
-                );
-                // SAFETY: the scales are the first bytes of in-bounds blocks.
-                let d = unsafe { halves(scale_product(x0, y0), scale_product(x1, y1)) };
-                acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi), acc);
-                if $min {
-                    // SAFETY: the `_1` blocks store m / s at byte 2.
-                    mins += unsafe {
-                        scale_product(x0.add(2), y0.add(2)) + scale_product(x1.add(2), y1.add(2))
-                    };
+                // SAFETY: blocks i and i + 1 < nb of all rows are in bounds.
+                let (x0, x1) = unsafe { (x.add(i * $xb), x.add((i + 1) * $xb)) };
+                let qx = join(quants(x0), quants(x1));
+                for j in 0..C {
+                    // SAFETY: as above.
+                    let (y0, y1) = unsafe { (ys[j].add(i * $yb), ys[j].add((i + 1) * $yb)) };
+                    let sumi = $sum2(qx, join(partner(y0), partner(y1)), $off);
+                    // SAFETY: the scales are the first bytes of in-bounds blocks.
+                    let d = unsafe { halves(scale_product(x0, y0), scale_product(x1, y1)) };
+                    acc[j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi), acc[j]);
+                    if $min {
+                        // SAFETY: the `_1` blocks store m / s at byte 2.
+                        mins[j] += unsafe {
+                            scale_product(x0.add(2), y0.add(2))
+                                + scale_product(x1.add(2), y1.add(2))
+                        };
+                    }
                 }
                 i += 2;
             }
-            let mut sum = _mm512_reduce_add_ps(acc);
-            if i < nb {
-                // SAFETY: block i < nb of both rows is in bounds.
-                let (x0, y0) = unsafe { (x.add(i * $xb), y.add(i * $yb)) };
-                let sumi = $sum1(quants(x0), partner(y0), $off);
-                // SAFETY: as above.
-                let d = unsafe { scale_product(x0, y0) };
-                sum += hsum_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi)));
-                if $min {
+            let mut out = [0.0f32; C];
+            for j in 0..C {
+                let mut sum = _mm512_reduce_add_ps(acc[j]);
+                if i < nb {
+                    // SAFETY: block i < nb of all rows is in bounds.
+                    let (x0, y0) = unsafe { (x.add(i * $xb), ys[j].add(i * $yb)) };
+                    let sumi = $sum1(quants(x0), partner(y0), $off);
                     // SAFETY: as above.
-                    mins += unsafe { scale_product(x0.add(2), y0.add(2)) };
+                    let d = unsafe { scale_product(x0, y0) };
+                    sum += hsum_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi)));
+                    if $min {
+                        // SAFETY: as above.
+                        mins[j] += unsafe { scale_product(x0.add(2), y0.add(2)) };
+                    }
                 }
+                out[j] = sum + mins[j];
             }
-            sum + mins
+            out
         }
     };
 }
@@ -137,6 +175,7 @@ const Q8_1: usize = DType::Q8_1.type_size();
 pair_dot!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
     dot_q4_0_imp,
+    dot_q4_0_n,
     Q4_0,
     Q8_0,
     8,
@@ -149,6 +188,7 @@ pair_dot!(
 pair_dot!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
     dot_q4_1_imp,
+    dot_q4_1_n,
     Q4_1,
     Q8_1,
     0,
@@ -161,6 +201,7 @@ pair_dot!(
 pair_dot!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
     dot_q5_0_imp,
+    dot_q5_0_n,
     Q5_0,
     Q8_0,
     16,
@@ -173,6 +214,7 @@ pair_dot!(
 pair_dot!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
     dot_q5_1_imp,
+    dot_q5_1_n,
     Q5_1,
     Q8_1,
     0,

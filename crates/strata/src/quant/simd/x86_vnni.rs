@@ -9,10 +9,10 @@
 //! the dispatcher after it checked them, and the safe wrappers check the row
 //! lengths before any raw read.
 
-use super::super::{DType, VecDotFn};
+use super::super::{DType, VecDot4Fn, VecDotFn};
 use super::dot_blocks;
 use super::x86_avx2::{high_bits, hsum_ps, nibbles, safe_dot, scale_product};
-use super::x86_avx512::{halves, join, pair_dot};
+use super::x86_avx512::{halves, join, pair_dot, safe_dot4};
 use std::arch::x86_64::*;
 
 safe_dot!(dot_q4_0, dot_q4_0_imp, DType::Q4_0);
@@ -20,6 +20,24 @@ safe_dot!(dot_q4_1, dot_q4_1_imp, DType::Q4_1);
 safe_dot!(dot_q5_0, dot_q5_0_imp, DType::Q5_0);
 safe_dot!(dot_q5_1, dot_q5_1_imp, DType::Q5_1);
 safe_dot!(dot_q8_0, dot_q8_0_imp, DType::Q8_0);
+
+safe_dot4!(dot4_q4_0, dot_q4_0_n, DType::Q4_0);
+safe_dot4!(dot4_q4_1, dot_q4_1_n, DType::Q4_1);
+safe_dot4!(dot4_q5_0, dot_q5_0_n, DType::Q5_0);
+safe_dot4!(dot4_q5_1, dot_q5_1_n, DType::Q5_1);
+safe_dot4!(dot4_q8_0, dot_q8_0_n, DType::Q8_0);
+
+/// This level's four-column dot product for `dtype` (quantized types).
+pub(super) fn vec_dot4_fn(dtype: DType) -> Option<VecDot4Fn> {
+    Some(match dtype {
+        DType::Q4_0 => dot4_q4_0,
+        DType::Q4_1 => dot4_q4_1,
+        DType::Q5_0 => dot4_q5_0,
+        DType::Q5_1 => dot4_q5_1,
+        DType::Q8_0 => dot4_q8_0,
+        _ => return None,
+    })
+}
 
 /// This level's dot product for `dtype` (quantized types only).
 pub(super) fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
@@ -68,6 +86,7 @@ const Q8_1: usize = DType::Q8_1.type_size();
 pair_dot!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     dot_q4_0_imp,
+    dot_q4_0_n,
     Q4_0,
     Q8_0,
     8,
@@ -80,6 +99,7 @@ pair_dot!(
 pair_dot!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     dot_q4_1_imp,
+    dot_q4_1_n,
     Q4_1,
     Q8_1,
     0,
@@ -92,6 +112,7 @@ pair_dot!(
 pair_dot!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     dot_q5_0_imp,
+    dot_q5_0_n,
     Q5_0,
     Q8_0,
     16,
@@ -104,6 +125,7 @@ pair_dot!(
 pair_dot!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     dot_q5_1_imp,
+    dot_q5_1_n,
     Q5_1,
     Q8_1,
     0,
@@ -116,6 +138,7 @@ pair_dot!(
 pair_dot!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     dot_q8_0_imp,
+    dot_q8_0_n,
     Q8_0,
     Q8_0,
     128,
