@@ -7,13 +7,14 @@
 //! variable `STRATA_ISA` (`scalar`, `avx2`, `avx512`, `vnni`, `neon`), read
 //! once per process. [`super::vec_dot_fn`] and [`super::quantize_row_fn`]
 //! return the [`active`] level's kernels; [`vec_dot_fn_for`] and
-//! [`quantize_row_fn_for`] return a given level's (for tests and benchmarks).
+//! [`quantize_row_fn_for`] return a given level's (for tests and benchmarks),
+//! [`vec_dot4_fn_for`] a level's one-row × four-column kernel where it has one.
 //!
 //! | level | CPU features | own kernels |
 //! |-------|--------------|-------------|
 //! | `Avx2` | AVX2, FMA, F16C | all dot products, Q8_0 / Q8_1 / F16 quantize |
-//! | `Avx512` | + AVX-512 F, BW, VL | all dot products (two blocks per register, masked float tails) |
-//! | `Vnni` | + AVX-512 VNNI | the quantized dot products (`vpdpbusd`) |
+//! | `Avx512` | + AVX-512 F, BW, VL | all dot products (two blocks per register, masked float tails); four-column Q4/Q5 dots |
+//! | `Vnni` | + AVX-512 VNNI | the quantized dot products (`vpdpbusd`), one- and four-column |
 //! | `Neon` | aarch64 NEON | all dot products, Q8_0 / Q8_1 quantize |
 //!
 //! A level without its own kernel for a type uses the next lower level's.
