@@ -4,12 +4,16 @@
 //! and a generation session.
 #![warn(missing_docs)]
 
+pub mod chat;
 pub mod context;
 pub mod error;
+pub mod fetch;
 pub mod gguf;
 pub mod graph;
 pub mod kv;
 pub mod model;
+pub mod sample;
+pub mod session;
 pub mod tokenizer;
 
 pub use context::{Context, ContextOptions, Logits};
