@@ -1,8 +1,14 @@
 //! `strata`: the command-line tool.
 #![warn(missing_docs)]
 
+mod bench;
+mod chat;
+mod common;
+mod eval;
 mod explain;
 mod inspect;
+mod perplexity;
+mod run;
 mod test_ops;
 
 use clap::{Parser, Subcommand};
@@ -20,19 +26,34 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Generate text from a prompt (default model: SmolLM2-135M-Instruct, fetched if absent).
+    Run(run::Args),
+    /// Chat interactively using the model's chat template.
+    Chat(chat::Args),
+    /// Measure prompt processing and generation speed (llama-bench style).
+    Bench(bench::Args),
+    /// Perplexity of a text file (llama-perplexity's chunking).
+    Perplexity(perplexity::Args),
+    /// Write the raw logits of a prompt to a file.
+    Eval(eval::Args),
     /// Print a GGUF file's metadata and tensors.
     Inspect(inspect::Args),
     /// Run the op conformance suite on a device against the local CPU.
     TestOps(test_ops::Args),
-    /// Show how the scheduler places an example graph (text, JSON or DOT).
+    /// Show how the scheduler places a graph (an example, or a model's with -m).
     Explain(explain::Args),
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(common::normalize_args(std::env::args()));
     let result = match cli.command {
-        Command::Inspect(a) => inspect::run(a),
-        Command::TestOps(a) => test_ops::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Chat(a) => chat::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Perplexity(a) => perplexity::run(a),
+        Command::Eval(a) => eval::run(a),
+        Command::Inspect(a) => inspect::run(a).map_err(Into::into),
+        Command::TestOps(a) => test_ops::run(a).map_err(Into::into),
         Command::Explain(a) => explain::run(a),
     };
     match result {

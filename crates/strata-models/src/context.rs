@@ -143,6 +143,19 @@ impl Context {
         Ok(())
     }
 
+    /// Keeps the first `n` positions and forgets the rest (they are
+    /// overwritten by the next decode and masked until then).
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        if n > self.n_past {
+            return Err(ModelError::Invalid(format!(
+                "cannot keep {n} positions: only {} are cached",
+                self.n_past
+            )));
+        }
+        self.n_past = n;
+        Ok(())
+    }
+
     /// Appends `tokens` at the next positions, in chunks of `n_batch`, and
     /// returns the wanted logits (`n_vocab` per row).
     pub fn decode(&mut self, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
