@@ -139,3 +139,14 @@ pub fn run(a: Args) -> CliResult {
     }
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mean_and_sample_stddev() {
+        let (m, s) = super::mean_std(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+        assert_eq!(m, 5.0);
+        assert!((s - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
+        assert_eq!(super::mean_std(&[3.0]), (3.0, 0.0));
+    }
+}

@@ -96,3 +96,13 @@ pub fn run(mut a: Args) -> CliResult {
     );
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn nll_is_minus_log_softmax() {
+        let l = [0.0f32, (3.0f32).ln()]; // p = 1/4, 3/4
+        assert!((super::nll(&l, 0) - 4f64.ln()).abs() < 1e-6);
+        assert!((super::nll(&l, 1) - (4.0f64 / 3.0).ln()).abs() < 1e-6);
+    }
+}

@@ -420,3 +420,68 @@ fn user_mistakes_are_errors() {
     let e = load(&missing, &LoadOptions::default()).unwrap_err();
     assert!(e.to_string().contains("blk.1.attn_k.weight"), "{e}");
 }
+
+#[test]
+fn session_generation_is_reproducible_with_a_seed() {
+    use strata_models::sample::{Sampler, SamplerConfig};
+    use strata_models::session::Session;
+    let (bytes, _) = write_model(None);
+    let model = load(&bytes, &LoadOptions::default()).unwrap();
+    let gen = |seed: u64, temperature: f32| {
+        let mut s = Session::from_model(
+            model.clone(),
+            ContextOptions {
+                n_ctx: 32,
+                n_batch: 4,
+                n_threads: 2,
+                ..ContextOptions::default()
+            },
+        )
+        .unwrap();
+        let cfg = SamplerConfig {
+            temperature,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed,
+            ..SamplerConfig::default()
+        };
+        let mut g = s.generate(&PROMPT, Sampler::new(cfg).unwrap(), 12).unwrap();
+        let mut ids = Vec::new();
+        let mut text = String::new();
+        while let Some(t) = g.next_token().unwrap() {
+            ids.push(t.id);
+            text += &t.text;
+        }
+        assert_eq!(g.stats().n_prompt, PROMPT.len());
+        assert_eq!(g.stats().n_gen, ids.len());
+        (ids, text)
+    };
+    let (a, ta) = gen(5, 2.0);
+    assert_eq!(
+        a.len(),
+        12,
+        "no EOG in this vocabulary: the budget ends generation"
+    );
+    assert_eq!((a.clone(), ta.clone()), gen(5, 2.0));
+    assert_ne!(a, gen(6, 2.0).0);
+    let decoded: String = a
+        .iter()
+        .map(|&i| model.tokenizer.token_text(i).unwrap().to_string())
+        .collect();
+    assert_eq!(ta, decoded, "streamed pieces are the tokens' text");
+    // greedy = argmax of the context's own logits
+    let (g1, _) = gen(1, 0.0);
+    let mut c = ctx(&model, Attention::Flash, 2);
+    let mut l = c.decode(&PROMPT, Logits::Last).unwrap();
+    for &id in &g1[..3] {
+        assert_eq!(Some(id), strata_models::sample::argmax(&l));
+        l = c.decode(&[id], Logits::Last).unwrap();
+    }
+    // the tiny model has no chat template: a typed error
+    let s = Session::from_model(model.clone(), ContextOptions::default()).unwrap();
+    assert!(matches!(
+        s.chat_prompt(&[], true),
+        Err(ModelError::Template(_))
+    ));
+}
