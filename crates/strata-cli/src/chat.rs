@@ -50,6 +50,9 @@ pub fn run(a: Args) -> CliResult {
         messages.push(Message::new("user", line));
         let text = session.chat_prompt(&messages, true)?;
         let tokens = session.tokenize(&text)?;
+        if tokens.is_empty() {
+            return Err("the chat template rendered no tokens".into());
+        }
         // reuse the cached prefix; process only what changed
         let keep = cached
             .iter()
