@@ -135,18 +135,18 @@ impl ModelArgs {
         let t0 = std::time::Instant::now();
         let model = Model::load(&path, &opts, Some(&mut progress))?;
         bar.finish_and_clear();
+        let offloaded = model
+            .layer_map
+            .layers
+            .iter()
+            .filter(|&&d| d != model.devices.cpu())
+            .count();
         eprintln!(
-            "strata: loaded {} ({} layers, {} on {}) in {:.2} s",
+            "strata: loaded {} in {:.2} s: {} layers, {offloaded} offloaded (devices: {})",
             path.display(),
+            t0.elapsed().as_secs_f64(),
             model.hparams.n_layer,
-            model
-                .layer_map
-                .layers
-                .iter()
-                .filter(|&&d| d != model.devices.cpu())
-                .count(),
-            model.devices.names().join(" + "),
-            t0.elapsed().as_secs_f64()
+            model.devices.names().join(", "),
         );
         Ok(Arc::new(model))
     }

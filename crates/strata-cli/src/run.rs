@@ -90,6 +90,7 @@ pub fn run(a: Args) -> CliResult {
         );
         return Ok(0);
     }
+    let sampler = a.sample.sampler()?; // bad settings fail before loading
     let model = a.model.load()?;
     let mut session = Session::from_model(model, a.model.context_options(false))?;
     let text = if a.chat {
@@ -98,7 +99,6 @@ pub fn run(a: Args) -> CliResult {
         a.prompt.clone()
     };
     let tokens = session.tokenize(&text)?;
-    let sampler = a.sample.sampler()?;
     print!("{text}");
     std::io::stdout().flush()?;
     let mut g = session.generate(&tokens, sampler, a.n_predict)?;
