@@ -48,6 +48,9 @@ pub enum Logits {
     Last,
     /// Every token's, row after row.
     All,
+    /// The rows of tokens `k..` of this call (perplexity scores only the
+    /// second half of each chunk).
+    From(usize),
 }
 
 /// A model with a KV cache and a scheduler.
@@ -181,27 +184,35 @@ impl Context {
         let mut out = Vec::new();
         let n_chunks = tokens.len().div_ceil(self.opts.n_batch);
         for (ci, chunk) in tokens.chunks(self.opts.n_batch).enumerate() {
-            let last = ci + 1 == n_chunks;
-            let all = want == Logits::All;
-            let logits = self.decode_chunk(chunk, all)?;
-            if all || last {
-                out.extend_from_slice(&logits);
+            let off = ci * self.opts.n_batch;
+            let n = chunk.len();
+            let rows: Vec<usize> = match want {
+                Logits::Last if ci + 1 == n_chunks => vec![n - 1],
+                Logits::Last => Vec::new(),
+                Logits::All => (0..n).collect(),
+                Logits::From(k) => (k.max(off).min(off + n) - off..n).collect(),
+            };
+            if rows.is_empty() {
+                self.decode_chunk(chunk, &[n - 1])?; // logits not wanted
+            } else {
+                out.extend_from_slice(&self.decode_chunk(chunk, &rows)?);
             }
         }
         Ok(out)
     }
 
-    fn decode_chunk(&mut self, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
+    /// Decodes one batch; returns the logits of `rows` (ascending indices into the batch).
+    fn decode_chunk(&mut self, tokens: &[u32], rows: &[usize]) -> Result<Vec<f32>> {
         let n = tokens.len();
         let n_kv = self.n_past + n;
         let shape = BatchShape {
             n_tokens: n,
             n_kv,
-            n_outputs: if all { n } else { 1 },
+            n_outputs: rows.len(),
         };
-        if all && !self.opts.logits_all && n > 1 {
+        if rows.len() > 1 && !self.opts.logits_all {
             return Err(ModelError::Invalid(
-                "logits of every position need a context made with logits_all".into(),
+                "logits of several positions need a context made with logits_all".into(),
             ));
         }
         let g = graph::build(&self.model, &self.kv, shape, self.opts.attention)?;
@@ -230,7 +241,8 @@ impl Context {
             _ => g.mask.write_f32(&mask)?,
         }
         if let Some(o) = &g.out_ids {
-            o.write_i32(&[n as i32 - 1])?;
+            let ids: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
+            o.write_i32(&ids)?;
         }
         self.sched.compute(&g.graph)?;
         self.n_past = n_kv;

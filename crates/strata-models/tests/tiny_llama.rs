@@ -279,6 +279,10 @@ fn run(model: &Arc<Model>, attention: Attention, threads: usize) -> Vec<Vec<f32>
     let all = c.decode(&PROMPT, Logits::All).unwrap();
     let mut rows: Vec<Vec<f32>> = all.chunks(N_VOCAB).map(<[f32]>::to_vec).collect();
     assert_eq!(rows.len(), PROMPT.len());
+    // only rows 4.. (the second chunk's last two and the third chunk's one): the same values
+    let mut c2 = ctx(model, attention, threads);
+    let from = c2.decode(&PROMPT, Logits::From(4)).unwrap();
+    assert_eq!(from, all[4 * N_VOCAB..].to_vec());
     for t in [11, 30] {
         rows.push(c.decode(&[t], Logits::Last).unwrap());
     }

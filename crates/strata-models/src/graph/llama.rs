@@ -30,8 +30,8 @@ pub struct BatchShape {
     pub n_tokens: usize,
     /// Cache cells attended to (positions 0..n_kv).
     pub n_kv: usize,
-    /// Rows of logits computed (the last `n_outputs` tokens of the batch... or
-    /// any rows, picked by the `out_ids` input).
+    /// Rows of logits computed: all tokens when equal to `n_tokens`, else the
+    /// rows named by the `out_ids` input.
     pub n_outputs: usize,
 }
 
