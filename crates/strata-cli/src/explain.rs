@@ -61,7 +61,7 @@ fn explain_model(a: &Args, path: &std::path::Path) -> crate::common::CliResult {
         .or_else(|| (a.ngl > 0).then(|| "FAKE0".to_string()));
     let margs = crate::common::ModelArgs {
         model: Some(path.to_path_buf()),
-        threads: strata::cpu::default_threads(),
+        threads: vec![strata::cpu::default_threads()],
         ctx_size: a.ctx_size,
         batch_size: a.batch_size,
         ngl: a.ngl,

@@ -219,6 +219,38 @@ fn cli_on_a_tiny_model() {
     assert!(value > 1.0 && value.is_finite(), "{ppl}");
     assert!(ppl.contains("[4]"), "38 tokens make 4 chunks of 8: {ppl}");
 
+    // bench: llama-bench's comma lists, JSON and the table
+    let json = stdout(&strata(&[
+        "bench", "-m", m, "-p", "4,8", "-n", "2", "-t", "1,2", "-r", "2", "--json", "-c", "32",
+    ]));
+    let v: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    let tests: Vec<(u64, &str)> = v
+        .iter()
+        .map(|r| (r["threads"].as_u64().unwrap(), r["test"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        tests,
+        vec![
+            (1, "pp4"),
+            (1, "pp8"),
+            (1, "tg2"),
+            (2, "pp4"),
+            (2, "pp8"),
+            (2, "tg2")
+        ]
+    );
+    assert!(v
+        .iter()
+        .all(|r| r["avg_ts"].as_f64().unwrap() > 0.0
+            && r["samples_ts"].as_array().unwrap().len() == 2));
+    let table = stdout(&strata(&[
+        "bench", "-m", m, "-p", "4", "-n", "2", "-r", "1", "-t", "1",
+    ]));
+    assert!(
+        table.contains("| pp4 |") && table.contains("| tg2 |") && table.contains("±"),
+        "{table}"
+    );
+
     // explain -m with offload: the scheduler's splits
     let ex = stdout(&strata(&["explain", "-m", m, "-ngl", "1", "-c", "32"]));
     assert!(
