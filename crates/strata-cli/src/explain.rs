@@ -1,5 +1,6 @@
-//! `strata explain`: how the scheduler places an example graph, as text,
-//! JSON or Graphviz DOT.
+//! `strata explain`: how the scheduler places an example graph, or a
+//! model's worst-case graph (`-m MODEL [-ngl N]`), as text, JSON or
+//! Graphviz DOT.
 
 use strata::backend::{alloc_tensors, Backend, BufferUsage};
 use strata::cpu::{cpu_buffer_type, CpuBackend};
@@ -26,17 +27,75 @@ pub struct Args {
     /// Also print every node with backend, cause and sources.
     #[arg(long, short)]
     pub verbose: bool,
+    /// Explain this model's graph (a full batch over the whole context) instead.
+    #[arg(short = 'm', long)]
+    pub model: Option<std::path::PathBuf>,
+    /// With -m: layers to offload to --device (default device: the simulated FAKE0).
+    #[arg(long = "ngl", default_value_t = 0)]
+    pub ngl: usize,
+    /// With -m: context size.
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 2048)]
+    pub ctx_size: usize,
+    /// With -m: batch size.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    pub batch_size: usize,
+    /// With -m: SOFT_MAX attention instead of FLASH_ATTN_EXT.
+    #[arg(long)]
+    pub no_flash_attn: bool,
+}
+
+fn print(report: &strata::sched::Report, a: &Args) {
+    if a.json {
+        println!("{}", report.to_json());
+    } else if a.dot {
+        print!("{}", report.to_dot());
+    } else {
+        print!("{}", report.to_text(a.verbose));
+    }
+}
+
+fn explain_model(a: &Args, path: &std::path::Path) -> crate::common::CliResult {
+    let device = a
+        .device
+        .clone()
+        .or_else(|| (a.ngl > 0).then(|| "FAKE0".to_string()));
+    let margs = crate::common::ModelArgs {
+        model: Some(path.to_path_buf()),
+        threads: vec![strata::cpu::default_threads()],
+        ctx_size: a.ctx_size,
+        batch_size: a.batch_size,
+        ngl: a.ngl,
+        device: device.into_iter().collect(),
+        ot: Vec::new(),
+        no_flash_attn: a.no_flash_attn,
+    };
+    let model = margs.load()?;
+    let mut ctx = strata_models::Context::new(model, margs.context_options(false))?;
+    let report = ctx.report()?;
+    print(&report, a);
+    if !a.json && !a.dot {
+        let names = ctx.model().devices.names();
+        for (n, b) in names.iter().zip(ctx.compute_buffer_sizes()) {
+            println!("compute buffer {n}: {:.2} MiB", b as f64 / 1048576.0);
+        }
+        println!("KV cache: {:.2} MiB", ctx.kv_bytes() as f64 / 1048576.0);
+    }
+    Ok(0)
 }
 
 /// Prints the report; exit code 0.
-pub fn run(a: Args) -> strata::Result<i32> {
+pub fn run(a: Args) -> crate::common::CliResult {
+    if let Some(path) = a.model.clone() {
+        return explain_model(&a, &path);
+    }
     let cpu_weights = match a.graph.as_str() {
         "seed" => false,
         "seed-weights" => true,
         g => {
             return Err(strata::Error::InvalidArgument(format!(
                 "unknown example graph '{g}' (seed, seed-weights)"
-            )))
+            ))
+            .into())
         }
     };
     let dev: Box<dyn Backend> = match &a.device {
@@ -69,12 +128,6 @@ pub fn run(a: Args) -> strata::Result<i32> {
     )?;
     sched.reserve(&g)?;
     let report = sched.report_for(&g)?;
-    if a.json {
-        println!("{}", report.to_json());
-    } else if a.dot {
-        print!("{}", report.to_dot());
-    } else {
-        print!("{}", report.to_text(a.verbose));
-    }
+    print(&report, &a);
     Ok(0)
 }

@@ -1,10 +1,16 @@
 //! `strata`: the command-line tool.
 #![warn(missing_docs)]
 
+mod bench;
+mod chat;
+mod common;
+mod eval;
 mod explain;
 mod inspect;
 mod log;
+mod perplexity;
 mod rpc_server;
+mod run;
 mod test_ops;
 
 use clap::{Parser, Subcommand};
@@ -22,24 +28,39 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Generate text from a prompt (default model: SmolLM2-135M-Instruct, fetched if absent).
+    Run(run::Args),
+    /// Chat interactively using the model's chat template.
+    Chat(chat::Args),
+    /// Measure prompt processing and generation speed (llama-bench style).
+    Bench(bench::Args),
+    /// Perplexity of a text file (llama-perplexity's chunking).
+    Perplexity(perplexity::Args),
+    /// Write the raw logits of a prompt to a file.
+    Eval(eval::Args),
     /// Print a GGUF file's metadata and tensors.
     Inspect(inspect::Args),
     /// Run the op conformance suite on a device against the local CPU.
     TestOps(test_ops::Args),
-    /// Show how the scheduler places an example graph (text, JSON or DOT).
+    /// Show how the scheduler places a graph (an example, or a model's with -m).
     Explain(explain::Args),
     /// Serve this machine's CPU to RPC clients (ggml RPC protocol 7.0.0).
     RpcServer(rpc_server::Args),
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(common::normalize_args(std::env::args()));
     log::init();
     let result = match cli.command {
-        Command::Inspect(a) => inspect::run(a),
-        Command::TestOps(a) => test_ops::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Chat(a) => chat::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Perplexity(a) => perplexity::run(a),
+        Command::Eval(a) => eval::run(a),
+        Command::Inspect(a) => inspect::run(a).map_err(Into::into),
+        Command::TestOps(a) => test_ops::run(a).map_err(Into::into),
         Command::Explain(a) => explain::run(a),
-        Command::RpcServer(a) => rpc_server::run(a).map(|()| 0),
+        Command::RpcServer(a) => rpc_server::run(a).map(|()| 0).map_err(Into::into),
     };
     match result {
         Ok(code) => std::process::exit(code),

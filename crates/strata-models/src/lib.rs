@@ -1,6 +1,23 @@
-//! Tokenizers (llama.cpp-compatible) and, later, model definitions for strata.
+//! Model-level pieces for strata: llama.cpp-compatible tokenizers, GGUF model
+//! loading with device placement, the llama-family graph, a KV cache, a
+//! context that runs graphs through the scheduler, sampling, chat templates
+//! and a generation session.
 #![warn(missing_docs)]
 
+pub mod chat;
+pub mod context;
+pub mod error;
+pub mod fetch;
+pub mod gguf;
+pub mod graph;
+pub mod kv;
+pub mod model;
+pub mod sample;
+pub mod session;
 pub mod tokenizer;
 
+pub use context::{Context, ContextOptions, Logits};
+pub use error::{ModelError, Result};
+pub use graph::Attention;
+pub use model::{LoadOptions, Model, PlacementSpec};
 pub use tokenizer::{Tokenizer, TokenizerError, TokenizerParts};

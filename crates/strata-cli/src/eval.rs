@@ -1,0 +1,52 @@
+//! `strata eval`: raw f32 logits of a prompt (the last position, or all).
+
+use std::io::Write;
+
+use strata_models::{Context, Logits};
+
+use crate::common::{CliResult, ModelArgs};
+
+/// Arguments of `strata eval`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt.
+    #[arg(short = 'p', long)]
+    pub prompt: String,
+    /// Where to write the logits (little-endian f32, row-major [rows, n_vocab], no header).
+    #[arg(long)]
+    pub logits_out: std::path::PathBuf,
+    /// Write every position's logits, not only the last one.
+    #[arg(long)]
+    pub all_positions: bool,
+}
+
+/// Runs `strata eval`.
+pub fn run(a: Args) -> CliResult {
+    let model = a.model.load()?;
+    let tokens = model.tokenizer.encode(&a.prompt, true, true)?;
+    let mut ctx = Context::new(model.clone(), a.model.context_options(a.all_positions))?;
+    let want = if a.all_positions {
+        Logits::All
+    } else {
+        Logits::Last
+    };
+    let logits = ctx.decode(&tokens, want)?;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&a.logits_out)?);
+    for x in &logits {
+        f.write_all(&x.to_le_bytes())?;
+    }
+    f.flush()?;
+    let n_vocab = model.hparams.n_vocab;
+    let last = &logits[logits.len() - n_vocab..];
+    let best = strata_models::sample::argmax(last).unwrap_or(0);
+    println!(
+        "tokens {:?}\nwrote {} x {n_vocab} logits to {}; last position argmax {best} ({:?})",
+        tokens,
+        logits.len() / n_vocab,
+        a.logits_out.display(),
+        String::from_utf8_lossy(model.tokenizer.token_to_piece(best)?)
+    );
+    Ok(0)
+}

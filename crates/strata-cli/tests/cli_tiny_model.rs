@@ -1,0 +1,273 @@
+//! The `strata` binary end to end on a tiny writer-made llama (random f32
+//! weights, a 40-letter vocabulary): run (greedy, seeded, offloaded to the
+//! simulated FAKE0 device with llama.cpp's `-ngl` spelling, `-ot`), `--fit`,
+//! eval, perplexity, explain -m, and errors for user mistakes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use strata::gguf::{GgufWriter, Value};
+use strata::DType;
+
+const E: usize = 32;
+const FF: usize = 48;
+const V: usize = 40;
+
+fn tiny_model(dir: &Path) -> PathBuf {
+    let mut g = GgufWriter::new();
+    let md: Vec<(&str, Value)> = vec![
+        ("general.architecture", "llama".into()),
+        ("llama.block_count", Value::U32(2)),
+        ("llama.embedding_length", Value::U32(E as u32)),
+        ("llama.feed_forward_length", Value::U32(FF as u32)),
+        ("llama.attention.head_count", Value::U32(4)),
+        ("llama.attention.head_count_kv", Value::U32(2)),
+        ("llama.context_length", Value::U32(64)),
+        ("tokenizer.ggml.model", "gpt2".into()),
+        ("tokenizer.ggml.pre", "default".into()),
+    ];
+    for (k, v) in md {
+        g.add_metadata(k, v).unwrap();
+    }
+    let toks: Vec<String> = (0..V)
+        .map(|i| {
+            ((b'a' + (i % 26) as u8) as char)
+                .to_string()
+                .repeat(1 + i / 26)
+        })
+        .collect();
+    g.add_metadata("tokenizer.ggml.tokens", Value::Array(toks.into()))
+        .unwrap();
+    g.add_metadata(
+        "tokenizer.ggml.token_type",
+        Value::Array(vec![1i32; V].into()),
+    )
+    .unwrap();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = |n: usize, scale: f32, base: f32| -> Vec<u8> {
+        (0..n)
+            .flat_map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let x = ((seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32;
+                (base + x * scale).to_le_bytes()
+            })
+            .collect()
+    };
+    g.add_tensor(
+        "token_embd.weight",
+        DType::F32,
+        &[E, V],
+        rnd(E * V, 1.0, 0.0),
+    )
+    .unwrap();
+    g.add_tensor("output_norm.weight", DType::F32, &[E], rnd(E, 0.2, 1.0))
+        .unwrap();
+    for il in 0..2 {
+        for (name, a, b) in [
+            ("attn_norm", E, 1),
+            ("attn_q", E, E),
+            ("attn_k", E, 16),
+            ("attn_v", E, 16),
+            ("attn_output", E, E),
+            ("ffn_norm", E, 1),
+            ("ffn_gate", E, FF),
+            ("ffn_up", E, FF),
+            ("ffn_down", FF, E),
+        ] {
+            let (dims, data) = if b == 1 {
+                (vec![a], rnd(a, 0.2, 1.0))
+            } else {
+                (vec![a, b], rnd(a * b, 1.0 / (a as f32).sqrt(), 0.0))
+            };
+            g.add_tensor(format!("blk.{il}.{name}.weight"), DType::F32, &dims, data)
+                .unwrap();
+        }
+    }
+    let path = dir.join("tiny.gguf");
+    g.write_to_path(&path).unwrap();
+    path
+}
+
+fn strata(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .output()
+        .expect("run strata")
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "strata failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+struct TempDir(PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn cli_on_a_tiny_model() {
+    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let model = tiny_model(&dir.0);
+    let m = model.to_str().unwrap();
+    let base = [
+        "run", "-m", m, "-p", "abcab", "-n", "6", "-c", "32", "-t", "1",
+    ];
+
+    // greedy: CPU, offloaded (llama.cpp's -ngl spelling), -ot back to the CPU: same text
+    let greedy = stdout(&strata(&[&base[..], &["--temp", "0"]].concat()));
+    assert!(
+        greedy.starts_with("abcab") && greedy.trim_end().len() > 5,
+        "{greedy}"
+    );
+    let off = strata(
+        &[
+            &base[..],
+            &["--temp", "0", "-ngl", "2", "--device", "FAKE0"],
+        ]
+        .concat(),
+    );
+    assert_eq!(stdout(&off), greedy);
+    let err = String::from_utf8_lossy(&off.stderr);
+    assert!(
+        err.contains("2 offloaded") && err.contains("splits: 2"),
+        "{err}"
+    );
+    let ot = strata(
+        &[
+            &base[..],
+            &[
+                "--temp", "0", "-ngl", "2", "--device", "FAKE0", "-ot", "ffn=CPU",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(stdout(&ot), greedy);
+    let soft = strata(&[&base[..], &["--temp", "0", "--no-flash-attn"]].concat());
+    assert_eq!(stdout(&soft).len(), greedy.len());
+    // sampling: the seed decides
+    let s1 = stdout(&strata(
+        &[&base[..], &["--temp", "2", "--top-k", "0", "--seed", "9"]].concat(),
+    ));
+    let s2 = stdout(&strata(
+        &[&base[..], &["--temp", "2", "--top-k", "0", "--seed", "9"]].concat(),
+    ));
+    assert_eq!(s1, s2);
+
+    // --fit: sizes per device, no loading
+    let fit = stdout(&strata(&[
+        "run", "-m", m, "-p", "x", "--fit", "-ngl", "1", "--device", "FAKE0", "-c", "32",
+    ]));
+    assert!(fit.contains("FAKE0") && fit.contains("CPU"), "{fit}");
+
+    // eval: raw f32 logits
+    let out = dir.0.join("logits.bin");
+    let o = out.to_str().unwrap();
+    stdout(&strata(&[
+        "eval",
+        "-m",
+        m,
+        "-p",
+        "abc",
+        "--logits-out",
+        o,
+        "-c",
+        "32",
+    ]));
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), (V * 4) as u64);
+    stdout(&strata(&[
+        "eval",
+        "-m",
+        m,
+        "-p",
+        "abc",
+        "--logits-out",
+        o,
+        "--all-positions",
+        "-c",
+        "32",
+    ]));
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), (3 * V * 4) as u64);
+
+    // perplexity: chunks of 8 tokens, the second half scored
+    let text = dir.0.join("text.txt");
+    std::fs::write(&text, "abcdefghijklmnopqrstuvwxyzabcdefghijkl").unwrap();
+    let ppl = stdout(&strata(&[
+        "perplexity",
+        "-m",
+        m,
+        "-f",
+        text.to_str().unwrap(),
+        "-c",
+        "8",
+    ]));
+    let value: f64 = ppl
+        .split("PPL = ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{ppl}"));
+    assert!(value > 1.0 && value.is_finite(), "{ppl}");
+    assert!(ppl.contains("[4]"), "38 tokens make 4 chunks of 8: {ppl}");
+
+    // bench: llama-bench's comma lists, JSON and the table
+    let json = stdout(&strata(&[
+        "bench", "-m", m, "-p", "4,8", "-n", "2", "-t", "1,2", "-r", "2", "--json", "-c", "32",
+    ]));
+    let v: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    let tests: Vec<(u64, &str)> = v
+        .iter()
+        .map(|r| (r["threads"].as_u64().unwrap(), r["test"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        tests,
+        vec![
+            (1, "pp4"),
+            (1, "pp8"),
+            (1, "tg2"),
+            (2, "pp4"),
+            (2, "pp8"),
+            (2, "tg2")
+        ]
+    );
+    assert!(v
+        .iter()
+        .all(|r| r["avg_ts"].as_f64().unwrap() > 0.0
+            && r["samples_ts"].as_array().unwrap().len() == 2));
+    let table = stdout(&strata(&[
+        "bench", "-m", m, "-p", "4", "-n", "2", "-r", "1", "-t", "1",
+    ]));
+    assert!(
+        table.contains("| pp4 |") && table.contains("| tg2 |") && table.contains("±"),
+        "{table}"
+    );
+
+    // explain -m with offload: the scheduler's splits
+    let ex = stdout(&strata(&["explain", "-m", m, "-ngl", "1", "-c", "32"]));
+    assert!(
+        ex.contains("SPLIT") && ex.contains("FAKE0") && ex.contains("KV cache"),
+        "{ex}"
+    );
+
+    // mistakes: typed errors, exit code 1
+    for args in [
+        vec!["run", "-m", "/nonexistent.gguf", "-p", "x"],
+        vec!["run", "-m", m, "-p", "x", "-ngl", "1"],
+        vec!["run", "-m", m, "-p", "x", "--top-p", "3"],
+        vec!["run", "-m", m, "-p", "x", "-ot", "nodevice"],
+    ] {
+        let o = strata(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("error: "), "{args:?}: {err}");
+    }
+}

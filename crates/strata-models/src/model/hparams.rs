@@ -1,0 +1,221 @@
+//! Hyperparameters of a llama-family model, read from GGUF metadata.
+
+use strata::gguf::GgufFile;
+use strata::ops::RopeMode;
+
+use crate::{ModelError, Result};
+
+/// RoPE scaling from `{arch}.rope.scaling.*`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    /// No scaling.
+    None,
+    /// Linear position scaling by `1 / factor`.
+    Linear {
+        /// The factor (positions are divided by it).
+        factor: f32,
+    },
+    /// YaRN with `factor` over the original training context.
+    Yarn {
+        /// The factor.
+        factor: f32,
+    },
+}
+
+/// What the llama-family graph needs to know about a model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HParams {
+    /// `general.architecture`.
+    pub arch: String,
+    /// Number of transformer blocks.
+    pub n_layer: usize,
+    /// Embedding width.
+    pub n_embd: usize,
+    /// FFN hidden width.
+    pub n_ff: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (grouped-query attention when fewer than `n_head`).
+    pub n_head_kv: usize,
+    /// Key head size.
+    pub head_dim_k: usize,
+    /// Value head size.
+    pub head_dim_v: usize,
+    /// Vocabulary size (rows of `token_embd`).
+    pub n_vocab: usize,
+    /// Training context length.
+    pub n_ctx_train: usize,
+    /// RMS norm epsilon.
+    pub rms_eps: f32,
+    /// Rotated dimensions per head.
+    pub n_rot: usize,
+    /// RoPE base frequency.
+    pub rope_freq_base: f32,
+    /// RoPE pairing (llama: normal, as llama.cpp's LLAMA_ROPE_TYPE_NORM).
+    pub rope_mode: RopeMode,
+    /// RoPE scaling.
+    pub rope_scaling: RopeScaling,
+    /// Original context for YaRN (defaults to the training context).
+    pub n_ctx_orig: usize,
+}
+
+/// Architectures built by [`crate::graph::llama`] with their RoPE mode
+/// (llama.cpp's `llama_model_rope_type`).
+const ARCHES: &[(&str, RopeMode)] = &[("llama", RopeMode::Normal)];
+
+impl HParams {
+    /// Reads the hyperparameters of `f` (`{arch}.*` keys).
+    pub fn from_gguf(f: &GgufFile) -> Result<HParams> {
+        let m = f.metadata();
+        let arch = m
+            .get_str("general.architecture")
+            .map_err(|_| meta("general.architecture", "missing"))?
+            .to_string();
+        let rope_mode = ARCHES
+            .iter()
+            .find(|(a, _)| *a == arch)
+            .map(|(_, r)| *r)
+            .ok_or_else(|| {
+                meta(
+                    "general.architecture",
+                    &format!(
+                        "'{arch}' is not supported (supported: {})",
+                        ARCHES.iter().map(|a| a.0).collect::<Vec<_>>().join(", ")
+                    ),
+                )
+            })?;
+        let key = |k: &str| format!("{arch}.{k}");
+        let uint = |k: &str| -> Result<usize> {
+            let key = key(k);
+            match m.get(&key) {
+                None => Err(meta(&key, "missing")),
+                Some(v) => v
+                    .to_u64()
+                    .and_then(|x| usize::try_from(x).ok())
+                    .ok_or_else(|| meta(&key, "expected an unsigned integer")),
+            }
+        };
+        let uint_or = |k: &str, d: usize| -> Result<usize> {
+            if m.contains_key(&key(k)) {
+                uint(k)
+            } else {
+                Ok(d)
+            }
+        };
+        let float_or = |k: &str, d: f32| -> Result<f32> {
+            match m.get(&key(k)) {
+                None => Ok(d),
+                Some(_) => m
+                    .get_f32(&key(k))
+                    .map_err(|e| meta(&key(k), &e.to_string())),
+            }
+        };
+        let n_layer = uint("block_count")?;
+        let n_embd = uint("embedding_length")?;
+        let n_ff = uint("feed_forward_length")?;
+        let n_head = uint("attention.head_count")?;
+        let n_head_kv = uint_or("attention.head_count_kv", n_head)?;
+        if n_layer == 0 || n_embd == 0 || n_head == 0 || n_head_kv == 0 || n_ff == 0 {
+            return Err(meta(
+                &key("*"),
+                "layer, embedding, FFN and head counts must be positive",
+            ));
+        }
+        if n_embd % n_head != 0 || n_head % n_head_kv != 0 {
+            return Err(meta(
+                &key("attention.head_count"),
+                &format!(
+                    "{n_embd} embedding / {n_head} heads / {n_head_kv} KV heads do not divide"
+                ),
+            ));
+        }
+        let head_dim = n_embd / n_head;
+        let head_dim_k = uint_or("attention.key_length", head_dim)?;
+        let head_dim_v = uint_or("attention.value_length", head_dim)?;
+        let n_rot = uint_or("rope.dimension_count", head_dim_k)?;
+        if n_rot > head_dim_k || n_rot % 2 != 0 {
+            return Err(meta(
+                &key("rope.dimension_count"),
+                "must be even and at most the head size",
+            ));
+        }
+        let n_ctx_train = uint_or("context_length", 2048)?;
+        let rms_eps = float_or("attention.layer_norm_rms_epsilon", 1e-5)?;
+        let rope_freq_base = float_or("rope.freq_base", 10000.0)?;
+        let factor = float_or("rope.scaling.factor", 0.0)?;
+        let scale_linear = float_or("rope.scale_linear", 0.0)?;
+        let rope_scaling = match m.get_str(&key("rope.scaling.type")).unwrap_or("") {
+            "yarn" if factor > 0.0 => RopeScaling::Yarn { factor },
+            "linear" if factor > 0.0 => RopeScaling::Linear { factor },
+            "" if scale_linear > 0.0 && scale_linear != 1.0 => RopeScaling::Linear {
+                factor: scale_linear,
+            },
+            "" | "none" | "linear" | "yarn" => RopeScaling::None,
+            other => {
+                return Err(meta(
+                    &key("rope.scaling.type"),
+                    &format!("'{other}' is not supported (none, linear, yarn)"),
+                ))
+            }
+        };
+        let n_ctx_orig = uint_or("rope.scaling.original_context_length", n_ctx_train)?;
+        let n_vocab = f
+            .tensor("token_embd.weight")
+            .map(|t| t.shape()[1])
+            .ok_or_else(|| ModelError::Tensor {
+                name: "token_embd.weight".into(),
+                msg: "missing".into(),
+            })?;
+        Ok(HParams {
+            arch,
+            n_layer,
+            n_embd,
+            n_ff,
+            n_head,
+            n_head_kv,
+            head_dim_k,
+            head_dim_v,
+            n_vocab,
+            n_ctx_train,
+            rms_eps,
+            n_rot,
+            rope_freq_base,
+            rope_mode,
+            rope_scaling,
+            n_ctx_orig,
+        })
+    }
+
+    /// Width of all K heads of one token (`n_head_kv * head_dim_k`).
+    pub fn n_embd_k_gqa(&self) -> usize {
+        self.n_head_kv * self.head_dim_k
+    }
+
+    /// Width of all V heads of one token.
+    pub fn n_embd_v_gqa(&self) -> usize {
+        self.n_head_kv * self.head_dim_v
+    }
+
+    /// The RoPE parameters for the graph (llama.cpp's defaults: YaRN beta 32/1,
+    /// extrapolation mix 1 only with YaRN scaling).
+    pub fn rope_params(&self) -> strata::ops::RopeParams {
+        let mut p = strata::ops::RopeParams::new(self.n_rot, self.rope_mode, self.rope_freq_base);
+        p.n_ctx_orig = self.n_ctx_orig;
+        match self.rope_scaling {
+            RopeScaling::None => {}
+            RopeScaling::Linear { factor } => p.freq_scale = 1.0 / factor,
+            RopeScaling::Yarn { factor } => {
+                p.freq_scale = 1.0 / factor;
+                p.ext_factor = 1.0;
+            }
+        }
+        p
+    }
+}
+
+fn meta(key: &str, msg: &str) -> ModelError {
+    ModelError::Metadata {
+        key: key.to_string(),
+        msg: msg.to_string(),
+    }
+}

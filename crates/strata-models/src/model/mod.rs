@@ -1,0 +1,409 @@
+//! A loaded model: hyperparameters, tokenizer, and weights as strata tensors.
+//!
+//! Weights on the CPU wrap the memory-mapped file zero-copy in one read-only
+//! host buffer marked [`BufferUsage::Weights`]; weights placed on another
+//! device (by `-ngl` / `-ot`) are copied into that device's buffers, also
+//! marked WEIGHTS, so the scheduler runs their ops there.
+
+mod hparams;
+mod placement;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use strata::backend::{alloc_tensors, tensor_set, Buffer, BufferUsage, Device};
+use strata::cpu::HostBuffer;
+use strata::gguf::{GgufFile, TensorInfo};
+use strata::Tensor;
+
+pub use hparams::{HParams, RopeScaling};
+pub use placement::{layer_of, Devices, LayerMap, Override, PlacementSpec};
+
+use crate::tokenizer::Tokenizer;
+use crate::{ModelError, Result};
+
+/// Progress callback: `(bytes done, bytes total)` while weights are copied to devices.
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize);
+
+/// How to load a model.
+#[derive(Clone, Default)]
+pub struct LoadOptions {
+    /// Non-CPU devices in priority order (`--device`); the CPU is always added last.
+    pub devices: Vec<Arc<dyn Device>>,
+    /// Placement policy (`-ngl`, `-ot`).
+    pub placement: PlacementSpec,
+}
+
+/// The weights of one transformer block.
+#[derive(Clone, Debug)]
+pub struct Layer {
+    /// Pre-attention RMS norm weight.
+    pub attn_norm: Tensor,
+    /// Query projection.
+    pub wq: Tensor,
+    /// Key projection.
+    pub wk: Tensor,
+    /// Value projection.
+    pub wv: Tensor,
+    /// Attention output projection.
+    pub wo: Tensor,
+    /// Pre-FFN RMS norm weight.
+    pub ffn_norm: Tensor,
+    /// FFN gate projection.
+    pub ffn_gate: Tensor,
+    /// FFN up projection.
+    pub ffn_up: Tensor,
+    /// FFN down projection.
+    pub ffn_down: Tensor,
+}
+
+/// Bytes a device needs for a model (the `--fit` report).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceBytes {
+    /// Weight bytes.
+    pub weights: usize,
+    /// Number of weight tensors.
+    pub n_tensors: usize,
+    /// KV cache bytes (f16 K and V for the context asked for).
+    pub kv_cache: usize,
+}
+
+/// Where every weight would go and what each device would hold (no loading).
+#[derive(Clone, Debug)]
+pub struct FitReport {
+    /// Device names, the CPU last.
+    pub devices: Vec<String>,
+    /// Bytes per device (same order).
+    pub bytes: Vec<DeviceBytes>,
+    /// Each tensor's device index, in file order.
+    pub tensors: Vec<(String, usize)>,
+}
+
+impl FitReport {
+    /// A human-readable table.
+    pub fn to_text(&self) -> String {
+        let mut s =
+            String::from("device                       tensors     weights MiB   KV cache MiB\n");
+        for (name, b) in self.devices.iter().zip(&self.bytes) {
+            s += &format!(
+                "{name:<28} {:>8} {:>15.2} {:>14.2}\n",
+                b.n_tensors,
+                b.weights as f64 / 1048576.0,
+                b.kv_cache as f64 / 1048576.0
+            );
+        }
+        s
+    }
+}
+
+/// A model ready to run.
+pub struct Model {
+    /// Hyperparameters.
+    pub hparams: HParams,
+    /// The tokenizer.
+    pub tokenizer: Tokenizer,
+    /// `tokenizer.chat_template`, if any.
+    pub chat_template: Option<String>,
+    /// Token embedding (input; also the output head when `output.weight` is absent).
+    pub tok_embd: Tensor,
+    /// Final norm weight.
+    pub output_norm: Tensor,
+    /// Output projection (a device copy of the embedding when tied and offloaded).
+    pub output: Tensor,
+    /// True when the output head is the token embedding.
+    pub tied_output: bool,
+    /// Transformer blocks.
+    pub layers: Vec<Layer>,
+    /// Devices (the CPU last) and which layer is where.
+    pub devices: Devices,
+    /// Device of each layer, the output and the input.
+    pub layer_map: LayerMap,
+    file: GgufFile,
+    buffers: Vec<Arc<dyn Buffer>>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("hparams", &self.hparams)
+            .field("devices", &self.devices)
+            .finish_non_exhaustive()
+    }
+}
+
+fn tensor_err(name: &str, msg: impl Into<String>) -> ModelError {
+    ModelError::Tensor {
+        name: name.to_string(),
+        msg: msg.into(),
+    }
+}
+
+/// Placement of every tensor of `f` (device index per tensor info).
+fn assign(
+    f: &GgufFile,
+    hp: &HParams,
+    spec: &PlacementSpec,
+    devs: &Devices,
+) -> Result<(LayerMap, Vec<usize>)> {
+    let map = spec.layer_map(hp.n_layer, devs)?;
+    let mut out = Vec::with_capacity(f.tensors().len());
+    for t in f.tensors() {
+        let default = match layer_of(t.name()) {
+            Some(l) if l < hp.n_layer => map.layers[l],
+            Some(_) => {
+                return Err(tensor_err(
+                    t.name(),
+                    format!("layer out of range (model has {})", hp.n_layer),
+                ))
+            }
+            None if t.name().starts_with("output") => map.output,
+            None => map.input,
+        };
+        out.push(spec.device_for(t.name(), default, devs)?);
+    }
+    Ok((map, out))
+}
+
+/// KV cache bytes of each device for `n_ctx` positions (f16 K and V).
+fn kv_bytes(hp: &HParams, map: &LayerMap, n_dev: usize, n_ctx: usize) -> Vec<usize> {
+    let mut v = vec![0; n_dev];
+    let per_layer = 2 * n_ctx * (hp.n_embd_k_gqa() + hp.n_embd_v_gqa());
+    for &d in &map.layers {
+        v[d] += per_layer;
+    }
+    v
+}
+
+impl Model {
+    /// Reports where each tensor would go and what every device would hold
+    /// for a context of `n_ctx`, without loading any weight (`--fit`).
+    pub fn fit(path: impl AsRef<Path>, opts: &LoadOptions, n_ctx: usize) -> Result<FitReport> {
+        let f = GgufFile::open(path)?;
+        let hp = HParams::from_gguf(&f)?;
+        let devs = Devices::new(opts.devices.clone())?;
+        let (map, assigned) = assign(&f, &hp, &opts.placement, &devs)?;
+        let kv = kv_bytes(&hp, &map, devs.list().len(), n_ctx);
+        let mut bytes = vec![DeviceBytes::default(); devs.list().len()];
+        for (t, &d) in f.tensors().iter().zip(&assigned) {
+            bytes[d].weights += t.size();
+            bytes[d].n_tensors += 1;
+        }
+        // a tied head on an offloaded output device is duplicated there
+        if f.tensor("output.weight").is_none() && map.output != map.input {
+            if let Some(t) = f.tensor("token_embd.weight") {
+                bytes[map.output].weights += t.size();
+                bytes[map.output].n_tensors += 1;
+            }
+        }
+        for (b, k) in bytes.iter_mut().zip(kv) {
+            b.kv_cache = k;
+        }
+        Ok(FitReport {
+            devices: devs.names(),
+            bytes,
+            tensors: f
+                .tensors()
+                .iter()
+                .map(|t| t.name().to_string())
+                .zip(assigned)
+                .collect(),
+        })
+    }
+
+    /// Opens and loads the model at `path`.
+    pub fn load(
+        path: impl AsRef<Path>,
+        opts: &LoadOptions,
+        progress: Option<Progress<'_>>,
+    ) -> Result<Model> {
+        let f = GgufFile::open(path)?;
+        Model::from_gguf(f, opts, progress)
+    }
+
+    /// Loads a model from an opened GGUF file.
+    pub fn from_gguf(
+        f: GgufFile,
+        opts: &LoadOptions,
+        mut progress: Option<Progress<'_>>,
+    ) -> Result<Model> {
+        let hp = HParams::from_gguf(&f)?;
+        let tokenizer = crate::gguf::tokenizer(&f)?;
+        if tokenizer.n_vocab() != hp.n_vocab {
+            return Err(tensor_err(
+                "token_embd.weight",
+                format!(
+                    "{} rows but the tokenizer has {} tokens",
+                    hp.n_vocab,
+                    tokenizer.n_vocab()
+                ),
+            ));
+        }
+        let devs = Devices::new(opts.devices.clone())?;
+        let (map, assigned) = assign(&f, &hp, &opts.placement, &devs)?;
+
+        // The CPU's weights: the whole file wrapped zero-copy, read-only.
+        let bytes = f.as_bytes();
+        let ptr = NonNull::new(bytes.as_ptr() as *mut u8).unwrap_or(NonNull::dangling());
+        // SAFETY: the bytes belong to the GgufBytes kept alive by the Arc moved
+        // into the buffer as its owner; the buffer is read-only, so nothing
+        // writes through the pointer; the mapping is never modified by strata.
+        let host = unsafe {
+            HostBuffer::from_raw_parts(ptr, bytes.len(), Box::new(f.bytes().clone()), true)
+        };
+        let host: Arc<dyn Buffer> = Arc::new(host);
+        host.set_usage(BufferUsage::Weights);
+        let data_offset = f.data_offset();
+
+        let make = |info: &TensorInfo| -> Result<Tensor> {
+            let dims = &info.shape()[..info.n_dims().max(1)];
+            Ok(Tensor::new(info.dtype(), dims)?.with_name(info.name()))
+        };
+        let mut tensors: BTreeMap<String, Tensor> = BTreeMap::new();
+        let mut per_dev: Vec<Vec<(Tensor, &TensorInfo)>> = vec![Vec::new(); devs.list().len()];
+        for (info, &d) in f.tensors().iter().zip(&assigned) {
+            let t = make(info)?;
+            if d == devs.cpu() {
+                t.set_storage(host.clone(), data_offset + info.offset())?;
+            } else {
+                per_dev[d].push((t.clone(), info));
+            }
+            tensors.insert(info.name().to_string(), t);
+        }
+        let tied = !tensors.contains_key("output.weight");
+        let mut output_copy = None;
+        if tied && map.output != devs.cpu() {
+            let info = f
+                .tensor("token_embd.weight")
+                .ok_or_else(|| tensor_err("token_embd.weight", "missing"))?;
+            let t = make(info)?.with_name("output.weight (tied to token_embd)");
+            per_dev[map.output].push((t.clone(), info));
+            output_copy = Some(t);
+        }
+        let total: usize = per_dev.iter().flatten().map(|(_, i)| i.size()).sum();
+        let mut done = 0;
+        let mut buffers = vec![host];
+        for (d, list) in per_dev.iter().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            let ts: Vec<Tensor> = list.iter().map(|(t, _)| t.clone()).collect();
+            let bufs = alloc_tensors(&ts, &devs.list()[d].default_buffer_type())?;
+            for b in &bufs {
+                b.set_usage(BufferUsage::Weights);
+            }
+            for (t, info) in list {
+                tensor_set(t, 0, f.tensor_data(info))?;
+                done += info.size();
+                if let Some(p) = progress.as_mut() {
+                    p(done, total);
+                }
+            }
+            buffers.extend(bufs);
+        }
+
+        let take = |name: &str, shape: &[usize]| -> Result<Tensor> {
+            let t = tensors
+                .get(name)
+                .cloned()
+                .ok_or_else(|| tensor_err(name, "missing"))?;
+            let ne = t.ne();
+            if ne[..shape.len()] != *shape || ne[shape.len()..].iter().any(|&x| x != 1) {
+                return Err(tensor_err(
+                    name,
+                    format!("shape {:?}, expected {shape:?}", &ne[..t.n_dims()]),
+                ));
+            }
+            Ok(t)
+        };
+        let (e, v) = (hp.n_embd, hp.n_vocab);
+        let tok_embd = take("token_embd.weight", &[e, v])?;
+        let output_norm = take("output_norm.weight", &[e])?;
+        let output = match output_copy {
+            Some(t) => t,
+            None if tied => tok_embd.clone(),
+            None => take("output.weight", &[e, v])?,
+        };
+        let (qd, kd, vd) = (
+            hp.n_head * hp.head_dim_k,
+            hp.n_embd_k_gqa(),
+            hp.n_embd_v_gqa(),
+        );
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for i in 0..hp.n_layer {
+            let w = |s: &str, shape: &[usize]| take(&format!("blk.{i}.{s}.weight"), shape);
+            layers.push(Layer {
+                attn_norm: w("attn_norm", &[e])?,
+                wq: w("attn_q", &[e, qd])?,
+                wk: w("attn_k", &[e, kd])?,
+                wv: w("attn_v", &[e, vd])?,
+                wo: w("attn_output", &[hp.n_head * hp.head_dim_v, e])?,
+                ffn_norm: w("ffn_norm", &[e])?,
+                ffn_gate: w("ffn_gate", &[e, hp.n_ff])?,
+                ffn_up: w("ffn_up", &[e, hp.n_ff])?,
+                ffn_down: w("ffn_down", &[hp.n_ff, e])?,
+            });
+        }
+        Ok(Model {
+            chat_template: crate::gguf::chat_template(&f),
+            hparams: hp,
+            tokenizer,
+            tok_embd,
+            output_norm,
+            output,
+            tied_output: tied,
+            layers,
+            devices: devs,
+            layer_map: map,
+            file: f,
+            buffers,
+        })
+    }
+
+    /// The GGUF file the model was loaded from.
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    /// Weight bytes held by each device (the CPU last; the CPU's are mapped, not copied).
+    pub fn weight_bytes(&self) -> Vec<usize> {
+        let mut v = vec![0; self.devices.list().len()];
+        let mut all = vec![&self.tok_embd, &self.output_norm, &self.output];
+        for l in &self.layers {
+            all.extend([
+                &l.attn_norm,
+                &l.wq,
+                &l.wk,
+                &l.wv,
+                &l.wo,
+                &l.ffn_norm,
+                &l.ffn_gate,
+                &l.ffn_up,
+                &l.ffn_down,
+            ]);
+        }
+        let mut seen = std::collections::HashSet::new();
+        for t in all {
+            if !seen.insert(t.id()) {
+                continue;
+            }
+            if let Some(st) = t.storage() {
+                let name = st.buffer.buffer_type().name();
+                let d = self
+                    .devices
+                    .list()
+                    .iter()
+                    .position(|d| d.default_buffer_type().name() == name)
+                    .unwrap_or(self.devices.cpu());
+                v[d] += t.nbytes();
+            }
+        }
+        v
+    }
+
+    /// Number of buffers holding weights (the mapped file plus device copies).
+    pub fn n_buffers(&self) -> usize {
+        self.buffers.len()
+    }
+}

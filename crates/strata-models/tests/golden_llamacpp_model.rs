@@ -1,0 +1,236 @@
+//! SmolLM2-135M-Instruct (Q4_1) against llama.cpp's own outputs (tests/data/manifest.json and
+//! `*.last_logits.f32.bin`, made with llama.cpp 0c1e57098 on the CPU, flash attention, f16 KV):
+//! token ids, KL(softmax(llama.cpp) ‖ softmax(strata)) of the last prompt position, argmax where
+//! llama.cpp's top-2 margin is clear, and the greedy continuation up to the first step whose
+//! margin in llama.cpp's run is under 0.5. Also: offloading layers to a second device
+//! (`-ngl 10`, `-ngl 30`, the test device FAKE0) gives bit-identical logits.
+//!
+//! Needs the model (see support::require_model): skipped without it unless STRATA_REQUIRE_MODEL=1.
+
+mod support;
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use strata::backend::Backend;
+use strata::testkit::TestBackend;
+use strata_models::model::Override;
+use strata_models::{
+    Attention, Context, ContextOptions, LoadOptions, Logits, Model, PlacementSpec,
+};
+
+fn manifest() -> Value {
+    serde_json::from_str(include_str!("data/manifest.json")).unwrap()
+}
+
+fn golden_logits(file: &str) -> Vec<f32> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(file);
+    std::fs::read(path)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn ids_of(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn log_softmax(x: &[f32]) -> Vec<f64> {
+    let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+    let s: f64 = x.iter().map(|&v| (v as f64 - m).exp()).sum();
+    x.iter().map(|&v| v as f64 - m - s.ln()).collect()
+}
+
+/// KL(softmax(p) ‖ softmax(q)).
+fn kl(p: &[f32], q: &[f32]) -> f64 {
+    let (lp, lq) = (log_softmax(p), log_softmax(q));
+    lp.iter().zip(&lq).map(|(a, b)| a.exp() * (a - b)).sum()
+}
+
+fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn context(model: &Arc<Model>, attention: Attention, threads: usize) -> Context {
+    Context::new(
+        model.clone(),
+        ContextOptions {
+            n_ctx: 256,
+            n_batch: 64,
+            n_threads: threads,
+            attention,
+            logits_all: false,
+        },
+    )
+    .unwrap()
+}
+
+fn check_prompts(model: &Arc<Model>, attention: Attention, max_kl: f64) {
+    let m = manifest();
+    let mut ctx = context(model, attention, 2);
+    for p in m["prompts"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        let ids = model
+            .tokenizer
+            .encode(p["prompt"].as_str().unwrap(), true, true)
+            .unwrap();
+        assert_eq!(ids, ids_of(&p["token_ids"]), "{name}: token ids");
+        ctx.clear().unwrap();
+        let logits = ctx.decode(&ids, Logits::Last).unwrap();
+        let file = &p["files"][0];
+        let gold = golden_logits(file["file"].as_str().unwrap());
+        assert_eq!(logits.len(), gold.len());
+        let k = kl(&gold, &logits);
+        let max_abs = gold
+            .iter()
+            .zip(&logits)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        let steps = p["continuations"]["default"]["steps"].as_array().unwrap();
+        let margin0 =
+            steps[0]["top5"][0][1].as_f64().unwrap() - steps[0]["top5"][1][1].as_f64().unwrap();
+        println!(
+            "{name} ({attention:?}): KL {k:.3e}, max |Δlogit| {max_abs:.3}, argmax strata {} llama.cpp {} (margin {margin0:.2})",
+            argmax(&logits),
+            argmax(&gold)
+        );
+        assert!(k <= max_kl, "{name}: KL {k:e} > {max_kl:e}");
+        if margin0 >= 0.5 {
+            assert_eq!(argmax(&logits), argmax(&gold), "{name}: argmax");
+        }
+        // greedy continuation up to the first unclear step
+        let mut next = argmax(&logits);
+        let mut matched = 0;
+        for (i, s) in steps.iter().enumerate() {
+            let margin = s["top5"][0][1].as_f64().unwrap() - s["top5"][1][1].as_f64().unwrap();
+            if margin < 0.5 {
+                break;
+            }
+            assert_eq!(
+                next,
+                s["id"].as_u64().unwrap() as u32,
+                "{name}: greedy step {i}"
+            );
+            matched += 1;
+            let l = ctx.decode(&[next], Logits::Last).unwrap();
+            next = argmax(&l);
+        }
+        println!("{name}: greedy continuation identical for {matched} of {} steps (stopped at the first margin < 0.5)", steps.len());
+    }
+}
+
+fn load(placement: PlacementSpec, fake: bool) -> Arc<Model> {
+    let path = support::model_path();
+    let mut devices = Vec::new();
+    if fake {
+        devices.push(TestBackend::device("FAKE0", |_| true, 2).device());
+    }
+    Arc::new(Model::load(&path, &LoadOptions { devices, placement }, None).unwrap())
+}
+
+#[test]
+fn golden_llamacpp_logits_and_greedy_flash_attn() {
+    if support::require_model("the golden logits test (flash attention)").is_none() {
+        return;
+    }
+    let model = load(PlacementSpec::default(), false);
+    check_prompts(&model, Attention::Flash, 1e-2);
+}
+
+#[test]
+fn golden_llamacpp_logits_and_greedy_softmax() {
+    if support::require_model("the golden logits test (soft_max attention)").is_none() {
+        return;
+    }
+    let model = load(PlacementSpec::default(), false);
+    check_prompts(&model, Attention::SoftMax, 1e-2);
+}
+
+/// Logits of a prompt and 3 decode steps.
+fn run_steps(model: &Arc<Model>) -> (Vec<Vec<f32>>, usize) {
+    let mut ctx = context(model, Attention::Flash, 2);
+    let ids = model
+        .tokenizer
+        .encode(
+            "Once upon a time, in a small village, there lived",
+            true,
+            true,
+        )
+        .unwrap();
+    let mut out = vec![ctx.decode(&ids, Logits::Last).unwrap()];
+    for _ in 0..3 {
+        let next = argmax(out.last().unwrap());
+        out.push(ctx.decode(&[next], Logits::Last).unwrap());
+    }
+    (out, ctx.n_splits())
+}
+
+#[test]
+fn offloaded_layers_give_identical_logits() {
+    if support::require_model("the -ngl offload test").is_none() {
+        return;
+    }
+    let (cpu, cpu_splits) = run_steps(&load(PlacementSpec::default(), false));
+    assert_eq!(cpu_splits, 1);
+    for ngl in [10, 30] {
+        let model = load(
+            PlacementSpec {
+                n_gpu_layers: ngl,
+                overrides: vec![],
+            },
+            true,
+        );
+        let n_fake = model.layer_map.layers.iter().filter(|&&d| d == 0).count();
+        assert_eq!(n_fake, ngl);
+        assert_eq!(model.layer_map.output == 0, ngl >= 30);
+        let (off, splits) = run_steps(&model);
+        println!("-ngl {ngl}: {splits} splits");
+        assert!(
+            splits >= 2,
+            "-ngl {ngl}: expected a split between the devices"
+        );
+        for (a, b) in cpu.iter().zip(&off) {
+            assert!(
+                a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "-ngl {ngl}: logits differ"
+            );
+        }
+    }
+    // -ot: pin every FFN matrix of the offloaded layers back on the CPU
+    let model = load(
+        PlacementSpec {
+            n_gpu_layers: 30,
+            overrides: vec![Override::parse(r"ffn_(up|gate|down)=CPU").unwrap()],
+        },
+        true,
+    );
+    let st = model.layers[29].ffn_up.storage().unwrap();
+    assert!(st.buffer.buffer_type().is_host());
+    assert!(!model.layers[29]
+        .wq
+        .storage()
+        .unwrap()
+        .buffer
+        .buffer_type()
+        .is_host());
+    let (ot, _) = run_steps(&model);
+    for (a, b) in cpu.iter().zip(&ot) {
+        assert!(
+            a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "-ot: logits differ"
+        );
+    }
+}
