@@ -77,7 +77,10 @@ fn serves_a_client_and_a_killed_server_is_a_typed_error() {
     // kill the server process: the client gets a typed error, no hang, no abort
     child.0.kill().unwrap();
     child.0.wait().unwrap();
-    let e = backend.graph_compute(&g).unwrap_err();
+    let e = backend
+        .graph_compute(&g)
+        .and_then(|()| backend.synchronize())
+        .unwrap_err();
     assert!(matches!(e, strata::Error::Backend { .. }), "{e}");
 }
 

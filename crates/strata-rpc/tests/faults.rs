@@ -81,7 +81,10 @@ fn server_dropping_connections_mid_compute() {
     let start = Instant::now();
     let worker = std::thread::spawn(move || {
         let mut backend = dev.init_backend().unwrap();
-        let r = backend.graph_compute(&g);
+        // graph_compute returns once the graph is sent; synchronize waits
+        let r = backend
+            .graph_compute(&g)
+            .and_then(|()| backend.synchronize());
         (r, c.read_bytes())
     });
     std::thread::sleep(Duration::from_millis(300));
@@ -116,7 +119,10 @@ fn server_shut_down_mid_compute() {
     let (_p, dev) = device(addr);
     let dev: Arc<dyn Device> = dev;
     let (g, _c, _bufs) = graph_on(&dev);
-    let worker = std::thread::spawn(move || dev.init_backend().unwrap().graph_compute(&g));
+    let worker = std::thread::spawn(move || {
+        let mut b = dev.init_backend().unwrap();
+        b.graph_compute(&g).and_then(|()| b.synchronize())
+    });
     std::thread::sleep(Duration::from_millis(300));
     server.shutdown();
     let e = worker.join().unwrap().unwrap_err();
@@ -144,7 +150,11 @@ fn stalled_server_times_out() {
     let dev: Arc<dyn Device> = dev;
     let (g, _c, _bufs) = graph_on(&dev);
     let start = Instant::now();
-    let e = dev.init_backend().unwrap().graph_compute(&g).unwrap_err();
+    let mut b = dev.init_backend().unwrap();
+    let e = b
+        .graph_compute(&g)
+        .and_then(|()| b.synchronize())
+        .unwrap_err();
     assert!(
         is_backend_error(&e) && e.to_string().contains("no answer within"),
         "{e}"
@@ -164,7 +174,11 @@ fn connection_dropped_before_compute() {
     let dev: Arc<dyn Device> = dev;
     let (g, _c, bufs) = graph_on(&dev);
     server.drop_connections();
-    let e = dev.init_backend().unwrap().graph_compute(&g).unwrap_err();
+    let mut b = dev.init_backend().unwrap();
+    let e = b
+        .graph_compute(&g)
+        .and_then(|()| b.synchronize())
+        .unwrap_err();
     assert!(is_backend_error(&e), "{e}");
     assert!(dev.memory().is_err());
     drop(bufs); // freeing on a dead connection is silent

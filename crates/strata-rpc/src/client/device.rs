@@ -4,7 +4,9 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use strata::backend::{same_buffer_type, Backend, BufferType, Device, DeviceMemory, DeviceType};
+use strata::backend::{
+    same_buffer_type, Backend, BufferType, Device, DeviceMemory, DeviceType, Event,
+};
 use strata::{Error, Graph, Result, Tensor};
 
 use super::buffer::RpcBufferType;
@@ -44,7 +46,29 @@ impl RpcDevice {
             }),
             graphs_sent: 0,
             graphs_recomputed: 0,
+            pending: false,
         }
+    }
+}
+
+/// An RPC event: the server handles one connection's requests in order, so
+/// "everything recorded before is done" is one round trip on the connection.
+struct RpcEvent {
+    conn: Arc<Conn>,
+}
+
+/// True when both events wait on the same connection (compared by the
+/// connection's address, the only state an RPC event has).
+fn same_event_conn(a: &Arc<dyn Event>, b: &Arc<dyn Event>) -> bool {
+    a.key() == b.key()
+}
+
+impl Event for RpcEvent {
+    fn synchronize(&self) -> Result<()> {
+        self.conn.call(&Request::DeviceCount, None).map(|_| ())
+    }
+    fn key(&self) -> usize {
+        Arc::as_ptr(&self.conn) as *const () as usize
     }
 }
 
@@ -86,6 +110,11 @@ impl Device for RpcDevice {
         let mine: Arc<dyn BufferType> = self.buft.clone();
         same_buffer_type(&mine, buft)
     }
+    fn event_new(&self) -> Option<Arc<dyn Event>> {
+        Some(Arc::new(RpcEvent {
+            conn: self.conn.clone(),
+        }))
+    }
 }
 
 /// An execution stream on a remote device.
@@ -94,6 +123,8 @@ pub struct RpcBackend {
     device: Arc<RpcDevice>,
     graphs_sent: usize,
     graphs_recomputed: usize,
+    /// A graph was sent and its completion not yet confirmed.
+    pending: bool,
 }
 
 impl RpcBackend {
@@ -160,8 +191,11 @@ impl Backend for RpcBackend {
         self.device.clone()
     }
     /// Sends the graph (or, when it is byte-identical to the last one sent
-    /// to this device and no buffer was freed since, GRAPH_RECOMPUTE), then
-    /// waits for the server to finish: errors surface here, typed.
+    /// to this device and no buffer was freed since, GRAPH_RECOMPUTE) and
+    /// returns at once, like ggml's asynchronous backends: the server runs it
+    /// while the caller goes on. [`Backend::synchronize`] waits for it, and is
+    /// where a refused graph or a lost server surfaces, typed. Reads of the
+    /// results are ordered after the compute by the connection.
     fn graph_compute(&mut self, graph: &Graph) -> Result<()> {
         let msg = self.serialize(graph)?;
         let mut bytes = Vec::with_capacity(msg.encoded_len());
@@ -189,17 +223,49 @@ impl Backend for RpcBackend {
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(device, (epoch, bytes));
         }
-        // GRAPH_COMPUTE has no response: a cheap request with one tells
-        // when the server is done, or that it refused the graph.
+        self.pending = true;
+        Ok(())
+    }
+
+    /// GRAPH_COMPUTE has no response: a cheap request with one tells when
+    /// the server is done, or that it refused the graph.
+    fn synchronize(&mut self) -> Result<()> {
+        if !std::mem::take(&mut self.pending) {
+            return Ok(());
+        }
+        let device = self.device.index;
         self.conn
             .call(&Request::DeviceCount, None)
+            .map(|_| ())
             .inspect_err(|_| {
                 self.conn
                     .last_graph
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&device);
-            })?;
+            })
+    }
+
+    /// Requests on one connection run in order: nothing to mark.
+    fn event_record(&mut self, _event: &Arc<dyn Event>) -> Result<()> {
         Ok(())
+    }
+
+    /// Work queued on this connection already runs after everything before
+    /// it; only events of other connections need a wait.
+    fn event_wait(&mut self, event: &Arc<dyn Event>) -> Result<()> {
+        let mine = self
+            .device
+            .event_new()
+            .is_some_and(|m| same_event_conn(&m, event));
+        if mine {
+            Ok(())
+        } else {
+            event.synchronize()
+        }
+    }
+
+    fn copies_are_ordered(&self) -> bool {
+        true
     }
 }

@@ -11,6 +11,11 @@ use crate::{Error, Result};
 pub trait Event: Send + Sync {
     /// Blocks until the work recorded before the event is done.
     fn synchronize(&self) -> Result<()>;
+    /// What the event waits on (a stream or connection), so a backend can
+    /// tell its own events from others'; 0 when it has no such identity.
+    fn key(&self) -> usize {
+        0
+    }
 }
 
 /// An execution stream on a device (ggml's backend).
@@ -67,6 +72,12 @@ pub trait Backend: Send {
     /// Makes later work on this backend wait for `event`.
     fn event_wait(&mut self, event: &Arc<dyn Event>) -> Result<()> {
         event.synchronize()
+    }
+    /// True when writes into this backend's memory are queued behind the work
+    /// already submitted to it (a remote device whose commands run in order),
+    /// so the scheduler need not wait before copying a split input into it.
+    fn copies_are_ordered(&self) -> bool {
+        false
     }
 }
 

@@ -296,9 +296,11 @@ impl RunState {
                 let cpy = self.copies[&(input.id(), sb)][copy].clone();
                 if input.flags().contains(Flags::INPUT) {
                     // user inputs are copied at once, so the user may overwrite them afterwards
-                    match &event {
-                        Some(e) => e.synchronize()?,
-                        None => backends[sb].synchronize()?,
+                    if !backends[sb].copies_are_ordered() {
+                        match &event {
+                            Some(e) => e.synchronize()?,
+                            None => backends[sb].synchronize()?,
+                        }
                     }
                     tensor_copy(input, &cpy)?;
                 } else {
@@ -308,7 +310,10 @@ impl RunState {
                     }
                     if !backends[sb].cpy_tensor_async(input, &cpy)? {
                         backends[ib].synchronize()?;
-                        if let Some(e) = &event {
+                        if let Some(e) = event
+                            .as_ref()
+                            .filter(|_| !backends[sb].copies_are_ordered())
+                        {
                             e.synchronize()?;
                         }
                         tensor_copy(input, &cpy)?;

@@ -1,0 +1,130 @@
+//! Pipelining with a remote device: the RPC backend runs graphs
+//! asynchronously, so `Scheduler::compute_async` returns while the server is
+//! still computing, the CPU can go on with the next batch's CPU split (into
+//! the other pipeline copy), and `synchronize` waits. The server's backend
+//! here blocks on a gate the test opens, so nothing depends on timing.
+
+mod common;
+
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use strata::backend::{alloc_tensors, Backend, BufferUsage, Device, Graph};
+use strata::cpu::{cpu_device, CpuBackend};
+use strata::sched::{SchedConfig, Scheduler};
+use strata::{ops, DType, Tensor};
+use strata_rpc::server::{BackendFactory, Limits};
+
+type Gate = Arc<(Mutex<bool>, Condvar)>;
+
+struct Gated {
+    inner: CpuBackend,
+    gate: Gate,
+}
+
+impl Backend for Gated {
+    fn name(&self) -> String {
+        "GATED".into()
+    }
+    fn device(&self) -> Arc<dyn Device> {
+        cpu_device()
+    }
+    fn graph_compute(&mut self, graph: &Graph) -> strata::Result<()> {
+        let (open, cv) = &*self.gate;
+        let mut g = open.lock().unwrap();
+        while !*g {
+            g = cv.wait(g).unwrap();
+        }
+        drop(g);
+        self.inner.graph_compute(graph)
+    }
+}
+
+struct GatedFactory(Gate);
+
+impl BackendFactory for GatedFactory {
+    fn device_count(&self) -> usize {
+        1
+    }
+    fn device(&self, _: usize) -> Arc<dyn Device> {
+        cpu_device()
+    }
+    fn backend(&self, _: usize) -> strata::Result<Box<dyn Backend>> {
+        Ok(Box::new(Gated {
+            inner: CpuBackend::new(1),
+            gate: self.0.clone(),
+        }))
+    }
+}
+
+#[test]
+fn compute_async_returns_while_the_remote_split_runs() {
+    let gate: Gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let (addr, _server) =
+        common::server_with(Arc::new(GatedFactory(gate.clone())), Limits::default());
+    let (_p, dev) = common::device(addr);
+    let dev: Arc<dyn Device> = dev;
+    // weights on the remote device; x is a CPU input scaled on the CPU first
+    let w = Tensor::new(DType::F32, &[4, 4]).unwrap().with_name("w");
+    let wb = alloc_tensors(&[w.clone()], &dev.default_buffer_type()).unwrap();
+    wb[0].set_usage(BufferUsage::Weights);
+    w.write_f32(&(0..16).map(|i| i as f32).collect::<Vec<_>>())
+        .unwrap();
+    let x = Tensor::new(DType::F32, &[4, 2]).unwrap().with_name("x");
+    x.set_input();
+    let one = Tensor::new(DType::F32, &[1]).unwrap().with_name("one");
+    let ob = alloc_tensors(&[one.clone()], &strata::cpu::cpu_buffer_type()).unwrap();
+    ob[0].set_usage(BufferUsage::Weights);
+    one.write_f32(&[2.0]).unwrap();
+    let xs = ops::mul(&x, &one).unwrap().with_name("xs"); // CPU (weight `one`)
+    let y = ops::mul_mat(&w, &xs).unwrap().with_name("y"); // remote (weight `w`)
+    y.set_output();
+    let g = Graph::build(&[y.clone()]);
+    let backends: Vec<Box<dyn Backend>> =
+        vec![dev.init_backend().unwrap(), Box::new(CpuBackend::new(1))];
+    let mut sched = Scheduler::new(
+        backends,
+        None,
+        SchedConfig {
+            n_copies: 2,
+            ..SchedConfig::default()
+        },
+    )
+    .unwrap();
+    sched.alloc_graph(&g).unwrap();
+    assert_eq!(sched.n_splits(), 2);
+
+    let (tx, rx) = mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        for batch in 0..2 {
+            x.write_f32(&[batch as f32 + 1.0; 8]).unwrap();
+            sched.compute_async(&g).unwrap();
+            // returned with the remote split still behind the closed gate
+            tx.send(batch).unwrap();
+        }
+        sched.synchronize().unwrap();
+        y.to_f32_vec().unwrap()
+    });
+    // both batches were dispatched while the server could not compute:
+    // compute_async did not wait for the remote split
+    for want in 0..2 {
+        let got = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("compute_async blocked on the remote device");
+        assert_eq!(got, want);
+        // the gate is still closed: the server has not finished anything
+        assert!(!*gate.0.lock().unwrap());
+        if want == 0 {
+            continue;
+        }
+    }
+    *gate.0.lock().unwrap() = true;
+    gate.1.notify_all();
+    let out = worker.join().unwrap();
+    // batch 2: xs = 2 * 2 = 4 everywhere; y[r] = 4 * sum of row r of w
+    let want: Vec<f32> = (0..2)
+        .flat_map(|_| (0..4).map(|r| 4.0 * (0..4).map(|c| (r * 4 + c) as f32).sum::<f32>()))
+        .collect();
+    assert_eq!(out, want);
+}
