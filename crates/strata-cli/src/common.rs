@@ -32,7 +32,7 @@ pub struct ModelArgs {
     /// Layers (counted from the last) to put on the first --device; all of them also moves the output layer.
     #[arg(long = "ngl", visible_alias = "n-gpu-layers", default_value_t = 0)]
     pub ngl: usize,
-    /// Device to offload to (RPC[host:port] once RPC is available; FAKEn = a simulated device). Repeatable.
+    /// Device to offload to (e.g. RPC[host:port]; FAKEn = a simulated device). Repeatable.
     #[arg(long)]
     pub device: Vec<String>,
     /// Override placement of tensors whose name matches: REGEX=DEVICE (repeatable), e.g. 'ffn_.*=CPU'.

@@ -7,7 +7,9 @@ mod common;
 mod eval;
 mod explain;
 mod inspect;
+mod log;
 mod perplexity;
+mod rpc_server;
 mod run;
 mod test_ops;
 
@@ -42,10 +44,13 @@ enum Command {
     TestOps(test_ops::Args),
     /// Show how the scheduler places a graph (an example, or a model's with -m).
     Explain(explain::Args),
+    /// Serve this machine's CPU to RPC clients (ggml RPC protocol 7.0.0).
+    RpcServer(rpc_server::Args),
 }
 
 fn main() {
     let cli = Cli::parse_from(common::normalize_args(std::env::args()));
+    log::init();
     let result = match cli.command {
         Command::Run(a) => run::run(a),
         Command::Chat(a) => chat::run(a),
@@ -55,6 +60,7 @@ fn main() {
         Command::Inspect(a) => inspect::run(a).map_err(Into::into),
         Command::TestOps(a) => test_ops::run(a).map_err(Into::into),
         Command::Explain(a) => explain::run(a),
+        Command::RpcServer(a) => rpc_server::run(a).map(|()| 0).map_err(Into::into),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -18,9 +18,11 @@ pub struct Args {
     pub seed: u64,
 }
 
-/// The registry the CLI knows: the CPU, plus remote devices when built in.
+/// The registry the CLI knows: the CPU and remote devices (`RPC[host:port]`).
 pub fn registry() -> Registry {
-    Registry::with_defaults()
+    let mut reg = Registry::with_defaults();
+    reg.register(std::sync::Arc::new(strata_rpc::RpcProvider::new()));
+    reg
 }
 
 /// Runs the suite; exit code 1 when a case failed.

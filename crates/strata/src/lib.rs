@@ -8,6 +8,7 @@
 
 pub mod alloc;
 pub mod backend;
+pub mod blas;
 pub mod conformance;
 pub mod cpu;
 pub mod error;

@@ -86,6 +86,7 @@ impl Buffer for DeviceBuffer {
 struct TestDevice {
     name: String,
     host: bool,
+    offload: bool,
     filter: OpFilter,
     buft: Arc<dyn BufferType>,
     threads: usize,
@@ -116,6 +117,7 @@ impl Device for TestDevice {
             dev: Arc::new(TestDevice {
                 name: self.name.clone(),
                 host: self.host,
+                offload: self.offload,
                 filter: self.filter.clone(),
                 buft: self.buft.clone(),
                 threads: self.threads,
@@ -128,6 +130,9 @@ impl Device for TestDevice {
     }
     fn supports_op(&self, op: &Tensor) -> bool {
         crate::cpu::cpu_device().supports_op(op) && (op.op().is_view_op() || (self.filter)(op))
+    }
+    fn offload_op(&self, _op: &Tensor) -> bool {
+        self.offload
     }
     fn supports_buft(&self, buft: &Arc<dyn BufferType>) -> bool {
         if self.host {
@@ -160,6 +165,7 @@ impl TestBackend {
             dev: Arc::new(TestDevice {
                 name: name.into(),
                 host: false,
+                offload: false,
                 filter: Arc::new(filter),
                 buft,
                 threads,
@@ -178,12 +184,30 @@ impl TestBackend {
             dev: Arc::new(TestDevice {
                 name: name.into(),
                 host: true,
+                offload: false,
                 filter: Arc::new(filter),
                 buft: cpu_buffer_type(),
                 threads,
             }),
             cpu: CpuBackend::new(threads),
         }
+    }
+}
+
+impl TestBackend {
+    /// The same backend, asking for ops whose weights are in host memory
+    /// (`offload_op`), like ggml's GPU backends.
+    pub fn offloading(self) -> TestBackend {
+        let d = &self.dev;
+        let dev = Arc::new(TestDevice {
+            name: d.name.clone(),
+            host: d.host,
+            offload: true,
+            filter: d.filter.clone(),
+            buft: d.buft.clone(),
+            threads: d.threads,
+        });
+        TestBackend { dev, cpu: self.cpu }
     }
 }
 

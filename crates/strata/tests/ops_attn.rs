@@ -2,7 +2,19 @@
 //! grouped-query heads, masks, logit soft-capping, ALiBi and sinks.
 //!
 //! The reference reads k, v and the mask as stored (f16-rounded where the
-//! tensors are f16), so the only error left is f32 arithmetic: NMSE ≤ 1e-9.
+//! tensors are f16). With f32 k/v the only error left is f32 arithmetic:
+//! NMSE ≤ 1e-9. With f16 k/v the kernel computes as ggml's CPU flash
+//! attention does (q rounded to f16 for q·k, the V accumulator kept in f16),
+//! which adds about 2⁻¹¹ relative per step: NMSE ≤ 2e-6 (seen: ~3e-7).
+
+/// The NMSE bound for k/v of type `kv_t` (see the module docs).
+fn tol(kv_t: DType) -> f64 {
+    if kv_t == DType::F16 {
+        2e-6
+    } else {
+        1e-9
+    }
+}
 
 mod common;
 
@@ -178,7 +190,7 @@ fn plain_attention_with_gqa_f16_and_f32_kv() {
                 ..base()
             };
             let (got, want) = run_case(&c, 2, h_kv as u64);
-            assert_close(&format!("{kv_t} h_kv={h_kv}"), &got, &want, 1e-9);
+            assert_close(&format!("{kv_t} h_kv={h_kv}"), &got, &want, tol(kv_t));
         }
     }
 }
@@ -254,7 +266,7 @@ fn masks_softcap_alibi_sinks_and_batches() {
     ];
     for (i, (what, c)) in cases.iter().enumerate() {
         let (got, want) = run_case(c, 3, 100 + i as u64);
-        assert_close(what, &got, &want, 1e-9);
+        assert_close(what, &got, &want, tol(c.kv_t));
     }
 }
 

@@ -22,6 +22,8 @@ mod common;
 
 use common::{assert_close, round_trip, run, tensor, Rng};
 use proptest::prelude::*;
+use strata::backend::Backend;
+use strata::quant::simd::Isa;
 use strata::{ops, DType, Tensor};
 
 /// How the activation tensor `b` is laid out.
@@ -162,6 +164,11 @@ impl Outcome {
 
 /// Runs the case with `nth` threads.
 fn run_case(c: &Case, nth: usize, seed: u64) -> Outcome {
+    run_case_at(c, nth, seed, None)
+}
+
+/// Runs the case with `nth` threads, at SIMD level `isa` (default: active).
+fn run_case_at(c: &Case, nth: usize, seed: u64, isa: Option<Isa>) -> Outcome {
     let mut rng = Rng::new(seed);
     let ane = [c.k, c.m, c.a23[0], c.a23[1]];
     let a = tensor("a", c.at, &ane);
@@ -170,7 +177,20 @@ fn run_case(c: &Case, nth: usize, seed: u64) -> Outcome {
     assert_eq!(out.ne(), [c.m, c.n, c.b23[0], c.b23[1]]);
     let av = rng.vec(ane.iter().product(), -1.0, 1.0);
     let bv = rng.vec(nbase, -1.0, 1.0);
-    let got = run(&[out], &[(&a, &av), (&base, &bv)], nth).remove(0);
+    let got = match isa {
+        None => run(&[out], &[(&a, &av), (&base, &bv)], nth).remove(0),
+        Some(isa) => {
+            let g = strata::Graph::build(&[out.clone()]);
+            let _bufs = strata::cpu::alloc_graph_host(&g).unwrap();
+            a.write_f32(&av).unwrap();
+            base.write_f32(&bv).unwrap();
+            let mut cpu = strata::cpu::CpuBackend::new(nth);
+            cpu.set_isa(isa).unwrap();
+            assert_eq!(cpu.isa(), isa);
+            cpu.graph_compute(&g).unwrap();
+            out.to_f32_vec().unwrap()
+        }
+    };
     // Reference inputs: the values as stored (dequantized weights, rounded
     // activations), read back through the views.
     let a_stored = a.to_f32_vec().unwrap();
@@ -230,6 +250,49 @@ fn every_weight_type_every_layout_with_broadcast() {
             }
         }
     }
+}
+
+/// Every SIMD level this CPU runs (chosen per backend, so one process covers
+/// scalar, AVX2, AVX-512 and VNNI), every weight type, K with an odd number
+/// of blocks / not a multiple of the float unroll, matrix and vector shapes.
+#[test]
+fn every_simd_level_matches_the_reference() {
+    let levels: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.is_supported()).collect();
+    assert!(levels.contains(&strata::quant::simd::detected()));
+    let mut seed = 500;
+    for isa in levels {
+        for at in WEIGHTS {
+            for (k, n) in [(160, 11), (160, 1), (608, 5)] {
+                seed += 1;
+                let k = if at.is_quantized() { k } else { k - 3 };
+                let c = Case {
+                    at,
+                    bt: DType::F32,
+                    layout: Layout::Contiguous,
+                    k,
+                    m: 21,
+                    n,
+                    a23: [1, 1],
+                    b23: [1, 1],
+                };
+                run_case_at(&c, 2, seed, Some(isa)).check(&format!("{isa} {at} k={k} n={n}"), at);
+            }
+        }
+    }
+}
+
+#[test]
+fn unsupported_simd_levels_are_refused() {
+    let mut cpu = strata::cpu::CpuBackend::new(1);
+    let before = cpu.isa();
+    for isa in Isa::ALL.into_iter().filter(|i| !i.is_supported()) {
+        let e = cpu.set_isa(isa).unwrap_err();
+        assert!(matches!(e, strata::Error::InvalidArgument(_)), "{e}");
+        assert!(e.to_string().contains(isa.name()), "{e}");
+        assert_eq!(cpu.isa(), before);
+    }
+    cpu.set_isa(Isa::Scalar).unwrap();
+    assert_eq!(cpu.isa(), Isa::Scalar);
 }
 
 #[test]

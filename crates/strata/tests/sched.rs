@@ -383,3 +383,134 @@ proptest! {
         }
     }
 }
+
+// ---- policy, offload, fit, smaller graphs ----------------------------------
+
+/// w (CPU weights) · x for a batch of `n` columns, then an add.
+fn weights_on_cpu(
+    n: usize,
+) -> (
+    Graph,
+    Tensor,
+    Tensor,
+    Tensor,
+    Vec<Arc<dyn strata::backend::Buffer>>,
+) {
+    let w = Tensor::new(DType::F32, &[16, 8]).unwrap().with_name("w");
+    let bufs = alloc_tensors(&[w.clone()], &cpu_buffer_type()).unwrap();
+    bufs[0].set_usage(BufferUsage::Weights);
+    w.write_f32(&(0..128).map(|i| (i % 7) as f32 - 3.0).collect::<Vec<_>>())
+        .unwrap();
+    let x = Tensor::new(DType::F32, &[16, n]).unwrap().with_name("x");
+    x.set_input();
+    let y = ops::mul_mat(&w, &x).unwrap().with_name("ffn_out");
+    let z = ops::sqr(&y).unwrap().with_name("attn_sq");
+    z.set_output();
+    (Graph::build(&[z.clone()]), w, x, z, bufs)
+}
+
+fn dev_cpu(cfg: SchedConfig) -> Scheduler {
+    let backends: Vec<Box<dyn Backend>> = vec![
+        Box::new(TestBackend::device("FAKE0", |_| true, 1).offloading()),
+        Box::new(CpuBackend::new(1)),
+    ];
+    Scheduler::new(backends, None, cfg).unwrap()
+}
+
+#[test]
+fn offload_threshold_decides_where_cpu_weight_ops_run() {
+    let (g, ..) = weights_on_cpu(40);
+    let sched = dev_cpu(SchedConfig::default());
+    assert_eq!(sched.plan(&g).unwrap().nodes[0], (0, Cause::Offload));
+    let policy = strata::sched::PlacementPolicy::new().offload_min_batch(0, 64);
+    let sched = dev_cpu(SchedConfig {
+        policy,
+        ..SchedConfig::default()
+    });
+    assert_eq!(
+        sched.plan(&g).unwrap().nodes[0],
+        (1, Cause::Weight(0)),
+        "batch 40 < 64: stays with its weights"
+    );
+    let sched = dev_cpu(SchedConfig {
+        op_offload: false,
+        ..SchedConfig::default()
+    });
+    assert_eq!(sched.plan(&g).unwrap().nodes[0], (1, Cause::Weight(0)));
+}
+
+#[test]
+fn name_rules_place_ops_and_bad_rules_are_errors() {
+    let (g, _w, x, z, _b) = weights_on_cpu(4);
+    let policy = strata::sched::PlacementPolicy::new()
+        .rule("^attn_", 0)
+        .unwrap();
+    let mut sched = dev_cpu(SchedConfig {
+        policy,
+        op_offload: false,
+        ..SchedConfig::default()
+    });
+    let p = sched.plan(&g).unwrap();
+    assert_eq!(p.nodes[0], (1, Cause::Weight(0)));
+    assert_eq!(p.nodes[1], (0, Cause::Policy));
+    sched.alloc_graph(&g).unwrap();
+    x.write_f32(&[1.0; 64]).unwrap();
+    sched.compute(&g).unwrap();
+    let want: Vec<f32> = (0..4)
+        .flat_map(|_| {
+            (0..8).map(|r| {
+                ((0..16)
+                    .map(|c| ((r * 16 + c) % 7) as f32 - 3.0)
+                    .sum::<f32>())
+                .powi(2)
+            })
+        })
+        .collect();
+    assert_eq!(z.to_f32_vec().unwrap(), want);
+    let bad = strata::sched::PlacementPolicy::new().rule("x", 5).unwrap();
+    let backends: Vec<Box<dyn Backend>> = vec![Box::new(CpuBackend::new(1))];
+    assert!(Scheduler::new(
+        backends,
+        None,
+        SchedConfig {
+            policy: bad,
+            ..SchedConfig::default()
+        }
+    )
+    .is_err());
+}
+
+#[test]
+fn fit_predicts_the_real_buffers_without_allocating() {
+    let (g, ..) = weights_on_cpu(8);
+    let mut sched = dev_cpu(SchedConfig::default());
+    let fit = sched.fit(&g).unwrap();
+    assert_eq!(sched.buffer_size(0), 0, "nothing allocated by fit");
+    assert_eq!(fit.backends[1].weight_bytes, 16 * 8 * 4);
+    sched.alloc_graph(&g).unwrap();
+    for (i, line) in fit.backends.iter().enumerate() {
+        assert!(sched.buffer_size(i) >= line.compute_bytes, "{line:?}");
+        assert!(line.compute_bytes > 0);
+    }
+    assert_eq!(fit.n_splits, sched.n_splits());
+}
+
+#[test]
+fn a_smaller_graph_after_reserve_keeps_the_buffers() {
+    let (big, ..) = weights_on_cpu(64);
+    let mut sched = dev_cpu(SchedConfig::default());
+    sched.reserve(&big).unwrap();
+    let sizes: Vec<usize> = (0..2).map(|b| sched.buffer_size(b)).collect();
+    for n in [1, 7, 64] {
+        let (g, _w, x, z, _b) = weights_on_cpu(n);
+        sched.alloc_graph(&g).unwrap();
+        assert_eq!(
+            sizes,
+            (0..2).map(|b| sched.buffer_size(b)).collect::<Vec<_>>(),
+            "batch {n} grew a buffer"
+        );
+        x.write_f32(&vec![0.5; 16 * n]).unwrap();
+        sched.compute(&g).unwrap();
+        assert_eq!(z.to_f32_vec().unwrap().len(), 8 * n);
+    }
+}

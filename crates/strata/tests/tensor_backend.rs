@@ -282,3 +282,39 @@ proptest! {
         prop_assert_eq!(r.is_ok(), off + 4 * n <= t.nbytes());
     }
 }
+
+#[test]
+fn in_place_ops_write_over_their_strided_source() {
+    // a transposed (strided) view, scaled in place: the base changes
+    let base = Tensor::new(DType::F32, &[3, 2]).unwrap().with_name("base");
+    let tv = ops::transpose(&base).unwrap();
+    let r = ops::make_inplace(
+        strata::ops::Op::Scale {
+            scale: 2.0,
+            bias: 1.0,
+        },
+        vec![Some(tv.clone())],
+    )
+    .unwrap();
+    assert_eq!(r.nb(), tv.nb());
+    assert!(r.view_of().unwrap().src == base);
+    let g = strata::Graph::build(&[r.clone()]);
+    let _b = strata::cpu::alloc_graph_host(&g).unwrap();
+    base.write_f32(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    strata::cpu::compute(&g, 2).unwrap();
+    assert_eq!(
+        base.to_f32_vec().unwrap(),
+        vec![3.0, 5.0, 7.0, 9.0, 11.0, 13.0]
+    );
+    assert_eq!(
+        r.to_f32_vec().unwrap(),
+        vec![3.0, 9.0, 5.0, 11.0, 7.0, 13.0]
+    );
+    // ops that cannot run in place, or change the shape, are refused
+    assert!(ops::make_inplace(
+        strata::ops::Op::MulMat,
+        vec![Some(tv.clone()), Some(tv.clone())]
+    )
+    .is_err());
+    assert!(ops::make_inplace(strata::ops::Op::Sum, vec![Some(tv)]).is_err());
+}

@@ -33,6 +33,7 @@ pub use view::TView;
 use crate::backend::{
     Backend, BufferType, Device, DeviceMemory, DeviceProvider, DeviceType, Graph,
 };
+use crate::quant::simd::{self, Isa};
 use crate::tensor::{Tensor, MAX_SRC};
 use crate::{Error, Result};
 use ops::{Ctx, NodePlan, WorkSize};
@@ -114,6 +115,7 @@ pub struct CpuBackend {
     pool: ThreadPool,
     work: Vec<u64>,
     abort: Option<AbortCallback>,
+    isa: Isa,
 }
 
 impl CpuBackend {
@@ -123,7 +125,31 @@ impl CpuBackend {
             pool: ThreadPool::new(n_threads),
             work: Vec::new(),
             abort: None,
+            isa: simd::active(),
         }
+    }
+
+    /// The instruction-set level of the SIMD kernels (matmul's dot products
+    /// and activation quantization); [`simd::active`] unless changed.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Runs the SIMD kernels at level `isa` (e.g. [`Isa::Scalar`] to compare
+    /// with the reference in one process).
+    ///
+    /// Errors: [`Error::InvalidArgument`] if this CPU cannot run `isa`
+    /// (see [`simd::detected`]); the level is left unchanged.
+    pub fn set_isa(&mut self, isa: Isa) -> Result<()> {
+        if !isa.is_supported() {
+            return Err(Error::InvalidArgument(format!(
+                "CPU backend: instruction-set level {isa} is not supported by this CPU \
+                 (it supports up to {})",
+                simd::detected()
+            )));
+        }
+        self.isa = isa;
+        Ok(())
     }
 
     /// Number of threads.
@@ -211,9 +237,10 @@ impl Backend for CpuBackend {
         let wdata_addr = wdata as usize;
         let aborted = AtomicBool::new(false);
         let abort = self.abort.as_ref();
+        let isa = self.isa;
         let ok = self.pool.run(&|w| {
             for (plan, work) in plans.iter().zip(&works) {
-                let ctx = Ctx::new(w, wdata_addr as *mut u8, *work);
+                let ctx = Ctx::new(w, wdata_addr as *mut u8, *work, isa);
                 ops::forward(plan, &ctx);
                 if w.ith == 0 {
                     if let Some(cb) = abort {

@@ -15,6 +15,52 @@ pub fn make(
     Ok(Tensor::from_parts(out.dtype, out.ne, out.nb, op, src, view))
 }
 
+/// Creates the in-place form of `op` (ggml's `*_inplace`): the result has
+/// its first source's layout and is a view of it, so computing it
+/// overwrites that source. Only for ops that can run in place and whose
+/// result has the first source's type and shape.
+pub fn make_inplace(op: Op, src: Vec<Option<Tensor>>) -> Result<Tensor> {
+    let name = op.name();
+    if !op.can_run_in_place() {
+        return Err(crate::Error::shape(name, "this op cannot run in place"));
+    }
+    let out = infer(&op, &src, None)?;
+    let a = src[0]
+        .clone()
+        .ok_or_else(|| crate::Error::shape(name, "source 0 is missing"))?;
+    if out.dtype != a.dtype() || out.ne != a.ne() {
+        return Err(crate::Error::shape(
+            name,
+            format!(
+                "in place needs the result ({} {:?}) to match '{}' ({} {:?})",
+                out.dtype,
+                out.ne,
+                a.name(),
+                a.dtype(),
+                a.ne()
+            ),
+        ));
+    }
+    let view = match a.view_of() {
+        Some(v) => ViewOf {
+            src: v.src.clone(),
+            offset: v.offset,
+        },
+        None => ViewOf {
+            src: a.clone(),
+            offset: 0,
+        },
+    };
+    Ok(Tensor::from_parts(
+        a.dtype(),
+        a.ne(),
+        a.nb(),
+        op,
+        src,
+        Some(view),
+    ))
+}
+
 fn op1(op: Op, a: &Tensor) -> Result<Tensor> {
     make(op, vec![Some(a.clone())], None)
 }

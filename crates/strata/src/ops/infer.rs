@@ -45,11 +45,17 @@ pub(crate) fn span(dtype: DType, ne: &[usize; 4], nb: &[usize; 4]) -> Option<usi
     if ne.contains(&0) {
         return Some(0);
     }
-    let mut bytes = dtype.row_size(ne[0]);
     if !ne[0].is_multiple_of(dtype.block_size()) {
         return None;
     }
-    for i in 1..4 {
+    // ggml_nbytes: scalar types may have any element stride (permuted views);
+    // block types keep their rows contiguous.
+    let (mut bytes, first) = if dtype.block_size() == 1 {
+        (dtype.type_size(), 0)
+    } else {
+        (dtype.row_size(ne[0]), 1)
+    };
+    for i in first..4 {
         bytes = bytes.checked_add((ne[i] - 1).checked_mul(nb[i])?)?;
     }
     Some(bytes)

@@ -19,6 +19,7 @@ mod infer;
 mod params;
 
 pub use build::*;
+pub(crate) use infer::span;
 pub use infer::{infer, Inferred};
 pub use params::{OpParams, GGML_OP_COUNT};
 

@@ -45,6 +45,7 @@ mod float;
 mod q4;
 mod q5;
 mod q8;
+pub mod simd;
 
 pub use dot::{
     vec_dot_bf16, vec_dot_f16, vec_dot_f32, vec_dot_q4_0_q8_0, vec_dot_q4_1_q8_1,
@@ -75,9 +76,19 @@ pub type DequantizeRowFn = fn(src: &[u8], dst: &mut [f32]);
 /// [`vec_dot_type`], both exactly `row_size(n)` bytes long.
 pub type VecDotFn = fn(n: usize, x: &[u8], y: &[u8]) -> f32;
 
-/// The unchecked row quantizer for `dtype`, or `None` if `dtype` cannot be
-/// quantized to (the integer types).
+/// Unchecked dot products of one `x` row with four `y` rows (as four
+/// [`VecDotFn`] calls, bit for bit, but decoding `x` once): `out[j] = x · ys[j]`.
+pub type VecDot4Fn = fn(n: usize, x: &[u8], ys: [&[u8]; 4], out: &mut [f32; 4]);
+
+/// The unchecked row quantizer for `dtype` at the [`simd::active`]
+/// instruction-set level (bit-identical to the scalar reference), or `None`
+/// if `dtype` cannot be quantized to (the integer types).
 pub fn quantize_row_fn(dtype: DType) -> Option<QuantizeRowFn> {
+    simd::quantize_row_fn_for(simd::active(), dtype)
+}
+
+/// The scalar reference row quantizer ([`quantize_row_fn`]'s contract).
+fn scalar_quantize_row_fn(dtype: DType) -> Option<QuantizeRowFn> {
     Some(match dtype {
         DType::F32 => quantize_row_f32,
         DType::F16 => quantize_row_f16,
@@ -123,8 +134,15 @@ pub const fn vec_dot_type(dtype: DType) -> DType {
 }
 
 /// The unchecked dot product of a `dtype` row with a [`vec_dot_type`]`(dtype)`
-/// row, or `None` if there is none (Q8_1, integer types).
+/// row at the [`simd::active`] instruction-set level, or `None` if there is
+/// none (Q8_1, integer types). See [`simd`] for how far it may differ from
+/// the scalar reference (the per-type `vec_dot_*` functions).
 pub fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
+    simd::vec_dot_fn_for(simd::active(), dtype)
+}
+
+/// The scalar reference dot product ([`vec_dot_fn`]'s contract).
+fn scalar_vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
     Some(match dtype {
         DType::F32 => vec_dot_f32,
         DType::F16 => vec_dot_f16,
@@ -198,9 +216,10 @@ pub fn dequantize_row(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
 }
 
 /// Dot product of `n` elements: `x` a `dtype` row, `y` a
-/// [`vec_dot_type`]`(dtype)` row, computed the way ggml's scalar reference
-/// does (integer block sums scaled in f32 for quantized types; f32 products
-/// summed in f64 for the float types).
+/// [`vec_dot_type`]`(dtype)` row, computed by [`vec_dot_fn`]`(dtype)` (the
+/// active SIMD level; the scalar reference computes it the way ggml's
+/// generic code does: integer block sums scaled in f32 for quantized types,
+/// f32 products summed in f64 for the float types).
 ///
 /// Errors: [`Error::Type`] if `dtype` has no dot product (Q8_1, integer
 /// types), [`Error::InvalidArgument`] on a length mismatch.

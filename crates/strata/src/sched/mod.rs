@@ -29,6 +29,7 @@
 //! ```
 
 mod placement;
+mod policy;
 mod report;
 mod run;
 
@@ -36,6 +37,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use placement::{Cause, Placement, Split};
+pub use policy::PlacementPolicy;
 pub use report::{Report, ReportInput, ReportNode, ReportSplit};
 
 use crate::backend::{Backend, BufferType, DeviceType, Event};
@@ -59,6 +61,8 @@ pub struct SchedConfig {
     pub max_split_inputs: usize,
     /// Debug printing: 0 off, 1 splits, 2 splits and nodes (default: `STRATA_SCHED_DEBUG`).
     pub debug: u8,
+    /// Name rules and offload thresholds.
+    pub policy: PlacementPolicy,
 }
 
 impl Default for SchedConfig {
@@ -73,8 +77,31 @@ impl Default for SchedConfig {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
+            policy: PlacementPolicy::new(),
         }
     }
+}
+
+/// One backend's line of a [`Fit`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct FitLine {
+    /// Backend name.
+    pub backend: String,
+    /// Planned compute buffer bytes (shared buffer types report the shared size).
+    pub compute_bytes: usize,
+    /// Bytes of pre-allocated tensors (weights) the graph reads there.
+    pub weight_bytes: usize,
+    /// Nodes assigned.
+    pub nodes: usize,
+}
+
+/// Result of [`Scheduler::fit`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Fit {
+    /// Per backend, priority order.
+    pub backends: Vec<FitLine>,
+    /// Splits the graph would have.
+    pub n_splits: usize,
 }
 
 /// Callback asked for each node: `(tensor, ask)`. With `ask = true` it answers
@@ -119,6 +146,7 @@ impl Scheduler {
                 "n_copies, max_splits and max_split_inputs must be at least 1".into(),
             ));
         }
+        config.policy.check(backends.len())?;
         let last = backends.last().expect("non-empty");
         if last.device().device_type() != DeviceType::Cpu {
             return Err(Error::InvalidArgument(format!(
@@ -193,6 +221,7 @@ impl Scheduler {
             bufts: &self.bufts,
             user: &self.user,
             op_offload: self.config.op_offload,
+            policy: &self.config.policy,
             max_split_inputs: self.config.max_split_inputs,
             max_splits: self.config.max_splits,
             n_copies: self.config.n_copies,
@@ -202,6 +231,40 @@ impl Scheduler {
     /// Computes the placement of `graph` without allocating or running anything.
     pub fn plan(&self, graph: &Graph) -> Result<Placement> {
         placement::place(graph, &self.env())
+    }
+
+    /// Dry run: where `graph` would run and how much memory each backend
+    /// would need — the compute buffer from the real planner, plus the bytes
+    /// of tensors already in that backend's memory (weights) — without
+    /// allocating anything.
+    pub fn fit(&self, graph: &Graph) -> Result<Fit> {
+        let placement = self.plan(graph)?;
+        let compute = self
+            .run
+            .dry_run(graph, &placement, &self.backends, self.config.n_copies)?;
+        let mut weights = vec![0usize; self.backends.len()];
+        let mut seen = std::collections::HashSet::new();
+        for (t, (b, _)) in graph.leafs().iter().zip(&placement.leafs) {
+            let owner = t.storage_owner();
+            if owner.is_allocated() && seen.insert(owner.id()) {
+                weights[*b] += owner.nbytes();
+            }
+        }
+        let backends = self
+            .backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| FitLine {
+                backend: b.name(),
+                compute_bytes: compute[i],
+                weight_bytes: weights[i],
+                nodes: placement.nodes.iter().filter(|(nb, _)| *nb == i).count(),
+            })
+            .collect();
+        Ok(Fit {
+            backends,
+            n_splits: placement.splits.len(),
+        })
     }
 
     /// Forces `tensor` onto backend `backend` (ggml_backend_sched_set_tensor_backend);

@@ -40,6 +40,8 @@ pub enum Cause {
     Default,
     /// `usr`: forced by the user.
     User,
+    /// `pol`: a name rule of the placement policy.
+    Policy,
 }
 
 impl fmt::Display for Cause {
@@ -57,6 +59,7 @@ impl fmt::Display for Cause {
             Cause::SrcCur => f.write_str("4.cur"),
             Cause::Default => f.write_str("4.def"),
             Cause::User => f.write_str("usr"),
+            Cause::Policy => f.write_str("pol"),
         }
     }
 }
@@ -108,6 +111,7 @@ pub(crate) struct Env<'a> {
     pub bufts: &'a [Arc<dyn BufferType>],
     pub user: &'a HashMap<u64, usize>,
     pub op_offload: bool,
+    pub policy: &'a super::PlacementPolicy,
     pub max_split_inputs: usize,
     pub max_splits: usize,
     pub n_copies: usize,
@@ -176,6 +180,11 @@ impl State<'_> {
         if t.flags().contains(Flags::INPUT) {
             return Ok(Some((self.last(), Cause::Input)));
         }
+        if let Some(b) = self.env.policy.backend_for(t) {
+            if !t.op().is_none_op() && self.env.backends[b].supports_op(t) {
+                return Ok(Some((b, Cause::Policy)));
+            }
+        }
         for (i, src) in t.src_slots().iter().enumerate() {
             let Some(src) = src else { continue };
             let Some(buf) = src.buffer() else { continue };
@@ -187,7 +196,7 @@ impl State<'_> {
                 let last = self.last();
                 if let Some(b) = (0..last).find(|&b| {
                     let be = &self.env.backends[b];
-                    be.supports_op(t) && be.offload_op(t)
+                    be.supports_op(t) && be.offload_op(t) && self.env.policy.batch_allows(b, t)
                 }) {
                     return Ok(Some((b, Cause::Offload)));
                 }

@@ -99,26 +99,46 @@ impl RunState {
         backends: &[Box<dyn Backend>],
         n_copies: usize,
     ) {
-        self.copies.clear();
-        for split in &p.splits {
-            let bname = backends[split.backend].name();
-            for &slot in &split.inputs {
-                let src = slot_tensor(graph, slot);
-                let v: Vec<Tensor> = (0..n_copies)
-                    .map(|c| {
-                        let t = src
-                            .dup_layout()
-                            .with_name(format!("{bname}#{}#{c}", src.name()));
-                        if n_copies > 1 {
-                            // persist across the whole graph: never reused by the planner
-                            t.set_flags(Flags(Flags::INPUT.0 | Flags::OUTPUT.0));
-                        }
-                        t
-                    })
-                    .collect();
-                self.copies.insert((src.id(), split.backend), v);
-            }
-        }
+        self.copies = make_copies(graph, p, backends, n_copies);
+    }
+
+    /// Planned compute bytes per buffer id for `graph` under `p`, without
+    /// allocating anything (the fit dry run).
+    pub(crate) fn dry_run(
+        &self,
+        graph: &Graph,
+        p: &Placement,
+        backends: &[Box<dyn Backend>],
+        n_copies: usize,
+    ) -> Result<Vec<usize>> {
+        let probe = RunState {
+            galloc: GraphAllocator::from_planner(self.galloc.planner().clone()),
+            placement: None,
+            key: Vec::new(),
+            allocated: false,
+            copies: make_copies(graph, p, backends, n_copies),
+            assigned: HashMap::new(),
+            prev_ids: None,
+            cur_copy: 0,
+        };
+        let (ag, node_ids, leaf_ids) = probe.alloc_graph(graph, p, n_copies)?;
+        let ours = self.own_buffers();
+        let external = |t: &Tensor| {
+            t.storage_owner().buffer().is_some_and(|b| {
+                !ours
+                    .iter()
+                    .any(|o| std::ptr::addr_eq(Arc::as_ptr(o), Arc::as_ptr(&b)))
+            })
+        };
+        let planner = self.galloc.planner();
+        let plan = planner.plan_n(&ag, Some(&node_ids), Some(&leaf_ids), &external)?;
+        Ok((0..planner.buffer_types().len())
+            .map(|id| {
+                plan.buffer_of_id(id)
+                    .and_then(|a| plan.buffers().get(a))
+                    .map_or(0, |b| b.peak)
+            })
+            .collect())
     }
 
     /// Substitutions for the nodes of `split` with pipeline copy `copy`.
@@ -295,11 +315,13 @@ impl RunState {
                     }
                 }
             }
-            let sg = Graph::from_parts(
-                graph.nodes()[split.start..split.end].to_vec(),
-                Vec::new(),
-                self.overrides(graph, split, copy),
-            );
+            // View nodes of tensors that live on another backend fall inside the
+            // range but are no-ops there; the backend gets only its own nodes.
+            let nodes: Vec<Tensor> = (split.start..split.end)
+                .filter(|&i| p.nodes[i].0 == sb || !graph.nodes()[i].op().is_view_op())
+                .map(|i| graph.nodes()[i].clone())
+                .collect();
+            let sg = Graph::from_parts(nodes, Vec::new(), self.overrides(graph, split, copy));
             match eval.as_deref_mut() {
                 None => backends[sb].graph_compute(&sg)?,
                 Some(cb) => {
@@ -344,4 +366,34 @@ fn compute_with_callback(
         j0 = j1 + 1;
     }
     Ok(true)
+}
+
+/// One copy tensor per split input and pipeline slot, named `<backend>#<tensor>#<copy>`.
+fn make_copies(
+    graph: &Graph,
+    p: &Placement,
+    backends: &[Box<dyn Backend>],
+    n_copies: usize,
+) -> HashMap<(u64, usize), Vec<Tensor>> {
+    let mut copies = HashMap::new();
+    for split in &p.splits {
+        let bname = backends[split.backend].name();
+        for &slot in &split.inputs {
+            let src = slot_tensor(graph, slot);
+            let v: Vec<Tensor> = (0..n_copies)
+                .map(|c| {
+                    let t = src
+                        .dup_layout()
+                        .with_name(format!("{bname}#{}#{c}", src.name()));
+                    if n_copies > 1 {
+                        // persist across the whole graph: never reused by the planner
+                        t.set_flags(Flags(Flags::INPUT.0 | Flags::OUTPUT.0));
+                    }
+                    t
+                })
+                .collect();
+            copies.insert((src.id(), split.backend), v);
+        }
+    }
+    copies
 }

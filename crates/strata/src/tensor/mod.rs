@@ -100,7 +100,9 @@ pub fn contiguous_strides(dtype: DType, ne: [usize; MAX_DIMS]) -> [usize; MAX_DI
     nb[0] = dtype.type_size();
     nb[1] = dtype.row_size(ne[0]);
     for i in 2..MAX_DIMS {
-        nb[i] = nb[i - 1] * ne[i - 1];
+        // Saturates instead of overflowing: shapes built by strata are
+        // bounded, and a saturated stride never matches a described one.
+        nb[i] = nb[i - 1].saturating_mul(ne[i - 1]);
     }
     nb
 }
@@ -149,6 +151,61 @@ impl Tensor {
             vec![],
             None,
         ))
+    }
+
+    /// A new leaf tensor with explicit strides (a tensor described by someone
+    /// else, e.g. a record received over RPC). It has no storage yet.
+    ///
+    /// Checked: `ne[0]` is a multiple of the block size, block types keep
+    /// `nb[0]` = the block size (scalar types may have any element stride,
+    /// as ggml's permuted tensors do), the element count is bounded and the
+    /// byte span the strides describe does not overflow.
+    ///
+    /// ```
+    /// use strata::{DType, Tensor};
+    /// let t = Tensor::with_layout(DType::F32, [2, 3, 1, 1], [4, 16, 48, 48]).unwrap();
+    /// assert_eq!(t.nbytes(), 4 + 4 + 2 * 16); // rows 16 bytes apart, 8 used
+    /// let p = Tensor::with_layout(DType::F32, [3, 2, 1, 1], [8, 4, 24, 24]).unwrap(); // transposed
+    /// assert_eq!(p.nbytes(), 4 + 2 * 8 + 4);
+    /// assert!(Tensor::with_layout(DType::Q8_0, [32, 1, 1, 1], [2, 34, 34, 34]).is_err());
+    /// assert!(Tensor::with_layout(DType::F32, [2, 1, 1, 1], [4, 1 << 62, 0, 0]).is_ok()); // ne1 = 1
+    /// assert!(Tensor::with_layout(DType::F32, [2, 3, 1, 1], [4, usize::MAX / 2, 0, 0]).is_err());
+    /// ```
+    pub fn with_layout(
+        dtype: DType,
+        ne: [usize; MAX_DIMS],
+        nb: [usize; MAX_DIMS],
+    ) -> Result<Tensor> {
+        let op = "new_tensor";
+        shape4(op, &ne)?;
+        if !ne[0].is_multiple_of(dtype.block_size()) {
+            return Err(Error::dtype(
+                op,
+                dtype,
+                format!(
+                    "row length {} is not a multiple of the block size {}",
+                    ne[0],
+                    dtype.block_size()
+                ),
+            ));
+        }
+        if dtype.is_quantized() && nb[0] != dtype.type_size() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "nb[0] {} must be the block size {} (block types keep rows contiguous)",
+                    nb[0],
+                    dtype.type_size()
+                ),
+            ));
+        }
+        if crate::ops::span(dtype, &ne, &nb).is_none_or(|s| s > isize::MAX as usize) {
+            return Err(Error::shape(
+                op,
+                format!("strides {nb:?} for shape {ne:?} overflow"),
+            ));
+        }
+        Ok(Tensor::from_parts(dtype, ne, nb, Op::None, vec![], None))
     }
 
     /// Builds a tensor from already-validated parts (used by op constructors).

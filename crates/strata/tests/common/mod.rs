@@ -4,33 +4,9 @@
 
 use strata::{cpu, DType, Graph, Tensor};
 
-/// A small deterministic generator (xorshift64*), so tests need no extra crate.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in [lo, hi).
-    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
-        lo + (hi - lo) * u
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-    pub fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..n).map(|_| self.uniform(lo, hi)).collect()
-    }
-}
+/// The deterministic generator of the conformance suite.
+#[allow(unused_imports)]
+pub use strata::conformance::Rng;
 
 /// A new input tensor (flag INPUT) of `dtype` and shape `dims`, named `name`.
 pub fn tensor(name: &str, dtype: DType, dims: &[usize]) -> Tensor {

@@ -16,6 +16,7 @@
 
 use half::f16;
 
+use super::softmax::alibi_slope;
 use super::{Ctx, NodePlan, WorkSize};
 use crate::cpu::TView;
 use crate::ops::Op;
@@ -51,6 +52,10 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
 /// An element type k and v rows can hold.
 trait Elem {
     const SIZE: usize;
+    /// True for f16: ggml's CPU flash attention then rounds q to f16 for the
+    /// q·k products and keeps the V accumulator in f16; strata does the same
+    /// so that its results track llama.cpp's (golden logits).
+    const HALF: bool = false;
     fn get(b: &[u8], i: usize) -> f32;
 }
 
@@ -68,25 +73,11 @@ impl Elem for F32 {
 
 impl Elem for F16 {
     const SIZE: usize = 2;
+    const HALF: bool = true;
     #[inline(always)]
     fn get(b: &[u8], i: usize) -> f32 {
         let o = i * 2;
         f16::from_bits(u16::from_le_bytes([b[o], b[o + 1]])).to_f32()
-    }
-}
-
-/// The ALiBi slope of head `h` of `n_head` (1 when `max_bias` is 0).
-pub(crate) fn alibi_slope(max_bias: f32, h: usize, n_head: usize) -> f32 {
-    if max_bias <= 0.0 {
-        return 1.0;
-    }
-    let n_head_log2 = 1usize << (usize::BITS - 1 - n_head.max(1).leading_zeros());
-    let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
-    let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
-    if h < n_head_log2 {
-        m0.powi(h as i32 + 1)
-    } else {
-        m1.powi(2 * (h - n_head_log2) as i32 + 1)
     }
 }
 
@@ -96,6 +87,22 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
         (DType::F16, _) => run::<F16, F32>(node, ctx),
         (_, DType::F16) => run::<F32, F16>(node, ctx),
         _ => run::<F32, F32>(node, ctx),
+    }
+}
+
+/// `x` rounded to f16 and back.
+#[inline(always)]
+fn half_round(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
+}
+
+/// The V accumulator's storage rounding: f16 when V is f16 (as ggml).
+#[inline(always)]
+fn v_round<V: Elem>(x: f32) -> f32 {
+    if V::HALF {
+        half_round(x)
+    } else {
+        x
     }
 }
 
@@ -123,6 +130,9 @@ fn run<K: Elem, V: Elem>(node: &NodePlan, ctx: &Ctx<'_>) {
         let (ik2, ik3) = (h / rk2, iq3 / rk3);
         let slope = alibi_slope(max_bias, h, n_head);
         q.load_row(iq, h, iq3, qrow);
+        if K::HALF {
+            qrow.iter_mut().for_each(|x| *x = half_round(*x));
+        }
         match mask {
             Some(m) => m.load_row(iq, h % m.ne[2], iq3 % m.ne[3], mrow),
             None => mrow.fill(0.0),
@@ -151,7 +161,7 @@ fn run<K: Elem, V: Elem>(node: &NodePlan, ctx: &Ctx<'_>) {
                 let shrink = (max - s).exp();
                 max = s;
                 sum *= shrink;
-                acc.iter_mut().for_each(|a| *a *= shrink);
+                acc.iter_mut().for_each(|a| *a = v_round::<V>(*a * shrink));
                 1.0
             } else {
                 (s - max).exp()
@@ -161,7 +171,7 @@ fn run<K: Elem, V: Elem>(node: &NodePlan, ctx: &Ctx<'_>) {
             let vrow = unsafe { v.row_bytes(ic, ik2, ik3) };
             debug_assert_eq!(vrow.len(), dv * V::SIZE);
             for (i, a) in acc.iter_mut().enumerate() {
-                *a += w * V::get(vrow, i);
+                *a = v_round::<V>(*a + w * V::get(vrow, i));
             }
         }
         if let Some(sk) = sinks {

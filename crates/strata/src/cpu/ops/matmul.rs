@@ -8,14 +8,20 @@
 //! [`vec_dot_type`]`(a)` in the shared work buffer (threads split the rows,
 //! then meet at a barrier); the products are then dot products of a row of
 //! `a` with a converted row of `b` through one function pointer looked up per
-//! op. When `b` already has the dot type with contiguous rows, it is used in
+//! op, at the backend's SIMD level ([`crate::quant::simd`]: the conversion
+//! and the dot products dispatch once per op, never per element). When `b` already has the dot type with contiguous rows, it is used in
 //! place. Output elements are computed in tiles of [`TILE_M`] rows of `a` ×
 //! [`TILE_N`] columns of `b` (the `a` rows stay in cache across the columns);
-//! threads take contiguous ranges of tiles. Every element is one call of the
-//! dot function, so results do not depend on the thread count.
+//! threads take contiguous ranges of tiles. Where the SIMD level has a
+//! four-column kernel ([`vec_dot4_fn_for`]), groups of four columns of a tile
+//! go through it (each `a` row decoded once for four columns; bit-identical
+//! to four one-column calls). Every element is computed by the same
+//! arithmetic whichever thread computes it, so results do not depend on the
+//! thread count.
 
 use super::{Ctx, NodePlan, WorkSize};
-use crate::quant::{quantize_row_fn, vec_dot_fn, vec_dot_type};
+use crate::quant::simd::{quantize_row_fn_for, vec_dot4_fn_for, vec_dot_fn_for};
+use crate::quant::{vec_dot_fn, vec_dot_type};
 use crate::tensor::{DType, Tensor};
 
 /// Rows of `a` per tile.
@@ -57,14 +63,15 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     let (a, b, dst) = (node.src(0), node.src(1), &node.dst);
     let k = a.ne[0];
     let vdt = vec_dot_type(a.dtype);
-    let dot = vec_dot_fn(a.dtype).expect("supports() checked the weight type");
+    let dot = vec_dot_fn_for(ctx.isa, a.dtype).expect("supports() checked the weight type");
     let a_row_bytes = a.dtype.row_size(k);
     let b_row_bytes = vdt.row_size(k);
     let n_cols = b.nrows();
     let convert = needs_conversion(node);
 
     if convert {
-        let quantize = quantize_row_fn(vdt).expect("dot types are float or block types");
+        let quantize =
+            quantize_row_fn_for(ctx.isa, vdt).expect("dot types are float or block types");
         let tmp = ctx.scratch_f32(k);
         let base = ctx.shared_ptr();
         for r in ctx.rows(n_cols) {
@@ -101,6 +108,23 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     let mut a_rows: [&[u8]; TILE_M] = [&[]; TILE_M];
     let mut cols: [&[u8]; TILE_N] = [&[]; TILE_N];
     let mut out = [0f32; TILE_M];
+    let mut out4 = [[0f32; 4]; TILE_M];
+    let dot4 = vec_dot4_fn_for(ctx.isa, a.dtype);
+    // Writes outputs m0..m1 of dst column (i11, i12, i13).
+    let store = |m0: usize, m1: usize, i11: usize, i12: usize, i13: usize, out: &[f32]| {
+        let p = dst.elem_ptr(m0, i11, i12, i13);
+        if dst.nb[0] == 4 {
+            // The tile's outputs are m1 - m0 consecutive f32 of one dst row.
+            dst.elem_ptr(m1 - 1, i11, i12, i13);
+            // SAFETY: elements m0..m1 of this dst row are in bounds (checked
+            // both ends) and owned by this thread's tile.
+            unsafe { std::ptr::copy_nonoverlapping(out.as_ptr().cast::<u8>(), p, (m1 - m0) * 4) };
+        } else {
+            for (i, &v) in out[..m1 - m0].iter().enumerate() {
+                dst.set_f32(m0 + i, i11, i12, i13, v);
+            }
+        }
+    };
     for tile in ctx.rows(tiles_m * tiles_n) {
         // Consecutive tiles share the same rows of a (n fastest).
         let (tm, tn) = (tile / tiles_n, tile % tiles_n);
@@ -110,7 +134,8 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
         for (j, c) in (n0..n1).enumerate() {
             cols[j] = b_row(c);
         }
-        for c in n0..n1 {
+        let mut c = n0;
+        while c < n1 {
             let (i11, i12, i13) = b.row_coords(c);
             let (i02, i03) = (i12 / r2, i13 / r3);
             if plane != Some((i02, i03)) {
@@ -121,24 +146,40 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
                     debug_assert_eq!(a_rows[i].len(), a_row_bytes);
                 }
             }
+            // Four columns at once when the level has a four-column kernel and
+            // they share the plane of a (bit-identical to one at a time).
+            let four = dot4.filter(|_| {
+                c + 4 <= n1 && {
+                    let (_, j12, j13) = b.row_coords(c + 3);
+                    (j12, j13) == (i12, i13)
+                }
+            });
+            if let Some(dot4) = four {
+                let ys = [
+                    cols[c - n0],
+                    cols[c - n0 + 1],
+                    cols[c - n0 + 2],
+                    cols[c - n0 + 3],
+                ];
+                for (o, x) in out4.iter_mut().zip(&a_rows[..m1 - m0]) {
+                    dot4(k, x, ys, o);
+                }
+                for j in 0..4 {
+                    for (o, o4) in out.iter_mut().zip(&out4[..m1 - m0]) {
+                        *o = o4[j];
+                    }
+                    let (j11, j12, j13) = b.row_coords(c + j);
+                    store(m0, m1, j11, j12, j13, &out);
+                }
+                c += 4;
+                continue;
+            }
             let y = cols[c - n0];
             for (o, x) in out.iter_mut().zip(&a_rows[..m1 - m0]) {
                 *o = dot(k, x, y);
             }
-            let p = dst.elem_ptr(m0, i11, i12, i13);
-            if dst.nb[0] == 4 {
-                // The tile's outputs are m1 - m0 consecutive f32 of one dst row.
-                dst.elem_ptr(m1 - 1, i11, i12, i13);
-                // SAFETY: elements m0..m1 of this dst row are in bounds (checked
-                // both ends) and owned by this thread's tile.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(out.as_ptr().cast::<u8>(), p, (m1 - m0) * 4)
-                };
-            } else {
-                for (i, &v) in out[..m1 - m0].iter().enumerate() {
-                    dst.set_f32(m0 + i, i11, i12, i13, v);
-                }
-            }
+            store(m0, m1, i11, i12, i13, &out);
+            c += 1;
         }
     }
 }

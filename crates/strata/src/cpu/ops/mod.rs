@@ -57,17 +57,25 @@ pub(crate) struct Ctx<'a> {
     pub w: &'a WorkerCtx<'a>,
     pub wdata: *mut u8,
     pub work: WorkSize,
+    /// The instruction-set level of the kernels that dispatch on it (matmul).
+    pub isa: crate::quant::simd::Isa,
     /// Whether this thread's scratch has been handed out for the current node.
     pub scratch_taken: std::cell::Cell<bool>,
 }
 
 impl<'a> Ctx<'a> {
     /// The context of one thread for one node.
-    pub fn new(w: &'a WorkerCtx<'a>, wdata: *mut u8, work: WorkSize) -> Ctx<'a> {
+    pub fn new(
+        w: &'a WorkerCtx<'a>,
+        wdata: *mut u8,
+        work: WorkSize,
+        isa: crate::quant::simd::Isa,
+    ) -> Ctx<'a> {
         Ctx {
             w,
             wdata,
             work,
+            isa,
             scratch_taken: std::cell::Cell::new(false),
         }
     }

@@ -1,0 +1,105 @@
+//! `strata rpc-server`: serves the CPU backend over ggml's RPC protocol.
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use strata::{Error, Result};
+use strata_rpc::server::{BackendFactory, CpuBackendFactory, Limits, Server};
+
+/// Options of `strata rpc-server`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// IP address to bind. The protocol has no authentication: anyone who
+    /// can reach the port can use this machine's memory and CPU.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// Port to listen on (0 picks a free one, printed at start).
+    #[arg(short, long, default_value_t = strata_rpc::proto::DEFAULT_PORT)]
+    port: u16,
+    /// Threads per client computation (default: all cores).
+    #[arg(short, long)]
+    threads: Option<usize>,
+    /// Memory clients may allocate in all, in MiB (also the largest buffer).
+    #[arg(long, value_name = "MiB")]
+    mem: Option<u64>,
+    /// Directory caching large weight uploads by hash (SET_TENSOR_HASH).
+    #[arg(long, value_name = "DIR")]
+    cache: Option<PathBuf>,
+}
+
+const WARNING: &str = "\
+!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
+!! WARNING: the RPC server is bound to {HOST}, not a loopback address.
+!! The protocol has NO authentication and NO encryption: anyone who can reach
+!! this port can allocate memory, read and write it, and run computations.
+!! Never expose it to an open network; prefer 127.0.0.1 with an SSH tunnel.
+!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!";
+
+/// Runs the server until the process is stopped.
+pub fn run(args: Args) -> Result<()> {
+    let threads = args.threads.unwrap_or_else(strata::cpu::default_threads);
+    if threads == 0 {
+        return Err(Error::InvalidArgument(
+            "--threads must be at least 1".into(),
+        ));
+    }
+    if !args.host.is_loopback() {
+        eprintln!("{}", WARNING.replace("{HOST}", &args.host.to_string()));
+    }
+    let limits = match args.mem {
+        Some(0) => {
+            return Err(Error::InvalidArgument(
+                "--mem must be at least 1 MiB".into(),
+            ))
+        }
+        Some(mib) => Limits::with_mem(
+            mib.checked_mul(1 << 20)
+                .ok_or_else(|| Error::InvalidArgument(format!("--mem {mib} MiB is too large")))?,
+        ),
+        None => Limits::default(),
+    };
+    let factory = Arc::new(CpuBackendFactory::new(threads));
+    let mut server = Server::bind(
+        SocketAddr::new(args.host, args.port),
+        factory.clone(),
+        limits.clone(),
+    )?;
+    if let Some(dir) = &args.cache {
+        server = server.with_cache_dir(dir)?;
+    }
+    let addr = server.local_addr()?;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "Starting RPC server v7.0.0");
+    let _ = writeln!(out, "  endpoint       : {addr}");
+    let _ = writeln!(
+        out,
+        "  local cache    : {}",
+        args.cache
+            .as_ref()
+            .map_or("n/a".into(), |d| d.display().to_string())
+    );
+    let _ = writeln!(out, "  threads        : {threads}");
+    let _ = writeln!(out, "Devices:");
+    for i in 0..factory.device_count() {
+        let d = factory.device(i);
+        let m = d.memory()?;
+        let (total, free) = match limits.mem {
+            Some(t) => (t, t),
+            None => (m.total as u64, m.free as u64),
+        };
+        let _ = writeln!(
+            out,
+            "  {}: {} ({} MiB, {} MiB free)",
+            d.name(),
+            d.description(),
+            total >> 20,
+            free >> 20
+        );
+    }
+    let _ = writeln!(out, "  transport      : TCP");
+    let _ = out.flush();
+    drop(out);
+    server.serve()
+}

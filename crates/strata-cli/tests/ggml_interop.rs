@@ -1,0 +1,60 @@
+//! Interoperability with ggml's own RPC server (opt-in: set
+//! `STRATA_GGML_RPC_SERVER` to the path of ggml's `ggml-rpc-server`, built
+//! from llama-cpp-python 0.3.36's vendored llama.cpp with -DGGML_RPC=ON).
+//! strata's client drives ggml's server through the whole conformance suite.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn strata_test_ops_against_ggml_rpc_server() {
+    let Ok(server) = std::env::var("STRATA_GGML_RPC_SERVER") else {
+        eprintln!("SKIPPED: set STRATA_GGML_RPC_SERVER=/path/to/ggml-rpc-server to run the ggml interop test");
+        return;
+    };
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _srv = Killed(
+        Command::new(&server)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting ggml's rpc server"),
+    );
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "ggml's server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["test-ops", "--device", &format!("RPC[127.0.0.1:{port}]")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let summary = text.lines().last().unwrap();
+    assert_eq!(
+        summary,
+        format!(
+            "{} passed, 0 failed (0 not supported)",
+            strata::conformance::cases().len()
+        )
+    );
+}

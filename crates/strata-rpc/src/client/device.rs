@@ -1,0 +1,205 @@
+//! Remote devices and their backends (graph serialization and compute).
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use strata::backend::{same_buffer_type, Backend, BufferType, Device, DeviceMemory, DeviceType};
+use strata::{Error, Graph, Result, Tensor};
+
+use super::buffer::RpcBufferType;
+use super::conn::Conn;
+use super::record::record;
+use crate::proto::{decode_pair, Command, GraphMsg, Request};
+
+/// One device of a remote server.
+pub struct RpcDevice {
+    pub(crate) conn: Arc<Conn>,
+    pub(crate) index: u32,
+    pub(crate) name: String,
+    pub(crate) buft: Arc<RpcBufferType>,
+}
+
+impl std::fmt::Debug for RpcDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RpcDevice({}, index {})", self.name, self.index)
+    }
+}
+
+impl RpcDevice {
+    /// The device's index on its server.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// A backend on this device, with its RPC-specific counters.
+    pub fn rpc_backend(&self) -> RpcBackend {
+        RpcBackend {
+            conn: self.conn.clone(),
+            device: Arc::new(RpcDevice {
+                conn: self.conn.clone(),
+                index: self.index,
+                name: self.name.clone(),
+                buft: self.buft.clone(),
+            }),
+            graphs_sent: 0,
+            graphs_recomputed: 0,
+        }
+    }
+}
+
+impl Device for RpcDevice {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn description(&self) -> String {
+        format!(
+            "device {} of the RPC server at {}",
+            self.index, self.conn.endpoint
+        )
+    }
+    fn memory(&self) -> Result<DeviceMemory> {
+        let r = self
+            .conn
+            .call(&Request::GetDeviceMemory { device: self.index }, None)?;
+        let (free, total) = decode_pair(Command::GetDeviceMemory, &r).map_err(Error::from)?;
+        Ok(DeviceMemory {
+            free: usize::try_from(free).unwrap_or(usize::MAX),
+            total: usize::try_from(total).unwrap_or(usize::MAX),
+        })
+    }
+    fn device_type(&self) -> DeviceType {
+        DeviceType::Gpu
+    }
+    fn init_backend(&self) -> Result<Box<dyn Backend>> {
+        Ok(Box::new(self.rpc_backend()))
+    }
+    fn default_buffer_type(&self) -> Arc<dyn BufferType> {
+        self.buft.clone()
+    }
+    /// Like ggml's client: the server decides (a graph it cannot run ends
+    /// the connection with an error).
+    fn supports_op(&self, _op: &Tensor) -> bool {
+        true
+    }
+    fn supports_buft(&self, buft: &Arc<dyn BufferType>) -> bool {
+        let mine: Arc<dyn BufferType> = self.buft.clone();
+        same_buffer_type(&mine, buft)
+    }
+}
+
+/// An execution stream on a remote device.
+pub struct RpcBackend {
+    conn: Arc<Conn>,
+    device: Arc<RpcDevice>,
+    graphs_sent: usize,
+    graphs_recomputed: usize,
+}
+
+impl RpcBackend {
+    /// Graphs sent in full (GRAPH_COMPUTE).
+    pub fn graphs_sent(&self) -> usize {
+        self.graphs_sent
+    }
+    /// Graphs re-run by reference (GRAPH_RECOMPUTE).
+    pub fn graphs_recomputed(&self) -> usize {
+        self.graphs_recomputed
+    }
+
+    /// The GRAPH_COMPUTE message for `graph`: every node, and every tensor
+    /// reachable from them through sources and view bases.
+    pub fn serialize(&self, graph: &Graph) -> Result<GraphMsg> {
+        let mut msg = GraphMsg {
+            device: self.device.index,
+            nodes: Vec::with_capacity(graph.nodes().len()),
+            tensors: Vec::new(),
+        };
+        let nodes: HashSet<u64> = graph.nodes().iter().map(|t| t.id()).collect();
+        let mut seen = HashSet::new();
+        let mut stack: Vec<Tensor> = Vec::new();
+        for n in graph.nodes() {
+            let rec = record(&self.conn, n, true, Some(graph))?;
+            if rec.buffer == 0 && !n.is_view() {
+                return Err(Error::InvalidArgument(format!(
+                    "node '{}' is not allocated in a buffer of {}: allocate the graph with this device's buffer type",
+                    n.name(),
+                    self.device.name
+                )));
+            }
+            msg.nodes.push(n.id());
+            stack.push(n.clone());
+            while let Some(t) = stack.pop() {
+                if !seen.insert(t.id()) {
+                    continue;
+                }
+                let is_node = nodes.contains(&t.id());
+                let rec = record(&self.conn, &t, is_node, Some(graph))?;
+                if rec.buffer == 0 {
+                    return Err(Error::InvalidArgument(format!(
+                        "tensor '{}' used by the graph is not in a buffer of {}",
+                        t.name(),
+                        self.device.name
+                    )));
+                }
+                msg.tensors.push(rec);
+                stack.extend(graph.srcs(&t).cloned());
+                if let Some(v) = t.view_of() {
+                    stack.push(v.src.clone());
+                }
+            }
+        }
+        Ok(msg)
+    }
+}
+
+impl Backend for RpcBackend {
+    fn name(&self) -> String {
+        self.device.name.clone()
+    }
+    fn device(&self) -> Arc<dyn Device> {
+        self.device.clone()
+    }
+    /// Sends the graph (or, when it is byte-identical to the last one sent
+    /// to this device and no buffer was freed since, GRAPH_RECOMPUTE), then
+    /// waits for the server to finish: errors surface here, typed.
+    fn graph_compute(&mut self, graph: &Graph) -> Result<()> {
+        let msg = self.serialize(graph)?;
+        let mut bytes = Vec::with_capacity(msg.encoded_len());
+        msg.encode_into(&mut bytes);
+        let epoch = self.conn.free_epoch.load(Ordering::SeqCst);
+        let device = self.device.index;
+        let same = self.conn.opts.recompute && {
+            let last = self
+                .conn
+                .last_graph
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            last.get(&device)
+                .is_some_and(|(e, b)| *e == epoch && *b == bytes)
+        };
+        if same {
+            self.conn.call(&Request::GraphRecompute { device }, None)?;
+            self.graphs_recomputed += 1;
+        } else {
+            self.conn.call(&Request::GraphCompute(msg), None)?;
+            self.graphs_sent += 1;
+            self.conn
+                .last_graph
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(device, (epoch, bytes));
+        }
+        // GRAPH_COMPUTE has no response: a cheap request with one tells
+        // when the server is done, or that it refused the graph.
+        self.conn
+            .call(&Request::DeviceCount, None)
+            .inspect_err(|_| {
+                self.conn
+                    .last_graph
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&device);
+            })?;
+        Ok(())
+    }
+}

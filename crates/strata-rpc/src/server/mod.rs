@@ -1,0 +1,464 @@
+//! The RPC server: serves local strata devices to ggml-protocol clients.
+//!
+//! Each connection gets its own state (buffers, backends, cached graphs),
+//! freed when it ends. Every message is validated before it is acted on:
+//! sizes against [`Limits`], buffer handles against the connection's own,
+//! every tensor's byte range against its buffer, and every graph node
+//! against strata's shape inference. A bad message closes that connection
+//! with a logged reason; the server and other clients carry on.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use strata_rpc::server::{CpuBackendFactory, Limits, Server};
+//! let server = Server::bind("127.0.0.1:0", Arc::new(CpuBackendFactory::new(2)), Limits::default()).unwrap();
+//! let (addr, handle) = server.spawn_background().unwrap();
+//! println!("serving on {addr}: {:?}", handle.stats());
+//! handle.shutdown();
+//! ```
+
+mod graph;
+mod session;
+mod validate;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use strata::backend::{Backend, Device};
+use strata::cpu::{cpu_device, CpuBackend};
+use strata::{Error, Result};
+
+pub use session::{Session, SessionEnd, StatsHandle};
+
+use crate::proto::fnv1a;
+
+/// Limits a server enforces on every connection.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest variable-size message (SET_TENSOR, GRAPH_COMPUTE), in bytes.
+    pub max_message: u64,
+    /// Largest single buffer (also what GET_MAX_SIZE reports), in bytes.
+    pub max_buffer: u64,
+    /// Total bytes all clients together may hold in buffers; `None` = only
+    /// what the device allows. Reported as the devices' memory when set.
+    pub mem: Option<u64>,
+    /// Most nodes in one graph.
+    pub max_graph_nodes: usize,
+    /// Most tensor records in one graph.
+    pub max_graph_tensors: usize,
+    /// Most clients served at once; further connections are closed at once.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_message: 8 << 30,
+            max_buffer: 1 << 40,
+            mem: None,
+            max_graph_nodes: 1 << 18,
+            max_graph_tensors: 1 << 20,
+            max_connections: 64,
+        }
+    }
+}
+
+impl Limits {
+    /// Default limits with a memory budget of `bytes` (also the largest buffer).
+    pub fn with_mem(bytes: u64) -> Limits {
+        Limits {
+            mem: Some(bytes),
+            max_buffer: bytes,
+            max_message: Limits::default()
+                .max_message
+                .min(bytes.saturating_add(1 << 20)),
+            ..Limits::default()
+        }
+    }
+}
+
+/// The devices a server exposes and how to make a backend on each.
+pub trait BackendFactory: Send + Sync {
+    /// Number of devices (the wire's device indices are `0..count`).
+    fn device_count(&self) -> usize;
+    /// Device `index` (< count): its buffer type and memory.
+    fn device(&self, index: usize) -> Arc<dyn Device>;
+    /// A new backend (execution stream) on device `index`, one per connection.
+    fn backend(&self, index: usize) -> Result<Box<dyn Backend>>;
+}
+
+/// Serves the CPU: `devices` copies of the CPU device (normally 1), each
+/// connection computing with its own `threads`-thread pool.
+#[derive(Clone, Debug)]
+pub struct CpuBackendFactory {
+    threads: usize,
+    devices: usize,
+}
+
+impl CpuBackendFactory {
+    /// One CPU device computing with `threads` threads.
+    pub fn new(threads: usize) -> CpuBackendFactory {
+        CpuBackendFactory {
+            threads: threads.max(1),
+            devices: 1,
+        }
+    }
+    /// Exposes the CPU as `n` devices (at least 1): for multi-device clients and tests.
+    pub fn with_devices(mut self, n: usize) -> CpuBackendFactory {
+        self.devices = n.max(1);
+        self
+    }
+}
+
+impl BackendFactory for CpuBackendFactory {
+    fn device_count(&self) -> usize {
+        self.devices
+    }
+    fn device(&self, _index: usize) -> Arc<dyn Device> {
+        cpu_device()
+    }
+    fn backend(&self, _index: usize) -> Result<Box<dyn Backend>> {
+        Ok(Box::new(CpuBackend::new(self.threads)))
+    }
+}
+
+/// Counters describing a server's state (for tests and monitoring).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Connections being served now.
+    pub active_connections: usize,
+    /// Connections accepted since start.
+    pub total_connections: usize,
+    /// Connections closed because a message was refused.
+    pub refused_messages: usize,
+    /// Buffers currently allocated by all clients.
+    pub live_buffers: usize,
+    /// Bytes currently allocated by all clients.
+    pub allocated_bytes: u64,
+}
+
+/// State shared by the connections of one server.
+pub(crate) struct State {
+    factory: Arc<dyn BackendFactory>,
+    limits: Limits,
+    cache_dir: Mutex<Option<PathBuf>>,
+    next_handle: AtomicU64,
+    next_addr: AtomicU64,
+    used: AtomicU64,
+    live_buffers: AtomicUsize,
+    active: AtomicUsize,
+    total: AtomicUsize,
+    refused: AtomicUsize,
+    shutdown: AtomicBool,
+    conns: Mutex<HashMap<usize, TcpStream>>,
+}
+
+/// First synthetic buffer address; addresses stay far below 2^63.
+const ADDR_START: u64 = 0x1000_0000_0000;
+const ADDR_END: u64 = 1 << 62;
+
+impl State {
+    fn new(factory: Arc<dyn BackendFactory>, limits: Limits) -> State {
+        State {
+            factory,
+            limits,
+            cache_dir: Mutex::new(None),
+            next_handle: AtomicU64::new(0x5000_0001),
+            next_addr: AtomicU64::new(ADDR_START),
+            used: AtomicU64::new(0),
+            live_buffers: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
+            total: AtomicUsize::new(0),
+            refused: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+            conns: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn stats(&self) -> ServerStats {
+        ServerStats {
+            active_connections: self.active.load(Ordering::SeqCst),
+            total_connections: self.total.load(Ordering::SeqCst),
+            refused_messages: self.refused.load(Ordering::SeqCst),
+            live_buffers: self.live_buffers.load(Ordering::SeqCst),
+            allocated_bytes: self.used.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Reserves `size` bytes of the memory budget.
+    fn reserve(&self, size: u64) -> bool {
+        let budget = self.limits.mem.unwrap_or(u64::MAX);
+        self.used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
+                u.checked_add(size).filter(|&n| n <= budget)
+            })
+            .is_ok()
+    }
+
+    /// Returns a freed buffer's bytes to the budget.
+    fn release(&self, size: u64) {
+        self.used.fetch_sub(size, Ordering::SeqCst);
+        self.live_buffers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// A fresh synthetic base address for a buffer of `size` bytes, aligned
+    /// to `align` and followed by an unused guard page; `None` when the
+    /// address space is exhausted.
+    fn next_base(&self, size: u64, align: u64) -> Option<u64> {
+        let step = size.checked_add(2 * 4096 + align.max(4096))?;
+        let step = step - step % 4096;
+        let start = self
+            .next_addr
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |a| {
+                a.checked_add(step).filter(|&e| e <= ADDR_END)
+            })
+            .ok()?;
+        let a = align.max(1).next_power_of_two().max(4096);
+        Some(start.div_ceil(a) * a)
+    }
+
+    fn cache_enabled(&self) -> bool {
+        self.cache_dir
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    fn cache_path(&self, hash: u64) -> Option<PathBuf> {
+        let dir = self.cache_dir.lock().unwrap_or_else(|e| e.into_inner());
+        dir.as_ref().map(|d| d.join(format!("{hash:016x}")))
+    }
+
+    /// Stores bytes in the file cache (when one is configured); failures are logged.
+    fn cache_store(&self, data: &[u8]) {
+        if let Some(path) = self.cache_path(fnv1a(data)) {
+            match std::fs::write(&path, data) {
+                Ok(()) => tracing::info!("cache: saved {} bytes to {}", data.len(), path.display()),
+                Err(e) => tracing::warn!("cache: cannot write {}: {e}", path.display()),
+            }
+        }
+    }
+
+    /// Bytes cached under `hash`, when present and no larger than a buffer may be.
+    fn cache_load(&self, hash: u64) -> Option<Vec<u8>> {
+        let path = self.cache_path(hash)?;
+        let len = std::fs::metadata(&path).ok()?.len();
+        if len > self.limits.max_buffer {
+            return None;
+        }
+        std::fs::read(&path).ok()
+    }
+}
+
+/// A bound, not yet serving, RPC server.
+pub struct Server {
+    listener: TcpListener,
+    state: Arc<State>,
+}
+
+/// Controls a server running in the background.
+pub struct ServerHandle {
+    state: Arc<State>,
+    addr: SocketAddr,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
+impl Server {
+    /// Binds `addr` (e.g. `"127.0.0.1:50052"`; port 0 picks a free port).
+    pub fn bind(
+        addr: impl ToSocketAddrs,
+        factory: Arc<dyn BackendFactory>,
+        limits: Limits,
+    ) -> Result<Server> {
+        let listener = TcpListener::bind(addr).map_err(|e| Error::io("RPC server: bind", e))?;
+        Ok(Server {
+            listener,
+            state: Arc::new(State::new(factory, limits)),
+        })
+    }
+
+    /// Enables the file cache for hashed uploads in `dir` (created if missing).
+    pub fn with_cache_dir(self, dir: impl Into<PathBuf>) -> Result<Server> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("RPC server: cache directory {}", dir.display()), e))?;
+        *self
+            .state
+            .cache_dir
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(dir);
+        Ok(self)
+    }
+
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.listener
+            .local_addr()
+            .map_err(|e| Error::io("RPC server: local address", e))
+    }
+
+    /// Counters of this server.
+    pub fn stats(&self) -> ServerStats {
+        self.state.stats()
+    }
+
+    /// Accepts clients until shut down, each served on its own thread.
+    pub fn serve(self) -> Result<()> {
+        let mut next_conn = 0usize;
+        for stream in self.listener.incoming() {
+            if self.state.shutdown.load(Ordering::SeqCst) {
+                break;
+            }
+            let stream = match stream {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            };
+            let peer = stream
+                .peer_addr()
+                .map_or_else(|_| "?".into(), |a| a.to_string());
+            if self.state.active.load(Ordering::SeqCst) >= self.state.limits.max_connections {
+                tracing::warn!(peer, "too many clients: closing the new connection");
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            next_conn += 1;
+            let id = next_conn;
+            if let Ok(clone) = stream.try_clone() {
+                self.state
+                    .conns
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id, clone);
+            }
+            self.state.total.fetch_add(1, Ordering::SeqCst);
+            let state = self.state.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("rpc-conn-{id}"))
+                .spawn(move || serve_connection(state, stream, peer, id));
+            if let Err(e) = spawned {
+                tracing::warn!("cannot start a connection thread: {e}");
+                self.state
+                    .conns
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves on a background thread; returns the address and a handle.
+    pub fn spawn_background(self) -> Result<(SocketAddr, ServerHandle)> {
+        let addr = self.local_addr()?;
+        let state = self.state.clone();
+        let thread = std::thread::Builder::new()
+            .name("rpc-accept".into())
+            .spawn(move || self.serve())
+            .map_err(|e| Error::io("RPC server: spawn", e))?;
+        Ok((
+            addr,
+            ServerHandle {
+                state,
+                addr,
+                thread: Some(thread),
+            },
+        ))
+    }
+}
+
+fn serve_connection(state: Arc<State>, mut stream: TcpStream, peer: String, id: usize) {
+    tracing::info!(peer, "client connected");
+    // Last resort: a bug that panics ends this connection (its buffers are
+    // freed while unwinding), never the server.
+    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut session = Session::new(state.clone(), peer.clone());
+        session.serve(&mut stream);
+    }));
+    if served.is_err() {
+        state.refused.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            peer,
+            "internal error while serving this client (a bug: please report)"
+        );
+    }
+    let _ = stream.flush();
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    state
+        .conns
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&id);
+    tracing::info!(peer, "client connection closed");
+}
+
+impl ServerHandle {
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Counters of the server.
+    pub fn stats(&self) -> ServerStats {
+        self.state.stats()
+    }
+
+    /// Waits until `pred` holds for the stats or `timeout` passes; returns the last stats.
+    pub fn wait_for(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&ServerStats) -> bool,
+    ) -> std::result::Result<ServerStats, ServerStats> {
+        let end = Instant::now() + timeout;
+        loop {
+            let s = self.stats();
+            if pred(&s) {
+                return Ok(s);
+            }
+            if Instant::now() > end {
+                return Err(s);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Severs every client connection at once (as if the server died),
+    /// leaving the listener up.
+    pub fn drop_connections(&self) {
+        let conns = self.state.conns.lock().unwrap_or_else(|e| e.into_inner());
+        for s in conns.values() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Stops accepting, severs every connection and waits for the accept loop.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.state.shutdown.store(true, Ordering::SeqCst);
+        self.drop_connections();
+        // Wake the accept loop.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stop();
+        }
+    }
+}

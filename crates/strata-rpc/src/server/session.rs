@@ -1,0 +1,518 @@
+//! One client connection: its buffers, backends and cached graphs, and the
+//! command loop. Every request is decoded and validated before anything is
+//! touched; a bad one ends the connection with a logged reason.
+
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use strata::backend::{tensor_copy, tensor_get, tensor_memset, tensor_set, Backend};
+use strata::{Graph, Tensor};
+
+use super::graph::rebuild;
+use super::validate::{lookup, placed, range_in_tensor, tensor_of, Refusal, RemoteBuf};
+use super::{BackendFactory, Limits, ServerStats, State};
+use crate::proto::{
+    decode_request, hello_response, pair_payload, parse_request_header, Command, Request,
+    REQUEST_HEADER_SIZE, SET_TENSOR_FIXED,
+};
+
+/// How a connection ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// The client closed the connection between messages.
+    Closed,
+    /// The server refused a message (the reason is also logged).
+    Refused(String),
+    /// Reading or writing the stream failed.
+    Io(String),
+}
+
+/// Bytes moved per step when streaming tensor data.
+const CHUNK: usize = 4 << 20;
+
+/// What a handled request answers.
+enum Reply {
+    /// No response at all.
+    Nothing,
+    /// A response payload.
+    Bytes(Vec<u8>),
+    /// `size` bytes of a tensor from `offset`, streamed.
+    Read(Tensor, usize, usize),
+}
+
+/// Reads the counters of a server or standalone session state.
+#[derive(Clone)]
+pub struct StatsHandle(Arc<State>);
+
+impl StatsHandle {
+    /// Current counters.
+    pub fn get(&self) -> ServerStats {
+        self.0.stats()
+    }
+}
+
+/// The state of one client connection. Dropping it frees every buffer the
+/// client allocated.
+pub struct Session {
+    state: Arc<State>,
+    buffers: HashMap<u64, RemoteBuf>,
+    backends: Vec<Option<Box<dyn Backend>>>,
+    graphs: Vec<Option<Graph>>,
+    greeted: bool,
+    peer: String,
+    scratch: Vec<u8>,
+}
+
+impl Session {
+    pub(crate) fn new(state: Arc<State>, peer: String) -> Session {
+        let n = state.factory.device_count();
+        state.active.fetch_add(1, Ordering::SeqCst);
+        Session {
+            state,
+            buffers: HashMap::new(),
+            backends: (0..n).map(|_| None).collect(),
+            graphs: (0..n).map(|_| None).collect(),
+            greeted: false,
+            peer,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// A session not attached to a listening server: for serving a stream
+    /// held in memory (tests, fuzzing).
+    pub fn standalone(factory: Arc<dyn BackendFactory>, limits: Limits) -> Session {
+        Session::new(Arc::new(State::new(factory, limits)), "in-memory".into())
+    }
+
+    /// Counters of the server (or standalone state) this session belongs to.
+    pub fn stats(&self) -> ServerStats {
+        self.state.stats()
+    }
+
+    /// A handle reading the same counters, usable after the session is dropped.
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle(self.state.clone())
+    }
+
+    /// Serves requests from `stream` until the client closes it, a message is
+    /// refused, or I/O fails. Never panics on any input.
+    pub fn serve<S: Read + Write>(&mut self, stream: &mut S) -> SessionEnd {
+        let end = self.serve_inner(stream);
+        match &end {
+            SessionEnd::Refused(r) => {
+                self.state.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(peer = %self.peer, "closing connection: {r}");
+            }
+            SessionEnd::Io(e) => tracing::info!(peer = %self.peer, "connection lost: {e}"),
+            SessionEnd::Closed => tracing::debug!(peer = %self.peer, "client closed connection"),
+        }
+        end
+    }
+
+    fn serve_inner<S: Read + Write>(&mut self, stream: &mut S) -> SessionEnd {
+        loop {
+            let mut head = [0u8; REQUEST_HEADER_SIZE];
+            match read_exact_or_eof(stream, &mut head[..1]) {
+                Ok(false) => return SessionEnd::Closed,
+                Ok(true) => {}
+                Err(e) => return SessionEnd::Io(e.to_string()),
+            }
+            let Some(cmd) = Command::from_u8(head[0]) else {
+                return SessionEnd::Refused(format!("unknown command {}", head[0]));
+            };
+            if !self.greeted && cmd != Command::Hello {
+                return SessionEnd::Refused(format!("expected HELLO first, got {cmd}"));
+            }
+            if self.greeted && cmd == Command::Hello {
+                return SessionEnd::Refused("HELLO after the handshake".into());
+            }
+            if let Err(e) = stream.read_exact(&mut head[1..]) {
+                return SessionEnd::Io(e.to_string());
+            }
+            let (_, size) = parse_request_header(&head);
+            match cmd.request_size() {
+                Some(n) if size != n as u64 => {
+                    return SessionEnd::Refused(format!(
+                        "{cmd}: size {size}, expected {n} (client speaks another protocol version?)"
+                    ))
+                }
+                None if size > self.state.limits.max_message => {
+                    return SessionEnd::Refused(format!(
+                        "{cmd}: message of {size} bytes exceeds the limit of {} bytes",
+                        self.state.limits.max_message
+                    ))
+                }
+                _ => {}
+            }
+            if cmd == Command::SetTensor && size >= SET_TENSOR_FIXED as u64 {
+                if let Err(e) = self.stream_set_tensor(stream, size) {
+                    return e;
+                }
+                continue;
+            }
+            // Only GRAPH_COMPUTE (and too-short SET_TENSOR) get here: bound
+            // the message by the graph limits before reserving anything.
+            let limits = &self.state.limits;
+            let graph_max = 12
+                + 8 * limits.max_graph_nodes as u64
+                + crate::proto::RPC_TENSOR_SIZE as u64 * limits.max_graph_tensors as u64;
+            if cmd == Command::GraphCompute && size > graph_max {
+                return SessionEnd::Refused(format!(
+                    "{cmd}: message of {size} bytes exceeds the graph limits ({graph_max} bytes)"
+                ));
+            }
+            let mut payload = Vec::new();
+            if payload.try_reserve_exact(size as usize).is_err() {
+                return SessionEnd::Refused(format!("{cmd}: cannot reserve {size} bytes"));
+            }
+            match stream.take(size).read_to_end(&mut payload) {
+                Ok(n) if n as u64 == size => {}
+                Ok(n) => {
+                    return SessionEnd::Io(format!(
+                        "{cmd}: stream ended after {n} of {size} payload bytes"
+                    ))
+                }
+                Err(e) => return SessionEnd::Io(e.to_string()),
+            }
+            let req = match decode_request(cmd as u8, &payload) {
+                Ok(r) => r,
+                Err(e) => return SessionEnd::Refused(e.to_string()),
+            };
+            let reply = match self.handle(req) {
+                Ok(r) => r,
+                Err(e) => return SessionEnd::Refused(format!("{cmd}: {e}")),
+            };
+            if let Err(e) = self.respond(stream, reply) {
+                return e;
+            }
+        }
+    }
+
+    /// Writes a response; tensor reads are streamed in chunks.
+    fn respond<S: Write>(&mut self, stream: &mut S, reply: Reply) -> Result<(), SessionEnd> {
+        let io = |e: std::io::Error| SessionEnd::Io(e.to_string());
+        match reply {
+            Reply::Nothing => Ok(()),
+            Reply::Bytes(body) => {
+                self.scratch.clear();
+                self.scratch
+                    .extend_from_slice(&(body.len() as u64).to_le_bytes());
+                self.scratch.extend_from_slice(&body);
+                stream.write_all(&self.scratch).map_err(io)?;
+                stream.flush().map_err(io)
+            }
+            Reply::Read(t, offset, size) if size <= CHUNK => {
+                // One write for header and data: one segment for small reads.
+                self.scratch.resize(8 + size, 0);
+                self.scratch[..8].copy_from_slice(&(size as u64).to_le_bytes());
+                tensor_get(&t, offset, &mut self.scratch[8..])
+                    .map_err(|e| SessionEnd::Refused(format!("GET_TENSOR: {e}")))?;
+                stream.write_all(&self.scratch).map_err(io)?;
+                stream.flush().map_err(io)
+            }
+            Reply::Read(t, offset, size) => {
+                stream.write_all(&(size as u64).to_le_bytes()).map_err(io)?;
+                let mut done = 0;
+                while done < size {
+                    let n = (size - done).min(CHUNK);
+                    self.scratch.resize(n, 0);
+                    tensor_get(&t, offset + done, &mut self.scratch[..n])
+                        .map_err(|e| SessionEnd::Refused(format!("GET_TENSOR: {e}")))?;
+                    stream.write_all(&self.scratch[..n]).map_err(io)?;
+                    done += n;
+                }
+                stream.flush().map_err(io)
+            }
+        }
+    }
+
+    /// SET_TENSOR: validates the fixed part before reading the data, then
+    /// streams the data into the tensor in chunks (or, for an upload the
+    /// client wants cached, reads it whole to hash and store it).
+    fn stream_set_tensor<S: Read>(&mut self, stream: &mut S, size: u64) -> Result<(), SessionEnd> {
+        let refuse = |m: String| SessionEnd::Refused(format!("SET_TENSOR: {m}"));
+        let mut fixed = [0u8; SET_TENSOR_FIXED];
+        stream
+            .read_exact(&mut fixed)
+            .map_err(|e| SessionEnd::Io(e.to_string()))?;
+        let Ok(Request::SetTensor { header, .. }) =
+            decode_request(Command::SetTensor as u8, &fixed)
+        else {
+            return Err(refuse("undecodable header".into()));
+        };
+        let len = size - SET_TENSOR_FIXED as u64;
+        let t = placed(&self.buffers, &header.tensor).map_err(refuse)?;
+        range_in_tensor(&t, header.offset, len).map_err(refuse)?;
+        let (offset, len) = (header.offset as usize, len as usize);
+        if header.cache_flag != 0 && self.state.cache_enabled() {
+            // len fits the tensor, hence a buffer that exists: reserving it is bounded.
+            let mut data = Vec::new();
+            data.try_reserve_exact(len)
+                .map_err(|_| refuse(format!("cannot reserve {len} bytes")))?;
+            data.resize(len, 0);
+            stream
+                .read_exact(&mut data)
+                .map_err(|e| SessionEnd::Io(e.to_string()))?;
+            self.state.cache_store(&data);
+            return tensor_set(&t, offset, &data).map_err(|e| refuse(e.to_string()));
+        }
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(CHUNK);
+            self.scratch.resize(n, 0);
+            stream
+                .read_exact(&mut self.scratch[..n])
+                .map_err(|e| SessionEnd::Io(e.to_string()))?;
+            tensor_set(&t, offset + done, &self.scratch[..n]).map_err(|e| refuse(e.to_string()))?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn device(&self, device: u32) -> Result<usize, Refusal> {
+        let n = self.state.factory.device_count();
+        if (device as usize) < n {
+            Ok(device as usize)
+        } else {
+            Err(format!("device {device} does not exist ({n} devices)"))
+        }
+    }
+
+    fn backend(&mut self, device: usize) -> Result<&mut Box<dyn Backend>, Refusal> {
+        if self.backends[device].is_none() {
+            let b = self
+                .state
+                .factory
+                .backend(device)
+                .map_err(|e| format!("cannot start a backend on device {device}: {e}"))?;
+            self.backends[device] = Some(b);
+        }
+        Ok(self.backends[device].as_mut().expect("set above"))
+    }
+
+    fn compute(&mut self, device: usize, graph: &Graph) -> Result<(), Refusal> {
+        self.backend(device)?
+            .graph_compute(graph)
+            .map_err(|e| format!("graph computation failed on device {device}: {e}"))
+    }
+
+    /// Handles one decoded request.
+    fn handle(&mut self, req: Request<'_>) -> Result<Reply, Refusal> {
+        let state = self.state.clone();
+        let limits = &state.limits;
+        Ok(match req {
+            Request::Hello { .. } => {
+                self.greeted = true;
+                Reply::Bytes(hello_response().to_vec())
+            }
+            Request::DeviceCount => {
+                Reply::Bytes((state.factory.device_count() as u32).to_le_bytes().to_vec())
+            }
+            Request::AllocBuffer { device, size } => {
+                let d = self.device(device)?;
+                let (handle, size) = self.alloc(d, size);
+                Reply::Bytes(pair_payload(handle, size).to_vec())
+            }
+            Request::GetAlignment { device } => {
+                let d = self.device(device)?;
+                let a = state.factory.device(d).default_buffer_type().alignment();
+                Reply::Bytes((a as u64).to_le_bytes().to_vec())
+            }
+            Request::GetMaxSize { device } => {
+                let d = self.device(device)?;
+                let m = state.factory.device(d).default_buffer_type().max_size() as u64;
+                Reply::Bytes(m.min(limits.max_buffer).to_le_bytes().to_vec())
+            }
+            Request::BufferGetBase { remote_ptr } => {
+                let b = lookup(&self.buffers, remote_ptr, "BUFFER_GET_BASE")?;
+                Reply::Bytes(b.base.to_le_bytes().to_vec())
+            }
+            Request::FreeBuffer { remote_ptr } => {
+                lookup(&self.buffers, remote_ptr, "FREE_BUFFER")?;
+                // Cached graphs may reference the buffer: drop them all.
+                self.graphs.iter_mut().for_each(|g| *g = None);
+                let b = self.buffers.remove(&remote_ptr).expect("looked up");
+                state.release(b.size);
+                Reply::Nothing
+            }
+            Request::BufferClear { remote_ptr, value } => {
+                let b = lookup(&self.buffers, remote_ptr, "BUFFER_CLEAR")?;
+                b.buffer.clear(value).map_err(|e| e.to_string())?;
+                Reply::Nothing
+            }
+            Request::SetTensor { header, data } => {
+                let t = placed(&self.buffers, &header.tensor)?;
+                range_in_tensor(&t, header.offset, data.len() as u64)?;
+                if header.cache_flag != 0 {
+                    state.cache_store(data);
+                }
+                tensor_set(&t, header.offset as usize, data).map_err(|e| e.to_string())?;
+                Reply::Nothing
+            }
+            Request::SetTensorHash {
+                tensor,
+                offset,
+                hash,
+            } => {
+                let Some(bytes) = state.cache_load(hash) else {
+                    return Ok(Reply::Bytes(vec![0]));
+                };
+                let t = placed(&self.buffers, &tensor)?;
+                range_in_tensor(&t, offset, bytes.len() as u64)?;
+                tensor_set(&t, offset as usize, &bytes).map_err(|e| e.to_string())?;
+                Reply::Bytes(vec![1])
+            }
+            Request::GetTensor {
+                tensor,
+                offset,
+                size,
+            } => {
+                let t = placed(&self.buffers, &tensor)?;
+                range_in_tensor(&t, offset, size)?;
+                Reply::Read(t, offset as usize, size as usize)
+            }
+            Request::CopyTensor { src, dst } => {
+                let s = placed(&self.buffers, &src)?;
+                let d = placed(&self.buffers, &dst)?;
+                if s.dtype() == d.dtype() && s.ne() == d.ne() && s.nbytes() == d.nbytes() {
+                    tensor_copy(&s, &d).map_err(|e| e.to_string())?;
+                    Reply::Bytes(vec![1])
+                } else {
+                    Reply::Bytes(vec![0])
+                }
+            }
+            Request::GraphCompute(msg) => {
+                let d = self.device(msg.device)?;
+                let graph = rebuild(&msg, &self.buffers, limits)?;
+                self.graphs[d] = None;
+                self.compute(d, &graph)?;
+                self.graphs[d] = Some(graph);
+                Reply::Nothing
+            }
+            Request::GraphRecompute { device } => {
+                let d = self.device(device)?;
+                let graph = self.graphs[d]
+                    .take()
+                    .ok_or_else(|| format!("no graph to recompute on device {d}"))?;
+                self.compute(d, &graph)?;
+                self.graphs[d] = Some(graph);
+                Reply::Nothing
+            }
+            Request::GetDeviceMemory { device } => {
+                let d = self.device(device)?;
+                let (free, total) = match limits.mem {
+                    Some(total) => (
+                        total.saturating_sub(state.used.load(Ordering::SeqCst)),
+                        total,
+                    ),
+                    None => {
+                        let m = state
+                            .factory
+                            .device(d)
+                            .memory()
+                            .map_err(|e| e.to_string())?;
+                        (m.free as u64, m.total as u64)
+                    }
+                };
+                Reply::Bytes(pair_payload(free, total).to_vec())
+            }
+            Request::InitTensor { tensor } => {
+                if tensor.buffer == 0 {
+                    tensor_of(&tensor)?;
+                } else {
+                    let t = placed(&self.buffers, &tensor)?;
+                    let b = t.buffer().expect("placed");
+                    if let Err(e) = b.init_tensor(&t) {
+                        tracing::debug!(peer = %self.peer, "init_tensor: {e}");
+                    }
+                }
+                Reply::Nothing
+            }
+            Request::GetAllocSize { device, tensor, .. } => {
+                let d = self.device(device)?;
+                let t = tensor_of(&tensor)?;
+                let buft = match self.buffers.get(&tensor.buffer) {
+                    Some(b) if tensor.buffer != 0 => b.buffer.buffer_type(),
+                    _ => state.factory.device(d).default_buffer_type(),
+                };
+                Reply::Bytes((buft.alloc_size(&t) as u64).to_le_bytes().to_vec())
+            }
+            Request::MemsetTensor {
+                tensor,
+                offset,
+                size,
+                value,
+            } => {
+                let t = placed(&self.buffers, &tensor)?;
+                range_in_tensor(&t, offset, size)?;
+                tensor_memset(&t, offset as usize, size as usize, value)
+                    .map_err(|e| e.to_string())?;
+                Reply::Nothing
+            }
+        })
+    }
+
+    /// Allocates a buffer: (handle, size), or (0, 0) when it cannot.
+    fn alloc(&mut self, device: usize, size: u64) -> (u64, u64) {
+        let state = &self.state;
+        if size > state.limits.max_buffer || !state.reserve(size) {
+            tracing::info!(peer = %self.peer, "refusing a buffer of {size} bytes (limit)");
+            return (0, 0);
+        }
+        let buft = state.factory.device(device).default_buffer_type();
+        let base = if size == 0 {
+            Some(0)
+        } else {
+            state.next_base(size, buft.alignment() as u64)
+        };
+        let buffer = match (base, usize::try_from(size)) {
+            (Some(_), Ok(sz)) => buft.alloc_buffer(sz),
+            _ => Err(strata::Error::InvalidArgument(
+                "address space exhausted".into(),
+            )),
+        };
+        match (buffer, base) {
+            (Ok(buffer), Some(base)) => {
+                let handle = state.next_handle.fetch_add(1, Ordering::Relaxed);
+                state.live_buffers.fetch_add(1, Ordering::SeqCst);
+                self.buffers
+                    .insert(handle, RemoteBuf { buffer, base, size });
+                (handle, size)
+            }
+            (res, _) => {
+                state.used.fetch_sub(size, Ordering::SeqCst);
+                if let Err(e) = res {
+                    tracing::info!(peer = %self.peer, "buffer of {size} bytes not allocated: {e}");
+                }
+                (0, 0)
+            }
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.graphs.clear();
+        for (_, b) in self.buffers.drain() {
+            self.state.release(b.size);
+        }
+        self.state.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Reads exactly `buf.len()` bytes; `Ok(false)` on a clean end of stream before the first byte.
+fn read_exact_or_eof<R: Read>(r: &mut R, buf: &mut [u8]) -> std::io::Result<bool> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,119 @@
+//! Turning received tensor records into strata tensors placed in this
+//! connection's buffers, refusing anything that does not fit.
+//!
+//! Addresses on the wire are synthetic (`base + offset` in an address space
+//! the server invents per buffer): they are only ever translated back to a
+//! (buffer, offset) pair after bounds checks, never dereferenced.
+
+use std::sync::Arc;
+
+use strata::backend::Buffer;
+use strata::{DType, Tensor};
+
+use crate::proto::RpcTensor;
+
+/// A reason to close the connection.
+pub type Refusal = String;
+
+/// A buffer this connection allocated.
+pub(crate) struct RemoteBuf {
+    pub buffer: Arc<dyn Buffer>,
+    pub base: u64,
+    pub size: u64,
+}
+
+/// Type, shape and strides of a record as a strata tensor (not placed).
+pub(crate) fn tensor_of(rec: &RpcTensor) -> Result<Tensor, Refusal> {
+    let dtype = DType::from_ggml_id(rec.dtype).ok_or_else(|| {
+        format!(
+            "tensor '{}': type id {} is not supported by this server",
+            rec.name_str(),
+            rec.dtype
+        )
+    })?;
+    let ne = rec.ne.map(|v| v as usize);
+    let nb = rec.nb.map(|v| v as usize);
+    let t = Tensor::with_layout(dtype, ne, nb)
+        .map_err(|e| format!("tensor '{}': {e}", rec.name_str()))?;
+    t.set_name(rec.name_str());
+    Ok(t)
+}
+
+/// Looks up `handle` among this connection's buffers.
+pub(crate) fn lookup<'a>(
+    buffers: &'a std::collections::HashMap<u64, RemoteBuf>,
+    handle: u64,
+    what: &str,
+) -> Result<&'a RemoteBuf, Refusal> {
+    buffers
+        .get(&handle)
+        .ok_or_else(|| format!("{what}: buffer handle {handle:#x} is not one of this connection's"))
+}
+
+/// Places `t` (built from `rec`) at the record's address: the buffer must be
+/// this connection's and the tensor's whole byte span inside it.
+/// Returns the byte offset of the tensor in its buffer.
+pub(crate) fn place(
+    buffers: &std::collections::HashMap<u64, RemoteBuf>,
+    rec: &RpcTensor,
+    t: &Tensor,
+) -> Result<usize, Refusal> {
+    let name = rec.name_str();
+    if rec.buffer == 0 {
+        return Err(if rec.data != 0 {
+            format!(
+                "tensor '{name}': data pointer {:#x} without a buffer (invalid data ptr)",
+                rec.data
+            )
+        } else {
+            format!("tensor '{name}' has no storage on this server")
+        });
+    }
+    let b = lookup(buffers, rec.buffer, &format!("tensor '{name}'"))?;
+    let off = rec
+        .data
+        .checked_sub(b.base)
+        .filter(|&o| o <= b.size)
+        .ok_or_else(|| {
+            format!(
+                "tensor '{name}': data {:#x} is outside its buffer [{:#x}, {:#x})",
+                rec.data,
+                b.base,
+                b.base.saturating_add(b.size)
+            )
+        })?;
+    let end = off.checked_add(t.nbytes() as u64);
+    if end.is_none_or(|e| e > b.size) {
+        return Err(format!(
+            "tensor '{name}': {} bytes at offset {off} exceed its buffer of {} bytes",
+            t.nbytes(),
+            b.size
+        ));
+    }
+    t.set_storage(b.buffer.clone(), off as usize)
+        .map_err(|e| format!("tensor '{name}': {e}"))?;
+    Ok(off as usize)
+}
+
+/// A record that must name a placed tensor (SET/GET/MEMSET/COPY).
+pub(crate) fn placed(
+    buffers: &std::collections::HashMap<u64, RemoteBuf>,
+    rec: &RpcTensor,
+) -> Result<Tensor, Refusal> {
+    let t = tensor_of(rec)?;
+    place(buffers, rec, &t)?;
+    Ok(t)
+}
+
+/// Checks `offset..offset+len` lies inside the tensor; returns the end.
+pub(crate) fn range_in_tensor(t: &Tensor, offset: u64, len: u64) -> Result<(), Refusal> {
+    let end = offset.checked_add(len);
+    if end.is_none_or(|e| e > t.nbytes() as u64) {
+        return Err(format!(
+            "range {offset}+{len} exceeds tensor '{}' of {} bytes",
+            t.name(),
+            t.nbytes()
+        ));
+    }
+    Ok(())
+}

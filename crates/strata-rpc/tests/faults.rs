@@ -1,0 +1,237 @@
+//! Faults: a server that dies, drops the connection, stalls or speaks
+//! another version gives the client a typed error within its timeout —
+//! never a hang, never an abort.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use strata::backend::{alloc_tensors, Backend, Device};
+use strata::cpu::{cpu_device, CpuBackend};
+use strata::{ops, DType, Error, Graph, Tensor};
+use strata_rpc::server::{BackendFactory, Limits};
+use strata_rpc::ClientOptions;
+
+/// A CPU backend that sleeps before each graph: a long computation.
+struct Slow {
+    inner: CpuBackend,
+    delay: Duration,
+}
+
+impl Backend for Slow {
+    fn name(&self) -> String {
+        "SLOW".into()
+    }
+    fn device(&self) -> Arc<dyn Device> {
+        cpu_device()
+    }
+    fn graph_compute(&mut self, graph: &Graph) -> strata::Result<()> {
+        std::thread::sleep(self.delay);
+        self.inner.graph_compute(graph)
+    }
+}
+
+struct SlowFactory(Duration);
+
+impl BackendFactory for SlowFactory {
+    fn device_count(&self) -> usize {
+        1
+    }
+    fn device(&self, _: usize) -> Arc<dyn Device> {
+        cpu_device()
+    }
+    fn backend(&self, _: usize) -> strata::Result<Box<dyn Backend>> {
+        Ok(Box::new(Slow {
+            inner: CpuBackend::new(1),
+            delay: self.0,
+        }))
+    }
+}
+
+/// A graph c = a + b allocated on `dev` with inputs written.
+fn graph_on(dev: &Arc<dyn Device>) -> (Graph, Tensor, Vec<Arc<dyn strata::backend::Buffer>>) {
+    let a = Tensor::new(DType::F32, &[64]).unwrap();
+    let b = Tensor::new(DType::F32, &[64]).unwrap();
+    let c = ops::add(&a, &b).unwrap();
+    let g = Graph::build(std::slice::from_ref(&c));
+    let all: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
+    let bufs = alloc_tensors(&all, &dev.default_buffer_type()).unwrap();
+    a.write_f32(&[1.0; 64]).unwrap();
+    b.write_f32(&[2.0; 64]).unwrap();
+    (g, c, bufs)
+}
+
+fn is_backend_error(e: &Error) -> bool {
+    matches!(e, Error::Backend { backend, .. } if backend.starts_with("RPC["))
+}
+
+#[test]
+fn server_dropping_connections_mid_compute() {
+    let (addr, server) = server_with(
+        Arc::new(SlowFactory(Duration::from_secs(10))),
+        Limits::default(),
+    );
+    let (p, dev) = device(addr);
+    let dev: Arc<dyn Device> = dev;
+    let (g, c, _bufs) = graph_on(&dev);
+    let start = Instant::now();
+    let worker = std::thread::spawn(move || {
+        let mut backend = dev.init_backend().unwrap();
+        let r = backend.graph_compute(&g);
+        (r, c.read_bytes())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    server.drop_connections();
+    let (r, read) = worker.join().expect("client thread must not panic");
+    let e = r.unwrap_err();
+    assert!(is_backend_error(&e), "{e}");
+    assert!(e.to_string().contains("closed the connection"), "{e}");
+    // did not wait for the 10 s computation
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+    // later calls fail fast, typed
+    let e = read.unwrap_err();
+    assert!(
+        is_backend_error(&e) && e.to_string().contains("lost earlier"),
+        "{e}"
+    );
+    // looking the server up again reconnects
+    let again = p.connect(&addr.to_string()).unwrap();
+    assert!(again[0].memory().is_ok());
+}
+
+#[test]
+fn server_shut_down_mid_compute() {
+    let (addr, server) = server_with(
+        Arc::new(SlowFactory(Duration::from_secs(10))),
+        Limits::default(),
+    );
+    let (_p, dev) = device(addr);
+    let dev: Arc<dyn Device> = dev;
+    let (g, _c, _bufs) = graph_on(&dev);
+    let worker = std::thread::spawn(move || dev.init_backend().unwrap().graph_compute(&g));
+    std::thread::sleep(Duration::from_millis(300));
+    server.shutdown();
+    let e = worker.join().unwrap().unwrap_err();
+    assert!(is_backend_error(&e), "{e}");
+    // nothing listens any more: connecting is a typed error too
+    let p = strata_rpc::RpcProvider::new();
+    let e = p.connect(&addr.to_string()).unwrap_err();
+    assert!(
+        is_backend_error(&e) && e.to_string().contains("cannot connect"),
+        "{e}"
+    );
+}
+
+#[test]
+fn stalled_server_times_out() {
+    let (addr, _server) = server_with(
+        Arc::new(SlowFactory(Duration::from_secs(10))),
+        Limits::default(),
+    );
+    let opts = ClientOptions {
+        timeout: Duration::from_secs(1),
+        ..ClientOptions::default()
+    };
+    let (_p, dev) = device_opts(addr, opts);
+    let dev: Arc<dyn Device> = dev;
+    let (g, _c, _bufs) = graph_on(&dev);
+    let start = Instant::now();
+    let e = dev.init_backend().unwrap().graph_compute(&g).unwrap_err();
+    assert!(
+        is_backend_error(&e) && e.to_string().contains("no answer within"),
+        "{e}"
+    );
+    // gave up after the timeout, long before the 10 s computation ended
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn connection_dropped_before_compute() {
+    let (addr, server) = cpu_server(1, Limits::default());
+    let (_p, dev) = device(addr);
+    let dev: Arc<dyn Device> = dev;
+    let (g, _c, bufs) = graph_on(&dev);
+    server.drop_connections();
+    let e = dev.init_backend().unwrap().graph_compute(&g).unwrap_err();
+    assert!(is_backend_error(&e), "{e}");
+    assert!(dev.memory().is_err());
+    drop(bufs); // freeing on a dead connection is silent
+    server
+        .wait_for(Duration::from_secs(5), |s| s.live_buffers == 0)
+        .unwrap();
+}
+
+#[test]
+fn incompatible_server_version_is_refused() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut hello = [0u8; 33];
+        s.read_exact(&mut hello).unwrap();
+        assert_eq!(&hello[..9], &[14, 24, 0, 0, 0, 0, 0, 0, 0]);
+        let mut resp = vec![28, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0];
+        resp.extend([0u8; 24]);
+        s.write_all(&resp).unwrap();
+    });
+    let e = strata_rpc::RpcProvider::new()
+        .connect(&addr.to_string())
+        .unwrap_err();
+    assert!(
+        is_backend_error(&e) && e.to_string().contains("not compatible"),
+        "{e}"
+    );
+    fake.join().unwrap();
+}
+
+#[test]
+fn malformed_response_is_an_error() {
+    // A "server" that answers HELLO correctly, then announces a wrong length.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut hello = [0u8; 33];
+        s.read_exact(&mut hello).unwrap();
+        let mut resp = vec![28, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0];
+        resp.extend([0u8; 24]);
+        s.write_all(&resp).unwrap();
+        let mut dc = [0u8; 9];
+        s.read_exact(&mut dc).unwrap();
+        s.write_all(&[5, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0])
+            .unwrap();
+    });
+    let e = strata_rpc::RpcProvider::new()
+        .connect(&addr.to_string())
+        .unwrap_err();
+    assert!(
+        is_backend_error(&e) && e.to_string().contains("malformed response"),
+        "{e}"
+    );
+    fake.join().unwrap();
+}
+
+#[test]
+fn unreachable_endpoint_is_a_typed_error() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    let mut reg = strata::backend::Registry::new();
+    reg.register(Arc::new(strata_rpc::RpcProvider::new()));
+    let e = reg.device(&format!("RPC[{addr}]")).err().unwrap();
+    assert!(is_backend_error(&e), "{e}");
+    let e = reg.device("RPC[no-such-host.invalid:1]").err().unwrap();
+    assert!(is_backend_error(&e), "{e}");
+}

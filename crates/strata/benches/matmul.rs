@@ -1,0 +1,93 @@
+//! MUL_MAT throughput (GFLOP/s = 2·m·k·n per second) per weight type at
+//! SmolLM2-135M's shapes, on the CPU backend, at the scalar reference level
+//! and at this CPU's best SIMD level, 1 and 2 threads.
+//!
+//! `cargo bench -p strata --bench matmul` (append `-- q4_1` etc. to filter).
+//! The graph is built and allocated once per case; only `graph_compute` is
+//! timed. Criterion reports throughput in "elem/s": one element is one
+//! flop. `STRATA_BENCH_ALL_LEVELS=1` adds every supported level at 1 thread.
+
+use criterion::{
+    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
+use std::time::Duration;
+use strata::backend::Backend;
+use strata::cpu::{alloc_graph_host, CpuBackend};
+use strata::quant::simd::{self, Isa};
+use strata::{ops, DType, Graph, Tensor};
+
+const TYPES: [DType; 8] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::F16,
+    DType::BF16,
+    DType::F32,
+];
+
+/// (m, k, n): the FFN up/gate (1536 × 576), FFN down (576 × 1536) and the
+/// output head (49152 × 576) for one token; the FFN shapes for a 512-token
+/// prompt.
+const SHAPES: [(usize, usize, usize); 5] = [
+    (1536, 576, 1),
+    (576, 1536, 1),
+    (49152, 576, 1),
+    (1536, 576, 512),
+    (576, 1536, 512),
+];
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn bench(c: &mut Criterion) {
+    let best = simd::detected();
+    let mut runs: Vec<(Isa, usize)> = vec![(Isa::Scalar, 1), (best, 1), (best, 2)];
+    if std::env::var_os("STRATA_BENCH_ALL_LEVELS").is_some() {
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
+            if isa != Isa::Scalar && isa != best {
+                runs.push((isa, 1));
+            }
+        }
+    }
+    let mut group = c.benchmark_group("matmul");
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+    for t in TYPES {
+        for (m, k, n) in SHAPES {
+            let a = Tensor::new(t, &[k, m]).unwrap();
+            let b = Tensor::new(DType::F32, &[k, n]).unwrap();
+            let out = ops::mul_mat(&a, &b).unwrap();
+            let graph = Graph::build(&[out]);
+            let _bufs = alloc_graph_host(&graph).unwrap();
+            a.write_f32(&values(k * m, 1)).unwrap();
+            b.write_f32(&values(k * n, 2)).unwrap();
+            group.throughput(Throughput::Elements((2 * m * k * n) as u64));
+            for &(isa, threads) in &runs {
+                let mut cpu = CpuBackend::new(threads);
+                cpu.set_isa(isa).unwrap();
+                let id =
+                    BenchmarkId::new(format!("{t}"), format!("m{m}_k{k}_n{n}/{isa}_t{threads}"));
+                group.bench_function(id, |bch| bch.iter(|| cpu.graph_compute(&graph).unwrap()));
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

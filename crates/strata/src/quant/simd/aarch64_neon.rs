@@ -1,0 +1,337 @@
+//! aarch64 NEON kernels (base Advanced SIMD; no `dotprod`, whose intrinsics
+//! are not stable Rust yet).
+//!
+//! The quantized dot products compute each block's integer sum with
+//! widening i8 × i8 → i16 multiplies (exact: every |product| ≤ 2^14) and
+//! pairwise i32 accumulation, then scale and accumulate the block terms in
+//! exactly the scalar reference's order, so their results equal the
+//! reference bit for bit. Float dot products use four f32x4 accumulators.
+//! The Q8 quantizers use `vmaxnm` (NaN-skipping, like `f32::max`) and
+//! `vcvta` (round to nearest, ties away: C `roundf`), bit-identical to the
+//! scalar quantizer. f32 → f16 stays scalar (Rust's `float16x4_t` is
+//! unstable).
+//!
+//! NEON is mandatory on aarch64, and the dispatcher only hands these out
+//! when [`super::Isa::Neon`] was detected; the safe wrappers check the row
+//! lengths before any raw read.
+
+use super::super::{put_f16, DType, QuantizeRowFn, VecDotFn, QK};
+use super::{dot_blocks, scale_at};
+use std::arch::aarch64::*;
+
+macro_rules! safe_dot {
+    ($name:ident, $imp:ident, $ty:expr) => {
+        fn $name(n: usize, x: &[u8], y: &[u8]) -> f32 {
+            let nb = dot_blocks($ty, n, x, y);
+            // SAFETY: only handed out once NEON was detected; both rows hold
+            // `nb` whole blocks (elements for the float types).
+            unsafe { $imp(nb, x.as_ptr(), y.as_ptr()) }
+        }
+    };
+}
+
+safe_dot!(dot_q4_0, dot_q4_0_imp, DType::Q4_0);
+safe_dot!(dot_q4_1, dot_q4_1_imp, DType::Q4_1);
+safe_dot!(dot_q5_0, dot_q5_0_imp, DType::Q5_0);
+safe_dot!(dot_q5_1, dot_q5_1_imp, DType::Q5_1);
+safe_dot!(dot_q8_0, dot_q8_0_imp, DType::Q8_0);
+safe_dot!(dot_f32, dot_f32_imp, DType::F32);
+safe_dot!(dot_f16, dot_f16_imp, DType::F16);
+safe_dot!(dot_bf16, dot_bf16_imp, DType::BF16);
+
+/// This level's dot product for `dtype`.
+pub(super) fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
+    Some(match dtype {
+        DType::Q4_0 => dot_q4_0,
+        DType::Q4_1 => dot_q4_1,
+        DType::Q5_0 => dot_q5_0,
+        DType::Q5_1 => dot_q5_1,
+        DType::Q8_0 => dot_q8_0,
+        DType::F32 => dot_f32,
+        DType::F16 => dot_f16,
+        DType::BF16 => dot_bf16,
+        _ => return None,
+    })
+}
+
+/// This level's row quantizer for `dtype` (Q8_0 / Q8_1).
+pub(super) fn quantize_row_fn(dtype: DType) -> Option<QuantizeRowFn> {
+    Some(match dtype {
+        DType::Q8_0 => quantize_q8_0,
+        DType::Q8_1 => quantize_q8_1,
+        _ => return None,
+    })
+}
+
+/// Σ x_j y_j over 16 + 16 i8 pairs, exact.
+#[target_feature(enable = "neon")]
+#[inline]
+fn sum_i8(xlo: int8x16_t, xhi: int8x16_t, ylo: int8x16_t, yhi: int8x16_t) -> i32 {
+    let mut acc = vdupq_n_s32(0);
+    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(xlo), vget_low_s8(ylo)));
+    acc = vpadalq_s16(acc, vmull_high_s8(xlo, ylo));
+    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(xhi), vget_low_s8(yhi)));
+    acc = vpadalq_s16(acc, vmull_high_s8(xhi, yhi));
+    vaddvq_s32(acc)
+}
+
+/// The 32 nibbles at `p` (16 bytes): elements 0..16 and 16..32 as u8.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn nibbles(p: *const u8) -> (uint8x16_t, uint8x16_t) {
+    // SAFETY: the caller guarantees 16 readable bytes.
+    let v = unsafe { vld1q_u8(p) };
+    (vandq_u8(v, vdupq_n_u8(0x0f)), vshrq_n_u8(v, 4))
+}
+
+/// The fifth bits in the u32 at `p` as `0x10` bytes: elements 0..16, 16..32.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn high_bits(p: *const u8) -> (uint8x16_t, uint8x16_t) {
+    // SAFETY: the caller guarantees 4 readable bytes.
+    let b = unsafe { [*p, *p.add(1), *p.add(2), *p.add(3)] };
+    const BITS: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+    // SAFETY: BITS is 16 bytes.
+    let bits = unsafe { vld1q_u8(BITS.as_ptr()) };
+    let expand = |a: u8, c: u8| {
+        let v = vcombine_u8(vdup_n_u8(a), vdup_n_u8(c));
+        vandq_u8(vtstq_u8(v, bits), vdupq_n_u8(0x10))
+    };
+    (expand(b[0], b[1]), expand(b[2], b[3]))
+}
+
+/// The 32 i8 quants at `p`.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn i8s(p: *const u8) -> (int8x16_t, int8x16_t) {
+    // SAFETY: the caller guarantees 32 readable bytes.
+    unsafe { (vld1q_s8(p.cast()), vld1q_s8(p.add(16).cast())) }
+}
+
+/// u8 quants minus `offset` as i8 (quants ≤ 31, so no overflow).
+#[target_feature(enable = "neon")]
+#[inline]
+fn signed(q: (uint8x16_t, uint8x16_t), offset: i8) -> (int8x16_t, int8x16_t) {
+    let o = vdupq_n_s8(offset);
+    (
+        vsubq_s8(vreinterpretq_s8_u8(q.0), o),
+        vsubq_s8(vreinterpretq_s8_u8(q.1), o),
+    )
+}
+
+/// A quantized dot product: `$q(bx)` gives the block's signed quants, the
+/// block term is computed as the scalar reference computes it.
+macro_rules! block_dot {
+    ($imp:ident, $xb:expr, $yb:expr, $yoff:expr, |$bx:ident| $q:expr,
+     |$s:ident, $dx:ident, $dy:ident, $mx:ident, $sy:ident| $term:expr) => {
+        #[target_feature(enable = "neon")]
+        unsafe fn $imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
+            let mut sumf = 0.0f32;
+            for i in 0..nb {
+                // SAFETY: block i < nb of both rows is in bounds.
+                let ($bx, by) = unsafe { (x.add(i * $xb), y.add(i * $yb)) };
+                // SAFETY: the helpers read inside the two blocks.
+                let (xq, yq) = unsafe { ($q, i8s(by.add($yoff))) };
+                let $s = sum_i8(xq.0, xq.1, yq.0, yq.1) as f32;
+                // SAFETY: scales (and m / s for the `_1` types) lead the blocks.
+                let ($dx, $dy, $mx, $sy) = unsafe {
+                    let m = if $yoff == 4 {
+                        (scale_at($bx.add(2)), scale_at(by.add(2)))
+                    } else {
+                        (0.0, 0.0)
+                    };
+                    (scale_at($bx), scale_at(by), m.0, m.1)
+                };
+                sumf += $term;
+            }
+            sumf
+        }
+    };
+}
+
+const Q4_0: usize = DType::Q4_0.type_size();
+const Q4_1: usize = DType::Q4_1.type_size();
+const Q5_0: usize = DType::Q5_0.type_size();
+const Q5_1: usize = DType::Q5_1.type_size();
+const Q8_0: usize = DType::Q8_0.type_size();
+const Q8_1: usize = DType::Q8_1.type_size();
+
+block_dot!(
+    dot_q4_0_imp,
+    Q4_0,
+    Q8_0,
+    2,
+    |bx| signed(nibbles(bx.add(2)), 8),
+    |s, dx, dy, _mx, _sy| s * dx * dy
+);
+block_dot!(
+    dot_q4_1_imp,
+    Q4_1,
+    Q8_1,
+    4,
+    |bx| signed(nibbles(bx.add(4)), 0),
+    |s, dx, dy, mx, sy| (dx * dy) * s + mx * sy
+);
+block_dot!(
+    dot_q5_0_imp,
+    Q5_0,
+    Q8_0,
+    2,
+    |bx| {
+        let (lo, hi) = nibbles(bx.add(6));
+        let (hlo, hhi) = high_bits(bx.add(2));
+        signed((vorrq_u8(lo, hlo), vorrq_u8(hi, hhi)), 16)
+    },
+    |s, dx, dy, _mx, _sy| (dx * dy) * s
+);
+block_dot!(
+    dot_q5_1_imp,
+    Q5_1,
+    Q8_1,
+    4,
+    |bx| {
+        let (lo, hi) = nibbles(bx.add(8));
+        let (hlo, hhi) = high_bits(bx.add(4));
+        signed((vorrq_u8(lo, hlo), vorrq_u8(hi, hhi)), 0)
+    },
+    |s, dx, dy, mx, sy| (dx * dy) * s + mx * sy
+);
+block_dot!(
+    dot_q8_0_imp,
+    Q8_0,
+    Q8_0,
+    2,
+    |bx| i8s(bx.add(2)),
+    |s, dx, dy, _mx, _sy| s * (dx * dy)
+);
+
+/// A float dot product: `$load(p)` reads four elements as f32 at `p`,
+/// `$one(p)` one; four accumulators of four lanes and a scalar tail.
+macro_rules! float_dot {
+    ($imp:ident, $es:expr, |$p:ident| $load:expr, |$q:ident| $one:expr) => {
+        #[target_feature(enable = "neon")]
+        unsafe fn $imp(n: usize, x: *const u8, y: *const u8) -> f32 {
+            let ld = |$p: *const u8| -> float32x4_t {
+                // SAFETY: callers pass pointers to four in-bounds elements.
+                unsafe { $load }
+            };
+            let one = |$q: *const u8| -> f32 {
+                // SAFETY: callers pass pointers to an in-bounds element.
+                unsafe { $one }
+            };
+            let mut acc = [vdupq_n_f32(0.0); 4];
+            let mut i = 0;
+            while i + 16 <= n {
+                for (k, a) in acc.iter_mut().enumerate() {
+                    let o = (i + 4 * k) * $es;
+                    // SAFETY: elements i + 4k .. + 4 <= n are in bounds.
+                    let (px, py) = unsafe { (x.add(o), y.add(o)) };
+                    *a = vfmaq_f32(*a, ld(px), ld(py));
+                }
+                i += 16;
+            }
+            while i + 4 <= n {
+                // SAFETY: elements i .. i + 4 <= n are in bounds.
+                let (px, py) = unsafe { (x.add(i * $es), y.add(i * $es)) };
+                acc[0] = vfmaq_f32(acc[0], ld(px), ld(py));
+                i += 4;
+            }
+            let s = vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]));
+            let mut sum = vaddvq_f32(s);
+            while i < n {
+                // SAFETY: element i < n is in bounds.
+                let (px, py) = unsafe { (x.add(i * $es), y.add(i * $es)) };
+                sum += one(px) * one(py);
+                i += 1;
+            }
+            sum
+        }
+    };
+}
+
+/// Four f16 bit patterns widened to f32 exactly (see [`super::f16_to_f32`]).
+#[target_feature(enable = "neon")]
+#[inline]
+fn f16x4_to_f32(h: uint16x4_t) -> float32x4_t {
+    let h = vmovl_u16(h);
+    let em = vandq_u32(h, vdupq_n_u32(0x7fff));
+    let shifted = vshlq_n_u32(em, 13);
+    let scaled = vmulq_f32(
+        vreinterpretq_f32_u32(shifted),
+        vdupq_n_f32(f32::from_bits(0x7780_0000)),
+    );
+    let special = vorrq_u32(shifted, vdupq_n_u32(0x7f80_0000));
+    let is_special = vcgeq_u32(em, vdupq_n_u32(0x7c00));
+    let bits = vbslq_u32(is_special, special, vreinterpretq_u32_f32(scaled));
+    let sign = vshlq_n_u32(vandq_u32(h, vdupq_n_u32(0x8000)), 16);
+    vreinterpretq_f32_u32(vorrq_u32(bits, sign))
+}
+
+float_dot!(dot_f32_imp, 4, |p| vld1q_f32(p.cast()), |q| q
+    .cast::<f32>()
+    .read_unaligned());
+float_dot!(dot_f16_imp, 2, |p| f16x4_to_f32(vld1_u16(p.cast())), |q| {
+    super::f16_to_f32(q.cast::<u16>().read_unaligned())
+});
+float_dot!(
+    dot_bf16_imp,
+    2,
+    |p| vreinterpretq_f32_u32(vshlq_n_u32(vmovl_u16(vld1_u16(p.cast())), 16)),
+    |q| f32::from_bits(u32::from(q.cast::<u16>().read_unaligned()) << 16)
+);
+
+/// Quantizes one block of 32 f32 at `x` into i8 at `q` exactly as the scalar
+/// quantizer does; returns `(d, Σq)`.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn quantize_block_q8(x: *const f32, q: *mut u8) -> (f32, i32) {
+    // SAFETY: the caller guarantees 32 readable f32 at x.
+    let v: [float32x4_t; 8] = std::array::from_fn(|k| unsafe { vld1q_f32(x.add(4 * k)) });
+    let mut m = vdupq_n_f32(0.0);
+    for &vk in &v {
+        m = vmaxnmq_f32(m, vabsq_f32(vk));
+    }
+    let amax = vmaxnmvq_f32(m);
+    let d = amax / 127.0;
+    let id = super::super::inv_or_zero(d);
+    let mut sum = vdupq_n_s32(0);
+    let mut out = [0i8; QK];
+    for (k, &vk) in v.iter().enumerate() {
+        let r = vmulq_n_f32(vk, id);
+        let r = vminq_f32(vmaxq_f32(r, vdupq_n_f32(-128.0)), vdupq_n_f32(127.0));
+        let qi = vcvtaq_s32_f32(r);
+        sum = vaddq_s32(sum, qi);
+        let mut lanes = [0i32; 4];
+        // SAFETY: lanes holds four i32.
+        unsafe { vst1q_s32(lanes.as_mut_ptr(), qi) };
+        for (o, l) in out[4 * k..4 * k + 4].iter_mut().zip(lanes) {
+            *o = l as i8;
+        }
+    }
+    // SAFETY: the caller guarantees 32 writable bytes at q.
+    unsafe { std::ptr::copy_nonoverlapping(out.as_ptr().cast::<u8>(), q, QK) };
+    (d, vaddvq_s32(sum))
+}
+
+macro_rules! quantize_q8 {
+    ($name:ident, $ty:expr, $qoff:expr, |$y:ident, $d:ident, $s:ident| $put:expr) => {
+        fn $name(src: &[f32], dst: &mut [u8]) {
+            super::super::debug_check_row($ty, src.len(), dst.len());
+            for (x, $y) in src
+                .chunks_exact(QK)
+                .zip(dst.chunks_exact_mut($ty.type_size()))
+            {
+                // SAFETY: NEON was detected; x is 32 f32 and the quants are the
+                // block's bytes $qoff .. $qoff + 32.
+                let ($d, $s) = unsafe { quantize_block_q8(x.as_ptr(), $y[$qoff..].as_mut_ptr()) };
+                $put;
+            }
+        }
+    };
+}
+
+quantize_q8!(quantize_q8_0, DType::Q8_0, 2, |y, d, _s| put_f16(y, 0, d));
+quantize_q8!(quantize_q8_1, DType::Q8_1, 4, |y, d, s| {
+    put_f16(y, 0, d);
+    put_f16(y, 2, s as f32 * d)
+});

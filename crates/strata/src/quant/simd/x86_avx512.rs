@@ -1,0 +1,299 @@
+//! AVX-512 (F, BW, VL) kernels: two 32-element blocks per 512-bit register
+//! for the quantized types, sixteen f32 lanes with masked tails for the
+//! float types.
+//!
+//! Integer block sums stay exact for any input bytes (as in
+//! [`super::x86_avx2`], whose block helpers are reused). Every `unsafe fn`
+//! here requires AVX2, FMA, F16C and AVX-512 F/BW/VL; [`vec_dot_fn`] is only
+//! called by the dispatcher after it checked them, and the safe wrappers
+//! check the row lengths before any raw read.
+
+use super::super::{DType, VecDot4Fn, VecDotFn};
+use super::dot_blocks;
+use super::x86_avx2::{high_bits, hsum_ps, nibbles, safe_dot, scale_product, sum_u8_i8};
+use std::arch::x86_64::*;
+
+safe_dot!(dot_q4_0, dot_q4_0_imp, DType::Q4_0);
+safe_dot!(dot_q4_1, dot_q4_1_imp, DType::Q4_1);
+safe_dot!(dot_q5_0, dot_q5_0_imp, DType::Q5_0);
+safe_dot!(dot_q5_1, dot_q5_1_imp, DType::Q5_1);
+safe_dot!(dot_q8_0, dot_q8_0_imp, DType::Q8_0);
+safe_dot!(dot_f32, dot_f32_imp, DType::F32);
+safe_dot!(dot_f16, dot_f16_imp, DType::F16);
+safe_dot!(dot_bf16, dot_bf16_imp, DType::BF16);
+
+/// Defines a safe `VecDot4Fn` wrapper around a `C`-column kernel.
+macro_rules! safe_dot4 {
+    ($name:ident, $impn:ident, $ty:expr) => {
+        fn $name(n: usize, x: &[u8], ys: [&[u8]; 4], out: &mut [f32; 4]) {
+            let nb = ys.map(|y| dot_blocks($ty, n, x, y));
+            // SAFETY: only handed out once the CPU was checked for this level's
+            // features (module docs); all rows hold `nb` whole blocks.
+            *out = unsafe { $impn::<4>(nb[0], x.as_ptr(), ys.map(|y| y.as_ptr())) };
+        }
+    };
+}
+pub(super) use safe_dot4;
+
+safe_dot4!(dot4_q4_0, dot_q4_0_n, DType::Q4_0);
+safe_dot4!(dot4_q4_1, dot_q4_1_n, DType::Q4_1);
+safe_dot4!(dot4_q5_0, dot_q5_0_n, DType::Q5_0);
+safe_dot4!(dot4_q5_1, dot_q5_1_n, DType::Q5_1);
+
+/// This level's four-column dot product for `dtype` (the 4/5-bit types).
+pub(super) fn vec_dot4_fn(dtype: DType) -> Option<VecDot4Fn> {
+    Some(match dtype {
+        DType::Q4_0 => dot4_q4_0,
+        DType::Q4_1 => dot4_q4_1,
+        DType::Q5_0 => dot4_q5_0,
+        DType::Q5_1 => dot4_q5_1,
+        _ => return None,
+    })
+}
+
+/// This level's dot product for `dtype`.
+pub(super) fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
+    Some(match dtype {
+        DType::Q4_0 => dot_q4_0,
+        DType::Q4_1 => dot_q4_1,
+        DType::Q5_0 => dot_q5_0,
+        DType::Q5_1 => dot_q5_1,
+        DType::Q8_0 => dot_q8_0,
+        DType::F32 => dot_f32,
+        DType::F16 => dot_f16,
+        DType::BF16 => dot_bf16,
+        _ => return None,
+    })
+}
+
+/// Two 256-bit halves as one 512-bit register (`lo` in the low half).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+#[inline]
+pub(super) fn join(lo: __m256i, hi: __m256i) -> __m512i {
+    _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1)
+}
+
+/// Sixteen f32 lanes: `a` in the low eight, `b` in the high eight.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+#[inline]
+pub(super) fn halves(a: f32, b: f32) -> __m512 {
+    _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b))
+}
+
+/// Σ q_j y_j − offset Σ y_j for two blocks (eight exact i32 lanes each).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+#[inline]
+fn sum2_u8_i8(q: __m512i, y: __m512i, offset: i8) -> __m512i {
+    let mut p = _mm512_maddubs_epi16(q, y);
+    if offset != 0 {
+        p = _mm512_sub_epi16(p, _mm512_maddubs_epi16(_mm512_set1_epi8(offset), y));
+    }
+    _mm512_madd_epi16(p, _mm512_set1_epi16(1))
+}
+
+/// A quantized dot product over pairs of blocks: `$q(bx)` gives a block's
+/// 32 unsigned quants (256 bits), `$y(by)` its partner's i8 quants; `$sum2`
+/// combines two blocks' quants into sixteen exact i32 lanes and `$sum1` does
+/// one block (the odd last one) in eight. `$min`: add `m_x s_y` per block.
+///
+/// `$impn::<C>` computes one `x` row against `C` partner rows, decoding each
+/// `x` block once; every column goes through exactly the operations of the
+/// one-column `$imp`, so the results are bit-identical to it.
+macro_rules! pair_dot {
+    ($feat:literal, $imp:ident, $impn:ident, $xb:expr, $yb:expr, $off:expr, $min:expr,
+     |$bx:ident| $q:expr, |$by:ident| $y:expr, $sum2:ident, $sum1:ident) => {
+        #[target_feature(enable = $feat)]
+        unsafe fn $imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
+            // SAFETY: forwarded contract.
+            unsafe { $impn::<1>(nb, x, [y])[0] }
+        }
+
+        #[target_feature(enable = $feat)]
+        unsafe fn $impn<const C: usize>(nb: usize, x: *const u8, ys: [*const u8; C]) -> [f32; C] {
+            let quants = |$bx: *const u8| -> __m256i {
+                // SAFETY: only called with in-bounds block pointers below.
+                unsafe { $q }
+            };
+            let partner = |$by: *const u8| -> __m256i {
+                // SAFETY: as above.
+                unsafe { $y }
+            };
+            let mut acc = [_mm512_setzero_ps(); C];
+            let mut mins = [0.0f32; C];
+            let mut i = 0;
+            while i + 2 <= nb {
+                // SAFETY: blocks i and i + 1 < nb of all rows are in bounds.
+                let (x0, x1) = unsafe { (x.add(i * $xb), x.add((i + 1) * $xb)) };
+                let qx = join(quants(x0), quants(x1));
+                for j in 0..C {
+                    // SAFETY: as above.
+                    let (y0, y1) = unsafe { (ys[j].add(i * $yb), ys[j].add((i + 1) * $yb)) };
+                    let sumi = $sum2(qx, join(partner(y0), partner(y1)), $off);
+                    // SAFETY: the scales are the first bytes of in-bounds blocks.
+                    let d = unsafe { halves(scale_product(x0, y0), scale_product(x1, y1)) };
+                    acc[j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi), acc[j]);
+                    if $min {
+                        // SAFETY: the `_1` blocks store m / s at byte 2.
+                        mins[j] += unsafe {
+                            scale_product(x0.add(2), y0.add(2))
+                                + scale_product(x1.add(2), y1.add(2))
+                        };
+                    }
+                }
+                i += 2;
+            }
+            let mut out = [0.0f32; C];
+            for j in 0..C {
+                let mut sum = _mm512_reduce_add_ps(acc[j]);
+                if i < nb {
+                    // SAFETY: block i < nb of all rows is in bounds.
+                    let (x0, y0) = unsafe { (x.add(i * $xb), ys[j].add(i * $yb)) };
+                    let sumi = $sum1(quants(x0), partner(y0), $off);
+                    // SAFETY: as above.
+                    let d = unsafe { scale_product(x0, y0) };
+                    sum += hsum_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi)));
+                    if $min {
+                        // SAFETY: as above.
+                        mins[j] += unsafe { scale_product(x0.add(2), y0.add(2)) };
+                    }
+                }
+                out[j] = sum + mins[j];
+            }
+            out
+        }
+    };
+}
+pub(super) use pair_dot;
+
+const Q4_0: usize = DType::Q4_0.type_size();
+const Q4_1: usize = DType::Q4_1.type_size();
+const Q5_0: usize = DType::Q5_0.type_size();
+const Q5_1: usize = DType::Q5_1.type_size();
+const Q8_0: usize = DType::Q8_0.type_size();
+const Q8_1: usize = DType::Q8_1.type_size();
+
+pair_dot!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    dot_q4_0_imp,
+    dot_q4_0_n,
+    Q4_0,
+    Q8_0,
+    8,
+    false,
+    |bx| nibbles(bx.add(2)),
+    |by| _mm256_loadu_si256(by.add(2).cast()),
+    sum2_u8_i8,
+    sum_u8_i8
+);
+pair_dot!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    dot_q4_1_imp,
+    dot_q4_1_n,
+    Q4_1,
+    Q8_1,
+    0,
+    true,
+    |bx| nibbles(bx.add(4)),
+    |by| _mm256_loadu_si256(by.add(4).cast()),
+    sum2_u8_i8,
+    sum_u8_i8
+);
+pair_dot!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    dot_q5_0_imp,
+    dot_q5_0_n,
+    Q5_0,
+    Q8_0,
+    16,
+    false,
+    |bx| _mm256_or_si256(nibbles(bx.add(6)), high_bits(bx.add(2))),
+    |by| _mm256_loadu_si256(by.add(2).cast()),
+    sum2_u8_i8,
+    sum_u8_i8
+);
+pair_dot!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    dot_q5_1_imp,
+    dot_q5_1_n,
+    Q5_1,
+    Q8_1,
+    0,
+    true,
+    |bx| _mm256_or_si256(nibbles(bx.add(8)), high_bits(bx.add(4))),
+    |by| _mm256_loadu_si256(by.add(4).cast()),
+    sum2_u8_i8,
+    sum_u8_i8
+);
+
+/// Q8_0 · Q8_0: one block per register, both sides widened to i16 (exact).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn dot_q8_0_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
+    let mut acc = _mm512_setzero_ps();
+    for i in 0..nb {
+        // SAFETY: block i < nb of both rows is in bounds.
+        let (bx, by) = unsafe { (x.add(i * Q8_0), y.add(i * Q8_0)) };
+        // SAFETY: as above (32 quants at byte 2).
+        let (qx, qy) = unsafe {
+            (
+                _mm256_loadu_si256(bx.add(2).cast()),
+                _mm256_loadu_si256(by.add(2).cast()),
+            )
+        };
+        let sumi = _mm512_madd_epi16(_mm512_cvtepi8_epi16(qx), _mm512_cvtepi8_epi16(qy));
+        // SAFETY: as above.
+        let d = unsafe { scale_product(bx, by) };
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    _mm512_reduce_add_ps(acc)
+}
+
+/// A float dot product: `$load(p, mask)` reads up to sixteen elements (the
+/// lanes set in `mask`, zeros elsewhere) as f32; four accumulators of
+/// sixteen lanes, then one masked step for the tail.
+macro_rules! float_dot {
+    ($imp:ident, $es:expr, |$p:ident, $m:ident| $load:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+        unsafe fn $imp(n: usize, x: *const u8, y: *const u8) -> f32 {
+            let ld = |$p: *const u8, $m: __mmask16| -> __m512 {
+                // SAFETY: callers pass pointers whose masked-in elements are in
+                // bounds; masked-out lanes are not accessed.
+                unsafe { $load }
+            };
+            let mut acc = [_mm512_setzero_ps(); 4];
+            let mut i = 0;
+            while i + 64 <= n {
+                for (k, a) in acc.iter_mut().enumerate() {
+                    let o = (i + 16 * k) * $es;
+                    // SAFETY: elements i + 16k .. + 16 <= n are in bounds.
+                    let (px, py) = unsafe { (x.add(o), y.add(o)) };
+                    *a = _mm512_fmadd_ps(ld(px, !0), ld(py, !0), *a);
+                }
+                i += 64;
+            }
+            while i < n {
+                let m: __mmask16 = if n - i >= 16 {
+                    !0
+                } else {
+                    (1u16 << (n - i)) - 1
+                };
+                // SAFETY: the lanes in m are elements i .. min(i + 16, n).
+                let (px, py) = unsafe { (x.add(i * $es), y.add(i * $es)) };
+                acc[0] = _mm512_fmadd_ps(ld(px, m), ld(py, m), acc[0]);
+                i += 16;
+            }
+            let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+            _mm512_reduce_add_ps(s)
+        }
+    };
+}
+
+float_dot!(dot_f32_imp, 4, |p, m| _mm512_maskz_loadu_ps(m, p.cast()));
+float_dot!(dot_f16_imp, 2, |p, m| _mm512_cvtph_ps(
+    _mm256_maskz_loadu_epi16(m, p.cast())
+));
+float_dot!(dot_bf16_imp, 2, |p, m| _mm512_castsi512_ps(
+    _mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p.cast())),
+        16
+    )
+));

@@ -1,0 +1,445 @@
+//! Every SIMD kernel of every instruction-set level this CPU supports against
+//! the scalar reference: dot products within the bound `quant::simd`
+//! documents (and exactly where the float arithmetic is exact), quantizers
+//! bit for bit; plus the `STRATA_ISA` override.
+//!
+//! Levels are iterated in-process through `vec_dot_fn_for` /
+//! `quantize_row_fn_for`, so one run covers scalar, AVX2, AVX-512 and VNNI
+//! on an AVX-512 VNNI machine.
+
+mod common;
+
+use common::Rng;
+use strata::quant::simd::{self, Isa};
+use strata::quant::{self, VecDotFn, QK};
+use strata::DType;
+
+const QUANT: [DType; 5] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+];
+const FLOAT: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+const U: f64 = 1.0 / (1u64 << 24) as f64;
+
+/// The levels this CPU runs, the scalar reference first.
+fn levels() -> Vec<Isa> {
+    let l: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.is_supported()).collect();
+    assert_eq!(l[0], Isa::Scalar);
+    assert!(l.contains(&simd::detected()));
+    l
+}
+
+fn scalar_dot(t: DType) -> VecDotFn {
+    simd::vec_dot_fn_for(Isa::Scalar, t).unwrap()
+}
+
+fn quantize(t: DType, x: &[f32]) -> Vec<u8> {
+    let mut q = vec![0u8; t.row_size(x.len())];
+    simd::quantize_row_fn_for(Isa::Scalar, t).unwrap()(x, &mut q);
+    q
+}
+
+/// Byte offset of the quants inside a block of `t`.
+fn quant_offset(t: DType) -> usize {
+    match t {
+        DType::Q4_0 | DType::Q8_0 => 2,
+        DType::Q4_1 | DType::Q8_1 => 4,
+        DType::Q5_0 => 2, // qh + nibbles
+        DType::Q5_1 => 4,
+        _ => unreachable!(),
+    }
+}
+
+/// Replaces every block's quant bytes (not its scales) with random bytes, so
+/// every nibble / fifth-bit / i8 pattern (-128 included) is exercised.
+fn scramble(t: DType, row: &mut [u8], rng: &mut Rng) {
+    for b in row.chunks_exact_mut(t.type_size()) {
+        for q in &mut b[quant_offset(t)..] {
+            *q = rng.next_u64() as u8;
+        }
+    }
+}
+
+/// Sets every block's scale to 1.0 and its minimum / sum to 0.
+fn unit_scales(t: DType, row: &mut [u8]) {
+    for b in row.chunks_exact_mut(t.type_size()) {
+        b[..2].copy_from_slice(&0x3c00u16.to_le_bytes());
+        if quant_offset(t) == 4 {
+            b[2..4].fill(0);
+        }
+    }
+}
+
+/// The integer quants of one block of `t` (offset removed), read back by
+/// dequantizing a copy with scale 1 and minimum 0.
+fn block_quants(t: DType, block: &[u8]) -> Vec<f64> {
+    let mut b = block.to_vec();
+    unit_scales(t, &mut b);
+    let mut out = vec![0f32; QK];
+    quant::dequantize_row(t, &b, &mut out).unwrap();
+    out.into_iter().map(f64::from).collect()
+}
+
+fn f16_at(b: &[u8], off: usize) -> f64 {
+    f64::from(half::f16::from_bits(u16::from_le_bytes([b[off], b[off + 1]])).to_f32())
+}
+
+/// `Σ_b (|d_x d_y| Σ_j |q_x,j q_y,j| + |m_x s_y|)`: the magnitude the
+/// documented bound scales with (no cancellation inside or across blocks).
+fn block_magnitude(t: DType, x: &[u8], y: &[u8]) -> f64 {
+    let yt = quant::vec_dot_type(t);
+    x.chunks_exact(t.type_size())
+        .zip(y.chunks_exact(yt.type_size()))
+        .map(|(bx, by)| {
+            let (qx, qy) = (block_quants(t, bx), block_quants(yt, by));
+            let prods: f64 = qx.iter().zip(&qy).map(|(a, b)| (a * b).abs()).sum();
+            let mut m = (f16_at(bx, 0) * f16_at(by, 0)).abs() * prods;
+            if quant_offset(t) == 4 {
+                m += (f16_at(bx, 2) * f16_at(by, 2)).abs();
+            }
+            m
+        })
+        .sum()
+}
+
+#[test]
+fn quantized_dots_match_scalar_within_bound_on_every_level() {
+    let mut rng = Rng::new(7);
+    for t in QUANT {
+        let yt = quant::vec_dot_type(t);
+        for nb in [1usize, 2, 3, 5, 17, 18, 48, 49, 97] {
+            let n = nb * QK;
+            for case in 0..4 {
+                let xf = rng.vec(n, -2.0, 2.0);
+                let yf = rng.vec(n, -3.0, 1.0);
+                let (mut x, mut y) = (quantize(t, &xf), quantize(yt, &yf));
+                if case & 1 == 1 {
+                    scramble(t, &mut x, &mut rng);
+                }
+                if case & 2 == 2 {
+                    scramble(yt, &mut y, &mut rng);
+                }
+                let want = scalar_dot(t)(n, &x, &y);
+                let bound = (nb as f64 + 8.0) * 2.0 * U * block_magnitude(t, &x, &y);
+                for isa in levels() {
+                    let got = simd::vec_dot_fn_for(isa, t).unwrap()(n, &x, &y);
+                    let err = (f64::from(got) - f64::from(want)).abs();
+                    assert!(
+                        err <= bound,
+                        "{isa} {t} nb={nb} case={case}: {got:e} vs scalar {want:e} \
+                         (|err| {err:e} > bound {bound:e})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// With unit scales every partial sum is a small integer, so every level's
+/// float arithmetic is exact: the results must equal the scalar integer sum
+/// bit for bit — this pins the integer block sums (offsets, nibble order,
+/// fifth bits, -128) independently of rounding.
+#[test]
+fn quantized_integer_sums_are_exact_on_every_level() {
+    let mut rng = Rng::new(11);
+    for t in QUANT {
+        let yt = quant::vec_dot_type(t);
+        for nb in [1usize, 2, 3, 7, 16, 33] {
+            let n = nb * QK;
+            let (mut x, mut y) = (quantize(t, &vec![0.0; n]), quantize(yt, &vec![0.0; n]));
+            scramble(t, &mut x, &mut rng);
+            scramble(yt, &mut y, &mut rng);
+            unit_scales(t, &mut x);
+            unit_scales(yt, &mut y);
+            let want = scalar_dot(t)(n, &x, &y);
+            assert_eq!(want, want.round(), "{t}: the reference is an integer");
+            for isa in levels() {
+                let got = simd::vec_dot_fn_for(isa, t).unwrap()(n, &x, &y);
+                assert_eq!(got, want, "{isa} {t} nb={nb}");
+            }
+        }
+    }
+}
+
+fn float_row(t: DType, v: &[f32]) -> Vec<u8> {
+    quantize(t, v)
+}
+
+fn float_values(t: DType, row: &[u8]) -> Vec<f64> {
+    let mut out = vec![0f32; row.len() / t.type_size()];
+    quant::dequantize_row(t, row, &mut out).unwrap();
+    out.into_iter().map(f64::from).collect()
+}
+
+#[test]
+fn float_dots_match_scalar_within_bound_on_every_level() {
+    let mut rng = Rng::new(13);
+    let sizes = [
+        0usize, 1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 576, 1000, 1539,
+    ];
+    for t in FLOAT {
+        for n in sizes {
+            let x = float_row(t, &rng.vec(n, -4.0, 4.0));
+            let y = float_row(t, &rng.vec(n, -1.0, 3.0));
+            let (vx, vy) = (float_values(t, &x), float_values(t, &y));
+            let mag: f64 = vx.iter().zip(&vy).map(|(a, b)| (a * b).abs()).sum();
+            let want = scalar_dot(t)(n, &x, &y);
+            let bound = (n as f64 / 16.0 + 16.0) * 2.0 * U * mag;
+            for isa in levels() {
+                let got = simd::vec_dot_fn_for(isa, t).unwrap()(n, &x, &y);
+                let err = (f64::from(got) - f64::from(want)).abs();
+                assert!(
+                    err <= bound,
+                    "{isa} {t} n={n}: {got:e} vs scalar {want:e} (|err| {err:e} > {bound:e})"
+                );
+            }
+        }
+    }
+}
+
+/// Small integers: every product and partial sum is exact in f32, so every
+/// level must return the scalar value exactly — pins element order, the
+/// masked / scalar tails and the f16 / bf16 widening.
+#[test]
+fn float_dots_are_exact_on_integers_on_every_level() {
+    let mut rng = Rng::new(17);
+    for t in FLOAT {
+        for n in [1usize, 5, 16, 23, 64, 79, 130, 577] {
+            let ints = |rng: &mut Rng| -> Vec<f32> {
+                (0..n).map(|_| rng.below(17) as f32 - 8.0).collect()
+            };
+            let (x, y) = (float_row(t, &ints(&mut rng)), float_row(t, &ints(&mut rng)));
+            let want = scalar_dot(t)(n, &x, &y);
+            for isa in levels() {
+                let got = simd::vec_dot_fn_for(isa, t).unwrap()(n, &x, &y);
+                assert_eq!(got, want, "{isa} {t} n={n}");
+            }
+        }
+    }
+}
+
+/// Rows with the values quantizers must get right: zeros, ties of `roundf`,
+/// signed zeros, subnormals, huge values, ±inf and NaN.
+fn hard_rows(rng: &mut Rng, nb: usize) -> Vec<Vec<f32>> {
+    let n = nb * QK;
+    let mut rows = vec![
+        rng.vec(n, -1.0, 1.0),
+        rng.vec(n, -1e-3, 5e3),
+        vec![0.0; n],
+        (0..n)
+            .map(|i| if i % 2 == 0 { -0.0 } else { 0.0 })
+            .collect(),
+        // Multiples of d / 2 with amax 127: every x * (1/d) lands on a tie.
+        (0..n).map(|i| (i % 255) as f32 * 0.5 - 63.5).collect(),
+        (0..n).map(|i| f32::from_bits(1 + i as u32 * 977)).collect(),
+        (0..n).map(|i| (i as f32 - 40.0) * 3e37).collect(),
+    ];
+    let mut special = rng.vec(n, -2.0, 2.0);
+    for (i, v) in special.iter_mut().enumerate() {
+        match i % 37 {
+            3 => *v = f32::NAN,
+            11 => *v = f32::INFINITY,
+            20 => *v = f32::NEG_INFINITY,
+            29 => *v = f32::from_bits(0xffc0_1234),
+            _ => {}
+        }
+    }
+    rows.push(special);
+    let mut one_nan = rng.vec(n, -2.0, 2.0);
+    one_nan[n / 2] = f32::NAN;
+    rows.push(one_nan);
+    rows
+}
+
+#[test]
+fn activation_quantizers_are_bit_identical_on_every_level() {
+    let mut rng = Rng::new(19);
+    for t in [DType::Q8_0, DType::Q8_1, DType::F16] {
+        for nb in [1usize, 2, 3, 18, 48] {
+            for (r, x) in hard_rows(&mut rng, nb).into_iter().enumerate() {
+                // F16 rows also get lengths that are not multiples of 8.
+                let lens: &[usize] = if t == DType::F16 {
+                    &[x.len(), x.len() - 1, x.len() - 5]
+                } else {
+                    &[x.len()]
+                };
+                for &len in lens {
+                    let x = &x[..len];
+                    let want = quantize(t, x);
+                    for isa in levels() {
+                        let mut got = vec![0xa5u8; t.row_size(len)];
+                        simd::quantize_row_fn_for(isa, t).unwrap()(x, &mut got);
+                        assert!(got == want, "{isa} {t} nb={nb} row {r} len {len}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn dispatched_functions_are_the_active_level() {
+    let active = simd::active();
+    assert!(active.is_supported());
+    assert!(active <= simd::detected());
+    let mut rng = Rng::new(23);
+    for t in QUANT.into_iter().chain(FLOAT) {
+        let n = 5 * QK;
+        let x = quantize(t, &rng.vec(n, -1.0, 1.0));
+        let y = quantize(quant::vec_dot_type(t), &rng.vec(n, -1.0, 1.0));
+        let want = simd::vec_dot_fn_for(active, t).unwrap()(n, &x, &y);
+        assert_eq!(
+            quant::vec_dot_fn(t).unwrap()(n, &x, &y).to_bits(),
+            want.to_bits()
+        );
+    }
+    for t in DType::ALL {
+        assert_eq!(
+            simd::vec_dot_fn_for(Isa::Scalar, t).is_some(),
+            quant::vec_dot_fn(t).is_some()
+        );
+    }
+}
+
+#[test]
+fn levels_this_cpu_lacks_give_no_kernels() {
+    for isa in Isa::ALL {
+        assert_eq!(
+            simd::vec_dot_fn_for(isa, DType::Q4_0).is_some(),
+            isa.is_supported(),
+            "{isa}"
+        );
+        assert_eq!(
+            simd::quantize_row_fn_for(isa, DType::Q8_0).is_some(),
+            isa.is_supported(),
+            "{isa}"
+        );
+    }
+    assert!(Isa::Scalar.is_supported());
+    // x86 and aarch64 levels never both run.
+    assert!(!(Isa::Neon.is_supported() && Isa::Avx2.is_supported()));
+}
+
+#[test]
+fn strata_isa_values_parse_and_resolve() {
+    for isa in Isa::ALL {
+        assert_eq!(isa.name().parse::<Isa>().unwrap(), isa);
+        assert_eq!(isa.name().to_uppercase().parse::<Isa>().unwrap(), isa);
+        assert_eq!(format!(" {isa} ").parse::<Isa>().unwrap(), isa);
+    }
+    for bad in ["", "sse", "avx-512", "avx512vnni", "native"] {
+        let e = bad.parse::<Isa>().unwrap_err();
+        assert!(matches!(e, strata::Error::InvalidArgument(_)), "{bad}");
+        assert!(e.to_string().contains("STRATA_ISA"), "{e}");
+    }
+    use simd::resolve;
+    assert_eq!(resolve(None, Isa::Vnni).unwrap(), Isa::Vnni);
+    assert_eq!(resolve(Some("avx2"), Isa::Vnni).unwrap(), Isa::Avx2);
+    assert_eq!(resolve(Some("scalar"), Isa::Vnni).unwrap(), Isa::Scalar);
+    assert_eq!(resolve(Some("avx512"), Isa::Avx512).unwrap(), Isa::Avx512);
+    assert_eq!(resolve(Some("scalar"), Isa::Neon).unwrap(), Isa::Scalar);
+    assert_eq!(resolve(Some("neon"), Isa::Neon).unwrap(), Isa::Neon);
+    // A level above the CPU's, or of another architecture, is refused.
+    let e = resolve(Some("vnni"), Isa::Avx2).unwrap_err();
+    assert!(e.to_string().contains("avx2"), "{e}");
+    assert!(resolve(Some("neon"), Isa::Vnni).is_err());
+    assert!(resolve(Some("avx2"), Isa::Neon).is_err());
+    assert!(resolve(Some("avx2"), Isa::Scalar).is_err());
+    assert!(resolve(Some("bogus"), Isa::Vnni).is_err());
+}
+
+/// Run by [`strata_isa_env_var_forces_the_level`] in a child process.
+#[test]
+fn child_reports_active_level() {
+    println!("ACTIVE={}", simd::active());
+}
+
+/// The environment variable itself, read by a fresh process.
+#[test]
+fn strata_isa_env_var_forces_the_level() {
+    let exe = std::env::current_exe().unwrap();
+    // Under a cargo target runner (e.g. qemu for aarch64) start the child
+    // through the same runner.
+    let runner: Vec<String> = std::env::vars()
+        .find(|(k, _)| k.starts_with("CARGO_TARGET_") && k.ends_with("_RUNNER"))
+        .map(|(_, v)| v.split_whitespace().map(String::from).collect())
+        .unwrap_or_default();
+    let run = |value: &str| -> String {
+        let mut cmd = match runner.split_first() {
+            Some((prog, args)) => {
+                let mut c = std::process::Command::new(prog);
+                c.args(args).arg(&exe);
+                c
+            }
+            None => std::process::Command::new(&exe),
+        };
+        let out = cmd
+            .args(["--exact", "child_reports_active_level", "--nocapture"])
+            .env("STRATA_ISA", value)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "child failed with STRATA_ISA={value}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("ACTIVE="))
+            .unwrap_or("");
+        line.trim_start_matches("ACTIVE=").to_string()
+    };
+    let detected = simd::detected();
+    for isa in levels() {
+        assert_eq!(run(isa.name()), isa.name());
+    }
+    // Unknown or unsupported values fall back to the detected level.
+    assert_eq!(run("bogus"), detected.name());
+    if detected != Isa::Neon {
+        assert_eq!(run("neon"), detected.name());
+    }
+}
+
+/// The four-column kernels return exactly what four one-column calls of the
+/// same level return (the matmul relies on it for thread-count-independent
+/// results), on scrambled quants and odd block counts.
+#[test]
+fn four_column_dots_are_bit_identical_to_one_column_calls() {
+    let mut rng = Rng::new(29);
+    let mut covered = 0;
+    for isa in levels() {
+        for t in QUANT {
+            let Some(dot4) = simd::vec_dot4_fn_for(isa, t) else {
+                continue;
+            };
+            covered += 1;
+            let dot = simd::vec_dot_fn_for(isa, t).unwrap();
+            let yt = quant::vec_dot_type(t);
+            for nb in [1usize, 2, 3, 18, 49] {
+                let n = nb * QK;
+                let mut x = quantize(t, &rng.vec(n, -1.0, 1.0));
+                scramble(t, &mut x, &mut rng);
+                let ys: Vec<Vec<u8>> = (0..4)
+                    .map(|_| quantize(yt, &rng.vec(n, -2.0, 2.0)))
+                    .collect();
+                let mut out = [0f32; 4];
+                dot4(n, &x, [&ys[0], &ys[1], &ys[2], &ys[3]], &mut out);
+                for (j, y) in ys.iter().enumerate() {
+                    assert_eq!(
+                        out[j].to_bits(),
+                        dot(n, &x, y).to_bits(),
+                        "{isa} {t} nb={nb} col {j}"
+                    );
+                }
+            }
+        }
+    }
+    // On an AVX-512 machine the four-column kernels must exist and be tested.
+    if simd::detected() >= Isa::Avx512 && simd::detected() != Isa::Neon {
+        assert!(covered >= 4, "only {covered} four-column kernels");
+    }
+}
