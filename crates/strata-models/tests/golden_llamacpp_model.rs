@@ -133,12 +133,60 @@ fn check_prompts(model: &Arc<Model>, attention: Attention, max_kl: f64) {
 }
 
 fn load(placement: PlacementSpec, fake: bool) -> Arc<Model> {
-    let path = support::model_path();
     let mut devices = Vec::new();
     if fake {
         devices.push(TestBackend::device("FAKE0", |_| true, 2).device());
     }
+    load_on(placement, devices)
+}
+
+fn load_on(placement: PlacementSpec, devices: Vec<Arc<dyn strata::backend::Device>>) -> Arc<Model> {
+    let path = support::model_path();
     Arc::new(Model::load(&path, &LoadOptions { devices, placement }, None).unwrap())
+}
+
+/// `-ngl 10` / `-ngl 30` on a strata RPC server on a loopback port: logits
+/// bit-identical to the CPU-only run (the server runs the same CPU kernels,
+/// and copies between client and server are byte-exact).
+#[test]
+fn rpc_offload_gives_identical_logits() {
+    if support::require_model("the RPC offload test").is_none() {
+        return;
+    }
+    use strata_rpc::server::{CpuBackendFactory, Limits, Server};
+    let (addr, _server) = Server::bind(
+        "127.0.0.1:0",
+        Arc::new(CpuBackendFactory::new(2)),
+        Limits::default(),
+    )
+    .unwrap()
+    .spawn_background()
+    .unwrap();
+    let provider = strata_rpc::RpcProvider::new();
+    let dev: Arc<dyn strata::backend::Device> =
+        provider.connect(&addr.to_string()).unwrap().remove(0);
+    let (cpu, _) = run_steps(&load(PlacementSpec::default(), false));
+    for ngl in [10, 30] {
+        let model = load_on(
+            PlacementSpec {
+                n_gpu_layers: ngl,
+                overrides: vec![],
+            },
+            vec![dev.clone()],
+        );
+        let (remote, splits) = run_steps(&model);
+        println!("RPC -ngl {ngl}: {splits} splits");
+        assert!(
+            splits >= 2,
+            "-ngl {ngl}: expected a split between the devices"
+        );
+        for (a, b) in cpu.iter().zip(&remote) {
+            assert!(
+                a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "RPC -ngl {ngl}: logits differ"
+            );
+        }
+    }
 }
 
 #[test]
