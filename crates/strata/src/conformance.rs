@@ -356,8 +356,9 @@ fn fill_values(t: &Tensor, fill: Fill, rng: &mut Rng) -> Vec<f32> {
     let n = t.nelements();
     match fill {
         Fill::Uniform(lo, hi) => (0..n).map(|_| rng.uniform(lo, hi)).collect(),
-        Fill::Index(m) => (0..n).map(|_| (rng.next_u64() % m as u64) as f32).collect(),
+        Fill::Index(m) => (0..n).map(|_| rng.below(m) as f32).collect(),
         Fill::Permutation(m) => {
+            let m = m.max(1);
             let mut all: Vec<usize> = (0..m).collect();
             for i in (1..m).rev() {
                 all.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);

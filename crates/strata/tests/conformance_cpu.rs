@@ -53,6 +53,14 @@ fn every_case_passes_on_the_cpu() {
 }
 
 #[test]
+fn rng_edge_cases_do_not_panic() {
+    let mut r = strata::conformance::Rng::new(0);
+    assert_eq!(r.below(0), 0);
+    assert_eq!(r.below(1), 0);
+    assert!(r.vec(5, -1.0, 1.0).iter().all(|v| (-1.0..1.0).contains(v)));
+}
+
+#[test]
 fn nmse_flags_differences() {
     assert_eq!(nmse(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
     assert!(nmse(&[1.0, 2.1], &[1.0, 2.0]) > 1e-3);

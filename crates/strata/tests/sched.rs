@@ -493,6 +493,8 @@ fn fit_predicts_the_real_buffers_without_allocating() {
         assert!(line.compute_bytes > 0);
     }
     assert_eq!(fit.n_splits, sched.n_splits());
+    // after allocation the input lives in our compute buffer: still not a weight
+    assert_eq!(sched.fit(&g).unwrap().backends[1].weight_bytes, 16 * 8 * 4);
 }
 
 #[test]

@@ -244,9 +244,17 @@ impl Scheduler {
             .dry_run(graph, &placement, &self.backends, self.config.n_copies)?;
         let mut weights = vec![0usize; self.backends.len()];
         let mut seen = std::collections::HashSet::new();
+        let ours = self.run.own_buffers();
+        let user_allocated = |t: &Tensor| {
+            t.buffer().is_some_and(|b| {
+                !ours
+                    .iter()
+                    .any(|o| std::ptr::addr_eq(Arc::as_ptr(o), Arc::as_ptr(&b)))
+            })
+        };
         for (t, (b, _)) in graph.leafs().iter().zip(&placement.leafs) {
             let owner = t.storage_owner();
-            if owner.is_allocated() && seen.insert(owner.id()) {
+            if user_allocated(owner) && seen.insert(owner.id()) {
                 weights[*b] += owner.nbytes();
             }
         }

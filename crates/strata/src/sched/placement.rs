@@ -4,7 +4,7 @@
 //! graph is cut into splits with which inputs to copy. The caller's graph is
 //! never modified.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -379,7 +379,7 @@ pub(crate) fn place(graph: &Graph, env: &Env<'_>) -> Result<Placement> {
     // Pass 5: splits and their inputs.
     let mut splits: Vec<Split> = Vec::new();
     let mut graph_inputs: Vec<Slot> = Vec::new();
-    let mut copied: HashMap<(u64, usize), ()> = HashMap::new();
+    let mut copied: HashSet<(u64, usize)> = HashSet::new();
     let slot_of = |t: &Tensor| {
         graph
             .slot(t)
@@ -403,7 +403,7 @@ pub(crate) fn place(graph: &Graph, env: &Env<'_>) -> Result<Placement> {
                             && src_b != s.backend;
                         let would_overflow = s.inputs.len() >= env.max_split_inputs
                             && src_b != s.backend
-                            && !copied.contains_key(&(src.id(), s.backend))
+                            && !copied.contains(&(src.id(), s.backend))
                             && !st.buffer_supported(src, s.backend);
                         weight_elsewhere || would_overflow
                     })
@@ -439,9 +439,9 @@ pub(crate) fn place(graph: &Graph, env: &Env<'_>) -> Result<Placement> {
             }
             if src_b != split.backend
                 && !st.buffer_supported(src, split.backend)
-                && !copied.contains_key(&(src.id(), split.backend))
+                && !copied.contains(&(src.id(), split.backend))
             {
-                copied.insert((src.id(), split.backend), ());
+                copied.insert((src.id(), split.backend));
                 if split.inputs.len() >= env.max_split_inputs {
                     return Err(Error::Limit {
                         what: "inputs of one split",

@@ -281,12 +281,14 @@ impl RunState {
         events: &[Vec<Option<Arc<dyn Event>>>],
         mut eval: Option<&mut EvalCallback>,
     ) -> Result<()> {
-        let p = self
-            .placement
-            .clone()
-            .ok_or_else(|| Error::InvalidArgument("compute before alloc_graph".into()))?;
         let n_copies = events.first().map_or(1, Vec::len).max(1);
         let copy = self.cur_copy % n_copies;
+        // the next compute uses the next pipeline copy, whatever happens below
+        self.cur_copy = (copy + 1) % n_copies;
+        let p = self
+            .placement
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("compute before alloc_graph".into()))?;
         for split in &p.splits {
             let sb = split.backend;
             let event = events[sb].get(copy).cloned().flatten();
@@ -331,7 +333,6 @@ impl RunState {
                 None => backends[sb].graph_compute(&sg)?,
                 Some(cb) => {
                     if !compute_with_callback(&sg, &mut backends[sb], cb)? {
-                        self.cur_copy = (self.cur_copy + 1) % n_copies;
                         return Ok(());
                     }
                 }
@@ -342,7 +343,6 @@ impl RunState {
                 }
             }
         }
-        self.cur_copy = (self.cur_copy + 1) % n_copies;
         Ok(())
     }
 }
