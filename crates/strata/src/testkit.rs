@@ -83,6 +83,7 @@ impl Buffer for DeviceBuffer {
     }
 }
 
+#[derive(Clone)]
 struct TestDevice {
     name: String,
     host: bool,
@@ -114,14 +115,7 @@ impl Device for TestDevice {
     }
     fn init_backend(&self) -> Result<Box<dyn Backend>> {
         Ok(Box::new(TestBackend {
-            dev: Arc::new(TestDevice {
-                name: self.name.clone(),
-                host: self.host,
-                offload: self.offload,
-                filter: self.filter.clone(),
-                buft: self.buft.clone(),
-                threads: self.threads,
-            }),
+            dev: Arc::new(self.clone()),
             cpu: CpuBackend::new(self.threads),
         }))
     }
@@ -198,16 +192,14 @@ impl TestBackend {
     /// The same backend, asking for ops whose weights are in host memory
     /// (`offload_op`), like ggml's GPU backends.
     pub fn offloading(self) -> TestBackend {
-        let d = &self.dev;
-        let dev = Arc::new(TestDevice {
-            name: d.name.clone(),
-            host: d.host,
+        let dev = TestDevice {
             offload: true,
-            filter: d.filter.clone(),
-            buft: d.buft.clone(),
-            threads: d.threads,
-        });
-        TestBackend { dev, cpu: self.cpu }
+            ..(*self.dev).clone()
+        };
+        TestBackend {
+            dev: Arc::new(dev),
+            cpu: self.cpu,
+        }
     }
 }
 
