@@ -99,33 +99,44 @@ pub fn run(a: Args) -> CliResult {
                 Ok(n as f64 / t0.elapsed().as_secs_f64())
             };
             run_once(&mut ctx)?; // warm-up
+            ctx.reset_timings();
             let mut tps = Vec::with_capacity(a.reps);
             for _ in 0..a.reps {
                 tps.push(run_once(&mut ctx)?);
             }
             let (mean, sd) = mean_std(&tps);
-            results.push((t, name, mean, sd, tps, ctx.n_splits()));
+            let tm = ctx.timings();
+            let host_us = tm.outside_kernels_per_token().as_secs_f64() * 1e6;
+            let per_tok = |d: std::time::Duration| d.as_secs_f64() * 1e6 / tm.tokens.max(1) as f64;
+            let phases = serde_json::json!({
+                "build": per_tok(tm.build), "schedule": per_tok(tm.schedule),
+                "inputs": per_tok(tm.inputs),
+                "compute_outside_kernels": per_tok(tm.compute.saturating_sub(tm.kernels)),
+                "kernels": per_tok(tm.kernels), "outputs": per_tok(tm.outputs),
+            });
+            results.push((t, name, mean, sd, tps, ctx.n_splits(), host_us, phases));
         }
     }
     let backend = model.devices.names().join("+");
     if a.json {
         let v: Vec<serde_json::Value> = results
             .iter()
-            .map(|(t, name, mean, sd, tps, splits)| {
+            .map(|(t, name, mean, sd, tps, splits, host_us, phases)| {
                 serde_json::json!({
                     "model": model.hparams.arch, "size_mib": file_mib, "backend": backend,
                     "threads": t, "test": name, "avg_ts": mean, "stddev_ts": sd, "samples_ts": tps,
                     "n_batch": a.model.batch_size, "flash_attn": !a.model.no_flash_attn, "n_splits": splits,
+                    "outside_kernels_us_per_token": host_us, "us_per_token": phases,
                 })
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("| model | size | backend | threads | test | t/s |");
-        println!("| --- | ---: | --- | ---: | ---: | ---: |");
-        for (t, name, mean, sd, _, _) in &results {
+        println!("| model | size | backend | threads | test | t/s | outside kernels µs/token |");
+        println!("| --- | ---: | --- | ---: | ---: | ---: | ---: |");
+        for (t, name, mean, sd, _, _, host_us, _) in &results {
             println!(
-                "| {} {}L | {file_mib:.2} MiB | {backend} | {t} | {name} | {mean:.2} ± {sd:.2} |",
+                "| {} {}L | {file_mib:.2} MiB | {backend} | {t} | {name} | {mean:.2} ± {sd:.2} | {host_us:.0} |",
                 model.hparams.arch, model.hparams.n_layer
             );
         }

@@ -2,10 +2,11 @@
 //! cache and the decode call that turns tokens into logits.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use half::f16;
 use strata::backend::Backend;
-use strata::cpu::CpuBackend;
+use strata::cpu::{CpuBackend, KernelClock};
 use strata::sched::{Report, SchedConfig, Scheduler};
 use strata::DType;
 
@@ -53,6 +54,60 @@ pub enum Logits {
     From(usize),
 }
 
+/// Cache cells attended to are padded to a multiple of this (as llama.cpp
+/// does, with at least this many): the decode graph keeps one shape for this
+/// many tokens, so the scheduler and memory planner replay their plans
+/// instead of re-planning every token. Padding cells are masked (-inf).
+pub const KV_PAD: usize = 256;
+
+/// Where [`Context::decode`]'s time went, summed over calls since the
+/// context was made or [`Context::reset_timings`].
+///
+/// `kernels` is the CPU backend's kernel time (its thread pool running,
+/// barriers included); the rest of `compute` is the scheduler's work around
+/// it (and, with other devices, their time). Everything except `kernels` is
+/// time spent outside the CPU kernels.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DecodeTimings {
+    /// Tokens decoded.
+    pub tokens: usize,
+    /// Graphs computed (one per batch).
+    pub graphs: usize,
+    /// Graphs built: the others reused the previous batch's graph.
+    pub built: usize,
+    /// Building the batch's graph.
+    pub build: Duration,
+    /// Placing and allocating it (`Scheduler::alloc_graph`).
+    pub schedule: Duration,
+    /// Writing its inputs (tokens, positions, mask, indices).
+    pub inputs: Duration,
+    /// `Scheduler::compute` in all.
+    pub compute: Duration,
+    /// Of which CPU kernels.
+    pub kernels: Duration,
+    /// Reading the logits back.
+    pub outputs: Duration,
+}
+
+impl DecodeTimings {
+    /// Time outside the CPU kernels.
+    pub fn outside_kernels(&self) -> Duration {
+        self.build
+            + self.schedule
+            + self.inputs
+            + self.outputs
+            + self.compute.saturating_sub(self.kernels)
+    }
+
+    /// Time outside the CPU kernels per token (zero before any token).
+    pub fn outside_kernels_per_token(&self) -> Duration {
+        if self.tokens == 0 {
+            return Duration::ZERO;
+        }
+        self.outside_kernels() / self.tokens as u32
+    }
+}
+
 /// A model with a KV cache and a scheduler.
 pub struct Context {
     model: Arc<Model>,
@@ -61,6 +116,11 @@ pub struct Context {
     n_past: usize,
     opts: ContextOptions,
     worst: BatchGraph,
+    clock: KernelClock,
+    timings: DecodeTimings,
+    /// The last batch graph: the next batch of the same shape reuses it
+    /// (only its inputs change), skipping graph building and scheduling.
+    last: Option<BatchGraph>,
 }
 
 impl Context {
@@ -82,7 +142,9 @@ impl Context {
         for d in &devs[..devs.len() - 1] {
             backends.push(d.init_backend()?);
         }
-        backends.push(Box::new(CpuBackend::new(opts.n_threads)));
+        let cpu = CpuBackend::new(opts.n_threads);
+        let clock = cpu.kernel_clock();
+        backends.push(Box::new(cpu));
         let mut sched = Scheduler::new(backends, None, SchedConfig::default())?;
         let kv = KvCache::new(&model, opts.n_ctx)?;
         let shape = BatchShape {
@@ -99,7 +161,20 @@ impl Context {
             n_past: 0,
             opts,
             worst,
+            clock,
+            timings: DecodeTimings::default(),
+            last: None,
         })
+    }
+
+    /// Where decode time went since creation or [`Context::reset_timings`].
+    pub fn timings(&self) -> DecodeTimings {
+        self.timings
+    }
+
+    /// Starts [`Context::timings`] from zero.
+    pub fn reset_timings(&mut self) {
+        self.timings = DecodeTimings::default();
     }
 
     /// The model.
@@ -204,7 +279,9 @@ impl Context {
     /// Decodes one batch; returns the logits of `rows` (ascending indices into the batch).
     fn decode_chunk(&mut self, tokens: &[u32], rows: &[usize]) -> Result<Vec<f32>> {
         let n = tokens.len();
-        let n_kv = self.n_past + n;
+        let n_used = self.n_past + n;
+        // Attend over a padded number of cells (see KV_PAD); the padding is masked.
+        let n_kv = padded_kv(n_used, self.opts.n_ctx);
         let shape = BatchShape {
             n_tokens: n,
             n_kv,
@@ -215,13 +292,24 @@ impl Context {
                 "logits of several positions need a context made with logits_all".into(),
             ));
         }
-        let g = graph::build(&self.model, &self.kv, shape, self.opts.attention)?;
-        self.sched.alloc_graph(&g.graph)?;
+        let t0 = Instant::now();
+        let g = match self.last.take() {
+            Some(g) if g.shape == shape => g,
+            _ => {
+                self.timings.built += 1;
+                graph::build(&self.model, &self.kv, shape, self.opts.attention)?
+            }
+        };
+        let t1 = Instant::now();
+        if !self.sched.is_allocated_for(&g.graph) {
+            self.sched.alloc_graph(&g.graph)?;
+        }
+        let t2 = Instant::now();
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         g.tokens.write_i32(&ids)?;
-        let pos: Vec<i32> = (self.n_past..n_kv).map(|p| p as i32).collect();
+        let pos: Vec<i32> = (self.n_past..n_used).map(|p| p as i32).collect();
         g.positions.write_i32(&pos)?;
-        let idx: Vec<u8> = (self.n_past..n_kv)
+        let idx: Vec<u8> = (self.n_past..n_used)
             .flat_map(|p| (p as i64).to_le_bytes())
             .collect();
         g.kv_idx.write_bytes(0, &idx)?;
@@ -244,8 +332,51 @@ impl Context {
             let ids: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
             o.write_i32(&ids)?;
         }
+        let t3 = Instant::now();
+        let k0 = self.clock.elapsed();
         self.sched.compute(&g.graph)?;
-        self.n_past = n_kv;
-        Ok(g.logits.to_f32_vec()?)
+        let t4 = Instant::now();
+        let kernels = self.clock.elapsed().saturating_sub(k0);
+        self.n_past = n_used;
+        let logits = g.logits.to_f32_vec()?;
+        self.last = Some(g);
+        let t = &mut self.timings;
+        t.tokens += n;
+        t.graphs += 1;
+        t.build += t1 - t0;
+        t.schedule += t2 - t1;
+        t.inputs += t3 - t2;
+        t.compute += t4 - t3;
+        t.kernels += kernels;
+        t.outputs += t4.elapsed();
+        Ok(logits)
+    }
+}
+
+/// Cells attended to for `n_used` cached positions: `n_used` rounded up to a
+/// multiple of [`KV_PAD`] (at least `KV_PAD`), at most the cache size.
+pub fn padded_kv(n_used: usize, n_ctx: usize) -> usize {
+    n_used
+        .div_ceil(KV_PAD)
+        .max(1)
+        .saturating_mul(KV_PAD)
+        .min(n_ctx)
+        .max(n_used)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{padded_kv, KV_PAD};
+
+    #[test]
+    fn kv_cells_are_padded_like_llama_cpp() {
+        assert_eq!(padded_kv(1, 4096), KV_PAD);
+        assert_eq!(padded_kv(KV_PAD, 4096), KV_PAD);
+        assert_eq!(padded_kv(KV_PAD + 1, 4096), 2 * KV_PAD);
+        assert_eq!(padded_kv(700, 4096), 768);
+        // never beyond the cache, never below what is used
+        assert_eq!(padded_kv(5, 100), 100);
+        assert_eq!(padded_kv(300, 300), 300);
+        assert_eq!(padded_kv(513, 600), 600);
     }
 }

@@ -16,7 +16,7 @@ pub mod sample;
 pub mod session;
 pub mod tokenizer;
 
-pub use context::{Context, ContextOptions, Logits};
+pub use context::{Context, ContextOptions, DecodeTimings, Logits};
 pub use error::{ModelError, Result};
 pub use graph::Attention;
 pub use model::{LoadOptions, Model, PlacementSpec};

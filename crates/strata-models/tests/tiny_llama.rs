@@ -489,3 +489,35 @@ fn session_generation_is_reproducible_with_a_seed() {
         Err(ModelError::Template(_))
     ));
 }
+
+#[test]
+fn reused_decode_graphs_give_the_same_bits_as_rebuilt_ones() {
+    let (bytes, _) = write_model(None);
+    let model = load(&bytes, &LoadOptions::default()).unwrap();
+    for attention in [Attention::Flash, Attention::SoftMax] {
+        // one token at a time: every step has the same (padded) shape, so the
+        // graph is built once and reused
+        let mut a = ctx(&model, attention, 2);
+        let mut b = ctx(&model, attention, 2);
+        for (i, &t) in PROMPT.iter().enumerate() {
+            let la = a.decode(&[t], Logits::Last).unwrap();
+            // re-planning the scheduler for another graph in between forces the
+            // reused graph to be allocated again
+            b.report().unwrap();
+            let lb = b.decode(&[t], Logits::Last).unwrap();
+            assert_eq!(la, lb, "{attention:?} step {i}");
+        }
+        let (ta, tb) = (a.timings(), b.timings());
+        assert_eq!(
+            (ta.tokens, ta.graphs, ta.built),
+            (PROMPT.len(), PROMPT.len(), 1)
+        );
+        assert_eq!((tb.graphs, tb.built), (PROMPT.len(), 1));
+        assert!(ta.kernels > std::time::Duration::ZERO && ta.compute >= ta.kernels);
+        // a batch of another shape builds a new graph
+        a.decode(&[1, 2], Logits::Last).unwrap();
+        assert_eq!(a.timings().built, 2);
+        a.reset_timings();
+        assert_eq!(a.timings(), strata_models::DecodeTimings::default());
+    }
+}

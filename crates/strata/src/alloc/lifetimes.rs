@@ -8,7 +8,7 @@
 //! step `i + 1`. A block allocated at step `s` and freed at step `e` is live
 //! during `s..=e` (a node's sources are freed after the node is placed).
 
-use std::collections::HashMap;
+use crate::graph::IdMap;
 
 use super::plan::Locator;
 use crate::tensor::Tensor;
@@ -87,7 +87,7 @@ pub(crate) struct Rules<'a> {
 struct State<'a> {
     graph: &'a Graph,
     rules: &'a Rules<'a>,
-    index: HashMap<u64, usize>,
+    index: IdMap<u64, usize>,
     a: Analysis,
     step: usize,
 }
@@ -269,7 +269,7 @@ pub(crate) fn analyze(graph: &Graph, rules: &Rules<'_>) -> Analysis {
     let mut s = State {
         graph,
         rules,
-        index: HashMap::new(),
+        index: IdMap::default(),
         a: Analysis {
             infos: Vec::new(),
             blocks: Vec::new(),

@@ -23,8 +23,9 @@ mod ops;
 mod pool;
 mod view;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 pub use buffer::{cpu_buffer_type, HostBuffer, HostBufferType, HOST_ALIGNMENT};
 pub use pool::{ThreadPool, WorkerCtx};
@@ -116,6 +117,42 @@ pub struct CpuBackend {
     work: Vec<u64>,
     abort: Option<AbortCallback>,
     isa: Isa,
+    clock: KernelClock,
+}
+
+/// Total wall time a [`CpuBackend`] has spent running kernels: from the
+/// thread pool's start to its end for every `graph_compute` (barriers
+/// between nodes included; graph checks and view resolution before it not).
+///
+/// A cheap shared handle: keep a clone (from [`CpuBackend::kernel_clock`])
+/// to read the time after the backend has been moved into a scheduler.
+///
+/// ```
+/// use strata::backend::Backend;
+/// use strata::cpu::{self, CpuBackend};
+/// use strata::{ops, DType, Graph, Tensor};
+///
+/// let a = Tensor::new(DType::F32, &[4]).unwrap();
+/// let g = Graph::build(&[ops::scale(&a, 2.0).unwrap()]);
+/// let _bufs = cpu::alloc_graph_host(&g).unwrap();
+/// let mut be = CpuBackend::new(1);
+/// let clock = be.kernel_clock();
+/// be.graph_compute(&g).unwrap();
+/// assert!(clock.elapsed() > std::time::Duration::ZERO);
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct KernelClock(Arc<AtomicU64>);
+
+impl KernelClock {
+    /// Kernel time accumulated so far.
+    pub fn elapsed(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
+
+    fn add(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.0.fetch_add(ns, Ordering::Relaxed);
+    }
 }
 
 impl CpuBackend {
@@ -126,7 +163,13 @@ impl CpuBackend {
             work: Vec::new(),
             abort: None,
             isa: simd::active(),
+            clock: KernelClock::default(),
         }
+    }
+
+    /// A handle to this backend's accumulated kernel time (see [`KernelClock`]).
+    pub fn kernel_clock(&self) -> KernelClock {
+        self.clock.clone()
     }
 
     /// The instruction-set level of the SIMD kernels (matmul's dot products
@@ -177,7 +220,7 @@ impl CpuBackend {
     fn plan(&self, graph: &Graph) -> Result<Vec<NodePlan>> {
         let mut plans = Vec::with_capacity(graph.nodes().len());
         // Memory the graph writes (data-dependent checks skip it: not computed yet).
-        let written: std::collections::HashSet<u64> = graph
+        let written: crate::graph::IdSet<u64> = graph
             .nodes()
             .iter()
             .filter(|t| !t.op().is_view_op())
@@ -238,6 +281,7 @@ impl Backend for CpuBackend {
         let aborted = AtomicBool::new(false);
         let abort = self.abort.as_ref();
         let isa = self.isa;
+        let t0 = Instant::now();
         let ok = self.pool.run(&|w| {
             for (plan, work) in plans.iter().zip(&works) {
                 let ctx = Ctx::new(w, wdata_addr as *mut u8, *work, isa);
@@ -255,6 +299,7 @@ impl Backend for CpuBackend {
                 }
             }
         });
+        self.clock.add(t0.elapsed());
         if !ok {
             return Err(Error::Backend {
                 backend: "CPU".into(),

@@ -1,6 +1,11 @@
 //! Compute graphs (ggml's `ggml_cgraph`): nodes in execution order and leafs.
 
-use std::collections::HashMap;
+/// A hash map keyed by tensor ids (integers the crate hands out in
+/// sequence): FxHash instead of SipHash, which showed up in per-token
+/// scheduling profiles; the keys are not attacker-chosen.
+pub type IdMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBuildHasher>;
+/// A hash set of tensor ids (see [`IdMap`]).
+pub type IdSet<K> = std::collections::HashSet<K, rustc_hash::FxBuildHasher>;
 use std::fmt::Write as _;
 
 use crate::tensor::{Flags, Tensor};
@@ -32,12 +37,12 @@ pub enum Slot {
 pub struct Graph {
     nodes: Vec<Tensor>,
     leafs: Vec<Tensor>,
-    index: HashMap<u64, Slot>,
+    index: IdMap<u64, Slot>,
     /// Source substitutions: node `n` reading tensor `s` reads
     /// `overrides[(n, s)]` instead (the scheduler's copies of split inputs).
     /// Backends, the memory planner and serializers read sources through
     /// [`Graph::src`].
-    overrides: HashMap<(u64, u64), Tensor>,
+    overrides: IdMap<(u64, u64), Tensor>,
 }
 
 impl Graph {
@@ -98,9 +103,10 @@ impl Graph {
     pub fn from_parts(
         nodes: Vec<Tensor>,
         leafs: Vec<Tensor>,
-        overrides: HashMap<(u64, u64), Tensor>,
+        overrides: IdMap<(u64, u64), Tensor>,
     ) -> Graph {
-        let mut index = HashMap::with_capacity(nodes.len() + leafs.len());
+        let mut index =
+            IdMap::with_capacity_and_hasher(nodes.len() + leafs.len(), Default::default());
         for (i, t) in leafs.iter().enumerate() {
             index.insert(t.id(), Slot::Leaf(i));
         }
@@ -134,7 +140,7 @@ impl Graph {
     }
 
     /// The source substitutions, keyed by (node id, source id).
-    pub fn overrides(&self) -> &HashMap<(u64, u64), Tensor> {
+    pub fn overrides(&self) -> &IdMap<(u64, u64), Tensor> {
         &self.overrides
     }
 

@@ -33,7 +33,7 @@ mod policy;
 mod report;
 mod run;
 
-use std::collections::HashMap;
+use crate::graph::IdMap;
 use std::sync::Arc;
 
 pub use placement::{Cause, Placement, Split};
@@ -114,7 +114,7 @@ pub struct Scheduler {
     backends: Vec<Box<dyn Backend>>,
     bufts: Vec<Arc<dyn BufferType>>,
     config: SchedConfig,
-    user: HashMap<u64, usize>,
+    user: IdMap<u64, usize>,
     events: Vec<Vec<Option<Arc<dyn Event>>>>,
     eval: Option<EvalCallback>,
     run: run::RunState,
@@ -192,7 +192,7 @@ impl Scheduler {
             backends,
             bufts,
             config,
-            user: HashMap::new(),
+            user: IdMap::default(),
             events,
             eval: None,
             run,
@@ -243,7 +243,7 @@ impl Scheduler {
             .run
             .dry_run(graph, &placement, &self.backends, self.config.n_copies)?;
         let mut weights = vec![0usize; self.backends.len()];
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = crate::graph::IdSet::default();
         let ours = self.run.own_buffers();
         let user_allocated = |t: &Tensor| {
             t.buffer().is_some_and(|b| {
@@ -316,6 +316,13 @@ impl Scheduler {
             eprint!("{}", self.report_for(graph)?.to_text(self.config.debug > 1));
         }
         Ok(())
+    }
+
+    /// True when `graph` (this very graph: the same tensors) is planned and
+    /// allocated, so its inputs can be written and it can be computed again
+    /// without [`Scheduler::alloc_graph`] (llama.cpp's graph reuse).
+    pub fn is_allocated_for(&self, graph: &Graph) -> bool {
+        self.run.is_allocated_for(graph)
     }
 
     /// Computes `graph` (allocating it first when needed) and waits for it.

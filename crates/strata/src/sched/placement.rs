@@ -4,7 +4,7 @@
 //! graph is cut into splits with which inputs to copy. The caller's graph is
 //! never modified.
 
-use std::collections::{HashMap, HashSet};
+use crate::graph::{IdMap, IdSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -109,7 +109,7 @@ pub(crate) struct Env<'a> {
     pub own_buffers: Vec<Arc<dyn crate::backend::Buffer>>,
     pub backends: &'a [Box<dyn Backend>],
     pub bufts: &'a [Arc<dyn BufferType>],
-    pub user: &'a HashMap<u64, usize>,
+    pub user: &'a IdMap<u64, usize>,
     pub op_offload: bool,
     pub policy: &'a super::PlacementPolicy,
     pub max_split_inputs: usize,
@@ -120,7 +120,7 @@ pub(crate) struct Env<'a> {
 struct State<'a> {
     env: &'a Env<'a>,
     graph: &'a Graph,
-    ids: HashMap<u64, Option<(usize, Cause)>>,
+    ids: IdMap<u64, Option<(usize, Cause)>>,
 }
 
 impl State<'_> {
@@ -259,7 +259,7 @@ pub(crate) fn place(graph: &Graph, env: &Env<'_>) -> Result<Placement> {
     let mut st = State {
         env,
         graph,
-        ids: HashMap::new(),
+        ids: IdMap::default(),
     };
     for (id, &b) in env.user {
         st.ids.insert(*id, Some((b, Cause::User)));
@@ -379,7 +379,7 @@ pub(crate) fn place(graph: &Graph, env: &Env<'_>) -> Result<Placement> {
     // Pass 5: splits and their inputs.
     let mut splits: Vec<Split> = Vec::new();
     let mut graph_inputs: Vec<Slot> = Vec::new();
-    let mut copied: HashSet<(u64, usize)> = HashSet::new();
+    let mut copied: IdSet<(u64, usize)> = IdSet::default();
     let slot_of = |t: &Tensor| {
         graph
             .slot(t)

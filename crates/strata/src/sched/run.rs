@@ -3,7 +3,7 @@
 //! loop with copies and events. Everything here is derived from a
 //! [`Placement`] and rebuilt when the graph or the assignment changes.
 
-use std::collections::HashMap;
+use crate::graph::IdMap;
 use std::sync::Arc;
 
 use super::placement::{Placement, Split};
@@ -38,8 +38,8 @@ pub(crate) struct RunState {
     key: Vec<u64>,
     allocated: bool,
     /// Copies of split inputs: (source id, backend) → one tensor per pipeline copy.
-    copies: HashMap<(u64, usize), Vec<Tensor>>,
-    assigned: HashMap<u64, usize>,
+    copies: IdMap<(u64, usize), Vec<Tensor>>,
+    assigned: IdMap<u64, usize>,
     prev_ids: Option<(Vec<usize>, Vec<usize>)>,
     cur_copy: usize,
 }
@@ -51,8 +51,8 @@ impl RunState {
             placement: None,
             key: Vec::new(),
             allocated: false,
-            copies: HashMap::new(),
-            assigned: HashMap::new(),
+            copies: IdMap::default(),
+            assigned: IdMap::default(),
             prev_ids: None,
             cur_copy: 0,
         })
@@ -117,7 +117,7 @@ impl RunState {
             key: Vec::new(),
             allocated: false,
             copies: make_copies(graph, p, backends, n_copies),
-            assigned: HashMap::new(),
+            assigned: IdMap::default(),
             prev_ids: None,
             cur_copy: 0,
         };
@@ -142,8 +142,8 @@ impl RunState {
     }
 
     /// Substitutions for the nodes of `split` with pipeline copy `copy`.
-    fn overrides(&self, graph: &Graph, split: &Split, copy: usize) -> HashMap<(u64, u64), Tensor> {
-        let mut o = HashMap::new();
+    fn overrides(&self, graph: &Graph, split: &Split, copy: usize) -> IdMap<(u64, u64), Tensor> {
+        let mut o = IdMap::default();
         for node in &graph.nodes()[split.start..split.end] {
             for src in node.srcs() {
                 if let Some(v) = self.copies.get(&(src.id(), split.backend)) {
@@ -169,7 +169,7 @@ impl RunState {
         let mut node_ids = Vec::new();
         let mut leafs = Vec::new();
         let mut leaf_ids = Vec::new();
-        let mut overrides = HashMap::new();
+        let mut overrides = IdMap::default();
         for split in &p.splits {
             for &slot in &split.inputs {
                 let input = slot_tensor(graph, slot);
@@ -379,8 +379,8 @@ fn make_copies(
     p: &Placement,
     backends: &[Box<dyn Backend>],
     n_copies: usize,
-) -> HashMap<(u64, usize), Vec<Tensor>> {
-    let mut copies = HashMap::new();
+) -> IdMap<(u64, usize), Vec<Tensor>> {
+    let mut copies = IdMap::default();
     for split in &p.splits {
         let bname = backends[split.backend].name();
         for &slot in &split.inputs {
