@@ -318,3 +318,49 @@ fn in_place_ops_write_over_their_strided_source() {
     .is_err());
     assert!(ops::make_inplace(strata::ops::Op::Sum, vec![Some(tv)]).is_err());
 }
+
+/// The CPU backend reuses a graph's resolved memory between computes; moving
+/// tensors to other buffers in between must be seen, and data-dependent checks
+/// must still run on every compute.
+#[test]
+fn cpu_backend_recomputes_after_tensors_move_and_rechecks_indices() {
+    use strata::backend::Backend;
+    use strata::cpu::CpuBackend;
+    use strata::Graph;
+
+    let table = Tensor::new(DType::F32, &[2, 3]).unwrap().with_name("table");
+    let idx = Tensor::new(DType::I32, &[2]).unwrap().with_name("idx");
+    let rows = ops::get_rows(&table, &idx).unwrap();
+    let out = ops::scale(&rows, 2.0).unwrap();
+    let g = Graph::build(&[out.clone()]);
+    let mut cpu = CpuBackend::new(2);
+
+    let _b1 = alloc(&[&table, &idx, &rows, &out]);
+    table.write_f32(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    idx.write_i32(&[2, 0]).unwrap();
+    cpu.graph_compute(&g).unwrap();
+    assert_eq!(out.to_f32_vec().unwrap(), vec![10.0, 12.0, 2.0, 4.0]);
+
+    // same graph, new data: computed again from the cached plan
+    idx.write_i32(&[1, 1]).unwrap();
+    cpu.graph_compute(&g).unwrap();
+    assert_eq!(out.to_f32_vec().unwrap(), vec![6.0, 8.0, 6.0, 8.0]);
+
+    // an index out of range is refused although the plan is cached
+    idx.write_i32(&[3, 0]).unwrap();
+    assert!(cpu.graph_compute(&g).is_err());
+
+    // every tensor moved to fresh buffers: the old ones are dropped, the
+    // results must land in (and be read from) the new ones
+    for t in [&table, &idx, &rows, &out] {
+        t.clear_storage();
+    }
+    drop(_b1);
+    let _b2 = alloc(&[&table, &idx, &rows, &out]);
+    table
+        .write_f32(&[-1.0, -2.0, -3.0, -4.0, -5.0, -6.0])
+        .unwrap();
+    idx.write_i32(&[0, 2]).unwrap();
+    cpu.graph_compute(&g).unwrap();
+    assert_eq!(out.to_f32_vec().unwrap(), vec![-2.0, -4.0, -10.0, -12.0]);
+}

@@ -118,6 +118,34 @@ pub struct CpuBackend {
     abort: Option<AbortCallback>,
     isa: Isa,
     clock: KernelClock,
+    /// The last graph's resolved plans, reused while the same tensors are
+    /// computed and no tensor storage has moved (llama.cpp-style reuse of a
+    /// decode graph costs no re-resolution).
+    cache: Option<PlanCache>,
+}
+
+/// Resolved plans of one graph and what they were resolved from.
+struct PlanCache {
+    /// Node ids and their effective source ids (0 for an empty slot).
+    key: Vec<u64>,
+    /// [`crate::tensor::storage_generation`] when resolved.
+    generation: u64,
+    /// (index in the graph's nodes, plan) of every non-view node.
+    plans: Vec<(usize, NodePlan)>,
+    /// Storage owners the graph writes.
+    written: crate::graph::IdSet<u64>,
+}
+
+/// The cache key of `graph`: what its nodes are and what they read.
+fn plan_key(graph: &Graph) -> Vec<u64> {
+    let mut key = Vec::with_capacity(graph.nodes().len() * (MAX_SRC + 1));
+    for t in graph.nodes() {
+        key.push(t.id());
+        for i in 0..t.src_slots().len() {
+            key.push(graph.src(t, i).map_or(0, Tensor::id));
+        }
+    }
+    key
 }
 
 /// Total wall time a [`CpuBackend`] has spent running kernels: from the
@@ -164,6 +192,7 @@ impl CpuBackend {
             abort: None,
             isa: simd::active(),
             clock: KernelClock::default(),
+            cache: None,
         }
     }
 
@@ -217,7 +246,37 @@ impl CpuBackend {
         self.work.len() * 8
     }
 
-    fn plan(&self, graph: &Graph) -> Result<Vec<NodePlan>> {
+    /// The plans of `graph`: the cached ones when the graph reads and writes
+    /// the same tensors as last time and no storage has moved, else resolved
+    /// afresh. Data-dependent checks (row indices) run every time.
+    fn plan(&mut self, graph: &Graph) -> Result<&[(usize, NodePlan)]> {
+        let key = plan_key(graph);
+        let generation = crate::tensor::storage_generation();
+        let hit = self
+            .cache
+            .as_ref()
+            .is_some_and(|c| c.generation == generation && c.key == key);
+        if !hit {
+            self.cache = None;
+            let (plans, written) = Self::resolve(graph)?;
+            self.cache = Some(PlanCache {
+                key,
+                generation,
+                plans,
+                written,
+            });
+        }
+        let c = self.cache.as_ref().expect("filled above");
+        let computed = |t: &Tensor| c.written.contains(&t.storage_owner().id());
+        for (i, plan) in &c.plans {
+            ops::validate(&graph.nodes()[*i], plan, &computed)?;
+        }
+        Ok(&c.plans)
+    }
+
+    /// Resolves every non-view node of `graph` to host memory.
+    #[allow(clippy::type_complexity)]
+    fn resolve(graph: &Graph) -> Result<(Vec<(usize, NodePlan)>, crate::graph::IdSet<u64>)> {
         let mut plans = Vec::with_capacity(graph.nodes().len());
         // Memory the graph writes (data-dependent checks skip it: not computed yet).
         let written: crate::graph::IdSet<u64> = graph
@@ -226,8 +285,7 @@ impl CpuBackend {
             .filter(|t| !t.op().is_view_op())
             .map(|t| t.storage_owner().id())
             .collect();
-        let computed = |t: &Tensor| written.contains(&t.storage_owner().id());
-        for t in graph.nodes() {
+        for (ni, t) in graph.nodes().iter().enumerate() {
             if t.op().is_view_op() {
                 continue;
             }
@@ -254,10 +312,9 @@ impl CpuBackend {
                 dst,
                 src,
             };
-            ops::validate(t, &plan, &computed)?;
-            plans.push(plan);
+            plans.push((ni, plan));
         }
-        Ok(plans)
+        Ok((plans, written))
     }
 }
 
@@ -269,9 +326,10 @@ impl Backend for CpuBackend {
         cpu_device()
     }
     fn graph_compute(&mut self, graph: &Graph) -> Result<()> {
-        let plans = self.plan(graph)?;
         let nth = self.pool.n_threads();
-        let works: Vec<WorkSize> = plans.iter().map(|p| ops::work_size(p, nth)).collect();
+        self.plan(graph)?;
+        let plans: &[(usize, NodePlan)] = &self.cache.as_ref().expect("planned above").plans;
+        let works: Vec<WorkSize> = plans.iter().map(|(_, p)| ops::work_size(p, nth)).collect();
         let need = works.iter().map(|w| w.total(nth)).max().unwrap_or(0);
         if self.work.len() * 8 < need {
             self.work = vec![0u64; need.div_ceil(8)];
@@ -283,7 +341,7 @@ impl Backend for CpuBackend {
         let isa = self.isa;
         let t0 = Instant::now();
         let ok = self.pool.run(&|w| {
-            for (plan, work) in plans.iter().zip(&works) {
+            for ((_, plan), work) in plans.iter().zip(&works) {
                 let ctx = Ctx::new(w, wdata_addr as *mut u8, *work, isa);
                 ops::forward(plan, &ctx);
                 if w.ith == 0 {

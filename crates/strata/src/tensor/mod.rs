@@ -94,6 +94,16 @@ pub struct Tensor(pub(crate) Arc<Inner>);
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Bumped whenever any tensor's storage is set or cleared, so that a backend
+/// may keep memory it resolved for a graph while nothing has moved.
+static STORAGE_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// The current storage generation (see [`Tensor::set_storage`]): equal
+/// values mean no tensor has been placed or unplaced in between.
+pub(crate) fn storage_generation() -> u64 {
+    STORAGE_GENERATION.load(Ordering::Acquire)
+}
+
 /// Contiguous strides for `ne` in type `dtype`.
 pub fn contiguous_strides(dtype: DType, ne: [usize; MAX_DIMS]) -> [usize; MAX_DIMS] {
     let mut nb = [0; MAX_DIMS];
@@ -502,12 +512,14 @@ impl Tensor {
         }
         *self.0.storage.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(Storage { buffer, offset });
+        STORAGE_GENERATION.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
     /// Removes the tensor's own storage (allocators call this before re-planning).
     pub fn clear_storage(&self) {
         *self.0.storage.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        STORAGE_GENERATION.fetch_add(1, Ordering::AcqRel);
     }
 
     /// True when both handles are the same tensor.
