@@ -603,8 +603,12 @@ fn all_paths_over_the_shape_grid() {
             let h_kv = [1, 2, 4][i as usize % 3];
             let kind = [MaskKind::Causal, MaskKind::Holes, MaskKind::Blocks][(i / 2) as usize % 3];
             let masked = i % 7 != 6;
-            let mt = if i % 2 == 0 { DType::F16 } else { DType::F32 };
-            let m2 = if i % 5 == 0 { 4 } else { 1 };
+            let mt = if i.is_multiple_of(2) {
+                DType::F16
+            } else {
+                DType::F32
+            };
+            let m2 = if i.is_multiple_of(5) { 4 } else { 1 };
             let c = Case {
                 d,
                 dv,

@@ -147,6 +147,7 @@ struct TileLayout {
     kq: usize,
     vkq: usize,
     mask: usize,
+    mt: usize,
     stats: usize,
     qrow: usize,
     total: usize,
@@ -166,6 +167,7 @@ impl TileLayout {
         let kq = take(TILE_KV * TILE_Q);
         let vkq = take(TILE_Q * pad(dv));
         let mask = take(TILE_Q * TILE_KV);
+        let mt = take(TILE_KV * TILE_Q);
         let stats = take(3 * TILE_Q);
         let qrow = take(d);
         debug_assert_eq!(qt, 0);
@@ -175,6 +177,7 @@ impl TileLayout {
             kq,
             vkq,
             mask,
+            mt,
             stats,
             qrow,
             total: at,
@@ -277,8 +280,10 @@ impl<'a> Params<'a> {
     }
 
     /// `slope · mask[c0 .. c0 + out.len()]` of the mask row for (iq, h, iq3).
-    fn load_mask(
+    #[allow(clippy::too_many_arguments)]
+    fn load_mask<K: Kernels>(
         &self,
+        kn: K,
         m: &TView,
         iq: usize,
         h: usize,
@@ -298,20 +303,10 @@ impl<'a> Params<'a> {
         if m.rows_contiguous() {
             // SAFETY: the mask is a read-only source; its rows are contiguous.
             let row = unsafe { m.row_bytes(iq, i2, i3) };
-            match m.dtype {
-                DType::F16 => {
-                    let b = &row[2 * c0..2 * (c0 + n)];
-                    for (o, h) in out.iter_mut().zip(b.chunks_exact(2)) {
-                        let x = crate::quant::simd::f16_to_f32(u16::from_le_bytes([h[0], h[1]]));
-                        *o = slope * x;
-                    }
-                }
-                _ => {
-                    let b = &row[4 * c0..4 * (c0 + n)];
-                    for (o, x) in out.iter_mut().zip(b.chunks_exact(4)) {
-                        *o = slope * f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
-                    }
-                }
+            let es = m.dtype.type_size();
+            kn.to_f32(&row[es * c0..es * (c0 + n)], m.dtype, out);
+            if slope != 1.0 {
+                out.iter_mut().for_each(|x| *x *= slope);
             }
         } else {
             for (j, o) in out.iter_mut().enumerate() {
@@ -374,14 +369,36 @@ pub(crate) trait Kernels: Copy {
     /// (kf rows of `d`), `np` query columns (qt rows of `np`), each sum
     /// accumulated in order of d from 0.
     fn qk(self, kf: &[f32], d: usize, qt: &[f32], np: usize, kq: &mut [f32]);
-    /// The online softmax over the columns of `kq` (keys × `np`): per column
-    /// the tile max, `ms = exp(M_old − M_new)` (1 if the max did not grow),
+    /// The online softmax over the columns of `kq` (keys × `np`): first
+    /// `kq ← kq·scale (+ mt)` (`mt` keys × `np` like kq), then per column the
+    /// tile max, `ms = exp(M_old − M_new)` (1 if the max did not grow),
     /// `kq ← exp(kq − M_new)` (0 in columns whose tile max is -inf),
     /// `s ← s·ms + Σ kq`, `m ← M_new`.
-    fn softmax_cols(self, kq: &mut [f32], np: usize, m: &mut [f32], s: &mut [f32], ms: &mut [f32]);
-    /// `vkq[i][..] += Σ_j p[j][i] · vf[j][..]` for `rows` rows i (vkq and vf
-    /// rows of `dvp`, p rows of `np`), accumulated in order of j.
-    fn pv(self, p: &[f32], np: usize, rows: usize, vf: &[f32], dvp: usize, vkq: &mut [f32]);
+    #[allow(clippy::too_many_arguments)]
+    fn softmax_cols(
+        self,
+        kq: &mut [f32],
+        np: usize,
+        scale: f32,
+        mt: Option<&[f32]>,
+        m: &mut [f32],
+        s: &mut [f32],
+        ms: &mut [f32],
+    );
+    /// `vkq[i][..] = vkq[i][..]·ms[i] + Σ_j p[j][i] · vf[j][..]` for `rows`
+    /// rows i (vkq and vf rows of `dvp`, p rows of `np`): the rescale, then
+    /// the products accumulated in order of j.
+    #[allow(clippy::too_many_arguments)]
+    fn pv(
+        self,
+        p: &[f32],
+        np: usize,
+        rows: usize,
+        vf: &[f32],
+        dvp: usize,
+        ms: &[f32],
+        vkq: &mut [f32],
+    );
     /// Runs the one-chunk algorithm for up to [`GROUP`] rows sharing K/V.
     fn one_chunk(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]);
 }
@@ -467,7 +484,16 @@ fn one_chunk_rows<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
             acc.fill(0.0);
             let mask = p.mask.map(|m| {
                 let mk = &mut mk[..p.n_kv];
-                p.load_mask(m, iq, h, iq3, 0, alibi_slope(p.max_bias, h, p.n_head), mk);
+                p.load_mask(
+                    kn,
+                    m,
+                    iq,
+                    h,
+                    iq3,
+                    0,
+                    alibi_slope(p.max_bias, h, p.n_head),
+                    mk,
+                );
                 &*mk
             });
             rows.push(RowState {
@@ -550,7 +576,7 @@ fn split_kv<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
                     acc.fill(0.0);
                     let mask = p.mask.map(|m| {
                         let mk = &mut mk[..c1 - c0];
-                        p.load_mask(m, 0, h, 0, c0, alibi_slope(p.max_bias, h, n_head), mk);
+                        p.load_mask(kn, m, 0, h, 0, c0, alibi_slope(p.max_bias, h, n_head), mk);
                         &*mk
                     });
                     rows.push(RowState {
@@ -644,7 +670,88 @@ fn tiled<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
     }
 }
 
+/// What the mask holds for a query tile × key tile.
+enum MaskTile {
+    /// -inf everywhere: the key tile is skipped.
+    Dead,
+    /// Zeros everywhere (-inf allowed nowhere): nothing to add.
+    Zero,
+    /// Anything else: `slope · mask`, transposed, was written to `mt`.
+    Values,
+}
+
+/// True when any of the `dt` values in `b` is not -inf, and when any is not ±0.
+fn classify(b: &[u8], dt: DType) -> (bool, bool) {
+    match dt {
+        DType::F16 => b.chunks_exact(2).fold((false, false), |(l, z), x| {
+            let v = u16::from_le_bytes([x[0], x[1]]);
+            (l | (v != 0xfc00), z | (v & 0x7fff != 0))
+        }),
+        _ => b.chunks_exact(4).fold((false, false), |(l, z), x| {
+            let v = u32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+            (l | (v != 0xff80_0000), z | (v & 0x7fff_ffff != 0))
+        }),
+    }
+}
+
+/// Classifies the mask of query rows `q.0 .. q.0 + q.1` (head `q.2`,
+/// batch `q.3`) × keys `c.0 .. c.0 + c.1` from the stored bits (slope · -inf
+/// is -inf and slope · 0 is 0 for the positive ALiBi slopes), converting it
+/// into `mt` (keys × `np`, zeros past the rows) only when it holds values.
+#[allow(clippy::too_many_arguments)]
+fn mask_tile<K: Kernels>(
+    kn: K,
+    p: &Params<'_>,
+    m: &TView,
+    q: (usize, usize, usize, usize),
+    c: (usize, usize),
+    slope: f32,
+    np: usize,
+    mbuf: &mut [f32],
+    mt: &mut [f32],
+) -> MaskTile {
+    let (iq0, rows, h, iq3) = q;
+    let (ic, kvn) = c;
+    let (i2, i3) = (h % m.ne[2], iq3 % m.ne[3]);
+    let es = m.dtype.type_size();
+    let (mut live, mut values) = (false, false);
+    if m.rows_contiguous() {
+        for i in 0..rows {
+            // SAFETY: the mask is a read-only source; its rows are contiguous.
+            let row = unsafe { m.row_bytes(iq0 + i, i2, i3) };
+            let (l, v) = classify(&row[es * ic..es * (ic + kvn)], m.dtype);
+            live |= l;
+            values |= v;
+        }
+        if !live {
+            return MaskTile::Dead;
+        }
+        if !values {
+            return MaskTile::Zero;
+        }
+    }
+    for i in 0..rows {
+        let mr = &mut mbuf[i * TILE_KV..i * TILE_KV + kvn];
+        p.load_mask(kn, m, iq0 + i, h, iq3, ic, slope, mr);
+        live |= mr.iter().fold(false, |a, &x| a | (x != f32::NEG_INFINITY));
+        values |= mr.iter().fold(false, |a, &x| a | (x != 0.0));
+    }
+    if !live {
+        return MaskTile::Dead;
+    }
+    if !values {
+        return MaskTile::Zero;
+    }
+    for (j, row) in mt[..kvn * np].chunks_exact_mut(np).enumerate() {
+        for (i, x) in row.iter_mut().enumerate() {
+            *x = if i < rows { mbuf[i * TILE_KV + j] } else { 0.0 };
+        }
+    }
+    MaskTile::Values
+}
+
 /// One query tile: rows iq0.. (up to 64) of head h in batch iq3.
+#[allow(clippy::too_many_arguments)]
 fn tile<K: Kernels>(
     kn: K,
     p: &Params<'_>,
@@ -670,6 +777,7 @@ fn tile<K: Kernels>(
     let (head, qrow) = scratch.split_at_mut(lay.qrow);
     let qrow = &mut qrow[..d];
     let (head, stats) = head.split_at_mut(lay.stats);
+    let (head, mt) = head.split_at_mut(lay.mt);
     let (head, mbuf) = head.split_at_mut(lay.mask);
     let (head, vkq) = head.split_at_mut(lay.vkq);
     let (head, kq) = head.split_at_mut(lay.kq);
@@ -695,21 +803,24 @@ fn tile<K: Kernels>(
 
     for ic in (0..n_kv).step_by(TILE_KV) {
         let kvn = TILE_KV.min(n_kv - ic);
-        // The mask tile (row-major: query i, key j); skip the key tile when
-        // it is -inf for every row, skip adding it when it is all zeros.
-        let mut add_mask = false;
-        if let Some(m) = p.mask {
-            let mut live = false;
-            for i in 0..rows {
-                let mr = &mut mbuf[i * TILE_KV..i * TILE_KV + kvn];
-                p.load_mask(m, iq0 + i, h, iq3, ic, slope, mr);
-                live |= mr.iter().any(|&x| x != f32::NEG_INFINITY);
-                add_mask |= mr.iter().any(|&x| x != 0.0);
-            }
-            if !live {
-                continue;
-            }
-        }
+        let add_mask = match p.mask {
+            None => false,
+            Some(m) => match mask_tile(
+                kn,
+                p,
+                m,
+                (iq0, rows, h, iq3),
+                (ic, kvn),
+                slope,
+                np,
+                mbuf,
+                mt,
+            ) {
+                MaskTile::Dead => continue,
+                MaskTile::Zero => false,
+                MaskTile::Values => true,
+            },
+        };
         for j in 0..kvn {
             // SAFETY: k is a read-only source with contiguous rows.
             let kr = unsafe { p.k.row_bytes(ic + j, ik2, ik3) };
@@ -717,29 +828,20 @@ fn tile<K: Kernels>(
         }
         let kq = &mut kq[..kvn * np];
         kn.qk(&kf[..kvn * d], d, qt, np, kq);
-        kq.iter_mut().for_each(|x| *x *= scale);
+        let mut sc = scale;
         if p.softcap != 0.0 {
-            kq.iter_mut().for_each(|x| *x = x.tanh() * p.softcap);
+            kq.iter_mut()
+                .for_each(|x| *x = (*x * scale).tanh() * p.softcap);
+            sc = 1.0;
         }
-        if add_mask {
-            for i in 0..rows {
-                for (j, &mv) in mbuf[i * TILE_KV..i * TILE_KV + kvn].iter().enumerate() {
-                    kq[j * np + i] += mv;
-                }
-            }
-        }
-        kn.softmax_cols(kq, np, mm, ss, ms);
-        for (i, &f) in ms[..rows].iter().enumerate() {
-            if f != 1.0 {
-                vkq[i * dvp..(i + 1) * dvp].iter_mut().for_each(|a| *a *= f);
-            }
-        }
+        let mt = add_mask.then_some(&mt[..kvn * np]);
+        kn.softmax_cols(kq, np, sc, mt, mm, ss, ms);
         for j in 0..kvn {
             // SAFETY: as for k.
             let vr = unsafe { p.v.row_bytes(ic + j, ik2, ik3) };
             kn.to_f32(vr, p.v.dtype, &mut vf[j * dvp..(j + 1) * dvp]);
         }
-        kn.pv(kq, np, rows, &vf[..kvn * dvp], dvp, vkq);
+        kn.pv(kq, np, rows, &vf[..kvn * dvp], dvp, ms, vkq);
     }
 
     for i in 0..rows {
@@ -886,8 +988,24 @@ impl Kernels for Scalar {
         }
     }
 
-    fn softmax_cols(self, kq: &mut [f32], np: usize, m: &mut [f32], s: &mut [f32], ms: &mut [f32]) {
+    fn softmax_cols(
+        self,
+        kq: &mut [f32],
+        np: usize,
+        scale: f32,
+        mt: Option<&[f32]>,
+        m: &mut [f32],
+        s: &mut [f32],
+        ms: &mut [f32],
+    ) {
         let kvn = kq.len() / np;
+        match mt {
+            Some(mt) => kq
+                .iter_mut()
+                .zip(mt)
+                .for_each(|(x, &b)| *x = *x * scale + b),
+            None => kq.iter_mut().for_each(|x| *x *= scale),
+        }
         for i in 0..np {
             let tmax = (0..kvn).fold(f32::NEG_INFINITY, |a, j| a.max(kq[j * np + i]));
             let mold = m[i];
@@ -913,9 +1031,19 @@ impl Kernels for Scalar {
         }
     }
 
-    fn pv(self, p: &[f32], np: usize, rows: usize, vf: &[f32], dvp: usize, vkq: &mut [f32]) {
+    fn pv(
+        self,
+        p: &[f32],
+        np: usize,
+        rows: usize,
+        vf: &[f32],
+        dvp: usize,
+        ms: &[f32],
+        vkq: &mut [f32],
+    ) {
         let kvn = vf.len() / dvp;
         for (i, out) in vkq.chunks_exact_mut(dvp).take(rows).enumerate() {
+            out.iter_mut().for_each(|o| *o *= ms[i]);
             for j in 0..kvn {
                 let a = p[j * np + i];
                 for (o, &b) in out.iter_mut().zip(&vf[j * dvp..(j + 1) * dvp]) {

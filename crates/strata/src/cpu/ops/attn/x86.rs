@@ -250,7 +250,7 @@ pub(crate) unsafe fn exp<L: Lanes>(x: L::V) -> L::V {
         p = L::fma(p, r, L::splat(8.333_452e-3));
         p = L::fma(p, r, L::splat(4.166_579_6e-2));
         p = L::fma(p, r, L::splat(1.666_666_5e-1));
-        p = L::fma(p, r, L::splat(5.000_000_1e-1));
+        p = L::fma(p, r, L::splat(0.5));
         let y = L::add(L::fma(p, L::mul(r, r), r), L::splat(1.0));
         L::select_lt(x, lo, L::zero(), L::pow2(y, n))
     }
@@ -316,9 +316,10 @@ unsafe fn to_f32<L: Lanes>(src: *const u8, half: bool, n: usize, dst: *mut f32) 
     }
 }
 
-/// One register block of a GEMM: `C[RM × RN·W] (+)= A·B` over `kd` steps,
-/// element (r, k) of A at `a[r·a_rs + k·a_ks]`, row k of B at `b + k·ldb`,
-/// row r of C at `c + r·ldc`; each output an FMA chain in order of k.
+/// One register block of a GEMM: `C[RM × RN·W] = A·B` over `kd` steps, or
+/// `C = diag(cs)·C + A·B` when `cs` is not null; element (r, k) of A at
+/// `a[r·a_rs + k·a_ks]`, row k of B at `b + k·ldb`, row r of C at
+/// `c + r·ldc`; each output an FMA chain in order of k.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn block<L: Lanes, const RM: usize, const RN: usize>(
@@ -330,15 +331,17 @@ unsafe fn block<L: Lanes, const RM: usize, const RN: usize>(
     ldb: usize,
     c: *mut f32,
     ldc: usize,
-    load_c: bool,
+    cs: *const f32,
 ) {
-    // SAFETY: the caller guarantees the A, B and C extents above.
+    // SAFETY: the caller guarantees the A, B and C extents above, and RM
+    // row scales at cs unless null.
     unsafe {
         let mut acc = [[L::zero(); RN]; RM];
-        if load_c {
+        if !cs.is_null() {
             for (r, row) in acc.iter_mut().enumerate() {
+                let f = L::splat(*cs.add(r));
                 for (v, x) in row.iter_mut().enumerate() {
-                    *x = L::load(c.add(r * ldc + v * L::W));
+                    *x = L::mul(L::load(c.add(r * ldc + v * L::W)), f);
                 }
             }
         }
@@ -362,6 +365,57 @@ unsafe fn block<L: Lanes, const RM: usize, const RN: usize>(
     }
 }
 
+/// One row block of a GEMM (`RM` rows, or 1 when `one`) across all `nv`
+/// vectors of C, in groups of RN (layout as [`block`]).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn row_block<L: Lanes, const RM: usize, const RN: usize>(
+    one: bool,
+    nv: usize,
+    kd: usize,
+    a: *const f32,
+    a_rs: usize,
+    a_ks: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    cs: *const f32,
+) {
+    // SAFETY: the caller guarantees the extents; blocks stay inside them.
+    unsafe {
+        let mut v = 0;
+        while v + RN <= nv {
+            let (b, c) = (b.add(v * L::W), c.add(v * L::W));
+            if one {
+                block::<L, 1, RN>(kd, a, a_rs, a_ks, b, ldb, c, ldc, cs);
+            } else {
+                block::<L, RM, RN>(kd, a, a_rs, a_ks, b, ldb, c, ldc, cs);
+            }
+            v += RN;
+        }
+        while v < nv {
+            let (b, c) = (b.add(v * L::W), c.add(v * L::W));
+            if one {
+                block::<L, 1, 1>(kd, a, a_rs, a_ks, b, ldb, c, ldc, cs);
+            } else {
+                block::<L, RM, 1>(kd, a, a_rs, a_ks, b, ldb, c, ldc, cs);
+            }
+            v += 1;
+        }
+    }
+}
+
+/// `p + i`, or null for null `p`.
+#[inline(always)]
+fn at(p: *const f32, i: usize) -> *const f32 {
+    if p.is_null() {
+        p
+    } else {
+        p.wrapping_add(i)
+    }
+}
+
 /// `C[m × nv·W] (+)= A·B` in blocks of RM rows × RN vectors (layout as [`block`]).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -376,62 +430,54 @@ unsafe fn gemm<L: Lanes, const RM: usize, const RN: usize>(
     ldb: usize,
     c: *mut f32,
     ldc: usize,
-    load_c: bool,
+    cs: *const f32,
 ) {
     // SAFETY: the caller guarantees the extents; blocks stay inside them.
     unsafe {
-        let cols = |rm: usize, a: *const f32, c: *mut f32| {
-            let mut v = 0;
-            while v + RN <= nv {
-                let (b, c) = (b.add(v * L::W), c.add(v * L::W));
-                if rm == RM {
-                    block::<L, RM, RN>(kd, a, a_rs, a_ks, b, ldb, c, ldc, load_c);
-                } else {
-                    block::<L, 1, RN>(kd, a, a_rs, a_ks, b, ldb, c, ldc, load_c);
-                }
-                v += RN;
-            }
-            while v < nv {
-                let (b, c) = (b.add(v * L::W), c.add(v * L::W));
-                if rm == RM {
-                    block::<L, RM, 1>(kd, a, a_rs, a_ks, b, ldb, c, ldc, load_c);
-                } else {
-                    block::<L, 1, 1>(kd, a, a_rs, a_ks, b, ldb, c, ldc, load_c);
-                }
-                v += 1;
-            }
-        };
         let mut i = 0;
         while i + RM <= m {
-            cols(RM, a.add(i * a_rs), c.add(i * ldc));
+            let (a, c, s) = (a.add(i * a_rs), c.add(i * ldc), at(cs, i));
+            row_block::<L, RM, RN>(false, nv, kd, a, a_rs, a_ks, b, ldb, c, ldc, s);
             i += RM;
         }
         while i < m {
-            cols(1, a.add(i * a_rs), c.add(i * ldc));
+            let (a, c, s) = (a.add(i * a_rs), c.add(i * ldc), at(cs, i));
+            row_block::<L, RM, RN>(true, nv, kd, a, a_rs, a_ks, b, ldb, c, ldc, s);
             i += 1;
         }
     }
 }
 
-/// The column softmax of [`Kernels::softmax_cols`] over `kvn` × `np`.
+/// The column softmax of [`Kernels::softmax_cols`] over `kvn` × `np`
+/// (`mt` null: no mask).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn softmax_cols<L: Lanes>(
     kq: *mut f32,
     kvn: usize,
     np: usize,
+    scale: f32,
+    mt: *const f32,
     m: *mut f32,
     s: *mut f32,
     ms: *mut f32,
 ) {
-    // SAFETY: the caller guarantees kvn·np values at kq and np at m, s, ms.
+    // SAFETY: the caller guarantees kvn·np values at kq (and mt unless
+    // null) and np at m, s, ms.
     unsafe {
         let ninf = L::splat(f32::NEG_INFINITY);
-        let (one, zero) = (L::splat(1.0), L::zero());
+        let (one, zero, sc) = (L::splat(1.0), L::zero(), L::splat(scale));
         let mut c = 0;
         while c < np {
             let mut t = ninf;
             for j in 0..kvn {
-                t = L::max(t, L::load(kq.add(j * np + c)));
+                let p = kq.add(j * np + c);
+                let mut x = L::mul(L::load(p), sc);
+                if !mt.is_null() {
+                    x = L::add(x, L::load(mt.add(j * np + c)));
+                }
+                L::store(p, x);
+                t = L::max(t, x);
             }
             let mold = L::load(m.add(c));
             let mnew = L::max(mold, t);
@@ -497,6 +543,7 @@ unsafe fn store_round<L: Lanes, const H: bool>(x: L::V) -> L::V {
 /// accumulator updates key by key (in key order, so every element sees
 /// exactly ggml's sequence of f16 roundings).
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // rows index several arrays at once
 unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G>) {
     let w = L::W;
     let (nd, dt) = (a.d / w, a.d % w);
@@ -505,8 +552,8 @@ unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G
     let mut f = [[0f32; KB]; G];
     // Rows (bits) for which each key is not masked.
     let mut act = [0u8; KB];
-    // Keys (bits) at which each row's maximum grows.
-    let mut grew = [0u32; G];
+    // Rows (bits) whose maximum grows at each key.
+    let mut grew = [0u8; KB];
     let mut b0 = 0;
     // SAFETY: the wrapper checked every extent of `a`.
     unsafe {
@@ -526,6 +573,7 @@ unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G
                     }
                 }
                 act[j] = bits;
+                grew[j] = 0;
                 if bits == 0 {
                     continue;
                 }
@@ -556,7 +604,6 @@ unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G
             for g in 0..G {
                 let e = &mut f[g];
                 let mut mx = a.m[g];
-                let mut bits = 0u32;
                 for j in 0..nb {
                     if act[j] >> g & 1 == 0 {
                         e[j] = 0.0;
@@ -566,7 +613,7 @@ unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G
                     if x > mx {
                         e[j] = mx - x;
                         mx = x;
-                        bits |= 1 << j;
+                        grew[j] |= 1 << g;
                     } else {
                         e[j] = x - mx;
                     }
@@ -581,7 +628,7 @@ unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G
                 let mut sum = a.s[g];
                 for j in 0..nb {
                     if act[j] >> g & 1 != 0 {
-                        sum = if bits >> j & 1 != 0 {
+                        sum = if grew[j] >> g & 1 != 0 {
                             sum * e[j] + 1.0
                         } else {
                             sum + e[j]
@@ -590,15 +637,20 @@ unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G
                 }
                 a.s[g] = sum;
                 a.m[g] = mx;
-                grew[g] = bits;
             }
+            // Whole vectors two at a time, then one, then the partial one.
+            let nfull = a.dv / w;
             let mut c = 0;
-            while c + 2 <= nvc {
-                apply::<L, H, G, 2>(a, c, b0, nb, &act, &grew, &f);
+            while c + 2 <= nfull {
+                apply::<L, H, G, 2, true>(a, c, b0, nb, &act, &grew, &f);
                 c += 2;
             }
+            if c < nfull {
+                apply::<L, H, G, 1, true>(a, c, b0, nb, &act, &grew, &f);
+                c += 1;
+            }
             if c < nvc {
-                apply::<L, H, G, 1>(a, c, b0, nb, &act, &grew, &f);
+                apply::<L, H, G, 1, false>(a, c, b0, nb, &act, &grew, &f);
             }
             b0 += nb;
         }
@@ -608,20 +660,23 @@ unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G
 /// The accumulator updates of one key block for vectors `c .. c + NC` of
 /// every row: on a new maximum `acc = r(acc·ms)` then `acc = r(acc + v)`,
 /// else `acc = r(v·vs + acc)` (one FMA), `r` the accumulator's rounding.
+/// `FULL`: the vectors lie within `dv` (no partial V loads).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn apply<L: Lanes, const H: bool, const G: usize, const NC: usize>(
+unsafe fn apply<L: Lanes, const H: bool, const G: usize, const NC: usize, const FULL: bool>(
     a: &ChunkArgs<G>,
     c: usize,
     b0: usize,
     nb: usize,
     act: &[u8; KB],
-    grew: &[u32; G],
+    grew: &[u8; KB],
     f: &[[f32; KB]; G],
 ) {
     let w = L::W;
+    let all = ((1u32 << G) - 1) as u8;
     // SAFETY: the wrapper checked every extent of `a`; vectors c .. c + NC
-    // of each accumulator lie within its padded length.
+    // of each accumulator lie within its padded length, and of each V row
+    // within dv when FULL (else the loads stop at dv).
     unsafe {
         let mut acc = [[L::zero(); NC]; G];
         for (g, row) in acc.iter_mut().enumerate() {
@@ -638,20 +693,33 @@ unsafe fn apply<L: Lanes, const H: bool, const G: usize, const NC: usize>(
             let mut vv = [L::zero(); NC];
             for (i, x) in vv.iter_mut().enumerate() {
                 let o = (c + i) * w;
-                *x = load_row::<L, H>(vr, o, w.min(a.dv - o));
+                *x = if FULL {
+                    load_row::<L, H>(vr, o, w)
+                } else {
+                    load_row::<L, H>(vr, o, w.min(a.dv - o))
+                };
             }
-            for g in 0..G {
+            if bits == all && grew[j] == 0 {
+                for (row, fg) in acc.iter_mut().zip(f) {
+                    let fv = L::splat(fg[j]);
+                    for (x, &v) in row.iter_mut().zip(&vv) {
+                        *x = store_round::<L, H>(L::fma(v, fv, *x));
+                    }
+                }
+                continue;
+            }
+            for (g, (row, fg)) in acc.iter_mut().zip(f).enumerate() {
                 if bits >> g & 1 == 0 {
                     continue;
                 }
-                let fv = L::splat(f[g][j]);
-                if grew[g] >> j & 1 != 0 {
-                    for (x, &v) in acc[g].iter_mut().zip(&vv) {
+                let fv = L::splat(fg[j]);
+                if grew[j] >> g & 1 != 0 {
+                    for (x, &v) in row.iter_mut().zip(&vv) {
                         *x = store_round::<L, H>(L::mul(*x, fv));
                         *x = store_round::<L, H>(L::add(v, *x));
                     }
                 } else {
-                    for (x, &v) in acc[g].iter_mut().zip(&vv) {
+                    for (x, &v) in row.iter_mut().zip(&vv) {
                         *x = store_round::<L, H>(L::fma(v, fv, *x));
                     }
                 }
@@ -720,23 +788,24 @@ macro_rules! level {
             pub(super) unsafe fn qk(kf: *const f32, d: usize, kvn: usize, qt: *const f32, np: usize, kq: *mut f32) {
                 // SAFETY: forwarded contract: A = kf (kvn × d), B = qt (d × np), C = kq (kvn × np).
                 unsafe {
-                    gemm::<$lanes, $qm, $qn>(kvn, np / <$lanes>::W, d, kf, d, 1, qt, np, kq, np, false)
+                    gemm::<$lanes, $qm, $qn>(kvn, np / <$lanes>::W, d, kf, d, 1, qt, np, kq, np, std::ptr::null())
                 }
             }
 
             #[target_feature(enable = $feat)]
             #[allow(clippy::too_many_arguments)]
-            pub(super) unsafe fn pv(p: *const f32, np: usize, rows: usize, kvn: usize, vf: *const f32, dvp: usize, vkq: *mut f32) {
-                // SAFETY: forwarded contract: A = pᵀ (rows × kvn, stride np), B = vf (kvn × dvp), C = vkq.
+            pub(super) unsafe fn pv(p: *const f32, np: usize, rows: usize, kvn: usize, vf: *const f32, dvp: usize, ms: *const f32, vkq: *mut f32) {
+                // SAFETY: forwarded contract: A = pᵀ (rows × kvn, stride np), B = vf (kvn × dvp), C = vkq, rows scales ms.
                 unsafe {
-                    gemm::<$lanes, $pm, $pn>(rows, dvp / <$lanes>::W, kvn, p, 1, np, vf, dvp, vkq, dvp, true)
+                    gemm::<$lanes, $pm, $pn>(rows, dvp / <$lanes>::W, kvn, p, 1, np, vf, dvp, vkq, dvp, ms)
                 }
             }
 
             #[target_feature(enable = $feat)]
-            pub(super) unsafe fn softmax(kq: *mut f32, kvn: usize, np: usize, m: *mut f32, s: *mut f32, ms: *mut f32) {
+            #[allow(clippy::too_many_arguments)]
+            pub(super) unsafe fn softmax(kq: *mut f32, kvn: usize, np: usize, scale: f32, mt: *const f32, m: *mut f32, s: *mut f32, ms: *mut f32) {
                 // SAFETY: forwarded contract.
-                unsafe { softmax_cols::<$lanes>(kq, kvn, np, m, s, ms) }
+                unsafe { softmax_cols::<$lanes>(kq, kvn, np, scale, mt, m, s, ms) }
             }
 
             #[target_feature(enable = $feat)]
@@ -822,25 +891,27 @@ macro_rules! level {
                 unsafe { $entry::qk(kf.as_ptr(), d, kvn, qt.as_ptr(), np, kq.as_mut_ptr()) }
             }
 
-            fn softmax_cols(self, kq: &mut [f32], np: usize, m: &mut [f32], s: &mut [f32], ms: &mut [f32]) {
+            fn softmax_cols(self, kq: &mut [f32], np: usize, scale: f32, mt: Option<&[f32]>, m: &mut [f32], s: &mut [f32], ms: &mut [f32]) {
                 assert!(np > 0 && np % <$lanes>::W == 0 && kq.len() % np == 0);
                 assert!(m.len() >= np && s.len() >= np && ms.len() >= np);
+                assert!(mt.is_none_or(|t| t.len() >= kq.len()));
                 let kvn = kq.len() / np;
+                let mt = mt.map_or(std::ptr::null(), |t| t.as_ptr());
                 // SAFETY: features checked by new(); extents checked above.
                 unsafe {
-                    $entry::softmax(kq.as_mut_ptr(), kvn, np, m.as_mut_ptr(), s.as_mut_ptr(), ms.as_mut_ptr())
+                    $entry::softmax(kq.as_mut_ptr(), kvn, np, scale, mt, m.as_mut_ptr(), s.as_mut_ptr(), ms.as_mut_ptr())
                 }
             }
 
-            fn pv(self, p: &[f32], np: usize, rows: usize, vf: &[f32], dvp: usize, vkq: &mut [f32]) {
+            fn pv(self, p: &[f32], np: usize, rows: usize, vf: &[f32], dvp: usize, ms: &[f32], vkq: &mut [f32]) {
                 if dvp == 0 {
                     return;
                 }
                 assert!(dvp % <$lanes>::W == 0 && vf.len() % dvp == 0 && rows <= np);
                 let kvn = vf.len() / dvp;
-                assert!(p.len() >= kvn * np && vkq.len() >= rows * dvp);
+                assert!(p.len() >= kvn * np && vkq.len() >= rows * dvp && ms.len() >= rows);
                 // SAFETY: features checked by new(); extents checked above.
-                unsafe { $entry::pv(p.as_ptr(), np, rows, kvn, vf.as_ptr(), dvp, vkq.as_mut_ptr()) }
+                unsafe { $entry::pv(p.as_ptr(), np, rows, kvn, vf.as_ptr(), dvp, ms.as_ptr(), vkq.as_mut_ptr()) }
             }
 
             fn one_chunk(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]) {
@@ -1045,8 +1116,9 @@ mod tests {
             let s0 = vec![2.0f32; np];
             let (mut ma, mut sa, mut fa) = (m0.clone(), s0.clone(), vec![0f32; np]);
             let (mut mb, mut sb, mut fb) = (m0.clone(), s0.clone(), vec![0f32; np]);
-            k.softmax_cols(&mut a, np, &mut ma, &mut sa, &mut fa);
-            Scalar.softmax_cols(&mut b, np, &mut mb, &mut sb, &mut fb);
+            let mt = rng.vec(kvn * np, -1.0, 0.0);
+            k.softmax_cols(&mut a, np, 0.7, Some(&mt), &mut ma, &mut sa, &mut fa);
+            Scalar.softmax_cols(&mut b, np, 0.7, Some(&mt), &mut mb, &mut sb, &mut fb);
             let close = |x: f32, y: f32| x == y || (x - y).abs() <= 4e-7 * y.abs().max(1.0);
             assert!(ma
                 .iter()
@@ -1061,8 +1133,9 @@ mod tests {
             let rows = np - 1;
             let init = rng.vec(rows * dvp, -1.0, 1.0);
             let (mut va, mut vb) = (init.clone(), init);
-            k.pv(&b, np, rows, &vf, dvp, &mut va);
-            Scalar.pv(&b, np, rows, &vf, dvp, &mut vb);
+            let ms = rng.vec(np, 0.0, 1.0);
+            k.pv(&b, np, rows, &vf, dvp, &ms, &mut va);
+            Scalar.pv(&b, np, rows, &vf, dvp, &ms, &mut vb);
             for (x, y) in va.iter().zip(&vb) {
                 assert!((x - y).abs() <= 1e-5 * kvn as f32, "pv {x} {y}");
             }
