@@ -738,3 +738,88 @@ proptest! {
         check("proptest", &c, seed);
     }
 }
+
+/// The layout llama graphs use: q a permuted [D, H, n_q] tensor, K and V
+/// permuted views of a cache holding all kv heads of a token in one row
+/// (row stride D·H_kv, not D), a causal f16 mask; every level against the
+/// f64 reference and the scalar level against the original kernel.
+#[test]
+fn permuted_cache_views_as_in_llama_graphs() {
+    for (n_q, n_kv, n_cells) in [(5, 5, 8), (1, 700, 700), (70, 100, 128)] {
+        let (d, h, h_kv) = (64, 9, 3);
+        let c = Case {
+            d,
+            dv: d,
+            n_q,
+            n_kv,
+            h,
+            h_kv,
+            mask: Some((DType::F16, [n_kv, n_q, 1, 1])),
+            mask_kind: MaskKind::Causal,
+            scale: 0.125,
+            ..base()
+        };
+        let inp = inputs(&c, 31);
+        let q_raw = tensor("q", DType::F32, &[d, h, n_q]);
+        let kc = tensor("k_cache", DType::F16, &[d * h_kv, n_cells]);
+        let vc = tensor("v_cache", DType::F16, &[d * h_kv, n_cells]);
+        let m = tensor("mask", DType::F16, &[n_kv, n_q]);
+        let view = |t: &strata::Tensor| {
+            let nb = t.nb();
+            let v = ops::view_3d(t, [d, h_kv, n_kv], nb[0] * d, nb[1], 0).unwrap();
+            ops::permute(&v, [0, 2, 1, 3]).unwrap()
+        };
+        let q = ops::permute(&q_raw, [0, 2, 1, 3]).unwrap();
+        let out =
+            ops::flash_attn_ext(&q, &view(&kc), &view(&vc), Some(&m), c.scale, 0.0, 0.0).unwrap();
+        let g = Graph::build(std::slice::from_ref(&out));
+        let _bufs = alloc_graph_host(&g).unwrap();
+        // Scatter the case's [D, n_q, H] / [D, n_kv, H_kv] data into these layouts.
+        let mut qv = vec![0f32; d * h * n_q];
+        for hh in 0..h {
+            for iq in 0..n_q {
+                for x in 0..d {
+                    qv[(iq * h + hh) * d + x] = inp.q[(hh * n_q + iq) * d + x];
+                }
+            }
+        }
+        let cache = |src: &[f32]| {
+            let mut out = vec![0f32; d * h_kv * n_cells];
+            for hk in 0..h_kv {
+                for j in 0..n_kv {
+                    for x in 0..d {
+                        out[(j * h_kv + hk) * d + x] = src[(hk * n_kv + j) * d + x];
+                    }
+                }
+            }
+            out
+        };
+        q_raw.write_f32(&qv).unwrap();
+        kc.write_f32(&cache(&inp.k)).unwrap();
+        vc.write_f32(&cache(&inp.v)).unwrap();
+        m.write_f32(&inp.mask).unwrap();
+        let want = reference(&c, &inp);
+        for isa in levels() {
+            let mut cpu = CpuBackend::new(2);
+            cpu.set_isa(isa).unwrap();
+            cpu.graph_compute(&g).unwrap();
+            let got = out.to_f32_vec().unwrap();
+            let tag = format!("views n_q={n_q} n_kv={n_kv} [{isa}]");
+            assert_close(&tag, &got, &want, tol(&c));
+            let old = match c.path() {
+                Path::OneChunk => old_kernel(&c, &inp),
+                Path::SplitKv => split_kernel(&c, &inp, 2),
+                Path::Tiled => continue,
+            };
+            let e = nmse(&got, &old.iter().map(|&x| x as f64).collect::<Vec<_>>());
+            assert!(
+                isa != Isa::Scalar || same_bits(&got, &old),
+                "{tag}: not the original kernel"
+            );
+            assert!(
+                e <= 5e-8 + 1e-9 * n_kv as f64,
+                "{tag}: nmse {e:e} against the original kernel"
+            );
+        }
+    }
+}

@@ -52,7 +52,9 @@ pub(crate) trait Lanes {
     unsafe fn min(a: Self::V, b: Self::V) -> Self::V;
     /// Each lane rounded to f16 (nearest even) and back.
     unsafe fn round_h(v: Self::V) -> Self::V;
-    /// The sum of the lanes.
+    /// The sum of the lanes, in the order of ggml's reduction at this width
+    /// (AVX-512: halves down to four lanes, then `(x0 + x2) + (x1 + x3)`;
+    /// AVX2: halves, then `(x0 + x1) + (x2 + x3)`).
     unsafe fn hsum(v: Self::V) -> f32;
     /// Each lane rounded to the nearest integer (ties to even).
     unsafe fn round_int(v: Self::V) -> Self::V;
@@ -126,7 +128,13 @@ impl Lanes for L512 {
     }
     #[inline(always)]
     unsafe fn hsum(v: __m512) -> f32 {
-        _mm512_reduce_add_ps(v)
+        // GCC's _mm512_reduce_add_ps, which ggml's GGML_F32x16_REDUCE uses:
+        // 256-bit halves, 128-bit halves, then (x0 + x2) + (x1 + x3).
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+        let t = _mm256_add_ps(hi, _mm512_castps512_ps256(v));
+        let t = _mm_add_ps(_mm256_extractf128_ps::<1>(t), _mm256_castps256_ps128(t));
+        let t = _mm_add_ps(t, _mm_shuffle_ps::<0b01_00_11_10>(t, t));
+        _mm_cvtss_f32(t) + _mm_cvtss_f32(_mm_movehdup_ps(t))
     }
     #[inline(always)]
     unsafe fn round_int(v: __m512) -> __m512 {
@@ -206,9 +214,10 @@ impl Lanes for L256 {
     }
     #[inline(always)]
     unsafe fn hsum(v: __m256) -> f32 {
+        // As ggml's GGML_F32x8_REDUCE: halves, then two horizontal adds.
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+        let s = _mm_hadd_ps(s, s);
+        _mm_cvtss_f32(_mm_hadd_ps(s, s))
     }
     #[inline(always)]
     unsafe fn round_int(v: __m256) -> __m256 {
@@ -546,7 +555,6 @@ unsafe fn store_round<L: Lanes, const H: bool>(x: L::V) -> L::V {
 #[allow(clippy::needless_range_loop)] // rows index several arrays at once
 unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G>) {
     let w = L::W;
-    let (nd, dt) = (a.d / w, a.d % w);
     let nvc = a.dv.div_ceil(w);
     // Scores, then factors, per row and key of the block.
     let mut f = [[0f32; KB]; G];
@@ -578,22 +586,10 @@ unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G
                     continue;
                 }
                 let kr = a.k.add((b0 + j) * a.ks);
-                let mut dot = [L::zero(); G];
-                for c in 0..nd {
-                    let kv = load_row::<L, H>(kr, c * w, w);
-                    for g in 0..G {
-                        dot[g] = L::fma(L::load(a.q[g].add(c * w)), kv, dot[g]);
-                    }
-                }
-                if dt != 0 {
-                    let kv = load_row::<L, H>(kr, nd * w, dt);
-                    for g in 0..G {
-                        dot[g] = L::fma(L::load(a.q[g].add(nd * w)), kv, dot[g]);
-                    }
-                }
+                let dots = dot::<L, H, G>(a, kr);
                 for g in 0..G {
                     if bits >> g & 1 != 0 {
-                        let mut x = L::hsum(dot[g]) * a.scale;
+                        let mut x = dots[g] * a.scale;
                         if a.softcap != 0.0 {
                             x = a.softcap * (x / a.softcap).tanh();
                         }
@@ -654,6 +650,54 @@ unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G
             }
             b0 += nb;
         }
+    }
+}
+
+/// q·k for the `G` queries and the K row at `kr`, summed as ggml's
+/// `ggml_vec_dot_f16` / `ggml_vec_dot_f32` at this vector width: steps of
+/// 4·W elements into four accumulators (one FMA per vector), reduced as
+/// `(s0 + s2) + (s1 + s3)` then across lanes; the leftover elements added
+/// one by one, in f64 for f16 (the products are exact) and in f32 for f32.
+#[inline(always)]
+unsafe fn dot<L: Lanes, const H: bool, const G: usize>(
+    a: &ChunkArgs<G>,
+    kr: *const u8,
+) -> [f32; G] {
+    let w = L::W;
+    let step = 4 * w;
+    let ns = a.d / step;
+    // SAFETY: the K row holds d elements; the queries d (padded) f32.
+    unsafe {
+        let mut acc = [[L::zero(); 4]; G];
+        for st in 0..ns {
+            for (jj, i) in (st * 4..st * 4 + 4).enumerate() {
+                let kv = load_row::<L, H>(kr, i * w, w);
+                for (ag, &q) in acc.iter_mut().zip(&a.q) {
+                    ag[jj] = L::fma(kv, L::load(q.add(i * w)), ag[jj]);
+                }
+            }
+        }
+        let mut out = [0f32; G];
+        for (o, (ag, &q)) in out.iter_mut().zip(acc.iter().zip(&a.q)) {
+            let r = L::hsum(L::add(L::add(ag[0], ag[2]), L::add(ag[1], ag[3])));
+            if H {
+                let mut sum = r as f64;
+                let k = kr.cast::<u16>();
+                for i in ns * step..a.d {
+                    let kv = crate::quant::simd::f16_to_f32(k.add(i).read_unaligned());
+                    sum += (kv * *q.add(i)) as f64;
+                }
+                *o = sum as f32;
+            } else {
+                let mut sum = r;
+                let k = kr.cast::<f32>();
+                for i in ns * step..a.d {
+                    sum += k.add(i).read_unaligned() * *q.add(i);
+                }
+                *o = sum;
+            }
+        }
+        out
     }
 }
 
