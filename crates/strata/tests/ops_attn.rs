@@ -52,6 +52,8 @@ struct Case {
     h_kv: usize,
     ne3: usize,
     kv_t: DType,
+    /// V's type when it differs from K's (`kv_t`).
+    v_t: Option<DType>,
     mask: Option<(DType, [usize; 4])>,
     mask_kind: MaskKind,
     scale: f32,
@@ -69,8 +71,14 @@ enum Path {
 }
 
 impl Case {
+    fn vt(&self) -> DType {
+        self.v_t.unwrap_or(self.kv_t)
+    }
+
     fn path(&self) -> Path {
-        if self.n_q == 1 && self.ne3 == 1 && self.n_kv >= 512 {
+        if self.vt() != self.kv_t {
+            Path::OneChunk
+        } else if self.n_q == 1 && self.ne3 == 1 && self.n_kv >= 512 {
             Path::SplitKv
         } else if self.n_q >= 64 {
             Path::Tiled
@@ -82,7 +90,7 @@ impl Case {
 
 /// The NMSE bound against the f64 reference (module docs).
 fn tol(c: &Case) -> f64 {
-    if c.kv_t == DType::F16 && c.path() != Path::Tiled {
+    if (c.kv_t == DType::F16 || c.vt() == DType::F16) && c.path() != Path::Tiled {
         4e-6 + 4e-8 * c.n_kv as f64
     } else {
         1e-9
@@ -102,7 +110,7 @@ fn inputs(c: &Case, seed: u64) -> Inputs {
     let mut rng = Rng::new(seed);
     let q = rng.vec(c.d * c.n_q * c.h * c.ne3, -1.0, 1.0);
     let k = round_trip(c.kv_t, &rng.vec(c.d * c.n_kv * c.h_kv, -1.0, 1.0));
-    let v = round_trip(c.kv_t, &rng.vec(c.dv * c.n_kv * c.h_kv, -2.0, 2.0));
+    let v = round_trip(c.vt(), &rng.vec(c.dv * c.n_kv * c.h_kv, -2.0, 2.0));
     let mut mask = Vec::new();
     if let Some((mt, ne)) = c.mask {
         for i3 in 0..ne[3] {
@@ -145,7 +153,7 @@ fn inputs(c: &Case, seed: u64) -> Inputs {
 fn compute(c: &Case, inp: &Inputs, nth: usize, isa: Isa) -> Vec<f32> {
     let q = tensor("q", DType::F32, &[c.d, c.n_q, c.h, c.ne3]);
     let k = tensor("k", c.kv_t, &[c.d, c.n_kv, c.h_kv, 1]);
-    let v = tensor("v", c.kv_t, &[c.dv, c.n_kv, c.h_kv, 1]);
+    let v = tensor("v", c.vt(), &[c.dv, c.n_kv, c.h_kv, 1]);
     let mask = c.mask.map(|(t, ne)| tensor("mask", t, &ne));
     let sinks = c.sinks.then(|| tensor("sinks", DType::F32, &[c.h]));
     // The builder has no sinks argument: use the generic constructor.
@@ -280,7 +288,8 @@ fn old_row(
 ) -> (f32, f32, Vec<f32>) {
     let half = c.kv_t == DType::F16;
     let r16 = |x: f32| half::f16::from_f32(x).to_f32();
-    let v_round = |x: f32| if half { r16(x) } else { x };
+    let v_half = c.vt() == DType::F16;
+    let v_round = |x: f32| if v_half { r16(x) } else { x };
     let hk = h / (c.h / c.h_kv);
     let qo = ((i3 * c.h + h) * c.n_q + iq) * c.d;
     let qrow: Vec<f32> = inp.q[qo..qo + c.d]
@@ -411,6 +420,7 @@ fn base() -> Case {
         h_kv: 2,
         ne3: 1,
         kv_t: DType::F16,
+        v_t: None,
         mask: None,
         mask_kind: MaskKind::Holes,
         scale: 0.25,
@@ -467,6 +477,27 @@ fn plain_attention_with_gqa_f16_and_f32_kv() {
                 ..base()
             };
             check(&format!("{kv_t} h_kv={h_kv}"), &c, h_kv as u64);
+        }
+    }
+}
+
+/// f16 K with f32 V and the reverse: always the one-chunk path (ggml's
+/// other paths need one type), the accumulator in V's type.
+#[test]
+fn mixed_k_and_v_types() {
+    for (kt, vt) in [(DType::F16, DType::F32), (DType::F32, DType::F16)] {
+        for (n_q, n_kv) in [(3, 40), (70, 100), (1, 600)] {
+            let c = Case {
+                kv_t: kt,
+                v_t: Some(vt),
+                n_q,
+                n_kv,
+                mask: Some((DType::F16, [n_kv, n_q, 1, 1])),
+                mask_kind: MaskKind::Causal,
+                sinks: true,
+                ..base()
+            };
+            check(&format!("k {kt} v {vt}"), &c, 55);
         }
     }
 }
@@ -618,6 +649,7 @@ fn all_paths_over_the_shape_grid() {
                 h_kv,
                 ne3: 1,
                 kv_t: if i % 3 == 2 { DType::F32 } else { DType::F16 },
+                v_t: None,
                 mask: masked.then_some((mt, [n_kv, n_q + (i as usize % 2), m2, 1])),
                 mask_kind: kind,
                 scale: 1.0 / (d as f32).sqrt(),
@@ -728,6 +760,7 @@ proptest! {
             h_kv,
             ne3: 1,
             kv_t: if f32_kv { DType::F32 } else { DType::F16 },
+            v_t: None,
             mask: (mask < 3).then_some((DType::F16, [n_kv, n_q, 1, 1])),
             mask_kind: kind,
             scale: 0.3,

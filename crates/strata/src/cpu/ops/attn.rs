@@ -4,7 +4,7 @@
 //! contiguous rows (grouped-query attention: head `h` reads kv head
 //! `h / (H / H_kv)`, and `iq3 / (ne3 / ne3_kv)`); optional mask F16/F32
 //! [n_kv, ≥ n_q, m2, m3] broadcast over heads (`h % m2`, `iq3 % m3`);
-//! optional sinks F32 [H]. The result is F32 [Dv, H, n_q, ne3]: the row for
+//! optional sinks F32 \[H\]. The result is F32 [Dv, H, n_q, ne3]: the row for
 //! (head h, query iq) is at i1 = h, i2 = iq.
 //!
 //! As ggml's CPU backend (`ggml_compute_forward_flash_attn_ext_f16`), one of
@@ -38,24 +38,32 @@
 //!   accumulator and sum rescaled by `exp(M_old − M_new)`), `P = exp(s − M)`
 //!   (a vectorized exp at the SIMD levels, relative error < 1e-7, see
 //!   `x86`'s docs; ggml's is also an approximation) and
-//!   `acc += P·V` by a second f32 GEMM. Sinks are added after the last tile.
+//!   `acc += P·V` by a second f32 GEMM (each output an FMA chain in key
+//!   order, as ggml's `simd_gemm`). Sinks are added after the last tile.
 //!   Unlike ggml on aarch64 (which takes this path only for `Dv % 4 == 0`),
 //!   strata takes it for every Dv on every architecture.
 //!
 //! The hot loops dispatch once per op on the backend's instruction-set level
 //! ([`crate::quant::simd::Isa`]): AVX-512 and AVX2 (+FMA, F16C) kernels in
-//! [`x86`], the portable scalar ones here (also used for NEON, and for f16 K
-//! with f32 V or the reverse). At the scalar level the one-chunk path is the
-//! reference: it performs exactly the arithmetic of strata's original
-//! row-by-row kernel. The SIMD levels reorder the f32 sum of each q·k dot
-//! product, use FMA for the accumulator updates (as ggml's SIMD code does)
-//! and the vectorized exp; f16 roundings stay bit-exact (`vcvtps2ph` with
-//! round to nearest even is `half::f16::from_f32`).
+//! `x86` (x86-64 only), the portable scalar ones here (also used for NEON,
+//! and for the one-chunk path with f16 K and f32 V or the reverse). At the
+//! scalar level the one-chunk path is the reference: it performs exactly the
+//! arithmetic of strata's original row-by-row kernel (sequential f32 dot
+//! products, mul + add, libm exp). The SIMD levels do what ggml's SIMD code
+//! does at the same vector width: the q·k sums in ggml's order, FMA for the
+//! accumulator updates; they use the vectorized exp (relative error < 1e-7)
+//! where ggml calls `expf`. Their f16 roundings stay bit-exact (`vcvtps2ph`
+//! with round to nearest even is `half::f16::from_f32`).
 //!
-//! Threads: one-chunk rows and tiles are split across threads, and every row
-//! is computed by the same arithmetic whichever thread runs it, so the
-//! one-chunk and tiled results do not depend on the thread count (split-KV
-//! does, see above).
+//! Threads: one-chunk rows (grouped by kv head, up to four rows sharing each
+//! K/V load) are split across threads in contiguous ranges; tiles are handed
+//! out by a shared counter (one barrier to reset it). Every row is computed
+//! by the same arithmetic whichever thread runs it, so the one-chunk and
+//! tiled results do not depend on the thread count (split-KV does, see
+//! above). The split-KV partials live at the start of each thread's own work
+//! memory and are read by the merging threads after the barrier (the op's
+//! `work_size` is not told the thread count, so they cannot be sized in the
+//! shared part).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
