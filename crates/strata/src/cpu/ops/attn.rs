@@ -4,15 +4,68 @@
 //! contiguous rows (grouped-query attention: head `h` reads kv head
 //! `h / (H / H_kv)`, and `iq3 / (ne3 / ne3_kv)`); optional mask F16/F32
 //! [n_kv, ≥ n_q, m2, m3] broadcast over heads (`h % m2`, `iq3 % m3`);
-//! optional sinks F32 [H]. The result is F32 [Dv, H, n_q, ne3]: the row for
+//! optional sinks F32 \[H\]. The result is F32 [Dv, H, n_q, ne3]: the row for
 //! (head h, query iq) is at i1 = h, i2 = iq.
 //!
-//! One pass over the keys with an online softmax in f32 (running maximum and
-//! sum, the accumulator rescaled when the maximum grows). Keys whose mask is
-//! -inf are skipped, so a fully masked query row yields zeros, not NaN.
-//! Scores are dot products of the f32 query with the key converted to f32
-//! element by element (ggml's CPU path rounds q to f16 for f16 keys; strata
-//! keeps it in f32). Each output row is computed by one thread.
+//! As ggml's CPU backend (`ggml_compute_forward_flash_attn_ext_f16`), one of
+//! three algorithms runs, chosen from the shapes and types alone ([`Path`]):
+//!
+//! * **One-chunk** ([`Path::OneChunk`], short batches and decoding with
+//!   fewer than [`SPLIT_KV_MIN`] keys): per query row, one pass over the keys
+//!   with an online softmax. For f16 keys q is rounded to f16 first (ggml
+//!   converts q to K's dot type); scores are f32 sums of the (exact) products.
+//!   Keys whose mask is -inf are skipped, so a fully masked row yields zeros.
+//!   With f16 V the accumulator is kept in f16: every rescale
+//!   `acc = f16(acc·ms)` and every step `acc = f16(acc + v·vs)` rounds (round
+//!   to nearest even), which the golden logits of llama.cpp need; f32 V keeps
+//!   an f32 accumulator. Soft-capping is `softcap·tanh(s·scale/softcap)`.
+//! * **Split-KV** ([`Path::SplitKv`], one query row, `ne3 == 1`, K and V of one
+//!   type, at least [`SPLIT_KV_MIN`] keys): the keys are cut into `nth` equal
+//!   chunks (`ceil(n_kv / nth)`, nth = the thread count); each thread runs the
+//!   one-chunk algorithm over its chunk for every head and leaves the partial
+//!   (max, sum, unnormalized f32 accumulator) in its work memory; after a
+//!   barrier the partials of each head are merged by log-sum-exp (chunks with
+//!   sum 0 skipped) and divided by the sum. Sinks count in the chunk starting
+//!   at key 0 only. **The result depends on the thread count** (the f16
+//!   accumulator restarts at every chunk), exactly as ggml's does; with one
+//!   thread it equals the one-chunk result bit for bit.
+//! * **Tiled** ([`Path::Tiled`], at least [`TILE_Q`] query rows, K and V of one
+//!   type): tiles of up to 64 query rows of one head against tiles of 64 keys,
+//!   everything in f32 (q is *not* rounded; K and V are converted exactly):
+//!   scores by an f32 GEMM, `·scale/softcap → tanh → ·softcap` when capped,
+//!   `+ slope·mask`; a key tile whose mask is -inf for every row of the query
+//!   tile is skipped; per row the running maximum grows tile by tile (the
+//!   accumulator and sum rescaled by `exp(M_old − M_new)`), `P = exp(s − M)`
+//!   (a vectorized exp at the SIMD levels, relative error < 1e-7, see
+//!   `x86`'s docs; ggml's is also an approximation) and
+//!   `acc += P·V` by a second f32 GEMM (each output an FMA chain in key
+//!   order, as ggml's `simd_gemm`). Sinks are added after the last tile.
+//!   Unlike ggml on aarch64 (which takes this path only for `Dv % 4 == 0`),
+//!   strata takes it for every Dv on every architecture.
+//!
+//! The hot loops dispatch once per op on the backend's instruction-set level
+//! ([`crate::quant::simd::Isa`]): AVX-512 and AVX2 (+FMA, F16C) kernels in
+//! `x86` (x86-64 only), the portable scalar ones here (also used for NEON,
+//! and for the one-chunk path with f16 K and f32 V or the reverse). At the
+//! scalar level the one-chunk path is the reference: it performs exactly the
+//! arithmetic of strata's original row-by-row kernel (sequential f32 dot
+//! products, mul + add, libm exp). The SIMD levels do what ggml's SIMD code
+//! does at the same vector width: the q·k sums in ggml's order, FMA for the
+//! accumulator updates; they use the vectorized exp (relative error < 1e-7)
+//! where ggml calls `expf`. Their f16 roundings stay bit-exact (`vcvtps2ph`
+//! with round to nearest even is `half::f16::from_f32`).
+//!
+//! Threads: one-chunk rows (grouped by kv head, up to four rows sharing each
+//! K/V load) are split across threads in contiguous ranges; tiles are handed
+//! out by a shared counter (one barrier to reset it). Every row is computed
+//! by the same arithmetic whichever thread runs it, so the one-chunk and
+//! tiled results do not depend on the thread count (split-KV does, see
+//! above). The split-KV partials live at the start of each thread's own work
+//! memory and are read by the merging threads after the barrier (the op's
+//! `work_size` is not told the thread count, so they cannot be sized in the
+//! shared part).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use half::f16;
 
@@ -20,7 +73,47 @@ use super::softmax::alibi_slope;
 use super::{Ctx, NodePlan, WorkSize};
 use crate::cpu::TView;
 use crate::ops::Op;
+#[cfg(target_arch = "x86_64")]
+use crate::quant::simd::Isa;
 use crate::tensor::{DType, Tensor};
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+/// Query rows per tile of the tiled path, and the fewest query rows that take it.
+pub(crate) const TILE_Q: usize = 64;
+/// Keys per tile of the tiled path.
+pub(crate) const TILE_KV: usize = 64;
+/// The fewest keys for which a single query row takes the split-KV path.
+pub(crate) const SPLIT_KV_MIN: usize = 512;
+/// Row padding (f32 elements) of the work buffers: a multiple of every
+/// level's vector width.
+const PAD: usize = 16;
+/// Most query rows the one-chunk kernels process together (rows sharing K/V).
+const GROUP: usize = 4;
+
+/// The algorithm a FLASH_ATTN_EXT node runs (ggml's choice; module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// One query row against KV chunks, one chunk per thread, then a merge.
+    SplitKv,
+    /// 64 × 64 tiles of query rows × keys in f32.
+    Tiled,
+    /// Row by row over all keys, f16 accumulator for f16 V.
+    OneChunk,
+}
+
+/// ggml's path for q of shape `q_ne` against `n_kv` keys of types `k_t`, `v_t`.
+pub(crate) fn choose_path(q_ne: [usize; 4], k_t: DType, v_t: DType, n_kv: usize) -> Path {
+    let kv_ok = matches!(k_t, DType::F32 | DType::F16) && k_t == v_t;
+    if kv_ok && q_ne[1] == 1 && q_ne[3] == 1 && n_kv >= SPLIT_KV_MIN {
+        Path::SplitKv
+    } else if kv_ok && q_ne[1] >= TILE_Q {
+        Path::Tiled
+    } else {
+        Path::OneChunk
+    }
+}
 
 pub(super) fn supports(t: &Tensor) -> bool {
     let kv_ok = |i: usize| {
@@ -41,20 +134,753 @@ pub(super) fn supports(t: &Tensor) -> bool {
         }
 }
 
-pub(super) fn work_size(node: &NodePlan) -> WorkSize {
-    let (q, k, v) = (node.src(0), node.src(1), node.src(2));
-    WorkSize {
-        shared: 0,
-        per_thread: (q.ne[0] + v.ne[0] + k.ne[1]) * 4,
+fn pad(n: usize) -> usize {
+    n.next_multiple_of(PAD)
+}
+
+/// f32 elements of one-chunk scratch for chunks of up to `n_keys` keys.
+fn one_chunk_floats(d: usize, dv: usize, n_keys: usize) -> usize {
+    GROUP * (pad(d) + pad(dv) + pad(n_keys))
+}
+
+/// f32 elements of the partials of one thread: H × (M, S, Dv values).
+fn partial_floats(n_head: usize, dv: usize) -> usize {
+    pad(n_head * (2 + dv))
+}
+
+/// The tiled path's per-thread buffers, f32 offsets into the scratch.
+struct TileLayout {
+    kf: usize,
+    vf: usize,
+    kq: usize,
+    vkq: usize,
+    mask: usize,
+    mt: usize,
+    stats: usize,
+    qrow: usize,
+    total: usize,
+}
+
+impl TileLayout {
+    fn new(d: usize, dv: usize) -> TileLayout {
+        let mut at = 0;
+        let mut take = |n: usize| {
+            let o = at;
+            at += pad(n);
+            o
+        };
+        let qt = take(d * TILE_Q);
+        let kf = take(TILE_KV * d);
+        let vf = take(TILE_KV * pad(dv));
+        let kq = take(TILE_KV * TILE_Q);
+        let vkq = take(TILE_Q * pad(dv));
+        let mask = take(TILE_Q * TILE_KV);
+        let mt = take(TILE_KV * TILE_Q);
+        let stats = take(3 * TILE_Q);
+        let qrow = take(d);
+        debug_assert_eq!(qt, 0);
+        TileLayout {
+            kf,
+            vf,
+            kq,
+            vkq,
+            mask,
+            mt,
+            stats,
+            qrow,
+            total: at,
+        }
     }
 }
+
+pub(super) fn work_size(node: &NodePlan) -> WorkSize {
+    let (q, k, v) = (node.src(0), node.src(1), node.src(2));
+    let (d, dv, n_kv) = (q.ne[0], v.ne[0], k.ne[1]);
+    match choose_path(q.ne, k.dtype, v.dtype, n_kv) {
+        // Partials first, then the one-chunk scratch (a chunk is at most n_kv keys).
+        Path::SplitKv => WorkSize {
+            shared: 0,
+            per_thread: (partial_floats(q.ne[2], dv) + one_chunk_floats(d, dv, n_kv)) * 4,
+        },
+        // The tile counter.
+        Path::Tiled => WorkSize {
+            shared: 64,
+            per_thread: TileLayout::new(d, dv).total * 4,
+        },
+        Path::OneChunk => WorkSize {
+            shared: 0,
+            per_thread: one_chunk_floats(d, dv, n_kv) * 4,
+        },
+    }
+}
+
+/// `x` rounded to f16 and back.
+#[inline(always)]
+fn half_round(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
+}
+
+/// The node's operands and parameters.
+struct Params<'a> {
+    q: &'a TView,
+    k: &'a TView,
+    v: &'a TView,
+    dst: &'a TView,
+    mask: Option<&'a TView>,
+    sinks: Option<&'a TView>,
+    scale: f32,
+    max_bias: f32,
+    softcap: f32,
+    d: usize,
+    dv: usize,
+    n_kv: usize,
+    n_head: usize,
+    rk2: usize,
+    rk3: usize,
+}
+
+impl<'a> Params<'a> {
+    fn new(node: &'a NodePlan) -> Params<'a> {
+        let Op::FlashAttnExt {
+            scale,
+            max_bias,
+            softcap,
+        } = node.op
+        else {
+            unreachable!("attention kernel called for {}", node.op.name())
+        };
+        let (q, k, v) = (node.src(0), node.src(1), node.src(2));
+        Params {
+            q,
+            k,
+            v,
+            dst: &node.dst,
+            mask: node.src[3].as_ref(),
+            sinks: node.src[4].as_ref(),
+            scale,
+            max_bias,
+            softcap,
+            d: q.ne[0],
+            dv: v.ne[0],
+            n_kv: k.ne[1],
+            n_head: q.ne[2],
+            rk2: q.ne[2] / k.ne[2],
+            rk3: q.ne[3] / k.ne[3],
+        }
+    }
+
+    /// The sink logit of head `h`.
+    fn sink(&self, h: usize) -> Option<f32> {
+        self.sinks.map(|sk| {
+            let (s0, s1) = (sk.ne[0].max(1), sk.ne[1].max(1));
+            sk.get_f32(h % s0, (h / s0) % s1, h / (s0 * s1), 0)
+        })
+    }
+
+    /// Loads query row (iq, h, iq3) into `out[..d]`, rounded to f16 for f16
+    /// keys (ggml's conversion to K's dot type), zeros after it.
+    fn load_q(&self, iq: usize, h: usize, iq3: usize, out: &mut [f32]) {
+        self.q.load_row(iq, h, iq3, out);
+        if self.k.dtype == DType::F16 {
+            out[..self.d].iter_mut().for_each(|x| *x = half_round(*x));
+        }
+        out[self.d..].fill(0.0);
+    }
+
+    /// `slope · mask[c0 .. c0 + out.len()]` of the mask row for (iq, h, iq3).
+    #[allow(clippy::too_many_arguments)]
+    fn load_mask<K: Kernels>(
+        &self,
+        kn: K,
+        m: &TView,
+        iq: usize,
+        h: usize,
+        iq3: usize,
+        c0: usize,
+        slope: f32,
+        out: &mut [f32],
+    ) {
+        let (i2, i3) = (h % m.ne[2], iq3 % m.ne[3]);
+        let n = out.len();
+        assert!(
+            c0 + n <= m.ne[0],
+            "mask columns {c0}..{} of {}",
+            c0 + n,
+            m.ne[0]
+        );
+        if m.rows_contiguous() {
+            // SAFETY: the mask is a read-only source; its rows are contiguous.
+            let row = unsafe { m.row_bytes(iq, i2, i3) };
+            let es = m.dtype.type_size();
+            kn.to_f32(&row[es * c0..es * (c0 + n)], m.dtype, out);
+            if slope != 1.0 {
+                out.iter_mut().for_each(|x| *x *= slope);
+            }
+        } else {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = slope * m.get_f32(c0 + j, iq, i2, i3);
+            }
+        }
+    }
+
+    /// Adds the sink of head `h` to a finished row state (f32 accumulator),
+    /// as ggml: the maximum moves to the sink when it is larger.
+    fn add_sink(&self, h: usize, m: &mut f32, s: &mut f32, acc: &mut [f32]) {
+        if let Some(sv) = self.sink(h) {
+            if sv > *m {
+                let shrink = (*m - sv).exp();
+                *m = sv;
+                *s = *s * shrink + 1.0;
+                acc.iter_mut().for_each(|a| *a *= shrink);
+            } else {
+                *s += (sv - *m).exp();
+            }
+        }
+    }
+}
+
+/// The keys `c0..c1` of kv head (ik2, ik3) for the one-chunk kernels.
+pub(crate) struct ChunkJob<'a> {
+    k: &'a TView,
+    v: &'a TView,
+    ik2: usize,
+    ik3: usize,
+    c0: usize,
+    c1: usize,
+    scale: f32,
+    softcap: f32,
+}
+
+/// One query row in the one-chunk kernels: its inputs and running state.
+pub(crate) struct RowState<'a> {
+    /// The query, `d` values (f16-rounded for f16 keys) then zeros to a
+    /// multiple of the vector width.
+    q: &'a [f32],
+    /// `slope · mask` for keys `c0..c1` (none: all 0).
+    mask: Option<&'a [f32]>,
+    /// Running maximum.
+    m: f32,
+    /// Running sum.
+    s: f32,
+    /// Unnormalized accumulator: `dv` values then padding (zeros on entry).
+    acc: &'a mut [f32],
+}
+
+/// The heavy loops of the three paths at one instruction-set level.
+pub(crate) trait Kernels: Copy {
+    /// f32 lanes per vector; the tile kernels take rows of a multiple of it.
+    fn width(self) -> usize;
+    /// Converts a K/V row (f16 or f32 bytes of `dt`) to f32 in
+    /// `dst[..n]`, zeros after.
+    fn to_f32(self, src: &[u8], dt: DType, dst: &mut [f32]);
+    /// `kq[j][i] = Σ_d kf[j][d] · qt[d][i]` for the `kq.len() / np` keys j
+    /// (kf rows of `d`), `np` query columns (qt rows of `np`), each sum
+    /// accumulated in order of d from 0.
+    fn qk(self, kf: &[f32], d: usize, qt: &[f32], np: usize, kq: &mut [f32]);
+    /// The online softmax over the columns of `kq` (keys × `np`): first
+    /// `kq ← kq·scale (+ mt)` (`mt` keys × `np` like kq), then per column the
+    /// tile max, `ms = exp(M_old − M_new)` (1 if the max did not grow),
+    /// `kq ← exp(kq − M_new)` (0 in columns whose tile max is -inf),
+    /// `s ← s·ms + Σ kq`, `m ← M_new`.
+    #[allow(clippy::too_many_arguments)]
+    fn softmax_cols(
+        self,
+        kq: &mut [f32],
+        np: usize,
+        scale: f32,
+        mt: Option<&[f32]>,
+        m: &mut [f32],
+        s: &mut [f32],
+        ms: &mut [f32],
+    );
+    /// `vkq[i][..] = vkq[i][..]·ms[i] + Σ_j p[j][i] · vf[j][..]` for `rows`
+    /// rows i (vkq and vf rows of `dvp`, p rows of `np`): the rescale, then
+    /// the products accumulated in order of j.
+    #[allow(clippy::too_many_arguments)]
+    fn pv(
+        self,
+        p: &[f32],
+        np: usize,
+        rows: usize,
+        vf: &[f32],
+        dvp: usize,
+        ms: &[f32],
+        vkq: &mut [f32],
+    );
+    /// Runs the one-chunk algorithm for up to [`GROUP`] rows sharing K/V.
+    fn one_chunk(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]);
+}
+
+pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
+    let p = Params::new(node);
+    #[cfg(target_arch = "x86_64")]
+    match ctx.isa {
+        Isa::Avx512 | Isa::Vnni => {
+            if let Some(kn) = x86::Avx512::new() {
+                return run(kn, &p, ctx);
+            }
+        }
+        Isa::Avx2 => {
+            if let Some(kn) = x86::Avx2::new() {
+                return run(kn, &p, ctx);
+            }
+        }
+        _ => {}
+    }
+    run(Scalar, &p, ctx)
+}
+
+fn run<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
+    match choose_path(p.q.ne, p.k.dtype, p.v.dtype, p.n_kv) {
+        Path::SplitKv => split_kv(kn, p, ctx),
+        Path::Tiled => tiled(kn, p, ctx),
+        Path::OneChunk => one_chunk_rows(kn, p, ctx),
+    }
+}
+
+/// Divides `acc[..dv]` by `s` (0 when `s` is 0) and stores it as the output
+/// row for (h, iq, iq3).
+fn store_normalized(p: &Params<'_>, h: usize, iq: usize, iq3: usize, s: f32, acc: &mut [f32]) {
+    let acc = &mut acc[..p.dv];
+    let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+    acc.iter_mut().for_each(|a| *a *= inv);
+    p.dst.store_row(h, iq, iq3, acc);
+}
+
+/// Splits `buf` into [`GROUP`] slices of `n` (plus the rest).
+fn split_group(buf: &mut [f32], n: usize) -> (Vec<&mut [f32]>, &mut [f32]) {
+    let (head, rest) = buf.split_at_mut(GROUP * n);
+    (head.chunks_exact_mut(n).collect(), rest)
+}
+
+/// The one-chunk path: this thread's rows, in groups sharing a kv head.
+fn one_chunk_rows<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
+    let (n_q, ne3) = (p.q.ne[1], p.q.ne[3]);
+    let h_kv = p.k.ne[2];
+    let scratch = ctx.scratch_f32(one_chunk_floats(p.d, p.dv, p.n_kv));
+    let (dp, dvp, mp) = (pad(p.d), pad(p.dv), pad(p.n_kv));
+    let (mut qs, rest) = split_group(scratch, dp);
+    let (mut accs, rest) = split_group(rest, dvp);
+    let (mut masks, _) = split_group(rest, mp);
+    // Row u enumerates (iq3, kv head, iq, head within the kv group), fastest
+    // last, so consecutive rows share K and V.
+    let coords = |u: usize| {
+        let hr = u % p.rk2;
+        let iq = (u / p.rk2) % n_q;
+        let ik2 = (u / (p.rk2 * n_q)) % h_kv;
+        let iq3 = u / (p.rk2 * n_q * h_kv);
+        (ik2 * p.rk2 + hr, iq, iq3, ik2)
+    };
+    let range = ctx.rows(n_q * p.n_head * ne3);
+    let mut u = range.start;
+    while u < range.end {
+        let (_, _, iq3, ik2) = coords(u);
+        let mut g = 1;
+        while g < GROUP && u + g < range.end && {
+            let (_, _, j3, jk2) = coords(u + g);
+            (j3, jk2) == (iq3, ik2)
+        } {
+            g += 1;
+        }
+        let mut rows = Vec::with_capacity(g);
+        for (((i, q), acc), mk) in (0..g).zip(&mut qs).zip(&mut accs).zip(&mut masks) {
+            let (h, iq, iq3) = {
+                let c = coords(u + i);
+                (c.0, c.1, c.2)
+            };
+            p.load_q(iq, h, iq3, q);
+            acc.fill(0.0);
+            let mask = p.mask.map(|m| {
+                let mk = &mut mk[..p.n_kv];
+                p.load_mask(
+                    kn,
+                    m,
+                    iq,
+                    h,
+                    iq3,
+                    0,
+                    alibi_slope(p.max_bias, h, p.n_head),
+                    mk,
+                );
+                &*mk
+            });
+            rows.push(RowState {
+                q,
+                mask,
+                m: f32::NEG_INFINITY,
+                s: 0.0,
+                acc,
+            });
+        }
+        let job = ChunkJob {
+            k: p.k,
+            v: p.v,
+            ik2,
+            ik3: iq3 / p.rk3,
+            c0: 0,
+            c1: p.n_kv,
+            scale: p.scale,
+            softcap: p.softcap,
+        };
+        kn.one_chunk(&job, &mut rows);
+        for (i, r) in rows.into_iter().enumerate() {
+            let (h, iq, iq3, _) = coords(u + i);
+            let (mut m, mut s) = (r.m, r.s);
+            p.add_sink(h, &mut m, &mut s, &mut r.acc[..p.dv]);
+            store_normalized(p, h, iq, iq3, s, r.acc);
+        }
+        u += g;
+    }
+}
+
+/// Pointer to thread `j`'s per-thread work memory: the layout of
+/// [`Ctx::scratch_f32`] (shared part, then one 64-byte aligned part per
+/// thread), which the split-KV path addresses directly because threads read
+/// each other's partials after the barrier.
+fn thread_area(ctx: &Ctx<'_>, j: usize) -> *mut f32 {
+    assert!(j < ctx.w.nth);
+    let per = crate::backend::align_up(ctx.work.per_thread, 64);
+    let off = crate::backend::align_up(ctx.work.shared, 64) + per * j;
+    // SAFETY: the work buffer holds WorkSize::total(nth) bytes: the shared
+    // part and nth per-thread parts of `per` bytes; `off` is the start of part j.
+    unsafe { ctx.wdata.add(off).cast::<f32>() }
+}
+
+/// The split-KV path (decoding one row against many keys).
+fn split_kv<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
+    let (nth, ith) = (ctx.w.nth, ctx.w.ith);
+    let (n_head, dv) = (p.n_head, p.dv);
+    let chunk = p.n_kv.div_ceil(nth);
+    let (c0, c1) = ((ith * chunk).min(p.n_kv), ((ith + 1) * chunk).min(p.n_kv));
+    let stride = 2 + dv;
+    let n_part = partial_floats(n_head, dv);
+    let own_len = n_part + one_chunk_floats(p.d, dv, p.n_kv);
+    debug_assert!(own_len * 4 <= ctx.work.per_thread);
+    {
+        // SAFETY: this thread's part of the work buffer (thread_area), at
+        // least own_len f32 (work_size); no other thread touches it before
+        // the barrier below, and this slice is dropped before it.
+        let own = unsafe { std::slice::from_raw_parts_mut(thread_area(ctx, ith), own_len) };
+        let (parts, scratch) = own.split_at_mut(n_part);
+        let (dp, dvp, mp) = (pad(p.d), pad(dv), pad(p.n_kv));
+        let (mut qs, rest) = split_group(scratch, dp);
+        let (mut accs, rest) = split_group(rest, dvp);
+        let (mut masks, _) = split_group(rest, mp);
+        for h in 0..n_head {
+            parts[h * stride] = f32::NEG_INFINITY;
+            parts[h * stride + 1] = 0.0;
+            parts[h * stride + 2..(h + 1) * stride].fill(0.0);
+        }
+        if c0 < c1 {
+            // Heads sharing a kv head, at most GROUP at a time.
+            let mut h0 = 0;
+            while h0 < n_head {
+                let ik2 = h0 / p.rk2;
+                let g = GROUP.min(p.rk2 - h0 % p.rk2).min(n_head - h0);
+                let mut rows = Vec::with_capacity(g);
+                for (((i, q), acc), mk) in (0..g).zip(&mut qs).zip(&mut accs).zip(&mut masks) {
+                    let h = h0 + i;
+                    p.load_q(0, h, 0, q);
+                    acc.fill(0.0);
+                    let mask = p.mask.map(|m| {
+                        let mk = &mut mk[..c1 - c0];
+                        p.load_mask(kn, m, 0, h, 0, c0, alibi_slope(p.max_bias, h, n_head), mk);
+                        &*mk
+                    });
+                    rows.push(RowState {
+                        q,
+                        mask,
+                        m: f32::NEG_INFINITY,
+                        s: 0.0,
+                        acc,
+                    });
+                }
+                let job = ChunkJob {
+                    k: p.k,
+                    v: p.v,
+                    ik2,
+                    ik3: 0,
+                    c0,
+                    c1,
+                    scale: p.scale,
+                    softcap: p.softcap,
+                };
+                kn.one_chunk(&job, &mut rows);
+                for (i, r) in rows.into_iter().enumerate() {
+                    let h = h0 + i;
+                    let (mut m, mut s) = (r.m, r.s);
+                    if c0 == 0 {
+                        p.add_sink(h, &mut m, &mut s, &mut r.acc[..dv]);
+                    }
+                    let part = &mut parts[h * stride..(h + 1) * stride];
+                    part[0] = m;
+                    part[1] = s;
+                    part[2..].copy_from_slice(&r.acc[..dv]);
+                }
+                h0 += g;
+            }
+        }
+    }
+    ctx.w.barrier();
+    // Merge: heads round-robin over threads.
+    let mut out = vec![0f32; dv];
+    for h in (ith..n_head).step_by(nth) {
+        let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+        out.fill(0.0);
+        for j in 0..nth {
+            if j * chunk >= p.n_kv {
+                continue;
+            }
+            // SAFETY: thread j wrote its partials before the barrier; every
+            // thread only reads them now, until the node's closing barrier.
+            let part =
+                unsafe { std::slice::from_raw_parts(thread_area(ctx, j).add(h * stride), stride) };
+            let (mc, sc) = (part[0], part[1]);
+            if sc == 0.0 {
+                continue;
+            }
+            let mn = m.max(mc);
+            let (f_old, f_new) = ((m - mn).exp(), (mc - mn).exp());
+            for (o, &x) in out.iter_mut().zip(&part[2..]) {
+                *o = *o * f_old + x * f_new;
+            }
+            s = s * f_old + sc * f_new;
+            m = mn;
+        }
+        store_normalized(p, h, 0, 0, s, &mut out);
+    }
+}
+
+/// The tiled path: this thread's tiles, handed out by a shared counter
+/// (largest query offsets first: under a causal mask they cost the most).
+fn tiled<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
+    let (n_q, ne3) = (p.q.ne[1], p.q.ne[3]);
+    let n_qt = n_q.div_ceil(TILE_Q);
+    let n_tiles = n_qt * p.n_head * ne3;
+    // SAFETY: the shared work memory holds 64 bytes (work_size), 64-byte
+    // aligned; during this node it is only accessed through this atomic.
+    let next = unsafe { &*ctx.shared_ptr().cast::<AtomicUsize>() };
+    if ctx.w.ith == 0 {
+        next.store(0, Ordering::Relaxed);
+    }
+    ctx.w.barrier();
+    let lay = TileLayout::new(p.d, p.dv);
+    let scratch = ctx.scratch_f32(lay.total);
+    loop {
+        let ti = next.fetch_add(1, Ordering::Relaxed);
+        if ti >= n_tiles {
+            break;
+        }
+        let t = n_qt - 1 - ti / (p.n_head * ne3);
+        let h = ti % p.n_head;
+        let iq3 = (ti / p.n_head) % ne3;
+        tile(kn, p, &lay, scratch, t * TILE_Q, h, iq3);
+    }
+}
+
+/// What the mask holds for a query tile × key tile.
+enum MaskTile {
+    /// -inf everywhere: the key tile is skipped.
+    Dead,
+    /// Zeros everywhere (-inf allowed nowhere): nothing to add.
+    Zero,
+    /// Anything else: `slope · mask`, transposed, was written to `mt`.
+    Values,
+}
+
+/// True when any of the `dt` values in `b` is not -inf, and when any is not ±0.
+fn classify(b: &[u8], dt: DType) -> (bool, bool) {
+    match dt {
+        DType::F16 => b.chunks_exact(2).fold((false, false), |(l, z), x| {
+            let v = u16::from_le_bytes([x[0], x[1]]);
+            (l | (v != 0xfc00), z | (v & 0x7fff != 0))
+        }),
+        _ => b.chunks_exact(4).fold((false, false), |(l, z), x| {
+            let v = u32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+            (l | (v != 0xff80_0000), z | (v & 0x7fff_ffff != 0))
+        }),
+    }
+}
+
+/// Classifies the mask of query rows `q.0 .. q.0 + q.1` (head `q.2`,
+/// batch `q.3`) × keys `c.0 .. c.0 + c.1` from the stored bits (slope · -inf
+/// is -inf and slope · 0 is 0 for the positive ALiBi slopes), converting it
+/// into `mt` (keys × `np`, zeros past the rows) only when it holds values.
+#[allow(clippy::too_many_arguments)]
+fn mask_tile<K: Kernels>(
+    kn: K,
+    p: &Params<'_>,
+    m: &TView,
+    q: (usize, usize, usize, usize),
+    c: (usize, usize),
+    slope: f32,
+    np: usize,
+    mbuf: &mut [f32],
+    mt: &mut [f32],
+) -> MaskTile {
+    let (iq0, rows, h, iq3) = q;
+    let (ic, kvn) = c;
+    let (i2, i3) = (h % m.ne[2], iq3 % m.ne[3]);
+    let es = m.dtype.type_size();
+    let (mut live, mut values) = (false, false);
+    if m.rows_contiguous() {
+        for i in 0..rows {
+            // SAFETY: the mask is a read-only source; its rows are contiguous.
+            let row = unsafe { m.row_bytes(iq0 + i, i2, i3) };
+            let (l, v) = classify(&row[es * ic..es * (ic + kvn)], m.dtype);
+            live |= l;
+            values |= v;
+        }
+        if !live {
+            return MaskTile::Dead;
+        }
+        if !values {
+            return MaskTile::Zero;
+        }
+    }
+    for i in 0..rows {
+        let mr = &mut mbuf[i * TILE_KV..i * TILE_KV + kvn];
+        p.load_mask(kn, m, iq0 + i, h, iq3, ic, slope, mr);
+        live |= mr.iter().fold(false, |a, &x| a | (x != f32::NEG_INFINITY));
+        values |= mr.iter().fold(false, |a, &x| a | (x != 0.0));
+    }
+    if !live {
+        return MaskTile::Dead;
+    }
+    if !values {
+        return MaskTile::Zero;
+    }
+    for (j, row) in mt[..kvn * np].chunks_exact_mut(np).enumerate() {
+        for (i, x) in row.iter_mut().enumerate() {
+            *x = if i < rows { mbuf[i * TILE_KV + j] } else { 0.0 };
+        }
+    }
+    MaskTile::Values
+}
+
+/// One query tile: rows iq0.. (up to 64) of head h in batch iq3.
+#[allow(clippy::too_many_arguments)]
+fn tile<K: Kernels>(
+    kn: K,
+    p: &Params<'_>,
+    lay: &TileLayout,
+    scratch: &mut [f32],
+    iq0: usize,
+    h: usize,
+    iq3: usize,
+) {
+    let (d, dv, n_kv) = (p.d, p.dv, p.n_kv);
+    let w = kn.width();
+    let rows = TILE_Q.min(p.q.ne[1] - iq0);
+    let np = rows.next_multiple_of(w);
+    let dvp = dv.next_multiple_of(w);
+    let (ik2, ik3) = (h / p.rk2, iq3 / p.rk3);
+    let slope = alibi_slope(p.max_bias, h, p.n_head);
+    let scale = if p.softcap != 0.0 {
+        p.scale / p.softcap
+    } else {
+        p.scale
+    };
+
+    let (head, qrow) = scratch.split_at_mut(lay.qrow);
+    let qrow = &mut qrow[..d];
+    let (head, stats) = head.split_at_mut(lay.stats);
+    let (head, mt) = head.split_at_mut(lay.mt);
+    let (head, mbuf) = head.split_at_mut(lay.mask);
+    let (head, vkq) = head.split_at_mut(lay.vkq);
+    let (head, kq) = head.split_at_mut(lay.kq);
+    let (head, vf) = head.split_at_mut(lay.vf);
+    let (qt, kf) = head.split_at_mut(lay.kf);
+    let (mm, rest) = stats.split_at_mut(TILE_Q);
+    let (ss, ms) = rest.split_at_mut(TILE_Q);
+    let (mm, ss, ms) = (&mut mm[..np], &mut ss[..np], &mut ms[..np]);
+
+    // Q transposed: qt[dd][i], zero columns past the tile's rows.
+    let qt = &mut qt[..d * np];
+    qt.fill(0.0);
+    for i in 0..rows {
+        p.q.load_row(iq0 + i, h, iq3, qrow);
+        for (dd, &x) in qrow.iter().enumerate() {
+            qt[dd * np + i] = x;
+        }
+    }
+    mm.fill(f32::NEG_INFINITY);
+    ss.fill(0.0);
+    let vkq = &mut vkq[..rows * dvp];
+    vkq.fill(0.0);
+
+    for ic in (0..n_kv).step_by(TILE_KV) {
+        let kvn = TILE_KV.min(n_kv - ic);
+        let add_mask = match p.mask {
+            None => false,
+            Some(m) => match mask_tile(
+                kn,
+                p,
+                m,
+                (iq0, rows, h, iq3),
+                (ic, kvn),
+                slope,
+                np,
+                mbuf,
+                mt,
+            ) {
+                MaskTile::Dead => continue,
+                MaskTile::Zero => false,
+                MaskTile::Values => true,
+            },
+        };
+        for j in 0..kvn {
+            // SAFETY: k is a read-only source with contiguous rows.
+            let kr = unsafe { p.k.row_bytes(ic + j, ik2, ik3) };
+            kn.to_f32(kr, p.k.dtype, &mut kf[j * d..(j + 1) * d]);
+        }
+        let kq = &mut kq[..kvn * np];
+        kn.qk(&kf[..kvn * d], d, qt, np, kq);
+        let mut sc = scale;
+        if p.softcap != 0.0 {
+            kq.iter_mut()
+                .for_each(|x| *x = (*x * scale).tanh() * p.softcap);
+            sc = 1.0;
+        }
+        let mt = add_mask.then_some(&mt[..kvn * np]);
+        kn.softmax_cols(kq, np, sc, mt, mm, ss, ms);
+        for j in 0..kvn {
+            // SAFETY: as for k.
+            let vr = unsafe { p.v.row_bytes(ic + j, ik2, ik3) };
+            kn.to_f32(vr, p.v.dtype, &mut vf[j * dvp..(j + 1) * dvp]);
+        }
+        kn.pv(kq, np, rows, &vf[..kvn * dvp], dvp, ms, vkq);
+    }
+
+    for i in 0..rows {
+        let acc = &mut vkq[i * dvp..(i + 1) * dvp];
+        let (m, mut s) = (mm[i], ss[i]);
+        if let Some(sv) = p.sink(h) {
+            // As ggml's tiled path: rescale when the sink is the larger.
+            if sv > m {
+                let f = (m - sv).exp();
+                acc.iter_mut().for_each(|a| *a *= f);
+                s = s * f + 1.0;
+            } else {
+                s += (sv - m).exp();
+            }
+        }
+        let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+        acc.iter_mut().for_each(|a| *a *= inv);
+        p.dst.store_row(h, iq0 + i, iq3, acc);
+    }
+}
+
+// ---- the portable kernels ----
+
+/// The portable kernels (every architecture; the reference).
+#[derive(Clone, Copy)]
+pub(crate) struct Scalar;
 
 /// An element type k and v rows can hold.
 trait Elem {
     const SIZE: usize;
-    /// True for f16: ggml's CPU flash attention then rounds q to f16 for the
-    /// q·k products and keeps the V accumulator in f16; strata does the same
-    /// so that its results track llama.cpp's (golden logits).
+    /// True for f16: the one-chunk V accumulator is then kept in f16.
     const HALF: bool = false;
     fn get(b: &[u8], i: usize) -> f32;
 }
@@ -81,21 +907,6 @@ impl Elem for F16 {
     }
 }
 
-pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
-    match (node.src(1).dtype, node.src(2).dtype) {
-        (DType::F16, DType::F16) => run::<F16, F16>(node, ctx),
-        (DType::F16, _) => run::<F16, F32>(node, ctx),
-        (_, DType::F16) => run::<F32, F16>(node, ctx),
-        _ => run::<F32, F32>(node, ctx),
-    }
-}
-
-/// `x` rounded to f16 and back.
-#[inline(always)]
-fn half_round(x: f32) -> f32 {
-    f16::from_f32(x).to_f32()
-}
-
 /// The V accumulator's storage rounding: f16 when V is f16 (as ggml).
 #[inline(always)]
 fn v_round<V: Elem>(x: f32) -> f32 {
@@ -106,87 +917,181 @@ fn v_round<V: Elem>(x: f32) -> f32 {
     }
 }
 
-fn run<K: Elem, V: Elem>(node: &NodePlan, ctx: &Ctx<'_>) {
-    let Op::FlashAttnExt {
-        scale,
-        max_bias,
-        softcap,
-    } = node.op
-    else {
-        unreachable!("attention kernel called for {}", node.op.name())
-    };
-    let (q, k, v, d) = (node.src(0), node.src(1), node.src(2), &node.dst);
-    let mask: Option<&TView> = node.src[3].as_ref();
-    let sinks: Option<&TView> = node.src[4].as_ref();
-    let (dk, dv, n_kv, n_head) = (q.ne[0], v.ne[0], k.ne[1], q.ne[2]);
-    let (rk2, rk3) = (q.ne[2] / k.ne[2], q.ne[3] / k.ne[3]);
-
-    let scratch = ctx.scratch_f32(dk + dv + n_kv);
-    let (qrow, rest) = scratch.split_at_mut(dk);
-    let (acc, mrow) = rest.split_at_mut(dv);
-
-    for r in ctx.rows(d.nrows()) {
-        let (h, iq, iq3) = d.row_coords(r);
-        let (ik2, ik3) = (h / rk2, iq3 / rk3);
-        let slope = alibi_slope(max_bias, h, n_head);
-        q.load_row(iq, h, iq3, qrow);
-        if K::HALF {
-            qrow.iter_mut().for_each(|x| *x = half_round(*x));
+/// strata's original row-by-row loop over keys `c0..c1` for one row, with
+/// the same arithmetic in the same order (the one-chunk reference).
+fn one_chunk_row<K: Elem, V: Elem>(job: &ChunkJob<'_>, r: &mut RowState<'_>) {
+    let (k, v) = (job.k, job.v);
+    let (dk, dv) = (k.ne[0], v.ne[0]);
+    let qrow = &r.q[..dk];
+    let acc = &mut r.acc[..dv];
+    let (mut max, mut sum) = (r.m, r.s);
+    for ic in job.c0..job.c1 {
+        let mv = r.mask.map_or(0.0, |m| m[ic - job.c0]);
+        if mv == f32::NEG_INFINITY {
+            continue;
         }
-        match mask {
-            Some(m) => m.load_row(iq, h % m.ne[2], iq3 % m.ne[3], mrow),
-            None => mrow.fill(0.0),
+        // SAFETY: k and v are read-only sources with contiguous rows.
+        let krow = unsafe { k.row_bytes(ic, job.ik2, job.ik3) };
+        debug_assert_eq!(krow.len(), dk * K::SIZE);
+        let mut s = 0.0f32;
+        for (i, &x) in qrow.iter().enumerate() {
+            s += x * K::get(krow, i);
         }
-        acc.fill(0.0);
-        let mut max = f32::NEG_INFINITY;
-        let mut sum = 0.0f32;
-        for (ic, &m) in mrow.iter().enumerate() {
-            let mv = slope * m;
-            if mv == f32::NEG_INFINITY {
-                continue;
+        s *= job.scale;
+        if job.softcap != 0.0 {
+            s = job.softcap * (s / job.softcap).tanh();
+        }
+        s += mv;
+        let w = if s > max {
+            let shrink = (max - s).exp();
+            max = s;
+            sum *= shrink;
+            acc.iter_mut().for_each(|a| *a = v_round::<V>(*a * shrink));
+            1.0
+        } else {
+            (s - max).exp()
+        };
+        sum += w;
+        // SAFETY: as krow.
+        let vrow = unsafe { v.row_bytes(ic, job.ik2, job.ik3) };
+        debug_assert_eq!(vrow.len(), dv * V::SIZE);
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a = v_round::<V>(*a + w * V::get(vrow, i));
+        }
+    }
+    r.m = max;
+    r.s = sum;
+}
+
+impl Kernels for Scalar {
+    fn width(self) -> usize {
+        1
+    }
+
+    fn to_f32(self, src: &[u8], dt: DType, dst: &mut [f32]) {
+        let n = src.len() / dt.type_size();
+        match dt {
+            DType::F16 => {
+                for (o, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                    *o = crate::quant::simd::f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+                }
             }
-            // SAFETY: k and v are read-only sources with contiguous rows.
-            let krow = unsafe { k.row_bytes(ic, ik2, ik3) };
-            debug_assert_eq!(krow.len(), dk * K::SIZE);
-            let mut s = 0.0f32;
-            for (i, &x) in qrow.iter().enumerate() {
-                s += x * K::get(krow, i);
+            _ => {
+                for (o, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
             }
-            s *= scale;
-            if softcap != 0.0 {
-                s = softcap * (s / softcap).tanh();
+        }
+        dst[n..].fill(0.0);
+    }
+
+    fn qk(self, kf: &[f32], d: usize, qt: &[f32], np: usize, kq: &mut [f32]) {
+        for (j, out) in kq.chunks_exact_mut(np).enumerate() {
+            out.fill(0.0);
+            for (dd, &a) in kf[j * d..(j + 1) * d].iter().enumerate() {
+                for (o, &b) in out.iter_mut().zip(&qt[dd * np..(dd + 1) * np]) {
+                    *o += a * b;
+                }
             }
-            s += mv;
-            let w = if s > max {
-                let shrink = (max - s).exp();
-                max = s;
-                sum *= shrink;
-                acc.iter_mut().for_each(|a| *a = v_round::<V>(*a * shrink));
+        }
+    }
+
+    fn softmax_cols(
+        self,
+        kq: &mut [f32],
+        np: usize,
+        scale: f32,
+        mt: Option<&[f32]>,
+        m: &mut [f32],
+        s: &mut [f32],
+        ms: &mut [f32],
+    ) {
+        let kvn = kq.len() / np;
+        match mt {
+            Some(mt) => kq
+                .iter_mut()
+                .zip(mt)
+                .for_each(|(x, &b)| *x = *x * scale + b),
+            None => kq.iter_mut().for_each(|x| *x *= scale),
+        }
+        for i in 0..np {
+            let tmax = (0..kvn).fold(f32::NEG_INFINITY, |a, j| a.max(kq[j * np + i]));
+            let mold = m[i];
+            let mnew = mold.max(tmax);
+            let f = if mnew > mold {
+                (mold - mnew).exp()
+            } else {
                 1.0
-            } else {
-                (s - max).exp()
             };
-            sum += w;
-            // SAFETY: as krow.
-            let vrow = unsafe { v.row_bytes(ic, ik2, ik3) };
-            debug_assert_eq!(vrow.len(), dv * V::SIZE);
-            for (i, a) in acc.iter_mut().enumerate() {
-                *a = v_round::<V>(*a + w * V::get(vrow, i));
+            let mut sum = 0.0f32;
+            for j in 0..kvn {
+                let x = &mut kq[j * np + i];
+                *x = if tmax == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    (*x - mnew).exp()
+                };
+                sum += *x;
+            }
+            s[i] = s[i] * f + sum;
+            m[i] = mnew;
+            ms[i] = f;
+        }
+    }
+
+    fn pv(
+        self,
+        p: &[f32],
+        np: usize,
+        rows: usize,
+        vf: &[f32],
+        dvp: usize,
+        ms: &[f32],
+        vkq: &mut [f32],
+    ) {
+        let kvn = vf.len() / dvp;
+        for (i, out) in vkq.chunks_exact_mut(dvp).take(rows).enumerate() {
+            out.iter_mut().for_each(|o| *o *= ms[i]);
+            for j in 0..kvn {
+                let a = p[j * np + i];
+                for (o, &b) in out.iter_mut().zip(&vf[j * dvp..(j + 1) * dvp]) {
+                    *o += a * b;
+                }
             }
         }
-        if let Some(sk) = sinks {
-            let (s0, s1) = (sk.ne[0].max(1), sk.ne[1].max(1));
-            let s = sk.get_f32(h % s0, (h / s0) % s1, h / (s0 * s1), 0);
-            if s > max {
-                let shrink = (max - s).exp();
-                sum = sum * shrink + 1.0;
-                acc.iter_mut().for_each(|a| *a *= shrink);
-            } else {
-                sum += (s - max).exp();
+    }
+
+    fn one_chunk(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]) {
+        for r in rows {
+            match (job.k.dtype, job.v.dtype) {
+                (DType::F16, DType::F16) => one_chunk_row::<F16, F16>(job, r),
+                (DType::F16, _) => one_chunk_row::<F16, F32>(job, r),
+                (_, DType::F16) => one_chunk_row::<F32, F16>(job, r),
+                _ => one_chunk_row::<F32, F32>(job, r),
             }
         }
-        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-        acc.iter_mut().for_each(|a| *a *= inv);
-        d.store_row(h, iq, iq3, acc);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_follow_ggml_conditions() {
+        use DType::{F16, F32};
+        let q = |n_q: usize, ne3: usize| [64, n_q, 9, ne3];
+        // Split-KV: one row, one batch, same K/V type, ≥ 512 keys.
+        assert_eq!(choose_path(q(1, 1), F16, F16, 512), Path::SplitKv);
+        assert_eq!(choose_path(q(1, 1), F32, F32, 4096), Path::SplitKv);
+        assert_eq!(choose_path(q(1, 1), F16, F16, 511), Path::OneChunk);
+        assert_eq!(choose_path(q(1, 2), F16, F16, 512), Path::OneChunk);
+        assert_eq!(choose_path(q(1, 1), F16, F32, 512), Path::OneChunk);
+        // Tiled: ≥ 64 rows, same K/V type.
+        assert_eq!(choose_path(q(64, 1), F16, F16, 1), Path::Tiled);
+        assert_eq!(choose_path(q(512, 2), F32, F32, 700), Path::Tiled);
+        assert_eq!(choose_path(q(63, 1), F16, F16, 700), Path::OneChunk);
+        assert_eq!(choose_path(q(64, 1), F32, F16, 700), Path::OneChunk);
+        assert_eq!(choose_path(q(2, 1), F16, F16, 4096), Path::OneChunk);
     }
 }

@@ -1,0 +1,188 @@
+//! FLASH_ATTN_EXT time at SmolLM2-135M's shapes (head dim 64, 9 query heads,
+//! 3 KV heads, f16 K/V, llama.cpp's causal f16 mask with -inf above the
+//! diagonal): a 512-token prompt against 512 keys, and one token against
+//! 128, 511 and 2048 keys; 1 and 2 threads.
+//!
+//! `cargo bench -p strata --bench attn -- --measurement-time 3`
+//!
+//! `new` is the CPU backend's kernel at this CPU's best instruction-set level
+//! (only `graph_compute` is timed: the graph is built and allocated once).
+//! `old` is a copy of strata's original scalar kernel (row by row, every
+//! K/V element converted through `half`, the f16 V accumulator rounded
+//! through `half`), run on the same data with the backend's thread pool and
+//! row split, so both sides are measured in the same run.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
+use half::f16;
+use std::time::Duration;
+use strata::backend::Backend;
+use strata::cpu::{alloc_graph_host, CpuBackend, ThreadPool};
+use strata::quant::simd;
+use strata::{ops, DType, Graph, Tensor};
+
+const D: usize = 64;
+const H: usize = 9;
+const H_KV: usize = 3;
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// The inputs of one case: q [D, n_q, H] f32, k and v [D, n_kv, H_kv] f16,
+/// mask [n_kv, n_q] f16 (key j visible to query i iff j <= i + n_kv - n_q).
+struct Data {
+    n_q: usize,
+    n_kv: usize,
+    q: Vec<f32>,
+    k: Vec<f16>,
+    v: Vec<f16>,
+    mask: Vec<f16>,
+}
+
+impl Data {
+    fn new(n_q: usize, n_kv: usize) -> Data {
+        let h16 = |x: Vec<f32>| x.into_iter().map(f16::from_f32).collect::<Vec<_>>();
+        let mut mask = Vec::with_capacity(n_kv * n_q);
+        for i in 0..n_q {
+            for j in 0..n_kv {
+                mask.push(if j <= i + n_kv - n_q {
+                    f16::ZERO
+                } else {
+                    f16::NEG_INFINITY
+                });
+            }
+        }
+        Data {
+            n_q,
+            n_kv,
+            q: values(D * n_q * H, 1),
+            k: h16(values(D * n_kv * H_KV, 2)),
+            v: h16(values(D * n_kv * H_KV, 3)),
+            mask,
+        }
+    }
+}
+
+/// The original kernel for output rows `rows` (row r = (head r % H, query r / H)).
+fn old_rows(x: &Data, scale: f32, rows: std::ops::Range<usize>, out: *mut f32) {
+    let mut qrow = vec![0f32; D];
+    let mut acc = vec![0f32; D];
+    let mut mrow = vec![0f32; x.n_kv];
+    let round = |v: f32| f16::from_f32(v).to_f32();
+    for r in rows {
+        let (h, iq) = (r % H, r / H);
+        let hk = h / (H / H_KV);
+        for (o, &v) in qrow.iter_mut().zip(&x.q[(h * x.n_q + iq) * D..]) {
+            *o = round(v);
+        }
+        for (o, m) in mrow.iter_mut().zip(&x.mask[iq * x.n_kv..]) {
+            *o = m.to_f32();
+        }
+        acc.fill(0.0);
+        let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+        for (ic, &mv) in mrow.iter().enumerate() {
+            if mv == f32::NEG_INFINITY {
+                continue;
+            }
+            let krow = &x.k[(hk * x.n_kv + ic) * D..][..D];
+            let mut s = 0.0f32;
+            for (a, b) in qrow.iter().zip(krow) {
+                s += a * b.to_f32();
+            }
+            s = s * scale + mv;
+            let w = if s > max {
+                let shrink = (max - s).exp();
+                max = s;
+                sum *= shrink;
+                acc.iter_mut().for_each(|a| *a = round(*a * shrink));
+                1.0
+            } else {
+                (s - max).exp()
+            };
+            sum += w;
+            let vrow = &x.v[(hk * x.n_kv + ic) * D..][..D];
+            for (a, b) in acc.iter_mut().zip(vrow) {
+                *a = round(*a + w * b.to_f32());
+            }
+        }
+        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        for (i, a) in acc.iter().enumerate() {
+            // SAFETY: `out` holds H·n_q·D f32 and row r is written by this thread only.
+            unsafe { *out.add(r * D + i) = a * inv };
+        }
+    }
+}
+
+/// A raw output pointer shared by the pool's threads (disjoint rows).
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: threads write disjoint rows of the buffer, which outlives the job.
+unsafe impl Sync for Out {}
+// SAFETY: as Sync.
+unsafe impl Send for Out {}
+
+impl Out {
+    /// The pointer (a method, so closures capture the whole `Out`).
+    fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let isa = simd::detected();
+    let mut group = c.benchmark_group("attn");
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+    let scale = 1.0 / (D as f32).sqrt();
+    for (name, n_q, n_kv) in [
+        ("prompt_q512_kv512", 512, 512),
+        ("decode_kv128", 1, 128),
+        ("decode_kv511", 1, 511),
+        ("decode_kv2048", 1, 2048),
+    ] {
+        let x = Data::new(n_q, n_kv);
+        let q = Tensor::new(DType::F32, &[D, n_q, H]).unwrap();
+        let k = Tensor::new(DType::F16, &[D, n_kv, H_KV]).unwrap();
+        let v = Tensor::new(DType::F16, &[D, n_kv, H_KV]).unwrap();
+        let m = Tensor::new(DType::F16, &[n_kv, n_q]).unwrap();
+        let out = ops::flash_attn_ext(&q, &k, &v, Some(&m), scale, 0.0, 0.0).unwrap();
+        let graph = Graph::build(std::slice::from_ref(&out));
+        let _bufs = alloc_graph_host(&graph).unwrap();
+        q.write_f32(&x.q).unwrap();
+        let f = |h: &[f16]| h.iter().map(|v| v.to_f32()).collect::<Vec<_>>();
+        k.write_f32(&f(&x.k)).unwrap();
+        v.write_f32(&f(&x.v)).unwrap();
+        m.write_f32(&f(&x.mask)).unwrap();
+        let mut old_out = vec![0f32; H * n_q * D];
+        for threads in [1, 2] {
+            let mut cpu = CpuBackend::new(threads);
+            cpu.set_isa(isa).unwrap();
+            group.bench_function(
+                BenchmarkId::new(name, format!("new_{isa}_t{threads}")),
+                |b| b.iter(|| cpu.graph_compute(&graph).unwrap()),
+            );
+            let pool = ThreadPool::new(threads);
+            let o = Out(old_out.as_mut_ptr());
+            group.bench_function(
+                BenchmarkId::new(name, format!("old_scalar_t{threads}")),
+                |b| b.iter(|| pool.run(&|w| old_rows(&x, scale, w.split(H * n_q), o.ptr()))),
+            );
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
