@@ -20,6 +20,7 @@
 
 mod buffer;
 mod ops;
+mod packed_buffer;
 mod pool;
 mod view;
 
@@ -27,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub use buffer::{cpu_buffer_type, HostBuffer, HostBufferType, HOST_ALIGNMENT};
+pub use packed_buffer::{packed_buffer_type, PackedBufferType};
 pub use pool::{ThreadPool, WorkerCtx};
 pub use view::TView;
 
@@ -187,6 +189,12 @@ impl CpuBackend {
         for t in graph.nodes() {
             if t.op().is_view_op() {
                 continue;
+            }
+            if let Some(why) = ops::packed_source_refusal(t) {
+                return Err(Error::Unsupported {
+                    backend: "CPU".into(),
+                    what: why,
+                });
             }
             if !ops::supports(t) {
                 return Err(Error::Unsupported {
