@@ -2,18 +2,19 @@
 //! [`crate::quant::packed`] (a weight in a `CPU_PACKED` buffer).
 //!
 //! Activations (`src1`, any float type and strides) are first quantized
-//! once per op to the weight's dot type (Q8_0 / Q8_1, the same quantizer as
-//! the unpacked path) and re-laid out per block for the kernels
+//! once per op to the weight's dot type (Q8_0 / Q8_1, bit-identical to the
+//! unpacked path's quantizer), straight into the kernels' per-block layout
 //! ([`packed::prepare_activation`]: i8 quants, f32 scale, the block's
-//! `-offset · Σq` or Q8_1 sum term), in the shared work buffer; threads split
+//! `-offset · Σq` or Q8_1 sum term) in the shared work buffer; threads split
 //! the columns, then meet at a barrier.
 //!
 //! The products are then computed in units of one 16-row group × a block of
 //! columns (wide enough to keep the activations of a block in L2, narrow
 //! enough to give every thread work): for each unit the tile kernel runs
 //! over 8 columns at a time (the weight chunk decoded once per 8 columns,
-//! accumulators in registers across K), and token generation (one column)
-//! uses a kernel that prefetches the weight stream. Units are ordered by
+//! accumulators in registers across K); for token generation (one column)
+//! the one-column kernel streams the weights (the hardware prefetcher keeps
+//! up: software prefetching measured slower). Units are ordered by
 //! plane, column block and group; threads take contiguous ranges of units,
 //! so for few columns they split the rows and for many the columns too.
 //! Every output is computed by the same per-column arithmetic whatever the
@@ -89,17 +90,25 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     // Phase 1: the activations, once, into the shared work buffer.
     let quantize = quantize_row_fn_for(ctx.isa, vdt).expect("Q8_0 / Q8_1 quantize");
     let shared = ctx.shared_ptr();
+    let in_place = b.dtype == DType::F32 && b.rows_contiguous();
     for c in ctx.rows(n_cols) {
         let (i1, i2, i3) = b.row_coords(c);
-        b.load_row(i1, i2, i3, row);
         // SAFETY: the shared buffer holds n_cols columns of col_bytes (work_size);
         // column c is written by this thread only, before the barrier.
         let out = unsafe { std::slice::from_raw_parts_mut(shared.add(c * col_bytes), col_bytes) };
-        if kernels.is_some() {
-            let q = &mut bytes[..vdt.row_size(k)];
-            quantize(&row[..k], q);
-            packed::prepare_activation(a.dtype, q, out);
+        if let Some(kern) = kernels {
+            let x = if in_place {
+                b.row_ptr(i1, i2, i3).cast::<f32>().cast_const()
+            } else {
+                b.load_row(i1, i2, i3, row);
+                row.as_ptr()
+            };
+            // SAFETY: the level's features were checked (kernels_for); x holds the
+            // k f32 of the row (a contiguous F32 row of b, or the scratch copy);
+            // out is the column's nb · ACT_BLOCK bytes.
+            unsafe { (kern.quantize)(x, nb, out.as_mut_ptr()) };
         } else {
+            b.load_row(i1, i2, i3, row);
             quantize(&row[..k], out);
         }
     }
@@ -131,11 +140,7 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
         let mut c = n0;
         while c < n1 {
             let nr = (n1 - c).min(Kernels::NR);
-            let f = if n1 - n0 == 1 {
-                kern.gemv
-            } else {
-                kern.tiles[nr - 1]
-            };
+            let f = kern.tiles[nr - 1];
             if direct {
                 // The tile's 16 outputs per column are consecutive f32 of dst.
                 dst.elem_ptr(g * ROWS + ROWS - 1, c + nr - 1, i12, i13);

@@ -349,13 +349,22 @@ pub(crate) type TileFn = unsafe fn(
     out_stride: usize,
 );
 
+/// An activation quantizer: `nb` blocks of 32 f32 at `x` into prepared
+/// blocks at `out`, bit-identical to quantizing with the scalar Q8_0 / Q8_1
+/// quantizer and [`prepare_activation`].
+///
+/// # Safety
+/// The CPU must support the level; `nb · 32` f32 readable at `x` and
+/// `nb · ACT_BLOCK` bytes writable at `out`.
+pub(crate) type QuantizeFn = unsafe fn(x: *const f32, nb: usize, out: *mut u8);
+
 /// The kernels of one level for one type.
 #[derive(Clone, Copy)]
 pub(crate) struct Kernels {
+    /// The activation quantizer for this weight type.
+    pub quantize: QuantizeFn,
     /// `tiles[j - 1]` computes `j` columns (1 ..= [`Kernels::NR`]).
     pub tiles: [TileFn; Kernels::NR],
-    /// One column, prefetching the weights ahead (token generation).
-    pub gemv: TileFn,
 }
 
 impl Kernels {
@@ -380,7 +389,9 @@ pub(crate) fn kernels_for(isa: Isa, dtype: DType) -> Option<Kernels> {
 
 /// Converts one activation row quantized to `vec_dot_type(dtype)` (Q8_0 or
 /// Q8_1 bytes `q`) into the kernels' per-block layout in `out`
-/// (`k / 32 · ACT_BLOCK` bytes).
+/// (`k / 32 · ACT_BLOCK` bytes): the definition the kernels' own quantizers
+/// ([`Kernels::quantize`]) are tested against.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn prepare_activation(dtype: DType, q: &[u8], out: &mut [u8]) {
     let off: i32 = match dtype {
         DType::Q4_0 => 8,
@@ -424,6 +435,61 @@ mod tests {
             let quants = if t == DType::Q8_0 { 512 } else { 256 };
             let end = c.qs + quants;
             assert_eq!(end, cs, "{t}: header + quants fill the chunk");
+        }
+    }
+
+    /// Rows with NaN, ±inf, zero blocks, subnormals, exact rounding ties
+    /// (block max 127, so `1/d` is 1) and random values.
+    fn hard_rows(k: usize) -> Vec<Vec<f32>> {
+        let mut rng = crate::conformance::Rng::new(17);
+        let mut rows = vec![rng.vec(k, -3.0, 2.0), vec![0.0; k]];
+        let mut ties: Vec<f32> = (0..k).map(|i| (i % 254) as f32 - 126.5).collect();
+        for b in ties.chunks_exact_mut(QK) {
+            b[0] = 127.0;
+        }
+        rows.push(ties);
+        let mut odd = rng.vec(k, -1.0, 1.0);
+        odd[1] = f32::NAN;
+        odd[40 % k] = f32::INFINITY;
+        odd[k - 1] = -f32::INFINITY;
+        odd[k / 2] = 1e-40;
+        rows.push(odd);
+        let mut all_nan = vec![f32::NAN; k];
+        all_nan[k - 1] = 0.25;
+        rows.push(all_nan);
+        rows.push(rng.vec(k, -1e-38, 1e-38));
+        rows.push(rng.vec(k, -6e4, 6e4));
+        rows
+    }
+
+    #[test]
+    fn simd_activation_quantizers_match_scalar_quantize_and_prepare() {
+        use crate::quant::simd::{quantize_row_fn_for, Isa};
+        for isa in Isa::ALL {
+            for t in [
+                DType::Q4_0,
+                DType::Q4_1,
+                DType::Q5_0,
+                DType::Q5_1,
+                DType::Q8_0,
+            ] {
+                let Some(kern) = kernels_for(isa, t) else {
+                    continue;
+                };
+                let vdt = crate::quant::vec_dot_type(t);
+                for k in [32, 96, 576] {
+                    for row in hard_rows(k) {
+                        let mut q = vec![0u8; vdt.row_size(k)];
+                        quantize_row_fn_for(Isa::Scalar, vdt).unwrap()(&row, &mut q);
+                        let mut want = vec![0u8; k / QK * ACT_BLOCK];
+                        prepare_activation(t, &q, &mut want);
+                        let mut got = vec![0u8; want.len()];
+                        // SAFETY: the level is supported (kernels_for); sizes as required.
+                        unsafe { (kern.quantize)(row.as_ptr(), k / QK, got.as_mut_ptr()) };
+                        assert_eq!(got, want, "{isa} {t} k={k} row {row:?}");
+                    }
+                }
+            }
         }
     }
 

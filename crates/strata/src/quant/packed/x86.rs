@@ -60,9 +60,6 @@ const fn has_min(t: u8) -> bool {
     t == Q4_1 || t == Q5_1
 }
 
-/// Chunks ahead the one-column kernel prefetches.
-const PREFETCH_CHUNKS: usize = 4;
-
 macro_rules! level {
     ($level:ident, $features:literal, |$s:ident, $w:ident, $a:ident| $dot:expr) => {
         mod $level {
@@ -110,10 +107,9 @@ macro_rules! level {
                 q
             }
 
-            /// `NR` columns of one 16-row group (the [`TileFn`] contract);
-            /// `PF`: prefetch the weights [`PREFETCH_CHUNKS`] chunks ahead.
+            /// `NR` columns of one 16-row group (the [`TileFn`] contract).
             #[target_feature(enable = $features)]
-            unsafe fn tile<const T: u8, const NR: usize, const PF: bool>(
+            unsafe fn tile<const T: u8, const NR: usize>(
                 w: *const u8,
                 nb: usize,
                 a: *const u8,
@@ -127,15 +123,6 @@ macro_rules! level {
                 for b in 0..nb {
                     // SAFETY: chunk b < nb is inside the group (contract).
                     let c = unsafe { w.add(b * cs) };
-                    if PF {
-                        let ahead = c.wrapping_add(PREFETCH_CHUNKS * cs);
-                        let mut l = 0;
-                        while l < cs {
-                            // A hint: never faults, whatever the address.
-                            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(l).cast());
-                            l += 64;
-                        }
-                    }
                     // SAFETY: the 16 f16 scales open the chunk.
                     let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(c.cast()) });
                     let mw = if has_min(T) {
@@ -185,20 +172,94 @@ macro_rules! level {
                 }
             }
 
+            /// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 (`OFF` > 0) or
+            /// Q8_1 (`OFF` = 0) exactly as the scalar quantizers do (same
+            /// scale, reciprocal, products, `roundf` and f16 rounding) and
+            /// writes them at `out` in the layout of
+            /// [`super::super::prepare_activation`] for weights with offset `OFF`.
+            ///
+            /// # Safety
+            /// `nb · 32` f32 readable at `x`, `nb · ACT_BLOCK` bytes writable at `out`.
+            #[target_feature(enable = $features)]
+            unsafe fn quantize<const OFF: i32>(x: *const f32, nb: usize, out: *mut u8) {
+                let (lo, hi) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
+                let (half, nhalf) = (_mm512_set1_ps(0.5), _mm512_set1_ps(-0.5));
+                let one = _mm512_set1_epi32(1);
+                for b in 0..nb {
+                    // SAFETY: block b's 32 f32 are readable (contract).
+                    let v = unsafe {
+                        [
+                            _mm512_loadu_ps(x.add(32 * b)),
+                            _mm512_loadu_ps(x.add(32 * b + 16)),
+                        ]
+                    };
+                    // maxps returns its second operand when either is NaN, so
+                    // NaNs are skipped as f32::max skips them in the scalar fold.
+                    let m = _mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_setzero_ps());
+                    let m = _mm512_max_ps(_mm512_abs_ps(v[1]), m);
+                    let d = _mm512_reduce_max_ps(m) / 127.0;
+                    let idv = _mm512_set1_ps(crate::quant::inv_or_zero(d));
+                    let q = v.map(|v| {
+                        let r = _mm512_mul_ps(v, idv);
+                        // NaN → 0 (the scalar `as i32`), clamp, then roundf.
+                        let r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r), r);
+                        let r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+                        let t = _mm512_cvttps_epi32(r);
+                        let frac = _mm512_sub_ps(r, _mm512_cvtepi32_ps(t));
+                        let up = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(frac, half);
+                        let down = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(frac, nhalf);
+                        let t = _mm512_mask_add_epi32(t, up, t, one);
+                        _mm512_mask_sub_epi32(t, down, t, one)
+                    });
+                    // SAFETY: block b's ACT_BLOCK bytes are writable (contract).
+                    let o = unsafe { out.add(b * ACT_BLOCK) };
+                    // SAFETY: as above: quants at 0..32.
+                    unsafe {
+                        _mm_storeu_si128(o.cast(), _mm512_cvtepi32_epi8(q[0]));
+                        _mm_storeu_si128(o.add(16).cast(), _mm512_cvtepi32_epi8(q[1]));
+                    }
+                    let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+                    let tail = if OFF == 0 {
+                        f16_round(sum as f32 * d).to_bits()
+                    } else {
+                        (-OFF * sum) as u32
+                    };
+                    // SAFETY: as above: scale at 32..36, sum term at 36..40.
+                    unsafe {
+                        o.add(32).cast::<f32>().write_unaligned(f16_round(d));
+                        o.add(36).cast::<u32>().write_unaligned(tail);
+                    }
+                }
+            }
+
+            /// `x` rounded to f16 (nearest even, as the scalar `half`
+            /// conversion) and back.
+            #[target_feature(enable = $features)]
+            #[inline]
+            fn f16_round(x: f32) -> f32 {
+                let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(x));
+                _mm_cvtss_f32(_mm_cvtph_ps(h))
+            }
+
             /// The kernels of type `T`.
             fn table<const T: u8>() -> Kernels {
                 Kernels {
+                    quantize: match T {
+                        Q4_0 => quantize::<8>,
+                        Q5_0 => quantize::<16>,
+                        Q8_0 => quantize::<128>,
+                        _ => quantize::<0>,
+                    },
                     tiles: [
-                        tile::<T, 1, false> as TileFn,
-                        tile::<T, 2, false>,
-                        tile::<T, 3, false>,
-                        tile::<T, 4, false>,
-                        tile::<T, 5, false>,
-                        tile::<T, 6, false>,
-                        tile::<T, 7, false>,
-                        tile::<T, 8, false>,
+                        tile::<T, 1> as TileFn,
+                        tile::<T, 2>,
+                        tile::<T, 3>,
+                        tile::<T, 4>,
+                        tile::<T, 5>,
+                        tile::<T, 6>,
+                        tile::<T, 7>,
+                        tile::<T, 8>,
                     ],
-                    gemv: tile::<T, 1, true>,
                 }
             }
 
