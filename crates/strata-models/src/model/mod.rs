@@ -320,12 +320,33 @@ impl Model {
             for b in &bufs {
                 b.set_usage(BufferUsage::Weights);
             }
-            for (t, info) in &packed {
-                tensor_set(t, 0, f.tensor_data(info))?;
-                done += info.size();
-                if let Some(p) = progress.as_mut() {
-                    p(done, total);
+            // Packing is a byte shuffle per 16-row group: spread the tensors
+            // over the cores (each writes its own tensors' bytes).
+            let nth = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+            let f = &f;
+            let packed_ref = &packed;
+            std::thread::scope(|s| -> Result<()> {
+                let handles: Vec<_> = (0..nth)
+                    .map(|i| {
+                        s.spawn(move || -> Result<()> {
+                            for (t, info) in packed_ref.iter().skip(i).step_by(nth) {
+                                tensor_set(t, 0, f.tensor_data(info))?;
+                                // The mapped copy is not read again.
+                                let at = data_offset + info.offset();
+                                f.bytes().release(at..at + info.size());
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                for h in handles {
+                    h.join().expect("packing thread panicked")?;
                 }
+                Ok(())
+            })?;
+            done += repacked_bytes;
+            if let Some(p) = progress.as_mut() {
+                p(done, total);
             }
             buffers.extend(bufs);
         }
