@@ -383,7 +383,7 @@ fn packed_integer_sums_are_exact_on_every_level() {
                 .map(|_| (rng.next_u64() % 17) as f32 - 8.0)
                 .collect();
             for blk in bv.chunks_exact_mut(QK) {
-                blk[(rng.next_u64() % 32) as usize] = if rng.next_u64() % 2 == 0 {
+                blk[(rng.next_u64() % 32) as usize] = if rng.next_u64().is_multiple_of(2) {
                     127.0
                 } else {
                     -127.0

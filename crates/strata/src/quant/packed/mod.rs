@@ -74,9 +74,9 @@ pub const fn is_packable(dtype: DType) -> bool {
 pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
     is_packable(dtype)
         && ne[0] > 0
-        && ne[0] % QK == 0
+        && ne[0].is_multiple_of(QK)
         && ne[1] > 0
-        && ne[1] % ROWS == 0
+        && ne[1].is_multiple_of(ROWS)
         && ne[2] > 0
         && ne[3] > 0
 }
