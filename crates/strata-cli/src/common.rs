@@ -1,6 +1,6 @@
 //! Options shared by the model subcommands (`-m`, `-t`, `-c`, `-b`, `-ngl`,
-//! `--device`, `-ot`, `--no-flash-attn`), the default model and loading with
-//! a progress bar.
+//! `--device`, `-ot`, `--no-flash-attn`, `--no-repack`), the default model
+//! and loading with a progress bar.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,6 +41,10 @@ pub struct ModelArgs {
     /// Attention with SOFT_MAX and a causal mask instead of FLASH_ATTN_EXT.
     #[arg(long)]
     pub no_flash_attn: bool,
+    /// Keep the CPU's quantized weights mapped in ggml's layout instead of
+    /// repacking them at load for the packed matmul kernels (also: STRATA_NO_REPACK=1).
+    #[arg(long)]
+    pub no_repack: bool,
 }
 
 /// Turns llama.cpp's single-dash long options (`-ngl`, `-ot`, `-fa`) into clap's `--` form.
@@ -96,6 +100,7 @@ impl ModelArgs {
                 n_gpu_layers: self.ngl,
                 overrides,
             },
+            no_repack: self.no_repack,
         })
     }
 
@@ -142,11 +147,13 @@ impl ModelArgs {
             .filter(|&&d| d != model.devices.cpu())
             .count();
         eprintln!(
-            "strata: loaded {} in {:.2} s: {} layers, {offloaded} offloaded (devices: {})",
+            "strata: loaded {} in {:.2} s: {} layers, {offloaded} offloaded (devices: {}), \
+             {:.1} MiB of weights repacked",
             path.display(),
             t0.elapsed().as_secs_f64(),
             model.hparams.n_layer,
             model.devices.names().join(", "),
+            model.repacked_bytes() as f64 / 1048576.0,
         );
         Ok(Arc::new(model))
     }

@@ -68,6 +68,7 @@ fn explain_model(a: &Args, path: &std::path::Path) -> crate::common::CliResult {
         device: device.into_iter().collect(),
         ot: Vec::new(),
         no_flash_attn: a.no_flash_attn,
+        no_repack: false,
     };
     let model = margs.load()?;
     let mut ctx = strata_models::Context::new(model, margs.context_options(false))?;

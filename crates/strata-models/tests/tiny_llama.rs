@@ -332,6 +332,7 @@ fn tiny_llama_same_bits_for_1_2_3_threads_and_offload() {
                     n_gpu_layers: ngl,
                     overrides: vec![],
                 },
+                ..Default::default()
             };
             let m = load(&bytes, &opts).unwrap();
             assert_eq!(
@@ -362,6 +363,7 @@ fn fit_reports_bytes_per_device_without_loading() {
             n_gpu_layers: 1,
             overrides: vec![Override::parse("blk\\.1\\.ffn_down=CPU").unwrap()],
         },
+        ..Default::default()
     };
     let r = Model::fit(&path, &opts, 16).unwrap();
     assert_eq!(r.devices, vec!["FAKE0".to_string(), "CPU".to_string()]);
@@ -404,6 +406,7 @@ fn user_mistakes_are_errors() {
             n_gpu_layers: 1,
             overrides: vec![],
         },
+        ..Default::default()
     };
     assert!(load(&bytes, &ngl)
         .unwrap_err()
@@ -415,6 +418,7 @@ fn user_mistakes_are_errors() {
             n_gpu_layers: 0,
             overrides: vec![Override::parse("ffn=NPU9").unwrap()],
         },
+        ..Default::default()
     };
     assert!(load(&bytes, &ot).unwrap_err().to_string().contains("NPU9"));
     assert!(Override::parse("no-equals").is_err());

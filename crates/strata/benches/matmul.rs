@@ -6,13 +6,21 @@
 //! The graph is built and allocated once per case; only `graph_compute` is
 //! timed. Criterion reports throughput in "elem/s": one element is one
 //! flop. `STRATA_BENCH_ALL_LEVELS=1` adds every supported level at 1 thread.
+//!
+//! The block-quantized types run every SmolLM2 weight shape (m × k = 576 ×
+//! 576, 192 × 576, 1536 × 576, 576 × 1536, 49152 × 576) at n = 1 and 512,
+//! both with the weight in an ordinary CPU buffer and packed in a
+//! `CPU_PACKED` buffer (ids `…/packed_<level>_t<threads>`, at the best level
+//! with 1 and 2 threads), so packed and unpacked figures come from one run.
 
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
 use std::time::Duration;
+use strata::backend::alloc_tensors;
 use strata::backend::Backend;
-use strata::cpu::{alloc_graph_host, CpuBackend};
+use strata::cpu::{alloc_graph_host, packed_buffer_type, CpuBackend};
+use strata::quant::packed;
 use strata::quant::simd::{self, Isa};
 use strata::{ops, DType, Graph, Tensor};
 
@@ -37,6 +45,27 @@ const SHAPES: [(usize, usize, usize); 5] = [
     (1536, 576, 512),
     (576, 1536, 512),
 ];
+
+/// SmolLM2-135M's weight shapes (m, k): attention q / o, k / v, FFN up /
+/// gate, FFN down, output head.
+const MODEL_MK: [(usize, usize); 5] = [
+    (576, 576),
+    (192, 576),
+    (1536, 576),
+    (576, 1536),
+    (49152, 576),
+];
+
+/// The (m, k, n) cases of a weight type.
+fn shapes(t: DType) -> Vec<(usize, usize, usize)> {
+    if !packed::is_packable(t) {
+        return SHAPES.to_vec();
+    }
+    [1, 512]
+        .into_iter()
+        .flat_map(|n| MODEL_MK.map(|(m, k)| (m, k, n)))
+        .collect()
+}
 
 /// Deterministic values in [-1, 1).
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -68,21 +97,36 @@ fn bench(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
     for t in TYPES {
-        for (m, k, n) in SHAPES {
-            let a = Tensor::new(t, &[k, m]).unwrap();
-            let b = Tensor::new(DType::F32, &[k, n]).unwrap();
-            let out = ops::mul_mat(&a, &b).unwrap();
-            let graph = Graph::build(&[out]);
-            let _bufs = alloc_graph_host(&graph).unwrap();
-            a.write_f32(&values(k * m, 1)).unwrap();
-            b.write_f32(&values(k * n, 2)).unwrap();
+        for (m, k, n) in shapes(t) {
             group.throughput(Throughput::Elements((2 * m * k * n) as u64));
-            for &(isa, threads) in &runs {
-                let mut cpu = CpuBackend::new(threads);
-                cpu.set_isa(isa).unwrap();
-                let id =
-                    BenchmarkId::new(format!("{t}"), format!("m{m}_k{k}_n{n}/{isa}_t{threads}"));
-                group.bench_function(id, |bch| bch.iter(|| cpu.graph_compute(&graph).unwrap()));
+            for packed in [false, true] {
+                if packed && !packed::has_kernels(best, t) {
+                    continue;
+                }
+                let a = Tensor::new(t, &[k, m]).unwrap();
+                let _abuf = packed.then(|| {
+                    alloc_tensors(std::slice::from_ref(&a), &packed_buffer_type()).unwrap()
+                });
+                let b = Tensor::new(DType::F32, &[k, n]).unwrap();
+                let out = ops::mul_mat(&a, &b).unwrap();
+                let graph = Graph::build(&[out]);
+                let _bufs = alloc_graph_host(&graph).unwrap();
+                a.write_f32(&values(k * m, 1)).unwrap();
+                b.write_f32(&values(k * n, 2)).unwrap();
+                for &(isa, threads) in &runs {
+                    // The scalar level at the output head for a whole prompt takes minutes.
+                    if packed && isa != best || isa == Isa::Scalar && m * n > 1 << 22 {
+                        continue;
+                    }
+                    let mut cpu = CpuBackend::new(threads);
+                    cpu.set_isa(isa).unwrap();
+                    let run = if packed { "packed_" } else { "" };
+                    let id = BenchmarkId::new(
+                        format!("{t}"),
+                        format!("m{m}_k{k}_n{n}/{run}{isa}_t{threads}"),
+                    );
+                    group.bench_function(id, |bch| bch.iter(|| cpu.graph_compute(&graph).unwrap()));
+                }
             }
         }
     }

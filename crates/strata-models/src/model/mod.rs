@@ -4,6 +4,14 @@
 //! host buffer marked [`BufferUsage::Weights`]; weights placed on another
 //! device (by `-ngl` / `-ot`) are copied into that device's buffers, also
 //! marked WEIGHTS, so the scheduler runs their ops there.
+//!
+//! When the CPU's active instruction-set level has kernels over the packed
+//! layout ([`strata::quant::packed::has_kernels`]), CPU weights that can be
+//! packed ([`strata::quant::packed::eligible`]: Q4_0 / Q4_1 / Q5_0 / Q5_1 /
+//! Q8_0 matrices with rows in groups of 16) are instead copied into a
+//! `CPU_PACKED` buffer ([`strata::cpu::packed_buffer_type`]) at load, which
+//! stores them repacked for those kernels; the rest stay mapped. Turn it off
+//! with [`LoadOptions::no_repack`] or `STRATA_NO_REPACK=1`.
 
 mod hparams;
 mod placement;
@@ -34,6 +42,18 @@ pub struct LoadOptions {
     pub devices: Vec<Arc<dyn Device>>,
     /// Placement policy (`-ngl`, `-ot`).
     pub placement: PlacementSpec,
+    /// Keep every CPU weight mapped in ggml's layout instead of repacking
+    /// eligible ones for the packed matmul kernels (`--no-repack`; the
+    /// environment variable `STRATA_NO_REPACK=1` does the same).
+    pub no_repack: bool,
+}
+
+/// True when CPU weights of `dtype` and shape `ne` are to be repacked at load.
+fn repack(opts: &LoadOptions, dtype: strata::DType, ne: [usize; 4]) -> bool {
+    use strata::quant::{packed, simd};
+    let off = opts.no_repack
+        || std::env::var("STRATA_NO_REPACK").is_ok_and(|v| !v.is_empty() && v != "0");
+    !off && packed::has_kernels(simd::active(), dtype) && packed::eligible(dtype, ne)
 }
 
 /// The weights of one transformer block.
@@ -122,6 +142,7 @@ pub struct Model {
     pub layer_map: LayerMap,
     file: GgufFile,
     buffers: Vec<Arc<dyn Buffer>>,
+    repacked_bytes: usize,
 }
 
 impl std::fmt::Debug for Model {
@@ -262,9 +283,12 @@ impl Model {
         };
         let mut tensors: BTreeMap<String, Tensor> = BTreeMap::new();
         let mut per_dev: Vec<Vec<(Tensor, &TensorInfo)>> = vec![Vec::new(); devs.list().len()];
+        let mut packed: Vec<(Tensor, &TensorInfo)> = Vec::new();
         for (info, &d) in f.tensors().iter().zip(&assigned) {
             let t = make(info)?;
-            if d == devs.cpu() {
+            if d == devs.cpu() && repack(opts, t.dtype(), t.ne()) {
+                packed.push((t.clone(), info));
+            } else if d == devs.cpu() {
                 t.set_storage(host.clone(), data_offset + info.offset())?;
             } else {
                 per_dev[d].push((t.clone(), info));
@@ -281,9 +305,51 @@ impl Model {
             per_dev[map.output].push((t.clone(), info));
             output_copy = Some(t);
         }
-        let total: usize = per_dev.iter().flatten().map(|(_, i)| i.size()).sum();
+        let total: usize = per_dev
+            .iter()
+            .flatten()
+            .chain(&packed)
+            .map(|(_, i)| i.size())
+            .sum();
         let mut done = 0;
         let mut buffers = vec![host];
+        let repacked_bytes = packed.iter().map(|(_, i)| i.size()).sum();
+        if !packed.is_empty() {
+            let ts: Vec<Tensor> = packed.iter().map(|(t, _)| t.clone()).collect();
+            let bufs = alloc_tensors(&ts, &strata::cpu::packed_buffer_type())?;
+            for b in &bufs {
+                b.set_usage(BufferUsage::Weights);
+            }
+            // Packing is a byte shuffle per 16-row group: spread the tensors
+            // over the cores (each writes its own tensors' bytes).
+            let nth = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+            let f = &f;
+            let packed_ref = &packed;
+            std::thread::scope(|s| -> Result<()> {
+                let handles: Vec<_> = (0..nth)
+                    .map(|i| {
+                        s.spawn(move || -> Result<()> {
+                            for (t, info) in packed_ref.iter().skip(i).step_by(nth) {
+                                tensor_set(t, 0, f.tensor_data(info))?;
+                                // The mapped copy is not read again.
+                                let at = data_offset + info.offset();
+                                f.bytes().release(at..at + info.size());
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                for h in handles {
+                    h.join().expect("packing thread panicked")?;
+                }
+                Ok(())
+            })?;
+            done += repacked_bytes;
+            if let Some(p) = progress.as_mut() {
+                p(done, total);
+            }
+            buffers.extend(bufs);
+        }
         for (d, list) in per_dev.iter().enumerate() {
             if list.is_empty() {
                 continue;
@@ -358,6 +424,7 @@ impl Model {
             layer_map: map,
             file: f,
             buffers,
+            repacked_bytes,
         })
     }
 
@@ -366,7 +433,8 @@ impl Model {
         &self.file
     }
 
-    /// Weight bytes held by each device (the CPU last; the CPU's are mapped, not copied).
+    /// Weight bytes held by each device (the CPU last; the CPU's are mapped,
+    /// not copied, except those repacked into a `CPU_PACKED` buffer).
     pub fn weight_bytes(&self) -> Vec<usize> {
         let mut v = vec![0; self.devices.list().len()];
         let mut all = vec![&self.tok_embd, &self.output_norm, &self.output];
@@ -400,6 +468,12 @@ impl Model {
             }
         }
         v
+    }
+
+    /// Bytes of CPU weights repacked at load into a `CPU_PACKED` buffer (0
+    /// when repacking is off or the CPU has no packed kernels).
+    pub fn repacked_bytes(&self) -> usize {
+        self.repacked_bytes
     }
 
     /// Number of buffers holding weights (the mapped file plus device copies).

@@ -32,6 +32,21 @@ impl BufferUsage {
     }
 }
 
+/// How a buffer stores a tensor's bytes ([`Buffer::tensor_layout`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TensorLayout {
+    /// ggml's layout: the memory holds the tensor's bytes as they are.
+    #[default]
+    Plain,
+    /// The whole tensor, in the repacked layout of
+    /// [`crate::quant::packed`]; reads and writes through the buffer still
+    /// see ggml's layout, only kernels that know the layout may address it.
+    Packed,
+    /// Part of a packed tensor (a view that is not the whole of it): its
+    /// memory is not in ggml's layout and no kernel can address it.
+    PackedPart,
+}
+
 /// A kind of memory a device can allocate (ggml's buffer type).
 ///
 /// Optional capabilities have defaults: no size limit, `nbytes` per tensor,
@@ -86,6 +101,12 @@ pub trait Buffer: Send + Sync {
     fn usage(&self) -> BufferUsage;
     /// Sets the usage.
     fn set_usage(&self, usage: BufferUsage);
+    /// How the buffer stores `tensor` (which lives in it): [`TensorLayout::Plain`]
+    /// unless the buffer repacks tensors (the CPU's `CPU_PACKED` buffers).
+    /// Code that addresses a host buffer's memory directly must check it.
+    fn tensor_layout(&self, _tensor: &Tensor) -> TensorLayout {
+        TensorLayout::Plain
+    }
     /// Called when a tensor is placed in the buffer (remote buffers register it).
     fn init_tensor(&self, _tensor: &Tensor) -> Result<()> {
         Ok(())

@@ -23,7 +23,7 @@ mod device;
 
 use std::sync::Arc;
 
-pub use buffer::{same_buffer_type, Buffer, BufferType, BufferUsage};
+pub use buffer::{same_buffer_type, Buffer, BufferType, BufferUsage, TensorLayout};
 pub use device::{Backend, Device, DeviceMemory, DeviceProvider, DeviceType, Event, Registry};
 
 pub use crate::graph::Graph;
@@ -94,8 +94,9 @@ pub fn tensor_memset(tensor: &Tensor, offset: usize, len: usize, value: u8) -> R
 
 /// Copies the bytes of `src` into `dst` between any two buffers
 /// (ggml_backend_tensor_copy): same layout required; host fast path when
-/// either side is host memory, buffer-to-buffer when the destination's
-/// buffer can do it, otherwise through a staging vector.
+/// either side is host memory in ggml's layout ([`TensorLayout::Plain`]),
+/// buffer-to-buffer when the destination's buffer can do it, otherwise
+/// through a staging vector.
 pub fn tensor_copy(src: &Tensor, dst: &Tensor) -> Result<()> {
     if src.dtype() != dst.dtype() || src.ne() != dst.ne() || src.nbytes() != dst.nbytes() {
         return Err(Error::InvalidArgument(format!(
@@ -114,12 +115,17 @@ pub fn tensor_copy(src: &Tensor, dst: &Tensor) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
-    if let Some(p) = sst.buffer.host_ptr() {
+    let plain = |b: &Arc<dyn Buffer>, t: &Tensor| b.tensor_layout(t) == TensorLayout::Plain;
+    if let Some(p) = sst.buffer.host_ptr().filter(|_| plain(&sst.buffer, src)) {
         // SAFETY: checked_range proved sabs..sabs+n lies inside the source buffer.
         let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr().add(sabs), n) };
         return dst_st.buffer.write(dst, dabs, bytes);
     }
-    if let Some(p) = dst_st.buffer.host_ptr() {
+    if let Some(p) = dst_st
+        .buffer
+        .host_ptr()
+        .filter(|_| plain(&dst_st.buffer, dst))
+    {
         // SAFETY: checked_range proved dabs..dabs+n lies inside the destination buffer;
         // no other reference to those bytes is alive during the read.
         let bytes = unsafe { std::slice::from_raw_parts_mut(p.as_ptr().add(dabs), n) };

@@ -20,6 +20,7 @@
 
 mod buffer;
 mod ops;
+mod packed_buffer;
 mod pool;
 mod view;
 
@@ -28,6 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use buffer::{cpu_buffer_type, HostBuffer, HostBufferType, HOST_ALIGNMENT};
+pub use packed_buffer::{packed_buffer_type, PackedBufferType};
 pub use pool::{ThreadPool, WorkerCtx};
 pub use view::TView;
 
@@ -288,6 +290,12 @@ impl CpuBackend {
         for (ni, t) in graph.nodes().iter().enumerate() {
             if t.op().is_view_op() {
                 continue;
+            }
+            if let Some(why) = ops::packed_source_refusal(t) {
+                return Err(Error::Unsupported {
+                    backend: "CPU".into(),
+                    what: why,
+                });
             }
             if !ops::supports(t) {
                 return Err(Error::Unsupported {

@@ -3,6 +3,7 @@
 
 use half::{bf16, f16};
 
+use crate::backend::TensorLayout;
 use crate::tensor::{DType, Tensor};
 use crate::{Error, Result};
 
@@ -16,6 +17,11 @@ pub struct TView {
     pub ne: [usize; 4],
     /// Byte strides.
     pub nb: [usize; 4],
+    /// True when the memory holds the whole tensor in the packed layout of
+    /// [`crate::quant::packed`] (a weight in a `CPU_PACKED` buffer): only
+    /// kernels that know the layout may address it; [`TView::load_row`]
+    /// handles it, [`TView::row_bytes`] must not be used.
+    pub packed: bool,
 }
 
 // SAFETY: a TView is only created by `TView::resolve`, which proves the whole
@@ -44,6 +50,26 @@ impl TView {
                 st.buffer.name()
             )));
         }
+        let packed = match st.buffer.tensor_layout(t) {
+            TensorLayout::Plain => false,
+            TensorLayout::Packed if !writable => true,
+            layout => {
+                let what = if layout == TensorLayout::Packed {
+                    "is a packed weight; it cannot be computed into"
+                } else {
+                    "is a view of part of a packed weight; only whole packed weights \
+                     can be read (by MUL_MAT and GET_ROWS)"
+                };
+                return Err(Error::Unsupported {
+                    backend: backend.into(),
+                    what: format!(
+                        "tensor '{}' in buffer '{}' {what}",
+                        t.name(),
+                        st.buffer.name()
+                    ),
+                });
+            }
+        };
         let end = st.offset.saturating_add(t.nbytes());
         if end > st.buffer.size() {
             return Err(Error::OutOfBounds {
@@ -60,6 +86,7 @@ impl TView {
             dtype: t.dtype(),
             ne: t.ne(),
             nb: t.nb(),
+            packed,
         })
     }
 
@@ -68,7 +95,13 @@ impl TView {
     /// # Safety
     /// `ptr` must be valid for the span described by `ne`/`nb`/`dtype` while the view is used.
     pub unsafe fn from_raw(ptr: *mut u8, dtype: DType, ne: [usize; 4], nb: [usize; 4]) -> TView {
-        TView { ptr, dtype, ne, nb }
+        TView {
+            ptr,
+            dtype,
+            ne,
+            nb,
+            packed: false,
+        }
     }
 
     /// Number of rows.
@@ -126,6 +159,7 @@ impl TView {
     /// No thread may write this row while the slice is alive.
     pub unsafe fn row_bytes<'a>(&self, i1: usize, i2: usize, i3: usize) -> &'a [u8] {
         debug_assert!(self.rows_contiguous());
+        debug_assert!(!self.packed, "row_bytes of a packed tensor");
         std::slice::from_raw_parts(self.row_ptr(i1, i2, i3), self.dtype.row_size(self.ne[0]))
     }
 
@@ -197,6 +231,17 @@ impl TView {
     pub fn load_row(&self, i1: usize, i2: usize, i3: usize, out: &mut [f32]) {
         let n = self.ne[0];
         let out = &mut out[..n];
+        if self.packed {
+            let rows = crate::quant::packed::ROWS;
+            let group_bytes = rows * self.dtype.row_size(n);
+            let g = self.row_ptr(i1 / rows * rows, i2, i3);
+            // SAFETY: packed tensors are whole, contiguous tensors with ne1 a
+            // multiple of ROWS, so the group holding row i1 is in bounds; sources
+            // are read-only during the op.
+            let group = unsafe { std::slice::from_raw_parts(g, group_bytes) };
+            crate::quant::packed::dequantize_group_row(self.dtype, n, group, i1 % rows, out);
+            return;
+        }
         if self.dtype.is_quantized() {
             // SAFETY: reading a row nobody writes during this op (sources are read-only).
             let bytes = unsafe { self.row_bytes(i1, i2, i3) };

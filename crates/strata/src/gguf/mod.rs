@@ -64,6 +64,31 @@ impl GgufBytes {
     pub fn is_mmap(&self) -> bool {
         matches!(self.0, BytesInner::Mmap(_))
     }
+
+    /// Tells the OS that the bytes in `range` are not needed for now (e.g.
+    /// tensor data copied elsewhere): for a memory map, the whole pages inside
+    /// the range leave the process's resident set (they stay in the page
+    /// cache, and are read back from the file if touched again); bytes in
+    /// memory are left alone. Best effort: errors are ignored.
+    pub fn release(&self, range: Range<usize>) {
+        const PAGE: usize = 4096;
+        #[cfg(unix)]
+        if let BytesInner::Mmap(m) = &self.0 {
+            let start = range.start.next_multiple_of(PAGE);
+            let end = (range.end.min(m.len()) / PAGE) * PAGE;
+            if start < end {
+                // SAFETY: the map is read-only and the file is not modified
+                // while mapped (as every reader of it assumes), so dropping the
+                // pages changes no byte anyone can observe: they are faulted
+                // back in from the file on the next access.
+                let _ = unsafe {
+                    m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+                };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = (range, PAGE);
+    }
 }
 
 impl Deref for GgufBytes {

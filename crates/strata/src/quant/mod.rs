@@ -42,6 +42,7 @@
 
 mod dot;
 mod float;
+pub mod packed;
 mod q4;
 mod q5;
 mod q8;

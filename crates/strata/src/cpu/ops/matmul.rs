@@ -18,6 +18,9 @@
 //! to four one-column calls). Every element is computed by the same
 //! arithmetic whichever thread computes it, so results do not depend on the
 //! thread count.
+//!
+//! A weight stored packed (`CPU_PACKED` buffers) goes through
+//! [`super::matmul_packed`] instead.
 
 use super::{Ctx, NodePlan, WorkSize};
 use crate::quant::simd::{quantize_row_fn_for, vec_dot4_fn_for, vec_dot_fn_for};
@@ -30,6 +33,9 @@ const TILE_M: usize = 16;
 const TILE_N: usize = 8;
 
 pub(super) fn supports(t: &Tensor) -> bool {
+    if let Some(ok) = super::matmul_packed::supports(t) {
+        return ok;
+    }
     let (Some(a), Some(b)) = (t.src(0), t.src(1)) else {
         return false;
     };
@@ -48,6 +54,9 @@ fn needs_conversion(node: &NodePlan) -> bool {
 }
 
 pub(super) fn work_size(node: &NodePlan) -> WorkSize {
+    if node.src(0).packed {
+        return super::matmul_packed::work_size(node);
+    }
     let (a, b) = (node.src(0), node.src(1));
     let k = b.ne[0];
     if !needs_conversion(node) {
@@ -60,6 +69,9 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
 }
 
 pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
+    if node.src(0).packed {
+        return super::matmul_packed::forward(node, ctx);
+    }
     let (a, b, dst) = (node.src(0), node.src(1), &node.dst);
     let k = a.ne[0];
     let vdt = vec_dot_type(a.dtype);

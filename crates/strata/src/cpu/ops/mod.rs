@@ -10,6 +10,7 @@ mod attn;
 mod copy;
 mod elementwise;
 mod matmul;
+mod matmul_packed;
 mod norm;
 mod reduce;
 mod rope;
@@ -113,10 +114,41 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// Why the CPU cannot run `t` because of a source stored in a packed layout
+/// (see [`crate::quant::packed`]): only MUL_MAT and GET_ROWS read whole
+/// packed weights, as their source 0; no op reads part of one.
+pub(crate) fn packed_source_refusal(t: &Tensor) -> Option<String> {
+    use crate::backend::TensorLayout;
+    for (i, s) in t.src_slots().iter().enumerate() {
+        let Some(s) = s else { continue };
+        let Some(buf) = s.buffer() else { continue };
+        let why = match buf.tensor_layout(s) {
+            TensorLayout::Plain => continue,
+            TensorLayout::Packed if i == 0 && matches!(t.op(), Op::MulMat | Op::GetRows) => {
+                continue
+            }
+            TensorLayout::Packed => {
+                "a packed weight; only MUL_MAT and GET_ROWS read those \
+                                     (as source 0)"
+            }
+            TensorLayout::PackedPart => "a view of part of a packed weight, which no kernel reads",
+        };
+        return Some(format!(
+            "op {} (tensor '{}') reads source {i} '{}' in buffer '{}': {why}",
+            t.op().name(),
+            t.name(),
+            s.name(),
+            buf.name()
+        ));
+    }
+    None
+}
+
 /// True when the CPU backend has a kernel for `t`'s op with its types.
 pub(crate) fn supports(t: &Tensor) -> bool {
     match t.op() {
         Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => true,
+        _ if packed_source_refusal(t).is_some() => false,
         op if elementwise::handles(op) => elementwise::supports(t),
         op if reduce::handles(op) => reduce::supports(t),
         op if norm::handles(op) => norm::supports(t),

@@ -1,0 +1,218 @@
+//! MUL_MAT with a packed weight: `src0` stored in the layout of
+//! [`crate::quant::packed`] (a weight in a `CPU_PACKED` buffer).
+//!
+//! Activations (`src1`, any float type and strides) are first quantized
+//! once per op to the weight's dot type (Q8_0 / Q8_1, bit-identical to the
+//! unpacked path's quantizer), straight into the kernels' per-block layout
+//! ([`packed::prepare_activation`]: i8 quants, f32 scale, the block's
+//! `-offset · Σq` or Q8_1 sum term) in the shared work buffer; threads split
+//! the columns, then meet at a barrier.
+//!
+//! The products are then computed in units of one 16-row group × a block of
+//! columns (wide enough to keep the activations of a block in L2, narrow
+//! enough to give every thread work): for each unit the tile kernel runs
+//! over 8 columns at a time (the weight chunk decoded once per 8 columns,
+//! accumulators in registers across K); for token generation (one column)
+//! the one-column kernel streams the weights (the hardware prefetcher keeps
+//! up: software prefetching measured slower). Units are ordered by
+//! plane, column block and group; threads take contiguous ranges of units,
+//! so for few columns they split the rows and for many the columns too.
+//! Every output is computed by the same per-column arithmetic whatever the
+//! tile width or unit, so results do not depend on the thread count.
+//!
+//! At levels without packed kernels ([`packed::has_kernels`]: scalar, AVX2,
+//! NEON; Q8_0 at AVX-512 without VNNI), each unit's 16 rows are unpacked
+//! into thread scratch and go through that level's ordinary dot product,
+//! bit-identical to the unpacked path at the same level.
+
+use super::{Ctx, NodePlan, WorkSize};
+use crate::backend::TensorLayout;
+use crate::quant::packed::{self, Kernels, ACT_BLOCK, ROWS};
+use crate::quant::simd::{quantize_row_fn_for, vec_dot_fn_for};
+use crate::quant::{vec_dot_type, QK};
+use crate::tensor::{DType, Tensor};
+
+/// Bytes of prepared activations per column block (kept in L2 while the
+/// weight groups stream past).
+const ACT_BLOCK_BYTES: usize = 256 << 10;
+
+/// `Some(supported)` when `t`'s weight is packed (this path decides), `None`
+/// when it is not (the unpacked path decides).
+pub(super) fn supports(t: &Tensor) -> Option<bool> {
+    let (a, b) = (t.src(0)?, t.src(1)?);
+    if a.buffer()?.tensor_layout(a) != TensorLayout::Packed {
+        return None;
+    }
+    Some(t.dtype() == DType::F32 && b.dtype().is_float() && packed::is_packable(a.dtype()))
+}
+
+/// Per-thread scratch: an f32 activation row, then bytes for a quantized
+/// row or an unpacked 16-row group.
+fn scratch_bytes(a_dtype: DType, k: usize) -> (usize, usize) {
+    let q = vec_dot_type(a_dtype).row_size(k);
+    (k * 4, q.max(ROWS * a_dtype.row_size(k)))
+}
+
+pub(super) fn work_size(node: &NodePlan) -> WorkSize {
+    let (a, b) = (node.src(0), node.src(1));
+    let k = a.ne[0];
+    let cols = b.nrows();
+    let (row, bytes) = scratch_bytes(a.dtype, k);
+    WorkSize {
+        // Either layout of the activations (kernels or fallback).
+        shared: cols * (k / QK * ACT_BLOCK).max(vec_dot_type(a.dtype).row_size(k)),
+        per_thread: row + bytes,
+    }
+}
+
+pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
+    let (a, b, dst) = (node.src(0), node.src(1), &node.dst);
+    debug_assert!(a.packed);
+    let k = a.ne[0];
+    let nb = k / QK;
+    let vdt = vec_dot_type(a.dtype);
+    let kernels = packed::kernels_for(ctx.isa, a.dtype);
+    let col_bytes = if kernels.is_some() {
+        nb * ACT_BLOCK
+    } else {
+        vdt.row_size(k)
+    };
+    let n_cols = b.nrows();
+
+    let (row_len, bytes_len) = scratch_bytes(a.dtype, k);
+    let scratch = ctx.scratch_f32((row_len + bytes_len) / 4);
+    let (row, rest) = scratch.split_at_mut(k);
+    // SAFETY: `rest` is this thread's f32 scratch (exclusively borrowed); its
+    // bytes are reused as a byte buffer of at least bytes_len bytes (work_size).
+    let bytes: &mut [u8] =
+        unsafe { std::slice::from_raw_parts_mut(rest.as_mut_ptr().cast::<u8>(), bytes_len) };
+
+    // Phase 1: the activations, once, into the shared work buffer.
+    let quantize = quantize_row_fn_for(ctx.isa, vdt).expect("Q8_0 / Q8_1 quantize");
+    let shared = ctx.shared_ptr();
+    let in_place = b.dtype == DType::F32 && b.rows_contiguous();
+    for c in ctx.rows(n_cols) {
+        let (i1, i2, i3) = b.row_coords(c);
+        // SAFETY: the shared buffer holds n_cols columns of col_bytes (work_size);
+        // column c is written by this thread only, before the barrier.
+        let out = unsafe { std::slice::from_raw_parts_mut(shared.add(c * col_bytes), col_bytes) };
+        if let Some(kern) = kernels {
+            let x = if in_place {
+                b.row_ptr(i1, i2, i3).cast::<f32>().cast_const()
+            } else {
+                b.load_row(i1, i2, i3, row);
+                row.as_ptr()
+            };
+            // SAFETY: the level's features were checked (kernels_for); x holds the
+            // k f32 of the row (a contiguous F32 row of b, or the scratch copy);
+            // out is the column's nb · ACT_BLOCK bytes.
+            unsafe { (kern.quantize)(x, nb, out.as_mut_ptr()) };
+        } else {
+            b.load_row(i1, i2, i3, row);
+            quantize(&row[..k], out);
+        }
+    }
+    ctx.w.barrier();
+
+    // Phase 2: units of one group × a block of columns of one plane.
+    let groups = a.ne[1] / ROWS;
+    let n_plane = b.ne[1];
+    let planes = b.ne[2] * b.ne[3];
+    let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
+    let width = column_block(n_plane, col_bytes, planes * groups, ctx.w.nth.max(1));
+    let blocks = n_plane.div_ceil(width);
+    let direct = dst.nb[0] == 4;
+    let mut tmp = [[0f32; ROWS]; Kernels::NR];
+    for u in ctx.rows(planes * blocks * groups) {
+        let g = u % groups;
+        let (cb, p) = ((u / groups) % blocks, u / groups / blocks);
+        let (i12, i13) = (p % b.ne[2], p / b.ne[2]);
+        let w = a.row_ptr(g * ROWS, i12 / r2, i13 / r3);
+        let (n0, n1) = (cb * width, ((cb + 1) * width).min(n_plane));
+        // SAFETY (all uses): columns p·n_plane + n0 .. n1 were written before the barrier.
+        let act = |c: usize| unsafe { shared.add((p * n_plane + c) * col_bytes) };
+        let Some(kern) = kernels else {
+            fallback(a, w, act, n0, n1, bytes, ctx, |c, out| {
+                store(dst, g, c, i12, i13, out)
+            });
+            continue;
+        };
+        let mut c = n0;
+        while c < n1 {
+            let nr = (n1 - c).min(Kernels::NR);
+            let f = kern.tiles[nr - 1];
+            if direct {
+                // The tile's 16 outputs per column are consecutive f32 of dst.
+                dst.elem_ptr(g * ROWS + ROWS - 1, c + nr - 1, i12, i13);
+                let out = dst.elem_ptr(g * ROWS, c, i12, i13);
+                // SAFETY: the level's CPU features were checked (kernels_for); the
+                // group has nb chunks (a is a whole packed tensor); nr prepared
+                // columns follow act(c); dst rows g·16 .. g·16+16 of columns
+                // c .. c+nr are in bounds (both corners checked) and owned by
+                // this unit.
+                unsafe { f(w, nb, act(c), col_bytes, out, dst.nb[1]) };
+            } else {
+                // SAFETY: as above, into the local tile.
+                unsafe { f(w, nb, act(c), col_bytes, tmp.as_mut_ptr().cast(), ROWS * 4) };
+                for (j, out) in tmp[..nr].iter().enumerate() {
+                    store(dst, g, c + j, i12, i13, out);
+                }
+            }
+            c += nr;
+        }
+    }
+}
+
+/// Width of the column blocks: as many columns as keep [`ACT_BLOCK_BYTES`]
+/// of activations, fewer when `units` (groups × planes) would leave a thread
+/// idle; a multiple of the tile width when there are several blocks.
+fn column_block(n: usize, col_bytes: usize, units: usize, nth: usize) -> usize {
+    let cache = (ACT_BLOCK_BYTES / col_bytes.max(1)).max(Kernels::NR);
+    let mut blocks = n.div_ceil(cache);
+    if units * blocks < 2 * nth {
+        blocks = (2 * nth).div_ceil(units).min(n.div_ceil(Kernels::NR));
+    }
+    if blocks <= 1 {
+        return n.max(1);
+    }
+    n.div_ceil(blocks).next_multiple_of(Kernels::NR)
+}
+
+/// Stores the 16 outputs of group `g` for column (`c`, `i12`, `i13`).
+fn store(dst: &crate::cpu::TView, g: usize, c: usize, i12: usize, i13: usize, out: &[f32; ROWS]) {
+    for (r, &v) in out.iter().enumerate() {
+        dst.set_f32(g * ROWS + r, c, i12, i13, v);
+    }
+}
+
+/// One unit at a level without packed kernels: unpack the group, then the
+/// level's dot product per row and column (as the unpacked path computes).
+#[allow(clippy::too_many_arguments)]
+fn fallback(
+    a: &crate::cpu::TView,
+    w: *const u8,
+    act: impl Fn(usize) -> *mut u8,
+    n0: usize,
+    n1: usize,
+    scratch: &mut [u8],
+    ctx: &Ctx<'_>,
+    mut store: impl FnMut(usize, &[f32; ROWS]),
+) {
+    let k = a.ne[0];
+    let rs = a.dtype.row_size(k);
+    let qs = vec_dot_type(a.dtype).row_size(k);
+    let dot = vec_dot_fn_for(ctx.isa, a.dtype).expect("packable types have dot products");
+    // SAFETY: w is the start of a whole 16-row group of the read-only packed source.
+    let group = unsafe { std::slice::from_raw_parts(w, ROWS * rs) };
+    let rows = &mut scratch[..ROWS * rs];
+    packed::unpack_group(a.dtype, k, group, rows);
+    let mut out = [0f32; ROWS];
+    for c in n0..n1 {
+        // SAFETY: column c was quantized (qs bytes) before the barrier; read-only now.
+        let y = unsafe { std::slice::from_raw_parts(act(c), qs) };
+        for (o, x) in out.iter_mut().zip(rows.chunks_exact(rs)) {
+            *o = dot(k, x, y);
+        }
+        store(c, &out);
+    }
+}

@@ -1,0 +1,369 @@
+//! `CPU_PACKED`: host buffers that store eligible quantized weights in the
+//! repacked layout of [`crate::quant::packed`] (ggml's CPU "repack" extra
+//! buffer type).
+//!
+//! A tensor placed in such a buffer through [`alloc_tensors`](crate::backend::alloc_tensors)
+//! (or any allocator that calls [`Buffer::init_tensor`]) is stored packed
+//! when it is [`packed::eligible`] and contiguous; every other tensor stays
+//! plain. The packing is invisible through the buffer interface:
+//! [`Buffer::write`] packs, [`Buffer::read`] unpacks, and a write or read of
+//! part of a packed tensor touches only the 16-row groups it overlaps
+//! (a partial group is unpacked, patched and repacked), so
+//! [`Tensor::to_f32_vec`](crate::Tensor::to_f32_vec), tensor copies, the
+//! RPC protocol and GGUF writing all see ggml's bytes. Kernels learn a
+//! source is packed from [`Buffer::tensor_layout`]; the CPU backend runs
+//! MUL_MAT (as `src0`) and GET_ROWS (as the table) on packed weights and
+//! refuses every other op that reads one, and any view of part of one.
+//!
+//! ```
+//! use strata::backend::{alloc_tensors, Buffer, TensorLayout};
+//! use strata::cpu::packed_buffer_type;
+//! use strata::{DType, Tensor};
+//!
+//! let w = Tensor::new(DType::Q8_0, &[64, 32]).unwrap();
+//! let bufs = alloc_tensors(&[w.clone()], &packed_buffer_type()).unwrap();
+//! assert_eq!(bufs[0].tensor_layout(&w), TensorLayout::Packed);
+//! let v: Vec<f32> = (0..64 * 32).map(|i| (i % 7) as f32 - 3.0).collect();
+//! w.write_f32(&v).unwrap();
+//! assert_eq!(w.to_f32_vec().unwrap(), v);
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock, RwLock};
+
+use super::buffer::{cpu_buffer_type, HOST_ALIGNMENT};
+use crate::backend::{Buffer, BufferType, BufferUsage, TensorLayout};
+use crate::quant::packed::{self, ROWS};
+use crate::tensor::{DType, Tensor};
+use crate::{Error, Result};
+
+/// The buffer type of [`packed_buffer_type`].
+#[derive(Debug)]
+pub struct PackedBufferType;
+
+/// The process-wide `CPU_PACKED` buffer type (host memory; eligible
+/// quantized tensors stored packed).
+pub fn packed_buffer_type() -> Arc<dyn BufferType> {
+    static BUFT: OnceLock<Arc<PackedBufferType>> = OnceLock::new();
+    BUFT.get_or_init(|| Arc::new(PackedBufferType)).clone()
+}
+
+impl BufferType for PackedBufferType {
+    fn name(&self) -> String {
+        "CPU_PACKED".into()
+    }
+    fn alloc_buffer(self: Arc<Self>, size: usize) -> Result<Arc<dyn Buffer>> {
+        let inner = cpu_buffer_type().alloc_buffer(size).map_err(|e| match e {
+            Error::OutOfMemory { requested, msg, .. } => Error::OutOfMemory {
+                buffer_type: "CPU_PACKED".into(),
+                requested,
+                msg,
+            },
+            e => e,
+        })?;
+        Ok(Arc::new(PackedBuffer {
+            inner,
+            packed: RwLock::new(BTreeMap::new()),
+            buft: self,
+        }))
+    }
+    fn alignment(&self) -> usize {
+        HOST_ALIGNMENT
+    }
+    fn is_host(&self) -> bool {
+        true
+    }
+}
+
+/// A packed tensor's place in the buffer.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    dtype: DType,
+    ne: [usize; 4],
+    len: usize,
+}
+
+impl Entry {
+    /// Bytes of one 16-row group.
+    fn group(&self) -> usize {
+        ROWS * self.dtype.row_size(self.ne[0])
+    }
+}
+
+/// A `CPU_PACKED` buffer: host memory plus the offsets of its packed tensors.
+struct PackedBuffer {
+    inner: Arc<dyn Buffer>,
+    /// Packed tensors by buffer offset (disjoint ranges).
+    packed: RwLock<BTreeMap<usize, Entry>>,
+    buft: Arc<PackedBufferType>,
+}
+
+/// One piece of a byte range: plain bytes, or bytes `lo..hi` of one group.
+enum Piece {
+    Plain {
+        at: usize,
+        len: usize,
+    },
+    Group {
+        entry: Entry,
+        start: usize,
+        lo: usize,
+        hi: usize,
+    },
+}
+
+impl PackedBuffer {
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        let end = offset.saturating_add(len);
+        if end > self.inner.size() {
+            return Err(Error::OutOfBounds {
+                what: "CPU_PACKED buffer".into(),
+                offset,
+                end,
+                size: self.inner.size(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Splits `offset..offset + len` into plain bytes and packed-group pieces, in order.
+    fn pieces(&self, offset: usize, len: usize) -> Vec<Piece> {
+        if len == 0 {
+            return Vec::new();
+        }
+        let end = offset + len;
+        let map = self.packed.read().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        let mut pos = offset;
+        // The entry that may start before `offset`, then those inside the range.
+        let first = map.range(..=offset).next_back().map(|(&k, &e)| (k, e));
+        let rest = map.range(offset + 1..end).map(|(&k, &e)| (k, e));
+        for (start, e) in first.into_iter().chain(rest) {
+            let e_end = start + e.len;
+            if e_end <= pos || start >= end {
+                continue;
+            }
+            if start > pos {
+                out.push(Piece::Plain {
+                    at: pos,
+                    len: start - pos,
+                });
+                pos = start;
+            }
+            let stop = end.min(e_end);
+            let gs = e.group();
+            while pos < stop {
+                let g0 = start + (pos - start) / gs * gs;
+                let hi = stop.min(g0 + gs);
+                out.push(Piece::Group {
+                    entry: e,
+                    start: g0,
+                    lo: pos - g0,
+                    hi: hi - g0,
+                });
+                pos = hi;
+            }
+        }
+        if pos < end {
+            out.push(Piece::Plain {
+                at: pos,
+                len: end - pos,
+            });
+        }
+        out
+    }
+
+    fn base(&self) -> *mut u8 {
+        self.inner
+            .host_ptr()
+            .expect("CPU buffers are host memory")
+            .as_ptr()
+    }
+
+    /// Writes `data` at `offset`, packing the bytes that fall in packed tensors.
+    fn write_bytes(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        let base = self.base();
+        let mut tmp = Vec::new();
+        for piece in self.pieces(offset, data.len()) {
+            match piece {
+                Piece::Plain { at, len } => {
+                    // SAFETY: at..at + len is inside the buffer (checked above)
+                    // and cannot overlap `data` (a shared borrow).
+                    unsafe { std::ptr::copy(data[at - offset..].as_ptr(), base.add(at), len) }
+                }
+                Piece::Group {
+                    entry,
+                    start,
+                    lo,
+                    hi,
+                } => {
+                    let gs = entry.group();
+                    // SAFETY: the group start..start + gs lies inside a registered
+                    // packed tensor, inside the buffer; writers of one tensor's bytes
+                    // are serialized by the caller as for any buffer write.
+                    let group = unsafe { std::slice::from_raw_parts_mut(base.add(start), gs) };
+                    let shape = [entry.ne[0], ROWS, 1, 1];
+                    let src = &data[start + lo - offset..start + hi - offset];
+                    if hi - lo == gs {
+                        packed::pack(entry.dtype, shape, src, group)?;
+                    } else {
+                        tmp.resize(gs, 0);
+                        packed::unpack(entry.dtype, shape, group, &mut tmp)?;
+                        tmp[lo..hi].copy_from_slice(src);
+                        packed::pack(entry.dtype, shape, &tmp, group)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `out.len()` bytes at `offset` in ggml's layout.
+    fn read_bytes(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len())?;
+        let base = self.base();
+        let mut tmp = Vec::new();
+        for piece in self.pieces(offset, out.len()) {
+            match piece {
+                Piece::Plain { at, len } => {
+                    // SAFETY: range checked above; `out` is a distinct exclusive borrow.
+                    unsafe { std::ptr::copy(base.add(at), out[at - offset..].as_mut_ptr(), len) }
+                }
+                Piece::Group {
+                    entry,
+                    start,
+                    lo,
+                    hi,
+                } => {
+                    let gs = entry.group();
+                    // SAFETY: as in write_bytes; only read here.
+                    let group = unsafe { std::slice::from_raw_parts(base.add(start), gs) };
+                    let shape = [entry.ne[0], ROWS, 1, 1];
+                    let dst = &mut out[start + lo - offset..start + hi - offset];
+                    if hi - lo == gs {
+                        packed::unpack(entry.dtype, shape, group, dst)?;
+                    } else {
+                        tmp.resize(gs, 0);
+                        packed::unpack(entry.dtype, shape, group, &mut tmp)?;
+                        dst.copy_from_slice(&tmp[lo..hi]);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Buffer for PackedBuffer {
+    fn buffer_type(&self) -> Arc<dyn BufferType> {
+        self.buft.clone()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn base(&self) -> u64 {
+        self.inner.base()
+    }
+    fn host_ptr(&self) -> Option<std::ptr::NonNull<u8>> {
+        self.inner.host_ptr()
+    }
+    fn usage(&self) -> BufferUsage {
+        self.inner.usage()
+    }
+    fn set_usage(&self, usage: BufferUsage) {
+        self.inner.set_usage(usage)
+    }
+    fn tensor_layout(&self, tensor: &Tensor) -> TensorLayout {
+        let Some(st) = tensor.storage() else {
+            return TensorLayout::Plain;
+        };
+        let (start, end) = (st.offset, st.offset + tensor.nbytes());
+        let map = self.packed.read().unwrap_or_else(|e| e.into_inner());
+        let hit = map
+            .range(..end)
+            .next_back()
+            .filter(|(&k, e)| k + e.len > start && end > k);
+        match hit {
+            None => TensorLayout::Plain,
+            Some((&k, e))
+                if k == start
+                    && e.dtype == tensor.dtype()
+                    && e.ne == tensor.ne()
+                    && tensor.is_contiguous() =>
+            {
+                TensorLayout::Packed
+            }
+            Some(_) => TensorLayout::PackedPart,
+        }
+    }
+    fn init_tensor(&self, tensor: &Tensor) -> Result<()> {
+        if tensor.is_view() {
+            return Ok(());
+        }
+        let Some(st) = tensor.storage() else {
+            return Ok(());
+        };
+        let len = tensor.nbytes();
+        let mut map = self.packed.write().unwrap_or_else(|e| e.into_inner());
+        // A tensor placed over earlier ones replaces them.
+        let stale: Vec<usize> = map
+            .range(..st.offset + len.max(1))
+            .filter(|(&k, e)| k + e.len > st.offset)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in stale {
+            map.remove(&k);
+        }
+        if tensor.is_contiguous() && packed::eligible(tensor.dtype(), tensor.ne()) {
+            map.insert(
+                st.offset,
+                Entry {
+                    dtype: tensor.dtype(),
+                    ne: tensor.ne(),
+                    len,
+                },
+            );
+        }
+        Ok(())
+    }
+    fn write(&self, _tensor: &Tensor, offset: usize, data: &[u8]) -> Result<()> {
+        self.write_bytes(offset, data)
+    }
+    fn read(&self, _tensor: &Tensor, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.read_bytes(offset, out)
+    }
+    fn fill(&self, _tensor: &Tensor, offset: usize, len: usize, value: u8) -> Result<()> {
+        self.check(offset, len)?;
+        self.write_bytes(offset, &vec![value; len])
+    }
+    fn clear(&self, value: u8) -> Result<()> {
+        self.inner.clear(value)?;
+        let entries: Vec<(usize, Entry)> = self
+            .packed
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(&k, &e)| (k, e))
+            .collect();
+        // Packed tensors read back as `value` everywhere, as plain bytes do.
+        for (start, e) in entries {
+            let gs = e.group();
+            let plain = vec![value; gs];
+            let mut group = vec![0u8; gs];
+            packed::pack(e.dtype, [e.ne[0], ROWS, 1, 1], &plain, &mut group)?;
+            for g in (start..start + e.len).step_by(gs) {
+                // SAFETY: g..g + gs is a group of a registered tensor inside the buffer.
+                unsafe { std::ptr::copy_nonoverlapping(group.as_ptr(), self.base().add(g), gs) }
+            }
+        }
+        Ok(())
+    }
+    fn reset(&self) {
+        self.packed
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.inner.reset()
+    }
+}

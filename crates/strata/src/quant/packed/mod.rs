@@ -1,0 +1,517 @@
+//! The repacked weight layout for quantized matmul (ggml's CPU "repack"
+//! idea), and the kernels over it.
+//!
+//! A weight of type Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 whose rows come in whole
+//! groups of [`ROWS`] (`ne[1] % 16 == 0`, contiguous) can be stored
+//! *packed*: the bytes of every 16-row group are permuted so that one
+//! 64-byte load feeds sixteen rows at once (one row per 32-bit lane of a
+//! 512-bit register). The packed tensor has exactly ggml's size, and every
+//! 16-row group occupies the same bytes as in ggml's layout, so sizes,
+//! offsets and allocators are unchanged; only the order of the bytes inside a
+//! group differs. [`pack`] and [`unpack`] are exact inverses for any bytes.
+//!
+//! Inside a group, the data is a sequence of *chunks*, one per 32-element
+//! block `b` (in block order); chunk `b` holds block `b` of the 16 rows
+//! (`16 × type_size` bytes):
+//!
+//! | type | chunk bytes | contents, in order |
+//! |------|-------------|--------------------|
+//! | Q4_0 | 288 | `d` × 16 (f16), quants 256 B |
+//! | Q4_1 | 320 | `d` × 16, `m` × 16, quants 256 B |
+//! | Q5_0 | 352 | `d` × 16, fifth bits 64 B, quants 256 B |
+//! | Q5_1 | 384 | `d` × 16, `m` × 16, fifth bits 64 B, quants 256 B |
+//! | Q8_0 | 544 | `d` × 16, quants 512 B |
+//!
+//! Row `r`'s scale is f16 number `r` (one `vcvtph2ps` gives all sixteen).
+//! 4/5-bit quants: byte `64 i + 4 r + t` (`i < 4`, `t < 4`) holds quant
+//! `4 i + t` of row `r` in its low nibble and quant `16 + 4 i + t` in its high
+//! nibble — ggml's nibble byte `4 i + t` of row `r`, so a 64-byte load split
+//! into nibbles gives two registers whose lane `r` holds quants `4j..4j+4` of
+//! row `r` for `j = i` and `j = i + 4`. Fifth bits (Q5): eight little-endian
+//! u64 masks; bit `4 r + t` of mask `j` is the fifth bit of quant `4 j + t` of
+//! row `r` (a `k` register for byte-masked AVX-512 ops on the register of
+//! group `j`). Q8_0: byte `64 j + 4 r + t` is quant `4 j + t` of row `r`
+//! XOR 0x80 (biased to unsigned, for `vpdpbusd`).
+//!
+//! Kernels (see [`kernels_for`]) multiply packed weights with activations
+//! quantized to Q8_0 / Q8_1 and re-laid out per block as [`ACT_BLOCK`]
+//! bytes ([`prepare_activation`]): 32 × i8 quants, the f32 scale, and an
+//! i32 `-offset · Σ quants` (offset 8 / 16 / 128 for Q4_0 / Q5_0 / Q8_0)
+//! or, for Q8_1, its stored sum term `s` as f32. Every block's integer sum
+//! `Σ q_w a - offset Σ a` is exact; per output, the block terms
+//! `(d_w d_a) · isum` (+ `m_w s_a`) are accumulated in f32 with fused
+//! multiply-adds in block order, so the result differs from the scalar
+//! reference ([`super::vec_dot_fn`]) only by the f32 rounding of that
+//! accumulation (within the bound [`super::simd`] documents), and does not
+//! depend on how many columns or threads share the work.
+
+use crate::quant::simd::Isa;
+use crate::tensor::DType;
+use crate::{Error, Result};
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+/// Rows per packed group.
+pub const ROWS: usize = 16;
+
+/// Bytes per block of a prepared activation column: 32 × i8 quants, f32
+/// scale, and an i32 `-offset · Σq` (offset types) or f32 `s` (Q8_1).
+pub const ACT_BLOCK: usize = 40;
+
+const QK: usize = crate::quant::QK;
+
+/// True for the types that have a packed layout.
+pub const fn is_packable(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0
+    )
+}
+
+/// True when a contiguous tensor of `dtype` and shape `ne` can be stored
+/// packed: a packable type with rows in whole groups of [`ROWS`].
+pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
+    is_packable(dtype)
+        && ne[0] > 0
+        && ne[0].is_multiple_of(QK)
+        && ne[1] > 0
+        && ne[1].is_multiple_of(ROWS)
+        && ne[2] > 0
+        && ne[3] > 0
+}
+
+/// True when `isa` has kernels over the packed layout of `dtype` (VNNI: all
+/// packable types; AVX-512 without VNNI: the 4/5-bit types). Packed weights
+/// also work at other levels, through a slower path that unpacks each group.
+pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
+    is_packable(dtype)
+        && isa.is_supported()
+        && match isa {
+            Isa::Vnni => true,
+            Isa::Avx512 => dtype != DType::Q8_0,
+            _ => false,
+        }
+}
+
+/// Byte layout of one chunk (16 rows × one block).
+#[derive(Clone, Copy)]
+struct Chunk {
+    /// `type_size` of one block.
+    ts: usize,
+    /// Offset of the `m` scales (0 when none).
+    m: usize,
+    /// Offset of the fifth-bit masks (0 when none).
+    qh: usize,
+    /// Offset of the quants.
+    qs: usize,
+}
+
+impl Chunk {
+    fn of(dtype: DType) -> Chunk {
+        let (m, qh, qs) = match dtype {
+            DType::Q4_0 => (0, 0, 32),
+            DType::Q4_1 => (32, 0, 64),
+            DType::Q5_0 => (0, 32, 96),
+            DType::Q5_1 => (32, 64, 128),
+            DType::Q8_0 => (0, 0, 32),
+            t => unreachable!("{t} has no packed layout"),
+        };
+        Chunk {
+            ts: dtype.type_size(),
+            m,
+            qh,
+            qs,
+        }
+    }
+
+    /// Offsets inside a ggml block: (m, qh, nibbles or i8 quants).
+    fn block_offsets(dtype: DType) -> (usize, usize, usize) {
+        match dtype {
+            DType::Q4_0 | DType::Q8_0 => (0, 0, 2),
+            DType::Q4_1 => (2, 0, 4),
+            DType::Q5_0 => (0, 2, 6),
+            DType::Q5_1 => (2, 4, 8),
+            t => unreachable!("{t} has no packed layout"),
+        }
+    }
+
+    fn size(&self) -> usize {
+        ROWS * self.ts
+    }
+}
+
+/// Packs block `b` of the 16 ggml rows of `group` (row stride `rs`) into `chunk`.
+fn pack_chunk(dtype: DType, group: &[u8], rs: usize, b: usize, chunk: &mut [u8]) {
+    let c = Chunk::of(dtype);
+    let (bm, bqh, bqs) = Chunk::block_offsets(dtype);
+    let mut masks = [0u64; 8];
+    for r in 0..ROWS {
+        let blk = &group[r * rs + b * c.ts..][..c.ts];
+        chunk[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+        if c.m != 0 {
+            chunk[c.m + 2 * r..c.m + 2 * r + 2].copy_from_slice(&blk[bm..bm + 2]);
+        }
+        if c.qh != 0 {
+            let qh = u32::from_le_bytes(blk[bqh..bqh + 4].try_into().expect("4 bytes"));
+            for (j, mask) in masks.iter_mut().enumerate() {
+                let bits = u64::from((qh >> (4 * j)) & 0xf);
+                *mask |= bits << (4 * r);
+            }
+        }
+        let words = if dtype == DType::Q8_0 { 8 } else { 4 };
+        for i in 0..words {
+            let src = &blk[bqs + 4 * i..bqs + 4 * i + 4];
+            let dst = &mut chunk[c.qs + 64 * i + 4 * r..][..4];
+            dst.copy_from_slice(src);
+            if dtype == DType::Q8_0 {
+                for x in dst {
+                    *x ^= 0x80;
+                }
+            }
+        }
+    }
+    if c.qh != 0 {
+        for (j, mask) in masks.iter().enumerate() {
+            chunk[c.qh + 8 * j..c.qh + 8 * j + 8].copy_from_slice(&mask.to_le_bytes());
+        }
+    }
+}
+
+/// Extracts row `r`'s block from `chunk` into the ggml block `blk`.
+fn unpack_block(dtype: DType, chunk: &[u8], r: usize, blk: &mut [u8]) {
+    let c = Chunk::of(dtype);
+    let (bm, bqh, bqs) = Chunk::block_offsets(dtype);
+    blk[..2].copy_from_slice(&chunk[2 * r..2 * r + 2]);
+    if c.m != 0 {
+        blk[bm..bm + 2].copy_from_slice(&chunk[c.m + 2 * r..c.m + 2 * r + 2]);
+    }
+    if c.qh != 0 {
+        let mut qh = 0u32;
+        for j in 0..8 {
+            let mask = u64::from_le_bytes(
+                chunk[c.qh + 8 * j..c.qh + 8 * j + 8]
+                    .try_into()
+                    .expect("8 bytes"),
+            );
+            qh |= (((mask >> (4 * r)) & 0xf) as u32) << (4 * j);
+        }
+        blk[bqh..bqh + 4].copy_from_slice(&qh.to_le_bytes());
+    }
+    let words = if dtype == DType::Q8_0 { 8 } else { 4 };
+    for i in 0..words {
+        let src = &chunk[c.qs + 64 * i + 4 * r..][..4];
+        let dst = &mut blk[bqs + 4 * i..bqs + 4 * i + 4];
+        dst.copy_from_slice(src);
+        if dtype == DType::Q8_0 {
+            for x in dst {
+                *x ^= 0x80;
+            }
+        }
+    }
+}
+
+fn check(what: &str, dtype: DType, ne: [usize; 4], src: usize, dst: usize) -> Result<()> {
+    if !eligible(dtype, ne) {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: a {dtype} tensor of shape {ne:?} has no packed layout \
+             (needs Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 with ne[1] a multiple of {ROWS})"
+        )));
+    }
+    let want = dtype.row_size(ne[0]) * ne[1] * ne[2] * ne[3];
+    if src != want || dst != want {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: {dtype} {ne:?} is {want} bytes, got {src} in and {dst} out"
+        )));
+    }
+    Ok(())
+}
+
+/// Packs the contiguous ggml-layout tensor `src` (type `dtype`, shape `ne`)
+/// into `dst` (same size).
+///
+/// Errors: [`Error::InvalidArgument`] if the tensor is not [`eligible`] or a
+/// buffer is not exactly the tensor's size.
+pub fn pack(dtype: DType, ne: [usize; 4], src: &[u8], dst: &mut [u8]) -> Result<()> {
+    check("pack", dtype, ne, src.len(), dst.len())?;
+    let rs = dtype.row_size(ne[0]);
+    let nb = ne[0] / QK;
+    let cs = Chunk::of(dtype).size();
+    for (g, d) in src
+        .chunks_exact(ROWS * rs)
+        .zip(dst.chunks_exact_mut(ROWS * rs))
+    {
+        for (b, chunk) in d.chunks_exact_mut(cs).enumerate().take(nb) {
+            pack_chunk(dtype, g, rs, b, chunk);
+        }
+    }
+    Ok(())
+}
+
+/// Unpacks `src` (packed by [`pack`] with the same `dtype` and `ne`) into
+/// ggml's layout in `dst`: `unpack(pack(x)) == x` for any bytes.
+///
+/// Errors: as [`pack`].
+pub fn unpack(dtype: DType, ne: [usize; 4], src: &[u8], dst: &mut [u8]) -> Result<()> {
+    check("unpack", dtype, ne, src.len(), dst.len())?;
+    let rs = dtype.row_size(ne[0]);
+    for (g, d) in src
+        .chunks_exact(ROWS * rs)
+        .zip(dst.chunks_exact_mut(ROWS * rs))
+    {
+        unpack_group(dtype, ne[0], g, d);
+    }
+    Ok(())
+}
+
+/// Unpacks one 16-row group (`16 · row_size(k)` bytes each side).
+pub(crate) fn unpack_group(dtype: DType, k: usize, group: &[u8], dst: &mut [u8]) {
+    let rs = dtype.row_size(k);
+    for (r, row) in dst.chunks_exact_mut(rs).enumerate().take(ROWS) {
+        unpack_group_row(dtype, k, group, r, row);
+    }
+}
+
+/// Row `r` of a packed 16-row group, in ggml's layout.
+fn unpack_group_row(dtype: DType, k: usize, group: &[u8], r: usize, dst: &mut [u8]) {
+    let c = Chunk::of(dtype);
+    for (chunk, blk) in group
+        .chunks_exact(c.size())
+        .zip(dst.chunks_exact_mut(c.ts))
+        .take(k / QK)
+    {
+        unpack_block(dtype, chunk, r, blk);
+    }
+}
+
+/// Extracts row `row` (counting rows over dims 1–3) of the packed tensor
+/// `src` (type `dtype`, shape `ne`) into `dst` in ggml's layout (one row,
+/// `row_size(ne[0])` bytes) — GET_ROWS from packed weights.
+///
+/// Errors: [`Error::InvalidArgument`] for a non-[`eligible`] shape, a wrong
+/// buffer size or a row out of range.
+pub fn unpack_row(
+    dtype: DType,
+    ne: [usize; 4],
+    src: &[u8],
+    row: usize,
+    dst: &mut [u8],
+) -> Result<()> {
+    let rs = dtype.row_size(ne[0]);
+    check("unpack_row", dtype, ne, src.len(), src.len())?;
+    let rows = ne[1] * ne[2] * ne[3];
+    if row >= rows || dst.len() != rs {
+        return Err(Error::InvalidArgument(format!(
+            "unpack_row: row {row} of {rows} into {} bytes (a row is {rs})",
+            dst.len()
+        )));
+    }
+    let g = &src[row / ROWS * ROWS * rs..][..ROWS * rs];
+    unpack_group_row(dtype, ne[0], g, row % ROWS, dst);
+    Ok(())
+}
+
+/// Dequantizes row `r` of the packed 16-row `group` (`k` elements per row)
+/// into `out[..k]`.
+pub(crate) fn dequantize_group_row(
+    dtype: DType,
+    k: usize,
+    group: &[u8],
+    r: usize,
+    out: &mut [f32],
+) {
+    let c = Chunk::of(dtype);
+    let deq = crate::quant::dequantize_row_fn(dtype).expect("packable types dequantize");
+    let mut blk = [0u8; 34];
+    for (chunk, o) in group
+        .chunks_exact(c.size())
+        .zip(out[..k].chunks_exact_mut(QK))
+    {
+        unpack_block(dtype, chunk, r, &mut blk[..c.ts]);
+        deq(&blk[..c.ts], o);
+    }
+}
+
+/// A tile kernel: 16 rows (one packed group at `w`, `nb` blocks) times `nr`
+/// prepared activation columns (column `j` at `a + j · a_stride`, see
+/// [`prepare_activation`]); writes row `r` of column `j` to
+/// `out + j · out_stride + 4 r` (f32; strides in bytes).
+///
+/// # Safety
+/// The CPU must support the kernel's level; `w` must hold `nb` chunks, each
+/// column `nb · ACT_BLOCK` bytes, each output 16 writable f32.
+pub(crate) type TileFn = unsafe fn(
+    w: *const u8,
+    nb: usize,
+    a: *const u8,
+    a_stride: usize,
+    out: *mut u8,
+    out_stride: usize,
+);
+
+/// An activation quantizer: `nb` blocks of 32 f32 at `x` into prepared
+/// blocks at `out`, bit-identical to quantizing with the scalar Q8_0 / Q8_1
+/// quantizer and [`prepare_activation`].
+///
+/// # Safety
+/// The CPU must support the level; `nb · 32` f32 readable at `x` and
+/// `nb · ACT_BLOCK` bytes writable at `out`.
+pub(crate) type QuantizeFn = unsafe fn(x: *const f32, nb: usize, out: *mut u8);
+
+/// The kernels of one level for one type.
+#[derive(Clone, Copy)]
+pub(crate) struct Kernels {
+    /// The activation quantizer for this weight type.
+    pub quantize: QuantizeFn,
+    /// `tiles[j - 1]` computes `j` columns (1 ..= [`Kernels::NR`]).
+    pub tiles: [TileFn; Kernels::NR],
+}
+
+impl Kernels {
+    /// Columns per register tile of the widest kernel.
+    pub const NR: usize = 8;
+}
+
+/// The packed kernels of `isa` for `dtype`, if it has them ([`has_kernels`]).
+pub(crate) fn kernels_for(isa: Isa, dtype: DType) -> Option<Kernels> {
+    if !has_kernels(isa, dtype) {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::kernels(isa, dtype)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
+/// Converts one activation row quantized to `vec_dot_type(dtype)` (Q8_0 or
+/// Q8_1 bytes `q`) into the kernels' per-block layout in `out`
+/// (`k / 32 · ACT_BLOCK` bytes): the definition the kernels' own quantizers
+/// ([`Kernels::quantize`]) are tested against.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn prepare_activation(dtype: DType, q: &[u8], out: &mut [u8]) {
+    let off: i32 = match dtype {
+        DType::Q4_0 => 8,
+        DType::Q5_0 => 16,
+        DType::Q8_0 => 128,
+        _ => 0,
+    };
+    let min = off == 0;
+    let ts = if min { 36 } else { 34 };
+    let qo = if min { 4 } else { 2 };
+    for (blk, o) in q.chunks_exact(ts).zip(out.chunks_exact_mut(ACT_BLOCK)) {
+        let quants = &blk[qo..qo + QK];
+        o[..QK].copy_from_slice(quants);
+        let d = crate::quant::simd::f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+        o[32..36].copy_from_slice(&d.to_le_bytes());
+        let tail = if min {
+            crate::quant::simd::f16_to_f32(u16::from_le_bytes([blk[2], blk[3]])).to_bits()
+        } else {
+            let sum: i32 = quants.iter().map(|&x| i32::from(x as i8)).sum();
+            (-off * sum) as u32
+        };
+        o[36..40].copy_from_slice(&tail.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_size_is_ggml_size() {
+        for (t, cs) in [
+            (DType::Q4_0, 288),
+            (DType::Q4_1, 320),
+            (DType::Q5_0, 352),
+            (DType::Q5_1, 384),
+            (DType::Q8_0, 544),
+        ] {
+            assert_eq!(Chunk::of(t).size(), cs, "{t}");
+            let c = Chunk::of(t);
+            let quants = if t == DType::Q8_0 { 512 } else { 256 };
+            let end = c.qs + quants;
+            assert_eq!(end, cs, "{t}: header + quants fill the chunk");
+        }
+    }
+
+    /// Rows with NaN, ±inf, zero blocks, subnormals, exact rounding ties
+    /// (block max 127, so `1/d` is 1) and random values.
+    fn hard_rows(k: usize) -> Vec<Vec<f32>> {
+        let mut rng = crate::conformance::Rng::new(17);
+        let mut rows = vec![rng.vec(k, -3.0, 2.0), vec![0.0; k]];
+        let mut ties: Vec<f32> = (0..k).map(|i| (i % 254) as f32 - 126.5).collect();
+        for b in ties.chunks_exact_mut(QK) {
+            b[0] = 127.0;
+        }
+        rows.push(ties);
+        let mut odd = rng.vec(k, -1.0, 1.0);
+        odd[1] = f32::NAN;
+        odd[40 % k] = f32::INFINITY;
+        odd[k - 1] = -f32::INFINITY;
+        odd[k / 2] = 1e-40;
+        rows.push(odd);
+        let mut all_nan = vec![f32::NAN; k];
+        all_nan[k - 1] = 0.25;
+        rows.push(all_nan);
+        rows.push(rng.vec(k, -1e-38, 1e-38));
+        rows.push(rng.vec(k, -6e4, 6e4));
+        rows
+    }
+
+    #[test]
+    fn simd_activation_quantizers_match_scalar_quantize_and_prepare() {
+        use crate::quant::simd::{quantize_row_fn_for, Isa};
+        for isa in Isa::ALL {
+            for t in [
+                DType::Q4_0,
+                DType::Q4_1,
+                DType::Q5_0,
+                DType::Q5_1,
+                DType::Q8_0,
+            ] {
+                let Some(kern) = kernels_for(isa, t) else {
+                    continue;
+                };
+                let vdt = crate::quant::vec_dot_type(t);
+                for k in [32, 96, 576] {
+                    for row in hard_rows(k) {
+                        let mut q = vec![0u8; vdt.row_size(k)];
+                        quantize_row_fn_for(Isa::Scalar, vdt).unwrap()(&row, &mut q);
+                        let mut want = vec![0u8; k / QK * ACT_BLOCK];
+                        prepare_activation(t, &q, &mut want);
+                        let mut got = vec![0u8; want.len()];
+                        // SAFETY: the level is supported (kernels_for); sizes as required.
+                        unsafe { (kern.quantize)(row.as_ptr(), k / QK, got.as_mut_ptr()) };
+                        assert_eq!(got, want, "{isa} {t} k={k} row {row:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn q4_byte_positions_match_the_documented_layout() {
+        // Row r, block 0: nibble byte j = (r * 16 + j) as u8.
+        let t = DType::Q4_0;
+        let rs = t.row_size(32);
+        let mut src = vec![0u8; ROWS * rs];
+        for r in 0..ROWS {
+            for j in 0..16 {
+                src[r * rs + 2 + j] = (r * 16 + j) as u8;
+            }
+        }
+        let mut dst = vec![0u8; src.len()];
+        pack(t, [32, 16, 1, 1], &src, &mut dst).unwrap();
+        for i in 0..4 {
+            for r in 0..ROWS {
+                for tt in 0..4 {
+                    assert_eq!(dst[32 + 64 * i + 4 * r + tt], (r * 16 + 4 * i + tt) as u8);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! AVX-512 kernels over the packed layout: one 16-row group in the sixteen
+//! i32 / f32 lanes of a zmm register, up to [`Kernels::NR`] activation
+//! columns per call with their f32 accumulators in registers across K.
+//!
+//! Per block, the weight chunk is decoded once into eight u8 registers
+//! (register `j`: lane `r` = quants `4j..4j+4` of row `r`), then for every
+//! column: `s = -offset · Σa` (or 0), eight `s += w_j · bcast(a dword j)`
+//! (`vpdpbusd` at the VNNI level; `vpmaddubsw` + `vpmaddwd` at the AVX-512
+//! level, exact because the 4/5-bit quants keep the pair sums below 2^15),
+//! then `acc = fma(f32(s), d_w · d_a, acc)` (+ `fma(m_w, s_a, acc)` for the
+//! `_1` types). The operations on a column never depend on the other
+//! columns, so a column gives the same bits in every kernel width.
+//!
+//! Every kernel here is an `unsafe fn` with `#[target_feature]`: callers get
+//! them only through [`kernels`], which the dispatcher calls after checking
+//! the CPU ([`super::has_kernels`]).
+
+use super::{Kernels, TileFn, ACT_BLOCK};
+use crate::quant::simd::Isa;
+use crate::tensor::DType;
+use std::arch::x86_64::*;
+
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+const Q5_1: u8 = 3;
+const Q8_0: u8 = 4;
+
+/// Chunk bytes of type `T`.
+const fn chunk_size(t: u8) -> usize {
+    match t {
+        Q4_0 => 288,
+        Q4_1 => 320,
+        Q5_0 => 352,
+        Q5_1 => 384,
+        _ => 544,
+    }
+}
+
+/// Offset of the quants inside a chunk of type `T`.
+const fn quants_at(t: u8) -> usize {
+    match t {
+        Q4_0 | Q8_0 => 32,
+        Q4_1 => 64,
+        Q5_0 => 96,
+        _ => 128,
+    }
+}
+
+/// Offset of the fifth-bit masks inside a chunk of type `T` (Q5 only).
+const fn masks_at(t: u8) -> usize {
+    if t == Q5_0 {
+        32
+    } else {
+        64
+    }
+}
+
+const fn has_min(t: u8) -> bool {
+    t == Q4_1 || t == Q5_1
+}
+
+macro_rules! level {
+    ($level:ident, $features:literal, |$s:ident, $w:ident, $a:ident| $dot:expr) => {
+        mod $level {
+            use super::*;
+
+            /// `s + Σ_t w[4r+t] · a[t]` per lane (u8 × i8, exact).
+            #[target_feature(enable = $features)]
+            #[inline]
+            fn dot($s: __m512i, $w: __m512i, $a: __m512i) -> __m512i {
+                $dot
+            }
+
+            /// The eight quant registers of the chunk at `c`.
+            ///
+            /// # Safety
+            /// `c` points at a whole chunk of type `T`.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn decode<const T: u8>(c: *const u8) -> [__m512i; 8] {
+                let qs = quants_at(T);
+                let mut q = [_mm512_setzero_si512(); 8];
+                if T == Q8_0 {
+                    for (j, v) in q.iter_mut().enumerate() {
+                        // SAFETY: 64 bytes of quants j inside the chunk.
+                        *v = unsafe { _mm512_loadu_si512(c.add(qs + 64 * j).cast()) };
+                    }
+                    return q;
+                }
+                let m4 = _mm512_set1_epi8(0x0f);
+                for i in 0..4 {
+                    // SAFETY: 64 bytes of nibbles i inside the chunk.
+                    let x = unsafe { _mm512_loadu_si512(c.add(qs + 64 * i).cast()) };
+                    q[i] = _mm512_and_si512(x, m4);
+                    q[i + 4] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+                }
+                if T == Q5_0 || T == Q5_1 {
+                    let sixteen = _mm512_set1_epi8(16);
+                    for (j, v) in q.iter_mut().enumerate() {
+                        // SAFETY: mask j is 8 bytes inside the chunk.
+                        let k =
+                            unsafe { c.add(masks_at(T) + 8 * j).cast::<u64>().read_unaligned() };
+                        *v = _mm512_mask_add_epi8(*v, k, *v, sixteen);
+                    }
+                }
+                q
+            }
+
+            /// `NR` columns of one 16-row group (the [`TileFn`] contract).
+            #[target_feature(enable = $features)]
+            unsafe fn tile<const T: u8, const NR: usize>(
+                w: *const u8,
+                nb: usize,
+                a: *const u8,
+                a_stride: usize,
+                out: *mut u8,
+                out_stride: usize,
+            ) {
+                let cs = chunk_size(T);
+                let offset = !has_min(T);
+                let mut acc = [_mm512_setzero_ps(); NR];
+                for b in 0..nb {
+                    // SAFETY: chunk b < nb is inside the group (contract).
+                    let c = unsafe { w.add(b * cs) };
+                    // SAFETY: the 16 f16 scales open the chunk.
+                    let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(c.cast()) });
+                    let mw = if has_min(T) {
+                        // SAFETY: the 16 f16 minimums follow the scales.
+                        _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(c.add(32).cast()) })
+                    } else {
+                        _mm512_setzero_ps()
+                    };
+                    // SAFETY: the whole chunk is in bounds.
+                    let q = unsafe { decode::<T>(c) };
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        // SAFETY: block b of column j is in bounds (contract).
+                        let p = unsafe { a.add(j * a_stride + b * ACT_BLOCK) };
+                        // SAFETY: ACT_BLOCK bytes at p: quants, scale, sum term.
+                        let word =
+                            |i: usize| unsafe { p.add(4 * i).cast::<i32>().read_unaligned() };
+                        let mut s = if offset {
+                            _mm512_set1_epi32(word(9))
+                        } else {
+                            _mm512_setzero_si512()
+                        };
+                        if NR <= 2 {
+                            // Two chains for latency when few columns share the
+                            // block (integer sums: the same value either way).
+                            let mut s1 = _mm512_setzero_si512();
+                            for i in (0..8).step_by(2) {
+                                s = dot(s, q[i], _mm512_set1_epi32(word(i)));
+                                s1 = dot(s1, q[i + 1], _mm512_set1_epi32(word(i + 1)));
+                            }
+                            s = _mm512_add_epi32(s, s1);
+                        } else {
+                            for (i, &qi) in q.iter().enumerate() {
+                                s = dot(s, qi, _mm512_set1_epi32(word(i)));
+                            }
+                        }
+                        let da = _mm512_set1_ps(f32::from_bits(word(8) as u32));
+                        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, da), *acc);
+                        if has_min(T) {
+                            let sa = _mm512_set1_ps(f32::from_bits(word(9) as u32));
+                            *acc = _mm512_fmadd_ps(mw, sa, *acc);
+                        }
+                    }
+                }
+                for (j, acc) in acc.iter().enumerate() {
+                    // SAFETY: 16 writable f32 per column (contract).
+                    unsafe { _mm512_storeu_ps(out.add(j * out_stride).cast(), *acc) };
+                }
+            }
+
+            /// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 (`OFF` > 0) or
+            /// Q8_1 (`OFF` = 0) exactly as the scalar quantizers do (same
+            /// scale, reciprocal, products, `roundf` and f16 rounding) and
+            /// writes them at `out` in the layout of
+            /// [`super::super::prepare_activation`] for weights with offset `OFF`.
+            ///
+            /// # Safety
+            /// `nb · 32` f32 readable at `x`, `nb · ACT_BLOCK` bytes writable at `out`.
+            #[target_feature(enable = $features)]
+            unsafe fn quantize<const OFF: i32>(x: *const f32, nb: usize, out: *mut u8) {
+                let (lo, hi) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
+                let (half, nhalf) = (_mm512_set1_ps(0.5), _mm512_set1_ps(-0.5));
+                let one = _mm512_set1_epi32(1);
+                for b in 0..nb {
+                    // SAFETY: block b's 32 f32 are readable (contract).
+                    let v = unsafe {
+                        [
+                            _mm512_loadu_ps(x.add(32 * b)),
+                            _mm512_loadu_ps(x.add(32 * b + 16)),
+                        ]
+                    };
+                    // maxps returns its second operand when either is NaN, so
+                    // NaNs are skipped as f32::max skips them in the scalar fold.
+                    let m = _mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_setzero_ps());
+                    let m = _mm512_max_ps(_mm512_abs_ps(v[1]), m);
+                    let d = _mm512_reduce_max_ps(m) / 127.0;
+                    let idv = _mm512_set1_ps(crate::quant::inv_or_zero(d));
+                    let q = v.map(|v| {
+                        let r = _mm512_mul_ps(v, idv);
+                        // NaN → 0 (the scalar `as i32`), clamp, then roundf.
+                        let r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r), r);
+                        let r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+                        let t = _mm512_cvttps_epi32(r);
+                        let frac = _mm512_sub_ps(r, _mm512_cvtepi32_ps(t));
+                        let up = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(frac, half);
+                        let down = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(frac, nhalf);
+                        let t = _mm512_mask_add_epi32(t, up, t, one);
+                        _mm512_mask_sub_epi32(t, down, t, one)
+                    });
+                    // SAFETY: block b's ACT_BLOCK bytes are writable (contract).
+                    let o = unsafe { out.add(b * ACT_BLOCK) };
+                    // SAFETY: as above: quants at 0..32.
+                    unsafe {
+                        _mm_storeu_si128(o.cast(), _mm512_cvtepi32_epi8(q[0]));
+                        _mm_storeu_si128(o.add(16).cast(), _mm512_cvtepi32_epi8(q[1]));
+                    }
+                    let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+                    let tail = if OFF == 0 {
+                        f16_round(sum as f32 * d).to_bits()
+                    } else {
+                        (-OFF * sum) as u32
+                    };
+                    // SAFETY: as above: scale at 32..36, sum term at 36..40.
+                    unsafe {
+                        o.add(32).cast::<f32>().write_unaligned(f16_round(d));
+                        o.add(36).cast::<u32>().write_unaligned(tail);
+                    }
+                }
+            }
+
+            /// `x` rounded to f16 (nearest even, as the scalar `half`
+            /// conversion) and back.
+            #[target_feature(enable = $features)]
+            #[inline]
+            fn f16_round(x: f32) -> f32 {
+                let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(x));
+                _mm_cvtss_f32(_mm_cvtph_ps(h))
+            }
+
+            /// The kernels of type `T`.
+            fn table<const T: u8>() -> Kernels {
+                Kernels {
+                    quantize: match T {
+                        Q4_0 => quantize::<8>,
+                        Q5_0 => quantize::<16>,
+                        Q8_0 => quantize::<128>,
+                        _ => quantize::<0>,
+                    },
+                    tiles: [
+                        tile::<T, 1> as TileFn,
+                        tile::<T, 2>,
+                        tile::<T, 3>,
+                        tile::<T, 4>,
+                        tile::<T, 5>,
+                        tile::<T, 6>,
+                        tile::<T, 7>,
+                        tile::<T, 8>,
+                    ],
+                }
+            }
+
+            /// This level's kernels for `dtype`.
+            pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
+                Some(match dtype {
+                    DType::Q4_0 => table::<Q4_0>(),
+                    DType::Q4_1 => table::<Q4_1>(),
+                    DType::Q5_0 => table::<Q5_0>(),
+                    DType::Q5_1 => table::<Q5_1>(),
+                    DType::Q8_0 => table::<Q8_0>(),
+                    _ => return None,
+                })
+            }
+        }
+    };
+}
+
+level!(
+    vnni,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    |s, w, a| _mm512_dpbusd_epi32(s, w, a)
+);
+
+// Pair sums of u8 quants ≤ 31 times i8 stay within i16 (|2 · 31 · 128| <
+// 2^15), so `vpmaddubsw` never saturates for the 4/5-bit types (Q8_0 has no
+// kernel at this level).
+level!(
+    avx512,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    |s, w, a| _mm512_add_epi32(
+        s,
+        _mm512_madd_epi16(_mm512_maddubs_epi16(w, a), _mm512_set1_epi16(1))
+    )
+);
+
+/// The kernels of `isa` for `dtype` (the caller checked [`super::has_kernels`]).
+pub(super) fn kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
+    match isa {
+        Isa::Vnni => vnni::kernels(dtype),
+        Isa::Avx512 if dtype != DType::Q8_0 => avx512::kernels(dtype),
+        _ => None,
+    }
+}
