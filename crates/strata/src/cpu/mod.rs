@@ -21,6 +21,7 @@
 mod buffer;
 mod ops;
 mod pool;
+pub mod vector;
 mod view;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -116,6 +117,7 @@ pub struct CpuBackend {
     work: Vec<u64>,
     abort: Option<AbortCallback>,
     isa: Isa,
+    legacy: bool,
 }
 
 impl CpuBackend {
@@ -126,6 +128,7 @@ impl CpuBackend {
             work: Vec::new(),
             abort: None,
             isa: simd::active(),
+            legacy: std::env::var_os("STRATA_LEGACY_KERNELS").is_some_and(|v| v == "1"),
         }
     }
 
@@ -150,6 +153,19 @@ impl CpuBackend {
         }
         self.isa = isa;
         Ok(())
+    }
+
+    /// Runs the kernels as they were before the float-weight GEMM / GEMV and
+    /// the vectorized element-wise, norm, rope and soft_max kernels (the
+    /// per-output dot-product matmul and the scalar loops), to compare both
+    /// in one process. Also set by `STRATA_LEGACY_KERNELS=1` at creation.
+    pub fn set_legacy_kernels(&mut self, legacy: bool) {
+        self.legacy = legacy;
+    }
+
+    /// Whether [`CpuBackend::set_legacy_kernels`] is on.
+    pub fn legacy_kernels(&self) -> bool {
+        self.legacy
     }
 
     /// Number of threads.
@@ -238,9 +254,11 @@ impl Backend for CpuBackend {
         let aborted = AtomicBool::new(false);
         let abort = self.abort.as_ref();
         let isa = self.isa;
+        let legacy = self.legacy;
         let ok = self.pool.run(&|w| {
             for (plan, work) in plans.iter().zip(&works) {
-                let ctx = Ctx::new(w, wdata_addr as *mut u8, *work, isa);
+                let mut ctx = Ctx::new(w, wdata_addr as *mut u8, *work, isa);
+                ctx.legacy = legacy;
                 ops::forward(plan, &ctx);
                 if w.ith == 0 {
                     if let Some(cb) = abort {

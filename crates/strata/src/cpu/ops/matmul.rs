@@ -19,7 +19,7 @@
 //! arithmetic whichever thread computes it, so results do not depend on the
 //! thread count.
 
-use super::{Ctx, NodePlan, WorkSize};
+use super::{matmul_float, Ctx, NodePlan, WorkSize};
 use crate::quant::simd::{quantize_row_fn_for, vec_dot4_fn_for, vec_dot_fn_for};
 use crate::quant::{vec_dot_fn, vec_dot_type};
 use crate::tensor::{DType, Tensor};
@@ -48,6 +48,9 @@ fn needs_conversion(node: &NodePlan) -> bool {
 }
 
 pub(super) fn work_size(node: &NodePlan) -> WorkSize {
+    if matmul_float::eligible(node) {
+        return matmul_float::work_size(node);
+    }
     let (a, b) = (node.src(0), node.src(1));
     let k = b.ne[0];
     if !needs_conversion(node) {
@@ -60,6 +63,9 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
 }
 
 pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
+    if matmul_float::handles(node, ctx) {
+        return matmul_float::forward(node, ctx);
+    }
     let (a, b, dst) = (node.src(0), node.src(1), &node.dst);
     let k = a.ne[0];
     let vdt = vec_dot_type(a.dtype);
