@@ -622,15 +622,16 @@ mod x86 {
             let w = (kc - k0).min(16);
             let m = mask16(w);
             for half in 0..2 {
-                let r: [__m512; 16] = std::array::from_fn(|i| {
+                let mut r = [_mm512_setzero_ps(); 16];
+                for (i, v) in r.iter_mut().enumerate() {
                     // SAFETY: lanes in m are elements k0 .. k0 + w < kc of row 16·half + i.
-                    unsafe {
+                    *v = unsafe {
                         _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
                             m,
                             rows[16 * half + i].add(2 * k0).cast(),
                         ))
-                    }
-                });
+                    };
+                }
                 let t = transpose16(r);
                 for (j, v) in t.iter().enumerate().take(w) {
                     // SAFETY: kk = k0 + j < kc: 16 values at out[kk * 32 + 16·half].
@@ -675,7 +676,11 @@ mod x86 {
         out
     }
 
-    /// Eight dot products of `rows` (k weights of type `T`) with `x`.
+    /// Eight dot products of `rows` (k weights of type `T`) with `x`. The
+    /// rows are read one after the other (sequential memory when they are
+    /// contiguous: DRAM streams best that way, measured ~1.8x faster than
+    /// interleaving eight rows), each into four accumulators, and the eight
+    /// row vectors are reduced together at the end.
     ///
     /// # Safety
     /// AVX-512 F/BW/VL; each pointer covers k elements.
@@ -685,24 +690,36 @@ mod x86 {
         rows: &[*const u8; 8],
         x: *const f32,
     ) -> [f32; 8] {
-        let mut acc = [_mm512_setzero_ps(); 8];
-        let mut i = 0;
-        while i < k {
-            let m = mask16(k - i);
-            // SAFETY: lanes in m are elements i .. min(i + 16, k) of x and every row.
-            unsafe {
-                let xv = _mm512_maskz_loadu_ps(m, x.add(i));
-                for (a, &r) in acc.iter_mut().zip(rows) {
-                    *a = _mm512_fmadd_ps(load_w512::<T>(r, i, m), xv, *a);
+        // A plain loop, not a closure: closures are not compiled with the
+        // function's target features (measured: a call and vzeroupper per row).
+        let mut w = [_mm256_setzero_ps(); 8];
+        for (wr, &p) in w.iter_mut().zip(rows) {
+            let mut acc = [_mm512_setzero_ps(); 4];
+            let mut i = 0;
+            while i + 64 <= k {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: elements i + 16j .. + 16 <= k of x and the row.
+                    unsafe {
+                        let xv = _mm512_loadu_ps(x.add(i + 16 * j));
+                        *a = _mm512_fmadd_ps(load_w512::<T>(p, i + 16 * j, !0), xv, *a);
+                    }
                 }
+                i += 64;
             }
-            i += 16;
-        }
-        let w = acc.map(|v| {
+            while i < k {
+                let m = mask16(k - i);
+                // SAFETY: lanes in m are elements i .. min(i + 16, k) of x and the row.
+                unsafe {
+                    let xv = _mm512_maskz_loadu_ps(m, x.add(i));
+                    acc[0] = _mm512_fmadd_ps(load_w512::<T>(p, i, m), xv, acc[0]);
+                }
+                i += 16;
+            }
+            let v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
             let lo = _mm512_castps512_ps256(v);
             let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-            _mm256_add_ps(lo, hi)
-        });
+            *wr = _mm256_add_ps(lo, hi);
+        }
         reduce8_256(w)
     }
 
