@@ -227,3 +227,220 @@ pub(super) unsafe fn round_f16_avx2(n: usize, x: *mut f32) -> usize {
     }
     i
 }
+
+// ---- exponential (see the module docs of `super` for the bounds) ----
+
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// Below this, e^x is subnormal: the result is 0.
+const EXP_LO: f32 = -87.336_55;
+/// Above this, e^x overflows f32: the result is +inf.
+const EXP_HI: f32 = 88.722_84;
+/// e^r - 1 - r = r² · P(r), Cephes expf's coefficients.
+const EXP_P: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    5.000_000_1e-1,
+];
+
+/// e^x in sixteen lanes.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+#[inline]
+pub(crate) fn exp512(x: __m512) -> __m512 {
+    // max/min return their second operand for a NaN: x stays NaN.
+    let xc = _mm512_min_ps(
+        _mm512_set1_ps(EXP_HI),
+        _mm512_max_ps(_mm512_set1_ps(EXP_LO), x),
+    );
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT }>(_mm512_mul_ps(
+        xc,
+        _mm512_set1_ps(LOG2E),
+    ));
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), xc);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut p = _mm512_set1_ps(EXP_P[0]);
+    for &c in &EXP_P[1..] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    let e = _mm512_fmadd_ps(
+        p,
+        _mm512_mul_ps(r, r),
+        _mm512_add_ps(r, _mm512_set1_ps(1.0)),
+    );
+    let y = _mm512_scalef_ps(e, n);
+    let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(EXP_LO));
+    let over = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_set1_ps(EXP_HI));
+    let y = _mm512_mask_blend_ps(under, y, _mm512_setzero_ps());
+    _mm512_mask_blend_ps(over, y, _mm512_set1_ps(f32::INFINITY))
+}
+
+/// e^x in eight lanes (AVX2: 2^n built in the exponent field, so x is
+/// clamped to where n <= 127; lanes above fall back to the scalar `exp`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn exp256(x: __m256) -> __m256 {
+    const HI_FAST: f32 = 88.0;
+    let xc = _mm256_min_ps(
+        _mm256_set1_ps(HI_FAST),
+        _mm256_max_ps(_mm256_set1_ps(EXP_LO), x),
+    );
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        xc,
+        _mm256_set1_ps(LOG2E),
+    ));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), xc);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+    let mut p = _mm256_set1_ps(EXP_P[0]);
+    for &c in &EXP_P[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let e = _mm256_fmadd_ps(
+        p,
+        _mm256_mul_ps(r, r),
+        _mm256_add_ps(r, _mm256_set1_ps(1.0)),
+    );
+    let pow2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+        _mm256_cvtps_epi32(n),
+        _mm256_set1_epi32(127),
+    )));
+    let mut y = _mm256_mul_ps(e, pow2);
+    let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(EXP_LO));
+    y = _mm256_blendv_ps(y, _mm256_setzero_ps(), under);
+    let big = _mm256_cmp_ps::<_CMP_GT_OQ>(x, _mm256_set1_ps(HI_FAST));
+    if _mm256_movemask_ps(big) != 0 {
+        let mut v = [0f32; 8];
+        let mut xs = [0f32; 8];
+        // SAFETY: both arrays hold eight f32.
+        unsafe {
+            _mm256_storeu_ps(v.as_mut_ptr(), y);
+            _mm256_storeu_ps(xs.as_mut_ptr(), x);
+        }
+        for (o, &xv) in v.iter_mut().zip(&xs) {
+            if xv > HI_FAST {
+                *o = xv.exp();
+            }
+        }
+        // SAFETY: v holds eight f32.
+        y = unsafe { _mm256_loadu_ps(v.as_ptr()) };
+    }
+    y
+}
+
+/// `out = x / (1 + e^-x) (· up if up is not null)`, sixteen at a time with
+/// a masked tail; returns n.
+///
+/// # Safety
+/// AVX-512 F/BW/VL; `x`, `out` (and `up` unless null) cover n f32; `out`
+/// may equal `x`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) unsafe fn silu_avx512(n: usize, x: *const f32, up: *const f32, out: *mut f32) -> usize {
+    let one = _mm512_set1_ps(1.0);
+    let mut i = 0;
+    while i < n {
+        let m = mask16(n - i);
+        // SAFETY: lanes in m are elements i .. min(i + 16, n) of every row.
+        unsafe {
+            let v = _mm512_maskz_loadu_ps(m, x.add(i));
+            let e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), v));
+            let mut s = _mm512_div_ps(v, _mm512_add_ps(one, e));
+            if !up.is_null() {
+                s = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up.add(i)));
+            }
+            _mm512_mask_storeu_ps(out.add(i), m, s);
+        }
+        i += 16;
+    }
+    n
+}
+
+/// As [`silu_avx512`], eight at a time; returns the count done (a tail of
+/// fewer than eight is left to the caller).
+///
+/// # Safety
+/// AVX2 + FMA; as [`silu_avx512`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn silu_avx2(n: usize, x: *const f32, up: *const f32, out: *mut f32) -> usize {
+    let one = _mm256_set1_ps(1.0);
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: elements i .. i + 8 <= n of every row.
+        unsafe {
+            let v = _mm256_loadu_ps(x.add(i));
+            let e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), v));
+            let mut s = _mm256_div_ps(v, _mm256_add_ps(one, e));
+            if !up.is_null() {
+                s = _mm256_mul_ps(s, _mm256_loadu_ps(up.add(i)));
+            }
+            _mm256_storeu_ps(out.add(i), s);
+        }
+        i += 8;
+    }
+    i
+}
+
+/// `x = e^(x - shift)` in place, sixteen at a time; returns n.
+///
+/// # Safety
+/// AVX-512 F/BW/VL; `x` covers n f32.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) unsafe fn exp_shifted_avx512(n: usize, x: *mut f32, shift: f32) -> usize {
+    let s = _mm512_set1_ps(shift);
+    let mut i = 0;
+    while i < n {
+        let m = mask16(n - i);
+        // SAFETY: lanes in m are elements i .. min(i + 16, n).
+        unsafe {
+            let v = _mm512_maskz_loadu_ps(m, x.add(i));
+            _mm512_mask_storeu_ps(x.add(i), m, exp512(_mm512_sub_ps(v, s)));
+        }
+        i += 16;
+    }
+    n
+}
+
+/// `x = e^(x - shift)` in place, eight at a time; returns the count done.
+///
+/// # Safety
+/// AVX2 + FMA; `x` covers n f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn exp_shifted_avx2(n: usize, x: *mut f32, shift: f32) -> usize {
+    let s = _mm256_set1_ps(shift);
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: elements i .. i + 8 <= n.
+        unsafe {
+            let v = _mm256_loadu_ps(x.add(i));
+            _mm256_storeu_ps(x.add(i), exp256(_mm256_sub_ps(v, s)));
+        }
+        i += 8;
+    }
+    i
+}
+
+/// Σ x² in f64: eight f64 lanes, two accumulators, then a fixed tree.
+///
+/// # Safety
+/// AVX-512 F/BW/VL; `x` covers n f32.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) unsafe fn sum_sq_avx512(n: usize, x: *const f32) -> f64 {
+    let mut a0 = _mm512_setzero_pd();
+    let mut a1 = _mm512_setzero_pd();
+    let mut i = 0;
+    while i < n {
+        let m = mask16(n - i);
+        // SAFETY: lanes in m are elements i .. min(i + 16, n).
+        let v = unsafe { _mm512_maskz_loadu_ps(m, x.add(i)) };
+        let lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+        let hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+            _mm512_castps_pd(v),
+        )));
+        a0 = _mm512_fmadd_pd(lo, lo, a0);
+        a1 = _mm512_fmadd_pd(hi, hi, a1);
+        i += 16;
+    }
+    _mm512_reduce_add_pd(_mm512_add_pd(a0, a1))
+}
