@@ -40,8 +40,10 @@
 //! balance, else over columns of `b` as well.
 //!
 //! **GEMV.** Eight rows of `a` at a time against one f32 activation row,
-//! one accumulator register per row (lanes along k), and one transposing
-//! reduction for the eight rows at the end; threads split the row groups.
+//! read one row after the other (sequential memory), four accumulator
+//! registers per row (lanes along k), and one transposing reduction for the
+//! eight rows at the end; threads split the row groups and each converts
+//! the activation rows it needs itself (no barrier).
 
 use super::{Ctx, NodePlan, WorkSize};
 use crate::cpu::vector::{self, Level};
@@ -112,7 +114,7 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
     let planes = b.ne[2] * b.ne[3];
     let ours = if n == 1 {
         WorkSize {
-            shared: planes * k.next_multiple_of(16) * 4,
+            shared: 0,
             per_thread: k * 4,
         }
     } else {
@@ -375,20 +377,11 @@ fn gemv(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
     let (a, b, d) = (node.src(0), node.src(1), &node.dst);
     let (k, m) = (a.ne[0], a.ne[1]);
     let planes = b.ne[2] * b.ne[3];
-    let kp = k.next_multiple_of(16);
     let direct = b.dtype == DType::F32 && b.rows_contiguous() && a.dtype == DType::F32;
-    let xs = ctx.shared_ptr().cast::<f32>();
-    if !direct {
-        let row = ctx.scratch_f32(k);
-        for plane in ctx.rows(planes) {
-            let (i12, i13) = (plane % b.ne[2], plane / b.ne[2]);
-            load_column(a.dtype, b, 0, i12, i13, ctx.isa, row);
-            // SAFETY: the shared buffer holds planes rows of kp f32
-            // (work_size); row `plane` is written by this thread only.
-            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), xs.add(plane * kp), k) };
-        }
-        ctx.w.barrier();
-    }
+    // Each thread converts the activation rows of its own planes into its
+    // scratch (K values: cheaper than the barrier sharing them would cost).
+    let row = ctx.scratch_f32(k);
+    let mut converted: Option<usize> = None;
     let groups = m.div_ceil(GEMV_ROWS);
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
     for it in ctx.rows(planes * groups) {
@@ -398,8 +391,11 @@ fn gemv(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
         let x: *const f32 = if direct {
             b.row_ptr(0, i12, i13).cast()
         } else {
-            // SAFETY: row `plane` of the shared buffer (written before the barrier).
-            unsafe { xs.add(plane * kp) }
+            if converted != Some(plane) {
+                load_column(a.dtype, b, 0, i12, i13, ctx.isa, row);
+                converted = Some(plane);
+            }
+            row.as_ptr()
         };
         let rows: [*const u8; GEMV_ROWS] =
             std::array::from_fn(|r| a.row_ptr((g0 + r).min(m - 1), i02, i03).cast_const());
