@@ -93,7 +93,7 @@ impl SpinBarrier {
                 std::hint::spin_loop();
             }
             spins += 1;
-            if spins % 4 == 0 && start.elapsed() > SPIN_FOR {
+            if spins.is_multiple_of(4) && start.elapsed() > SPIN_FOR {
                 break;
             }
         }
