@@ -308,18 +308,22 @@ fn pack_a(
         let pan = &mut out[p * kc * mr..(p + 1) * kc * mr];
         let r0 = rows.0 + p * mr;
         #[cfg(target_arch = "x86_64")]
-        if vector::level(isa) == Level::Avx512
-            && mr == 32
-            && r0 + mr <= rows.1
-            && a.dtype == DType::F16
-        {
+        if vector::level(isa) == Level::Avx512 && mr == 32 && r0 + mr <= rows.1 {
+            let es = a.dtype.type_size();
             let ptrs: [*const u8; 32] = std::array::from_fn(|i| {
                 // SAFETY: a is a read-only source with contiguous rows; row r0 + i < rows.1 <= M.
-                unsafe { a.row_bytes(r0 + i, plane.0, plane.1).as_ptr().add(2 * pc) }
+                unsafe { a.row_bytes(r0 + i, plane.0, plane.1).as_ptr().add(es * pc) }
             });
+            let out = pan.as_mut_ptr();
             // SAFETY: AVX-512 checked by level(); each row pointer has kc
             // elements from pc (pc + kc <= K); pan holds kc * 32 values.
-            unsafe { pack32_f16_avx512(kc, &ptrs, pan.as_mut_ptr()) };
+            unsafe {
+                match a.dtype {
+                    DType::F16 => x86::pack32_avx512::<{ x86::F16 }>(kc, &ptrs, out),
+                    DType::BF16 => x86::pack32_avx512::<{ x86::BF16 }>(kc, &ptrs, out),
+                    _ => x86::pack32_avx512::<{ x86::F32 }>(kc, &ptrs, out),
+                }
+            }
             continue;
         }
         for i in 0..mr {
@@ -369,9 +373,6 @@ unsafe fn kernel(
         Level::Portable => unreachable!("geom() has no portable kernel"),
     }
 }
-
-#[cfg(target_arch = "x86_64")]
-use x86::pack32_f16_avx512;
 
 fn gemv(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
     let (a, b, d) = (node.src(0), node.src(1), &node.dst);
@@ -601,14 +602,14 @@ mod x86 {
         o
     }
 
-    /// Packs 32 rows of `kc` f16 (`rows[i]` → element kk) into
-    /// `out[kk * 32 + i]` as f32: sixteen-by-sixteen register transposes,
-    /// masked for the last partial group of k.
+    /// Packs 32 rows of `kc` weights of type `T` (`rows[i]` → element kk)
+    /// into `out[kk * 32 + i]` as f32: sixteen-by-sixteen register
+    /// transposes, masked for the last partial group of k.
     ///
     /// # Safety
-    /// AVX-512 F/BW/VL; each row pointer covers kc f16; `out` has room for kc * 32 f32.
+    /// AVX-512 F/BW/VL; each row pointer covers kc elements; `out` has room for kc * 32 f32.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-    pub(in super::super) unsafe fn pack32_f16_avx512(
+    pub(super) unsafe fn pack32_avx512<const T: u8>(
         kc: usize,
         rows: &[*const u8; 32],
         out: *mut f32,
@@ -621,12 +622,7 @@ mod x86 {
                 let mut r = [_mm512_setzero_ps(); 16];
                 for (i, v) in r.iter_mut().enumerate() {
                     // SAFETY: lanes in m are elements k0 .. k0 + w < kc of row 16·half + i.
-                    *v = unsafe {
-                        _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
-                            m,
-                            rows[16 * half + i].add(2 * k0).cast(),
-                        ))
-                    };
+                    *v = unsafe { load_w512::<T>(rows[16 * half + i], k0, m) };
                 }
                 let t = transpose16(r);
                 for (j, v) in t.iter().enumerate().take(w) {
