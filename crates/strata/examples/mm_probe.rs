@@ -1,5 +1,7 @@
 //! Times one MUL_MAT shape repeatedly (for `perf stat` cycle counts):
-//! `mm_probe TYPE M K N THREADS REPS [legacy]`.
+//! `mm_probe TYPE M K N THREADS REPS [legacy|new] [COPIES]`: with COPIES > 1
+//! the graph multiplies by that many distinct weight matrices in turn (a
+//! working set larger than the caches, as in a model's decode step).
 use strata::backend::Backend;
 use strata::cpu::{alloc_graph_host, CpuBackend};
 use strata::{ops, DType, Graph, Tensor};
@@ -13,17 +15,20 @@ fn main() {
     };
     let p = |i: usize| a[i].parse::<usize>().unwrap();
     let (m, k, n, th, reps) = (p(2), p(3), p(4), p(5), p(6));
-    let w = Tensor::new(t, &[k, m]).unwrap();
+    let copies: usize = a.get(8).map_or(1, |c| c.parse().unwrap());
+    let ws: Vec<Tensor> = (0..copies)
+        .map(|_| Tensor::new(t, &[k, m]).unwrap())
+        .collect();
     let x = Tensor::new(DType::F32, &[k, n]).unwrap();
-    let out = ops::mul_mat(&w, &x).unwrap();
-    let g = Graph::build(&[out]);
+    let outs: Vec<Tensor> = ws.iter().map(|w| ops::mul_mat(w, &x).unwrap()).collect();
+    let g = Graph::build(&outs);
     let _b = alloc_graph_host(&g).unwrap();
-    w.write_f32(
-        &(0..k * m)
-            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
-            .collect::<Vec<_>>(),
-    )
-    .unwrap();
+    let wv: Vec<f32> = (0..k * m)
+        .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+        .collect();
+    for w in &ws {
+        w.write_f32(&wv).unwrap();
+    }
     x.write_f32(
         &(0..k * n)
             .map(|i| ((i * 104729) % 1000) as f32 / 1000.0 - 0.5)
@@ -40,7 +45,7 @@ fn main() {
     let s = t0.elapsed().as_secs_f64() / reps as f64;
     println!(
         "{:.2} GFLOP/s ({:.3} ms)",
-        2.0 * (m * k * n) as f64 / s / 1e9,
+        2.0 * (m * k * n * copies) as f64 / s / 1e9,
         s * 1e3
     );
 }

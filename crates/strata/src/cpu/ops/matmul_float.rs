@@ -115,7 +115,7 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
     let ours = if n == 1 {
         WorkSize {
             shared: 0,
-            per_thread: k * 4,
+            per_thread: 2 * k * 4,
         }
     } else {
         WorkSize {
@@ -381,7 +381,15 @@ fn gemv(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
     let direct = b.dtype == DType::F32 && b.rows_contiguous() && a.dtype == DType::F32;
     // Each thread converts the activation rows of its own planes into its
     // scratch (K values: cheaper than the barrier sharing them would cost).
-    let row = ctx.scratch_f32(k);
+    // The activations are kept in the weight's type (exact: they were
+    // rounded to it), so the kernel reads them as it reads the weights:
+    // half the bytes per row pass for F16/BF16, measured faster from DRAM.
+    let scratch = ctx.scratch_f32(2 * k);
+    let (row, xt) = scratch.split_at_mut(k);
+    // SAFETY: xt is k f32 = 4k bytes of this thread's scratch, reused as bytes.
+    let xt: &mut [u8] =
+        unsafe { std::slice::from_raw_parts_mut(xt.as_mut_ptr().cast::<u8>(), 4 * k) };
+    let es = a.dtype.type_size();
     let mut converted: Option<usize> = None;
     let groups = m.div_ceil(GEMV_ROWS);
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
@@ -389,14 +397,24 @@ fn gemv(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
         let (plane, g0) = (it / groups, (it % groups) * GEMV_ROWS);
         let (i12, i13) = (plane % b.ne[2], plane / b.ne[2]);
         let (i02, i03) = (i12 / r2, i13 / r3);
-        let x: *const f32 = if direct {
-            b.row_ptr(0, i12, i13).cast()
+        let x: *const u8 = if direct {
+            b.row_ptr(0, i12, i13)
         } else {
             if converted != Some(plane) {
                 load_column(a.dtype, b, 0, i12, i13, ctx.isa, row);
+                let xb = &mut xt[..es * k];
+                match a.dtype {
+                    DType::F16 => vector::f32_to_f16_row(ctx.isa, row, xb),
+                    DType::BF16 => vector::f32_to_bf16_row(ctx.isa, row, xb),
+                    _ => {
+                        for (c, v) in xb.chunks_exact_mut(4).zip(row.iter()) {
+                            c.copy_from_slice(&v.to_le_bytes());
+                        }
+                    }
+                }
                 converted = Some(plane);
             }
-            row.as_ptr()
+            xt.as_ptr()
         };
         let rows: [*const u8; GEMV_ROWS] =
             std::array::from_fn(|r| a.row_ptr((g0 + r).min(m - 1), i02, i03).cast_const());
@@ -421,7 +439,7 @@ unsafe fn gemv_rows(
     dtype: DType,
     k: usize,
     rows: &[*const u8; GEMV_ROWS],
-    x: *const f32,
+    x: *const u8,
 ) -> [f32; GEMV_ROWS] {
     match level {
         #[cfg(target_arch = "x86_64")]
@@ -651,6 +669,24 @@ mod x86 {
         }
     }
 
+    /// Sixteen weights of type `T` at element `i` as f32, unmasked (masked
+    /// loads stream measurably slower from DRAM).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn load_full512<const T: u8>(p: *const u8, i: usize) -> __m512 {
+        // SAFETY: the caller guarantees sixteen elements from i.
+        unsafe {
+            match T {
+                F16 => _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * i).cast())),
+                BF16 => _mm512_castsi512_ps(_mm512_slli_epi32(
+                    _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.add(2 * i).cast())),
+                    16,
+                )),
+                _ => _mm512_loadu_ps(p.add(4 * i).cast()),
+            }
+        }
+    }
+
     /// Sums each of eight vectors: `[Σ v0, ..., Σ v7]`.
     #[target_feature(enable = "avx2,fma,f16c")]
     fn reduce8_256(w: [__m256; 8]) -> [f32; 8] {
@@ -680,7 +716,7 @@ mod x86 {
     pub(super) unsafe fn gemv8_avx512<const T: u8>(
         k: usize,
         rows: &[*const u8; 8],
-        x: *const f32,
+        x: *const u8,
     ) -> [f32; 8] {
         // A plain loop, not a closure: closures are not compiled with the
         // function's target features (measured: a call and vzeroupper per row).
@@ -692,8 +728,8 @@ mod x86 {
                 for (j, a) in acc.iter_mut().enumerate() {
                     // SAFETY: elements i + 16j .. + 16 <= k of x and the row.
                     unsafe {
-                        let xv = _mm512_loadu_ps(x.add(i + 16 * j));
-                        *a = _mm512_fmadd_ps(load_w512::<T>(p, i + 16 * j, !0), xv, *a);
+                        let xv = load_full512::<T>(x, i + 16 * j);
+                        *a = _mm512_fmadd_ps(load_full512::<T>(p, i + 16 * j), xv, *a);
                     }
                 }
                 i += 64;
@@ -702,7 +738,7 @@ mod x86 {
                 let m = mask16(k - i);
                 // SAFETY: lanes in m are elements i .. min(i + 16, k) of x and the row.
                 unsafe {
-                    let xv = _mm512_maskz_loadu_ps(m, x.add(i));
+                    let xv = load_w512::<T>(x, i, m);
                     acc[0] = _mm512_fmadd_ps(load_w512::<T>(p, i, m), xv, acc[0]);
                 }
                 i += 16;
@@ -748,33 +784,51 @@ mod x86 {
         }
     }
 
-    /// Eight dot products (AVX2): eight-lane accumulators, scalar tail.
+    /// Eight dot products (AVX2), the rows one after the other as in
+    /// [`gemv8_avx512`]: four eight-lane accumulators per row, a scalar tail,
+    /// one reduction for the eight rows.
     ///
     /// # Safety
-    /// AVX2 + FMA + F16C; each pointer covers k elements.
+    /// AVX2 + FMA + F16C; each pointer (and `x`, of the same type) covers k elements.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn gemv8_avx2<const T: u8>(
         k: usize,
         rows: &[*const u8; 8],
-        x: *const f32,
+        x: *const u8,
     ) -> [f32; 8] {
-        let mut acc = [_mm256_setzero_ps(); 8];
-        let mut i = 0;
-        while i + 8 <= k {
-            // SAFETY: elements i .. i + 8 <= k of x and every row.
-            unsafe {
-                let xv = _mm256_loadu_ps(x.add(i));
-                for (a, &r) in acc.iter_mut().zip(rows) {
-                    *a = _mm256_fmadd_ps(load_w256::<T>(r, i), xv, *a);
+        let mut w = [_mm256_setzero_ps(); 8];
+        let main = k / 32 * 32;
+        for (wr, &p) in w.iter_mut().zip(rows) {
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut i = 0;
+            while i < main {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: elements i + 8j .. + 8 <= k of x and the row.
+                    unsafe {
+                        *a = _mm256_fmadd_ps(
+                            load_w256::<T>(p, i + 8 * j),
+                            load_w256::<T>(x, i + 8 * j),
+                            *a,
+                        );
+                    }
                 }
+                i += 32;
             }
-            i += 8;
+            while i + 8 <= k {
+                // SAFETY: elements i .. i + 8 <= k of x and the row.
+                unsafe {
+                    acc[0] = _mm256_fmadd_ps(load_w256::<T>(p, i), load_w256::<T>(x, i), acc[0]);
+                }
+                i += 8;
+            }
+            *wr = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
         }
-        let mut out = reduce8_256(acc);
+        let mut out = reduce8_256(w);
+        let tail = k / 8 * 8;
         for (o, &r) in out.iter_mut().zip(rows) {
-            for j in i..k {
+            for j in tail..k {
                 // SAFETY: element j < k of x and the row.
-                *o = unsafe { load_w1::<T>(r, j).mul_add(*x.add(j), *o) };
+                *o = unsafe { load_w1::<T>(r, j).mul_add(load_w1::<T>(x, j), *o) };
             }
         }
         out
