@@ -3,6 +3,12 @@
 //! and at this CPU's best SIMD level, 1 and 2 threads.
 //!
 //! `cargo bench -p strata --bench matmul` (append `-- q4_1` etc. to filter).
+//!
+//! The float weight types (group `matmul_float`) run at the model's five
+//! shapes for n = 1 and n = 512 (the 49152-row head at n = 1 only), at this
+//! CPU's best level with 1 and 2 threads, each with the float GEMM / GEMV
+//! (`new`) and with the per-output dot products they replaced (`legacy`,
+//! [`CpuBackend::set_legacy_kernels`]), in the same run.
 //! The graph is built and allocated once per case; only `graph_compute` is
 //! timed. Criterion reports throughput in "elem/s": one element is one
 //! flop. `STRATA_BENCH_ALL_LEVELS=1` adds every supported level at 1 thread.
@@ -24,15 +30,24 @@ use strata::quant::packed;
 use strata::quant::simd::{self, Isa};
 use strata::{ops, DType, Graph, Tensor};
 
-const TYPES: [DType; 8] = [
+const TYPES: [DType; 5] = [
     DType::Q4_0,
     DType::Q4_1,
     DType::Q5_0,
     DType::Q5_1,
     DType::Q8_0,
-    DType::F16,
-    DType::BF16,
-    DType::F32,
+];
+
+const FLOAT_TYPES: [DType; 3] = [DType::F16, DType::BF16, DType::F32];
+
+/// (m, k): SmolLM2-135M's projections: attention q/o, k/v, FFN up/gate,
+/// FFN down, output head.
+const FLOAT_SHAPES: [(usize, usize); 5] = [
+    (576, 576),
+    (192, 576),
+    (1536, 576),
+    (576, 1536),
+    (49152, 576),
 ];
 
 /// (m, k, n): the FFN up/gate (1536 × 576), FFN down (576 × 1536) and the
@@ -133,5 +148,48 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+fn bench_float(c: &mut Criterion) {
+    let best = simd::detected();
+    let mut group = c.benchmark_group("matmul_float");
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+    for t in FLOAT_TYPES {
+        for (m, k) in FLOAT_SHAPES {
+            for n in [1, 512] {
+                if m > 4096 && n > 1 {
+                    continue;
+                }
+                let a = Tensor::new(t, &[k, m]).unwrap();
+                let b = Tensor::new(DType::F32, &[k, n]).unwrap();
+                let out = ops::mul_mat(&a, &b).unwrap();
+                let graph = Graph::build(&[out]);
+                let _bufs = alloc_graph_host(&graph).unwrap();
+                a.write_f32(&values(k * m, 1)).unwrap();
+                b.write_f32(&values(k * n, 2)).unwrap();
+                group.throughput(Throughput::Elements((2 * m * k * n) as u64));
+                for threads in [1, 2] {
+                    for legacy in [false, true] {
+                        let mut cpu = CpuBackend::new(threads);
+                        cpu.set_isa(best).unwrap();
+                        cpu.set_legacy_kernels(legacy);
+                        let kind = if legacy { "legacy" } else { "new" };
+                        let id = BenchmarkId::new(
+                            format!("{t}"),
+                            format!("m{m}_k{k}_n{n}/{best}_t{threads}_{kind}"),
+                        );
+                        group.bench_function(id, |bch| {
+                            bch.iter(|| cpu.graph_compute(&graph).unwrap())
+                        });
+                    }
+                }
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_float);
 criterion_main!(benches);

@@ -22,6 +22,7 @@ mod buffer;
 mod ops;
 mod packed_buffer;
 mod pool;
+pub mod vector;
 mod view;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -119,6 +120,7 @@ pub struct CpuBackend {
     work: Vec<u64>,
     abort: Option<AbortCallback>,
     isa: Isa,
+    legacy: bool,
     clock: KernelClock,
     /// The last graph's resolved plans, reused while the same tensors are
     /// computed and no tensor storage has moved (llama.cpp-style reuse of a
@@ -195,6 +197,7 @@ impl CpuBackend {
             isa: simd::active(),
             clock: KernelClock::default(),
             cache: None,
+            legacy: std::env::var_os("STRATA_LEGACY_KERNELS").is_some_and(|v| v == "1"),
         }
     }
 
@@ -224,6 +227,19 @@ impl CpuBackend {
         }
         self.isa = isa;
         Ok(())
+    }
+
+    /// Runs the kernels as they were before the float-weight GEMM / GEMV and
+    /// the vectorized element-wise, norm, rope and soft_max kernels (the
+    /// per-output dot-product matmul and the scalar loops), to compare both
+    /// in one process. Also set by `STRATA_LEGACY_KERNELS=1` at creation.
+    pub fn set_legacy_kernels(&mut self, legacy: bool) {
+        self.legacy = legacy;
+    }
+
+    /// Whether [`CpuBackend::set_legacy_kernels`] is on.
+    pub fn legacy_kernels(&self) -> bool {
+        self.legacy
     }
 
     /// Number of threads.
@@ -348,9 +364,11 @@ impl Backend for CpuBackend {
         let abort = self.abort.as_ref();
         let isa = self.isa;
         let t0 = Instant::now();
+        let legacy = self.legacy;
         let ok = self.pool.run(&|w| {
             for ((_, plan), work) in plans.iter().zip(&works) {
-                let ctx = Ctx::new(w, wdata_addr as *mut u8, *work, isa);
+                let mut ctx = Ctx::new(w, wdata_addr as *mut u8, *work, isa);
+                ctx.legacy = legacy;
                 ops::forward(plan, &ctx);
                 if w.ith == 0 {
                     if let Some(cb) = abort {

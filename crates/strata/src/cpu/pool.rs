@@ -30,17 +30,38 @@ impl WorkerCtx<'_> {
     }
 }
 
-/// A sense-reversing spin barrier that yields when spinning gets long.
+/// A value alone on its cache line (the barrier's arrival counter and its
+/// phase are written by different threads at different times).
+#[repr(align(64))]
+struct Line<T>(T);
+
+/// How long a barrier waiter spins before it starts yielding its core, and
+/// how long it yields before it parks. Threads of one graph normally arrive
+/// within a few microseconds of each other; a longer wait means a thread
+/// was descheduled (more runnable threads than cores), and then spinning
+/// only delays it further.
+const SPIN_FOR: std::time::Duration = std::time::Duration::from_micros(20);
+const YIELD_FOR: std::time::Duration = std::time::Duration::from_micros(500);
+
+/// A sense-reversing barrier: spins briefly, then yields, then parks on a
+/// condition variable (the last arriver wakes parked threads only when
+/// there are any, so the fast path takes no lock).
 pub(crate) struct SpinBarrier {
-    count: AtomicUsize,
-    phase: AtomicUsize,
+    count: Line<AtomicUsize>,
+    phase: Line<AtomicUsize>,
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    cv: Condvar,
 }
 
 impl SpinBarrier {
     fn new() -> SpinBarrier {
         SpinBarrier {
-            count: AtomicUsize::new(0),
-            phase: AtomicUsize::new(0),
+            count: Line(AtomicUsize::new(0)),
+            phase: Line(AtomicUsize::new(0)),
+            sleepers: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            cv: Condvar::new(),
         }
     }
 
@@ -48,21 +69,46 @@ impl SpinBarrier {
         if n <= 1 {
             return;
         }
-        let phase = self.phase.load(Ordering::Acquire);
-        if self.count.fetch_add(1, Ordering::AcqRel) + 1 == n {
-            self.count.store(0, Ordering::Relaxed);
-            self.phase.fetch_add(1, Ordering::AcqRel);
-        } else {
-            let mut spins = 0u32;
-            while self.phase.load(Ordering::Acquire) == phase {
-                spins += 1;
-                if spins < 1 << 14 {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
+        let phase = self.phase.0.load(Ordering::Acquire);
+        if self.count.0.fetch_add(1, Ordering::AcqRel) + 1 == n {
+            self.count.0.store(0, Ordering::Relaxed);
+            self.phase.0.fetch_add(1, Ordering::SeqCst);
+            if self.sleepers.load(Ordering::SeqCst) > 0 {
+                // Taking the lock orders this wake after any waiter's check
+                // of the phase under the lock (no lost wake-up).
+                drop(self.lock.lock().unwrap_or_else(|e| e.into_inner()));
+                self.cv.notify_all();
+            }
+            return;
+        }
+        let passed = || self.phase.0.load(Ordering::Acquire) != phase;
+        // Spin (checking the clock every 64 rounds), then yield, then park.
+        let start = std::time::Instant::now();
+        let mut spins = 0u32;
+        loop {
+            for _ in 0..64 {
+                if passed() {
+                    return;
                 }
+                std::hint::spin_loop();
+            }
+            spins += 1;
+            if spins.is_multiple_of(4) && start.elapsed() > SPIN_FOR {
+                break;
             }
         }
+        while start.elapsed() < YIELD_FOR {
+            if passed() {
+                return;
+            }
+            std::thread::yield_now();
+        }
+        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        while self.phase.0.load(Ordering::SeqCst) == phase {
+            guard = self.cv.wait(guard).unwrap_or_else(|e| e.into_inner());
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

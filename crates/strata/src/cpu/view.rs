@@ -255,6 +255,18 @@ impl TView {
             unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr().cast::<u8>(), n * 4) };
             return;
         }
+        if matches!(self.dtype, DType::F16 | DType::BF16) && self.rows_contiguous() && n > 0 {
+            // SAFETY: reading a row nobody writes during this op (sources are read-only).
+            let bytes = unsafe { self.row_bytes(i1, i2, i3) };
+            // Widening is exact at every level, so the process-wide level is fine.
+            let isa = crate::quant::simd::active();
+            if self.dtype == DType::F16 {
+                super::vector::f16_to_f32_row(isa, bytes, out);
+            } else {
+                super::vector::bf16_to_f32_row(isa, bytes, out);
+            }
+            return;
+        }
         for (i0, o) in out.iter_mut().enumerate() {
             *o = self.get_f32(i0, i1, i2, i3);
         }
@@ -278,6 +290,19 @@ impl TView {
             let p = self.row_ptr(i1, i2, i3);
             // SAFETY: as load_row; this thread owns the row.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().cast::<u8>(), p, n * 4) };
+            return;
+        }
+        if matches!(self.dtype, DType::F16 | DType::BF16) && self.rows_contiguous() && n > 0 {
+            let p = self.row_ptr(i1, i2, i3);
+            // SAFETY: the row's 2n bytes are in bounds and written by this thread only.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(p, 2 * n) };
+            // Bit-identical to the scalar rounding at every level.
+            let isa = crate::quant::simd::active();
+            if self.dtype == DType::F16 {
+                super::vector::f32_to_f16_row(isa, src, bytes);
+            } else {
+                super::vector::f32_to_bf16_row(isa, src, bytes);
+            }
             return;
         }
         for (i0, &v) in src.iter().enumerate() {

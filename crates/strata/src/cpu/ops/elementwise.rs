@@ -2,6 +2,7 @@
 //! scale, clamp and gated linear units.
 
 use super::{Ctx, NodePlan, WorkSize};
+use crate::cpu::vector;
 use crate::ops::{GluOp, Op, UnaryOp};
 use crate::tensor::Tensor;
 
@@ -73,6 +74,21 @@ fn glu_act(op: GluOp, x: f32) -> f32 {
     }
 }
 
+/// `a[i] = f(a[i], b[i % b.len()])`, monomorphized per op (a plain loop
+/// LLVM vectorizes when the rows have the same length).
+#[inline(always)]
+fn binary(a: &mut [f32], b: &[f32], f: impl Fn(f32, f32) -> f32) {
+    if a.len() == b.len() {
+        for (x, &y) in a.iter_mut().zip(b) {
+            *x = f(*x, y);
+        }
+    } else {
+        for (i, x) in a.iter_mut().enumerate() {
+            *x = f(*x, b[i % b.len()]);
+        }
+    }
+}
+
 pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     let dst = &node.dst;
     let a = node.src(0);
@@ -87,21 +103,11 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
                 let b = node.src(1);
                 let (row_b, _) = rest.split_at_mut(b.ne[0]);
                 b.load_row(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3], row_b);
-                let nb0 = b.ne[0];
-                let f: fn(f32, f32) -> f32 = match node.op {
-                    Op::Add => |x, y| x + y,
-                    Op::Sub => |x, y| x - y,
-                    Op::Mul => |x, y| x * y,
-                    _ => |x, y| x / y,
-                };
-                if nb0 == n0 {
-                    for (x, &y) in row_a.iter_mut().zip(row_b.iter()) {
-                        *x = f(*x, y);
-                    }
-                } else {
-                    for (i, x) in row_a.iter_mut().enumerate() {
-                        *x = f(*x, row_b[i % nb0]);
-                    }
+                match node.op {
+                    Op::Add => binary(row_a, row_b, |x, y| x + y),
+                    Op::Sub => binary(row_a, row_b, |x, y| x - y),
+                    Op::Mul => binary(row_a, row_b, |x, y| x * y),
+                    _ => binary(row_a, row_b, |x, y| x / y),
                 }
             }
             Op::Scale { scale, bias } => row_a.iter_mut().for_each(|x| *x = *x * scale + bias),
@@ -111,11 +117,18 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
             Op::Sin => row_a.iter_mut().for_each(|x| *x = x.sin()),
             Op::Cos => row_a.iter_mut().for_each(|x| *x = x.cos()),
             Op::Clamp { min, max } => row_a.iter_mut().for_each(|x| *x = x.max(*min).min(*max)),
+            Op::Unary(UnaryOp::Silu) if !ctx.legacy => vector::silu_row(ctx.isa, row_a),
             Op::Unary(u) => row_a.iter_mut().for_each(|x| *x = unary(*u, *x)),
             Op::Glu { op, swapped } => match node.src[1].as_ref() {
                 Some(b) => {
-                    let (row_b, _) = rest.split_at_mut(b.ne[0]);
+                    let (row_b, out) = rest.split_at_mut(b.ne[0]);
                     b.load_row(i1, i2, i3, row_b);
+                    if *op == GluOp::Swiglu && !ctx.legacy {
+                        let out = &mut out[..n0];
+                        vector::swiglu_row(ctx.isa, &row_a[..n0], &row_b[..n0], out);
+                        dst.store_row(i1, i2, i3, out);
+                        continue;
+                    }
                     for (x, &y) in row_a.iter_mut().zip(row_b.iter()) {
                         *x = glu_act(*op, *x) * y;
                     }
@@ -128,8 +141,12 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
                         (&*first, &*second)
                     };
                     let out = &mut rest[..n0];
-                    for i in 0..n0 {
-                        out[i] = glu_act(*op, gate[i]) * up[i];
+                    if *op == GluOp::Swiglu && !ctx.legacy {
+                        vector::swiglu_row(ctx.isa, &gate[..n0], &up[..n0], out);
+                    } else {
+                        for i in 0..n0 {
+                            out[i] = glu_act(*op, gate[i]) * up[i];
+                        }
                     }
                     dst.store_row(i1, i2, i3, out);
                     continue;

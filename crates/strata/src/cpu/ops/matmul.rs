@@ -22,7 +22,7 @@
 //! A weight stored packed (`CPU_PACKED` buffers) goes through
 //! [`super::matmul_packed`] instead.
 
-use super::{Ctx, NodePlan, WorkSize};
+use super::{matmul_float, Ctx, NodePlan, WorkSize};
 use crate::quant::simd::{quantize_row_fn_for, vec_dot4_fn_for, vec_dot_fn_for};
 use crate::quant::{vec_dot_fn, vec_dot_type};
 use crate::tensor::{DType, Tensor};
@@ -57,6 +57,9 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
     if node.src(0).packed {
         return super::matmul_packed::work_size(node);
     }
+    if matmul_float::eligible(node) {
+        return matmul_float::work_size(node);
+    }
     let (a, b) = (node.src(0), node.src(1));
     let k = b.ne[0];
     if !needs_conversion(node) {
@@ -71,6 +74,9 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
 pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     if node.src(0).packed {
         return super::matmul_packed::forward(node, ctx);
+    }
+    if matmul_float::handles(node, ctx) {
+        return matmul_float::forward(node, ctx);
     }
     let (a, b, dst) = (node.src(0), node.src(1), &node.dst);
     let k = a.ne[0];

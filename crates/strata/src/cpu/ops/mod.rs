@@ -10,6 +10,7 @@ mod attn;
 mod copy;
 mod elementwise;
 mod matmul;
+mod matmul_float;
 mod matmul_packed;
 mod norm;
 mod reduce;
@@ -62,6 +63,10 @@ pub(crate) struct Ctx<'a> {
     pub isa: crate::quant::simd::Isa,
     /// Whether this thread's scratch has been handed out for the current node.
     pub scratch_taken: std::cell::Cell<bool>,
+    /// Run the kernels as they were before the float GEMM and the vectorized
+    /// element-wise kernels (same-run comparisons; see
+    /// [`crate::cpu::CpuBackend::set_legacy_kernels`]).
+    pub legacy: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -78,6 +83,7 @@ impl<'a> Ctx<'a> {
             work,
             isa,
             scratch_taken: std::cell::Cell::new(false),
+            legacy: false,
         }
     }
 

@@ -3,7 +3,9 @@
 //!
 //! x is [head_dim, n_head, n_tokens, ne3] and positions are I32 [n_tokens].
 //! Each thread keeps a cos/sin cache for the token of its current row and
-//! refills it only when the token changes. Rows are loaded into scratch
+//! refills it only when the token changes (rows are ordered head-fastest, so
+//! once per token, not per head); the per-dimension frequencies
+//! `base^(-2i/n_dims)` are computed once per op. Rows are loaded into scratch
 //! before the destination row is written, so ROPE may run in place.
 
 use super::reduce::flat_f32;
@@ -84,10 +86,31 @@ impl Yarn {
         }
     }
 
-    /// Fills `cos`/`sin` (one per rotated pair) for position `pos`.
-    fn fill(&self, pos: f64, ff: Option<&crate::cpu::TView>, cos: &mut [f32], sin: &mut [f32]) {
+    /// `freq[i] = e^(i · log_step)` for the pairs that fit `freq` (the
+    /// per-dimension factor of every position, computed once per op).
+    fn freqs(&self, freq: &mut [f64]) {
+        for (i, f) in freq.iter_mut().enumerate().take(self.n_half) {
+            *f = (i as f64 * self.log_step).exp();
+        }
+    }
+
+    /// Fills `cos`/`sin` (one per rotated pair) for position `pos`; `freq`
+    /// holds [`Yarn::freqs`] for its first pairs (the rest are computed here,
+    /// identically).
+    fn fill(
+        &self,
+        pos: f64,
+        freq: &[f64],
+        ff: Option<&crate::cpu::TView>,
+        cos: &mut [f32],
+        sin: &mut [f32],
+    ) {
         for i in 0..self.n_half {
-            let mut extrap = pos * (i as f64 * self.log_step).exp();
+            let f = match freq.get(i) {
+                Some(&f) => f,
+                None => (i as f64 * self.log_step).exp(),
+            };
+            let mut extrap = pos * f;
             if let Some(f) = ff {
                 extrap /= flat_f32(f, i) as f64;
             }
@@ -116,11 +139,14 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     let scratch = ctx.scratch_f32(n + 2 * h);
     let (row, rest) = scratch.split_at_mut(n);
     let (cos, sin) = rest.split_at_mut(h);
+    let mut freq_buf = [0f64; 128];
+    let freq = &mut freq_buf[..h.min(128)];
+    yarn.freqs(freq);
     let mut cached: Option<usize> = None;
     for r in ctx.rows(a.nrows()) {
         let (i1, i2, i3) = a.row_coords(r);
         if cached != Some(i2) {
-            yarn.fill(pos.get_i64(i2, 0, 0, 0) as f64, ff, cos, sin);
+            yarn.fill(pos.get_i64(i2, 0, 0, 0) as f64, freq, ff, cos, sin);
             cached = Some(i2);
         }
         a.load_row(i1, i2, i3, row);

@@ -1,0 +1,307 @@
+//! The runtime-dispatched vector helpers of `strata::cpu::vector` at every
+//! SIMD level this CPU runs, against `half` (conversions: bit for bit) and
+//! f64 references (math: the documented ulp bounds), on odd lengths; and the
+//! ops that use them (RMS_NORM, SOFT_MAX, SwiGLU, SiLU, F16 CPY / SET_ROWS /
+//! GET_ROWS) through a backend at each level: against f64 references, and
+//! bitwise identical for 1, 2 and 3 threads.
+
+mod common;
+
+use common::{assert_close, tensor, Rng};
+use strata::backend::Backend;
+use strata::cpu::{alloc_graph_host, vector, CpuBackend};
+use strata::quant::simd::Isa;
+use strata::{ops, DType, Graph, Tensor};
+
+fn levels() -> Vec<Isa> {
+    Isa::ALL.into_iter().filter(|i| i.is_supported()).collect()
+}
+
+const LENGTHS: [usize; 9] = [0, 1, 7, 8, 15, 16, 17, 100, 1537];
+
+/// f32 values that exercise rounding: every f16 pattern widened, halfway
+/// points between f16 neighbours, bf16 ties, specials, random values.
+fn tricky_f32() -> Vec<f32> {
+    let mut v = Vec::new();
+    for h in 0..=u16::MAX {
+        let x = half::f16::from_bits(h).to_f32();
+        v.push(x);
+        let next = half::f16::from_bits(h.wrapping_add(1)).to_f32();
+        if x.is_finite() && next.is_finite() {
+            v.push(((x as f64 + next as f64) / 2.0) as f32);
+        }
+    }
+    for b in [
+        0x3f80_8000u32,
+        0x3f81_8000,
+        0x3f80_8001,
+        0x7f7f_ffff,
+        0x7f80_0001,
+        0xffff_ffff,
+        0x0000_0001,
+        0x8000_0000,
+    ] {
+        v.push(f32::from_bits(b));
+    }
+    v.extend([
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        65520.0,
+        65519.99,
+        1e-8,
+        -1e-8,
+    ]);
+    let mut rng = Rng::new(5);
+    v.extend(rng.vec(10_000, -70000.0, 70000.0));
+    v
+}
+
+#[test]
+fn f16_and_bf16_conversions_are_bit_exact_at_every_level() {
+    let xs = tricky_f32();
+    for isa in levels() {
+        // Narrowing, over several lengths/offsets (tails).
+        for len in [xs.len(), xs.len() - 5] {
+            let src = &xs[..len];
+            let mut h = vec![0u8; 2 * len];
+            vector::f32_to_f16_row(isa, src, &mut h);
+            for (i, (&x, c)) in src.iter().zip(h.chunks(2)).enumerate() {
+                let got = u16::from_le_bytes([c[0], c[1]]);
+                assert_eq!(
+                    got,
+                    half::f16::from_f32(x).to_bits(),
+                    "{isa} f16({x:e}) at {i}"
+                );
+            }
+            let mut b = vec![0u8; 2 * len];
+            vector::f32_to_bf16_row(isa, src, &mut b);
+            for (&x, c) in src.iter().zip(b.chunks(2)) {
+                let got = u16::from_le_bytes([c[0], c[1]]);
+                assert_eq!(got, strata::quant::f32_to_bf16(x), "{isa} bf16({x:e})");
+            }
+            // Widening back is exact.
+            let mut w = vec![0f32; len];
+            vector::f16_to_f32_row(isa, &h, &mut w);
+            for (c, &y) in h.chunks(2).zip(&w) {
+                let want = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+                assert!(
+                    want.to_bits() == y.to_bits() || (want.is_nan() && y.is_nan()),
+                    "{isa} widen f16 {want}"
+                );
+            }
+            vector::bf16_to_f32_row(isa, &b, &mut w);
+            for (c, &y) in b.chunks(2).zip(&w) {
+                let want = half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+                assert!(
+                    want.to_bits() == y.to_bits() || (want.is_nan() && y.is_nan()),
+                    "{isa} widen bf16"
+                );
+            }
+            // Rounding in place equals narrowing then widening.
+            let mut r = src.to_vec();
+            vector::round_to_f16(isa, &mut r);
+            for (&x, &y) in src.iter().zip(&r) {
+                let want = half::f16::from_f32(x).to_f32();
+                assert!(
+                    want.to_bits() == y.to_bits() || (want.is_nan() && y.is_nan()),
+                    "{isa} round {x:e}"
+                );
+            }
+        }
+    }
+}
+
+/// Distance in units in the last place between an f32 and the f64 value.
+fn ulps(got: f32, want: f64) -> f64 {
+    let w = want as f32;
+    if got == w {
+        return 0.0;
+    }
+    let ulp = (f32::from_bits(w.abs().to_bits() + 1) - w.abs()) as f64;
+    (got as f64 - want).abs() / ulp
+}
+
+#[test]
+fn exp_is_within_two_ulp_and_handles_the_edges() {
+    let mut rng = Rng::new(9);
+    let mut xs = rng.vec(20_000, -87.0, 88.0);
+    xs.extend(rng.vec(2000, -1.0, 1.0));
+    xs.extend([0.0, -0.0, 1.0, -1.0, 88.3, 88.7, -87.3]);
+    for isa in levels() {
+        for shift in [0.0f32, 3.5] {
+            let mut y: Vec<f32> = xs.iter().map(|x| x + shift).collect();
+            vector::exp_shifted_row(isa, &mut y, shift);
+            for (&x, &g) in xs.iter().zip(&y) {
+                let xin = ((x + shift) - shift) as f64; // the argument as f32 computes it
+                let u = ulps(g, xin.exp());
+                assert!(
+                    u <= 2.0,
+                    "{isa} exp({xin}) = {g}, want {} ({u} ulp)",
+                    xin.exp()
+                );
+            }
+        }
+        let mut e = vec![
+            -1e30f32,
+            -200.0,
+            -88.0,
+            f32::NEG_INFINITY,
+            89.0,
+            1e30,
+            f32::INFINITY,
+            f32::NAN,
+        ];
+        vector::exp_shifted_row(isa, &mut e, 0.0);
+        // Zero (SIMD levels) or the subnormal value (the scalar exp).
+        assert!(
+            e[..4].iter().all(|v| (0.0..1.2e-38).contains(v)),
+            "{isa} underflow {e:?}"
+        );
+        assert!(
+            e[4..7].iter().all(|v| *v == f32::INFINITY),
+            "{isa} overflow {e:?}"
+        );
+        assert!(e[7].is_nan(), "{isa} NaN");
+    }
+}
+
+#[test]
+fn silu_swiglu_and_sum_of_squares_match_f64() {
+    for isa in levels() {
+        for len in LENGTHS {
+            let mut rng = Rng::new(len as u64 + 11);
+            let g = rng.vec(len, -20.0, 20.0);
+            let u = rng.vec(len, -3.0, 3.0);
+            let silu = |x: f32| x as f64 / (1.0 + (-(x as f64)).exp());
+            let mut s = g.clone();
+            vector::silu_row(isa, &mut s);
+            let mut o = vec![0f32; len];
+            vector::swiglu_row(isa, &g, &u, &mut o);
+            for i in 0..len {
+                let w = silu(g[i]);
+                assert!(
+                    (s[i] as f64 - w).abs() <= 4e-7 * w.abs() + 1e-37,
+                    "{isa} silu({}) = {} want {w}",
+                    g[i],
+                    s[i]
+                );
+                let w2 = w * u[i] as f64;
+                assert!(
+                    (o[i] as f64 - w2).abs() <= 5e-7 * w2.abs() + 1e-37,
+                    "{isa} swiglu {i}"
+                );
+            }
+            let ss = vector::sum_squares_f64(isa, &g);
+            let want: f64 = g.iter().map(|&x| x as f64 * x as f64).sum();
+            assert!(
+                (ss - want).abs() <= 1e-13 * want.max(1e-300),
+                "{isa} sum of squares {ss} vs {want}"
+            );
+        }
+    }
+}
+
+/// Runs `out` at level `isa` with 1, 2, 3 threads; asserts identical bits; returns the result.
+fn run_levels(isa: Isa, out: &Tensor, inputs: &[(&Tensor, Vec<f32>)]) -> Vec<f32> {
+    let g = Graph::build(&[out.clone()]);
+    let _b = alloc_graph_host(&g).unwrap();
+    let mut first: Option<Vec<f32>> = None;
+    for nth in [1, 2, 3] {
+        for (t, v) in inputs {
+            if t.dtype() == DType::I32 {
+                t.write_i32(&v.iter().map(|&x| x as i32).collect::<Vec<_>>())
+                    .unwrap();
+            } else {
+                t.write_f32(v).unwrap();
+            }
+        }
+        let mut cpu = CpuBackend::new(nth);
+        cpu.set_isa(isa).unwrap();
+        cpu.graph_compute(&g).unwrap();
+        let got = out.to_f32_vec().unwrap();
+        match &first {
+            None => first = Some(got),
+            Some(f) => assert!(
+                f.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{isa}: {nth} threads differ from 1"
+            ),
+        }
+    }
+    first.unwrap()
+}
+
+#[test]
+fn ops_at_every_level_match_f64_and_do_not_depend_on_threads() {
+    for isa in levels() {
+        for (n, rows) in [(576, 7), (37, 5), (1, 3)] {
+            let mut rng = Rng::new(n as u64);
+            let xv = rng.vec(n * rows, -4.0, 4.0);
+            let yv = rng.vec(n * rows, -2.0, 2.0);
+            // RMS_NORM
+            let x = tensor("x", DType::F32, &[n, rows]);
+            let out = ops::rms_norm(&x, 1e-5).unwrap();
+            let got = run_levels(isa, &out, &[(&x, xv.clone())]);
+            let mut want = Vec::new();
+            for r in xv.chunks(n) {
+                let ms: f64 = r.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
+                want.extend(r.iter().map(|&v| v as f64 / (ms + 1e-5).sqrt()));
+            }
+            assert_close(&format!("{isa} rms_norm n={n}"), &got, &want, 1e-12);
+            // SOFT_MAX with scale
+            let x = tensor("x", DType::F32, &[n, rows]);
+            let out = ops::soft_max_ext(&x, None, 0.7, 0.0).unwrap();
+            let got = run_levels(isa, &out, &[(&x, xv.clone())]);
+            let mut want = Vec::new();
+            for r in xv.chunks(n) {
+                let m = r
+                    .iter()
+                    .map(|&v| v as f64 * 0.7f32 as f64)
+                    .fold(f64::MIN, f64::max);
+                let e: Vec<f64> = r
+                    .iter()
+                    .map(|&v| (v as f64 * 0.7f32 as f64 - m).exp())
+                    .collect();
+                let s: f64 = e.iter().sum();
+                want.extend(e.iter().map(|v| v / s));
+            }
+            assert_close(&format!("{isa} soft_max n={n}"), &got, &want, 1e-12);
+            // SwiGLU (split) and SiLU
+            let (a, b) = (
+                tensor("a", DType::F32, &[n, rows]),
+                tensor("b", DType::F32, &[n, rows]),
+            );
+            let out = ops::swiglu_split(&a, &b).unwrap();
+            let got = run_levels(isa, &out, &[(&a, xv.clone()), (&b, yv.clone())]);
+            let silu = |x: f32| x as f64 / (1.0 + (-(x as f64)).exp());
+            let want: Vec<f64> = xv
+                .iter()
+                .zip(&yv)
+                .map(|(&x, &y)| silu(x) * y as f64)
+                .collect();
+            assert_close(&format!("{isa} swiglu n={n}"), &got, &want, 1e-12);
+            let a = tensor("a", DType::F32, &[n, rows]);
+            let out = ops::silu(&a).unwrap();
+            let got = run_levels(isa, &out, &[(&a, xv.clone())]);
+            let want: Vec<f64> = xv.iter().map(|&x| silu(x)).collect();
+            assert_close(&format!("{isa} silu n={n}"), &got, &want, 1e-12);
+            // F32 -> F16 copy and back through GET_ROWS: exact f16 rounding.
+            let a = tensor("a", DType::F32, &[n, rows]);
+            let h = ops::cpy(&a, &tensor("h", DType::F16, &[n, rows])).unwrap();
+            let idx = tensor("idx", DType::I32, &[2]);
+            let out = ops::get_rows(&h, &idx).unwrap();
+            let got = run_levels(
+                isa,
+                &out,
+                &[(&a, xv.clone()), (&idx, vec![(rows - 1) as f32, 0.0])],
+            );
+            let f16 = |v: f32| half::f16::from_f32(v).to_f32();
+            let want: Vec<f32> = xv[(rows - 1) * n..]
+                .iter()
+                .chain(&xv[..n])
+                .map(|&v| f16(v))
+                .collect();
+            assert_eq!(got, want, "{isa} cpy f16 + get_rows n={n}");
+        }
+    }
+}
