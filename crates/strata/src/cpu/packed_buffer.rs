@@ -25,7 +25,11 @@
 //! assert_eq!(bufs[0].tensor_layout(&w), TensorLayout::Packed);
 //! let v: Vec<f32> = (0..64 * 32).map(|i| (i % 7) as f32 - 3.0).collect();
 //! w.write_f32(&v).unwrap();
-//! assert_eq!(w.to_f32_vec().unwrap(), v);
+//! // the same weights in an ordinary buffer read back identically
+//! let plain = Tensor::new(DType::Q8_0, &[64, 32]).unwrap();
+//! let _b = alloc_tensors(&[plain.clone()], &strata::cpu::cpu_buffer_type()).unwrap();
+//! plain.write_f32(&v).unwrap();
+//! assert_eq!(w.to_f32_vec().unwrap(), plain.to_f32_vec().unwrap());
 //! ```
 
 use std::collections::BTreeMap;
