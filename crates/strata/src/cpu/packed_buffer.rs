@@ -23,7 +23,8 @@
 //! let w = Tensor::new(DType::Q8_0, &[64, 32]).unwrap();
 //! let bufs = alloc_tensors(&[w.clone()], &packed_buffer_type()).unwrap();
 //! assert_eq!(bufs[0].tensor_layout(&w), TensorLayout::Packed);
-//! let v: Vec<f32> = (0..64 * 32).map(|i| (i % 7) as f32 - 3.0).collect();
+//! // Every block holds ±127, so Q8_0 stores these values exactly.
+//! let v: Vec<f32> = (0..64 * 32).map(|i| ((i % 3) as f32 - 1.0) * 127.0).collect();
 //! w.write_f32(&v).unwrap();
 //! // the same weights in an ordinary buffer read back identically
 //! let plain = Tensor::new(DType::Q8_0, &[64, 32]).unwrap();
