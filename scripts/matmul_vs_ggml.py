@@ -4,7 +4,7 @@
     python3 scripts/ggml_mulmat_cases.py > cases.txt
     test-backend-ops perf -b CPU --test-file cases.txt > ggml.txt   # 1 thread here (N_THREADS/2)
     cargo bench -p strata --bench matmul
-    python3 scripts/matmul_vs_ggml.py ggml.txt [target/criterion/matmul]
+    python3 scripts/matmul_vs_ggml.py ggml.txt [criterion group dirs; default matmul and matmul_float]
 
 GFLOP/s = 2·m·k·n / time. ggml's figure is its CPU backend on plain
 buffers (no repacking) with hardware_concurrency/2 threads; strata's columns
@@ -15,7 +15,8 @@ strata figure with ggml's at the same thread count.
 import json, pathlib, re, sys
 
 ggml_txt = pathlib.Path(sys.argv[1]).read_text()
-root = pathlib.Path(sys.argv[2] if len(sys.argv) > 2 else "target/criterion/matmul")
+roots = [pathlib.Path(a) for a in sys.argv[2:]] or [
+    pathlib.Path("target/criterion/matmul"), pathlib.Path("target/criterion/matmul_float")]
 
 TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "f16", "bf16", "f32"]
 ggml = {}
@@ -26,7 +27,7 @@ for m in pat.finditer(ggml_txt):
     ggml[(t, mm, k, n)] = 2 * mm * k * n / (us * 1e3)
 
 strata = {}
-for est in root.glob("*/*/new/estimates.json"):
+for est in (e for r in roots for e in r.glob("*/*/new/estimates.json")):
     case = est.parent.parent.name
     m = re.fullmatch(r"m(\d+)_k(\d+)_n(\d+)_(\w+)_t(\d+)", case)
     if not m:

@@ -274,7 +274,12 @@ fn golden_llamacpp_logits_and_greedy_softmax() {
         return;
     }
     let model = load_default();
-    check_prompts(&model, Attention::SoftMax, 1e-2);
+    // The golden logits come from llama.cpp with flash attention; strata's
+    // soft_max path corresponds to llama.cpp's flash-attention-off
+    // configuration, which itself lies KL 7e-4 .. 9e-3 from these logits
+    // (golden NOTES.md). So this cross-configuration check allows that spread
+    // on top of the 1e-2 the matching configuration (the test above) meets.
+    check_prompts(&model, Attention::SoftMax, 2e-2);
 }
 
 /// Logits of `run_steps`' prompt, then of decoding `next` one token at a time.
