@@ -118,7 +118,7 @@ impl Chunk {
     /// Q5_0, Q8_0) put their scales last when `b` is even, so that in a
     /// 64-byte aligned group every 64-byte quant load is aligned.
     fn of(dtype: DType, b: usize) -> Chunk {
-        let even = b % 2 == 0;
+        let even = b.is_multiple_of(2);
         let (d, m, qh, qs) = match dtype {
             DType::Q4_0 if even => (256, 0, 0, 0),
             DType::Q4_0 => (0, 0, 0, 32),

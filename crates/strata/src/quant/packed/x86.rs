@@ -42,7 +42,7 @@ const fn chunk_size(t: u8) -> usize {
 /// bytes put their scales last when `b` is even). Masks: Q5 only.
 #[inline(always)]
 fn offsets(t: u8, b: usize) -> (usize, usize, usize) {
-    let even = b % 2 == 0;
+    let even = b.is_multiple_of(2);
     match t {
         Q4_0 if even => (256, 0, 0),
         Q4_0 => (0, 0, 32),
