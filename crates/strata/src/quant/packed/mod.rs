@@ -16,11 +16,15 @@
 //!
 //! | type | chunk bytes | contents, in order |
 //! |------|-------------|--------------------|
-//! | Q4_0 | 288 | `d` × 16 (f16), quants 256 B |
+//! | Q4_0 | 288 | `d` × 16 (f16), quants 256 B (`b` even: quants, then `d`) |
 //! | Q4_1 | 320 | `d` × 16, `m` × 16, quants 256 B |
-//! | Q5_0 | 352 | `d` × 16, fifth bits 64 B, quants 256 B |
+//! | Q5_0 | 352 | `d` × 16, fifth bits 64 B, quants 256 B (`b` even: fifth bits, quants, `d`) |
 //! | Q5_1 | 384 | `d` × 16, `m` × 16, fifth bits 64 B, quants 256 B |
-//! | Q8_0 | 544 | `d` × 16, quants 512 B |
+//! | Q8_0 | 544 | `d` × 16, quants 512 B (`b` even: quants, then `d`) |
+//!
+//! (The chunks of 32 mod 64 bytes move their scales behind the quants in
+//! even chunks, so that in a 64-byte aligned group every 64-byte quant load
+//! is aligned to a cache line.)
 //!
 //! Row `r`'s scale is f16 number `r` (one `vcvtph2ps` gives all sixteen).
 //! 4/5-bit quants: byte `64 i + 4 r + t` (`i < 4`, `t < 4`) holds quant
@@ -99,6 +103,8 @@ pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
 struct Chunk {
     /// `type_size` of one block.
     ts: usize,
+    /// Offset of the `d` scales.
+    d: usize,
     /// Offset of the `m` scales (0 when none).
     m: usize,
     /// Offset of the fifth-bit masks (0 when none).
@@ -108,21 +114,34 @@ struct Chunk {
 }
 
 impl Chunk {
-    fn of(dtype: DType) -> Chunk {
-        let (m, qh, qs) = match dtype {
-            DType::Q4_0 => (0, 0, 32),
-            DType::Q4_1 => (32, 0, 64),
-            DType::Q5_0 => (0, 32, 96),
-            DType::Q5_1 => (32, 64, 128),
-            DType::Q8_0 => (0, 0, 32),
+    /// The layout of chunk `b` of a group: chunks of 32 mod 64 bytes (Q4_0,
+    /// Q5_0, Q8_0) put their scales last when `b` is even, so that in a
+    /// 64-byte aligned group every 64-byte quant load is aligned.
+    fn of(dtype: DType, b: usize) -> Chunk {
+        let even = b.is_multiple_of(2);
+        let (d, m, qh, qs) = match dtype {
+            DType::Q4_0 if even => (256, 0, 0, 0),
+            DType::Q4_0 => (0, 0, 0, 32),
+            DType::Q4_1 => (0, 32, 0, 64),
+            DType::Q5_0 if even => (320, 0, 0, 64),
+            DType::Q5_0 => (0, 0, 32, 96),
+            DType::Q5_1 => (0, 32, 64, 128),
+            DType::Q8_0 if even => (512, 0, 0, 0),
+            DType::Q8_0 => (0, 0, 0, 32),
             t => unreachable!("{t} has no packed layout"),
         };
         Chunk {
             ts: dtype.type_size(),
+            d,
             m,
             qh,
             qs,
         }
+    }
+
+    /// True when the chunk has fifth-bit masks.
+    fn has_qh(dtype: DType) -> bool {
+        matches!(dtype, DType::Q5_0 | DType::Q5_1)
     }
 
     /// Offsets inside a ggml block: (m, qh, nibbles or i8 quants).
@@ -143,16 +162,16 @@ impl Chunk {
 
 /// Packs block `b` of the 16 ggml rows of `group` (row stride `rs`) into `chunk`.
 fn pack_chunk(dtype: DType, group: &[u8], rs: usize, b: usize, chunk: &mut [u8]) {
-    let c = Chunk::of(dtype);
+    let c = Chunk::of(dtype, b);
     let (bm, bqh, bqs) = Chunk::block_offsets(dtype);
     let mut masks = [0u64; 8];
     for r in 0..ROWS {
         let blk = &group[r * rs + b * c.ts..][..c.ts];
-        chunk[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+        chunk[c.d + 2 * r..c.d + 2 * r + 2].copy_from_slice(&blk[..2]);
         if c.m != 0 {
             chunk[c.m + 2 * r..c.m + 2 * r + 2].copy_from_slice(&blk[bm..bm + 2]);
         }
-        if c.qh != 0 {
+        if Chunk::has_qh(dtype) {
             let qh = u32::from_le_bytes(blk[bqh..bqh + 4].try_into().expect("4 bytes"));
             for (j, mask) in masks.iter_mut().enumerate() {
                 let bits = u64::from((qh >> (4 * j)) & 0xf);
@@ -171,22 +190,22 @@ fn pack_chunk(dtype: DType, group: &[u8], rs: usize, b: usize, chunk: &mut [u8])
             }
         }
     }
-    if c.qh != 0 {
+    if Chunk::has_qh(dtype) {
         for (j, mask) in masks.iter().enumerate() {
             chunk[c.qh + 8 * j..c.qh + 8 * j + 8].copy_from_slice(&mask.to_le_bytes());
         }
     }
 }
 
-/// Extracts row `r`'s block from `chunk` into the ggml block `blk`.
-fn unpack_block(dtype: DType, chunk: &[u8], r: usize, blk: &mut [u8]) {
-    let c = Chunk::of(dtype);
+/// Extracts row `r`'s block from chunk `b` of a group into the ggml block `blk`.
+fn unpack_block(dtype: DType, chunk: &[u8], b: usize, r: usize, blk: &mut [u8]) {
+    let c = Chunk::of(dtype, b);
     let (bm, bqh, bqs) = Chunk::block_offsets(dtype);
-    blk[..2].copy_from_slice(&chunk[2 * r..2 * r + 2]);
+    blk[..2].copy_from_slice(&chunk[c.d + 2 * r..c.d + 2 * r + 2]);
     if c.m != 0 {
         blk[bm..bm + 2].copy_from_slice(&chunk[c.m + 2 * r..c.m + 2 * r + 2]);
     }
-    if c.qh != 0 {
+    if Chunk::has_qh(dtype) {
         let mut qh = 0u32;
         for j in 0..8 {
             let mask = u64::from_le_bytes(
@@ -236,7 +255,7 @@ pub fn pack(dtype: DType, ne: [usize; 4], src: &[u8], dst: &mut [u8]) -> Result<
     check("pack", dtype, ne, src.len(), dst.len())?;
     let rs = dtype.row_size(ne[0]);
     let nb = ne[0] / QK;
-    let cs = Chunk::of(dtype).size();
+    let cs = Chunk::of(dtype, 0).size();
     for (g, d) in src
         .chunks_exact(ROWS * rs)
         .zip(dst.chunks_exact_mut(ROWS * rs))
@@ -274,13 +293,14 @@ pub(crate) fn unpack_group(dtype: DType, k: usize, group: &[u8], dst: &mut [u8])
 
 /// Row `r` of a packed 16-row group, in ggml's layout.
 fn unpack_group_row(dtype: DType, k: usize, group: &[u8], r: usize, dst: &mut [u8]) {
-    let c = Chunk::of(dtype);
-    for (chunk, blk) in group
+    let c = Chunk::of(dtype, 0);
+    for (b, (chunk, blk)) in group
         .chunks_exact(c.size())
         .zip(dst.chunks_exact_mut(c.ts))
         .take(k / QK)
+        .enumerate()
     {
-        unpack_block(dtype, chunk, r, blk);
+        unpack_block(dtype, chunk, b, r, blk);
     }
 }
 
@@ -320,14 +340,15 @@ pub(crate) fn dequantize_group_row(
     r: usize,
     out: &mut [f32],
 ) {
-    let c = Chunk::of(dtype);
+    let c = Chunk::of(dtype, 0);
     let deq = crate::quant::dequantize_row_fn(dtype).expect("packable types dequantize");
     let mut blk = [0u8; 34];
-    for (chunk, o) in group
+    for (b, (chunk, o)) in group
         .chunks_exact(c.size())
         .zip(out[..k].chunks_exact_mut(QK))
+        .enumerate()
     {
-        unpack_block(dtype, chunk, r, &mut blk[..c.ts]);
+        unpack_block(dtype, chunk, b, r, &mut blk[..c.ts]);
         deq(&blk[..c.ts], o);
     }
 }
@@ -422,7 +443,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn packed_size_is_ggml_size() {
+    fn packed_size_is_ggml_size_and_regions_tile_the_chunk() {
         for (t, cs) in [
             (DType::Q4_0, 288),
             (DType::Q4_1, 320),
@@ -430,11 +451,60 @@ mod tests {
             (DType::Q5_1, 384),
             (DType::Q8_0, 544),
         ] {
-            assert_eq!(Chunk::of(t).size(), cs, "{t}");
-            let c = Chunk::of(t);
-            let quants = if t == DType::Q8_0 { 512 } else { 256 };
-            let end = c.qs + quants;
-            assert_eq!(end, cs, "{t}: header + quants fill the chunk");
+            for b in 0..2 {
+                let c = Chunk::of(t, b);
+                assert_eq!(c.size(), cs, "{t}");
+                let quants = if t == DType::Q8_0 { 512 } else { 256 };
+                let mut regions = vec![(c.d, 32), (c.qs, quants)];
+                if c.m != 0 {
+                    regions.push((c.m, 32));
+                }
+                if Chunk::has_qh(t) {
+                    regions.push((c.qh, 64));
+                }
+                regions.sort();
+                let mut at = 0;
+                for (start, len) in regions {
+                    assert_eq!(start, at, "{t} chunk {b}: regions are contiguous");
+                    at += len;
+                }
+                assert_eq!(at, cs, "{t} chunk {b}: regions fill the chunk");
+                // In a 64-byte aligned group, every 64-byte quant load is aligned.
+                assert_eq!((b * cs + c.qs) % 64, 0, "{t} chunk {b}: aligned quants");
+            }
+        }
+    }
+
+    #[test]
+    fn q4_byte_positions_match_the_documented_layout() {
+        // Row r, block b: nibble byte j = (r * 16 + j + b) as u8.
+        let t = DType::Q4_0;
+        let rs = t.row_size(64);
+        let mut src = vec![0u8; ROWS * rs];
+        for r in 0..ROWS {
+            for b in 0..2 {
+                src[r * rs + 18 * b] = (r + b) as u8; // d's low byte
+                for j in 0..16 {
+                    src[r * rs + 18 * b + 2 + j] = (r * 16 + j + b) as u8;
+                }
+            }
+        }
+        let mut dst = vec![0u8; src.len()];
+        pack(t, [64, 16, 1, 1], &src, &mut dst).unwrap();
+        // Chunk 0 (even): quants at 0, scales at 256; chunk 1 (odd): scales
+        // at 288, quants at 288 + 32.
+        for (b, qs, d) in [(0, 0, 256), (1, 320, 288)] {
+            for r in 0..ROWS {
+                assert_eq!(dst[d + 2 * r], (r + b) as u8);
+                for i in 0..4 {
+                    for tt in 0..4 {
+                        assert_eq!(
+                            dst[qs + 64 * i + 4 * r + tt],
+                            (r * 16 + 4 * i + tt + b) as u8
+                        );
+                    }
+                }
+            }
         }
     }
 
@@ -488,28 +558,6 @@ mod tests {
                         unsafe { (kern.quantize)(row.as_ptr(), k / QK, got.as_mut_ptr()) };
                         assert_eq!(got, want, "{isa} {t} k={k} row {row:?}");
                     }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn q4_byte_positions_match_the_documented_layout() {
-        // Row r, block 0: nibble byte j = (r * 16 + j) as u8.
-        let t = DType::Q4_0;
-        let rs = t.row_size(32);
-        let mut src = vec![0u8; ROWS * rs];
-        for r in 0..ROWS {
-            for j in 0..16 {
-                src[r * rs + 2 + j] = (r * 16 + j) as u8;
-            }
-        }
-        let mut dst = vec![0u8; src.len()];
-        pack(t, [32, 16, 1, 1], &src, &mut dst).unwrap();
-        for i in 0..4 {
-            for r in 0..ROWS {
-                for tt in 0..4 {
-                    assert_eq!(dst[32 + 64 * i + 4 * r + tt], (r * 16 + 4 * i + tt) as u8);
                 }
             }
         }

@@ -37,22 +37,21 @@ const fn chunk_size(t: u8) -> usize {
     }
 }
 
-/// Offset of the quants inside a chunk of type `T`.
-const fn quants_at(t: u8) -> usize {
+/// Offsets of (scales, fifth-bit masks, quants) inside chunk `b` of a
+/// group of type `T` (the layout of `super::Chunk::of`: chunks of 32 mod 64
+/// bytes put their scales last when `b` is even). Masks: Q5 only.
+#[inline(always)]
+fn offsets(t: u8, b: usize) -> (usize, usize, usize) {
+    let even = b.is_multiple_of(2);
     match t {
-        Q4_0 | Q8_0 => 32,
-        Q4_1 => 64,
-        Q5_0 => 96,
-        _ => 128,
-    }
-}
-
-/// Offset of the fifth-bit masks inside a chunk of type `T` (Q5 only).
-const fn masks_at(t: u8) -> usize {
-    if t == Q5_0 {
-        32
-    } else {
-        64
+        Q4_0 if even => (256, 0, 0),
+        Q4_0 => (0, 0, 32),
+        Q4_1 => (0, 0, 64),
+        Q5_0 if even => (320, 0, 64),
+        Q5_0 => (0, 32, 96),
+        Q5_1 => (0, 64, 128),
+        _ if even => (512, 0, 0),
+        _ => (0, 0, 32),
     }
 }
 
@@ -72,14 +71,14 @@ macro_rules! level {
                 $dot
             }
 
-            /// The eight quant registers of the chunk at `c`.
+            /// The eight quant registers of the chunk at `c` (quants at
+            /// byte `qs`, fifth-bit masks at `qh`).
             ///
             /// # Safety
             /// `c` points at a whole chunk of type `T`.
             #[target_feature(enable = $features)]
             #[inline]
-            unsafe fn decode<const T: u8>(c: *const u8) -> [__m512i; 8] {
-                let qs = quants_at(T);
+            unsafe fn decode<const T: u8>(c: *const u8, qh: usize, qs: usize) -> [__m512i; 8] {
                 let mut q = [_mm512_setzero_si512(); 8];
                 if T == Q8_0 {
                     for (j, v) in q.iter_mut().enumerate() {
@@ -99,8 +98,7 @@ macro_rules! level {
                     let sixteen = _mm512_set1_epi8(16);
                     for (j, v) in q.iter_mut().enumerate() {
                         // SAFETY: mask j is 8 bytes inside the chunk.
-                        let k =
-                            unsafe { c.add(masks_at(T) + 8 * j).cast::<u64>().read_unaligned() };
+                        let k = unsafe { c.add(qh + 8 * j).cast::<u64>().read_unaligned() };
                         *v = _mm512_mask_add_epi8(*v, k, *v, sixteen);
                     }
                 }
@@ -123,8 +121,9 @@ macro_rules! level {
                 for b in 0..nb {
                     // SAFETY: chunk b < nb is inside the group (contract).
                     let c = unsafe { w.add(b * cs) };
-                    // SAFETY: the 16 f16 scales open the chunk.
-                    let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(c.cast()) });
+                    let (d, qh, qs) = offsets(T, b);
+                    // SAFETY: the 16 f16 scales are inside the chunk.
+                    let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(c.add(d).cast()) });
                     let mw = if has_min(T) {
                         // SAFETY: the 16 f16 minimums follow the scales.
                         _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(c.add(32).cast()) })
@@ -132,7 +131,7 @@ macro_rules! level {
                         _mm512_setzero_ps()
                     };
                     // SAFETY: the whole chunk is in bounds.
-                    let q = unsafe { decode::<T>(c) };
+                    let q = unsafe { decode::<T>(c, qh, qs) };
                     for (j, acc) in acc.iter_mut().enumerate() {
                         // SAFETY: block b of column j is in bounds (contract).
                         let p = unsafe { a.add(j * a_stride + b * ACT_BLOCK) };
