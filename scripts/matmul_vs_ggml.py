@@ -29,8 +29,8 @@ for m in pat.finditer(ggml_txt):
 strata = {}
 for est in (e for r in roots for e in r.glob("*/*/new/estimates.json")):
     case = est.parent.parent.name
-    m = re.fullmatch(r"m(\d+)_k(\d+)_n(\d+)_(\w+)_t(\d+)", case)
-    if not m:
+    m = re.fullmatch(r"m(\d+)_k(\d+)_n(\d+)_(\w+?)_t(\d+)(_new|_legacy)?", case)
+    if not m or m[6] == "_legacy":
         continue
     t = est.parent.parent.parent.name
     key = (t, int(m[1]), int(m[2]), int(m[3]))
