@@ -65,7 +65,7 @@ fn f16_and_bf16_conversions_are_bit_exact_at_every_level() {
         for len in [xs.len(), xs.len() - 5] {
             let src = &xs[..len];
             let mut h = vec![0u8; 2 * len];
-            vector::f32_to_f16_row(isa, src, &mut h);
+            vector::f32_to_f16_row(isa, src, &mut h).unwrap();
             for (i, (&x, c)) in src.iter().zip(h.chunks(2)).enumerate() {
                 let got = u16::from_le_bytes([c[0], c[1]]);
                 assert_eq!(
@@ -75,14 +75,14 @@ fn f16_and_bf16_conversions_are_bit_exact_at_every_level() {
                 );
             }
             let mut b = vec![0u8; 2 * len];
-            vector::f32_to_bf16_row(isa, src, &mut b);
+            vector::f32_to_bf16_row(isa, src, &mut b).unwrap();
             for (&x, c) in src.iter().zip(b.chunks(2)) {
                 let got = u16::from_le_bytes([c[0], c[1]]);
                 assert_eq!(got, strata::quant::f32_to_bf16(x), "{isa} bf16({x:e})");
             }
             // Widening back is exact.
             let mut w = vec![0f32; len];
-            vector::f16_to_f32_row(isa, &h, &mut w);
+            vector::f16_to_f32_row(isa, &h, &mut w).unwrap();
             for (c, &y) in h.chunks(2).zip(&w) {
                 let want = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
                 assert!(
@@ -90,7 +90,7 @@ fn f16_and_bf16_conversions_are_bit_exact_at_every_level() {
                     "{isa} widen f16 {want}"
                 );
             }
-            vector::bf16_to_f32_row(isa, &b, &mut w);
+            vector::bf16_to_f32_row(isa, &b, &mut w).unwrap();
             for (c, &y) in b.chunks(2).zip(&w) {
                 let want = half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
                 assert!(
@@ -177,7 +177,7 @@ fn silu_swiglu_and_sum_of_squares_match_f64() {
             let mut s = g.clone();
             vector::silu_row(isa, &mut s);
             let mut o = vec![0f32; len];
-            vector::swiglu_row(isa, &g, &u, &mut o);
+            vector::swiglu_row(isa, &g, &u, &mut o).unwrap();
             for i in 0..len {
                 let w = silu(g[i]);
                 assert!(
@@ -304,4 +304,25 @@ fn ops_at_every_level_match_f64_and_do_not_depend_on_threads() {
             assert_eq!(got, want, "{isa} cpy f16 + get_rows n={n}");
         }
     }
+}
+
+/// The public row functions refuse mismatched slices with a typed error.
+#[test]
+fn row_functions_refuse_mismatched_lengths() {
+    let isa = strata::quant::simd::active();
+    let mut w = [0f32; 3];
+    let mut h = [0u8; 4];
+    assert!(matches!(
+        vector::f16_to_f32_row(isa, &[0u8; 4], &mut w),
+        Err(strata::Error::InvalidArgument(_))
+    ));
+    assert!(vector::bf16_to_f32_row(isa, &[0u8; 7], &mut w).is_err());
+    assert!(vector::f32_to_f16_row(isa, &[1.0; 3], &mut h).is_err());
+    assert!(vector::f32_to_bf16_row(isa, &[1.0; 3], &mut h).is_err());
+    let mut o = [0f32; 2];
+    assert!(vector::swiglu_row(isa, &[1.0; 2], &[1.0; 3], &mut o).is_err());
+    assert!(vector::swiglu_row(isa, &[1.0; 3], &[1.0; 2], &mut o).is_err());
+    // matching lengths still work
+    vector::f16_to_f32_row(isa, &[0u8; 6], &mut w).unwrap();
+    assert_eq!(w, [0.0; 3]);
 }

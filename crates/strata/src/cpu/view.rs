@@ -261,9 +261,9 @@ impl TView {
             // Widening is exact at every level, so the process-wide level is fine.
             let isa = crate::quant::simd::active();
             if self.dtype == DType::F16 {
-                super::vector::f16_to_f32_row(isa, bytes, out);
+                super::vector::f16_to_f32_row(isa, bytes, out).expect(super::vector::SIZED);
             } else {
-                super::vector::bf16_to_f32_row(isa, bytes, out);
+                super::vector::bf16_to_f32_row(isa, bytes, out).expect(super::vector::SIZED);
             }
             return;
         }
@@ -299,9 +299,9 @@ impl TView {
             // Bit-identical to the scalar rounding at every level.
             let isa = crate::quant::simd::active();
             if self.dtype == DType::F16 {
-                super::vector::f32_to_f16_row(isa, src, bytes);
+                super::vector::f32_to_f16_row(isa, src, bytes).expect(super::vector::SIZED);
             } else {
-                super::vector::f32_to_bf16_row(isa, src, bytes);
+                super::vector::f32_to_bf16_row(isa, src, bytes).expect(super::vector::SIZED);
             }
             return;
         }

@@ -167,8 +167,12 @@ fn load_column(
 fn widen(isa: Isa, dtype: DType, row: &[u8], k0: usize, out: &mut [f32]) {
     let n = out.len();
     match dtype {
-        DType::F16 => vector::f16_to_f32_row(isa, &row[2 * k0..2 * (k0 + n)], out),
-        DType::BF16 => vector::bf16_to_f32_row(isa, &row[2 * k0..2 * (k0 + n)], out),
+        DType::F16 => {
+            vector::f16_to_f32_row(isa, &row[2 * k0..2 * (k0 + n)], out).expect(vector::SIZED)
+        }
+        DType::BF16 => {
+            vector::bf16_to_f32_row(isa, &row[2 * k0..2 * (k0 + n)], out).expect(vector::SIZED)
+        }
         _ => {
             for (o, c) in out
                 .iter_mut()
@@ -404,8 +408,8 @@ fn gemv(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
                 load_column(a.dtype, b, 0, i12, i13, ctx.isa, row);
                 let xb = &mut xt[..es * k];
                 match a.dtype {
-                    DType::F16 => vector::f32_to_f16_row(ctx.isa, row, xb),
-                    DType::BF16 => vector::f32_to_bf16_row(ctx.isa, row, xb),
+                    DType::F16 => vector::f32_to_f16_row(ctx.isa, row, xb).expect(vector::SIZED),
+                    DType::BF16 => vector::f32_to_bf16_row(ctx.isa, row, xb).expect(vector::SIZED),
                     _ => {
                         for (c, v) in xb.chunks_exact_mut(4).zip(row.iter()) {
                             c.copy_from_slice(&v.to_le_bytes());

@@ -49,12 +49,31 @@ pub(crate) fn level(isa: Isa) -> Level {
     Level::Portable
 }
 
+/// The message for row conversions whose two slices the caller sized from
+/// one count (so a length error would be a bug in strata, not the caller's).
+pub(crate) const SIZED: &str = "row slices sized from one count";
+
+/// `Ok` when a slice has the length its partner needs, else a typed error
+/// naming both (the row functions below are public: bad lengths are a
+/// caller's mistake, not a panic).
+fn check_len(what: &str, got: usize, want: usize) -> crate::Result<()> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(crate::Error::InvalidArgument(format!(
+            "{what}: {got} elements where the other slice needs {want}"
+        )))
+    }
+}
+
 /// Widens little-endian f16 values (`src.len() == 2 * dst.len()`) to f32, exactly.
-pub fn f16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
-    assert_eq!(src.len(), 2 * dst.len(), "f16 row length");
+///
+/// Errors: [`crate::Error::InvalidArgument`] when the lengths disagree.
+pub fn f16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) -> crate::Result<()> {
+    check_len("f16 row", src.len(), 2 * dst.len())?;
     match level(isa) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked the CPU runs AVX-512; the lengths match (asserted).
+        // SAFETY: level() checked the CPU runs AVX-512; the lengths match (checked).
         Level::Avx512 => unsafe {
             x86::f16_to_f32_avx512(dst.len(), src.as_ptr(), dst.as_mut_ptr())
         },
@@ -67,14 +86,15 @@ pub fn f16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
             }
         }
     }
+    Ok(())
 }
 
 /// Widens little-endian bf16 values (`src.len() == 2 * dst.len()`) to f32, exactly.
-pub fn bf16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
-    assert_eq!(src.len(), 2 * dst.len(), "bf16 row length");
+pub fn bf16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) -> crate::Result<()> {
+    check_len("bf16 row", src.len(), 2 * dst.len())?;
     match level(isa) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX-512; the lengths match (asserted).
+        // SAFETY: level() checked AVX-512; the lengths match (checked).
         Level::Avx512 => unsafe {
             x86::bf16_to_f32_avx512(dst.len(), src.as_ptr(), dst.as_mut_ptr())
         },
@@ -87,16 +107,17 @@ pub fn bf16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) {
             }
         }
     }
+    Ok(())
 }
 
 /// Rounds f32 values to little-endian f16 (`dst.len() == 2 * src.len()`),
 /// bit-identical to `half::f16::from_f32` (round to nearest even; a group
 /// holding a NaN goes through `half` so NaN payloads match it too).
-pub fn f32_to_f16_row(isa: Isa, src: &[f32], dst: &mut [u8]) {
-    assert_eq!(dst.len(), 2 * src.len(), "f16 row length");
+pub fn f32_to_f16_row(isa: Isa, src: &[f32], dst: &mut [u8]) -> crate::Result<()> {
+    check_len("f16 row", dst.len(), 2 * src.len())?;
     let done = match level(isa) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX-512; the lengths match (asserted).
+        // SAFETY: level() checked AVX-512; the lengths match (checked).
         Level::Avx512 => unsafe {
             x86::f32_to_f16_avx512(src.len(), src.as_ptr(), dst.as_mut_ptr())
         },
@@ -106,15 +127,16 @@ pub fn f32_to_f16_row(isa: Isa, src: &[f32], dst: &mut [u8]) {
         Level::Portable => 0,
     };
     crate::quant::quantize_row_f16(&src[done..], &mut dst[2 * done..]);
+    Ok(())
 }
 
 /// Rounds f32 values to little-endian bf16 (`dst.len() == 2 * src.len()`),
 /// bit-identical to [`crate::quant::f32_to_bf16`] (ggml's rounding).
-pub fn f32_to_bf16_row(isa: Isa, src: &[f32], dst: &mut [u8]) {
-    assert_eq!(dst.len(), 2 * src.len(), "bf16 row length");
+pub fn f32_to_bf16_row(isa: Isa, src: &[f32], dst: &mut [u8]) -> crate::Result<()> {
+    check_len("bf16 row", dst.len(), 2 * src.len())?;
     let done = match level(isa) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX-512; the lengths match (asserted).
+        // SAFETY: level() checked AVX-512; the lengths match (checked).
         Level::Avx512 => unsafe {
             x86::f32_to_bf16_avx512(src.len(), src.as_ptr(), dst.as_mut_ptr())
         },
@@ -123,6 +145,7 @@ pub fn f32_to_bf16_row(isa: Isa, src: &[f32], dst: &mut [u8]) {
         Level::Portable => 0,
     };
     crate::quant::quantize_row_bf16(&src[done..], &mut dst[2 * done..]);
+    Ok(())
 }
 
 /// Replaces every value by its f16 rounding widened back (`x = f32(f16(x))`),
@@ -179,9 +202,10 @@ pub fn silu_row(isa: Isa, x: &mut [f32]) {
 }
 
 /// `out[i] = silu(gate[i]) · up[i]` (SwiGLU); all three the same length.
-pub fn swiglu_row(isa: Isa, gate: &[f32], up: &[f32], out: &mut [f32]) {
+pub fn swiglu_row(isa: Isa, gate: &[f32], up: &[f32], out: &mut [f32]) -> crate::Result<()> {
     let n = out.len();
-    assert!(gate.len() == n && up.len() == n, "swiglu row lengths");
+    check_len("swiglu gate", gate.len(), n)?;
+    check_len("swiglu up", up.len(), n)?;
     let done = match level(isa) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: level() checked AVX-512; all three cover n values.
@@ -197,6 +221,7 @@ pub fn swiglu_row(isa: Isa, gate: &[f32], up: &[f32], out: &mut [f32]) {
         let g = gate[i];
         out[i] = g / (1.0 + (-g).exp()) * up[i];
     }
+    Ok(())
 }
 
 /// `x[i] = e^(x[i] - shift)`.
