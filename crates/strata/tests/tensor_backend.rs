@@ -346,6 +346,11 @@ fn cpu_backend_recomputes_after_tensors_move_and_rechecks_indices() {
     cpu.graph_compute(&g).unwrap();
     assert_eq!(out.to_f32_vec().unwrap(), vec![6.0, 8.0, 6.0, 8.0]);
 
+    // another thread count re-sizes the cached plans' work memory
+    cpu.set_n_threads(3);
+    cpu.graph_compute(&g).unwrap();
+    assert_eq!(out.to_f32_vec().unwrap(), vec![6.0, 8.0, 6.0, 8.0]);
+
     // an index out of range is refused although the plan is cached
     idx.write_i32(&[3, 0]).unwrap();
     assert!(cpu.graph_compute(&g).is_err());

@@ -126,6 +126,8 @@ pub struct CpuBackend {
     /// computed and no tensor storage has moved (llama.cpp-style reuse of a
     /// decode graph costs no re-resolution).
     cache: Option<PlanCache>,
+    /// Scratch for the key of the graph being computed (no allocation per compute).
+    key: Vec<u64>,
 }
 
 /// Resolved plans of one graph and what they were resolved from.
@@ -138,18 +140,21 @@ struct PlanCache {
     plans: Vec<(usize, NodePlan)>,
     /// Storage owners the graph writes.
     written: crate::graph::IdSet<u64>,
+    /// Thread count `works` was sized for.
+    nth: usize,
+    /// Work memory of each plan for `nth` threads.
+    works: Vec<WorkSize>,
 }
 
-/// The cache key of `graph`: what its nodes are and what they read.
-fn plan_key(graph: &Graph) -> Vec<u64> {
-    let mut key = Vec::with_capacity(graph.nodes().len() * (MAX_SRC + 1));
+/// Writes the cache key of `graph` into `key`: what its nodes are and what they read.
+fn plan_key(graph: &Graph, key: &mut Vec<u64>) {
+    key.clear();
     for t in graph.nodes() {
         key.push(t.id());
         for i in 0..t.src_slots().len() {
             key.push(graph.src(t, i).map_or(0, Tensor::id));
         }
     }
-    key
 }
 
 /// Total wall time a [`CpuBackend`] has spent running kernels: from the
@@ -197,6 +202,7 @@ impl CpuBackend {
             isa: simd::active(),
             clock: KernelClock::default(),
             cache: None,
+            key: Vec::new(),
             legacy: std::env::var_os("STRATA_LEGACY_KERNELS").is_some_and(|v| v == "1"),
         }
     }
@@ -267,21 +273,25 @@ impl CpuBackend {
     /// The plans of `graph`: the cached ones when the graph reads and writes
     /// the same tensors as last time and no storage has moved, else resolved
     /// afresh. Data-dependent checks (row indices) run every time.
-    fn plan(&mut self, graph: &Graph) -> Result<&[(usize, NodePlan)]> {
-        let key = plan_key(graph);
+    fn plan(&mut self, graph: &Graph) -> Result<&PlanCache> {
+        plan_key(graph, &mut self.key);
         let generation = crate::tensor::storage_generation();
+        let nth = self.pool.n_threads();
         let hit = self
             .cache
             .as_ref()
-            .is_some_and(|c| c.generation == generation && c.key == key);
+            .is_some_and(|c| c.generation == generation && c.nth == nth && c.key == self.key);
         if !hit {
             self.cache = None;
             let (plans, written) = Self::resolve(graph)?;
+            let works = plans.iter().map(|(_, p)| ops::work_size(p, nth)).collect();
             self.cache = Some(PlanCache {
-                key,
+                key: self.key.clone(),
                 generation,
                 plans,
                 written,
+                nth,
+                works,
             });
         }
         let c = self.cache.as_ref().expect("filled above");
@@ -289,7 +299,7 @@ impl CpuBackend {
         for (i, plan) in &c.plans {
             ops::validate(&graph.nodes()[*i], plan, &computed)?;
         }
-        Ok(&c.plans)
+        Ok(c)
     }
 
     /// Resolves every non-view node of `graph` to host memory.
@@ -352,8 +362,8 @@ impl Backend for CpuBackend {
     fn graph_compute(&mut self, graph: &Graph) -> Result<()> {
         let nth = self.pool.n_threads();
         self.plan(graph)?;
-        let plans: &[(usize, NodePlan)] = &self.cache.as_ref().expect("planned above").plans;
-        let works: Vec<WorkSize> = plans.iter().map(|(_, p)| ops::work_size(p, nth)).collect();
+        let cache = self.cache.as_ref().expect("planned above");
+        let (plans, works) = (&cache.plans, &cache.works);
         let need = works.iter().map(|w| w.total(nth)).max().unwrap_or(0);
         if self.work.len() * 8 < need {
             self.work = vec![0u64; need.div_ceil(8)];
@@ -366,7 +376,7 @@ impl Backend for CpuBackend {
         let t0 = Instant::now();
         let legacy = self.legacy;
         let ok = self.pool.run(&|w| {
-            for ((_, plan), work) in plans.iter().zip(&works) {
+            for ((_, plan), work) in plans.iter().zip(works) {
                 let mut ctx = Ctx::new(w, wdata_addr as *mut u8, *work, isa);
                 ctx.legacy = legacy;
                 ops::forward(plan, &ctx);
