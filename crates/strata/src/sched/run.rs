@@ -42,6 +42,10 @@ pub(crate) struct RunState {
     assigned: IdMap<u64, usize>,
     prev_ids: Option<(Vec<usize>, Vec<usize>)>,
     cur_copy: usize,
+    /// The graph each backend runs for (split index, pipeline copy), built at
+    /// the first compute after a placement is adopted and reused until the
+    /// next one (a reused decode graph costs no rebuilding per token).
+    split_graphs: IdMap<(usize, usize), Graph>,
 }
 
 impl RunState {
@@ -55,12 +59,14 @@ impl RunState {
             assigned: IdMap::default(),
             prev_ids: None,
             cur_copy: 0,
+            split_graphs: IdMap::default(),
         })
     }
 
     pub(crate) fn invalidate(&mut self) {
         self.allocated = false;
         self.placement = None;
+        self.split_graphs.clear();
         self.key.clear();
     }
 
@@ -100,6 +106,7 @@ impl RunState {
         n_copies: usize,
     ) {
         self.copies = make_copies(graph, p, backends, n_copies);
+        self.split_graphs.clear();
     }
 
     /// Planned compute bytes per buffer id for `graph` under `p`, without
@@ -120,6 +127,7 @@ impl RunState {
             assigned: IdMap::default(),
             prev_ids: None,
             cur_copy: 0,
+            split_graphs: IdMap::default(),
         };
         let (ag, node_ids, leaf_ids) = probe.alloc_graph(graph, p, n_copies)?;
         let ours = self.own_buffers();
@@ -224,6 +232,7 @@ impl RunState {
         }
         self.key = graph_key(graph);
         self.placement = Some(p);
+        self.split_graphs.clear();
     }
 
     pub(crate) fn reserve(
@@ -289,7 +298,7 @@ impl RunState {
             .placement
             .as_ref()
             .ok_or_else(|| Error::InvalidArgument("compute before alloc_graph".into()))?;
-        for split in &p.splits {
+        for (si, split) in p.splits.iter().enumerate() {
             let sb = split.backend;
             let event = events[sb].get(copy).cloned().flatten();
             for &slot in &split.inputs {
@@ -324,15 +333,19 @@ impl RunState {
             }
             // View nodes of tensors that live on another backend fall inside the
             // range but are no-ops there; the backend gets only its own nodes.
-            let nodes: Vec<Tensor> = (split.start..split.end)
-                .filter(|&i| p.nodes[i].0 == sb || !graph.nodes()[i].op().is_view_op())
-                .map(|i| graph.nodes()[i].clone())
-                .collect();
-            let sg = Graph::from_parts(nodes, Vec::new(), self.overrides(graph, split, copy));
+            if !self.split_graphs.contains_key(&(si, copy)) {
+                let nodes: Vec<Tensor> = (split.start..split.end)
+                    .filter(|&i| p.nodes[i].0 == sb || !graph.nodes()[i].op().is_view_op())
+                    .map(|i| graph.nodes()[i].clone())
+                    .collect();
+                let sg = Graph::from_parts(nodes, Vec::new(), self.overrides(graph, split, copy));
+                self.split_graphs.insert((si, copy), sg);
+            }
+            let sg = &self.split_graphs[&(si, copy)];
             match eval.as_deref_mut() {
-                None => backends[sb].graph_compute(&sg)?,
+                None => backends[sb].graph_compute(sg)?,
                 Some(cb) => {
-                    if !compute_with_callback(&sg, &mut backends[sb], cb)? {
+                    if !compute_with_callback(sg, &mut backends[sb], cb)? {
                         return Ok(());
                     }
                 }
