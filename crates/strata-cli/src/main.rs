@@ -4,6 +4,7 @@
 mod bench;
 mod chat;
 mod common;
+mod devices;
 mod eval;
 mod explain;
 mod inspect;
@@ -40,6 +41,12 @@ enum Command {
     Eval(eval::Args),
     /// Print a GGUF file's metadata and tensors.
     Inspect(inspect::Args),
+    /// Rewrite a KL-divergence base file (llama-perplexity's or strata's) as a compact top-k file.
+    KldConvert(perplexity::ConvertArgs),
+    /// KL-divergence statistics between two saved base files (no model run).
+    KldCompare(perplexity::CompareArgs),
+    /// List the devices (type, memory; the CPU's model and instruction-set level).
+    Devices(devices::Args),
     /// Run the op conformance suite on a device against the local CPU.
     TestOps(test_ops::Args),
     /// Show how the scheduler places a graph (an example, or a model's with -m).
@@ -57,6 +64,9 @@ fn main() {
         Command::Bench(a) => bench::run(a),
         Command::Perplexity(a) => perplexity::run(a),
         Command::Eval(a) => eval::run(a),
+        Command::KldConvert(a) => perplexity::convert(a),
+        Command::Devices(a) => devices::run(a),
+        Command::KldCompare(a) => perplexity::compare_files(a),
         Command::Inspect(a) => inspect::run(a).map_err(Into::into),
         Command::TestOps(a) => test_ops::run(a).map_err(Into::into),
         Command::Explain(a) => explain::run(a),

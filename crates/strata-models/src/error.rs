@@ -36,6 +36,15 @@ pub enum ModelError {
     /// The default model could not be fetched.
     #[error("{0}")]
     Fetch(String),
+    /// A KL-divergence base file (`--kl-divergence-base`) could not be read
+    /// or written, or does not match the model.
+    #[error("KL-divergence base file {path}: {msg}")]
+    LogitsFile {
+        /// The file.
+        path: String,
+        /// What is wrong with it, and what to do.
+        msg: String,
+    },
 }
 
 /// Result with a [`ModelError`].

@@ -10,6 +10,7 @@ pub mod error;
 pub mod fetch;
 pub mod gguf;
 pub mod graph;
+pub mod kld;
 pub mod kv;
 pub mod model;
 pub mod sample;

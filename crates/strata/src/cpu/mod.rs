@@ -79,6 +79,21 @@ fn host_memory() -> DeviceMemory {
     }
 }
 
+/// The processor's model name (`model name` of /proc/cpuinfo on Linux,
+/// the architecture where it cannot be read).
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name") || l.starts_with("Model\t"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
 /// Number of threads used when none is given: the machine's parallelism.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -89,7 +104,15 @@ impl Device for CpuDevice {
         "CPU".into()
     }
     fn description(&self) -> String {
-        format!("{} ({} threads)", std::env::consts::ARCH, default_threads())
+        use crate::quant::simd::{active, detected};
+        format!(
+            "{}, {}, ISA level {} (detected {}), {} threads",
+            cpu_model(),
+            std::env::consts::ARCH,
+            active(),
+            detected(),
+            default_threads()
+        )
     }
     fn memory(&self) -> Result<DeviceMemory> {
         Ok(host_memory())
