@@ -39,6 +39,8 @@ struct Entry {
     quantized: String,
     dequantized: String,
     row_bytes: usize,
+    /// ggml's dot products (K manifest, weight types only).
+    dot: Option<String>,
     /// ggml's bytes for the stress input (K manifest).
     stress: Option<String>,
 }
@@ -80,6 +82,7 @@ fn manifest_entries(file: &str) -> Vec<Entry> {
             quantized: field(obj, "quantized"),
             dequantized: field(obj, "dequantized"),
             row_bytes: field(obj, "quantized_bytes_per_row").parse().unwrap(),
+            dot: try_field(obj, "dot"),
             stress: try_field(obj, "stress_quantized"),
         });
         rest = &rest[close + 1..];
@@ -284,4 +287,48 @@ fn k_quantize_matches_ggml_and_dequantize_matches_gguf_bit_for_bit() {
             );
         }
     }
+}
+
+/// ggml's CPU dot products (its native SIMD kernels) of quantized row `r`
+/// with row `(r + 1) % 8` in the dot partner type, against strata's scalar
+/// reference on the same bytes. ggml's kernels accumulate the same exact
+/// integer block sums in another order (and partly in lanes), so they agree
+/// to within a few f32 roundings of the magnitude `Σ |x_i y_i|` of the
+/// dequantized rows; the bound allows 1e-6 of it.
+#[test]
+fn k_dots_match_ggml() {
+    let x = input();
+    let mut checked = 0;
+    for e in manifest_entries("manifest_k.json") {
+        let Some(dot_file) = e.dot else { continue };
+        let (t, quantize) = k_quantizer(&e.name);
+        let yt = quant::vec_dot_type(t);
+        let want = f32s(&read(&dot_file));
+        assert_eq!(want.len(), ROWS, "{}", e.name);
+        for (r, &want) in want.iter().enumerate() {
+            let mut qx = vec![0u8; e.row_bytes];
+            quantize(&x[r * COLS..(r + 1) * COLS], &mut qx);
+            let r1 = (r + 1) % ROWS;
+            let mut qy = vec![0u8; yt.row_size(COLS)];
+            quant::quantize_row(yt, &x[r1 * COLS..(r1 + 1) * COLS], &mut qy).unwrap();
+            let got = quant::vec_dot(t, COLS, &qx, &qy).unwrap();
+
+            let (mut dx, mut dy) = (vec![0f32; COLS], vec![0f32; COLS]);
+            quant::dequantize_row(t, &qx, &mut dx).unwrap();
+            quant::dequantize_row(yt, &qy, &mut dy).unwrap();
+            let mag: f64 = dx
+                .iter()
+                .zip(&dy)
+                .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
+                .sum();
+            let err = (f64::from(got) - f64::from(want)).abs();
+            assert!(
+                err <= 1e-6 * mag,
+                "{} row {r}: strata {got:e} vs ggml {want:e} (|err| {err:e}, magnitude {mag:e})",
+                e.name
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 7 * ROWS);
 }

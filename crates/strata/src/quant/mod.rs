@@ -62,6 +62,7 @@
 //! ```
 
 mod dot;
+mod dot_k;
 mod float;
 mod iq4;
 mod k_search;
@@ -79,6 +80,10 @@ pub mod simd;
 pub use dot::{
     vec_dot_bf16, vec_dot_f16, vec_dot_f32, vec_dot_q4_0_q8_0, vec_dot_q4_1_q8_1,
     vec_dot_q5_0_q8_0, vec_dot_q5_1_q8_1, vec_dot_q8_0_q8_0,
+};
+pub use dot_k::{
+    vec_dot_iq4_nl_q8_0, vec_dot_iq4_xs_q8_k, vec_dot_q2_k_q8_k, vec_dot_q3_k_q8_k,
+    vec_dot_q4_k_q8_k, vec_dot_q5_k_q8_k, vec_dot_q6_k_q8_k,
 };
 pub use float::{
     bf16_to_f32, dequantize_row_bf16, dequantize_row_f16, dequantize_row_f32, f32_to_bf16,
@@ -211,19 +216,16 @@ fn scalar_vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
         DType::Q5_0 => vec_dot_q5_0_q8_0,
         DType::Q5_1 => vec_dot_q5_1_q8_1,
         DType::Q8_0 => vec_dot_q8_0_q8_0,
-        DType::Q2_K
-        | DType::Q3_K
-        | DType::Q4_K
-        | DType::Q5_K
-        | DType::Q6_K
-        | DType::IQ4_NL
-        | DType::IQ4_XS
-        | DType::Q8_1
-        | DType::Q8_K
-        | DType::I8
-        | DType::I16
-        | DType::I32
-        | DType::I64 => return None,
+        DType::Q2_K => vec_dot_q2_k_q8_k,
+        DType::Q3_K => vec_dot_q3_k_q8_k,
+        DType::Q4_K => vec_dot_q4_k_q8_k,
+        DType::Q5_K => vec_dot_q5_k_q8_k,
+        DType::Q6_K => vec_dot_q6_k_q8_k,
+        DType::IQ4_NL => vec_dot_iq4_nl_q8_0,
+        DType::IQ4_XS => vec_dot_iq4_xs_q8_k,
+        DType::Q8_1 | DType::Q8_K | DType::I8 | DType::I16 | DType::I32 | DType::I64 => {
+            return None
+        }
     })
 }
 
@@ -410,7 +412,7 @@ mod tests {
             assert_eq!(dequantize_row_fn(t).is_some(), supported, "{t}");
             assert_eq!(
                 vec_dot_fn(t).is_some(),
-                supported && t.block_size() == QK && t != DType::Q8_1 && t != DType::IQ4_NL,
+                supported && t != DType::Q8_1 && t != DType::Q8_K,
                 "{t}"
             );
             if vec_dot_fn(t).is_some() {

@@ -29,6 +29,15 @@ pub(super) fn d_of(block: &[u8]) -> f32 {
     f32::from_le_bytes([block[0], block[1], block[2], block[3]])
 }
 
+/// `bsums[j]` of a block.
+#[inline(always)]
+pub(super) fn bsum_at(block: &[u8], j: usize) -> i32 {
+    i32::from(i16::from_le_bytes([
+        block[BSUMS + 2 * j],
+        block[BSUMS + 2 * j + 1],
+    ]))
+}
+
 /// The 256 quants of a block.
 #[inline(always)]
 pub(super) fn quants(block: &[u8]) -> &[u8] {

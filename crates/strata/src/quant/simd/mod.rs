@@ -12,12 +12,13 @@
 //!
 //! | level | CPU features | own kernels |
 //! |-------|--------------|-------------|
-//! | `Avx2` | AVX2, FMA, F16C | all dot products, Q8_0 / Q8_1 / F16 quantize |
-//! | `Avx512` | + AVX-512 F, BW, VL | all dot products (two blocks per register, masked float tails); four-column Q4/Q5 dots |
-//! | `Vnni` | + AVX-512 VNNI | the quantized dot products (`vpdpbusd`), one- and four-column |
-//! | `Neon` | aarch64 NEON | all dot products, Q8_0 / Q8_1 quantize |
+//! | `Avx2` | AVX2, FMA, F16C | the Q4_0 .. Q8_0 and float dot products, Q8_0 / Q8_1 / F16 quantize |
+//! | `Avx512` | + AVX-512 F, BW, VL | the Q4_0 .. Q8_0 and float dot products (two blocks per register, masked float tails); four-column Q4/Q5 dots |
+//! | `Vnni` | + AVX-512 VNNI | the Q4_0 .. Q8_0 dot products (`vpdpbusd`), one- and four-column |
+//! | `Neon` | aarch64 NEON | the Q4_0 .. Q8_0 and float dot products, Q8_0 / Q8_1 quantize |
 //!
-//! A level without its own kernel for a type uses the next lower level's.
+//! A level without its own kernel for a type uses the next lower level's
+//! (the K-quant and IQ4 dot products and the Q8_K quantizer are scalar).
 //!
 //! Semantics against the scalar reference ([`super::vec_dot_q4_0_q8_0`], ...):
 //!
