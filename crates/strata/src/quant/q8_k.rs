@@ -11,9 +11,12 @@
 //! `q = min(127, round(x · (-127 / max)))` (ties to even) and
 //! `d = 1 / (-127 / max)`; so `d` is negative when `max` is positive. An
 //! all-zero block is all zero bytes (ggml leaves its `bsums` unwritten).
-//! NaN elements quantize to 0 (ggml's rounding trick gives 0 for the
-//! default NaN; strata makes that hold for every NaN so the SIMD quantizer
-//! can match it); a ±inf element makes every quant 0 and `d` infinite.
+//! Non-finite products `x · (-127 / max)` quantize to 0: NaN elements, every
+//! element of a block holding ±inf (then `d` is infinite), and every element
+//! of a block whose largest magnitude is below about 3.7e-37, where
+//! `-127 / max` overflows (then `d` is -0). ggml's rounding trick gives 0
+//! for ±inf and for the default NaN; strata makes it 0 for every NaN so the
+//! SIMD quantizer can match it.
 
 use super::debug_check_row;
 use super::k_search::{nearest_int, signed_amax, QK_K};
@@ -69,10 +72,10 @@ pub fn quantize_row_q8_k(src: &[f32], dst: &mut [u8]) {
         let iscale = -127.0 / max;
         for (q, &v) in y[QS..QS + QK_K].iter_mut().zip(x) {
             let r = iscale * v;
-            *q = if r.is_nan() {
-                0
-            } else {
+            *q = if r.is_finite() {
                 nearest_int(r).min(127) as i8 as u8
+            } else {
+                0
             };
         }
         put_bsums(y);
