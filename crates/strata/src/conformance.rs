@@ -240,8 +240,21 @@ pub fn cases() -> Vec<OpCase> {
         DType::Q5_0,
         DType::Q5_1,
         DType::Q8_0,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+        DType::IQ4_NL,
+        DType::IQ4_XS,
     ] {
-        for (m, n, k) in [(16, 1, 64), (7, 9, 96), (33, 5, 256)] {
+        // K in whole blocks: super-blocks of 256 for the K-quants and IQ4_XS.
+        let shapes = if a_t.block_size() == 256 {
+            [(16, 1, 256), (7, 9, 512), (33, 5, 768)]
+        } else {
+            [(16, 1, 64), (7, 9, 96), (33, 5, 256)]
+        };
+        for (m, n, k) in shapes {
             let tol = if a_t.is_quantized() { 1e-4 } else { 1e-5 };
             v.push(case(
                 format!("MUL_MAT(type_a={a_t},m={m},n={n},k={k})"),
@@ -254,9 +267,21 @@ pub fn cases() -> Vec<OpCase> {
             ));
         }
     }
-    for a_t in [DType::F32, DType::F16, DType::Q4_1, DType::Q8_0] {
+    for a_t in [
+        DType::F32,
+        DType::F16,
+        DType::Q4_1,
+        DType::Q8_0,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+        DType::IQ4_NL,
+        DType::IQ4_XS,
+    ] {
         v.push(case(format!("GET_ROWS(type={a_t})"), 1e-6, move || {
-            let a = t(a_t, &[64, 10, 2])?;
+            let a = t(a_t, &[a_t.block_size().max(64), 10, 2])?;
             let i = t(DType::I32, &[4, 2])?;
             Ok((
                 vec![(a.clone(), U), (i.clone(), Fill::Index(10))],
@@ -279,10 +304,23 @@ pub fn cases() -> Vec<OpCase> {
             ))
         }));
     }
-    for d_t in [DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0] {
+    for d_t in [
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+        DType::IQ4_NL,
+        DType::IQ4_XS,
+    ] {
         v.push(case(format!("CPY(f32->{d_t})"), 1e-4, move || {
-            let a = t(DType::F32, &[64, 3])?;
-            let b = t(d_t, &[64, 3])?;
+            let ne0 = d_t.block_size().max(64);
+            let a = t(DType::F32, &[ne0, 3])?;
+            let b = t(d_t, &[ne0, 3])?;
             Ok((vec![(a.clone(), U), (b.clone(), U)], ops::cpy(&a, &b)?))
         }));
     }

@@ -9,14 +9,20 @@
 //!   the reference uses the dequantized weights and exact activations, so
 //!   the only error is the 8-bit activation rounding (~1.5e-5 for uniform
 //!   data): bound 1e-4, checked where there are enough outputs for the
-//!   NMSE to average (≥ 16 values; a lone dot product can cancel).
+//!   NMSE to average (≥ 16 values; a lone dot product can cancel). The same
+//!   holds for IQ4_NL (Q8_0) and Q2_K..Q6_K / IQ4_XS (activations quantized
+//!   to Q8_K, 256 per block, the same 8-bit rounding).
 //!
 //! Every case is also checked against a second reference whose activations
 //! are rounded to the dot type first (what ggml computes), with the error
 //! normalized by Σ|a·b| per output (robust to cancellation in a single dot
 //! product): bound 1e-12 for float weights and Q8_0 partners (f32
 //! accumulation only), 1e-7 for Q8_1 partners (Q4_1/Q5_1: their dot product
-//! uses the f16-rounded block sum `s` of the activations).
+//! uses the f16-rounded block sum `s` of the activations). Q8_K partners
+//! share the 1e-12 bound (f32 accumulation only; measured below 3e-16 on
+//! these cases, although the Q2_K / Q4_K / Q5_K terms `d·s·Σqx·qy` and
+//! `dmin·m·Σqy` are rounded separately where the reference dequantizes each
+//! weight to `d·s·q - dmin·m` first).
 
 mod common;
 
@@ -216,7 +222,7 @@ fn tol(at: DType) -> f64 {
     }
 }
 
-const WEIGHTS: [DType; 8] = [
+const WEIGHTS: [DType; 15] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -225,7 +231,24 @@ const WEIGHTS: [DType; 8] = [
     DType::Q5_0,
     DType::Q5_1,
     DType::Q8_0,
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::IQ4_NL,
+    DType::IQ4_XS,
 ];
+
+/// A K of `blocks32` blocks of 32 for `at`, rounded up to whole
+/// super-blocks of 256 for the K-quants and IQ4_XS.
+fn k_blocks(at: DType, blocks32: usize) -> usize {
+    if at.block_size() == 256 {
+        256 * blocks32.div_ceil(8)
+    } else {
+        32 * blocks32
+    }
+}
 
 #[test]
 fn every_weight_type_every_layout_with_broadcast() {
@@ -235,7 +258,11 @@ fn every_weight_type_every_layout_with_broadcast() {
             for layout in LAYOUTS {
                 seed += 1;
                 // Block types need K in whole blocks; floats get an odd K.
-                let k = if at.is_quantized() { 96 } else { 37 };
+                let k = if at.is_quantized() {
+                    k_blocks(at, 3)
+                } else {
+                    37
+                };
                 let c = Case {
                     at,
                     bt,
@@ -264,7 +291,12 @@ fn every_simd_level_matches_the_reference() {
         for at in WEIGHTS {
             for (k, n) in [(160, 11), (160, 1), (608, 5)] {
                 seed += 1;
-                let k = if at.is_quantized() { k } else { k - 3 };
+                // K-quants: 1 and 3 super-blocks.
+                let k = if at.is_quantized() {
+                    k_blocks(at, k / 32)
+                } else {
+                    k - 3
+                };
                 let c = Case {
                     at,
                     bt: DType::F32,
@@ -300,12 +332,12 @@ fn small_m_and_vector_shapes() {
     // M smaller than a tile (work split over columns), N = 1 (matrix-vector),
     // M = 1 (row-vector): all must match the reference.
     for (m, n) in [(3, 40), (33, 1), (1, 17), (1, 1)] {
-        for at in [DType::F32, DType::Q8_0, DType::Q4_1] {
+        for at in [DType::F32, DType::Q8_0, DType::Q4_1, DType::Q6_K] {
             let c = Case {
                 at,
                 bt: DType::F32,
                 layout: Layout::Contiguous,
-                k: 64,
+                k: k_blocks(at, 2),
                 m,
                 n,
                 a23: [1, 1],
@@ -323,6 +355,8 @@ fn identical_bits_for_one_two_three_threads() {
         (DType::Q4_0, Layout::Contiguous, 35, 13),
         (DType::F16, Layout::Permuted, 5, 29),
         (DType::Q5_1, Layout::Strided, 2, 3),
+        (DType::Q4_K, Layout::Transposed, 19, 7),
+        (DType::IQ4_NL, Layout::Contiguous, 17, 5),
     ] {
         let c = Case {
             at,
@@ -333,6 +367,10 @@ fn identical_bits_for_one_two_three_threads() {
             n,
             a23: [1, 2],
             b23: [3, 2],
+        };
+        let c = Case {
+            k: k_blocks(at, 2),
+            ..c
         };
         let one = run_case(&c, 1, 77).got;
         for nth in [2, 3] {
@@ -348,24 +386,41 @@ fn identical_bits_for_one_two_three_threads() {
 
 #[test]
 fn unsupported_weight_types_are_refused_not_computed() {
-    // Q8_1 has no dot product: the graph builds (ggml allows it) but the CPU
-    // backend must refuse it with a typed error instead of aborting.
-    let a = tensor("a", DType::Q8_1, &[32, 2]);
-    let b = tensor("b", DType::F32, &[32, 3]);
-    let Ok(c) = ops::mul_mat(&a, &b) else {
-        return; // refused at build time: also fine
-    };
-    let g = strata::Graph::build(&[c]);
-    let _bufs = strata::cpu::alloc_graph_host(&g).unwrap();
-    let err = strata::cpu::compute(&g, 1).unwrap_err();
-    assert!(matches!(err, strata::Error::Unsupported { .. }), "{err}");
+    // Q8_1 and Q8_K have no dot product: the graph builds (ggml allows it)
+    // but the CPU backend must refuse it with a typed error instead of
+    // aborting.
+    for at in [DType::Q8_1, DType::Q8_K] {
+        let k = at.block_size();
+        let a = tensor("a", at, &[k, 2]);
+        let b = tensor("b", DType::F32, &[k, 3]);
+        let Ok(c) = ops::mul_mat(&a, &b) else {
+            continue; // refused at build time: also fine
+        };
+        let g = strata::Graph::build(&[c]);
+        let _bufs = strata::cpu::alloc_graph_host(&g).unwrap();
+        let err = strata::cpu::compute(&g, 1).unwrap_err();
+        assert!(
+            matches!(err, strata::Error::Unsupported { .. }),
+            "{at}: {err}"
+        );
+    }
+}
+
+/// K-quant weights need K in whole super-blocks of 256: other lengths are
+/// refused when the tensor is made, not computed.
+#[test]
+fn k_quant_rows_must_be_whole_super_blocks() {
+    for at in [DType::Q4_K, DType::IQ4_XS] {
+        let e = strata::Tensor::new(at, &[128, 4]).unwrap_err();
+        assert!(e.to_string().contains("256"), "{at}: {e}");
+    }
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
     #[test]
     fn random_shapes_and_views(
-        wi in 0usize..8,
+        wi in 0usize..WEIGHTS.len(),
         bi in 0usize..3,
         li in 0usize..4,
         kb in 1usize..4,
@@ -379,7 +434,7 @@ proptest! {
         seed in 0u64..1000,
     ) {
         let at = WEIGHTS[wi];
-        let k = if at.is_quantized() { 32 * kb } else { kodd };
+        let k = if at.is_quantized() { at.block_size() * kb } else { kodd };
         let c = Case {
             at,
             bt: [DType::F32, DType::F16, DType::BF16][bi],

@@ -9,9 +9,10 @@
 mod common;
 
 use common::{round_trip, tensor, Rng};
+use proptest::prelude::*;
 use strata::{cpu, ops, DType, Error, Graph, Tensor};
 
-const ALL_SOURCES: [DType; 9] = [
+const ALL_SOURCES: [DType; 16] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -20,8 +21,21 @@ const ALL_SOURCES: [DType; 9] = [
     DType::Q5_0,
     DType::Q5_1,
     DType::Q8_0,
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::IQ4_NL,
+    DType::IQ4_XS,
     DType::I32,
 ];
+
+/// A row length of at least 64 in whole blocks of `t` (256 for the
+/// K-quants and IQ4_XS).
+fn row_len(t: DType) -> usize {
+    t.block_size().max(64)
+}
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -49,8 +63,9 @@ fn fill(t: &Tensor, v: &[f32]) {
 #[test]
 fn get_rows_every_type_with_batched_indices() {
     let mut rng = Rng::new(1);
-    let (ne0, n_src, ne2, ne3, n_idx) = (64, 7, 3, 2, 5);
+    let (n_src, ne2, ne3, n_idx) = (7, 3, 2, 5);
     for t in ALL_SOURCES {
+        let ne0 = row_len(t);
         for nth in [1, 3] {
             let a = tensor("a", t, &[ne0, n_src, ne2, ne3]);
             let b = tensor("idx", DType::I32, &[n_idx, ne2, ne3]);
@@ -222,28 +237,18 @@ fn set_rows_case(
 
 #[test]
 fn set_rows_every_destination_type_with_broadcast_indices() {
-    let dsts = [
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q5_1,
-        DType::Q8_0,
-    ];
     let mut seed = 0;
-    for dt in dsts {
+    for dt in ALL_SOURCES.into_iter().filter(|&t| t != DType::I32) {
         for (rt, it) in [(DType::F32, DType::I64), (DType::F16, DType::I32)] {
             seed += 1;
-            // rows [64, 3, 4, 2], indices [3, 2, 1]: dims 2, 3 broadcast.
+            // rows [64 (256), 3, 4, 2], indices [3, 2, 1]: dims 2, 3 broadcast.
             let idx = [5, 0, 2, 1, 5, 3];
             let (got, want) = set_rows_case(
                 &SetCase {
                     dst_t: dt,
                     row_t: rt,
                     idx_t: it,
-                    shape: [64, 3, 4, 2],
+                    shape: [row_len(dt), 3, 4, 2],
                     n_dst: 6,
                     idx_ne: [3, 2, 1],
                 },
@@ -388,4 +393,41 @@ fn out_of_range_indices_computed_in_the_graph_never_touch_memory_out_of_range() 
     let mut want = vec![-1.0; 12];
     want[4..8].copy_from_slice(&[7.0; 4]);
     assert_eq!(dst.to_f32_vec().unwrap(), want);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    /// GET_ROWS of random shapes (rows of one to three blocks) from every
+    /// source type, on one to three threads: each gathered row is the stored
+    /// source row (for block types: that row dequantized) bit for bit.
+    #[test]
+    fn get_rows_random_shapes(
+        ti in 0usize..ALL_SOURCES.len(),
+        blocks in 1usize..4,
+        n_src in 1usize..9,
+        ne2 in 1usize..3,
+        n_idx in 1usize..6,
+        nth in 1usize..4,
+        seed in 0u64..1000,
+    ) {
+        let t = ALL_SOURCES[ti];
+        let ne0 = t.block_size() * blocks;
+        let mut rng = Rng::new(seed);
+        let a = tensor("a", t, &[ne0, n_src, ne2]);
+        let b = tensor("idx", DType::I32, &[n_idx, ne2]);
+        let out = ops::get_rows(&a, &b).unwrap();
+        let av: Vec<f32> = (0..ne0 * n_src * ne2).map(|_| rng.uniform(-8.0, 8.0).round()).collect();
+        let idx: Vec<i32> = (0..n_idx * ne2).map(|_| rng.below(n_src) as i32).collect();
+        exec(&[out.clone()], || { fill(&a, &av); b.write_i32(&idx).unwrap(); }, nth).unwrap();
+        let stored = a.to_f32_vec().unwrap();
+        let got = out.to_f32_vec().unwrap();
+        for i2 in 0..ne2 {
+            for i in 0..n_idx {
+                let r = idx[i2 * n_idx + i] as usize;
+                let o = (i2 * n_idx + i) * ne0;
+                let s = (i2 * n_src + r) * ne0;
+                prop_assert_eq!(bits(&got[o..o + ne0]), bits(&stored[s..s + ne0]), "{}", t);
+            }
+        }
+    }
 }

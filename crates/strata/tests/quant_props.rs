@@ -1,6 +1,7 @@
 //! Properties of strata::quant beyond the golden vectors: round-trip error
-//! bounds per format, Q8_1 and F16 against ggml's definitions, the dot
-//! products against dequantize-then-f64, and error (never panic) on bad input.
+//! bounds per format (sanity bounds for the K-quant and IQ4 formats), Q8_1,
+//! Q8_K and F16 against ggml's definitions, the dot products against
+//! dequantize-then-f64, and error (never panic) on bad input.
 
 use proptest::prelude::*;
 use strata::{quant, DType, Error};
@@ -137,10 +138,11 @@ proptest! {
 
             let yt = quant::vec_dot_type(t);
             let ybytes = vec![0u8; yt.row_size(n)];
+            let has_dot = quant::vec_dot_fn(t).is_some();
             let r = quant::vec_dot(t, n, &q, &ybytes);
-            prop_assert_eq!(r.is_ok(), valid && t != DType::Q8_1, "vec_dot {} n={}", t, n);
+            prop_assert_eq!(r.is_ok(), valid && has_dot, "vec_dot {} n={}", t, n);
             let r = quant::vec_dot(t, n, &ybytes, &q);
-            let valid_swapped = valid && t != DType::Q8_1 && yt.row_size(n) == t.row_size(n);
+            let valid_swapped = valid && has_dot && yt.row_size(n) == t.row_size(n);
             prop_assert_eq!(r.is_ok(), valid_swapped);
         }
     }
@@ -289,4 +291,175 @@ fn q4_0_q8_0_dot_by_hand() {
         want,
         -8.0 * 127.0 + (1..32).map(|j| (j % 16) as f32 - 8.0).sum::<f32>()
     );
+}
+
+/// The K-quant and IQ4 weight formats (IQ4_NL has blocks of 32, the others
+/// super-blocks of 256).
+const K_TYPES: [DType; 7] = [
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::IQ4_NL,
+    DType::IQ4_XS,
+];
+
+/// Rows of 256..=768 elements (one to three super-blocks) drawn as in
+/// [`row_upto`], scaled by 10^-6 ..= 10^max_exp.
+fn row_k(max_exp: i32) -> impl Strategy<Value = Vec<f32>> {
+    let elem = prop_oneof![
+        8 => -1f32..1f32,
+        1 => Just(0f32),
+        1 => Just(1f32),
+        1 => Just(-1f32),
+    ];
+    (
+        (1usize..=3).prop_flat_map(move |k| prop::collection::vec(elem.clone(), k * quant::QK_K)),
+        -6i32..=max_exp,
+    )
+        .prop_map(|(v, e)| {
+            let s = 10f32.powi(e);
+            v.into_iter().map(|x| x * s).collect()
+        })
+}
+
+/// Largest round-trip error allowed in a super-block (a block for IQ4_NL)
+/// with largest magnitude `amax`: `f · amax + a`.
+///
+/// `f` is a sanity bound about 1.5 to 2 times the worst `error / amax` seen
+/// over 9000 random rows (Q2_K 0.45, Q3_K 0.29, Q4_K 0.12, Q5_K 0.07,
+/// Q6_K 0.023, IQ4_NL 0.16, IQ4_XS 0.14), not a tight format bound (the
+/// scale searches have no simple one): it catches a broken packing, sign or
+/// scale, not a slightly worse search. Q8_K's is exact: half a step
+/// `amax / 127`, plus f32 rounding.
+///
+/// `a` covers the f16 super-block scales: when `d` (or `dmin`) falls into
+/// the f16 subnormal range it is rounded to a multiple of 2^-24 (possibly
+/// 0), so values up to (largest sub-block scale × largest quant + largest
+/// min) × 2^-24 can be lost whatever `amax` is.
+fn k_error_bound(t: DType, amax: f32) -> f32 {
+    let (f, levels) = match t {
+        DType::Q2_K => (0.7, 15 * 3 + 15),
+        DType::Q3_K => (0.45, 32 * 4),
+        DType::Q4_K => (0.2, 63 * 15 + 63),
+        DType::Q5_K => (0.12, 63 * 31 + 63),
+        DType::Q6_K => (0.05, 128 * 32),
+        DType::IQ4_NL => (0.25, 127),
+        DType::IQ4_XS => (0.25, 32 * 127),
+        DType::Q8_K => (0.5 / 127.0 + 1e-6, 0),
+        _ => unreachable!(),
+    };
+    f * amax + levels as f32 * 2f32.powi(-24)
+}
+
+/// `|dy_e| · (|dx_e| + 2 |m_e|)` summed: the magnitude a dot of dequantized
+/// rows carries, where `m_e` is the sub-block minimum the formats with
+/// minimums subtract (read back by dequantizing a copy whose quants are
+/// zeroed: every element is then `-m`). Rounding of `dx_e` is relative to
+/// `|d · s · q| <= |dx_e| + |m_e|`, which the plain `Σ |dx dy|` misses when
+/// the two terms cancel.
+fn k_magnitude(t: DType, qx: &[u8], dx: &[f32], dy: &[f32]) -> f64 {
+    let quants = match t {
+        DType::Q2_K => 16..80,
+        DType::Q4_K | DType::Q5_K => 16..t.type_size(),
+        _ => 0..0,
+    };
+    let mut zeroed = qx.to_vec();
+    for b in zeroed.chunks_exact_mut(t.type_size()) {
+        b[quants.clone()].fill(0);
+    }
+    let minus_m = dequantize(t, &zeroed, dx.len());
+    dx.iter()
+        .zip(dy)
+        .zip(&minus_m)
+        .map(|((&a, &b), &m)| {
+            let m = if quants.is_empty() {
+                0.0
+            } else {
+                f64::from(m).abs()
+            };
+            f64::from(b).abs() * (f64::from(a).abs() + 2.0 * m)
+        })
+        .sum()
+}
+
+proptest! {
+    #[test]
+    fn k_round_trip_within_sanity_bound(x in row_k(4)) {
+        for t in K_TYPES.into_iter().chain([DType::Q8_K]) {
+            let y = dequantize(t, &quantize(t, &x), x.len());
+            let bs = t.block_size();
+            for (b, (xb, yb)) in x.chunks(bs).zip(y.chunks(bs)).enumerate() {
+                let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let bound = k_error_bound(t, amax);
+                for (i, (a, c)) in xb.iter().zip(yb).enumerate() {
+                    prop_assert!(
+                        (a - c).abs() <= bound,
+                        "{} block {} elem {}: x = {:e}, got {:e}, err {:e} > bound {:e}",
+                        t, b, i, a, c, (a - c).abs(), bound
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every K / IQ4 dot product (the dispatched one, and the scalar
+    /// reference it must agree with bit for bit when nothing faster exists)
+    /// against the f64 dot of the dequantized rows. Tolerance
+    /// `1e-5 · k_magnitude + 1e-30`: exact integer block sums, a few f32
+    /// roundings per block and f32 accumulation over at most 24 blocks.
+    #[test]
+    fn k_vec_dot_matches_dequantized_f64_dot(x in row_k(4), y_seed in row_k(3)) {
+        let n = x.len();
+        let y: Vec<f32> = y_seed.iter().cycle().take(n).copied().collect();
+        for t in K_TYPES {
+            let yt = quant::vec_dot_type(t);
+            let (qx, qy) = (quantize(t, &x), quantize(yt, &y));
+            let got = quant::vec_dot(t, n, &qx, &qy).unwrap();
+            let f = quant::vec_dot_fn(t).unwrap();
+            prop_assert_eq!(got.to_bits(), f(n, &qx, &qy).to_bits());
+
+            let (dx, dy) = (dequantize(t, &qx, n), dequantize(yt, &qy, n));
+            let want: f64 = dx.iter().zip(&dy).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+            let tol = 1e-5 * k_magnitude(t, &qx, &dx, &dy) + 1e-30;
+            prop_assert!(
+                (f64::from(got) - want).abs() <= tol,
+                "{}: dot {:e} vs f64 {:e}, tolerance {:e}", t, got, want, tol
+            );
+        }
+    }
+}
+
+/// Q8_K's `bsums` are the sums of its quants in groups of 16, `d` is the
+/// f32 `1 / (-127 / max)`, and quants round half to even (ggml's
+/// `nearest_int`), unlike Q8_0's `roundf`.
+#[test]
+fn q8_k_matches_ggml_definition() {
+    // max = 127 (first element), so d = -1 and q = -x exactly, halves tie.
+    let x: Vec<f32> = (0..256)
+        .map(|j| {
+            if j == 0 {
+                127.0
+            } else {
+                (j % 64) as f32 * 0.5 - 16.0
+            }
+        })
+        .collect();
+    let q = quantize(DType::Q8_K, &x);
+    let d = f32::from_le_bytes([q[0], q[1], q[2], q[3]]);
+    assert_eq!(d, 1.0 / (-127.0f32 / 127.0));
+    let qs: Vec<i32> = q[4..260].iter().map(|&v| i32::from(v as i8)).collect();
+    for (j, (&v, &got)) in x.iter().zip(&qs).enumerate() {
+        assert_eq!(got, (-v).round_ties_even() as i32, "element {j}");
+    }
+    assert_eq!(qs[1], 16); // -(-15.5) = 15.5 rounds to 16 (even)
+    assert_eq!(qs[3], 14); // 14.5 rounds to 14
+    for g in 0..16 {
+        let want: i32 = qs[16 * g..16 * (g + 1)].iter().sum();
+        let got = i16::from_le_bytes([q[260 + 2 * g], q[261 + 2 * g]]);
+        assert_eq!(i32::from(got), want, "bsums[{g}]");
+    }
+    // An all-zero block is all zero bytes.
+    assert!(quantize(DType::Q8_K, &[0.0; 256]).iter().all(|&b| b == 0));
 }

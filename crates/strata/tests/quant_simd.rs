@@ -1,7 +1,8 @@
 //! Every SIMD kernel of every instruction-set level this CPU supports against
 //! the scalar reference: dot products within the bound `quant::simd`
-//! documents (and exactly where the float arithmetic is exact), quantizers
-//! bit for bit; plus the `STRATA_ISA` override.
+//! documents (and exactly where the float arithmetic is exact; the K-quant
+//! ones bit for bit on any bytes), quantizers bit for bit; plus the
+//! `STRATA_ISA` override.
 //!
 //! Levels are iterated in-process through `vec_dot_fn_for` /
 //! `quantize_row_fn_for`, so one run covers scalar, AVX2, AVX-512 and VNNI
@@ -441,5 +442,185 @@ fn four_column_dots_are_bit_identical_to_one_column_calls() {
     // On an AVX-512 machine the four-column kernels must exist and be tested.
     if simd::detected() >= Isa::Avx512 && simd::detected() != Isa::Neon {
         assert!(covered >= 4, "only {covered} four-column kernels");
+    }
+}
+
+/// The K-quant and IQ4 weight types with Q8_K partners, and IQ4_NL (Q8_0).
+const K_QUANT: [DType; 7] = [
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::IQ4_NL,
+    DType::IQ4_XS,
+];
+
+/// Byte ranges of a block of `t` that hold its quants and sub-block scales
+/// (everything but the f16 / f32 super-block scales), and of the Q8_K block
+/// (quants and bsums).
+fn k_payload(t: DType) -> std::ops::Range<usize> {
+    match t {
+        DType::Q2_K => 0..80,
+        DType::Q3_K => 0..108,
+        DType::Q4_K | DType::Q5_K => 4..t.type_size(),
+        DType::Q6_K => 0..208,
+        DType::IQ4_NL | DType::Q8_0 => 2..t.type_size(),
+        DType::IQ4_XS => 2..t.type_size(),
+        DType::Q8_K => 4..t.type_size(),
+        _ => unreachable!(),
+    }
+}
+
+/// Random bytes in every block's quants and sub-block scales (Q8_K: its
+/// quants, -128 included, and bsums that need not match them).
+fn scramble_k(t: DType, row: &mut [u8], rng: &mut Rng) {
+    for b in row.chunks_exact_mut(t.type_size()) {
+        for q in &mut b[k_payload(t)] {
+            *q = rng.next_u64() as u8;
+        }
+    }
+}
+
+/// Sets every super-block scale to 1 (f16 `d` / `dmin`, Q8_K's f32 `d`).
+fn unit_k_scales(t: DType, row: &mut [u8]) {
+    let one = 0x3c00u16.to_le_bytes();
+    for b in row.chunks_exact_mut(t.type_size()) {
+        match t {
+            DType::Q2_K => {
+                b[80..82].copy_from_slice(&one);
+                b[82..84].copy_from_slice(&one);
+            }
+            DType::Q3_K => b[108..110].copy_from_slice(&one),
+            DType::Q4_K | DType::Q5_K => {
+                b[0..2].copy_from_slice(&one);
+                b[2..4].copy_from_slice(&one);
+            }
+            DType::Q6_K => b[208..210].copy_from_slice(&one),
+            DType::IQ4_NL | DType::IQ4_XS | DType::Q8_0 => b[0..2].copy_from_slice(&one),
+            DType::Q8_K => b[0..4].copy_from_slice(&1.0f32.to_le_bytes()),
+            _ => unreachable!(),
+        }
+    }
+}
+
+/// The K-quant kernels add the scalar reference's per-block f32 term in its
+/// order, so every level returns the scalar result bit for bit, whatever
+/// the quant and scale bytes (scrambled below, bsums included).
+#[test]
+fn k_quant_dots_are_bit_identical_to_scalar_on_every_level() {
+    let mut rng = Rng::new(31);
+    for t in K_QUANT {
+        let yt = quant::vec_dot_type(t);
+        for nsb in [1usize, 2, 3, 5, 8] {
+            let n = nsb * quant::QK_K;
+            for case in 0..4 {
+                let (mut x, mut y) = (
+                    quantize(t, &rng.vec(n, -2.0, 2.0)),
+                    quantize(yt, &rng.vec(n, -3.0, 1.0)),
+                );
+                if case & 1 == 1 {
+                    scramble_k(t, &mut x, &mut rng);
+                }
+                if case & 2 == 2 {
+                    scramble_k(yt, &mut y, &mut rng);
+                }
+                let want = scalar_dot(t)(n, &x, &y);
+                for isa in levels() {
+                    let got = simd::vec_dot_fn_for(isa, t).unwrap()(n, &x, &y);
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{isa} {t} super-blocks={nsb} case={case}: {got:e} vs {want:e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// With unit super-block scales the result is an exact integer: every level
+/// must equal the scalar one, and that must equal the integer sum of the
+/// quants read back through dequantization — pins nibble order, fifth /
+/// sixth bits, 6-bit scales and mins, the Q8_K bsums and -128.
+#[test]
+fn k_quant_integer_sums_are_exact_on_every_level() {
+    let mut rng = Rng::new(37);
+    for t in K_QUANT {
+        let yt = quant::vec_dot_type(t);
+        for nsb in [1usize, 2, 7] {
+            let n = nsb * quant::QK_K;
+            let (mut x, mut y) = (quantize(t, &vec![0.0; n]), quantize(yt, &vec![0.0; n]));
+            scramble_k(t, &mut x, &mut rng);
+            scramble_k(yt, &mut y, &mut rng);
+            unit_k_scales(t, &mut x);
+            unit_k_scales(yt, &mut y);
+            if yt == DType::Q8_K {
+                // bsums consistent with the quants, so dequantized values
+                // give the same minimum term.
+                for b in y.chunks_exact_mut(yt.type_size()) {
+                    for g in 0..16 {
+                        let s: i32 = b[4 + 16 * g..4 + 16 * (g + 1)]
+                            .iter()
+                            .map(|&q| i32::from(q as i8))
+                            .sum();
+                        b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
+                    }
+                }
+            }
+            let mut dx = vec![0f32; n];
+            let mut dy = vec![0f32; n];
+            quant::dequantize_row(t, &x, &mut dx).unwrap();
+            quant::dequantize_row(yt, &y, &mut dy).unwrap();
+            let exact: f64 = dx
+                .iter()
+                .zip(&dy)
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum();
+            let want = scalar_dot(t)(n, &x, &y);
+            assert_eq!(want, want.round(), "{t}: the reference is an integer");
+            assert_eq!(
+                f64::from(want),
+                exact,
+                "{t}: the reference is the integer sum"
+            );
+            for isa in levels() {
+                let got = simd::vec_dot_fn_for(isa, t).unwrap()(n, &x, &y);
+                assert_eq!(got, want, "{isa} {t} super-blocks={nsb}");
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_k_quantizer_is_bit_identical_on_every_level() {
+    let mut rng = Rng::new(41);
+    for nsb in [1usize, 2, 3] {
+        let mut rows = hard_rows(&mut rng, nsb * 8);
+        // Ties of the largest magnitude with both signs: the first one wins.
+        let mut ties = rng.vec(nsb * quant::QK_K, -1.0, 1.0);
+        ties[5] = -3.0;
+        ties[9] = 3.0;
+        rows.push(ties);
+        // Exact halves after scaling (max 127 gives iscale -1): ties to even.
+        rows.push(
+            (0..nsb * quant::QK_K)
+                .map(|i| {
+                    if i == 0 {
+                        127.0
+                    } else {
+                        (i % 100) as f32 * 0.5 - 25.0
+                    }
+                })
+                .collect(),
+        );
+        for (r, x) in rows.iter().enumerate() {
+            let want = quantize(DType::Q8_K, x);
+            for isa in levels() {
+                let mut got = vec![0xa5u8; want.len()];
+                simd::quantize_row_fn_for(isa, DType::Q8_K).unwrap()(x, &mut got);
+                assert!(got == want, "{isa} Q8_K super-blocks={nsb} row {r}");
+            }
+        }
     }
 }

@@ -282,8 +282,12 @@ impl TView {
             let p = self.row_ptr(i1, i2, i3);
             // SAFETY: the row is in bounds and written by this thread only.
             let bytes = unsafe { std::slice::from_raw_parts_mut(p, self.dtype.row_size(n)) };
-            crate::quant::quantize_row(self.dtype, src, bytes)
-                .expect("row length validated by infer");
+            // The unchecked quantizer: the checked one refuses NaN / inf for
+            // the K-quant and IQ4 formats, and a kernel has no way to report
+            // that; the unchecked ones store such blocks as NaN (ne0 is a
+            // whole number of blocks, validated by infer).
+            let quantize = crate::quant::quantize_row_fn(self.dtype).expect("block types quantize");
+            quantize(src, bytes);
             return;
         }
         if self.dtype == DType::F32 && self.rows_contiguous() {

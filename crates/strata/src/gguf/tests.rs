@@ -286,6 +286,43 @@ fn gguf_raw_builder_makes_valid_files() {
     assert_eq!(f.tensors()[1].size(), 68);
 }
 
+/// Files with K-quant and IQ4 tensors (ggml ids 10..15, 20, 23) load: each
+/// tensor gets its type and ggml's byte size. Ids strata does not know
+/// (16, an IQ2 type) are still refused by name.
+#[test]
+fn gguf_reads_k_quant_and_iq4_tensors() {
+    let types = [
+        (10, DType::Q2_K, 84),
+        (11, DType::Q3_K, 110),
+        (12, DType::Q4_K, 144),
+        (13, DType::Q5_K, 176),
+        (14, DType::Q6_K, 210),
+        (15, DType::Q8_K, 292),
+        (20, DType::IQ4_NL, 18 * 8),
+        (23, DType::IQ4_XS, 136),
+    ];
+    let mut raw = Raw::header(3, types.len() as u64, 0);
+    let mut offset = 0u64;
+    for (i, &(id, _, bytes)) in types.iter().enumerate() {
+        raw.tensor(&format!("t{i}"), &[256, 2], id, offset);
+        offset += (2 * bytes as u64).div_ceil(32) * 32;
+    }
+    let f = GgufFile::from_bytes(raw.data(offset as usize)).unwrap();
+    for (t, &(_, dtype, bytes)) in f.tensors().iter().zip(&types) {
+        assert_eq!((t.dtype(), t.size()), (dtype, 2 * bytes), "{}", t.name());
+        assert_eq!(t.shape(), [256, 2, 1, 1]);
+    }
+    let (field, msg) = parse_err(Raw::header(3, 1, 0).tensor("t", &[256], 16, 0).data(256));
+    assert_eq!(field, "tensor 't' type");
+    assert!(
+        msg.contains("unknown or unsupported ggml type id 16"),
+        "{msg}"
+    );
+    let (field, msg) = parse_err(Raw::header(3, 1, 0).tensor("t", &[128], 14, 0).data(256));
+    assert_eq!(field, "tensor 't' row length", "{msg}");
+    assert!(msg.contains("q6_K block size 256"), "{msg}");
+}
+
 #[test]
 fn gguf_rejects_bad_header() {
     let (field, msg) = parse_err(b"GGML\x03\0\0\0".to_vec());

@@ -25,7 +25,7 @@ const Q8_0: usize = DType::Q8_0.type_size();
 const Q8_1: usize = DType::Q8_1.type_size();
 
 #[inline(always)]
-fn rows<'a>(wt: DType, n: usize, x: &'a [u8], y: &'a [u8]) -> (&'a [u8], &'a [u8]) {
+pub(super) fn rows<'a>(wt: DType, n: usize, x: &'a [u8], y: &'a [u8]) -> (&'a [u8], &'a [u8]) {
     let yt = super::vec_dot_type(wt);
     debug_assert!(super::whole_blocks(wt, n), "{wt} dot: n = {n}");
     debug_assert_eq!(x.len(), wt.row_size(n), "{wt} dot: x bytes");

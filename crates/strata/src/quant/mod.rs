@@ -13,9 +13,30 @@
 //! | Q5_1 | 24    | f16 `d`, f16 `m`, u32 `qh`, 16 B nibbles                 |
 //! | Q8_0 | 34    | f16 `d`, 32 × i8                                         |
 //! | Q8_1 | 36    | f16 `d`, f16 `s` (= `d` × Σ quants), 32 × i8             |
+//! | IQ4_NL | 18  | f16 `d`, 16 B indices into a 16-value table              |
 //!
 //! Nibble byte `j` holds element `j` in its low half and element `j + 16` in
 //! its high half; bit `j` of `qh` is the fifth bit of element `j`.
+//!
+//! The K-quants and IQ4_XS use super-blocks of [`QK_K`] = 256 elements made
+//! of sub-blocks with their own quantized scales (each file documents its
+//! bit layout):
+//!
+//! | type   | bytes | super-block layout (256 elements)                      |
+//! |--------|-------|--------------------------------------------------------|
+//! | Q2_K   | 84    | 16 B 4-bit scales + mins, 64 B 2-bit quants, f16 `d`, f16 `dmin` |
+//! | Q3_K   | 110   | 32 B high bits, 64 B low 2 bits, 12 B 6-bit scales, f16 `d` |
+//! | Q4_K   | 144   | f16 `d`, f16 `dmin`, 12 B 6-bit scales + mins, 128 B nibbles |
+//! | Q5_K   | 176   | as Q4_K plus 32 B fifth bits before the nibbles        |
+//! | Q6_K   | 210   | 128 B low nibbles, 64 B high 2 bits, 16 × i8 scales, f16 `d` |
+//! | Q8_K   | 292   | f32 `d`, 256 × i8, 16 × i16 sums of 16 quants          |
+//! | IQ4_XS | 136   | f16 `d`, u16 + 4 B 6-bit scales, 128 B table indices   |
+//!
+//! Their quantizers are ggml's reference ones (without an importance
+//! matrix) and give the same bytes. The checked [`quantize_row`] refuses
+//! NaN / ±inf input for them (their scale searches have no meaningful
+//! answer); the unchecked functions write such super-blocks with a NaN scale
+//! so they dequantize to NaN.
 //!
 //! Two API levels:
 //!
@@ -41,28 +62,50 @@
 //! ```
 
 mod dot;
+mod dot_k;
 mod float;
+mod iq4;
+mod k_search;
 pub mod packed;
+mod q2_k;
+mod q3_k;
 mod q4;
+mod q4_k;
 mod q5;
+mod q6_k;
 mod q8;
+mod q8_k;
 pub mod simd;
 
 pub use dot::{
     vec_dot_bf16, vec_dot_f16, vec_dot_f32, vec_dot_q4_0_q8_0, vec_dot_q4_1_q8_1,
     vec_dot_q5_0_q8_0, vec_dot_q5_1_q8_1, vec_dot_q8_0_q8_0,
 };
+pub use dot_k::{
+    vec_dot_iq4_nl_q8_0, vec_dot_iq4_xs_q8_k, vec_dot_q2_k_q8_k, vec_dot_q3_k_q8_k,
+    vec_dot_q4_k_q8_k, vec_dot_q5_k_q8_k, vec_dot_q6_k_q8_k,
+};
 pub use float::{
     bf16_to_f32, dequantize_row_bf16, dequantize_row_f16, dequantize_row_f32, f32_to_bf16,
     quantize_row_bf16, quantize_row_f16, quantize_row_f32,
 };
+pub use iq4::{
+    dequantize_row_iq4_nl, dequantize_row_iq4_xs, quantize_row_iq4_nl, quantize_row_iq4_nl_search,
+    quantize_row_iq4_xs, IQ4_NL_VALUES,
+};
+pub use k_search::QK_K;
+pub use q2_k::{dequantize_row_q2_k, quantize_row_q2_k};
+pub use q3_k::{dequantize_row_q3_k, quantize_row_q3_k};
 pub use q4::{dequantize_row_q4_0, dequantize_row_q4_1, quantize_row_q4_0, quantize_row_q4_1};
+pub use q4_k::{dequantize_row_q4_k, dequantize_row_q5_k, quantize_row_q4_k, quantize_row_q5_k};
 pub use q5::{dequantize_row_q5_0, dequantize_row_q5_1, quantize_row_q5_0, quantize_row_q5_1};
+pub use q6_k::{dequantize_row_q6_k, quantize_row_q6_k};
 pub use q8::{dequantize_row_q8_0, dequantize_row_q8_1, quantize_row_q8_0, quantize_row_q8_1};
+pub use q8_k::{dequantize_row_q8_k, quantize_row_q8_k};
 
 use crate::{DType, Error, Result};
 
-/// Elements per block of every block-quantized format here.
+/// Elements per block of the Q4 / Q5 / Q8_0 / Q8_1 / IQ4_NL formats.
 pub const QK: usize = 32;
 
 /// Unchecked row quantizer: `src.len()` a multiple of the block size,
@@ -100,6 +143,14 @@ fn scalar_quantize_row_fn(dtype: DType) -> Option<QuantizeRowFn> {
         DType::Q5_1 => quantize_row_q5_1,
         DType::Q8_0 => quantize_row_q8_0,
         DType::Q8_1 => quantize_row_q8_1,
+        DType::Q2_K => quantize_row_q2_k,
+        DType::Q3_K => quantize_row_q3_k,
+        DType::Q4_K => quantize_row_q4_k,
+        DType::Q5_K => quantize_row_q5_k,
+        DType::Q6_K => quantize_row_q6_k,
+        DType::Q8_K => quantize_row_q8_k,
+        DType::IQ4_NL => quantize_row_iq4_nl,
+        DType::IQ4_XS => quantize_row_iq4_xs,
         DType::I8 | DType::I16 | DType::I32 | DType::I64 => return None,
     })
 }
@@ -116,27 +167,39 @@ pub fn dequantize_row_fn(dtype: DType) -> Option<DequantizeRowFn> {
         DType::Q5_1 => dequantize_row_q5_1,
         DType::Q8_0 => dequantize_row_q8_0,
         DType::Q8_1 => dequantize_row_q8_1,
+        DType::Q2_K => dequantize_row_q2_k,
+        DType::Q3_K => dequantize_row_q3_k,
+        DType::Q4_K => dequantize_row_q4_k,
+        DType::Q5_K => dequantize_row_q5_k,
+        DType::Q6_K => dequantize_row_q6_k,
+        DType::Q8_K => dequantize_row_q8_k,
+        DType::IQ4_NL => dequantize_row_iq4_nl,
+        DType::IQ4_XS => dequantize_row_iq4_xs,
         DType::I8 | DType::I16 | DType::I32 | DType::I64 => return None,
     })
 }
 
 /// The type activations are quantized to before a dot product with a row of
-/// `dtype` (ggml's `vec_dot_type`): Q4_0 / Q5_0 / Q8_0 → Q8_0, Q4_1 / Q5_1 →
-/// Q8_1, and the float types pair with themselves.
+/// `dtype` (ggml's `vec_dot_type`): Q4_0 / Q5_0 / Q8_0 / IQ4_NL → Q8_0,
+/// Q4_1 / Q5_1 → Q8_1, Q2_K .. Q6_K / IQ4_XS → Q8_K, and the float types
+/// pair with themselves.
 ///
-/// Q8_1 and the integer types have no dot product; they map to themselves and
-/// [`vec_dot_fn`] returns `None` for them.
+/// Q8_1, Q8_K and the integer types have no dot product; they map to
+/// themselves and [`vec_dot_fn`] returns `None` for them.
 pub const fn vec_dot_type(dtype: DType) -> DType {
     match dtype {
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => DType::Q8_0,
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4_NL => DType::Q8_0,
         DType::Q4_1 | DType::Q5_1 => DType::Q8_1,
+        DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::IQ4_XS => {
+            DType::Q8_K
+        }
         other => other,
     }
 }
 
 /// The unchecked dot product of a `dtype` row with a [`vec_dot_type`]`(dtype)`
 /// row at the [`simd::active`] instruction-set level, or `None` if there is
-/// none (Q8_1, integer types). See [`simd`] for how far it may differ from
+/// none (Q8_1, Q8_K, integer types). See [`simd`] for how far it may differ from
 /// the scalar reference (the per-type `vec_dot_*` functions).
 pub fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
     simd::vec_dot_fn_for(simd::active(), dtype)
@@ -153,7 +216,16 @@ fn scalar_vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
         DType::Q5_0 => vec_dot_q5_0_q8_0,
         DType::Q5_1 => vec_dot_q5_1_q8_1,
         DType::Q8_0 => vec_dot_q8_0_q8_0,
-        DType::Q8_1 | DType::I8 | DType::I16 | DType::I32 | DType::I64 => return None,
+        DType::Q2_K => vec_dot_q2_k_q8_k,
+        DType::Q3_K => vec_dot_q3_k_q8_k,
+        DType::Q4_K => vec_dot_q4_k_q8_k,
+        DType::Q5_K => vec_dot_q5_k_q8_k,
+        DType::Q6_K => vec_dot_q6_k_q8_k,
+        DType::IQ4_NL => vec_dot_iq4_nl_q8_0,
+        DType::IQ4_XS => vec_dot_iq4_xs_q8_k,
+        DType::Q8_1 | DType::Q8_K | DType::I8 | DType::I16 | DType::I32 | DType::I64 => {
+            return None
+        }
     })
 }
 
@@ -187,19 +259,48 @@ fn unsupported(op: &'static str, dtype: DType) -> Error {
     Error::dtype(
         op,
         dtype,
-        "expected f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0 or q8_1",
+        "expected a float or block-quantized type (f32, f16, bf16, q4_0 .. q8_1, \
+         q2_K .. q8_K, iq4_nl, iq4_xs)",
+    )
+}
+
+/// True for the formats whose quantizers search for scales (the K-quants,
+/// Q8_K and the IQ4 formats): [`quantize_row`] refuses non-finite input for
+/// them.
+const fn searches_scales(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::Q2_K
+            | DType::Q3_K
+            | DType::Q4_K
+            | DType::Q5_K
+            | DType::Q6_K
+            | DType::Q8_K
+            | DType::IQ4_NL
+            | DType::IQ4_XS
     )
 }
 
 /// Quantizes (or converts) the f32 row `src` into `dst` in `dtype`'s layout.
 ///
-/// Accepts F32 (a little-endian copy), F16, BF16 and the Q4/Q5/Q8 block
-/// formats. Errors: [`Error::Type`] for the integer types,
-/// [`Error::InvalidArgument`] if `src.len()` is not a multiple of the block
-/// size or `dst.len() != dtype.row_size(src.len())`.
+/// Accepts F32 (a little-endian copy), F16, BF16 and every block format.
+/// Errors: [`Error::Type`] for the integer types, [`Error::InvalidArgument`]
+/// if `src.len()` is not a multiple of the block size,
+/// `dst.len() != dtype.row_size(src.len())`, or (K-quants, Q8_K, IQ4_NL,
+/// IQ4_XS) `src` holds a NaN or an infinity; `dst` is left untouched on
+/// error.
 pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
     let f = quantize_row_fn(dtype).ok_or_else(|| unsupported("quantize_row", dtype))?;
     check_row("quantize_row", dtype, src.len(), dst.len())?;
+    if searches_scales(dtype) {
+        if let Some(i) = src.iter().position(|v| !v.is_finite()) {
+            return Err(Error::InvalidArgument(format!(
+                "quantize_row {dtype}: element {i} is {}; {dtype} cannot represent \
+                 NaN or infinity (its scales are searched from the values)",
+                src[i]
+            )));
+        }
+    }
     f(src, dst);
     Ok(())
 }
@@ -222,14 +323,14 @@ pub fn dequantize_row(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
 /// generic code does: integer block sums scaled in f32 for quantized types,
 /// f32 products summed in f64 for the float types).
 ///
-/// Errors: [`Error::Type`] if `dtype` has no dot product (Q8_1, integer
-/// types), [`Error::InvalidArgument`] on a length mismatch.
+/// Errors: [`Error::Type`] if `dtype` has no dot product (Q8_1, Q8_K,
+/// integer types), [`Error::InvalidArgument`] on a length mismatch.
 pub fn vec_dot(dtype: DType, n: usize, x: &[u8], y: &[u8]) -> Result<f32> {
     let f = vec_dot_fn(dtype).ok_or_else(|| {
         Error::dtype(
             "vec_dot",
             dtype,
-            "expected f32, f16, bf16, q4_0, q4_1, q5_0, q5_1 or q8_0",
+            "expected f32, f16, bf16, a Q4 / Q5 / Q8_0 / K-quant (not q8_K) or IQ4 type",
         )
     })?;
     check_row("vec_dot", dtype, n, x.len())?;
@@ -311,10 +412,26 @@ mod tests {
             assert_eq!(dequantize_row_fn(t).is_some(), supported, "{t}");
             assert_eq!(
                 vec_dot_fn(t).is_some(),
-                supported && t != DType::Q8_1,
+                supported && t != DType::Q8_1 && t != DType::Q8_K,
                 "{t}"
             );
+            if vec_dot_fn(t).is_some() {
+                let vt = vec_dot_type(t);
+                assert_eq!(vt.block_size(), t.block_size(), "{t}");
+                assert!(quantize_row_fn(vt).is_some(), "{t}");
+            }
         }
+        for t in [
+            DType::Q2_K,
+            DType::Q3_K,
+            DType::Q4_K,
+            DType::Q5_K,
+            DType::Q6_K,
+        ] {
+            assert_eq!(vec_dot_type(t), DType::Q8_K);
+        }
+        assert_eq!(vec_dot_type(DType::IQ4_XS), DType::Q8_K);
+        assert_eq!(vec_dot_type(DType::IQ4_NL), DType::Q8_0);
         assert_eq!(vec_dot_type(DType::Q4_0), DType::Q8_0);
         assert_eq!(vec_dot_type(DType::Q5_0), DType::Q8_0);
         assert_eq!(vec_dot_type(DType::Q8_0), DType::Q8_0);
@@ -360,5 +477,49 @@ mod tests {
         ));
         quantize_row(DType::Q4_0, &x, &mut b[..36]).unwrap();
         assert_eq!(vec_dot(DType::F32, 0, &[], &[]).unwrap(), 0.0);
+        assert!(matches!(
+            vec_dot(DType::Q8_K, 256, &b[..0], &b[..0]),
+            Err(Error::Type { .. })
+        ));
+    }
+
+    #[test]
+    fn scale_searching_formats_refuse_non_finite_input() {
+        for t in DType::QUANTIZED {
+            let n = t.block_size() * 2;
+            let mut x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+            let mut q = vec![0u8; t.row_size(n)];
+            quantize_row(t, &x, &mut q).unwrap();
+            for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                x[n - 3] = bad;
+                let before = q.clone();
+                let r = quantize_row(t, &x, &mut q);
+                if searches_scales(t) {
+                    let e = r.unwrap_err();
+                    assert!(matches!(e, Error::InvalidArgument(_)), "{t}: {e}");
+                    assert!(e.to_string().contains(&format!("element {}", n - 3)), "{e}");
+                    assert_eq!(q, before, "{t}: dst untouched");
+                } else {
+                    r.unwrap();
+                }
+            }
+        }
+        // Unchecked: NaN super-blocks, never a panic.
+        for t in [
+            DType::Q2_K,
+            DType::Q3_K,
+            DType::Q4_K,
+            DType::Q5_K,
+            DType::Q6_K,
+        ] {
+            let mut x = vec![0.5f32; 512];
+            x[300] = f32::NAN;
+            let mut q = vec![0u8; t.row_size(512)];
+            quantize_row_fn(t).unwrap()(&x, &mut q);
+            let mut y = vec![0f32; 512];
+            dequantize_row(t, &q, &mut y).unwrap();
+            assert!(y[..256].iter().all(|v| (v - 0.5).abs() < 0.05), "{t}");
+            assert!(y[256..].iter().all(|v| v.is_nan()), "{t}");
+        }
     }
 }

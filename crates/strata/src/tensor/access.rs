@@ -40,12 +40,8 @@ impl Tensor {
     /// block-quantized type); the tensor must be contiguous.
     pub fn write_f32(&self, values: &[f32]) -> Result<()> {
         self.check_contiguous_len("write_f32", values.len())?;
-        let bytes = encode_f32(self.dtype(), values).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "write_f32: tensor '{}' has type {}",
-                self.name(),
-                self.dtype()
-            ))
+        let bytes = encode_f32(self.dtype(), values).map_err(|e| {
+            Error::InvalidArgument(format!("write_f32: tensor '{}': {e}", self.name()))
         })?;
         tensor_set(self, 0, &bytes)
     }
@@ -132,9 +128,11 @@ impl Tensor {
     }
 }
 
-/// Encodes f32 values in `dtype` (None for integer types).
-pub(crate) fn encode_f32(dtype: DType, values: &[f32]) -> Option<Vec<u8>> {
-    Some(match dtype {
+/// Encodes f32 values in `dtype`: an error for integer types, and for NaN /
+/// inf in the formats whose quantizers refuse them (see
+/// [`crate::quant::quantize_row`]).
+pub(crate) fn encode_f32(dtype: DType, values: &[f32]) -> Result<Vec<u8>> {
+    Ok(match dtype {
         DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::F16 => values
             .iter()
@@ -146,10 +144,16 @@ pub(crate) fn encode_f32(dtype: DType, values: &[f32]) -> Option<Vec<u8>> {
             .collect(),
         t if t.is_quantized() => {
             let mut out = vec![0u8; t.row_size(values.len())];
-            crate::quant::quantize_row(t, values, &mut out).ok()?;
+            crate::quant::quantize_row(t, values, &mut out)?;
             out
         }
-        _ => return None,
+        t => {
+            return Err(Error::dtype(
+                "write_f32",
+                t,
+                "expected a float or block-quantized type",
+            ))
+        }
     })
 }
 

@@ -12,22 +12,26 @@
 //!
 //! | level | CPU features | own kernels |
 //! |-------|--------------|-------------|
-//! | `Avx2` | AVX2, FMA, F16C | all dot products, Q8_0 / Q8_1 / F16 quantize |
-//! | `Avx512` | + AVX-512 F, BW, VL | all dot products (two blocks per register, masked float tails); four-column Q4/Q5 dots |
-//! | `Vnni` | + AVX-512 VNNI | the quantized dot products (`vpdpbusd`), one- and four-column |
-//! | `Neon` | aarch64 NEON | all dot products, Q8_0 / Q8_1 quantize |
+//! | `Avx2` | AVX2, FMA, F16C | the Q4_0 .. Q8_0, Q4_K / Q5_K / Q6_K and float dot products, Q8_0 / Q8_1 / Q8_K / F16 quantize |
+//! | `Avx512` | + AVX-512 F, BW, VL | the Q4_0 .. Q8_0 and float dot products (two blocks per register, masked float tails); four-column Q4/Q5 dots |
+//! | `Vnni` | + AVX-512 VNNI | the Q4_0 .. Q8_0 dot products (`vpdpbusd`), one- and four-column |
+//! | `Neon` | aarch64 NEON | the Q4_0 .. Q8_0 and float dot products, Q8_0 / Q8_1 quantize |
 //!
-//! A level without its own kernel for a type uses the next lower level's.
+//! A level without its own kernel for a type uses the next lower level's
+//! (the Q2_K, Q3_K and IQ4 dot products are scalar on every level).
 //!
 //! Semantics against the scalar reference ([`super::vec_dot_q4_0_q8_0`], ...):
 //!
-//! * Quantizers are bit-identical (same scale arithmetic, same `roundf`,
-//!   the same f16 rounding).
-//! * Quantized dot products compute every block's integer sum exactly (for
-//!   any input bytes); only the f32 accumulation of the per-block terms
-//!   `t_b = d_x d_y Σq_x q_y` (+ `m_x s_y`) is reordered (partial sums of
-//!   four quant products per lane, lanes, then a tree). With `u = 2^-24` and
-//!   `nb` blocks, `|simd - scalar| <= (nb + 8) · 2u · M` where
+//! * Quantizers are bit-identical (same scale arithmetic, same rounding:
+//!   `roundf` for Q8_0 / Q8_1, ties to even for Q8_K; the same f16 rounding).
+//! * The K-quant dot products are bit-identical: they compute each
+//!   super-block's integer sums exactly and add the scalar reference's f32
+//!   term in its order.
+//! * The other quantized dot products compute every block's integer sum
+//!   exactly (for any input bytes); only the f32 accumulation of the
+//!   per-block terms `t_b = d_x d_y Σq_x q_y` (+ `m_x s_y`) is reordered
+//!   (partial sums of four quant products per lane, lanes, then a tree).
+//!   With `u = 2^-24` and `nb` blocks, `|simd - scalar| <= (nb + 8) · 2u · M` where
 //!   `M = Σ_b (|d_x d_y| Σ_j |q_x,j q_y,j| + |m_x s_y|)`.
 //! * Float dot products accumulate f32 products in f32 lanes (the scalar
 //!   reference sums in f64): `|simd - scalar| <= (n / 16 + 16) · 2u · Σ |x_i y_i|`

@@ -4,13 +4,20 @@
 //! unsigned (`vpmaddubsw` of u8 ≤ 31 by i8 cannot saturate) with the offset
 //! subtracted as `offset · Σy`; Q8_0 × Q8_0 widens both sides to i16.
 //!
+//! The Q4_K / Q5_K / Q6_K · Q8_K kernels compute each super-block's integer
+//! sums the same way (6-bit Q6_K quants stay unsigned, `32 · Σy` taken off
+//! per pair) and then add the scalar reference's f32 term in its order, so
+//! they return the scalar result bit for bit; so does the Q8_K quantizer.
+//!
 //! Every `unsafe fn` here requires the CPU to support AVX2, FMA and F16C;
 //! [`vec_dot_fn`] / [`quantize_row_fn`] are only called by the dispatcher
 //! after it checked that ([`super::Isa::is_supported`]), and the safe
 //! wrappers they return check the row lengths before any raw read.
 
-use super::super::{put_f16, DType, QuantizeRowFn, VecDotFn, QK};
-use super::dot_blocks;
+use super::super::k_search::scale_min_k4;
+use super::super::q8_k::bsum_at;
+use super::super::{put_f16, DType, QuantizeRowFn, VecDotFn, QK, QK_K};
+use super::{dot_blocks, f16_to_f32};
 use std::arch::x86_64::*;
 
 /// Defines a safe `VecDotFn` wrapper around an AVX2-level kernel.
@@ -34,6 +41,9 @@ safe_dot!(dot_q8_0, dot_q8_0_imp, DType::Q8_0);
 safe_dot!(dot_f32, dot_f32_imp, DType::F32);
 safe_dot!(dot_f16, dot_f16_imp, DType::F16);
 safe_dot!(dot_bf16, dot_bf16_imp, DType::BF16);
+safe_dot!(dot_q4_k, dot_q4_k_imp, DType::Q4_K);
+safe_dot!(dot_q5_k, dot_q5_k_imp, DType::Q5_K);
+safe_dot!(dot_q6_k, dot_q6_k_imp, DType::Q6_K);
 
 /// This level's dot product for `dtype`.
 pub(super) fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
@@ -46,6 +56,9 @@ pub(super) fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
         DType::F32 => dot_f32,
         DType::F16 => dot_f16,
         DType::BF16 => dot_bf16,
+        DType::Q4_K => dot_q4_k,
+        DType::Q5_K => dot_q5_k,
+        DType::Q6_K => dot_q6_k,
         _ => return None,
     })
 }
@@ -56,6 +69,7 @@ pub(super) fn quantize_row_fn(dtype: DType) -> Option<QuantizeRowFn> {
         DType::Q8_0 => quantize_q8_0,
         DType::Q8_1 => quantize_q8_1,
         DType::F16 => quantize_f16,
+        DType::Q8_K => quantize_q8_k,
         _ => return None,
     })
 }
@@ -410,4 +424,289 @@ unsafe fn quantize_f16_imp(n: usize, src: *const f32, dst: *mut u8) -> usize {
         i += 8;
     }
     i
+}
+
+// ---- K-quant dot products (super-blocks of 256 against Q8_K) ----
+
+const Q4_K: usize = DType::Q4_K.type_size();
+const Q5_K: usize = DType::Q5_K.type_size();
+const Q6_K: usize = DType::Q6_K.type_size();
+const Q8_K: usize = DType::Q8_K.type_size();
+
+/// Sum of the eight i32 lanes (wrapping; the callers' sums are far from it).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
+/// Bit `bit` (0..8) of every byte of `v` as `0x10` / `0` bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn bit_as_16(v: __m256i, bit: i32) -> __m256i {
+    // A 16-bit shift moves bit `bit` of both bytes to their bit 0; the mask
+    // drops what crossed from the high byte into the low one.
+    let b = _mm256_srl_epi16(v, _mm_cvtsi32_si128(bit));
+    _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi8(1)), 4)
+}
+
+/// The f32 scale of the Q8_K block at `p`.
+///
+/// # Safety
+/// `p..p + 4` must be readable.
+#[inline(always)]
+unsafe fn q8_k_d(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees four readable bytes.
+    f32::from_le_bytes(unsafe { p.cast::<[u8; 4]>().read_unaligned() })
+}
+
+/// The f16 at `p` as f32.
+///
+/// # Safety
+/// `p..p + 2` must be readable.
+#[inline(always)]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees two readable bytes.
+    f16_to_f32(u16::from_le_bytes(unsafe {
+        p.cast::<[u8; 2]>().read_unaligned()
+    }))
+}
+
+/// One Q4_K / Q5_K super-block at `bx` against the Q8_K block at `by`:
+/// `(Σ_j s_j Σ q_x q_y, Σ_j m_j (bsums_2j + bsums_2j+1))`, exact. `qs` is
+/// the offset of the nibbles, `qh` that of Q5_K's fifth bits.
+///
+/// # Safety
+/// The whole super-block at `bx` (144 or 176 bytes) and the 292-byte Q8_K
+/// block at `by` must be readable.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn sums_q45(bx: *const u8, by: *const u8, qs: usize, qh: Option<usize>) -> (i32, i32) {
+    // SAFETY: bytes 4..16 of the super-block hold its scales and mins, and
+    // the whole Q8_K block is readable (caller's bounds).
+    let (sc, bsums) = unsafe {
+        (
+            std::slice::from_raw_parts(bx.add(4), 12),
+            std::slice::from_raw_parts(by, Q8_K),
+        )
+    };
+    let m4 = _mm256_set1_epi8(0x0f);
+    // SAFETY: the 32 fifth-bit bytes lie inside the Q5_K super-block.
+    let high = qh.map(|o| unsafe { _mm256_loadu_si256(bx.add(o).cast()) });
+    let (mut acc, mut summs) = (_mm256_setzero_si256(), 0i32);
+    for c in 0..4 {
+        let (s0, m0) = scale_min_k4(2 * c, sc);
+        let (s1, m1) = scale_min_k4(2 * c + 1, sc);
+        // SAFETY: nibble bytes 32c .. 32c + 32 and Q8_K quants 64c .. 64c + 64
+        // are inside their blocks.
+        let (q, y0, y1) = unsafe {
+            (
+                _mm256_loadu_si256(bx.add(qs + 32 * c).cast()),
+                _mm256_loadu_si256(by.add(4 + 64 * c).cast()),
+                _mm256_loadu_si256(by.add(4 + 64 * c + 32).cast()),
+            )
+        };
+        let mut lo = _mm256_and_si256(q, m4);
+        let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if let Some(h) = high {
+            lo = _mm256_or_si256(lo, bit_as_16(h, 2 * c as i32));
+            hi = _mm256_or_si256(hi, bit_as_16(h, 2 * c as i32 + 1));
+        }
+        // u8 <= 31 times i8: pair sums within ±7936, then × 6-bit scales.
+        let plo = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(lo, y0),
+            _mm256_set1_epi16(i16::from(s0)),
+        );
+        let phi = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(hi, y1),
+            _mm256_set1_epi16(i16::from(s1)),
+        );
+        acc = _mm256_add_epi32(acc, _mm256_add_epi32(plo, phi));
+        summs += i32::from(m0) * (bsum_at(bsums, 4 * c) + bsum_at(bsums, 4 * c + 1));
+        summs += i32::from(m1) * (bsum_at(bsums, 4 * c + 2) + bsum_at(bsums, 4 * c + 3));
+    }
+    (hsum_epi32(acc), summs)
+}
+
+/// Q4_K / Q5_K · Q8_K: per super-block the scalar reference's
+/// `d_x d_y · isum - dmin_x d_y · summs`, in block order.
+macro_rules! dot_q45 {
+    ($imp:ident, $xb:expr, $qs:expr, $qh:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
+            let mut sumf = 0.0f32;
+            for i in 0..nb {
+                // SAFETY: block i of both rows is in bounds (nb checked by the wrapper).
+                let (bx, by) = unsafe { (x.add(i * $xb), y.add(i * Q8_K)) };
+                // SAFETY: as above.
+                let ((isum, summs), d, dmin, dy) = unsafe {
+                    (
+                        sums_q45(bx, by, $qs, $qh),
+                        f16_at(bx),
+                        f16_at(bx.add(2)),
+                        q8_k_d(by),
+                    )
+                };
+                sumf += d * dy * isum as f32 - dmin * dy * summs as f32;
+            }
+            sumf
+        }
+    };
+}
+
+dot_q45!(dot_q4_k_imp, Q4_K, 16, None);
+dot_q45!(dot_q5_k_imp, Q5_K, 48, Some(16));
+
+/// Q6_K · Q8_K: per super-block `d_x d_y · Σ_j s_j Σ (q - 32) q_y`, in block
+/// order, as the scalar reference.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q6_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m3 = _mm256_set1_epi8(3);
+    let off = _mm256_set1_epi8(32);
+    let mut sumf = 0.0f32;
+    for i in 0..nb {
+        // SAFETY: block i of both rows is in bounds (nb checked by the wrapper).
+        let (bx, by) = unsafe { (x.add(i * Q6_K), y.add(i * Q8_K)) };
+        let mut acc = _mm256_setzero_si256();
+        for h in 0..2 {
+            // SAFETY: ql bytes 64h .. 64h + 64 and qh bytes 128 + 32h .. + 32
+            // are inside the super-block.
+            let (qa, qb, qh) = unsafe {
+                (
+                    _mm256_loadu_si256(bx.add(64 * h).cast()),
+                    _mm256_loadu_si256(bx.add(64 * h + 32).cast()),
+                    _mm256_loadu_si256(bx.add(128 + 32 * h).cast()),
+                )
+            };
+            for k in 0..4 {
+                let src = if k % 2 == 0 { qa } else { qb };
+                let lo = if k < 2 {
+                    _mm256_and_si256(src, m4)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16(src, 4), m4)
+                };
+                let top = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), m3);
+                let q = _mm256_or_si256(lo, _mm256_slli_epi16(top, 4));
+                // SAFETY: Q8_K quants 128h + 32k .. + 32 are inside the block.
+                let yv =
+                    unsafe { _mm256_loadu_si256(by.add(4 + 128 * h + 32 * k as usize).cast()) };
+                // u8 <= 63 and 32 times i8: both within ±16128, so is their
+                // difference within i16.
+                let p =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(q, yv), _mm256_maddubs_epi16(off, yv));
+                // Sub-blocks 8h + 2k (low lane) and 8h + 2k + 1 (high lane).
+                let s = 8 * h + 2 * k as usize;
+                // SAFETY: the i8 scales are bytes 192 .. 208 of the super-block.
+                let (s0, s1) = unsafe { (*bx.add(192 + s) as i8, *bx.add(192 + s + 1) as i8) };
+                let scales =
+                    _mm256_set_m128i(_mm_set1_epi16(i16::from(s1)), _mm_set1_epi16(i16::from(s0)));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scales));
+            }
+        }
+        // SAFETY: d is bytes 208..210 of the super-block, d_y bytes 0..4 of the Q8_K block.
+        let (d, dy) = unsafe { (f16_at(bx.add(208)), q8_k_d(by)) };
+        sumf += d * dy * hsum_epi32(acc) as f32;
+    }
+    sumf
+}
+
+// ---- Q8_K activation quantization ----
+
+/// f32 → Q8_K, bit-identical to the scalar `quantize_row_q8_k`.
+fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
+    super::super::debug_check_row(DType::Q8_K, src.len(), dst.len());
+    let nb = (src.len() / QK_K).min(dst.len() / Q8_K);
+    // SAFETY: only handed out once the CPU was checked for AVX2/FMA/F16C;
+    // nb whole blocks fit both slices.
+    unsafe { quantize_q8_k_imp(nb, src.as_ptr(), dst.as_mut_ptr()) };
+}
+
+/// Per block: the signed absolute maximum (first one on ties, NaNs skipped),
+/// `q = min(127, round_ties_even(x · (-127 / max)))` with non-finite
+/// products giving 0, the bsums, and `d = 1 / (-127 / max)`; an all-zero
+/// block is zero bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8_k_imp(nb: usize, src: *const f32, dst: *mut u8) {
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    for b in 0..nb {
+        // SAFETY: block b of both rows is in bounds (nb from the slice lengths).
+        let (x, y) = unsafe { (src.add(b * QK_K), dst.add(b * Q8_K)) };
+        // SAFETY: the block's 256 f32 are readable.
+        let ld = |k: usize| unsafe { _mm256_loadu_ps(x.add(8 * k)) };
+        let mut m = _mm256_setzero_ps();
+        for k in 0..QK_K / 8 {
+            // maxps returns its second operand when either is NaN: NaNs are
+            // skipped, as the scalar `>` comparison skips them.
+            m = _mm256_max_ps(_mm256_and_ps(ld(k), abs_mask), m);
+        }
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        if amax == 0.0 {
+            // SAFETY: the block's Q8_K bytes are writable and only written here.
+            unsafe { std::ptr::write_bytes(y, 0, Q8_K) };
+            continue;
+        }
+        // The first element whose magnitude is amax keeps its sign.
+        let av = _mm256_set1_ps(amax);
+        let mut first = 0;
+        for k in 0..QK_K / 8 {
+            let hit = _mm256_cmp_ps(_mm256_and_ps(ld(k), abs_mask), av, _CMP_EQ_OQ);
+            let mask = _mm256_movemask_ps(hit);
+            if mask != 0 {
+                first = 8 * k + mask.trailing_zeros() as usize;
+                break;
+            }
+        }
+        // SAFETY: first < 256.
+        let iscale = -127.0 / unsafe { *x.add(first) };
+        let iv = _mm256_set1_ps(iscale);
+        let lim = _mm256_set1_epi32(127);
+        let inf = _mm256_set1_ps(f32::INFINITY);
+        for g in 0..QK_K / 32 {
+            let ints: [__m256i; 4] = std::array::from_fn(|k| {
+                let r = _mm256_mul_ps(iv, ld(4 * g + k));
+                // NaN and ±inf → 0, then round half to even (the default
+                // MXCSR mode, as ggml's nearest_int) and cap at 127.
+                let finite = _mm256_cmp_ps(_mm256_and_ps(r, abs_mask), inf, _CMP_LT_OQ);
+                let r = _mm256_and_ps(r, finite);
+                _mm256_min_epi32(_mm256_cvtps_epi32(r), lim)
+            });
+            let p16a = _mm256_packs_epi32(ints[0], ints[1]);
+            let p16b = _mm256_packs_epi32(ints[2], ints[3]);
+            let p8 = _mm256_packs_epi16(p16a, p16b);
+            let p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            // SAFETY: quants 32g .. 32g + 32 of the block are writable.
+            unsafe { _mm256_storeu_si256(y.add(4 + 32 * g).cast(), p8) };
+            // Sums of 16: bytes 0..16 (group 2g) in the low lane, 16..32 in the high.
+            let s = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(_mm256_set1_epi8(1), p8),
+                _mm256_set1_epi16(1),
+            );
+            let s = _mm256_hadd_epi32(s, s);
+            let s = _mm256_hadd_epi32(s, s);
+            let (s0, s1) = (
+                _mm256_extract_epi32::<0>(s) as i16,
+                _mm256_extract_epi32::<4>(s) as i16,
+            );
+            // SAFETY: bsums 2g, 2g + 1 are bytes 260 + 4g .. 260 + 4g + 4 of the block.
+            unsafe {
+                y.add(4 + QK_K + 4 * g)
+                    .cast::<[u8; 2]>()
+                    .write_unaligned(s0.to_le_bytes());
+                y.add(4 + QK_K + 4 * g + 2)
+                    .cast::<[u8; 2]>()
+                    .write_unaligned(s1.to_le_bytes());
+            }
+        }
+        // SAFETY: d is the block's first four bytes.
+        unsafe {
+            y.cast::<[u8; 4]>()
+                .write_unaligned((1.0 / iscale).to_le_bytes())
+        };
+    }
 }
