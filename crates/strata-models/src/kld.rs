@@ -391,11 +391,11 @@ pub fn compare_log_probs(
     })
 }
 
-/// Reads a base file chunk by chunk.
-pub struct BaseReader {
+/// Reads a base file chunk by chunk (from a file, or any reader of known length).
+pub struct BaseReader<R = BufReader<File>> {
     path: PathBuf,
     header: Header,
-    r: BufReader<File>,
+    r: R,
     next: usize,
 }
 
@@ -419,7 +419,15 @@ impl BaseReader {
             .metadata()
             .map_err(|e| io_err(path, "cannot read its size", e))?
             .len();
-        let mut r = BufReader::with_capacity(1 << 16, f);
+        BaseReader::from_reader(path, BufReader::with_capacity(1 << 16, f), len)
+    }
+}
+
+impl<R: Read> BaseReader<R> {
+    /// Reads the header of `len` bytes of a base file from `r`; `name` names
+    /// it in errors. Errors as [`BaseReader::open`].
+    pub fn from_reader(name: &Path, mut r: R, len: u64) -> Result<BaseReader<R>> {
+        let path = name;
         let mut magic = [0u8; 8];
         r.read_exact(&mut magic)
             .map_err(|e| io_err(path, "reading the magic", e))?;
