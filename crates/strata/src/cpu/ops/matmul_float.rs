@@ -355,6 +355,8 @@ fn pack_a(
 /// (rows of `nr`, panel-strided); `c` is element (0, 0) of an `mv` × `nv`
 /// tile of f32 with column stride `ldc` bytes that this thread owns.
 #[allow(clippy::too_many_arguments)]
+// only x86-64 has float GEMM tiles; elsewhere `geom()` never picks this path
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 #[inline]
 unsafe fn kernel(
     g: Geom,
@@ -438,6 +440,7 @@ fn gemv(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
 ///
 /// # Safety
 /// The level must be runnable; every pointer covers K elements.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 unsafe fn gemv_rows(
     level: Level,
     dtype: DType,
