@@ -293,6 +293,16 @@ fn quantize_a_tiny_model() {
     let q = q8.to_str().unwrap();
     let out = stdout(&strata(&["quantize", m, q, "q8_0", "-t", "2", "-v"]));
     assert!(out.contains("wrote") && out.contains("q8_0"), "{out}");
+    // rows of 48 (ffn_down) are no Q8_0 blocks: llama.cpp's fallback is F16
+    let info = stdout(&strata(&["inspect", q]));
+    assert!(
+        info.contains("file type: Q8_0 (general.file_type = 7)")
+            && info.contains("tensor types: 5 f32, 2 f16, 13 q8_0"),
+        "{info}"
+    );
+    let info = stdout(&strata(&["inspect", m]));
+    assert!(info.contains("file type: not recorded"), "{info}");
+    assert!(info.contains("tensor types: 20 f32"), "{info}");
     let text = stdout(&strata(&[
         "run", "-m", q, "-p", "abcab", "-n", "4", "-c", "32", "-t", "1", "--temp", "0",
     ]));
