@@ -1,8 +1,10 @@
-//! `strata inspect FILE`: metadata and tensors of a GGUF file.
+//! `strata inspect FILE`: metadata and tensors of a GGUF file, its file
+//! type by llama.cpp's name and the number of tensors of each type.
 
 use std::path::PathBuf;
 
 use strata::gguf::{GgufFile, Value};
+use strata::DType;
 
 /// Arguments of `strata inspect`.
 #[derive(clap::Args)]
@@ -38,6 +40,27 @@ pub fn run(a: Args) -> strata::Result<i32> {
         f.metadata().len(),
         f.tensors().len()
     );
+    match f
+        .metadata()
+        .get("general.file_type")
+        .and_then(Value::to_u64)
+    {
+        Some(id) => {
+            let name = u32::try_from(id)
+                .map(strata_models::quantize::file_type_name)
+                .unwrap_or_else(|_| "unknown, may not work".to_string());
+            println!("file type: {name} (general.file_type = {id})");
+        }
+        None => println!("file type: not recorded (no general.file_type)"),
+    }
+    let counts: Vec<String> = DType::ALL
+        .iter()
+        .filter_map(|&t| {
+            let n = f.tensors().iter().filter(|x| x.dtype() == t).count();
+            (n > 0).then(|| format!("{n} {t}"))
+        })
+        .collect();
+    println!("tensor types: {}", counts.join(", "));
     for (k, v) in f.metadata().iter() {
         println!("  {k} = {}", short(v));
     }

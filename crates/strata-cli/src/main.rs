@@ -10,6 +10,7 @@ mod explain;
 mod inspect;
 mod log;
 mod perplexity;
+mod quantize;
 mod rpc_server;
 mod run;
 mod test_ops;
@@ -41,6 +42,8 @@ enum Command {
     Eval(eval::Args),
     /// Print a GGUF file's metadata and tensors.
     Inspect(inspect::Args),
+    /// Quantize a GGUF model to a llama.cpp file type (llama-quantize's mixtures).
+    Quantize(quantize::Args),
     /// Rewrite a KL-divergence base file (llama-perplexity's or strata's) as a compact top-k file.
     KldConvert(perplexity::ConvertArgs),
     /// KL-divergence statistics between two saved base files (no model run).
@@ -68,6 +71,7 @@ fn main() {
         Command::Devices(a) => devices::run(a),
         Command::KldCompare(a) => perplexity::compare_files(a),
         Command::Inspect(a) => inspect::run(a).map_err(Into::into),
+        Command::Quantize(a) => quantize::run(a).map_err(Into::into),
         Command::TestOps(a) => test_ops::run(a).map_err(Into::into),
         Command::Explain(a) => explain::run(a),
         Command::RpcServer(a) => rpc_server::run(a).map(|()| 0).map_err(Into::into),

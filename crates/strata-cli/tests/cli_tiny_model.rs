@@ -271,3 +271,79 @@ fn cli_on_a_tiny_model() {
         assert!(err.contains("error: "), "{args:?}: {err}");
     }
 }
+
+fn failure(o: &Output) -> String {
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "strata should fail with exit code 1"
+    );
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `strata quantize` end to end: a Q8_0 model the other commands read,
+/// and every user mistake a typed error (exit code 1, no output left).
+#[test]
+fn quantize_a_tiny_model() {
+    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-q-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let model = tiny_model(&dir.0);
+    let m = model.to_str().unwrap();
+    let q8 = dir.0.join("tiny-q8.gguf");
+    let q = q8.to_str().unwrap();
+    let out = stdout(&strata(&["quantize", m, q, "q8_0", "-t", "2", "-v"]));
+    assert!(out.contains("wrote") && out.contains("q8_0"), "{out}");
+    // rows of 48 (ffn_down) are no Q8_0 blocks: llama.cpp's fallback is F16
+    let info = stdout(&strata(&["inspect", q]));
+    assert!(
+        info.contains("file type: Q8_0 (general.file_type = 7)")
+            && info.contains("tensor types: 5 f32, 2 f16, 13 q8_0"),
+        "{info}"
+    );
+    let info = stdout(&strata(&["inspect", m]));
+    assert!(info.contains("file type: not recorded"), "{info}");
+    assert!(info.contains("tensor types: 20 f32"), "{info}");
+    let text = stdout(&strata(&[
+        "run", "-m", q, "-p", "abcab", "-n", "4", "-c", "32", "-t", "1", "--temp", "0",
+    ]));
+    assert!(text.starts_with("abcab"), "{text}");
+
+    let e = failure(&strata(&["quantize", m, q, "Q9_K"]));
+    assert!(
+        e.contains("unknown file type 'Q9_K'") && e.contains("Q4_K_M"),
+        "{e}"
+    );
+    let e = failure(&strata(&["quantize", m, m, "Q8_0"]));
+    assert!(e.contains("is the input file"), "{e}");
+    let bad = dir.0.join("no/such/dir/out.gguf");
+    let e = failure(&strata(&["quantize", m, bad.to_str().unwrap(), "Q8_0"]));
+    assert!(e.contains("no/such/dir/out.gguf"), "{e}");
+    let q4 = dir.0.join("tiny-q4.gguf");
+    let e = failure(&strata(&["quantize", q, q4.to_str().unwrap(), "Q4_0"]));
+    assert!(
+        e.contains("is already quantized (q8_0)") && e.contains("--allow-requantize"),
+        "{e}"
+    );
+    assert!(!q4.exists());
+    let e = failure(&strata(&[
+        "quantize",
+        m,
+        q4.to_str().unwrap(),
+        "Q4_0",
+        "--token-embedding-type",
+        "q7_0",
+    ]));
+    assert!(e.contains("--token-embedding-type: 'q7_0'"), "{e}");
+    stdout(&strata(&[
+        "quantize",
+        q,
+        q4.to_str().unwrap(),
+        "Q4_0",
+        "--allow-requantize",
+    ]));
+    let names: Vec<String> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.ends_with(".partial")), "{names:?}");
+}

@@ -1,7 +1,7 @@
 //! Model-level pieces for strata: llama.cpp-compatible tokenizers, GGUF model
 //! loading with device placement, the llama-family graph, a KV cache, a
-//! context that runs graphs through the scheduler, sampling, chat templates
-//! and a generation session.
+//! context that runs graphs through the scheduler, sampling, chat templates,
+//! a generation session and model quantization (llama-quantize's job).
 #![warn(missing_docs)]
 
 pub mod chat;
@@ -13,6 +13,7 @@ pub mod graph;
 pub mod kld;
 pub mod kv;
 pub mod model;
+pub mod quantize;
 pub mod sample;
 pub mod session;
 pub mod tokenizer;

@@ -31,3 +31,35 @@ pub fn require_model(what: &str) -> Option<PathBuf> {
     eprintln!("{msg}");
     None
 }
+
+/// The real model requantized to `file_type` ("Q4_K_M", "Q6_K") by
+/// `strata_models::quantize` (llama-quantize's bytes, see
+/// `crates/strata-cli/tests/quantize_llamacpp.rs`), made once per test
+/// process under the target's temporary directory (never committed).
+/// `None`, under [`require_model`]'s rule, when the real model is missing.
+pub fn quantized_model(file_type: &str, what: &str) -> Option<PathBuf> {
+    use std::sync::Mutex;
+    use strata_models::quantize::{quantize_file, FileType, QuantizeOptions};
+    static MADE: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+    let src = require_model(what)?;
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = made.iter().find(|(t, _)| t == file_type) {
+        return Some(p.clone());
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("quantized");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(format!("SmolLM2-135M-Instruct.{file_type}.gguf"));
+    let mut opts = QuantizeOptions::new(FileType::parse(file_type).unwrap());
+    opts.allow_requantize = true;
+    opts.threads = 2;
+    let t0 = std::time::Instant::now();
+    quantize_file(&src, &out, &opts, &mut |_| {}).unwrap();
+    eprintln!(
+        "quantized {} to {file_type} in {:.1} s: {}",
+        src.display(),
+        t0.elapsed().as_secs_f64(),
+        out.display()
+    );
+    made.push((file_type.to_string(), out.clone()));
+    Some(out)
+}

@@ -43,7 +43,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use value::{Array, Metadata, Value, ValueType};
-pub use writer::GgufWriter;
+pub use writer::{GgufStream, GgufWriter};
 
 use crate::error::{Error, Result};
 use crate::tensor::DType;

@@ -596,3 +596,78 @@ fn gguf_writer_rejects_bad_input() {
     let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
     assert_eq!((f.alignment(), f.data_offset() % 64), (64, 0));
 }
+
+/// The sample's tensors, streamed: some declared and written in pieces,
+/// some added with their bytes, at several alignments.
+#[test]
+fn gguf_stream_writes_the_same_bytes_as_the_whole_file_writer() {
+    for alignment in [None, Some(64), Some(1)] {
+        let whole = sample(alignment);
+        let f = GgufFile::from_bytes(whole.clone()).unwrap();
+        let mut w = GgufWriter::new();
+        if let Some(a) = alignment {
+            w.set_alignment(a).unwrap();
+        }
+        for (k, v) in all_values() {
+            w.add_metadata(k, v).unwrap();
+        }
+        let infos = f.tensors().to_vec();
+        // the middle tensor comes with its bytes, the others are streamed
+        for (i, t) in infos.iter().enumerate() {
+            if i == 1 {
+                w.add_tensor(t.name(), t.dtype(), t.dims(), f.tensor_data(t))
+                    .unwrap();
+            } else {
+                w.add_tensor_info(t.name(), t.dtype(), t.dims()).unwrap();
+            }
+        }
+        assert!(w.to_bytes().is_err(), "declared tensors need the stream");
+        let mut s = w.stream_to(Vec::new()).unwrap();
+        for (i, t) in infos.iter().enumerate() {
+            if i == 1 {
+                continue;
+            }
+            assert_eq!(s.current_tensor(), Some(t.name()));
+            assert_eq!(s.remaining(), t.size());
+            for piece in f.tensor_data(t).chunks(5) {
+                s.write_data(piece).unwrap();
+            }
+        }
+        assert_eq!(s.current_tensor(), None);
+        assert_eq!(s.position(), whole.len());
+        assert_eq!(s.finish().unwrap(), whole, "alignment {alignment:?}");
+    }
+}
+
+#[test]
+fn gguf_stream_refuses_too_many_and_too_few_bytes() {
+    let mut w = GgufWriter::new();
+    w.add_tensor_info("a", DType::F32, &[2]).unwrap();
+    w.add_tensor_info("b", DType::Q8_0, &[32]).unwrap();
+    let mut s = w.stream_to(Vec::new()).unwrap();
+    let e = s.write_data(&[0u8; 12]).unwrap_err();
+    assert!(
+        e.to_string().contains("tensor 'a': 12 bytes given, 8"),
+        "{e}"
+    );
+    s.write_data(&[0u8; 8]).unwrap();
+    s.write_data(&[0u8; 30]).unwrap();
+    let mut s2 = GgufWriter::new();
+    s2.add_tensor_info("c", DType::F32, &[1]).unwrap();
+    let s2 = s2.stream_to(Vec::new()).unwrap();
+    let e = s2.finish().unwrap_err();
+    assert!(
+        e.to_string().contains("tensor 'c': 0 of its 4 bytes"),
+        "{e}"
+    );
+    let e = s.finish().unwrap_err();
+    assert!(e.to_string().contains("tensor 'b': 30 of its 34"), "{e}");
+    let mut w = GgufWriter::new();
+    w.add_tensor_info("a", DType::F32, &[1]).unwrap();
+    let mut s = w.stream_to(Vec::new()).unwrap();
+    s.write_data(&[0u8; 4]).unwrap();
+    let e = s.write_data(&[0u8; 1]).unwrap_err();
+    assert!(e.to_string().contains("after the last tensor"), "{e}");
+    let bytes = s.finish().unwrap();
+    assert_eq!(GgufFile::from_bytes(bytes).unwrap().tensors().len(), 1);
+}

@@ -16,12 +16,39 @@ struct PendingTensor<'a> {
     name: String,
     dtype: DType,
     dims: Vec<usize>,
-    data: Cow<'a, [u8]>,
+    size: usize,
+    /// `None` for a tensor declared with [`GgufWriter::add_tensor_info`],
+    /// whose bytes come through a [`GgufStream`].
+    data: Option<Cow<'a, [u8]>>,
 }
 
 /// Builds a GGUF v3 file: metadata of any value type and tensors, each
 /// tensor's data aligned to the alignment (`general.alignment`, default 32).
 /// Tensor bytes are borrowed until written.
+///
+/// A file too large to hold in memory is streamed: declare its tensors with
+/// [`add_tensor_info`](Self::add_tensor_info), write the header with
+/// [`stream_to`](Self::stream_to), then hand each tensor's bytes, in order
+/// and in pieces of any size, to the returned [`GgufStream`].
+///
+/// ```
+/// use strata::gguf::{GgufFile, GgufWriter};
+/// use strata::DType;
+///
+/// let mut w = GgufWriter::new();
+/// w.add_metadata("general.architecture", "llama")?;
+/// w.add_tensor_info("a", DType::F32, &[4])?;
+/// w.add_tensor_info("b", DType::F32, &[2])?;
+/// let mut s = w.stream_to(Vec::new())?;
+/// assert_eq!(s.current_tensor(), Some("a"));
+/// s.write_data(&[0u8; 8])?; // half of "a"
+/// s.write_data(&[0u8; 8])?;
+/// s.write_data(&1f32.to_le_bytes())?;
+/// s.write_data(&2f32.to_le_bytes())?;
+/// let f = GgufFile::from_bytes(s.finish()?)?;
+/// assert_eq!(f.tensor_data(f.tensor("b").unwrap()), [1f32.to_le_bytes(), 2f32.to_le_bytes()].concat());
+/// # Ok::<(), strata::Error>(())
+/// ```
 pub struct GgufWriter<'a> {
     alignment: usize,
     metadata: Metadata,
@@ -115,10 +142,58 @@ impl<'a> GgufWriter<'a> {
     ) -> Result<()> {
         let name = name.into();
         let data = data.into();
+        let size = self.check_tensor(&name, dtype, dims)?;
+        if data.len() != size {
+            return Err(invalid(format!(
+                "tensor '{name}': {} bytes given, a {dtype} tensor of shape {dims:?} takes {size}",
+                data.len()
+            )));
+        }
+        self.push_tensor(name, dtype, dims, size, Some(data));
+        Ok(())
+    }
+
+    /// Declares a tensor (same rules as [`add_tensor`](Self::add_tensor))
+    /// whose bytes are written later through the [`GgufStream`] that
+    /// [`stream_to`](Self::stream_to) returns. A writer holding such a
+    /// tensor can only be streamed: [`write_to`](Self::write_to) and the
+    /// other whole-file methods refuse it.
+    pub fn add_tensor_info(
+        &mut self,
+        name: impl Into<String>,
+        dtype: DType,
+        dims: &[usize],
+    ) -> Result<()> {
+        let name = name.into();
+        let size = self.check_tensor(&name, dtype, dims)?;
+        self.push_tensor(name, dtype, dims, size, None);
+        Ok(())
+    }
+
+    fn push_tensor(
+        &mut self,
+        name: String,
+        dtype: DType,
+        dims: &[usize],
+        size: usize,
+        data: Option<Cow<'a, [u8]>>,
+    ) {
+        self.names.insert(name.clone());
+        self.tensors.push(PendingTensor {
+            name,
+            dtype,
+            dims: dims.to_vec(),
+            size,
+            data,
+        });
+    }
+
+    /// Checks a new tensor's name, shape and type; returns its byte size.
+    fn check_tensor(&self, name: &str, dtype: DType, dims: &[usize]) -> Result<usize> {
         if name.is_empty() {
             return Err(invalid("tensor name is empty".into()));
         }
-        if self.names.contains(&name) {
+        if self.names.contains(name) {
             return Err(invalid(format!("tensor '{name}' added twice")));
         }
         if dims.is_empty() || dims.len() > MAX_DIMS || dims.contains(&0) {
@@ -138,30 +213,53 @@ impl<'a> GgufWriter<'a> {
             .try_fold(dims[0] / dtype.block_size(), |acc, &d| acc.checked_mul(d))
             .and_then(|blocks| blocks.checked_mul(dtype.type_size()))
             .ok_or_else(|| invalid(format!("tensor '{name}': size of {dims:?} overflows")))?;
-        if data.len() != size {
-            return Err(invalid(format!(
-                "tensor '{name}': {} bytes given, a {dtype} tensor of shape {dims:?} takes {size}",
-                data.len()
-            )));
+        Ok(size)
+    }
+
+    /// Refuses a writer with tensors declared without bytes.
+    fn check_complete(&self) -> Result<()> {
+        match self.tensors.iter().find(|t| t.data.is_none()) {
+            Some(t) => Err(invalid(format!(
+                "tensor '{}' was declared without its bytes (add_tensor_info): stream the \
+                 file with stream_to",
+                t.name
+            ))),
+            None => Ok(()),
         }
-        self.names.insert(name.clone());
-        self.tensors.push(PendingTensor {
-            name,
-            dtype,
-            dims: dims.to_vec(),
-            data,
-        });
-        Ok(())
     }
 
     /// Writes the file to `w`.
     pub fn write_to<W: Write>(&self, mut w: W) -> Result<()> {
+        self.check_complete()?;
         self.write_inner(&mut w)
             .map_err(|e| Error::io("writing GGUF", e))
     }
 
+    /// Writes the header (metadata, tensor infos, padding) to `w` and
+    /// returns the stream that writes the tensors' bytes after it, in the
+    /// order the tensors were added. Tensors added with their bytes
+    /// ([`add_tensor`](Self::add_tensor)) are written as soon as the stream
+    /// reaches them; the others take theirs from [`GgufStream::write_data`].
+    /// Nothing is buffered beyond what `w` buffers.
+    pub fn stream_to<W: Write>(self, mut w: W) -> Result<GgufStream<'a, W>> {
+        let pos = self
+            .write_header(&mut w)
+            .map_err(|e| Error::io("writing GGUF", e))?;
+        let mut s = GgufStream {
+            w,
+            alignment: self.alignment,
+            tensors: self.tensors,
+            current: 0,
+            written: 0,
+            pos,
+        };
+        s.write_ready()?;
+        Ok(s)
+    }
+
     /// Writes the file to `path` (created or truncated).
     pub fn write_to_path(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.check_complete()?;
         let path = path.as_ref();
         let ctx = || format!("writing {}", path.display());
         let file = std::fs::File::create(path).map_err(|e| Error::io(ctx(), e))?;
@@ -181,6 +279,20 @@ impl<'a> GgufWriter<'a> {
     }
 
     fn write_inner(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        self.write_header(w)?;
+        let zeros = vec![0u8; self.alignment];
+        for t in &self.tensors {
+            let data = t.data.as_deref().unwrap_or_default();
+            w.write_all(data)?;
+            let pad = align_up(data.len(), self.alignment) - data.len();
+            w.write_all(&zeros[..pad])?;
+        }
+        w.flush()
+    }
+
+    /// Writes everything before the data section (padding included);
+    /// returns the bytes written.
+    fn write_header(&self, w: &mut dyn Write) -> std::io::Result<usize> {
         let mut pos = 0usize;
         let mut infos_end;
         let mut put = |w: &mut dyn Write, b: &[u8]| -> std::io::Result<usize> {
@@ -211,17 +323,117 @@ impl<'a> GgufWriter<'a> {
             buf.extend_from_slice(&t.dtype.ggml_id().to_le_bytes());
             buf.extend_from_slice(&(offset as u64).to_le_bytes());
             infos_end = put(w, &buf)?;
-            offset = align_up(offset + t.data.len(), self.alignment);
+            offset = align_up(offset + t.size, self.alignment);
         }
         let zeros = vec![0u8; self.alignment];
         let pad = align_up(infos_end, self.alignment) - infos_end;
-        put(w, &zeros[..pad])?;
-        for t in &self.tensors {
-            put(w, &t.data)?;
-            let pad = align_up(t.data.len(), self.alignment) - t.data.len();
-            put(w, &zeros[..pad])?;
+        put(w, &zeros[..pad])
+    }
+}
+
+/// The data section of a GGUF file being streamed (from
+/// [`GgufWriter::stream_to`]): takes each tensor's bytes in order, pads
+/// each tensor to the alignment when its last byte arrives.
+pub struct GgufStream<'a, W: Write> {
+    w: W,
+    alignment: usize,
+    tensors: Vec<PendingTensor<'a>>,
+    /// Index of the tensor being written.
+    current: usize,
+    /// Bytes of the current tensor written so far.
+    written: usize,
+    /// Bytes of the file written so far.
+    pos: usize,
+}
+
+impl<'a, W: Write> GgufStream<'a, W> {
+    /// The name of the tensor whose bytes [`write_data`](Self::write_data)
+    /// takes next, or `None` once every tensor is written.
+    pub fn current_tensor(&self) -> Option<&str> {
+        self.tensors.get(self.current).map(|t| t.name.as_str())
+    }
+
+    /// Bytes of the current tensor still to be written (0 when all are).
+    pub fn remaining(&self) -> usize {
+        self.tensors
+            .get(self.current)
+            .map_or(0, |t| t.size - self.written)
+    }
+
+    /// Bytes of the file written so far (header included).
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Appends `bytes` to the current tensor's data; when that completes the
+    /// tensor, writes its padding and moves to the next one. A piece may not
+    /// run past the end of the current tensor.
+    pub fn write_data(&mut self, bytes: &[u8]) -> Result<()> {
+        let Some(t) = self.tensors.get(self.current) else {
+            return Err(invalid(format!(
+                "{} bytes given after the last tensor was written",
+                bytes.len()
+            )));
+        };
+        if bytes.len() > t.size - self.written {
+            return Err(invalid(format!(
+                "tensor '{}': {} bytes given, {} of its {} bytes are left",
+                t.name,
+                bytes.len(),
+                t.size - self.written,
+                t.size
+            )));
         }
-        w.flush()
+        self.w
+            .write_all(bytes)
+            .map_err(|e| Error::io("writing GGUF", e))?;
+        self.written += bytes.len();
+        self.pos += bytes.len();
+        self.write_ready()
+    }
+
+    /// Pads a completed tensor, then writes every following tensor whose
+    /// bytes the writer already holds.
+    fn write_ready(&mut self) -> Result<()> {
+        let zeros = [0u8; 64];
+        while let Some(t) = self.tensors.get(self.current) {
+            if self.written < t.size {
+                match &t.data {
+                    None => return Ok(()),
+                    Some(d) => {
+                        self.w
+                            .write_all(d)
+                            .map_err(|e| Error::io("writing GGUF", e))?;
+                        self.pos += d.len();
+                    }
+                }
+            }
+            let mut pad = align_up(t.size, self.alignment) - t.size;
+            while pad > 0 {
+                let n = pad.min(zeros.len());
+                self.w
+                    .write_all(&zeros[..n])
+                    .map_err(|e| Error::io("writing GGUF", e))?;
+                pad -= n;
+                self.pos += n;
+            }
+            self.current += 1;
+            self.written = 0;
+        }
+        Ok(())
+    }
+
+    /// Checks that every tensor was written, flushes and returns the
+    /// underlying writer.
+    pub fn finish(mut self) -> Result<W> {
+        if let Some(t) = self.tensors.get(self.current) {
+            return Err(invalid(format!(
+                "tensor '{}': {} of its {} bytes written when the stream was finished",
+                t.name, self.written, t.size
+            )));
+        }
+        self.w.flush().map_err(|e| Error::io("writing GGUF", e))?;
+        Ok(self.w)
     }
 }
 
