@@ -212,10 +212,42 @@ impl Buffer for HostBuffer {
     fn write(&self, tensor: &Tensor, offset: usize, data: &[u8]) -> Result<()> {
         self.check_writable(tensor)?;
         self.check(offset, data.len())?;
-        // SAFETY: range checked above; source and destination cannot overlap
-        // (data is a shared borrow of other memory or of a disjoint range).
+        // SAFETY: range checked above. `data` is a shared borrow, so it cannot
+        // be this buffer's memory (safe code only reaches that memory through
+        // `host_ptr`, and `tensor_copy` copies within a buffer with
+        // `copy_from`, never through a slice of it).
         unsafe { std::ptr::copy(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) }
         Ok(())
+    }
+    /// Copies within this buffer only (`src` stored here too), in place with
+    /// memmove semantics: the two ranges may overlap.
+    fn copy_from(&self, src: &Tensor, dst: &Tensor) -> Result<bool> {
+        let (Some(s), Some(d)) = (src.storage(), dst.storage()) else {
+            return Ok(false);
+        };
+        let me = self as *const HostBuffer as *const ();
+        let mine = |b: &Arc<dyn Buffer>| std::ptr::addr_eq(Arc::as_ptr(b), me);
+        if !mine(&s.buffer) || !mine(&d.buffer) {
+            return Ok(false);
+        }
+        let n = src.nbytes();
+        if dst.nbytes() != n {
+            return Ok(false);
+        }
+        self.check_writable(dst)?;
+        self.check(s.offset, n)?;
+        self.check(d.offset, n)?;
+        // SAFETY: both ranges were checked to lie inside this buffer; no
+        // reference to either is created, and `ptr::copy` is memmove, so
+        // overlapping ranges are well defined.
+        unsafe {
+            std::ptr::copy(
+                self.ptr.as_ptr().add(s.offset),
+                self.ptr.as_ptr().add(d.offset),
+                n,
+            )
+        }
+        Ok(true)
     }
     fn read(&self, _tensor: &Tensor, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
