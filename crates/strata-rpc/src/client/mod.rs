@@ -23,6 +23,17 @@ pub use device::{RpcBackend, RpcDevice};
 
 use conn::Conn;
 
+/// Most devices a client accepts from one server (DEVICE_COUNT): ggml's
+/// servers expose one per `-d` device, so this leaves ample room while a
+/// hostile answer cannot make the client allocate per-device state by the
+/// billion.
+pub const MAX_DEVICES: u32 = 256;
+
+/// Largest buffer alignment a client accepts (GET_ALIGNMENT): real backends
+/// ask for 32 bytes to a page; 2^63 would only make every size computation
+/// overflow later with a misleading message.
+pub const MAX_ALIGNMENT: u64 = 1 << 20;
+
 /// Client settings.
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
