@@ -21,7 +21,8 @@ pub struct Args {
     /// Threads per client computation (default: all cores).
     #[arg(short, long)]
     threads: Option<usize>,
-    /// Memory clients may allocate in all, in MiB (also the largest buffer).
+    /// Memory clients may allocate in all, in MiB (also the largest buffer;
+    /// reported as the device memory). Default: two thirds of physical memory.
     #[arg(long, value_name = "MiB")]
     mem: Option<u64>,
     /// Directory caching large weight uploads by hash (SET_TENSOR_HASH).
@@ -84,18 +85,14 @@ pub fn run(args: Args) -> Result<()> {
     let _ = writeln!(out, "Devices:");
     for i in 0..factory.device_count() {
         let d = factory.device(i);
-        let m = d.memory()?;
-        let (total, free) = match limits.mem {
-            Some(t) => (t, t),
-            None => (m.total as u64, m.free as u64),
-        };
+        // ggml's format; the figures are the budget, as GET_DEVICE_MEMORY reports.
         let _ = writeln!(
             out,
             "  {}: {} ({} MiB, {} MiB free)",
             d.name(),
             d.description(),
-            total >> 20,
-            free >> 20
+            limits.mem >> 20,
+            limits.mem >> 20
         );
     }
     let _ = writeln!(out, "  transport      : TCP");

@@ -44,9 +44,10 @@ pub struct Limits {
     pub max_message: u64,
     /// Largest single buffer (also what GET_MAX_SIZE reports), in bytes.
     pub max_buffer: u64,
-    /// Total bytes all clients together may hold in buffers; `None` = only
-    /// what the device allows. Reported as the devices' memory when set.
-    pub mem: Option<u64>,
+    /// Memory budget: bytes all clients together may hold in buffers,
+    /// reported as each device's memory (GET_DEVICE_MEMORY). Allocations
+    /// beyond it get ggml's failure reply (a null handle).
+    pub mem: u64,
     /// Most nodes in one graph.
     pub max_graph_nodes: usize,
     /// Most tensor records in one graph.
@@ -55,29 +56,36 @@ pub struct Limits {
     pub max_connections: usize,
 }
 
+/// The default memory budget: two thirds of the machine's physical memory
+/// (4 GiB where it cannot be read).
+pub fn default_mem_budget() -> u64 {
+    let total = strata::cpu::cpu_device()
+        .memory()
+        .map_or(0, |m| m.total as u64);
+    if total == 0 {
+        4 << 30
+    } else {
+        total / 3 * 2
+    }
+}
+
 impl Default for Limits {
+    /// Limits for the default memory budget ([`default_mem_budget`]).
     fn default() -> Limits {
-        Limits {
-            max_message: 8 << 30,
-            max_buffer: 1 << 40,
-            mem: None,
-            max_graph_nodes: 1 << 18,
-            max_graph_tensors: 1 << 20,
-            max_connections: 64,
-        }
+        Limits::with_mem(default_mem_budget())
     }
 }
 
 impl Limits {
-    /// Default limits with a memory budget of `bytes` (also the largest buffer).
+    /// Limits for a memory budget of `bytes` (also the largest buffer).
     pub fn with_mem(bytes: u64) -> Limits {
         Limits {
-            mem: Some(bytes),
+            mem: bytes,
             max_buffer: bytes,
-            max_message: Limits::default()
-                .max_message
-                .min(bytes.saturating_add(1 << 20)),
-            ..Limits::default()
+            max_message: (8u64 << 30).min(bytes.saturating_add(1 << 20)),
+            max_graph_nodes: 1 << 18,
+            max_graph_tensors: 1 << 20,
+            max_connections: 64,
         }
     }
 }
@@ -192,7 +200,7 @@ impl State {
 
     /// Reserves `size` bytes of the memory budget.
     fn reserve(&self, size: u64) -> bool {
-        let budget = self.limits.mem.unwrap_or(u64::MAX);
+        let budget = self.limits.mem;
         self.used
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
                 u.checked_add(size).filter(|&n| n <= budget)

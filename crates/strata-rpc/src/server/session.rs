@@ -401,21 +401,11 @@ impl Session {
                 Reply::Nothing
             }
             Request::GetDeviceMemory { device } => {
-                let d = self.device(device)?;
-                let (free, total) = match limits.mem {
-                    Some(total) => (
-                        total.saturating_sub(state.used.load(Ordering::SeqCst)),
-                        total,
-                    ),
-                    None => {
-                        let m = state
-                            .factory
-                            .device(d)
-                            .memory()
-                            .map_err(|e| e.to_string())?;
-                        (m.free as u64, m.total as u64)
-                    }
-                };
+                self.device(device)?;
+                // The budget, not the machine's free memory: what clients
+                // may still allocate here.
+                let total = limits.mem;
+                let free = total.saturating_sub(state.used.load(Ordering::SeqCst));
                 Reply::Bytes(pair_payload(free, total).to_vec())
             }
             Request::InitTensor { tensor } => {

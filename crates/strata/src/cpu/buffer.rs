@@ -65,9 +65,17 @@ impl BufferType for HostBufferType {
     }
 }
 
+/// Buffers of at least this many bytes are anonymous mappings: the kernel
+/// zero-fills their pages on first touch, so memory is committed as it is
+/// written rather than at allocation (as ggml's malloc'd buffers are), and
+/// returned to the system when the buffer is dropped.
+pub const LAZY_COMMIT_MIN: usize = 1 << 20;
+
 enum Owner {
     /// Memory from the global allocator with this layout.
     Alloc(Layout),
+    /// An anonymous mapping (zero-filled lazily by the kernel).
+    Map(#[allow(dead_code)] memmap2::MmapMut),
     /// Caller-owned memory (an mmap, a Vec) kept alive by this value.
     External(#[allow(dead_code)] Box<dyn Any + Send + Sync>),
     /// Nothing to free (zero-size buffer).
@@ -103,6 +111,21 @@ impl HostBuffer {
                 ptr: NonNull::dangling(),
                 size: 0,
                 owner: Owner::Empty,
+                read_only: false,
+                usage: AtomicU8::new(0),
+                buft,
+            });
+        }
+        if size >= LAZY_COMMIT_MIN {
+            let mut map = memmap2::MmapMut::map_anon(size)
+                .map_err(|e| oom(format!("cannot map {size} bytes of anonymous memory: {e}")))?;
+            // Page-aligned, hence HOST_ALIGNMENT-aligned; the mapping does not
+            // move when moved into `owner`.
+            let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| oom("null mapping".into()))?;
+            return Ok(HostBuffer {
+                ptr,
+                size,
+                owner: Owner::Map(map),
                 read_only: false,
                 usage: AtomicU8::new(0),
                 buft,
