@@ -4,10 +4,15 @@
 
 mod common;
 
-use std::sync::Mutex;
+use std::io::Read;
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::*;
-use strata_rpc::proto::Request;
+use strata::backend::{alloc_tensors, Device};
+use strata::{ops, DType, Graph, Tensor};
+use strata_rpc::proto::{Command, Request};
 use strata_rpc::server::{default_mem_budget, Limits};
 
 /// Tests that measure this process's RSS run one at a time.
@@ -114,4 +119,124 @@ fn default_budget_is_a_share_of_physical_memory() {
         .call(&Request::GetDeviceMemory { device: 0 }, 16)
         .unwrap();
     assert_eq!(pair(&r), (b, b));
+}
+
+/// A full session through strata's client: allocate, upload, compute a + b,
+/// read back.
+fn well_behaved_session(addr: std::net::SocketAddr) {
+    let (_p, dev) = device(addr);
+    let dev: Arc<dyn Device> = dev;
+    let a = Tensor::new(DType::F32, &[256]).unwrap();
+    let b = Tensor::new(DType::F32, &[256]).unwrap();
+    let c = ops::add(&a, &b).unwrap();
+    let g = Graph::build(std::slice::from_ref(&c));
+    let all: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
+    let _bufs = alloc_tensors(&all, &dev.default_buffer_type()).unwrap();
+    let x: Vec<f32> = (0..256).map(|i| i as f32).collect();
+    a.write_f32(&x).unwrap();
+    b.write_f32(&x).unwrap();
+    let mut be = dev.init_backend().unwrap();
+    be.graph_compute(&g).unwrap();
+    be.synchronize().unwrap();
+    let want: Vec<f32> = x.iter().map(|v| 2.0 * v).collect();
+    assert_eq!(c.to_f32_vec().unwrap(), want);
+}
+
+/// Item 2: 100 sockets that never send a byte (64 locked every client out
+/// before) do not keep a well-behaved client from being served, and are
+/// closed at the handshake deadline.
+#[test]
+fn idle_sockets_do_not_lock_out_a_client() {
+    let limits = Limits {
+        handshake_timeout: Duration::from_secs(3),
+        ..Limits::with_mem(64 << 20)
+    };
+    let (addr, server) = cpu_server(1, limits);
+    let mut idle: Vec<TcpStream> = (0..100)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    server
+        .wait_for(Duration::from_secs(10), |s| s.total_connections >= 100)
+        .unwrap();
+    let t0 = Instant::now();
+    well_behaved_session(addr);
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "served only after {:?}",
+        t0.elapsed()
+    );
+    // Past the deadline every idle socket has been closed by the server
+    // (the oldest were evicted earlier, when 64 were waiting).
+    server
+        .wait_for(Duration::from_secs(10), |s| {
+            s.pending_connections == 0 && s.dropped_connections >= 100 && s.active_connections == 0
+        })
+        .unwrap();
+    for sock in &mut idle {
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 1];
+        assert!(matches!(sock.read(&mut b), Ok(0) | Err(_)));
+    }
+}
+
+/// Item 2: at most `max_per_address` served clients per address; a closed
+/// one frees its slot.
+#[test]
+fn connections_per_address_are_capped() {
+    let limits = Limits {
+        max_per_address: 3,
+        ..Limits::with_mem(64 << 20)
+    };
+    let (addr, server) = cpu_server(1, limits);
+    let mut three: Vec<Raw> = (0..3).map(|_| Raw::connect(addr)).collect();
+    let mut fourth = Raw::connect_no_hello(addr);
+    fourth.send(&Request::Hello { caps: [0; 24] }).unwrap();
+    let mut h = [0u8; 8];
+    assert!(
+        matches!(fourth.s.read(&mut h), Ok(0) | Err(_)),
+        "4th served"
+    );
+    assert!(!three[0].is_closed());
+    drop(three.remove(0));
+    server
+        .wait_for(Duration::from_secs(5), |s| s.active_connections == 2)
+        .unwrap();
+    let mut again = Raw::connect(addr);
+    assert!(!again.is_closed());
+    assert!(server.stats().dropped_connections >= 1);
+}
+
+/// Item 2: deadlines between messages (a client holding no buffer) and
+/// inside a message (a stalled upload); a client holding buffers may stay
+/// idle (a loaded model between prompts).
+#[test]
+fn idle_and_stalled_clients_are_closed() {
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(300),
+        io_timeout: Duration::from_millis(300),
+        ..Limits::with_mem(64 << 20)
+    };
+    let (addr, server) = cpu_server(1, limits);
+    let mut idle = Raw::connect(addr);
+    let mut loaded = Raw::connect(addr);
+    loaded.alloc(4096);
+    let mut stalled = Raw::connect(addr);
+    // GRAPH_COMPUTE announcing 1000 bytes, then only 10 of them
+    let mut partial = vec![Command::GraphCompute as u8];
+    partial.extend(1000u64.to_le_bytes());
+    partial.extend([0u8; 10]);
+    stalled.send_bytes(&partial).unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let mut b = [0u8; 1];
+    for (name, raw) in [("idle", &mut idle), ("stalled", &mut stalled)] {
+        raw.s
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        assert!(
+            matches!(raw.s.read(&mut b), Ok(0) | Err(_)),
+            "{name} still open"
+        );
+    }
+    assert!(!loaded.is_closed(), "a client holding buffers was closed");
+    assert!(server.stats().dropped_connections >= 2);
 }

@@ -16,11 +16,11 @@
 //! handle.shutdown();
 //! ```
 
+mod conns;
 mod graph;
 mod session;
 mod validate;
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
@@ -52,8 +52,22 @@ pub struct Limits {
     pub max_graph_nodes: usize,
     /// Most tensor records in one graph.
     pub max_graph_tensors: usize,
-    /// Most clients served at once; further connections are closed at once.
+    /// Most clients served at once (past their HELLO); further connections
+    /// are closed at once.
     pub max_connections: usize,
+    /// Most clients served at once from one IP address.
+    pub max_per_address: usize,
+    /// Most connections waiting for their HELLO; one more evicts the oldest.
+    pub max_pending: usize,
+    /// Time from accept to a complete HELLO.
+    pub handshake_timeout: Duration,
+    /// Longest wait for the next message of a client that holds no buffer.
+    pub idle_timeout: Duration,
+    /// Longest wait for the next message of a client that holds buffers
+    /// (`None`: no limit, as a model loaded between prompts stays idle).
+    pub idle_timeout_loaded: Option<Duration>,
+    /// Longest stall of any read inside a message, and of any write.
+    pub io_timeout: Duration,
 }
 
 /// The default memory budget: two thirds of the machine's physical memory
@@ -86,6 +100,12 @@ impl Limits {
             max_graph_nodes: 1 << 18,
             max_graph_tensors: 1 << 20,
             max_connections: 64,
+            max_per_address: 16,
+            max_pending: 64,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            idle_timeout_loaded: None,
+            io_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -144,6 +164,10 @@ pub struct ServerStats {
     pub total_connections: usize,
     /// Connections closed because a message was refused.
     pub refused_messages: usize,
+    /// Connections waiting for their HELLO.
+    pub pending_connections: usize,
+    /// Connections closed by a limit: a cap, an eviction, a deadline.
+    pub dropped_connections: usize,
     /// Buffers currently allocated by all clients.
     pub live_buffers: usize,
     /// Bytes currently allocated by all clients.
@@ -162,8 +186,9 @@ pub(crate) struct State {
     active: AtomicUsize,
     total: AtomicUsize,
     refused: AtomicUsize,
+    dropped: AtomicUsize,
     shutdown: AtomicBool,
-    conns: Mutex<HashMap<usize, TcpStream>>,
+    conns: Mutex<conns::Conns>,
 }
 
 /// First synthetic buffer address; addresses stay far below 2^63.
@@ -183,8 +208,9 @@ impl State {
             active: AtomicUsize::new(0),
             total: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
+            dropped: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
-            conns: Mutex::new(HashMap::new()),
+            conns: Mutex::new(conns::Conns::default()),
         }
     }
 
@@ -193,6 +219,12 @@ impl State {
             active_connections: self.active.load(Ordering::SeqCst),
             total_connections: self.total.load(Ordering::SeqCst),
             refused_messages: self.refused.load(Ordering::SeqCst),
+            pending_connections: self
+                .conns
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pending(),
+            dropped_connections: self.dropped.load(Ordering::SeqCst),
             live_buffers: self.live_buffers.load(Ordering::SeqCst),
             allocated_bytes: self.used.load(Ordering::SeqCst),
         }
@@ -317,6 +349,18 @@ impl Server {
 
     /// Accepts clients until shut down, each served on its own thread.
     pub fn serve(self) -> Result<()> {
+        let reaper = {
+            let state = self.state.clone();
+            std::thread::Builder::new()
+                .name("rpc-reaper".into())
+                .spawn(move || {
+                    while !state.shutdown.load(Ordering::SeqCst) {
+                        state.reap_pending();
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                })
+                .map_err(|e| Error::io("RPC server: spawn", e))?
+        };
         let mut next_conn = 0usize;
         for stream in self.listener.incoming() {
             if self.state.shutdown.load(Ordering::SeqCst) {
@@ -330,23 +374,42 @@ impl Server {
                     continue;
                 }
             };
+            let ip = stream.peer_addr().ok().map(|a| a.ip());
             let peer = stream
                 .peer_addr()
                 .map_or_else(|_| "?".into(), |a| a.to_string());
-            if self.state.active.load(Ordering::SeqCst) >= self.state.limits.max_connections {
-                tracing::warn!(peer, "too many clients: closing the new connection");
-                continue;
-            }
-            let _ = stream.set_nodelay(true);
             next_conn += 1;
             let id = next_conn;
-            if let Ok(clone) = stream.try_clone() {
-                self.state
-                    .conns
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id, clone);
+            let Ok(handle) = stream.try_clone() else {
+                tracing::warn!(peer, "cannot keep a handle on the connection: closing it");
+                continue;
+            };
+            {
+                let mut conns = self.state.conns.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(why) = conns.over_cap(&self.state.limits, ip) {
+                    tracing::warn!(peer, "closing the new connection: {why}");
+                    self.state.dropped.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                if conns.pending() >= self.state.limits.max_pending && conns.evict_oldest_pending()
+                {
+                    tracing::info!(
+                        "{} connections without HELLO: evicted the oldest",
+                        conns.pending() + 1
+                    );
+                    self.state.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                conns.map.insert(
+                    id,
+                    conns::ConnEntry {
+                        stream: handle,
+                        ip,
+                        since: Instant::now(),
+                        established: false,
+                    },
+                );
             }
+            let _ = stream.set_nodelay(true);
             self.state.total.fetch_add(1, Ordering::SeqCst);
             let state = self.state.clone();
             let spawned = std::thread::Builder::new()
@@ -358,9 +421,11 @@ impl Server {
                     .conns
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
+                    .map
                     .remove(&id);
             }
         }
+        let _ = reaper.join();
         Ok(())
     }
 
@@ -387,8 +452,20 @@ fn serve_connection(state: Arc<State>, mut stream: TcpStream, peer: String, id: 
     tracing::info!(peer, "client connected");
     // Last resort: a bug that panics ends this connection (its buffers are
     // freed while unwinding), never the server.
+    let timeouts = stream
+        .set_read_timeout(Some(state.limits.io_timeout))
+        .and_then(|_| stream.set_write_timeout(Some(state.limits.io_timeout)));
+    let link = stream.try_clone();
     let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let link = match (timeouts, link) {
+            (Ok(()), Ok(l)) => l,
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(peer, "cannot set up the connection: {e}");
+                return;
+            }
+        };
         let mut session = Session::new(state.clone(), peer.clone());
+        session.attach(id, link);
         session.serve(&mut stream);
     }));
     if served.is_err() {
@@ -404,6 +481,7 @@ fn serve_connection(state: Arc<State>, mut stream: TcpStream, peer: String, id: 
         .conns
         .lock()
         .unwrap_or_else(|e| e.into_inner())
+        .map
         .remove(&id);
     tracing::info!(peer, "client connection closed");
 }
@@ -442,8 +520,8 @@ impl ServerHandle {
     /// leaving the listener up.
     pub fn drop_connections(&self) {
         let conns = self.state.conns.lock().unwrap_or_else(|e| e.into_inner());
-        for s in conns.values() {
-            let _ = s.shutdown(std::net::Shutdown::Both);
+        for e in conns.map.values() {
+            let _ = e.stream.shutdown(std::net::Shutdown::Both);
         }
     }
 

@@ -4,8 +4,10 @@
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use strata::backend::{tensor_copy, tensor_get, tensor_memset, tensor_set, Backend};
 use strata::{Graph, Tensor};
@@ -27,6 +29,19 @@ pub enum SessionEnd {
     Refused(String),
     /// Reading or writing the stream failed.
     Io(String),
+    /// The server closed it for a limit: a cap on connections, or a client
+    /// idle or stalled past its deadline.
+    Dropped(String),
+}
+
+/// A failed read or write: a timeout means the client stalled.
+fn io_end(e: std::io::Error) -> SessionEnd {
+    match e.kind() {
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+            SessionEnd::Dropped("the client stalled past the I/O timeout".into())
+        }
+        _ => SessionEnd::Io(e.to_string()),
+    }
 }
 
 /// Bytes moved per step when streaming tensor data.
@@ -63,6 +78,10 @@ pub struct Session {
     greeted: bool,
     peer: String,
     scratch: Vec<u8>,
+    /// The server's id of this connection and a handle on its socket
+    /// (deadlines, admission); `None` for in-memory sessions.
+    link: Option<(usize, TcpStream)>,
+    started: Instant,
 }
 
 impl Session {
@@ -77,6 +96,68 @@ impl Session {
             greeted: false,
             peer,
             scratch: Vec::new(),
+            link: None,
+            started: Instant::now(),
+        }
+    }
+
+    /// Ties the session to connection `id` of its server, whose socket
+    /// `stream` is: deadlines apply to reads, and HELLO must pass admission.
+    pub(crate) fn attach(&mut self, id: usize, stream: TcpStream) {
+        self.link = Some((id, stream));
+    }
+
+    /// How long the next message may take to start: the rest of the
+    /// handshake deadline, or the idle deadline (`None`: no limit).
+    fn idle_limit(&self) -> Option<Duration> {
+        let l = &self.state.limits;
+        if !self.greeted {
+            // The server's reaper severs the connection at the deadline; the
+            // read timeout is the backstop.
+            Some(
+                (l.handshake_timeout + Duration::from_secs(1))
+                    .saturating_sub(self.started.elapsed()),
+            )
+        } else if self.buffers.is_empty() {
+            Some(l.idle_timeout)
+        } else {
+            l.idle_timeout_loaded
+        }
+    }
+
+    /// Sets the socket's read timeout before waiting for a message.
+    fn await_message(&self) -> Result<(), SessionEnd> {
+        if let Some((_, s)) = &self.link {
+            let wait = self.idle_limit().map(|d| d.max(Duration::from_millis(1)));
+            s.set_read_timeout(wait).map_err(io_end)?;
+        }
+        Ok(())
+    }
+
+    /// Sets the socket's read timeout once a message has started.
+    fn in_message(&self) -> Result<(), SessionEnd> {
+        if let Some((_, s)) = &self.link {
+            s.set_read_timeout(Some(self.state.limits.io_timeout))
+                .map_err(io_end)?;
+        }
+        Ok(())
+    }
+
+    /// The end for a failed wait for the next message.
+    fn idle_end(&self, e: std::io::Error) -> SessionEnd {
+        match e.kind() {
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => SessionEnd::Dropped(if self.greeted {
+                format!(
+                    "no message for {:?} (idle deadline)",
+                    self.idle_limit().unwrap_or_default()
+                )
+            } else {
+                format!(
+                    "no HELLO within {:?} (handshake deadline)",
+                    self.state.limits.handshake_timeout
+                )
+            }),
+            _ => SessionEnd::Io(e.to_string()),
         }
     }
 
@@ -106,6 +187,10 @@ impl Session {
                 tracing::warn!(peer = %self.peer, "closing connection: {r}");
             }
             SessionEnd::Io(e) => tracing::info!(peer = %self.peer, "connection lost: {e}"),
+            SessionEnd::Dropped(why) => {
+                self.state.dropped.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(peer = %self.peer, "closing connection: {why}");
+            }
             SessionEnd::Closed => tracing::debug!(peer = %self.peer, "client closed connection"),
         }
         end
@@ -114,10 +199,16 @@ impl Session {
     fn serve_inner<S: Read + Write>(&mut self, stream: &mut S) -> SessionEnd {
         loop {
             let mut head = [0u8; REQUEST_HEADER_SIZE];
+            if let Err(e) = self.await_message() {
+                return e;
+            }
             match read_exact_or_eof(stream, &mut head[..1]) {
                 Ok(false) => return SessionEnd::Closed,
                 Ok(true) => {}
-                Err(e) => return SessionEnd::Io(e.to_string()),
+                Err(e) => return self.idle_end(e),
+            }
+            if let Err(e) = self.in_message() {
+                return e;
             }
             let Some(cmd) = Command::from_u8(head[0]) else {
                 return SessionEnd::Refused(format!("unknown command {}", head[0]));
@@ -129,7 +220,7 @@ impl Session {
                 return SessionEnd::Refused("HELLO after the handshake".into());
             }
             if let Err(e) = stream.read_exact(&mut head[1..]) {
-                return SessionEnd::Io(e.to_string());
+                return io_end(e);
             }
             let (_, size) = parse_request_header(&head);
             match cmd.request_size() {
@@ -174,12 +265,18 @@ impl Session {
                         "{cmd}: stream ended after {n} of {size} payload bytes"
                     ))
                 }
-                Err(e) => return SessionEnd::Io(e.to_string()),
+                Err(e) => return io_end(e),
             }
             let req = match decode_request(cmd as u8, &payload) {
                 Ok(r) => r,
                 Err(e) => return SessionEnd::Refused(e.to_string()),
             };
+            if let (Command::Hello, Some((id, _))) = (cmd, &self.link) {
+                // Caps apply from here: a pending connection costs nothing.
+                if let Err(why) = self.state.establish(*id) {
+                    return SessionEnd::Dropped(why);
+                }
+            }
             let reply = match self.handle(req) {
                 Ok(r) => r,
                 Err(e) => return SessionEnd::Refused(format!("{cmd}: {e}")),
@@ -192,7 +289,7 @@ impl Session {
 
     /// Writes a response; tensor reads are streamed in chunks.
     fn respond<S: Write>(&mut self, stream: &mut S, reply: Reply) -> Result<(), SessionEnd> {
-        let io = |e: std::io::Error| SessionEnd::Io(e.to_string());
+        let io = io_end;
         match reply {
             Reply::Nothing => Ok(()),
             Reply::Bytes(body) => {
@@ -234,9 +331,7 @@ impl Session {
     fn stream_set_tensor<S: Read>(&mut self, stream: &mut S, size: u64) -> Result<(), SessionEnd> {
         let refuse = |m: String| SessionEnd::Refused(format!("SET_TENSOR: {m}"));
         let mut fixed = [0u8; SET_TENSOR_FIXED];
-        stream
-            .read_exact(&mut fixed)
-            .map_err(|e| SessionEnd::Io(e.to_string()))?;
+        stream.read_exact(&mut fixed).map_err(io_end)?;
         let Ok(Request::SetTensor { header, .. }) =
             decode_request(Command::SetTensor as u8, &fixed)
         else {
@@ -252,9 +347,7 @@ impl Session {
             data.try_reserve_exact(len)
                 .map_err(|_| refuse(format!("cannot reserve {len} bytes")))?;
             data.resize(len, 0);
-            stream
-                .read_exact(&mut data)
-                .map_err(|e| SessionEnd::Io(e.to_string()))?;
+            stream.read_exact(&mut data).map_err(io_end)?;
             self.state.cache_store(&data);
             return tensor_set(&t, offset, &data).map_err(|e| refuse(e.to_string()));
         }
@@ -262,9 +355,7 @@ impl Session {
         while done < len {
             let n = (len - done).min(CHUNK);
             self.scratch.resize(n, 0);
-            stream
-                .read_exact(&mut self.scratch[..n])
-                .map_err(|e| SessionEnd::Io(e.to_string()))?;
+            stream.read_exact(&mut self.scratch[..n]).map_err(io_end)?;
             tensor_set(&t, offset + done, &self.scratch[..n]).map_err(|e| refuse(e.to_string()))?;
             done += n;
         }
