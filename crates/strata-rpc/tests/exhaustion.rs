@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use strata::backend::{alloc_tensors, Device};
 use strata::{ops, DType, Graph, Tensor};
-use strata_rpc::proto::{Command, Request};
-use strata_rpc::server::{default_mem_budget, Limits};
+use strata_rpc::proto::{Command, GraphMsg, Request, FLAG_COMPUTE};
+use strata_rpc::server::{default_mem_budget, Limits, GRAPH_COST};
 
 /// Tests that measure this process's RSS run one at a time.
 static RSS_LOCK: Mutex<()> = Mutex::new(());
@@ -239,4 +239,171 @@ fn idle_and_stalled_clients_are_closed() {
     }
     assert!(!loaded.is_closed(), "a client holding buffers was closed");
     assert!(server.stats().dropped_connections >= 2);
+}
+
+/// Peak RSS of this process since the last reset, in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Resets the peak RSS to the current RSS (Linux `clear_refs` 5).
+fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// A chain of `n` ADD nodes in buffer `h` at `base`: x_i = x_{i-1} + a, x_0 = a,
+/// each 4 floats; `(message, byte offset of the last node)`.
+fn add_chain(h: u64, base: u64, n: u64) -> (GraphMsg, u64) {
+    let a = f32_rec(1, h, base, [4, 1, 1, 1]);
+    let mut g = GraphMsg {
+        device: 0,
+        nodes: Vec::new(),
+        tensors: vec![a],
+    };
+    for i in 1..=n {
+        let mut t = f32_rec(1 + i, h, base + 16 * i, [4, 1, 1, 1]);
+        t.op = 2;
+        t.flags = FLAG_COMPUTE;
+        t.src[0] = i;
+        t.src[1] = 1;
+        g.nodes.push(1 + i);
+        g.tensors.push(t);
+    }
+    (g, 16 * n)
+}
+
+/// Item 3: message limits derive from the budget, and a graph near the
+/// limit costs at most GRAPH_COST times its payload at the peak (read in
+/// place, not decoded into a second copy).
+#[test]
+fn graph_memory_is_bounded_by_its_payload() {
+    let _g = RSS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let l = Limits::with_mem(256 << 20);
+    assert_eq!(l.max_inflight, 32 << 20);
+    assert_eq!(l.max_message, (32 << 20) / GRAPH_COST);
+    assert!(l.max_graph_tensors as u64 * 296 <= l.max_message);
+    let (addr, server) = cpu_server(1, l.clone());
+    let n = 12_000;
+    let mut raw = Raw::connect(addr);
+    let (h, base) = raw.alloc(16 * (n + 1));
+    raw.send(&set(
+        f32_rec(1, h, base, [4, 1, 1, 1]),
+        0,
+        &[0, 0, 128, 63].repeat(4),
+    ))
+    .unwrap();
+    // warm up: the backend's pool and plan for a small graph
+    let (small, _) = add_chain(h, base, 4);
+    raw.send(&Request::GraphCompute(small)).unwrap();
+    raw.call(&Request::DeviceCount, 4).unwrap();
+
+    let (g, last) = add_chain(h, base, n);
+    let bytes = Request::GraphCompute(g).encode();
+    let payload = bytes.len() as u64 - 9;
+    assert!(
+        payload > l.max_message / 2 && payload <= l.max_message,
+        "{payload}"
+    );
+    let measured = reset_peak_rss();
+    let before = rss();
+    raw.send_bytes(&bytes).unwrap();
+    raw.call(&Request::DeviceCount, 4).unwrap();
+    let grown = peak_rss().saturating_sub(before);
+    drop(bytes);
+    let got = raw
+        .call(
+            &Request::GetTensor {
+                tensor: f32_rec(1, h, base + last, [4, 1, 1, 1]),
+                offset: 0,
+                size: 16,
+            },
+            16,
+        )
+        .unwrap();
+    assert_eq!(
+        f32::from_le_bytes(got[..4].try_into().unwrap()),
+        (n + 1) as f32
+    );
+    eprintln!(
+        "graph of {payload} payload bytes: peak RSS +{grown} bytes ({:.2}x), message memory held {}",
+        grown as f64 / payload as f64,
+        server.stats().inflight_bytes
+    );
+    assert_eq!(server.stats().inflight_bytes, payload * GRAPH_COST);
+    if measured {
+        assert!(
+            grown <= payload * GRAPH_COST,
+            "{grown} > {GRAPH_COST} x {payload}"
+        );
+    }
+    // One byte over the limit is refused from its header, before any read.
+    let mut big = Raw::connect(addr);
+    let mut head = vec![Command::GraphCompute as u8];
+    head.extend((l.max_message + 1).to_le_bytes());
+    big.send_bytes(&head).unwrap();
+    let mut b = [0u8; 1];
+    assert!(matches!(big.s.read(&mut b), Ok(0) | Err(_)));
+    drop(raw);
+    server
+        .wait_for(Duration::from_secs(5), |s| {
+            s.inflight_bytes == 0 && s.active_connections == 0
+        })
+        .unwrap();
+}
+
+/// Item 3: message memory is bounded across all connections: a second
+/// large graph waits for room and gives up at the I/O timeout, a trickle
+/// loses its reservation at the rate deadline, and the server goes on.
+#[test]
+fn message_memory_in_flight_is_bounded_globally() {
+    let limits = Limits {
+        io_timeout: Duration::from_millis(600),
+        ..Limits::with_mem(256 << 20)
+    };
+    let max = limits.max_inflight;
+    let size = limits.max_message - 1024; // costs nearly all of max_inflight
+    let (addr, server) = cpu_server(1, limits);
+    let start = |raw: &mut Raw| {
+        let mut head = vec![Command::GraphCompute as u8];
+        head.extend(size.to_le_bytes());
+        head.extend(0u32.to_le_bytes()); // device 0
+        raw.send_bytes(&head).unwrap();
+    };
+    // A trickles one byte per 300 ms: each read is in time, the whole is not.
+    let mut a = Raw::connect(addr);
+    start(&mut a);
+    server
+        .wait_for(Duration::from_secs(5), |s| s.inflight_bytes > 0)
+        .unwrap();
+    let mut b = Raw::connect(addr);
+    start(&mut b);
+    let t0 = Instant::now();
+    let mut peak = 0;
+    while t0.elapsed() < Duration::from_millis(2500) {
+        peak = peak.max(server.stats().inflight_bytes);
+        let _ = a.s.write_all(&[0]);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(peak <= max, "{peak} > {max}");
+    let mut x = [0u8; 1];
+    for (name, raw) in [("waiting", &mut b), ("trickling", &mut a)] {
+        raw.s
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        assert!(
+            matches!(raw.s.read(&mut x), Ok(0) | Err(_)),
+            "{name} still open"
+        );
+    }
+    let s = server
+        .wait_for(Duration::from_secs(5), |s| s.inflight_bytes == 0)
+        .unwrap();
+    assert!(s.dropped_connections >= 2, "{s:?}");
+    well_behaved_session(addr);
 }

@@ -25,7 +25,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -37,11 +37,24 @@ pub use session::{Session, SessionEnd, StatsHandle};
 
 use crate::proto::fnv1a;
 
+/// Memory a received graph costs per payload byte while it is read,
+/// rebuilt, computed and kept for GRAPH_RECOMPUTE: the payload (1x), the
+/// rebuilt tensors and tables (1.6x) and the CPU backend's per-node plans
+/// (3.1x), measured at 5.7x to 6x peak for a graph of nothing but nodes,
+/// the costliest shape (tests/exhaustion.rs); 8 leaves a margin.
+pub const GRAPH_COST: u64 = 8;
+
 /// Limits a server enforces on every connection.
 #[derive(Clone, Debug)]
 pub struct Limits {
-    /// Largest variable-size message (SET_TENSOR, GRAPH_COMPUTE), in bytes.
+    /// Largest GRAPH_COMPUTE payload, in bytes (SET_TENSOR data is bounded
+    /// by the tensor it writes, hence by `max_buffer`).
     pub max_message: u64,
+    /// Memory all connections together may hold for messages: graphs being
+    /// received and rebuilt, and kept for GRAPH_RECOMPUTE (each costs
+    /// [`GRAPH_COST`] times its payload), cached uploads. A message that does
+    /// not fit waits up to `io_timeout` for room, then closes its connection.
+    pub max_inflight: u64,
     /// Largest single buffer (also what GET_MAX_SIZE reports), in bytes.
     pub max_buffer: u64,
     /// Memory budget: bytes all clients together may hold in buffers,
@@ -92,13 +105,19 @@ impl Default for Limits {
 
 impl Limits {
     /// Limits for a memory budget of `bytes` (also the largest buffer).
+    /// Message memory is derived from it: an eighth of it (4 MiB to 2 GiB)
+    /// in flight, a graph message up to a [`GRAPH_COST`]th of that.
     pub fn with_mem(bytes: u64) -> Limits {
+        let max_inflight = (bytes / 8).clamp(4 << 20, 2 << 30);
+        let max_message = max_inflight / GRAPH_COST;
+        let records = max_message / crate::proto::RPC_TENSOR_SIZE as u64;
         Limits {
             mem: bytes,
             max_buffer: bytes,
-            max_message: (8u64 << 30).min(bytes.saturating_add(1 << 20)),
-            max_graph_nodes: 1 << 18,
-            max_graph_tensors: 1 << 20,
+            max_message,
+            max_inflight,
+            max_graph_nodes: records.min(1 << 18) as usize,
+            max_graph_tensors: records.min(1 << 20) as usize,
             max_connections: 64,
             max_per_address: 16,
             max_pending: 64,
@@ -172,6 +191,8 @@ pub struct ServerStats {
     pub live_buffers: usize,
     /// Bytes currently allocated by all clients.
     pub allocated_bytes: u64,
+    /// Message memory held now (graphs received or kept, cached uploads).
+    pub inflight_bytes: u64,
 }
 
 /// State shared by the connections of one server.
@@ -182,6 +203,8 @@ pub(crate) struct State {
     next_handle: AtomicU64,
     next_addr: AtomicU64,
     used: AtomicU64,
+    inflight: Mutex<u64>,
+    inflight_freed: Condvar,
     live_buffers: AtomicUsize,
     active: AtomicUsize,
     total: AtomicUsize,
@@ -189,6 +212,24 @@ pub(crate) struct State {
     dropped: AtomicUsize,
     shutdown: AtomicBool,
     conns: Mutex<conns::Conns>,
+}
+
+/// Message memory held by a connection; returned when dropped.
+pub(crate) struct Inflight {
+    state: Arc<State>,
+    pub(crate) bytes: u64,
+}
+
+impl Drop for Inflight {
+    fn drop(&mut self) {
+        let mut held = self
+            .state
+            .inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *held = held.saturating_sub(self.bytes);
+        self.state.inflight_freed.notify_all();
+    }
 }
 
 /// First synthetic buffer address; addresses stay far below 2^63.
@@ -204,6 +245,8 @@ impl State {
             next_handle: AtomicU64::new(0x5000_0001),
             next_addr: AtomicU64::new(ADDR_START),
             used: AtomicU64::new(0),
+            inflight: Mutex::new(0),
+            inflight_freed: Condvar::new(),
             live_buffers: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
             total: AtomicUsize::new(0),
@@ -227,6 +270,35 @@ impl State {
             dropped_connections: self.dropped.load(Ordering::SeqCst),
             live_buffers: self.live_buffers.load(Ordering::SeqCst),
             allocated_bytes: self.used.load(Ordering::SeqCst),
+            inflight_bytes: *self.inflight.lock().unwrap_or_else(|e| e.into_inner()),
+        }
+    }
+
+    /// Reserves `bytes` of message memory, waiting up to `wait` for room;
+    /// `None` when it does not fit in that time (or ever).
+    fn acquire(self: &Arc<State>, bytes: u64, wait: Duration) -> Option<Inflight> {
+        if bytes > self.limits.max_inflight {
+            return None;
+        }
+        let end = Instant::now() + wait;
+        let mut held = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if *held + bytes <= self.limits.max_inflight {
+                *held += bytes;
+                return Some(Inflight {
+                    state: self.clone(),
+                    bytes,
+                });
+            }
+            let now = Instant::now();
+            if now >= end || self.shutdown.load(Ordering::SeqCst) {
+                return None;
+            }
+            held = self
+                .inflight_freed
+                .wait_timeout(held, end - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 
@@ -284,14 +356,18 @@ impl State {
         }
     }
 
-    /// Bytes cached under `hash`, when present and no larger than a buffer may be.
-    fn cache_load(&self, hash: u64) -> Option<Vec<u8>> {
+    /// Bytes cached under `hash`, when present, no larger than a buffer may
+    /// be, and there is message memory for them now (otherwise the client
+    /// uploads them, streamed).
+    fn cache_load(self: &Arc<State>, hash: u64) -> Option<(Vec<u8>, Inflight)> {
         let path = self.cache_path(hash)?;
         let len = std::fs::metadata(&path).ok()?.len();
         if len > self.limits.max_buffer {
             return None;
         }
-        std::fs::read(&path).ok()
+        let held = self.acquire(len, Duration::ZERO)?;
+        let bytes = std::fs::read(&path).ok()?;
+        (bytes.len() as u64 == len).then_some((bytes, held))
     }
 }
 

@@ -14,10 +14,10 @@ use strata::{Graph, Tensor};
 
 use super::graph::rebuild;
 use super::validate::{lookup, placed, range_in_tensor, tensor_of, Refusal, RemoteBuf};
-use super::{BackendFactory, Limits, ServerStats, State};
+use super::{BackendFactory, Inflight, Limits, ServerStats, State, GRAPH_COST};
 use crate::proto::{
-    decode_request, hello_response, pair_payload, parse_request_header, Command, Request,
-    REQUEST_HEADER_SIZE, SET_TENSOR_FIXED,
+    decode_request, hello_response, pair_payload, parse_request_header, Command, GraphView,
+    Request, REQUEST_HEADER_SIZE, SET_TENSOR_FIXED,
 };
 
 /// How a connection ended.
@@ -44,8 +44,13 @@ fn io_end(e: std::io::Error) -> SessionEnd {
     }
 }
 
-/// Bytes moved per step when streaming tensor data.
-const CHUNK: usize = 4 << 20;
+/// Bytes moved per step when streaming tensor data (each connection keeps
+/// a scratch buffer of this size).
+const CHUNK: usize = 1 << 20;
+
+/// Slowest average rate a client may send a graph at (on top of one
+/// `io_timeout`): a trickle cannot hold message memory for long.
+const MIN_RATE: u64 = 1 << 20;
 
 /// What a handled request answers.
 enum Reply {
@@ -74,7 +79,9 @@ pub struct Session {
     state: Arc<State>,
     buffers: HashMap<u64, RemoteBuf>,
     backends: Vec<Option<Box<dyn Backend>>>,
-    graphs: Vec<Option<Graph>>,
+    /// Per device: the last graph, for GRAPH_RECOMPUTE, with the message
+    /// memory it holds.
+    graphs: Vec<Option<(Graph, Inflight)>>,
     greeted: bool,
     peer: String,
     scratch: Vec<u8>,
@@ -223,16 +230,25 @@ impl Session {
                 return io_end(e);
             }
             let (_, size) = parse_request_header(&head);
+            let limits = &self.state.limits;
+            let set_max = limits.max_buffer.saturating_add(SET_TENSOR_FIXED as u64);
             match cmd.request_size() {
                 Some(n) if size != n as u64 => {
                     return SessionEnd::Refused(format!(
                         "{cmd}: size {size}, expected {n} (client speaks another protocol version?)"
                     ))
                 }
-                None if size > self.state.limits.max_message => {
+                None if cmd == Command::SetTensor && size > set_max => {
                     return SessionEnd::Refused(format!(
-                        "{cmd}: message of {size} bytes exceeds the limit of {} bytes",
-                        self.state.limits.max_message
+                        "{cmd}: message of {size} bytes exceeds the largest buffer ({} bytes)",
+                        limits.max_buffer
+                    ))
+                }
+                None if cmd == Command::GraphCompute && size > limits.max_message => {
+                    return SessionEnd::Refused(format!(
+                        "{cmd}: message of {size} bytes exceeds the limit of {} bytes \
+                         (derived from the memory budget)",
+                        limits.max_message
                     ))
                 }
                 _ => {}
@@ -243,17 +259,13 @@ impl Session {
                 }
                 continue;
             }
-            // Only GRAPH_COMPUTE (and too-short SET_TENSOR) get here: bound
-            // the message by the graph limits before reserving anything.
-            let limits = &self.state.limits;
-            let graph_max = 12
-                + 8 * limits.max_graph_nodes as u64
-                + crate::proto::RPC_TENSOR_SIZE as u64 * limits.max_graph_tensors as u64;
-            if cmd == Command::GraphCompute && size > graph_max {
-                return SessionEnd::Refused(format!(
-                    "{cmd}: message of {size} bytes exceeds the graph limits ({graph_max} bytes)"
-                ));
+            if cmd == Command::GraphCompute {
+                if let Err(e) = self.graph_compute(stream, size) {
+                    return e;
+                }
+                continue;
             }
+            // Fixed-size requests (at most a few KiB) and a too-short SET_TENSOR.
             let mut payload = Vec::new();
             if payload.try_reserve_exact(size as usize).is_err() {
                 return SessionEnd::Refused(format!("{cmd}: cannot reserve {size} bytes"));
@@ -341,7 +353,12 @@ impl Session {
         let t = placed(&self.buffers, &header.tensor).map_err(refuse)?;
         range_in_tensor(&t, header.offset, len).map_err(refuse)?;
         let (offset, len) = (header.offset as usize, len as usize);
-        if header.cache_flag != 0 && self.state.cache_enabled() {
+        // Caching needs the whole upload in memory: only when message memory
+        // has room now; otherwise the upload is streamed, not cached.
+        let held = (header.cache_flag != 0 && self.state.cache_enabled())
+            .then(|| self.state.acquire(len as u64, Duration::ZERO))
+            .flatten();
+        if let Some(_held) = held {
             // len fits the tensor, hence a buffer that exists: reserving it is bounded.
             let mut data = Vec::new();
             data.try_reserve_exact(len)
@@ -359,6 +376,73 @@ impl Session {
             tensor_set(&t, offset + done, &self.scratch[..n]).map_err(|e| refuse(e.to_string()))?;
             done += n;
         }
+        Ok(())
+    }
+
+    /// GRAPH_COMPUTE of `size` payload bytes: reserves the message memory
+    /// it costs (waiting for room up to the I/O timeout), reads it within a
+    /// deadline, rebuilds it from the payload in place and computes it.
+    fn graph_compute<S: Read>(&mut self, stream: &mut S, size: u64) -> Result<(), SessionEnd> {
+        let refuse = |m: String| SessionEnd::Refused(format!("GRAPH_COMPUTE: {m}"));
+        if size < 12 {
+            return Err(refuse(format!(
+                "payload has {size} bytes, at least 12 needed"
+            )));
+        }
+        let mut dev = [0u8; 4];
+        stream.read_exact(&mut dev).map_err(io_end)?;
+        let d = self.device(u32::from_le_bytes(dev)).map_err(refuse)?;
+        // The device's last graph is replaced: its memory is free for this one.
+        self.graphs[d] = None;
+        let limits = &self.state.limits;
+        let cost = size.saturating_mul(GRAPH_COST);
+        // What this connection holds itself is not freed by waiting.
+        let own: u64 = self.graphs.iter().flatten().map(|(_, h)| h.bytes).sum();
+        let wait = if own.saturating_add(cost) > limits.max_inflight {
+            Duration::ZERO
+        } else {
+            limits.io_timeout
+        };
+        let Some(held) = self.state.acquire(cost, wait) else {
+            return Err(SessionEnd::Dropped(format!(
+                "GRAPH_COMPUTE: no room for {cost} bytes of message memory within {:?} \
+                 (max_inflight {} bytes, shared by all clients)",
+                limits.io_timeout, limits.max_inflight
+            )));
+        };
+        let deadline = Instant::now() + limits.io_timeout + Duration::from_secs(size / MIN_RATE);
+        let mut payload = Vec::new();
+        payload
+            .try_reserve_exact(size as usize)
+            .map_err(|_| refuse(format!("cannot reserve {size} bytes")))?;
+        payload.extend_from_slice(&dev);
+        let mut chunk = [0u8; 64 << 10];
+        while (payload.len() as u64) < size {
+            if Instant::now() > deadline {
+                return Err(SessionEnd::Dropped(format!(
+                    "GRAPH_COMPUTE: {} of {size} bytes after the deadline (slower than {} KiB/s)",
+                    payload.len(),
+                    MIN_RATE >> 10
+                )));
+            }
+            let want = ((size - payload.len() as u64) as usize).min(chunk.len());
+            match stream.read(&mut chunk[..want]) {
+                Ok(0) => {
+                    return Err(SessionEnd::Io(format!(
+                        "GRAPH_COMPUTE: stream ended after {} of {size} payload bytes",
+                        payload.len()
+                    )))
+                }
+                Ok(n) => payload.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_end(e)),
+            }
+        }
+        let view = GraphView::parse(&payload).map_err(|e| SessionEnd::Refused(e.to_string()))?;
+        let graph = rebuild(&view, &self.buffers, limits).map_err(refuse)?;
+        drop(payload);
+        self.compute(d, &graph).map_err(refuse)?;
+        self.graphs[d] = Some((graph, held));
         Ok(())
     }
 
@@ -447,7 +531,7 @@ impl Session {
                 offset,
                 hash,
             } => {
-                let Some(bytes) = state.cache_load(hash) else {
+                let Some((bytes, _held)) = state.cache_load(hash) else {
                     return Ok(Reply::Bytes(vec![0]));
                 };
                 let t = placed(&self.buffers, &tensor)?;
@@ -474,21 +558,15 @@ impl Session {
                     Reply::Bytes(vec![0])
                 }
             }
-            Request::GraphCompute(msg) => {
-                let d = self.device(msg.device)?;
-                let graph = rebuild(&msg, &self.buffers, limits)?;
-                self.graphs[d] = None;
-                self.compute(d, &graph)?;
-                self.graphs[d] = Some(graph);
-                Reply::Nothing
-            }
+            // Read in place by graph_compute, never decoded whole.
+            Request::GraphCompute(_) => return Err("GRAPH_COMPUTE out of its reader".into()),
             Request::GraphRecompute { device } => {
                 let d = self.device(device)?;
-                let graph = self.graphs[d]
+                let (graph, held) = self.graphs[d]
                     .take()
                     .ok_or_else(|| format!("no graph to recompute on device {d}"))?;
                 self.compute(d, &graph)?;
-                self.graphs[d] = Some(graph);
+                self.graphs[d] = Some((graph, held));
                 Reply::Nothing
             }
             Request::GetDeviceMemory { device } => {
