@@ -25,6 +25,15 @@ pub struct Args {
     /// reported as the device memory). Default: two thirds of physical memory.
     #[arg(long, value_name = "MiB")]
     mem: Option<u64>,
+    /// Most nodes in one graph (default: as many as the message limit,
+    /// derived from --mem, allows).
+    #[arg(long, value_name = "N")]
+    max_graph_nodes: Option<usize>,
+    /// Longest computation of one graph, in seconds; a longer one is aborted
+    /// and its client disconnected (default: no limit). A computation is
+    /// always aborted when its client disconnects.
+    #[arg(long, value_name = "SECS")]
+    compute_timeout: Option<f64>,
     /// Directory caching large weight uploads by hash (SET_TENSOR_HASH).
     #[arg(long, value_name = "DIR")]
     cache: Option<PathBuf>,
@@ -61,6 +70,27 @@ pub fn run(args: Args) -> Result<()> {
         ),
         None => Limits::default(),
     };
+    let mut limits = limits;
+    if let Some(n) = args.max_graph_nodes {
+        if n == 0 {
+            return Err(Error::InvalidArgument(
+                "--max-graph-nodes must be at least 1".into(),
+            ));
+        }
+        limits.max_graph_nodes = n;
+    }
+    if let Some(secs) = args.compute_timeout {
+        limits.max_compute = Some(
+            std::time::Duration::try_from_secs_f64(secs)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "--compute-timeout {secs}: give a positive number of seconds"
+                    ))
+                })?,
+        );
+    }
     let factory = Arc::new(CpuBackendFactory::new(threads));
     let mut server = Server::bind(
         SocketAddr::new(args.host, args.port),
@@ -82,6 +112,18 @@ pub fn run(args: Args) -> Result<()> {
             .map_or("n/a".into(), |d| d.display().to_string())
     );
     let _ = writeln!(out, "  threads        : {threads}");
+    let _ = writeln!(
+        out,
+        "  graph limits   : {} nodes, {} MiB messages, {}",
+        limits.max_graph_nodes,
+        limits.max_message >> 20,
+        limits
+            .max_compute
+            .map_or("no time limit".into(), |d| format!(
+                "{:.1} s per graph",
+                d.as_secs_f64()
+            ))
+    );
     let _ = writeln!(out, "Devices:");
     for i in 0..factory.device_count() {
         let d = factory.device(i);

@@ -407,3 +407,88 @@ fn message_memory_in_flight_is_bounded_globally() {
     assert!(s.dropped_connections >= 2, "{s:?}");
     well_behaved_session(addr);
 }
+
+/// A graph of `n` MUL_MAT nodes (f32 k x k by k x k), all writing the same
+/// result: a computation of `n` products, in a buffer of 12 k^2 bytes.
+fn matmul_graph(h: u64, base: u64, k: u32, n: u64) -> GraphMsg {
+    let kk = (k * k) as u64;
+    let mut g = GraphMsg {
+        device: 0,
+        nodes: Vec::new(),
+        tensors: vec![
+            f32_rec(1, h, base, [k, k, 1, 1]),
+            f32_rec(2, h, base + 4 * kk, [k, k, 1, 1]),
+        ],
+    };
+    for i in 0..n {
+        let mut t = f32_rec(3 + i, h, base + 8 * kk, [k, k, 1, 1]);
+        t.op = strata::ops::Op::MulMat.ggml_id();
+        t.flags = FLAG_COMPUTE;
+        t.src[0] = 1;
+        t.src[1] = 2;
+        g.nodes.push(3 + i);
+        g.tensors.push(t);
+    }
+    g
+}
+
+/// A connection with a k = 256 buffer and the time one product takes there.
+fn matmul_setup(addr: std::net::SocketAddr) -> (Raw, u64, u64, Duration) {
+    let mut raw = Raw::connect(addr);
+    let (h, base) = raw.alloc(12 * 256 * 256);
+    let t0 = Instant::now();
+    raw.send(&Request::GraphCompute(matmul_graph(h, base, 256, 16)))
+        .unwrap();
+    raw.call(&Request::DeviceCount, 4).unwrap();
+    (raw, h, base, t0.elapsed() / 16)
+}
+
+/// Item 4: a computation stops soon after its client closes the connection,
+/// even with the client's next request queued behind it (as strata's client
+/// queues DEVICE_COUNT to wait for the result).
+#[test]
+fn computation_stops_when_its_client_goes_away() {
+    let (addr, server) = cpu_server(1, Limits::with_mem(1 << 30));
+    let (mut raw, h, base, per) = matmul_setup(addr);
+    let n = ((20.0 / per.as_secs_f64()) as u64).clamp(2000, 40_000);
+    let full = per * n as u32;
+    raw.send(&Request::GraphCompute(matmul_graph(h, base, 256, n)))
+        .unwrap();
+    raw.send(&Request::DeviceCount).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let closed = Instant::now();
+    drop(raw);
+    server
+        .wait_for(Duration::from_secs(20), |s| {
+            s.aborted_computations == 1 && s.active_connections == 0
+        })
+        .unwrap();
+    let took = closed.elapsed();
+    eprintln!("{n} products ({full:?} in all): stopped {took:?} after the client left");
+    assert!(took < full / 4 && took < Duration::from_secs(3), "{took:?}");
+}
+
+/// Item 4: a graph computing longer than `max_compute` is aborted and its
+/// connection closed; the server serves the next client.
+#[test]
+fn computation_past_the_time_limit_is_aborted() {
+    let limits = Limits {
+        max_compute: Some(Duration::from_millis(400)),
+        ..Limits::with_mem(1 << 30)
+    };
+    let (addr, server) = cpu_server(1, limits);
+    let (mut raw, h, base, per) = matmul_setup(addr);
+    let n = ((10.0 / per.as_secs_f64()) as u64).clamp(1000, 40_000);
+    let t0 = Instant::now();
+    raw.send(&Request::GraphCompute(matmul_graph(h, base, 256, n)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    raw.send(&Request::DeviceCount).unwrap();
+    assert!(matches!(raw.s.read(&mut b), Ok(0) | Err(_)), "answered");
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    let s = server.stats();
+    assert_eq!(s.aborted_computations, 1, "{s:?}");
+    assert!(s.dropped_connections >= 1, "{s:?}");
+    well_behaved_session(addr);
+}

@@ -20,6 +20,7 @@ mod conns;
 mod graph;
 mod session;
 mod validate;
+mod watch;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -81,6 +82,10 @@ pub struct Limits {
     pub idle_timeout_loaded: Option<Duration>,
     /// Longest stall of any read inside a message, and of any write.
     pub io_timeout: Duration,
+    /// Longest computation of one graph (`None`: no limit); a longer one is
+    /// aborted and its connection closed. A computation is also aborted when
+    /// its client closes the connection.
+    pub max_compute: Option<Duration>,
 }
 
 /// The default memory budget: two thirds of the machine's physical memory
@@ -125,6 +130,7 @@ impl Limits {
             idle_timeout: Duration::from_secs(120),
             idle_timeout_loaded: None,
             io_timeout: Duration::from_secs(30),
+            max_compute: None,
         }
     }
 }
@@ -193,6 +199,8 @@ pub struct ServerStats {
     pub allocated_bytes: u64,
     /// Message memory held now (graphs received or kept, cached uploads).
     pub inflight_bytes: u64,
+    /// Computations stopped midway: client gone, time limit, shutdown.
+    pub aborted_computations: usize,
 }
 
 /// State shared by the connections of one server.
@@ -210,6 +218,7 @@ pub(crate) struct State {
     total: AtomicUsize,
     refused: AtomicUsize,
     dropped: AtomicUsize,
+    aborted: AtomicUsize,
     shutdown: AtomicBool,
     conns: Mutex<conns::Conns>,
 }
@@ -252,6 +261,7 @@ impl State {
             total: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
             dropped: AtomicUsize::new(0),
+            aborted: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             conns: Mutex::new(conns::Conns::default()),
         }
@@ -271,6 +281,7 @@ impl State {
             live_buffers: self.live_buffers.load(Ordering::SeqCst),
             allocated_bytes: self.used.load(Ordering::SeqCst),
             inflight_bytes: *self.inflight.lock().unwrap_or_else(|e| e.into_inner()),
+            aborted_computations: self.aborted.load(Ordering::SeqCst),
         }
     }
 

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,7 @@ use strata::{Graph, Tensor};
 
 use super::graph::rebuild;
 use super::validate::{lookup, placed, range_in_tensor, tensor_of, Refusal, RemoteBuf};
+use super::watch::{Prefixed, Probe};
 use super::{BackendFactory, Inflight, Limits, ServerStats, State, GRAPH_COST};
 use crate::proto::{
     decode_request, hello_response, pair_payload, parse_request_header, Command, GraphView,
@@ -88,6 +89,10 @@ pub struct Session {
     /// The server's id of this connection and a handle on its socket
     /// (deadlines, admission); `None` for in-memory sessions.
     link: Option<(usize, TcpStream)>,
+    /// Watches the client during computations; with the bytes it read ahead.
+    probe: Option<Arc<Probe>>,
+    /// How the connection ends after an aborted computation.
+    aborted: Option<SessionEnd>,
     started: Instant,
 }
 
@@ -104,6 +109,8 @@ impl Session {
             peer,
             scratch: Vec::new(),
             link: None,
+            probe: None,
+            aborted: None,
             started: Instant::now(),
         }
     }
@@ -111,6 +118,9 @@ impl Session {
     /// Ties the session to connection `id` of its server, whose socket
     /// `stream` is: deadlines apply to reads, and HELLO must pass admission.
     pub(crate) fn attach(&mut self, id: usize, stream: TcpStream) {
+        if let Ok(watch) = stream.try_clone() {
+            self.probe = Some(Arc::new(Probe::new(watch)));
+        }
         self.link = Some((id, stream));
     }
 
@@ -187,7 +197,11 @@ impl Session {
     /// Serves requests from `stream` until the client closes it, a message is
     /// refused, or I/O fails. Never panics on any input.
     pub fn serve<S: Read + Write>(&mut self, stream: &mut S) -> SessionEnd {
-        let end = self.serve_inner(stream);
+        let mut stream = Prefixed {
+            ahead: self.probe.as_ref().map(|p| p.ahead()),
+            inner: stream,
+        };
+        let end = self.serve_inner(&mut stream);
         match &end {
             SessionEnd::Refused(r) => {
                 self.state.refused.fetch_add(1, Ordering::Relaxed);
@@ -261,7 +275,7 @@ impl Session {
             }
             if cmd == Command::GraphCompute {
                 if let Err(e) = self.graph_compute(stream, size) {
-                    return e;
+                    return self.aborted.take().unwrap_or(e);
                 }
                 continue;
             }
@@ -291,7 +305,12 @@ impl Session {
             }
             let reply = match self.handle(req) {
                 Ok(r) => r,
-                Err(e) => return SessionEnd::Refused(format!("{cmd}: {e}")),
+                Err(e) => {
+                    return self
+                        .aborted
+                        .take()
+                        .unwrap_or_else(|| SessionEnd::Refused(format!("{cmd}: {e}")))
+                }
             };
             if let Err(e) = self.respond(stream, reply) {
                 return e;
@@ -467,10 +486,57 @@ impl Session {
         Ok(self.backends[device].as_mut().expect("set above"))
     }
 
+    /// Computes `graph` on `device`, aborting it midway when the client
+    /// goes away, the time limit passes or the server shuts down (the reason
+    /// is kept in `self.aborted` for the connection's end).
     fn compute(&mut self, device: usize, graph: &Graph) -> Result<(), Refusal> {
-        self.backend(device)?
-            .graph_compute(graph)
-            .map_err(|e| format!("graph computation failed on device {device}: {e}"))
+        const GONE: u8 = 1;
+        const LATE: u8 = 2;
+        const STOP: u8 = 3;
+        let why = Arc::new(AtomicU8::new(0));
+        let cb: strata::backend::AbortCallback = {
+            let why = why.clone();
+            let state = self.state.clone();
+            let probe = self.probe.clone();
+            let deadline = state.limits.max_compute.map(|d| Instant::now() + d);
+            Box::new(move || {
+                let r = if state.shutdown.load(Ordering::Relaxed) {
+                    STOP
+                } else if deadline.is_some_and(|d| Instant::now() > d) {
+                    LATE
+                } else if probe.as_ref().is_some_and(|p| p.client_gone()) {
+                    GONE
+                } else {
+                    return false;
+                };
+                why.store(r, Ordering::Relaxed);
+                true
+            })
+        };
+        let backend = self.backend(device)?;
+        let armed = backend.set_abort_callback(Some(cb));
+        let res = backend.graph_compute(graph);
+        if armed {
+            backend.set_abort_callback(None);
+        }
+        let Err(e) = res else {
+            return Ok(());
+        };
+        let reason = why.load(Ordering::Relaxed);
+        if reason != 0 {
+            self.state.aborted.fetch_add(1, Ordering::Relaxed);
+            self.aborted = Some(match reason {
+                GONE => SessionEnd::Io(
+                    "the client closed the connection during a computation: aborted it".into(),
+                ),
+                LATE => SessionEnd::Dropped(format!(
+                    "a graph computed longer than the limit of {:?}: aborted it",
+                    self.state.limits.max_compute.unwrap_or_default()
+                )),
+                _ => SessionEnd::Io("server shutting down: computation aborted".into()),
+            });
+        }
+        Err(format!("graph computation failed on device {device}: {e}"))
     }
 
     /// Handles one decoded request.

@@ -24,7 +24,9 @@ mod device;
 use std::sync::Arc;
 
 pub use buffer::{same_buffer_type, Buffer, BufferType, BufferUsage, TensorLayout};
-pub use device::{Backend, Device, DeviceMemory, DeviceProvider, DeviceType, Event, Registry};
+pub use device::{
+    AbortCallback, Backend, Device, DeviceMemory, DeviceProvider, DeviceType, Event, Registry,
+};
 
 pub use crate::graph::Graph;
 use crate::tensor::Tensor;

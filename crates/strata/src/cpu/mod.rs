@@ -111,8 +111,7 @@ impl Device for CpuDevice {
     }
 }
 
-/// Callback asked between nodes; returning `true` stops the computation.
-pub type AbortCallback = Box<dyn Fn() -> bool + Send + Sync>;
+pub use crate::backend::AbortCallback;
 
 /// The CPU backend: computes graphs on a persistent thread pool.
 pub struct CpuBackend {
@@ -355,6 +354,10 @@ impl CpuBackend {
 impl Backend for CpuBackend {
     fn name(&self) -> String {
         "CPU".into()
+    }
+    fn set_abort_callback(&mut self, cb: Option<AbortCallback>) -> bool {
+        CpuBackend::set_abort_callback(self, cb);
+        true
     }
     fn device(&self) -> Arc<dyn Device> {
         cpu_device()
