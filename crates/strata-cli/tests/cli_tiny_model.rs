@@ -14,8 +14,13 @@ const FF: usize = 48;
 const V: usize = 40;
 
 fn tiny_model(dir: &Path) -> PathBuf {
+    tiny_model_with(dir, "tiny.gguf", &[])
+}
+
+/// The tiny model saved as `dir/file` with metadata `set` (replacing or adding keys).
+fn tiny_model_with(dir: &Path, file: &str, set: &[(&str, Value)]) -> PathBuf {
     let mut g = GgufWriter::new();
-    let md: Vec<(&str, Value)> = vec![
+    let mut md: Vec<(&str, Value)> = vec![
         ("general.architecture", "llama".into()),
         ("llama.block_count", Value::U32(2)),
         ("llama.embedding_length", Value::U32(E as u32)),
@@ -26,6 +31,10 @@ fn tiny_model(dir: &Path) -> PathBuf {
         ("tokenizer.ggml.model", "gpt2".into()),
         ("tokenizer.ggml.pre", "default".into()),
     ];
+    for (k, v) in set {
+        md.retain(|(m, _)| m != k);
+        md.push((k, v.clone()));
+    }
     for (k, v) in md {
         g.add_metadata(k, v).unwrap();
     }
@@ -85,7 +94,7 @@ fn tiny_model(dir: &Path) -> PathBuf {
                 .unwrap();
         }
     }
-    let path = dir.join("tiny.gguf");
+    let path = dir.join(file);
     g.write_to_path(&path).unwrap();
     path
 }
@@ -270,4 +279,24 @@ fn cli_on_a_tiny_model() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("error: "), "{args:?}: {err}");
     }
+}
+
+/// Issue 16 items 7 and 8: hostile model files make `strata run` / `chat`
+/// fail with a typed error and exit code 1 (not an abort, not a hang).
+#[test]
+fn hostile_model_files_are_errors() {
+    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-h-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let blocks = tiny_model_with(
+        &dir.0,
+        "blocks.gguf",
+        &[("llama.block_count", Value::U64(1 << 40))],
+    );
+    let o = strata(&["run", "-m", blocks.to_str().unwrap(), "-p", "ab", "-n", "2"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("llama.block_count") && err.contains("2 blocks"),
+        "{err}"
+    );
 }

@@ -62,8 +62,13 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 fn write_model(drop: Option<&str>) -> (Vec<u8>, W) {
+    write_model_with(drop, &[])
+}
+
+/// The tiny model with metadata `set` (replacing or adding keys).
+fn write_model_with(drop: Option<&str>, set: &[(&str, Value)]) -> (Vec<u8>, W) {
     let mut g = GgufWriter::new();
-    let md: Vec<(&str, Value)> = vec![
+    let mut md: Vec<(&str, Value)> = vec![
         ("general.architecture", "llama".into()),
         ("llama.block_count", Value::U32(N_LAYER as u32)),
         ("llama.embedding_length", Value::U32(N_EMBD as u32)),
@@ -80,6 +85,10 @@ fn write_model(drop: Option<&str>) -> (Vec<u8>, W) {
         ("tokenizer.ggml.model", "gpt2".into()),
         ("tokenizer.ggml.pre", "default".into()),
     ];
+    for (k, v) in set {
+        md.retain(|(m, _)| m != k);
+        md.push((k, v.clone()));
+    }
     for (k, v) in md {
         g.add_metadata(k, v).unwrap();
     }
@@ -524,4 +533,68 @@ fn reused_decode_graphs_give_the_same_bits_as_rebuilt_ones() {
         a.reset_timings();
         assert_eq!(a.timings(), strata_models::DecodeTimings::default());
     }
+}
+
+/// Issue 16 item 7: hyperparameters that disagree with the tensors present
+/// are typed errors naming the key, found before anything is sized by them
+/// (block_count 2^40 aborted on an 8 TiB layer map; 2^27 used 1.2 GB).
+#[test]
+fn hyperparameters_are_checked_against_the_tensors() {
+    for (key, value, says) in [
+        ("llama.block_count", Value::U64(1 << 40), "for 2 blocks"),
+        ("llama.block_count", Value::U32(1 << 27), "for 2 blocks"),
+        ("llama.block_count", Value::U32(3), "for 2 blocks"),
+        (
+            "llama.attention.key_length",
+            Value::U64(1 << 40),
+            "blk.0.attn_q.weight",
+        ),
+        (
+            "llama.attention.value_length",
+            Value::U32(1 << 30),
+            "blk.0.attn_v.weight",
+        ),
+        (
+            "llama.attention.head_count_kv",
+            Value::U32(4),
+            "blk.0.attn_k.weight",
+        ),
+        (
+            "llama.feed_forward_length",
+            Value::U64(1 << 50),
+            "blk.0.ffn_up.weight",
+        ),
+        (
+            "llama.embedding_length",
+            Value::U32(64),
+            "token_embd.weight",
+        ),
+    ] {
+        let (bytes, _) = write_model_with(None, &[(key, value.clone())]);
+        let t0 = std::time::Instant::now();
+        let e = load(&bytes, &LoadOptions::default()).unwrap_err();
+        let msg = e.to_string();
+        let short = key.trim_start_matches("llama.");
+        assert!(
+            matches!(e, ModelError::Metadata { .. }) && msg.contains(short) && msg.contains(says),
+            "{key} = {value:?}: {msg}"
+        );
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2), "{key}");
+        // --fit sizes the KV cache from the same numbers: refused the same way
+        let dir = std::env::temp_dir().join(format!("strata-hp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m.gguf");
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(Model::fit(&path, &LoadOptions::default(), 32).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    // and a context whose cache size overflows is an error, not a panic
+    let (bytes, _) = write_model(None);
+    let dir = std::env::temp_dir().join(format!("strata-hp-ok-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("m.gguf");
+    std::fs::write(&path, &bytes).unwrap();
+    let e = Model::fit(&path, &LoadOptions::default(), usize::MAX).unwrap_err();
+    assert!(e.to_string().contains("-c"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
