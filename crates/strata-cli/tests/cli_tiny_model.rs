@@ -299,4 +299,37 @@ fn hostile_model_files_are_errors() {
         err.contains("llama.block_count") && err.contains("2 blocks"),
         "{err}"
     );
+
+    let loops = tiny_model_with(
+        &dir.0,
+        "loops.gguf",
+        &[(
+            "tokenizer.chat_template",
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"
+                .into(),
+        )],
+    );
+    let m = loops.to_str().unwrap();
+    let t0 = std::time::Instant::now();
+    let o = strata(&["run", "-m", m, "-p", "ab", "-n", "2", "--chat"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("tokenizer.chat_template") && err.contains("range()"),
+        "{err}"
+    );
+    let mut chat = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["chat", "-m", m, "-n", "2"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    chat.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let o = chat.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("tokenizer.chat_template"), "{err}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(30));
 }

@@ -499,7 +499,7 @@ fn session_generation_is_reproducible_with_a_seed() {
     let s = Session::from_model(model.clone(), ContextOptions::default()).unwrap();
     assert!(matches!(
         s.chat_prompt(&[], true),
-        Err(ModelError::Template(_))
+        Err(ModelError::Template { .. })
     ));
 }
 
