@@ -47,6 +47,37 @@ pub struct ModelArgs {
     pub no_repack: bool,
 }
 
+/// Checks thread counts (`-t`, `--threads`): 0 is an error, more than
+/// [`strata::cpu::MAX_THREADS`] is capped, and more than the cores this
+/// process may use gets a warning (the threads then wait on each other at
+/// every op, and throughput collapses). Returns the counts to use.
+pub fn check_threads(values: &[usize], flag: &str) -> Result<Vec<usize>, String> {
+    let cores = strata::cpu::default_threads();
+    let mut warned = false;
+    values
+        .iter()
+        .map(|&n| {
+            if n == 0 {
+                return Err(format!("{flag} 0: at least 1 thread is needed"));
+            }
+            let capped = n.min(strata::cpu::MAX_THREADS);
+            if capped < n {
+                eprintln!(
+                    "warning: {flag} {n} is capped at {capped} threads (the most strata runs)"
+                );
+            }
+            if capped > cores && !warned {
+                warned = true;
+                eprintln!(
+                    "warning: {flag} {capped} is more than the {cores} cores available: the threads \
+                     will wait on each other and throughput drops sharply; use {flag} {cores} or fewer"
+                );
+            }
+            Ok(capped)
+        })
+        .collect()
+}
+
 /// Turns llama.cpp's single-dash long options (`-ngl`, `-ot`, `-fa`) into clap's `--` form.
 pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
     args.map(|a| match a.as_str() {
@@ -109,7 +140,10 @@ impl ModelArgs {
         ContextOptions {
             n_ctx: self.ctx_size,
             n_batch: self.batch_size,
-            n_threads: self.threads.first().copied().unwrap_or(1),
+            n_threads: self
+                .threads
+                .first()
+                .map_or(1, |&n| n.clamp(1, strata::cpu::MAX_THREADS)),
             attention: if self.no_flash_attn {
                 Attention::SoftMax
             } else {
@@ -121,6 +155,7 @@ impl ModelArgs {
 
     /// Loads the model, with a progress bar while weights are copied to devices.
     pub fn load(&self) -> Result<Arc<Model>, Box<dyn std::error::Error>> {
+        check_threads(&self.threads, "-t")?;
         let path = self.model_path()?;
         let opts = self.load_options()?;
         let bar = ProgressBar::hidden();

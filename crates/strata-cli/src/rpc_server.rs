@@ -50,11 +50,8 @@ const WARNING: &str = "\
 /// Runs the server until the process is stopped.
 pub fn run(args: Args) -> Result<()> {
     let threads = args.threads.unwrap_or_else(strata::cpu::default_threads);
-    if threads == 0 {
-        return Err(Error::InvalidArgument(
-            "--threads must be at least 1".into(),
-        ));
-    }
+    let threads =
+        crate::common::check_threads(&[threads], "--threads").map_err(Error::InvalidArgument)?[0];
     if !args.host.is_loopback() {
         eprintln!("{}", WARNING.replace("{HOST}", &args.host.to_string()));
     }

@@ -333,3 +333,36 @@ fn hostile_model_files_are_errors() {
     assert!(err.contains("tokenizer.chat_template"), "{err}");
     assert!(t0.elapsed() < std::time::Duration::from_secs(30));
 }
+
+/// Issue 16 item 9: more threads than cores runs, with a warning; past the
+/// maximum it is capped, with a warning; 0 is an error naming the flag.
+#[test]
+fn thread_counts_are_checked() {
+    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-t-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let model = tiny_model(&dir.0);
+    let m = model.to_str().unwrap();
+    // The warnings come before loading; 512 threads on a small machine take
+    // seconds per token, so the run is stopped once they are read.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "run", "-m", m, "-p", "ab", "-n", "1", "-c", "16", "-s", "1", "-t", "600",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let err: Vec<String> = std::io::BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .take(2)
+        .map(|l| l.unwrap())
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(err[0].contains("-t 600 is capped at 512"), "{err:?}");
+    assert!(err[1].contains("cores available"), "{err:?}");
+    let o = strata(&["run", "-m", m, "-p", "ab", "-n", "1", "-t", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("-t 0"));
+}
