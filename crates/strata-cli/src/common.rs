@@ -78,6 +78,18 @@ pub fn check_threads(values: &[usize], flag: &str) -> Result<Vec<usize>, String>
         .collect()
 }
 
+/// The error for a prompt that tokenizes to nothing.
+pub const EMPTY_PROMPT: &str =
+    "the prompt (-p) is empty and the model adds no BOS token: nothing to run; give a prompt";
+
+/// The notice printed when generation stopped at a full context.
+pub fn context_full_notice(n_ctx: usize, n_gen: usize) -> String {
+    format!(
+        "strata: generation stopped after {n_gen} tokens: the context (-c {n_ctx}) is full; \
+         use a larger -c to generate more"
+    )
+}
+
 /// Turns llama.cpp's single-dash long options (`-ngl`, `-ot`, `-fa`) into clap's `--` form.
 pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
     args.map(|a| match a.as_str() {
@@ -175,6 +187,15 @@ impl ModelArgs {
         let t0 = std::time::Instant::now();
         let model = Model::load(&path, &opts, Some(&mut progress))?;
         bar.finish_and_clear();
+        let train = model.hparams.n_ctx_train;
+        if self.ctx_size > train {
+            eprintln!(
+                "warning: -c {} is above the {train} positions {} was trained on: the model \
+                 degrades past them; use -c {train} or less unless it has RoPE scaling for more",
+                self.ctx_size,
+                path.display()
+            );
+        }
         let offloaded = model
             .layer_map
             .layers

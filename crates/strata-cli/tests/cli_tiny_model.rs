@@ -366,3 +366,89 @@ fn thread_counts_are_checked() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("-t 0"));
 }
+
+/// Issue 16 item 10: each mistake gets a message naming the thing and
+/// saying what to do; a full context and a context above the training one
+/// are told about.
+#[test]
+fn messages_name_the_thing() {
+    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-m-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let model = tiny_model(&dir.0);
+    let m = model.to_str().unwrap();
+    let d = dir.0.to_str().unwrap();
+    let fails = |args: &[&str], wants: &[&str]| {
+        let o = strata(args);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        for w in wants {
+            assert!(err.contains(w), "{args:?}: {w:?} not in {err}");
+        }
+        err
+    };
+    fails(&["run", "-m", d, "-p", "x"], &[d, "directory", ".gguf"]);
+    let err = fails(
+        &["eval", "-m", m, "-p", "abc", "--logits-out", "/"],
+        &["--logits-out /", "cannot create"],
+    );
+    assert!(!err.contains("loaded"), "the model ran first: {err}");
+    fails(&["run", "-m", m, "-p", ""], &["prompt", "empty"]);
+    fails(
+        &[
+            "eval",
+            "-m",
+            m,
+            "-p",
+            "",
+            "--logits-out",
+            &format!("{d}/l.bin"),
+        ],
+        &["prompt", "empty"],
+    );
+    fails(
+        &[
+            "run",
+            "-m",
+            m,
+            "-p",
+            "x",
+            "--device",
+            "RPC[localhost]",
+            "-ngl",
+            "1",
+        ],
+        &["RPC[localhost]", "RPC[host:port]"],
+    );
+    let bos = tiny_model_with(
+        &dir.0,
+        "bos.gguf",
+        &[("tokenizer.ggml.bos_token_id", Value::U32(99_999))],
+    );
+    fails(
+        &["run", "-m", bos.to_str().unwrap(), "-p", "x"],
+        &["bos_token_id = 99999", "40 tokens"],
+    );
+    let nan = tiny_model_with(
+        &dir.0,
+        "nan.gguf",
+        &[("llama.rope.freq_base", Value::F32(f32::NAN))],
+    );
+    fails(
+        &["run", "-m", nan.to_str().unwrap(), "-p", "x"],
+        &["llama.rope.freq_base", "NaN"],
+    );
+
+    // a full context: exit 0, with a notice; -c above the training context: a warning
+    let o = strata(&[
+        "run", "-m", m, "-p", "abcab", "-n", "100", "-c", "12", "--temp", "0",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("context (-c 12) is full"), "{err}");
+    let o = strata(&[
+        "run", "-m", m, "-p", "ab", "-n", "1", "-c", "128", "--temp", "0",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("-c 128 is above the 64 positions"), "{err}");
+}

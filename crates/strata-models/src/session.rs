@@ -60,6 +60,9 @@ pub struct GenStats {
     pub n_gen: usize,
     /// Time spent generating (sampling and decoding).
     pub gen_time: Duration,
+    /// Generation stopped because the context is full (not at an
+    /// end-of-generation token or the token budget).
+    pub context_full: bool,
 }
 
 impl GenStats {
@@ -242,6 +245,7 @@ impl Generator<'_> {
         if self.remaining > 0 && ctx.n_past() < ctx.options().n_ctx {
             self.logits = ctx.decode(&[id], Logits::Last)?;
         } else {
+            self.stats.context_full = self.remaining > 0;
             self.done = true;
         }
         self.stats.gen_time += t0.elapsed();

@@ -598,3 +598,66 @@ fn hyperparameters_are_checked_against_the_tensors() {
     assert!(e.to_string().contains("-c"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 16 item 10: an out-of-range special token id and non-finite
+/// hyperparameters are typed errors naming the key; an empty prompt says
+/// so; a generation stopped by a full context says so.
+#[test]
+fn broken_metadata_and_limits_are_reported() {
+    let (bytes, _) = write_model_with(None, &[("tokenizer.ggml.bos_token_id", Value::U32(99_999))]);
+    let e = load(&bytes, &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("bos_token_id = 99999") && e.contains("40 tokens"),
+        "{e}"
+    );
+    for key in [
+        "llama.attention.layer_norm_rms_epsilon",
+        "llama.rope.freq_base",
+        "llama.rope.scaling.factor",
+    ] {
+        for v in [f32::NAN, f32::INFINITY, -1.0] {
+            let (bytes, _) = write_model_with(None, &[(key, Value::F32(v))]);
+            let e = load(&bytes, &LoadOptions::default()).unwrap_err();
+            assert!(
+                matches!(&e, ModelError::Metadata { key: k, .. } if k == key),
+                "{key} = {v}: {e}"
+            );
+        }
+    }
+
+    use strata_models::sample::{Sampler, SamplerConfig};
+    use strata_models::session::Session;
+    let (bytes, _) = write_model(None);
+    let model = load(&bytes, &LoadOptions::default()).unwrap();
+    let opts = ContextOptions {
+        n_ctx: 8,
+        n_batch: 4,
+        n_threads: 1,
+        ..ContextOptions::default()
+    };
+    let mut s = Session::from_model(model, opts).unwrap();
+    let e = s
+        .generate(&[], Sampler::new(SamplerConfig::greedy()).unwrap(), 4)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("prompt has no tokens"), "{e}");
+    let mut g = s
+        .generate(
+            &PROMPT[..5],
+            Sampler::new(SamplerConfig::greedy()).unwrap(),
+            100,
+        )
+        .unwrap();
+    g.set_stop_at_eog(false);
+    let mut n = 0;
+    while g.next_token().unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!(
+        n, 4,
+        "8 cells: 5 prompt tokens, then 3 decoded and 1 sampled"
+    );
+    assert!(g.stats().context_full);
+}

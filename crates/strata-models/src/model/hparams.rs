@@ -103,12 +103,19 @@ impl HParams {
             }
         };
         let float_or = |k: &str, d: f32| -> Result<f32> {
-            match m.get(&key(k)) {
-                None => Ok(d),
+            let v = match m.get(&key(k)) {
+                None => return Ok(d),
                 Some(_) => m
                     .get_f32(&key(k))
-                    .map_err(|e| meta(&key(k), &e.to_string())),
+                    .map_err(|e| meta(&key(k), &e.to_string()))?,
+            };
+            if !v.is_finite() || v < 0.0 {
+                return Err(meta(
+                    &key(k),
+                    &format!("{v} is not a usable value (a finite, non-negative number is needed)"),
+                ));
             }
+            Ok(v)
         };
         let n_layer = uint("block_count")?;
         let n_embd = uint("embedding_length")?;
@@ -142,6 +149,9 @@ impl HParams {
         let n_ctx_train = uint_or("context_length", 2048)?;
         let rms_eps = float_or("attention.layer_norm_rms_epsilon", 1e-5)?;
         let rope_freq_base = float_or("rope.freq_base", 10000.0)?;
+        if rope_freq_base == 0.0 {
+            return Err(meta(&key("rope.freq_base"), "0 is not a RoPE base"));
+        }
         let factor = float_or("rope.scaling.factor", 0.0)?;
         let scale_linear = float_or("rope.scale_linear", 0.0)?;
         let rope_scaling = match m.get_str(&key("rope.scaling.type")).unwrap_or("") {

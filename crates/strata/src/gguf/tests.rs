@@ -559,3 +559,15 @@ fn gguf_writer_rejects_bad_input() {
     let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
     assert_eq!((f.alignment(), f.data_offset() % 64), (64, 0));
 }
+
+/// Issue 16 item 10: a directory given as a model file is named and
+/// explained (mapping it failed with "No such device (os error 19)").
+#[test]
+fn opening_a_directory_says_so() {
+    let dir = std::env::temp_dir();
+    let e = GgufFile::open(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains(&dir.display().to_string()) && e.contains("is a directory"),
+        "{e}"
+    );
+}
