@@ -179,30 +179,33 @@ fn idle_sockets_do_not_lock_out_a_client() {
     }
 }
 
-/// Item 2: at most `max_per_address` served clients per address; a closed
-/// one frees its slot.
+/// Item 2: at most `max_per_address` served clients per address: one more
+/// waits at HELLO for a slot (until its handshake deadline), is admitted
+/// when one frees, and is closed when none does.
 #[test]
 fn connections_per_address_are_capped() {
     let limits = Limits {
         max_per_address: 3,
+        handshake_timeout: Duration::from_millis(1500),
         ..Limits::with_mem(64 << 20)
     };
     let (addr, server) = cpu_server(1, limits);
     let mut three: Vec<Raw> = (0..3).map(|_| Raw::connect(addr)).collect();
+    // a slot frees while the fourth waits: admitted
     let mut fourth = Raw::connect_no_hello(addr);
     fourth.send(&Request::Hello { caps: [0; 24] }).unwrap();
-    let mut h = [0u8; 8];
-    assert!(
-        matches!(fourth.s.read(&mut h), Ok(0) | Err(_)),
-        "4th served"
-    );
-    assert!(!three[0].is_closed());
+    std::thread::sleep(Duration::from_millis(300));
     drop(three.remove(0));
-    server
-        .wait_for(Duration::from_secs(5), |s| s.active_connections == 2)
-        .unwrap();
-    let mut again = Raw::connect(addr);
-    assert!(!again.is_closed());
+    assert_eq!(&fourth.read_response(28).unwrap()[..4], &[7, 0, 0, 0]);
+    assert!(!fourth.is_closed());
+    // none frees for the fifth: closed at the deadline
+    let t0 = Instant::now();
+    let mut fifth = Raw::connect_no_hello(addr);
+    fifth.send(&Request::Hello { caps: [0; 24] }).unwrap();
+    let mut h = [0u8; 8];
+    assert!(matches!(fifth.s.read(&mut h), Ok(0) | Err(_)), "5th served");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert!(!three[0].is_closed());
     assert!(server.stats().dropped_connections >= 1);
 }
 

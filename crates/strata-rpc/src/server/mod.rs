@@ -472,12 +472,8 @@ impl Server {
                 continue;
             };
             {
+                // Caps are checked at HELLO: a pending connection costs little.
                 let mut conns = self.state.conns.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(why) = conns.over_cap(&self.state.limits, ip) {
-                    tracing::warn!(peer, "closing the new connection: {why}");
-                    self.state.dropped.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
                 if conns.pending() >= self.state.limits.max_pending && conns.evict_oldest_pending()
                 {
                     tracing::info!(
@@ -493,6 +489,7 @@ impl Server {
                         ip,
                         since: Instant::now(),
                         established: false,
+                        spoke: false,
                     },
                 );
             }

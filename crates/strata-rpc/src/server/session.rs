@@ -231,6 +231,9 @@ impl Session {
             if let Err(e) = self.in_message() {
                 return e;
             }
+            if let (false, Some((id, _))) = (self.greeted, &self.link) {
+                self.state.spoke(*id);
+            }
             let Some(cmd) = Command::from_u8(head[0]) else {
                 return SessionEnd::Refused(format!("unknown command {}", head[0]));
             };
