@@ -55,7 +55,13 @@ pub fn run(a: Args) -> CliResult {
     }
     let model = a.model.load()?;
     let n_vocab = model.hparams.n_vocab as u32;
-    let threads = a.model.threads.clone();
+    // checked (and warned about) by load()
+    let threads: Vec<usize> = a
+        .model
+        .threads
+        .iter()
+        .map(|&n| n.clamp(1, strata::cpu::MAX_THREADS))
+        .collect();
     let max_tokens = a
         .n_prompt
         .iter()

@@ -47,6 +47,49 @@ pub struct ModelArgs {
     pub no_repack: bool,
 }
 
+/// Checks thread counts (`-t`, `--threads`): 0 is an error, more than
+/// [`strata::cpu::MAX_THREADS`] is capped, and more than the cores this
+/// process may use gets a warning (the threads then wait on each other at
+/// every op, and throughput collapses). Returns the counts to use.
+pub fn check_threads(values: &[usize], flag: &str) -> Result<Vec<usize>, String> {
+    let cores = strata::cpu::default_threads();
+    let mut warned = false;
+    values
+        .iter()
+        .map(|&n| {
+            if n == 0 {
+                return Err(format!("{flag} 0: at least 1 thread is needed"));
+            }
+            let capped = n.min(strata::cpu::MAX_THREADS);
+            if capped < n {
+                eprintln!(
+                    "warning: {flag} {n} is capped at {capped} threads (the most strata runs)"
+                );
+            }
+            if capped > cores && !warned {
+                warned = true;
+                eprintln!(
+                    "warning: {flag} {capped} is more than the {cores} cores available: the threads \
+                     will wait on each other and throughput drops sharply; use {flag} {cores} or fewer"
+                );
+            }
+            Ok(capped)
+        })
+        .collect()
+}
+
+/// The error for a prompt that tokenizes to nothing.
+pub const EMPTY_PROMPT: &str =
+    "the prompt (-p) is empty and the model adds no BOS token: nothing to run; give a prompt";
+
+/// The notice printed when generation stopped at a full context.
+pub fn context_full_notice(n_ctx: usize, n_gen: usize) -> String {
+    format!(
+        "strata: generation stopped after {n_gen} tokens: the context (-c {n_ctx}) is full; \
+         use a larger -c to generate more"
+    )
+}
+
 /// Turns llama.cpp's single-dash long options (`-ngl`, `-ot`, `-fa`) into clap's `--` form.
 pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
     args.map(|a| match a.as_str() {
@@ -109,7 +152,10 @@ impl ModelArgs {
         ContextOptions {
             n_ctx: self.ctx_size,
             n_batch: self.batch_size,
-            n_threads: self.threads.first().copied().unwrap_or(1),
+            n_threads: self
+                .threads
+                .first()
+                .map_or(1, |&n| n.clamp(1, strata::cpu::MAX_THREADS)),
             attention: if self.no_flash_attn {
                 Attention::SoftMax
             } else {
@@ -121,6 +167,7 @@ impl ModelArgs {
 
     /// Loads the model, with a progress bar while weights are copied to devices.
     pub fn load(&self) -> Result<Arc<Model>, Box<dyn std::error::Error>> {
+        check_threads(&self.threads, "-t")?;
         let path = self.model_path()?;
         let opts = self.load_options()?;
         let bar = ProgressBar::hidden();
@@ -140,6 +187,15 @@ impl ModelArgs {
         let t0 = std::time::Instant::now();
         let model = Model::load(&path, &opts, Some(&mut progress))?;
         bar.finish_and_clear();
+        let train = model.hparams.n_ctx_train;
+        if self.ctx_size > train {
+            eprintln!(
+                "warning: -c {} is above the {train} positions {} was trained on: the model \
+                 degrades past them; use -c {train} or less unless it has RoPE scaling for more",
+                self.ctx_size,
+                path.display()
+            );
+        }
         let offloaded = model
             .layer_map
             .layers

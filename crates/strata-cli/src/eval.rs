@@ -24,8 +24,18 @@ pub struct Args {
 
 /// Runs `strata eval`.
 pub fn run(a: Args) -> CliResult {
+    // Opened first: a bad path fails before the model runs, naming the path.
+    let file = std::fs::File::create(&a.logits_out).map_err(|e| {
+        format!(
+            "--logits-out {}: cannot create the file ({e}); give a writable file path",
+            a.logits_out.display()
+        )
+    })?;
     let model = a.model.load()?;
     let tokens = model.tokenizer.encode(&a.prompt, true, true)?;
+    if tokens.is_empty() {
+        return Err(crate::common::EMPTY_PROMPT.into());
+    }
     let mut ctx = Context::new(model.clone(), a.model.context_options(a.all_positions))?;
     let want = if a.all_positions {
         Logits::All
@@ -33,11 +43,17 @@ pub fn run(a: Args) -> CliResult {
         Logits::Last
     };
     let logits = ctx.decode(&tokens, want)?;
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&a.logits_out)?);
+    let write_err = |e: std::io::Error| {
+        format!(
+            "--logits-out {}: cannot write the logits ({e})",
+            a.logits_out.display()
+        )
+    };
+    let mut f = std::io::BufWriter::new(file);
     for x in &logits {
-        f.write_all(&x.to_le_bytes())?;
+        f.write_all(&x.to_le_bytes()).map_err(write_err)?;
     }
-    f.flush()?;
+    f.flush().map_err(write_err)?;
     let n_vocab = model.hparams.n_vocab;
     let last = &logits[logits.len() - n_vocab..];
     let best = strata_models::sample::argmax(last).unwrap_or(0);

@@ -21,9 +21,19 @@ pub struct Args {
     /// Threads per client computation (default: all cores).
     #[arg(short, long)]
     threads: Option<usize>,
-    /// Memory clients may allocate in all, in MiB (also the largest buffer).
+    /// Memory clients may allocate in all, in MiB (also the largest buffer;
+    /// reported as the device memory). Default: two thirds of physical memory.
     #[arg(long, value_name = "MiB")]
     mem: Option<u64>,
+    /// Most nodes in one graph (default: as many as the message limit,
+    /// derived from --mem, allows).
+    #[arg(long, value_name = "N")]
+    max_graph_nodes: Option<usize>,
+    /// Longest computation of one graph, in seconds; a longer one is aborted
+    /// and its client disconnected (default: no limit). A computation is
+    /// always aborted when its client disconnects.
+    #[arg(long, value_name = "SECS")]
+    compute_timeout: Option<f64>,
     /// Directory caching large weight uploads by hash (SET_TENSOR_HASH).
     #[arg(long, value_name = "DIR")]
     cache: Option<PathBuf>,
@@ -40,11 +50,8 @@ const WARNING: &str = "\
 /// Runs the server until the process is stopped.
 pub fn run(args: Args) -> Result<()> {
     let threads = args.threads.unwrap_or_else(strata::cpu::default_threads);
-    if threads == 0 {
-        return Err(Error::InvalidArgument(
-            "--threads must be at least 1".into(),
-        ));
-    }
+    let threads =
+        crate::common::check_threads(&[threads], "--threads").map_err(Error::InvalidArgument)?[0];
     if !args.host.is_loopback() {
         eprintln!("{}", WARNING.replace("{HOST}", &args.host.to_string()));
     }
@@ -60,6 +67,27 @@ pub fn run(args: Args) -> Result<()> {
         ),
         None => Limits::default(),
     };
+    let mut limits = limits;
+    if let Some(n) = args.max_graph_nodes {
+        if n == 0 {
+            return Err(Error::InvalidArgument(
+                "--max-graph-nodes must be at least 1".into(),
+            ));
+        }
+        limits.max_graph_nodes = n;
+    }
+    if let Some(secs) = args.compute_timeout {
+        limits.max_compute = Some(
+            std::time::Duration::try_from_secs_f64(secs)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "--compute-timeout {secs}: give a positive number of seconds"
+                    ))
+                })?,
+        );
+    }
     let factory = Arc::new(CpuBackendFactory::new(threads));
     let mut server = Server::bind(
         SocketAddr::new(args.host, args.port),
@@ -81,21 +109,29 @@ pub fn run(args: Args) -> Result<()> {
             .map_or("n/a".into(), |d| d.display().to_string())
     );
     let _ = writeln!(out, "  threads        : {threads}");
+    let _ = writeln!(
+        out,
+        "  graph limits   : {} nodes, {} MiB messages, {}",
+        limits.max_graph_nodes,
+        limits.max_message >> 20,
+        limits
+            .max_compute
+            .map_or("no time limit".into(), |d| format!(
+                "{:.1} s per graph",
+                d.as_secs_f64()
+            ))
+    );
     let _ = writeln!(out, "Devices:");
     for i in 0..factory.device_count() {
         let d = factory.device(i);
-        let m = d.memory()?;
-        let (total, free) = match limits.mem {
-            Some(t) => (t, t),
-            None => (m.total as u64, m.free as u64),
-        };
+        // ggml's format; the figures are the budget, as GET_DEVICE_MEMORY reports.
         let _ = writeln!(
             out,
             "  {}: {} ({} MiB, {} MiB free)",
             d.name(),
             d.description(),
-            total >> 20,
-            free >> 20
+            limits.mem >> 20,
+            limits.mem >> 20
         );
     }
     let _ = writeln!(out, "  transport      : TCP");

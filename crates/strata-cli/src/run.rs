@@ -99,6 +99,9 @@ pub fn run(a: Args) -> CliResult {
         a.prompt.clone()
     };
     let tokens = session.tokenize(&text)?;
+    if tokens.is_empty() {
+        return Err(crate::common::EMPTY_PROMPT.into());
+    }
     print!("{text}");
     std::io::stdout().flush()?;
     let mut g = session.generate(&tokens, sampler, a.n_predict)?;
@@ -110,6 +113,12 @@ pub fn run(a: Args) -> CliResult {
     writeln!(out)?;
     let st = g.stats();
     drop(g);
+    if st.context_full {
+        eprintln!(
+            "{}",
+            crate::common::context_full_notice(a.model.ctx_size, st.n_gen)
+        );
+    }
     eprintln!(
         "\nprompt: {} tokens, {:.2} tokens/s | generation: {} tokens, {:.2} tokens/s | splits: {}",
         st.n_prompt,

@@ -14,8 +14,13 @@ const FF: usize = 48;
 const V: usize = 40;
 
 fn tiny_model(dir: &Path) -> PathBuf {
+    tiny_model_with(dir, "tiny.gguf", &[])
+}
+
+/// The tiny model saved as `dir/file` with metadata `set` (replacing or adding keys).
+fn tiny_model_with(dir: &Path, file: &str, set: &[(&str, Value)]) -> PathBuf {
     let mut g = GgufWriter::new();
-    let md: Vec<(&str, Value)> = vec![
+    let mut md: Vec<(&str, Value)> = vec![
         ("general.architecture", "llama".into()),
         ("llama.block_count", Value::U32(2)),
         ("llama.embedding_length", Value::U32(E as u32)),
@@ -26,6 +31,10 @@ fn tiny_model(dir: &Path) -> PathBuf {
         ("tokenizer.ggml.model", "gpt2".into()),
         ("tokenizer.ggml.pre", "default".into()),
     ];
+    for (k, v) in set {
+        md.retain(|(m, _)| m != k);
+        md.push((k, v.clone()));
+    }
     for (k, v) in md {
         g.add_metadata(k, v).unwrap();
     }
@@ -85,7 +94,7 @@ fn tiny_model(dir: &Path) -> PathBuf {
                 .unwrap();
         }
     }
-    let path = dir.join("tiny.gguf");
+    let path = dir.join(file);
     g.write_to_path(&path).unwrap();
     path
 }
@@ -346,4 +355,176 @@ fn quantize_a_tiny_model() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert!(!names.iter().any(|n| n.ends_with(".partial")), "{names:?}");
+}
+
+/// Issue 16 items 7 and 8: hostile model files make `strata run` / `chat`
+/// fail with a typed error and exit code 1 (not an abort, not a hang).
+#[test]
+fn hostile_model_files_are_errors() {
+    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-h-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let blocks = tiny_model_with(
+        &dir.0,
+        "blocks.gguf",
+        &[("llama.block_count", Value::U64(1 << 40))],
+    );
+    let o = strata(&["run", "-m", blocks.to_str().unwrap(), "-p", "ab", "-n", "2"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("llama.block_count") && err.contains("2 blocks"),
+        "{err}"
+    );
+
+    let loops = tiny_model_with(
+        &dir.0,
+        "loops.gguf",
+        &[(
+            "tokenizer.chat_template",
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"
+                .into(),
+        )],
+    );
+    let m = loops.to_str().unwrap();
+    let t0 = std::time::Instant::now();
+    let o = strata(&["run", "-m", m, "-p", "ab", "-n", "2", "--chat"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("tokenizer.chat_template") && err.contains("range()"),
+        "{err}"
+    );
+    let mut chat = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["chat", "-m", m, "-n", "2"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    chat.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let o = chat.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("tokenizer.chat_template"), "{err}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(30));
+}
+
+/// Issue 16 item 9: more threads than cores runs, with a warning; past the
+/// maximum it is capped, with a warning; 0 is an error naming the flag.
+#[test]
+fn thread_counts_are_checked() {
+    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-t-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let model = tiny_model(&dir.0);
+    let m = model.to_str().unwrap();
+    // The warnings come before loading; 512 threads on a small machine take
+    // seconds per token, so the run is stopped once they are read.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "run", "-m", m, "-p", "ab", "-n", "1", "-c", "16", "-s", "1", "-t", "600",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let err: Vec<String> = std::io::BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .take(2)
+        .map(|l| l.unwrap())
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(err[0].contains("-t 600 is capped at 512"), "{err:?}");
+    assert!(err[1].contains("cores available"), "{err:?}");
+    let o = strata(&["run", "-m", m, "-p", "ab", "-n", "1", "-t", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("-t 0"));
+}
+
+/// Issue 16 item 10: each mistake gets a message naming the thing and
+/// saying what to do; a full context and a context above the training one
+/// are told about.
+#[test]
+fn messages_name_the_thing() {
+    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-m-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let model = tiny_model(&dir.0);
+    let m = model.to_str().unwrap();
+    let d = dir.0.to_str().unwrap();
+    let fails = |args: &[&str], wants: &[&str]| {
+        let o = strata(args);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        for w in wants {
+            assert!(err.contains(w), "{args:?}: {w:?} not in {err}");
+        }
+        err
+    };
+    fails(&["run", "-m", d, "-p", "x"], &[d, "directory", ".gguf"]);
+    let err = fails(
+        &["eval", "-m", m, "-p", "abc", "--logits-out", "/"],
+        &["--logits-out /", "cannot create"],
+    );
+    assert!(!err.contains("loaded"), "the model ran first: {err}");
+    fails(&["run", "-m", m, "-p", ""], &["prompt", "empty"]);
+    fails(
+        &[
+            "eval",
+            "-m",
+            m,
+            "-p",
+            "",
+            "--logits-out",
+            &format!("{d}/l.bin"),
+        ],
+        &["prompt", "empty"],
+    );
+    fails(
+        &[
+            "run",
+            "-m",
+            m,
+            "-p",
+            "x",
+            "--device",
+            "RPC[localhost]",
+            "-ngl",
+            "1",
+        ],
+        &["RPC[localhost]", "RPC[host:port]"],
+    );
+    let bos = tiny_model_with(
+        &dir.0,
+        "bos.gguf",
+        &[("tokenizer.ggml.bos_token_id", Value::U32(99_999))],
+    );
+    fails(
+        &["run", "-m", bos.to_str().unwrap(), "-p", "x"],
+        &["bos_token_id = 99999", "40 tokens"],
+    );
+    let nan = tiny_model_with(
+        &dir.0,
+        "nan.gguf",
+        &[("llama.rope.freq_base", Value::F32(f32::NAN))],
+    );
+    fails(
+        &["run", "-m", nan.to_str().unwrap(), "-p", "x"],
+        &["llama.rope.freq_base", "NaN"],
+    );
+
+    // a full context: exit 0, with a notice; -c above the training context: a warning
+    let o = strata(&[
+        "run", "-m", m, "-p", "abcab", "-n", "100", "-c", "12", "--temp", "0",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("context (-c 12) is full"), "{err}");
+    let o = strata(&[
+        "run", "-m", m, "-p", "ab", "-n", "1", "-c", "128", "--temp", "0",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("-c 128 is above the 64 positions"), "{err}");
 }

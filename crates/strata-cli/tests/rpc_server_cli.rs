@@ -128,6 +128,42 @@ fn bad_options_fail_with_a_message() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--threads"));
+    for (flag, value) in [
+        ("--compute-timeout", "0"),
+        ("--compute-timeout", "-1"),
+        ("--max-graph-nodes", "0"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(["rpc-server", "--port", "0", &format!("{flag}={value}")])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{flag} {value}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(flag),
+            "{flag} {value}"
+        );
+    }
+}
+
+/// Issue 16 item 4: the per-graph node and time limits are options, shown at start.
+#[test]
+fn graph_limits_are_options() {
+    let (_child, lines) = start(&[
+        "--port",
+        "0",
+        "--mem",
+        "64",
+        "--max-graph-nodes",
+        "500",
+        "--compute-timeout",
+        "2.5",
+    ]);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("500 nodes, 1 MiB messages, 2.5 s per graph")),
+        "{lines:?}"
+    );
 }
 
 /// `strata test-ops --device RPC[...]` against a `strata rpc-server` process,

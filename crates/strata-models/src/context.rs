@@ -239,7 +239,9 @@ impl Context {
     pub fn decode(&mut self, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
         if tokens.is_empty() {
             return Err(ModelError::Invalid(
-                "decode needs at least one token".into(),
+                "nothing to decode: the prompt has no tokens (an empty prompt, and the model \
+                 adds no BOS token); give a non-empty prompt"
+                    .into(),
             ));
         }
         let n_vocab = self.model.hparams.n_vocab;

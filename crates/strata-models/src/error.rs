@@ -30,9 +30,14 @@ pub enum ModelError {
     /// A user option is invalid (placement, sampling, context size...).
     #[error("{0}")]
     Invalid(String),
-    /// The chat template failed to parse or render.
-    #[error("chat template: {0}")]
-    Template(String),
+    /// The chat template failed to parse or render (or ran past its limits).
+    #[error("{name}: {msg}")]
+    Template {
+        /// Which template (e.g. the GGUF key it came from).
+        name: String,
+        /// What went wrong.
+        msg: String,
+    },
     /// The default model could not be fetched.
     #[error("{0}")]
     Fetch(String),

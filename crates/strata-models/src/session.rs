@@ -60,6 +60,9 @@ pub struct GenStats {
     pub n_gen: usize,
     /// Time spent generating (sampling and decoding).
     pub gen_time: Duration,
+    /// Generation stopped because the context is full (not at an
+    /// end-of-generation token or the token budget).
+    pub context_full: bool,
 }
 
 impl GenStats {
@@ -109,16 +112,26 @@ impl Session {
     /// The model's chat template applied to `messages`.
     pub fn chat_prompt(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
         let m = self.model();
-        let src = m.chat_template.as_deref().ok_or_else(|| {
-            ModelError::Template("the model has no tokenizer.chat_template".into())
-        })?;
+        const NAME: &str = "chat template (tokenizer.chat_template of the model)";
+        let src = m
+            .chat_template
+            .as_deref()
+            .ok_or_else(|| ModelError::Template {
+                name: NAME.into(),
+                msg: "the model has none: use a plain prompt (without --chat)".into(),
+            })?;
         let text = |id: Option<u32>| {
             id.and_then(|i| m.tokenizer.token_text(i).ok())
                 .unwrap_or("")
                 .to_string()
         };
-        ChatTemplate::new(src, &text(m.tokenizer.bos()), &text(m.tokenizer.eos()))?
-            .render(messages, add_generation_prompt)
+        ChatTemplate::named(
+            NAME,
+            src,
+            &text(m.tokenizer.bos()),
+            &text(m.tokenizer.eos()),
+        )?
+        .render(messages, add_generation_prompt)
     }
 
     /// Processes `prompt` after what is already cached (in `-b` chunks) and
@@ -232,6 +245,7 @@ impl Generator<'_> {
         if self.remaining > 0 && ctx.n_past() < ctx.options().n_ctx {
             self.logits = ctx.decode(&[id], Logits::Last)?;
         } else {
+            self.stats.context_full = self.remaining > 0;
             self.done = true;
         }
         self.stats.gen_time += t0.elapsed();

@@ -62,8 +62,13 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 fn write_model(drop: Option<&str>) -> (Vec<u8>, W) {
+    write_model_with(drop, &[])
+}
+
+/// The tiny model with metadata `set` (replacing or adding keys).
+fn write_model_with(drop: Option<&str>, set: &[(&str, Value)]) -> (Vec<u8>, W) {
     let mut g = GgufWriter::new();
-    let md: Vec<(&str, Value)> = vec![
+    let mut md: Vec<(&str, Value)> = vec![
         ("general.architecture", "llama".into()),
         ("llama.block_count", Value::U32(N_LAYER as u32)),
         ("llama.embedding_length", Value::U32(N_EMBD as u32)),
@@ -80,6 +85,10 @@ fn write_model(drop: Option<&str>) -> (Vec<u8>, W) {
         ("tokenizer.ggml.model", "gpt2".into()),
         ("tokenizer.ggml.pre", "default".into()),
     ];
+    for (k, v) in set {
+        md.retain(|(m, _)| m != k);
+        md.push((k, v.clone()));
+    }
     for (k, v) in md {
         g.add_metadata(k, v).unwrap();
     }
@@ -490,7 +499,7 @@ fn session_generation_is_reproducible_with_a_seed() {
     let s = Session::from_model(model.clone(), ContextOptions::default()).unwrap();
     assert!(matches!(
         s.chat_prompt(&[], true),
-        Err(ModelError::Template(_))
+        Err(ModelError::Template { .. })
     ));
 }
 
@@ -524,4 +533,131 @@ fn reused_decode_graphs_give_the_same_bits_as_rebuilt_ones() {
         a.reset_timings();
         assert_eq!(a.timings(), strata_models::DecodeTimings::default());
     }
+}
+
+/// Issue 16 item 7: hyperparameters that disagree with the tensors present
+/// are typed errors naming the key, found before anything is sized by them
+/// (block_count 2^40 aborted on an 8 TiB layer map; 2^27 used 1.2 GB).
+#[test]
+fn hyperparameters_are_checked_against_the_tensors() {
+    for (key, value, says) in [
+        ("llama.block_count", Value::U64(1 << 40), "for 2 blocks"),
+        ("llama.block_count", Value::U32(1 << 27), "for 2 blocks"),
+        ("llama.block_count", Value::U32(3), "for 2 blocks"),
+        (
+            "llama.attention.key_length",
+            Value::U64(1 << 40),
+            "blk.0.attn_q.weight",
+        ),
+        (
+            "llama.attention.value_length",
+            Value::U32(1 << 30),
+            "blk.0.attn_v.weight",
+        ),
+        (
+            "llama.attention.head_count_kv",
+            Value::U32(4),
+            "blk.0.attn_k.weight",
+        ),
+        (
+            "llama.feed_forward_length",
+            Value::U64(1 << 50),
+            "blk.0.ffn_up.weight",
+        ),
+        (
+            "llama.embedding_length",
+            Value::U32(64),
+            "token_embd.weight",
+        ),
+    ] {
+        let (bytes, _) = write_model_with(None, &[(key, value.clone())]);
+        let t0 = std::time::Instant::now();
+        let e = load(&bytes, &LoadOptions::default()).unwrap_err();
+        let msg = e.to_string();
+        let short = key.trim_start_matches("llama.");
+        assert!(
+            matches!(e, ModelError::Metadata { .. }) && msg.contains(short) && msg.contains(says),
+            "{key} = {value:?}: {msg}"
+        );
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2), "{key}");
+        // --fit sizes the KV cache from the same numbers: refused the same way
+        let dir = std::env::temp_dir().join(format!("strata-hp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m.gguf");
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(Model::fit(&path, &LoadOptions::default(), 32).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    // and a context whose cache size overflows is an error, not a panic
+    let (bytes, _) = write_model(None);
+    let dir = std::env::temp_dir().join(format!("strata-hp-ok-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("m.gguf");
+    std::fs::write(&path, &bytes).unwrap();
+    let e = Model::fit(&path, &LoadOptions::default(), usize::MAX).unwrap_err();
+    assert!(e.to_string().contains("-c"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 16 item 10: an out-of-range special token id and non-finite
+/// hyperparameters are typed errors naming the key; an empty prompt says
+/// so; a generation stopped by a full context says so.
+#[test]
+fn broken_metadata_and_limits_are_reported() {
+    let (bytes, _) = write_model_with(None, &[("tokenizer.ggml.bos_token_id", Value::U32(99_999))]);
+    let e = load(&bytes, &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("bos_token_id = 99999") && e.contains("40 tokens"),
+        "{e}"
+    );
+    for key in [
+        "llama.attention.layer_norm_rms_epsilon",
+        "llama.rope.freq_base",
+        "llama.rope.scaling.factor",
+    ] {
+        for v in [f32::NAN, f32::INFINITY, -1.0] {
+            let (bytes, _) = write_model_with(None, &[(key, Value::F32(v))]);
+            let e = load(&bytes, &LoadOptions::default()).unwrap_err();
+            assert!(
+                matches!(&e, ModelError::Metadata { key: k, .. } if k == key),
+                "{key} = {v}: {e}"
+            );
+        }
+    }
+
+    use strata_models::sample::{Sampler, SamplerConfig};
+    use strata_models::session::Session;
+    let (bytes, _) = write_model(None);
+    let model = load(&bytes, &LoadOptions::default()).unwrap();
+    let opts = ContextOptions {
+        n_ctx: 8,
+        n_batch: 4,
+        n_threads: 1,
+        ..ContextOptions::default()
+    };
+    let mut s = Session::from_model(model, opts).unwrap();
+    let e = s
+        .generate(&[], Sampler::new(SamplerConfig::greedy()).unwrap(), 4)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("prompt has no tokens"), "{e}");
+    let mut g = s
+        .generate(
+            &PROMPT[..5],
+            Sampler::new(SamplerConfig::greedy()).unwrap(),
+            100,
+        )
+        .unwrap();
+    g.set_stop_at_eog(false);
+    let mut n = 0;
+    while g.next_token().unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!(
+        n, 4,
+        "8 cells: 5 prompt tokens, then 3 decoded and 1 sampled"
+    );
+    assert!(g.stats().context_full);
 }

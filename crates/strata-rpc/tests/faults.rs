@@ -249,3 +249,101 @@ fn unreachable_endpoint_is_a_typed_error() {
     let e = reg.device("RPC[no-such-host.invalid:1]").err().unwrap();
     assert!(is_backend_error(&e), "{e}");
 }
+
+/// A fake server that completes HELLO, then answers every request with
+/// `answer(command, payload)` (no bytes for commands without a response),
+/// until the client hangs up.
+fn scripted_server(
+    answer: impl Fn(u8, &[u8]) -> Option<Vec<u8>> + Send + 'static,
+) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut hello = [0u8; 33];
+        s.read_exact(&mut hello).unwrap();
+        let mut resp = vec![28, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0];
+        resp.extend([0u8; 24]);
+        s.write_all(&resp).unwrap();
+        for _ in 0..64 {
+            let mut h = [0u8; 9];
+            if s.read_exact(&mut h).is_err() {
+                return;
+            }
+            let n = u64::from_le_bytes(h[1..].try_into().unwrap()) as usize;
+            let mut p = vec![0u8; n.min(1 << 20)];
+            if s.read_exact(&mut p).is_err() {
+                return;
+            }
+            if let Some(body) = answer(h[0], &p) {
+                let mut r = (body.len() as u64).to_le_bytes().to_vec();
+                r.extend(body);
+                if s.write_all(&r).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    (addr, t)
+}
+
+/// Issue 16 item 6: answers a hostile server gives at connect or allocation
+/// time are typed errors naming what is wrong, never an abort (DEVICE_COUNT
+/// 2^32-1 made the client reserve 34 GB) or a later misleading message.
+#[test]
+fn hostile_server_answers_are_typed_errors() {
+    const DEVICE_COUNT: u8 = 15;
+    const GET_ALIGNMENT: u8 = 1;
+    const GET_MAX_SIZE: u8 = 2;
+    const ALLOC_BUFFER: u8 = 0;
+    const BUFFER_GET_BASE: u8 = 3;
+    let normal = |cmd: u8, count: u32, align: u64, rsize: Option<u64>, base: u64| match cmd {
+        DEVICE_COUNT => Some(count.to_le_bytes().to_vec()),
+        GET_ALIGNMENT => Some(align.to_le_bytes().to_vec()),
+        GET_MAX_SIZE => Some((1u64 << 30).to_le_bytes().to_vec()),
+        ALLOC_BUFFER => rsize.map(|n| [7u64.to_le_bytes(), n.to_le_bytes()].concat()),
+        BUFFER_GET_BASE => Some(base.to_le_bytes().to_vec()),
+        _ => None,
+    };
+    let connect = |addr: std::net::SocketAddr| {
+        let p = strata_rpc::RpcProvider::with_options(ClientOptions {
+            timeout: Duration::from_secs(10),
+            ..ClientOptions::default()
+        });
+        p.connect(&addr.to_string())
+    };
+
+    let t0 = Instant::now();
+    let (addr, fake) = scripted_server(move |c, _| normal(c, u32::MAX, 64, None, 0));
+    let e = connect(addr).unwrap_err();
+    assert!(
+        is_backend_error(&e) && e.to_string().contains("4294967295 devices"),
+        "{e}"
+    );
+    fake.join().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(5));
+
+    for align in [1u64 << 63, 3, 0] {
+        let (addr, fake) = scripted_server(move |c, _| normal(c, 1, align, None, 0));
+        let e = connect(addr).unwrap_err();
+        assert!(
+            is_backend_error(&e) && e.to_string().contains(&format!("alignment {align}")),
+            "{e}"
+        );
+        fake.join().unwrap();
+    }
+
+    // base + size past 2^64, and a buffer smaller than asked for
+    for (rsize, base, want) in [
+        (4096, u64::MAX - 100, "overflows"),
+        (16, 0x1000, "only 16 bytes"),
+    ] {
+        let (addr, fake) = scripted_server(move |c, _| normal(c, 1, 64, Some(rsize), base));
+        let dev = connect(addr).unwrap().remove(0);
+        let e = dev.default_buffer_type().alloc_buffer(4096).err().unwrap();
+        assert!(is_backend_error(&e) && e.to_string().contains(want), "{e}");
+        drop(dev);
+        fake.join().unwrap();
+    }
+}

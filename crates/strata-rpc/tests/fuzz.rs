@@ -152,6 +152,72 @@ fn cargo_fuzz_corpus_replays_cleanly() {
     assert!(n >= 1);
 }
 
+/// The input cargo-fuzz stopped on under AddressSanitizer
+/// (`memcpy-param-overlap`, issue 16 item 5), reduced: a COPY_TENSOR whose
+/// source and destination overlap inside one buffer, then a read of the buffer.
+fn overlap_script() -> Vec<u8> {
+    let whole = f32_rec(1, H, BASE, [64, 1, 1, 1]);
+    let data: Vec<u8> = (0..64u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    [
+        Request::Hello { caps: [0; 24] }.encode(),
+        Request::AllocBuffer {
+            device: 0,
+            size: 4096,
+        }
+        .encode(),
+        set(whole, 0, &data).encode(),
+        Request::CopyTensor {
+            src: f32_rec(2, H, BASE, [40, 1, 1, 1]),
+            dst: f32_rec(3, H, BASE + 20, [40, 1, 1, 1]),
+        }
+        .encode(),
+        Request::GetTensor {
+            tensor: whole,
+            offset: 0,
+            size: 256,
+        }
+        .encode(),
+    ]
+    .concat()
+}
+
+/// Replays the crash input kept in tests/corpus: the copy is a memmove
+/// (the destination holds the source as it was) and the session ends cleanly.
+#[test]
+fn overlapping_copy_tensor_crash_input_is_a_memmove() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/corpus/crash-copy-tensor-overlap");
+    if std::env::var_os("STRATA_WRITE_CORPUS").is_some() {
+        std::fs::write(&path, overlap_script()).unwrap();
+    }
+    let bytes = std::fs::read(&path).expect("crash input present");
+    assert_eq!(bytes, overlap_script(), "regenerate {}", path.display());
+    let limits = Limits {
+        max_message: 1 << 20,
+        ..Limits::with_mem(1 << 20)
+    };
+    let mut s = Session::standalone(Arc::new(CpuBackendFactory::new(1)), limits);
+    let mut io = Duplex {
+        input: Cursor::new(bytes),
+        output: Vec::new(),
+    };
+    assert_eq!(s.serve(&mut io), SessionEnd::Closed);
+    // HELLO (8 + 28), ALLOC_BUFFER (8 + 16), COPY_TENSOR (8 + 1), GET_TENSOR (8 + 256)
+    let out = io.output;
+    assert_eq!(out.len(), 36 + 24 + 9 + 264);
+    assert_eq!(out[36 + 24 + 8], 1, "COPY_TENSOR answered 'copied'");
+    let got: Vec<f32> = out[out.len() - 256..]
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let mut want: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    want.copy_within(0..40, 5);
+    assert_eq!(got, want);
+    // and, like every kept input, through the bounded replay
+    let (_end, live) = run_session(overlap_script());
+    assert_eq!(live, 0);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 256,

@@ -160,6 +160,59 @@ fn copies_between_buffers_and_usage() {
     assert!(tensor_copy(&a, &c).is_err(), "layouts differ");
 }
 
+/// Issue 16 item 5: a copy whose source and destination overlap inside one
+/// host buffer (reachable from COPY_TENSOR) is a memmove, for either
+/// direction of overlap and for identical ranges; a read-only buffer refuses it.
+#[test]
+fn overlapping_copies_in_one_buffer_behave_like_memmove() {
+    let whole = Tensor::new(DType::I8, &[512]).unwrap().with_name("whole");
+    let buf: Arc<dyn Buffer> = Arc::new(HostBuffer::from_vec(vec![0u8; 512]));
+    whole.set_storage(buf.clone(), 0).unwrap();
+    let init: Vec<u8> = (0..512).map(|i| (i * 7 + 3) as u8).collect();
+    for (src_at, dst_at, len) in [(0, 5, 300), (64, 3, 400), (100, 100, 256), (7, 8, 1)] {
+        whole.write_bytes(0, &init).unwrap();
+        let src = Tensor::new(DType::I8, &[len]).unwrap().with_name("src");
+        let dst = Tensor::new(DType::I8, &[len]).unwrap().with_name("dst");
+        src.set_storage(buf.clone(), src_at).unwrap();
+        dst.set_storage(buf.clone(), dst_at).unwrap();
+        tensor_copy(&src, &dst).unwrap();
+        let mut want = init.clone();
+        want.copy_within(src_at..src_at + len, dst_at);
+        assert_eq!(
+            whole.read_bytes().unwrap(),
+            want,
+            "{src_at} -> {dst_at} ({len})"
+        );
+    }
+    // the same through the CPU buffer type's own allocation
+    let a = Tensor::new(DType::F32, &[64]).unwrap();
+    let bufs = alloc(&[&a]);
+    let vals: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    a.write_f32(&vals).unwrap();
+    let lo = Tensor::new(DType::F32, &[48]).unwrap();
+    let hi = Tensor::new(DType::F32, &[48]).unwrap();
+    lo.set_storage(bufs[0].clone(), 0).unwrap();
+    hi.set_storage(bufs[0].clone(), 16 * 4).unwrap();
+    tensor_copy(&lo, &hi).unwrap();
+    let got = a.to_f32_vec().unwrap();
+    assert_eq!(&got[..16], &vals[..16]);
+    assert_eq!(&got[16..], &vals[..48]);
+    // a read-only buffer refuses the copy instead of writing
+    let keep = init.clone();
+    let ptr = std::ptr::NonNull::new(keep.as_ptr() as *mut u8).unwrap();
+    // SAFETY: `keep` is moved into the buffer as its owner and never written.
+    let ro: Arc<dyn Buffer> =
+        Arc::new(unsafe { HostBuffer::from_raw_parts(ptr, 512, Box::new(keep), true) });
+    let (s, d) = (
+        Tensor::new(DType::I8, &[8]).unwrap(),
+        Tensor::new(DType::I8, &[8]).unwrap(),
+    );
+    s.set_storage(ro.clone(), 0).unwrap();
+    d.set_storage(ro.clone(), 4).unwrap();
+    let e = tensor_copy(&s, &d).unwrap_err();
+    assert!(e.to_string().contains("read-only"), "{e}");
+}
+
 #[test]
 fn registry_creates_cpu_and_reports_memory() {
     let reg = Registry::with_defaults();

@@ -103,12 +103,19 @@ impl HParams {
             }
         };
         let float_or = |k: &str, d: f32| -> Result<f32> {
-            match m.get(&key(k)) {
-                None => Ok(d),
+            let v = match m.get(&key(k)) {
+                None => return Ok(d),
                 Some(_) => m
                     .get_f32(&key(k))
-                    .map_err(|e| meta(&key(k), &e.to_string())),
+                    .map_err(|e| meta(&key(k), &e.to_string()))?,
+            };
+            if !v.is_finite() || v < 0.0 {
+                return Err(meta(
+                    &key(k),
+                    &format!("{v} is not a usable value (a finite, non-negative number is needed)"),
+                ));
             }
+            Ok(v)
         };
         let n_layer = uint("block_count")?;
         let n_embd = uint("embedding_length")?;
@@ -142,6 +149,9 @@ impl HParams {
         let n_ctx_train = uint_or("context_length", 2048)?;
         let rms_eps = float_or("attention.layer_norm_rms_epsilon", 1e-5)?;
         let rope_freq_base = float_or("rope.freq_base", 10000.0)?;
+        if rope_freq_base == 0.0 {
+            return Err(meta(&key("rope.freq_base"), "0 is not a RoPE base"));
+        }
         let factor = float_or("rope.scaling.factor", 0.0)?;
         let scale_linear = float_or("rope.scale_linear", 0.0)?;
         let rope_scaling = match m.get_str(&key("rope.scaling.type")).unwrap_or("") {
@@ -166,7 +176,7 @@ impl HParams {
                 name: "token_embd.weight".into(),
                 msg: "missing".into(),
             })?;
-        Ok(HParams {
+        let hp = HParams {
             arch,
             n_layer,
             n_embd,
@@ -183,7 +193,91 @@ impl HParams {
             rope_mode,
             rope_scaling,
             n_ctx_orig,
-        })
+        };
+        hp.check_against_tensors(f)?;
+        Ok(hp)
+    }
+
+    /// Checks the counts and widths against the tensors the file has,
+    /// before anything is sized by them: a hostile `block_count` of 2^40
+    /// would otherwise size the layer map (8 TiB), and a head size the KV
+    /// cache. Every block must have tensors, and the first block's
+    /// projections must have the widths the heads and FFN size give.
+    fn check_against_tensors(&self, f: &GgufFile) -> Result<()> {
+        let key = |k: &str| format!("{}.{k}", self.arch);
+        let blocks: std::collections::HashSet<usize> = f
+            .tensors()
+            .iter()
+            .filter_map(|t| super::layer_of(t.name()))
+            .collect();
+        if blocks.len() < self.n_layer {
+            return Err(meta(
+                &key("block_count"),
+                &format!(
+                    "{} blocks, but the file has tensors (blk.N.*) for {} blocks: \
+                     the metadata does not describe this file",
+                    self.n_layer,
+                    blocks.len()
+                ),
+            ));
+        }
+        let width = |name: &str, axis: usize| -> Result<usize> {
+            f.tensor(name)
+                .map(|t| t.shape()[axis])
+                .ok_or_else(|| ModelError::Tensor {
+                    name: name.into(),
+                    msg: "missing".into(),
+                })
+        };
+        let heads = |n: usize, d: usize| n.saturating_mul(d);
+        let checks = [
+            (
+                "embedding_length",
+                "token_embd.weight",
+                0,
+                self.n_embd,
+                format!("{}", self.n_embd),
+            ),
+            (
+                "attention.head_count, attention.key_length",
+                "blk.0.attn_q.weight",
+                1,
+                heads(self.n_head, self.head_dim_k),
+                format!("{} heads x {}", self.n_head, self.head_dim_k),
+            ),
+            (
+                "attention.head_count_kv, attention.key_length",
+                "blk.0.attn_k.weight",
+                1,
+                heads(self.n_head_kv, self.head_dim_k),
+                format!("{} KV heads x {}", self.n_head_kv, self.head_dim_k),
+            ),
+            (
+                "attention.head_count_kv, attention.value_length",
+                "blk.0.attn_v.weight",
+                1,
+                heads(self.n_head_kv, self.head_dim_v),
+                format!("{} KV heads x {}", self.n_head_kv, self.head_dim_v),
+            ),
+            (
+                "feed_forward_length",
+                "blk.0.ffn_up.weight",
+                1,
+                self.n_ff,
+                format!("{}", self.n_ff),
+            ),
+        ];
+        for (keys, tensor, axis, want, says) in checks {
+            let got = width(tensor, axis)?;
+            if got != want {
+                let keys: Vec<String> = keys.split(", ").map(key).collect();
+                return Err(meta(
+                    &keys.join(", "),
+                    &format!("the metadata gives {says}, but {tensor} has {got} there"),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Width of all K heads of one token (`n_head_kv * head_dim_k`).

@@ -188,13 +188,22 @@ fn assign(
 }
 
 /// KV cache bytes of each device for `n_ctx` positions (f16 K and V).
-fn kv_bytes(hp: &HParams, map: &LayerMap, n_dev: usize, n_ctx: usize) -> Vec<usize> {
-    let mut v = vec![0; n_dev];
-    let per_layer = 2 * n_ctx * (hp.n_embd_k_gqa() + hp.n_embd_v_gqa());
+fn kv_bytes(hp: &HParams, map: &LayerMap, n_dev: usize, n_ctx: usize) -> Result<Vec<usize>> {
+    let overflow = || {
+        ModelError::Invalid(format!(
+            "a context of {n_ctx} cells needs a KV cache larger than this machine can address; \
+             use a smaller -c"
+        ))
+    };
+    let mut v = vec![0usize; n_dev];
+    let per_layer = (hp.n_embd_k_gqa() + hp.n_embd_v_gqa())
+        .checked_mul(n_ctx)
+        .and_then(|x| x.checked_mul(2))
+        .ok_or_else(overflow)?;
     for &d in &map.layers {
-        v[d] += per_layer;
+        v[d] = v[d].checked_add(per_layer).ok_or_else(overflow)?;
     }
-    v
+    Ok(v)
 }
 
 impl Model {
@@ -205,7 +214,7 @@ impl Model {
         let hp = HParams::from_gguf(&f)?;
         let devs = Devices::new(opts.devices.clone())?;
         let (map, assigned) = assign(&f, &hp, &opts.placement, &devs)?;
-        let kv = kv_bytes(&hp, &map, devs.list().len(), n_ctx);
+        let kv = kv_bytes(&hp, &map, devs.list().len(), n_ctx)?;
         let mut bytes = vec![DeviceBytes::default(); devs.list().len()];
         for (t, &d) in f.tensors().iter().zip(&assigned) {
             bytes[d].weights += t.size();

@@ -70,6 +70,19 @@ pub enum TokenizerError {
         /// Vocabulary size.
         n_vocab: usize,
     },
+    /// A special token id in the metadata is not a token of the vocabulary.
+    #[error(
+        "tokenizer.ggml.{key} = {id} is not a token id (the vocabulary has {n_vocab} tokens): \
+         the file's metadata is broken; fix or remove the key"
+    )]
+    SpecialOutOfRange {
+        /// The key, e.g. `bos_token_id`.
+        key: &'static str,
+        /// The id given.
+        id: u32,
+        /// Vocabulary size.
+        n_vocab: usize,
+    },
     /// `add_bos`/`add_eos` is set but the model has no such token.
     #[error("the model asks to add a {0} token but has none")]
     MissingSpecial(&'static str),
@@ -336,6 +349,23 @@ impl Tokenizer {
             token_to_id.insert(t.clone(), i as u32);
         }
         let in_range = |id: Option<u32>| id.filter(|&i| (i as usize) < n);
+        // An id the file gives must exist (llama.cpp warns and falls back to
+        // a default: that silently changes what the model sees).
+        for (key, id) in [
+            ("bos_token_id", parts.bos_id),
+            ("eos_token_id", parts.eos_id),
+            ("eot_token_id", parts.eot_id),
+            ("unknown_token_id", parts.unk_id),
+            ("padding_token_id", parts.pad_id),
+        ] {
+            if let Some(id) = id.filter(|&i| i as usize >= n) {
+                return Err(TokenizerError::SpecialOutOfRange {
+                    key,
+                    id,
+                    n_vocab: n,
+                });
+            }
+        }
         let (kind, add_bos_default, clean_spaces, default_ids) = if is_bpe {
             let (pre, d) = PreTokenizer::for_name(&parts.pre)?;
             let kind = Kind::Bpe {

@@ -218,10 +218,28 @@ fn bos_eos_only_when_the_model_asks() {
 fn bos_eos_default_to_11_like_llama_cpp() {
     let mut p = parts("smollm");
     p.bos_id = None;
-    p.eos_id = Some(100_000); // out of range: ignored
+    p.eos_id = None;
     let t = Tokenizer::from_parts(p).unwrap();
     assert_eq!(t.bos(), Some(11));
     assert_eq!(t.eos(), Some(11));
+}
+
+/// Issue 16 item 10: an id the file gives that is not a token is an error
+/// naming the key (llama.cpp warns and falls back to the default, which
+/// silently changes the prompt the model sees).
+#[test]
+fn out_of_range_special_ids_are_errors() {
+    let mut p = parts("smollm");
+    p.eos_id = Some(100_000);
+    let n = p.tokens.len();
+    assert_eq!(
+        Tokenizer::from_parts(p).err(),
+        Some(TokenizerError::SpecialOutOfRange {
+            key: "eos_token_id",
+            id: 100_000,
+            n_vocab: n
+        })
+    );
 }
 
 #[test]

@@ -34,8 +34,12 @@ impl RpcBufferType {
         let alignment = decode_u64(Command::GetAlignment, &a).map_err(Error::from)?;
         let m = conn.call(&Request::GetMaxSize { device }, None)?;
         let max_size = decode_u64(Command::GetMaxSize, &m).map_err(Error::from)?;
-        if !alignment.is_power_of_two() {
-            return Err(conn.error(format!("alignment {alignment} is not a power of two")));
+        if !alignment.is_power_of_two() || alignment > super::MAX_ALIGNMENT {
+            return Err(conn.error(format!(
+                "GET_ALIGNMENT: device {device} answers alignment {alignment}, which is not a \
+                 power of two up to {} (a broken or hostile server)",
+                super::MAX_ALIGNMENT
+            )));
         }
         Ok(RpcBufferType {
             conn,
@@ -90,7 +94,30 @@ impl BufferType for RpcBufferType {
             .conn
             .call(&Request::BufferGetBase { remote_ptr: handle }, None)?;
         let base = decode_u64(Command::BufferGetBase, &b).map_err(Error::from)?;
-        let size = usize::try_from(rsize).map_err(|_| self.conn.error("buffer size overflows"))?;
+        let bad = |msg: String| {
+            // The server keeps the buffer until freed or disconnected.
+            let _ = self
+                .conn
+                .call(&Request::FreeBuffer { remote_ptr: handle }, None);
+            self.conn.error(format!(
+                "ALLOC_BUFFER of {size} bytes: {msg} (a broken or hostile server)"
+            ))
+        };
+        if rsize < size as u64 {
+            return Err(bad(format!(
+                "the server answers a buffer of only {rsize} bytes"
+            )));
+        }
+        if base.checked_add(rsize).is_none() {
+            return Err(bad(format!(
+                "base {base:#x} + size {rsize} overflows the 64-bit address space"
+            )));
+        }
+        let size = usize::try_from(rsize).map_err(|_| {
+            bad(format!(
+                "size {rsize} does not fit this machine's address space"
+            ))
+        })?;
         let buf = Arc::new(RpcBuffer {
             conn: self.conn.clone(),
             handle,

@@ -94,8 +94,15 @@ impl Conn {
         )?;
         check_hello_response(&hello).map_err(|e| fail(e.to_string()))?;
         let n = conn.call(&Request::DeviceCount, None)?;
-        conn.device_count =
-            decode_u32(Command::DeviceCount, &n).map_err(|e| fail(e.to_string()))?;
+        let n = decode_u32(Command::DeviceCount, &n).map_err(|e| fail(e.to_string()))?;
+        if n > super::MAX_DEVICES {
+            return Err(fail(format!(
+                "DEVICE_COUNT: the server announces {n} devices, more than the {} a client accepts \
+                 (a broken or hostile server)",
+                super::MAX_DEVICES
+            )));
+        }
+        conn.device_count = n;
         Ok(conn)
     }
 

@@ -23,6 +23,17 @@ pub use device::{RpcBackend, RpcDevice};
 
 use conn::Conn;
 
+/// Most devices a client accepts from one server (DEVICE_COUNT): ggml's
+/// servers expose one per `-d` device, so this leaves ample room while a
+/// hostile answer cannot make the client allocate per-device state by the
+/// billion.
+pub const MAX_DEVICES: u32 = 256;
+
+/// Largest buffer alignment a client accepts (GET_ALIGNMENT): real backends
+/// ask for 32 bytes to a page; 2^63 would only make every size computation
+/// overflow later with a misleading message.
+pub const MAX_ALIGNMENT: u64 = 1 << 20;
+
 /// Client settings.
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
@@ -153,6 +164,13 @@ impl DeviceProvider for RpcProvider {
     }
     fn device(&self, name: &str) -> Result<Option<Arc<dyn Device>>> {
         let Some((index, endpoint)) = parse_device_name(name) else {
+            if name.starts_with("RPC") && name.contains('[') {
+                return Err(Error::InvalidArgument(format!(
+                    "'{name}' is not an RPC device name: write RPC[host:port] (or RPC<n>[host:port] \
+                     for device n of the server), e.g. RPC[127.0.0.1:{}]",
+                    crate::proto::DEFAULT_PORT
+                )));
+            }
             return Ok(None);
         };
         let devices = self.connect(endpoint)?;
@@ -192,5 +210,17 @@ mod tests {
         ] {
             assert_eq!(parse_device_name(bad), None, "{bad}");
         }
+    }
+
+    /// Issue 16 item 10: a malformed RPC name is explained, not "no device named".
+    #[test]
+    fn malformed_rpc_names_are_explained() {
+        use strata::backend::DeviceProvider;
+        let p = super::RpcProvider::new();
+        for bad in ["RPC[localhost]", "RPC[:1]", "RPC[h:99999]", "RPCx[h:1]"] {
+            let e = p.device(bad).err().expect(bad).to_string();
+            assert!(e.contains(bad) && e.contains("RPC[host:port]"), "{e}");
+        }
+        assert!(p.device("CPU").unwrap().is_none());
     }
 }

@@ -37,6 +37,25 @@ impl GraphMsg {
 
     /// Decodes a payload. Bytes after the last record are ignored, as ggml does.
     pub fn decode(b: &[u8]) -> Result<GraphMsg, DecodeError> {
+        Ok(GraphView::parse(b)?.to_msg())
+    }
+}
+
+/// A GRAPH_COMPUTE payload read in place: node ids and tensor records are
+/// decoded when asked for, so a received graph costs no second copy of its
+/// payload (the server's way to read graphs).
+#[derive(Clone, Copy, Debug)]
+pub struct GraphView<'a> {
+    /// Device index on the server.
+    pub device: u32,
+    nodes: &'a [u8],
+    tensors: &'a [u8],
+}
+
+impl<'a> GraphView<'a> {
+    /// Checks the counts against the payload's length. Bytes after the last
+    /// record are ignored, as ggml does.
+    pub fn parse(b: &'a [u8]) -> Result<GraphView<'a>, DecodeError> {
         let err = |msg: String| DecodeError::new(Some(Command::GraphCompute), msg);
         if b.len() < 8 {
             return Err(err(format!(
@@ -60,18 +79,51 @@ impl GraphMsg {
                 "{m} tensor records need {end} bytes, payload has {len}"
             )));
         }
-        let nodes = (0..n as usize).map(|i| u64_at(b, 8 + 8 * i)).collect();
-        let tensors = (0..m as usize)
-            .map(|i| {
-                let off = tensors_at as usize + RPC_TENSOR_SIZE * i;
-                RpcTensor::decode(&b[off..off + RPC_TENSOR_SIZE]).expect("length checked")
-            })
-            .collect();
-        Ok(GraphMsg {
+        Ok(GraphView {
             device,
-            nodes,
-            tensors,
+            nodes: &b[8..(tensors_at - 4) as usize],
+            tensors: &b[tensors_at as usize..end as usize],
         })
+    }
+
+    /// Number of nodes.
+    pub fn n_nodes(&self) -> usize {
+        self.nodes.len() / 8
+    }
+
+    /// Id of node `i` (< [`GraphView::n_nodes`]).
+    pub fn node(&self, i: usize) -> u64 {
+        u64_at(self.nodes, 8 * i)
+    }
+
+    /// Node ids in execution order.
+    pub fn nodes(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.n_nodes()).map(|i| self.node(i))
+    }
+
+    /// Number of tensor records.
+    pub fn n_tensors(&self) -> usize {
+        self.tensors.len() / RPC_TENSOR_SIZE
+    }
+
+    /// Id of record `i` without decoding the rest of it.
+    pub fn tensor_id(&self, i: usize) -> u64 {
+        u64_at(self.tensors, RPC_TENSOR_SIZE * i)
+    }
+
+    /// Record `i` (< [`GraphView::n_tensors`]), decoded.
+    pub fn tensor(&self, i: usize) -> RpcTensor {
+        let off = RPC_TENSOR_SIZE * i;
+        RpcTensor::decode(&self.tensors[off..off + RPC_TENSOR_SIZE]).expect("length checked")
+    }
+
+    /// The owned message.
+    pub fn to_msg(&self) -> GraphMsg {
+        GraphMsg {
+            device: self.device,
+            nodes: self.nodes().collect(),
+            tensors: (0..self.n_tensors()).map(|i| self.tensor(i)).collect(),
+        }
     }
 }
 
@@ -96,6 +148,10 @@ mod tests {
         assert_eq!(&b[4..8], &[1, 0, 0, 0]);
         assert_eq!(&b[16..20], &[3, 0, 0, 0]);
         assert_eq!(GraphMsg::decode(&b).unwrap(), g);
+        let v = GraphView::parse(&b).unwrap();
+        assert_eq!((v.device, v.n_nodes(), v.n_tensors()), (0, 1, 3));
+        assert_eq!((v.node(0), v.tensor_id(2)), (3, 3));
+        assert_eq!(v.tensor(1), g.tensors[1]);
         b.extend_from_slice(&[9; 5]);
         assert_eq!(GraphMsg::decode(&b).unwrap(), g);
         assert!(GraphMsg::decode(&b[..907]).is_err());

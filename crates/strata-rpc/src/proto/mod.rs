@@ -10,7 +10,7 @@ mod graph;
 mod message;
 mod tensor;
 
-pub use graph::GraphMsg;
+pub use graph::{GraphMsg, GraphView};
 pub use message::{
     decode_flag, decode_pair, decode_request, decode_u32, decode_u64, frame_response, pair_payload,
     Request, SetTensorHeader,

@@ -9,11 +9,13 @@ use strata::{Graph, Tensor};
 
 use super::validate::{place, tensor_of, Refusal, RemoteBuf};
 use super::Limits;
-use crate::proto::{GraphMsg, RpcTensor, FLAG_COMPUTE};
+use crate::proto::{GraphView, RpcTensor, FLAG_COMPUTE};
 
 struct Builder<'a> {
     buffers: &'a HashMap<u64, RemoteBuf>,
-    recs: HashMap<u64, &'a RpcTensor>,
+    view: GraphView<'a>,
+    /// Wire id → index of its (first) record in the message.
+    recs: HashMap<u64, usize>,
     node_pos: HashMap<u64, usize>,
     built: HashMap<u64, Tensor>,
     /// strata tensor id → wire id, for finding view bases.
@@ -21,10 +23,11 @@ struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
-    fn rec(&self, id: u64, user: &str) -> Result<&'a RpcTensor, Refusal> {
+    /// The record of wire id `id`, decoded from the message.
+    fn rec(&self, id: u64, user: &str) -> Result<RpcTensor, Refusal> {
         self.recs
             .get(&id)
-            .copied()
+            .map(|&i| self.view.tensor(i))
             .ok_or_else(|| format!("{user} references tensor id {id:#x}, which the message lacks"))
     }
 
@@ -69,14 +72,14 @@ impl<'a> Builder<'a> {
         for &s in rec.src.iter().filter(|&&s| s != 0) {
             self.rec(s, &format!("source of '{}'", rec.name_str()))?;
         }
-        self.check_view_src(rec)?;
-        let t = tensor_of(rec)?;
-        place(self.buffers, rec, &t)?;
+        self.check_view_src(&rec)?;
+        let t = tensor_of(&rec)?;
+        place(self.buffers, &rec, &t)?;
         self.remember(id, &t);
         Ok(t)
     }
 
-    fn node(&mut self, rec: &'a RpcTensor) -> Result<Option<Tensor>, Refusal> {
+    fn node(&mut self, rec: &RpcTensor) -> Result<Option<Tensor>, Refusal> {
         let name = rec.name_str();
         let user = format!("node '{name}'");
         if rec.flags & FLAG_COMPUTE == 0 {
@@ -201,28 +204,27 @@ fn claimed_layout_ok(rec: &RpcTensor) -> Result<(), Refusal> {
 /// Rebuilds `msg` into a strata graph over this connection's buffers, or
 /// says why it is refused.
 pub(crate) fn rebuild(
-    msg: &GraphMsg,
+    msg: &GraphView<'_>,
     buffers: &HashMap<u64, RemoteBuf>,
     limits: &Limits,
 ) -> Result<Graph, Refusal> {
-    if msg.nodes.len() > limits.max_graph_nodes || msg.tensors.len() > limits.max_graph_tensors {
+    let (n_nodes, n_tensors) = (msg.n_nodes(), msg.n_tensors());
+    if n_nodes > limits.max_graph_nodes || n_tensors > limits.max_graph_tensors {
         return Err(format!(
-            "graph of {} nodes / {} tensors exceeds the limits {} / {}",
-            msg.nodes.len(),
-            msg.tensors.len(),
-            limits.max_graph_nodes,
-            limits.max_graph_tensors
+            "graph of {n_nodes} nodes / {n_tensors} tensors exceeds the limits {} / {}",
+            limits.max_graph_nodes, limits.max_graph_tensors
         ));
     }
-    let mut recs = HashMap::with_capacity(msg.tensors.len());
-    for r in &msg.tensors {
-        if r.id == 0 {
+    let mut recs = HashMap::with_capacity(n_tensors);
+    for i in 0..n_tensors {
+        let id = msg.tensor_id(i);
+        if id == 0 {
             return Err("a tensor record has id 0 (the null tensor)".into());
         }
-        recs.entry(r.id).or_insert(r); // first record wins, as in ggml
+        recs.entry(id).or_insert(i); // first record wins, as in ggml
     }
-    let mut node_pos = HashMap::with_capacity(msg.nodes.len());
-    for (i, &id) in msg.nodes.iter().enumerate() {
+    let mut node_pos = HashMap::with_capacity(n_nodes);
+    for (i, id) in msg.nodes().enumerate() {
         if id == 0 {
             return Err(format!("node {i} has id 0"));
         }
@@ -235,15 +237,16 @@ pub(crate) fn rebuild(
     }
     let mut b = Builder {
         buffers,
+        view: *msg,
         recs,
         node_pos,
         built: HashMap::new(),
         wire_of: HashMap::new(),
     };
     let mut graph = Graph::new();
-    for &id in &msg.nodes {
-        let rec = b.recs[&id];
-        if let Some(t) = b.node(rec)? {
+    for id in msg.nodes() {
+        let rec = msg.tensor(b.recs[&id]);
+        if let Some(t) = b.node(&rec)? {
             graph.expand(&t);
         }
         b.node_pos.remove(&id);

@@ -16,16 +16,17 @@
 //! handle.shutdown();
 //! ```
 
+mod conns;
 mod graph;
 mod session;
 mod validate;
+mod watch;
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -37,47 +38,99 @@ pub use session::{Session, SessionEnd, StatsHandle};
 
 use crate::proto::fnv1a;
 
+/// Memory a received graph costs per payload byte while it is read,
+/// rebuilt, computed and kept for GRAPH_RECOMPUTE: the payload (1x), the
+/// rebuilt tensors and tables (1.6x) and the CPU backend's per-node plans
+/// (3.1x), measured at 5.7x to 6x peak for a graph of nothing but nodes,
+/// the costliest shape (tests/exhaustion.rs); 8 leaves a margin.
+pub const GRAPH_COST: u64 = 8;
+
 /// Limits a server enforces on every connection.
 #[derive(Clone, Debug)]
 pub struct Limits {
-    /// Largest variable-size message (SET_TENSOR, GRAPH_COMPUTE), in bytes.
+    /// Largest GRAPH_COMPUTE payload, in bytes (SET_TENSOR data is bounded
+    /// by the tensor it writes, hence by `max_buffer`).
     pub max_message: u64,
+    /// Memory all connections together may hold for messages: graphs being
+    /// received and rebuilt, and kept for GRAPH_RECOMPUTE (each costs
+    /// [`GRAPH_COST`] times its payload), cached uploads. A message that does
+    /// not fit waits up to `io_timeout` for room, then closes its connection.
+    pub max_inflight: u64,
     /// Largest single buffer (also what GET_MAX_SIZE reports), in bytes.
     pub max_buffer: u64,
-    /// Total bytes all clients together may hold in buffers; `None` = only
-    /// what the device allows. Reported as the devices' memory when set.
-    pub mem: Option<u64>,
+    /// Memory budget: bytes all clients together may hold in buffers,
+    /// reported as each device's memory (GET_DEVICE_MEMORY). Allocations
+    /// beyond it get ggml's failure reply (a null handle).
+    pub mem: u64,
     /// Most nodes in one graph.
     pub max_graph_nodes: usize,
     /// Most tensor records in one graph.
     pub max_graph_tensors: usize,
-    /// Most clients served at once; further connections are closed at once.
+    /// Most clients served at once (past their HELLO); further connections
+    /// are closed at once.
     pub max_connections: usize,
+    /// Most clients served at once from one IP address.
+    pub max_per_address: usize,
+    /// Most connections waiting for their HELLO; one more evicts the oldest.
+    pub max_pending: usize,
+    /// Time from accept to a complete HELLO.
+    pub handshake_timeout: Duration,
+    /// Longest wait for the next message of a client that holds no buffer.
+    pub idle_timeout: Duration,
+    /// Longest wait for the next message of a client that holds buffers
+    /// (`None`: no limit, as a model loaded between prompts stays idle).
+    pub idle_timeout_loaded: Option<Duration>,
+    /// Longest stall of any read inside a message, and of any write.
+    pub io_timeout: Duration,
+    /// Longest computation of one graph (`None`: no limit); a longer one is
+    /// aborted and its connection closed. A computation is also aborted when
+    /// its client closes the connection.
+    pub max_compute: Option<Duration>,
+}
+
+/// The default memory budget: two thirds of the machine's physical memory
+/// (4 GiB where it cannot be read).
+pub fn default_mem_budget() -> u64 {
+    let total = strata::cpu::cpu_device()
+        .memory()
+        .map_or(0, |m| m.total as u64);
+    if total == 0 {
+        4 << 30
+    } else {
+        total / 3 * 2
+    }
 }
 
 impl Default for Limits {
+    /// Limits for the default memory budget ([`default_mem_budget`]).
     fn default() -> Limits {
-        Limits {
-            max_message: 8 << 30,
-            max_buffer: 1 << 40,
-            mem: None,
-            max_graph_nodes: 1 << 18,
-            max_graph_tensors: 1 << 20,
-            max_connections: 64,
-        }
+        Limits::with_mem(default_mem_budget())
     }
 }
 
 impl Limits {
-    /// Default limits with a memory budget of `bytes` (also the largest buffer).
+    /// Limits for a memory budget of `bytes` (also the largest buffer).
+    /// Message memory is derived from it: an eighth of it (4 MiB to 2 GiB)
+    /// in flight, a graph message up to a [`GRAPH_COST`]th of that.
     pub fn with_mem(bytes: u64) -> Limits {
+        let max_inflight = (bytes / 8).clamp(4 << 20, 2 << 30);
+        let max_message = max_inflight / GRAPH_COST;
+        let records = max_message / crate::proto::RPC_TENSOR_SIZE as u64;
         Limits {
-            mem: Some(bytes),
+            mem: bytes,
             max_buffer: bytes,
-            max_message: Limits::default()
-                .max_message
-                .min(bytes.saturating_add(1 << 20)),
-            ..Limits::default()
+            max_message,
+            max_inflight,
+            max_graph_nodes: records.min(1 << 18) as usize,
+            max_graph_tensors: records.min(1 << 20) as usize,
+            max_connections: 64,
+            max_per_address: 16,
+            max_pending: 64,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            idle_timeout_loaded: None,
+            io_timeout: Duration::from_secs(30),
+            max_compute: None,
         }
     }
 }
@@ -136,10 +189,18 @@ pub struct ServerStats {
     pub total_connections: usize,
     /// Connections closed because a message was refused.
     pub refused_messages: usize,
+    /// Connections waiting for their HELLO.
+    pub pending_connections: usize,
+    /// Connections closed by a limit: a cap, an eviction, a deadline.
+    pub dropped_connections: usize,
     /// Buffers currently allocated by all clients.
     pub live_buffers: usize,
     /// Bytes currently allocated by all clients.
     pub allocated_bytes: u64,
+    /// Message memory held now (graphs received or kept, cached uploads).
+    pub inflight_bytes: u64,
+    /// Computations stopped midway: client gone, time limit, shutdown.
+    pub aborted_computations: usize,
 }
 
 /// State shared by the connections of one server.
@@ -150,12 +211,34 @@ pub(crate) struct State {
     next_handle: AtomicU64,
     next_addr: AtomicU64,
     used: AtomicU64,
+    inflight: Mutex<u64>,
+    inflight_freed: Condvar,
     live_buffers: AtomicUsize,
     active: AtomicUsize,
     total: AtomicUsize,
     refused: AtomicUsize,
+    dropped: AtomicUsize,
+    aborted: AtomicUsize,
     shutdown: AtomicBool,
-    conns: Mutex<HashMap<usize, TcpStream>>,
+    conns: Mutex<conns::Conns>,
+}
+
+/// Message memory held by a connection; returned when dropped.
+pub(crate) struct Inflight {
+    state: Arc<State>,
+    pub(crate) bytes: u64,
+}
+
+impl Drop for Inflight {
+    fn drop(&mut self) {
+        let mut held = self
+            .state
+            .inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *held = held.saturating_sub(self.bytes);
+        self.state.inflight_freed.notify_all();
+    }
 }
 
 /// First synthetic buffer address; addresses stay far below 2^63.
@@ -171,12 +254,16 @@ impl State {
             next_handle: AtomicU64::new(0x5000_0001),
             next_addr: AtomicU64::new(ADDR_START),
             used: AtomicU64::new(0),
+            inflight: Mutex::new(0),
+            inflight_freed: Condvar::new(),
             live_buffers: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
             total: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
+            dropped: AtomicUsize::new(0),
+            aborted: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
-            conns: Mutex::new(HashMap::new()),
+            conns: Mutex::new(conns::Conns::default()),
         }
     }
 
@@ -185,14 +272,50 @@ impl State {
             active_connections: self.active.load(Ordering::SeqCst),
             total_connections: self.total.load(Ordering::SeqCst),
             refused_messages: self.refused.load(Ordering::SeqCst),
+            pending_connections: self
+                .conns
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pending(),
+            dropped_connections: self.dropped.load(Ordering::SeqCst),
             live_buffers: self.live_buffers.load(Ordering::SeqCst),
             allocated_bytes: self.used.load(Ordering::SeqCst),
+            inflight_bytes: *self.inflight.lock().unwrap_or_else(|e| e.into_inner()),
+            aborted_computations: self.aborted.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Reserves `bytes` of message memory, waiting up to `wait` for room;
+    /// `None` when it does not fit in that time (or ever).
+    fn acquire(self: &Arc<State>, bytes: u64, wait: Duration) -> Option<Inflight> {
+        if bytes > self.limits.max_inflight {
+            return None;
+        }
+        let end = Instant::now() + wait;
+        let mut held = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if *held + bytes <= self.limits.max_inflight {
+                *held += bytes;
+                return Some(Inflight {
+                    state: self.clone(),
+                    bytes,
+                });
+            }
+            let now = Instant::now();
+            if now >= end || self.shutdown.load(Ordering::SeqCst) {
+                return None;
+            }
+            held = self
+                .inflight_freed
+                .wait_timeout(held, end - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 
     /// Reserves `size` bytes of the memory budget.
     fn reserve(&self, size: u64) -> bool {
-        let budget = self.limits.mem.unwrap_or(u64::MAX);
+        let budget = self.limits.mem;
         self.used
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
                 u.checked_add(size).filter(|&n| n <= budget)
@@ -244,14 +367,18 @@ impl State {
         }
     }
 
-    /// Bytes cached under `hash`, when present and no larger than a buffer may be.
-    fn cache_load(&self, hash: u64) -> Option<Vec<u8>> {
+    /// Bytes cached under `hash`, when present, no larger than a buffer may
+    /// be, and there is message memory for them now (otherwise the client
+    /// uploads them, streamed).
+    fn cache_load(self: &Arc<State>, hash: u64) -> Option<(Vec<u8>, Inflight)> {
         let path = self.cache_path(hash)?;
         let len = std::fs::metadata(&path).ok()?.len();
         if len > self.limits.max_buffer {
             return None;
         }
-        std::fs::read(&path).ok()
+        let held = self.acquire(len, Duration::ZERO)?;
+        let bytes = std::fs::read(&path).ok()?;
+        (bytes.len() as u64 == len).then_some((bytes, held))
     }
 }
 
@@ -309,6 +436,18 @@ impl Server {
 
     /// Accepts clients until shut down, each served on its own thread.
     pub fn serve(self) -> Result<()> {
+        let reaper = {
+            let state = self.state.clone();
+            std::thread::Builder::new()
+                .name("rpc-reaper".into())
+                .spawn(move || {
+                    while !state.shutdown.load(Ordering::SeqCst) {
+                        state.reap_pending();
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                })
+                .map_err(|e| Error::io("RPC server: spawn", e))?
+        };
         let mut next_conn = 0usize;
         for stream in self.listener.incoming() {
             if self.state.shutdown.load(Ordering::SeqCst) {
@@ -322,23 +461,39 @@ impl Server {
                     continue;
                 }
             };
+            let ip = stream.peer_addr().ok().map(|a| a.ip());
             let peer = stream
                 .peer_addr()
                 .map_or_else(|_| "?".into(), |a| a.to_string());
-            if self.state.active.load(Ordering::SeqCst) >= self.state.limits.max_connections {
-                tracing::warn!(peer, "too many clients: closing the new connection");
-                continue;
-            }
-            let _ = stream.set_nodelay(true);
             next_conn += 1;
             let id = next_conn;
-            if let Ok(clone) = stream.try_clone() {
-                self.state
-                    .conns
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id, clone);
+            let Ok(handle) = stream.try_clone() else {
+                tracing::warn!(peer, "cannot keep a handle on the connection: closing it");
+                continue;
+            };
+            {
+                // Caps are checked at HELLO: a pending connection costs little.
+                let mut conns = self.state.conns.lock().unwrap_or_else(|e| e.into_inner());
+                if conns.pending() >= self.state.limits.max_pending && conns.evict_oldest_pending()
+                {
+                    tracing::info!(
+                        "{} connections without HELLO: evicted the oldest",
+                        conns.pending() + 1
+                    );
+                    self.state.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                conns.map.insert(
+                    id,
+                    conns::ConnEntry {
+                        stream: handle,
+                        ip,
+                        since: Instant::now(),
+                        established: false,
+                        spoke: false,
+                    },
+                );
             }
+            let _ = stream.set_nodelay(true);
             self.state.total.fetch_add(1, Ordering::SeqCst);
             let state = self.state.clone();
             let spawned = std::thread::Builder::new()
@@ -350,9 +505,11 @@ impl Server {
                     .conns
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
+                    .map
                     .remove(&id);
             }
         }
+        let _ = reaper.join();
         Ok(())
     }
 
@@ -379,8 +536,20 @@ fn serve_connection(state: Arc<State>, mut stream: TcpStream, peer: String, id: 
     tracing::info!(peer, "client connected");
     // Last resort: a bug that panics ends this connection (its buffers are
     // freed while unwinding), never the server.
+    let timeouts = stream
+        .set_read_timeout(Some(state.limits.io_timeout))
+        .and_then(|_| stream.set_write_timeout(Some(state.limits.io_timeout)));
+    let link = stream.try_clone();
     let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let link = match (timeouts, link) {
+            (Ok(()), Ok(l)) => l,
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(peer, "cannot set up the connection: {e}");
+                return;
+            }
+        };
         let mut session = Session::new(state.clone(), peer.clone());
+        session.attach(id, link);
         session.serve(&mut stream);
     }));
     if served.is_err() {
@@ -396,6 +565,7 @@ fn serve_connection(state: Arc<State>, mut stream: TcpStream, peer: String, id: 
         .conns
         .lock()
         .unwrap_or_else(|e| e.into_inner())
+        .map
         .remove(&id);
     tracing::info!(peer, "client connection closed");
 }
@@ -434,8 +604,8 @@ impl ServerHandle {
     /// leaving the listener up.
     pub fn drop_connections(&self) {
         let conns = self.state.conns.lock().unwrap_or_else(|e| e.into_inner());
-        for s in conns.values() {
-            let _ = s.shutdown(std::net::Shutdown::Both);
+        for e in conns.map.values() {
+            let _ = e.stream.shutdown(std::net::Shutdown::Both);
         }
     }
 

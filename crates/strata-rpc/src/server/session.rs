@@ -4,18 +4,21 @@
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
-use std::sync::atomic::Ordering;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use strata::backend::{tensor_copy, tensor_get, tensor_memset, tensor_set, Backend};
 use strata::{Graph, Tensor};
 
 use super::graph::rebuild;
 use super::validate::{lookup, placed, range_in_tensor, tensor_of, Refusal, RemoteBuf};
-use super::{BackendFactory, Limits, ServerStats, State};
+use super::watch::{Prefixed, Probe};
+use super::{BackendFactory, Inflight, Limits, ServerStats, State, GRAPH_COST};
 use crate::proto::{
-    decode_request, hello_response, pair_payload, parse_request_header, Command, Request,
-    REQUEST_HEADER_SIZE, SET_TENSOR_FIXED,
+    decode_request, hello_response, pair_payload, parse_request_header, Command, GraphView,
+    Request, REQUEST_HEADER_SIZE, SET_TENSOR_FIXED,
 };
 
 /// How a connection ended.
@@ -27,10 +30,28 @@ pub enum SessionEnd {
     Refused(String),
     /// Reading or writing the stream failed.
     Io(String),
+    /// The server closed it for a limit: a cap on connections, or a client
+    /// idle or stalled past its deadline.
+    Dropped(String),
 }
 
-/// Bytes moved per step when streaming tensor data.
-const CHUNK: usize = 4 << 20;
+/// A failed read or write: a timeout means the client stalled.
+fn io_end(e: std::io::Error) -> SessionEnd {
+    match e.kind() {
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+            SessionEnd::Dropped("the client stalled past the I/O timeout".into())
+        }
+        _ => SessionEnd::Io(e.to_string()),
+    }
+}
+
+/// Bytes moved per step when streaming tensor data (each connection keeps
+/// a scratch buffer of this size).
+const CHUNK: usize = 1 << 20;
+
+/// Slowest average rate a client may send a graph at (on top of one
+/// `io_timeout`): a trickle cannot hold message memory for long.
+const MIN_RATE: u64 = 1 << 20;
 
 /// What a handled request answers.
 enum Reply {
@@ -59,10 +80,20 @@ pub struct Session {
     state: Arc<State>,
     buffers: HashMap<u64, RemoteBuf>,
     backends: Vec<Option<Box<dyn Backend>>>,
-    graphs: Vec<Option<Graph>>,
+    /// Per device: the last graph, for GRAPH_RECOMPUTE, with the message
+    /// memory it holds.
+    graphs: Vec<Option<(Graph, Inflight)>>,
     greeted: bool,
     peer: String,
     scratch: Vec<u8>,
+    /// The server's id of this connection and a handle on its socket
+    /// (deadlines, admission); `None` for in-memory sessions.
+    link: Option<(usize, TcpStream)>,
+    /// Watches the client during computations; with the bytes it read ahead.
+    probe: Option<Arc<Probe>>,
+    /// How the connection ends after an aborted computation.
+    aborted: Option<SessionEnd>,
+    started: Instant,
 }
 
 impl Session {
@@ -77,6 +108,73 @@ impl Session {
             greeted: false,
             peer,
             scratch: Vec::new(),
+            link: None,
+            probe: None,
+            aborted: None,
+            started: Instant::now(),
+        }
+    }
+
+    /// Ties the session to connection `id` of its server, whose socket
+    /// `stream` is: deadlines apply to reads, and HELLO must pass admission.
+    pub(crate) fn attach(&mut self, id: usize, stream: TcpStream) {
+        if let Ok(watch) = stream.try_clone() {
+            self.probe = Some(Arc::new(Probe::new(watch)));
+        }
+        self.link = Some((id, stream));
+    }
+
+    /// How long the next message may take to start: the rest of the
+    /// handshake deadline, or the idle deadline (`None`: no limit).
+    fn idle_limit(&self) -> Option<Duration> {
+        let l = &self.state.limits;
+        if !self.greeted {
+            // The server's reaper severs the connection at the deadline; the
+            // read timeout is the backstop.
+            Some(
+                (l.handshake_timeout + Duration::from_secs(1))
+                    .saturating_sub(self.started.elapsed()),
+            )
+        } else if self.buffers.is_empty() {
+            Some(l.idle_timeout)
+        } else {
+            l.idle_timeout_loaded
+        }
+    }
+
+    /// Sets the socket's read timeout before waiting for a message.
+    fn await_message(&self) -> Result<(), SessionEnd> {
+        if let Some((_, s)) = &self.link {
+            let wait = self.idle_limit().map(|d| d.max(Duration::from_millis(1)));
+            s.set_read_timeout(wait).map_err(io_end)?;
+        }
+        Ok(())
+    }
+
+    /// Sets the socket's read timeout once a message has started.
+    fn in_message(&self) -> Result<(), SessionEnd> {
+        if let Some((_, s)) = &self.link {
+            s.set_read_timeout(Some(self.state.limits.io_timeout))
+                .map_err(io_end)?;
+        }
+        Ok(())
+    }
+
+    /// The end for a failed wait for the next message.
+    fn idle_end(&self, e: std::io::Error) -> SessionEnd {
+        match e.kind() {
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => SessionEnd::Dropped(if self.greeted {
+                format!(
+                    "no message for {:?} (idle deadline)",
+                    self.idle_limit().unwrap_or_default()
+                )
+            } else {
+                format!(
+                    "no HELLO within {:?} (handshake deadline)",
+                    self.state.limits.handshake_timeout
+                )
+            }),
+            _ => SessionEnd::Io(e.to_string()),
         }
     }
 
@@ -99,13 +197,21 @@ impl Session {
     /// Serves requests from `stream` until the client closes it, a message is
     /// refused, or I/O fails. Never panics on any input.
     pub fn serve<S: Read + Write>(&mut self, stream: &mut S) -> SessionEnd {
-        let end = self.serve_inner(stream);
+        let mut stream = Prefixed {
+            ahead: self.probe.as_ref().map(|p| p.ahead()),
+            inner: stream,
+        };
+        let end = self.serve_inner(&mut stream);
         match &end {
             SessionEnd::Refused(r) => {
                 self.state.refused.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(peer = %self.peer, "closing connection: {r}");
             }
             SessionEnd::Io(e) => tracing::info!(peer = %self.peer, "connection lost: {e}"),
+            SessionEnd::Dropped(why) => {
+                self.state.dropped.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(peer = %self.peer, "closing connection: {why}");
+            }
             SessionEnd::Closed => tracing::debug!(peer = %self.peer, "client closed connection"),
         }
         end
@@ -114,10 +220,19 @@ impl Session {
     fn serve_inner<S: Read + Write>(&mut self, stream: &mut S) -> SessionEnd {
         loop {
             let mut head = [0u8; REQUEST_HEADER_SIZE];
+            if let Err(e) = self.await_message() {
+                return e;
+            }
             match read_exact_or_eof(stream, &mut head[..1]) {
                 Ok(false) => return SessionEnd::Closed,
                 Ok(true) => {}
-                Err(e) => return SessionEnd::Io(e.to_string()),
+                Err(e) => return self.idle_end(e),
+            }
+            if let Err(e) = self.in_message() {
+                return e;
+            }
+            if let (false, Some((id, _))) = (self.greeted, &self.link) {
+                self.state.spoke(*id);
             }
             let Some(cmd) = Command::from_u8(head[0]) else {
                 return SessionEnd::Refused(format!("unknown command {}", head[0]));
@@ -129,19 +244,28 @@ impl Session {
                 return SessionEnd::Refused("HELLO after the handshake".into());
             }
             if let Err(e) = stream.read_exact(&mut head[1..]) {
-                return SessionEnd::Io(e.to_string());
+                return io_end(e);
             }
             let (_, size) = parse_request_header(&head);
+            let limits = &self.state.limits;
+            let set_max = limits.max_buffer.saturating_add(SET_TENSOR_FIXED as u64);
             match cmd.request_size() {
                 Some(n) if size != n as u64 => {
                     return SessionEnd::Refused(format!(
                         "{cmd}: size {size}, expected {n} (client speaks another protocol version?)"
                     ))
                 }
-                None if size > self.state.limits.max_message => {
+                None if cmd == Command::SetTensor && size > set_max => {
                     return SessionEnd::Refused(format!(
-                        "{cmd}: message of {size} bytes exceeds the limit of {} bytes",
-                        self.state.limits.max_message
+                        "{cmd}: message of {size} bytes exceeds the largest buffer ({} bytes)",
+                        limits.max_buffer
+                    ))
+                }
+                None if cmd == Command::GraphCompute && size > limits.max_message => {
+                    return SessionEnd::Refused(format!(
+                        "{cmd}: message of {size} bytes exceeds the limit of {} bytes \
+                         (derived from the memory budget)",
+                        limits.max_message
                     ))
                 }
                 _ => {}
@@ -152,17 +276,13 @@ impl Session {
                 }
                 continue;
             }
-            // Only GRAPH_COMPUTE (and too-short SET_TENSOR) get here: bound
-            // the message by the graph limits before reserving anything.
-            let limits = &self.state.limits;
-            let graph_max = 12
-                + 8 * limits.max_graph_nodes as u64
-                + crate::proto::RPC_TENSOR_SIZE as u64 * limits.max_graph_tensors as u64;
-            if cmd == Command::GraphCompute && size > graph_max {
-                return SessionEnd::Refused(format!(
-                    "{cmd}: message of {size} bytes exceeds the graph limits ({graph_max} bytes)"
-                ));
+            if cmd == Command::GraphCompute {
+                if let Err(e) = self.graph_compute(stream, size) {
+                    return self.aborted.take().unwrap_or(e);
+                }
+                continue;
             }
+            // Fixed-size requests (at most a few KiB) and a too-short SET_TENSOR.
             let mut payload = Vec::new();
             if payload.try_reserve_exact(size as usize).is_err() {
                 return SessionEnd::Refused(format!("{cmd}: cannot reserve {size} bytes"));
@@ -174,15 +294,26 @@ impl Session {
                         "{cmd}: stream ended after {n} of {size} payload bytes"
                     ))
                 }
-                Err(e) => return SessionEnd::Io(e.to_string()),
+                Err(e) => return io_end(e),
             }
             let req = match decode_request(cmd as u8, &payload) {
                 Ok(r) => r,
                 Err(e) => return SessionEnd::Refused(e.to_string()),
             };
+            if let (Command::Hello, Some((id, _))) = (cmd, &self.link) {
+                // Caps apply from here: a pending connection costs nothing.
+                if let Err(why) = self.state.establish(*id) {
+                    return SessionEnd::Dropped(why);
+                }
+            }
             let reply = match self.handle(req) {
                 Ok(r) => r,
-                Err(e) => return SessionEnd::Refused(format!("{cmd}: {e}")),
+                Err(e) => {
+                    return self
+                        .aborted
+                        .take()
+                        .unwrap_or_else(|| SessionEnd::Refused(format!("{cmd}: {e}")))
+                }
             };
             if let Err(e) = self.respond(stream, reply) {
                 return e;
@@ -192,7 +323,7 @@ impl Session {
 
     /// Writes a response; tensor reads are streamed in chunks.
     fn respond<S: Write>(&mut self, stream: &mut S, reply: Reply) -> Result<(), SessionEnd> {
-        let io = |e: std::io::Error| SessionEnd::Io(e.to_string());
+        let io = io_end;
         match reply {
             Reply::Nothing => Ok(()),
             Reply::Bytes(body) => {
@@ -234,9 +365,7 @@ impl Session {
     fn stream_set_tensor<S: Read>(&mut self, stream: &mut S, size: u64) -> Result<(), SessionEnd> {
         let refuse = |m: String| SessionEnd::Refused(format!("SET_TENSOR: {m}"));
         let mut fixed = [0u8; SET_TENSOR_FIXED];
-        stream
-            .read_exact(&mut fixed)
-            .map_err(|e| SessionEnd::Io(e.to_string()))?;
+        stream.read_exact(&mut fixed).map_err(io_end)?;
         let Ok(Request::SetTensor { header, .. }) =
             decode_request(Command::SetTensor as u8, &fixed)
         else {
@@ -246,15 +375,18 @@ impl Session {
         let t = placed(&self.buffers, &header.tensor).map_err(refuse)?;
         range_in_tensor(&t, header.offset, len).map_err(refuse)?;
         let (offset, len) = (header.offset as usize, len as usize);
-        if header.cache_flag != 0 && self.state.cache_enabled() {
+        // Caching needs the whole upload in memory: only when message memory
+        // has room now; otherwise the upload is streamed, not cached.
+        let held = (header.cache_flag != 0 && self.state.cache_enabled())
+            .then(|| self.state.acquire(len as u64, Duration::ZERO))
+            .flatten();
+        if let Some(_held) = held {
             // len fits the tensor, hence a buffer that exists: reserving it is bounded.
             let mut data = Vec::new();
             data.try_reserve_exact(len)
                 .map_err(|_| refuse(format!("cannot reserve {len} bytes")))?;
             data.resize(len, 0);
-            stream
-                .read_exact(&mut data)
-                .map_err(|e| SessionEnd::Io(e.to_string()))?;
+            stream.read_exact(&mut data).map_err(io_end)?;
             self.state.cache_store(&data);
             return tensor_set(&t, offset, &data).map_err(|e| refuse(e.to_string()));
         }
@@ -262,12 +394,77 @@ impl Session {
         while done < len {
             let n = (len - done).min(CHUNK);
             self.scratch.resize(n, 0);
-            stream
-                .read_exact(&mut self.scratch[..n])
-                .map_err(|e| SessionEnd::Io(e.to_string()))?;
+            stream.read_exact(&mut self.scratch[..n]).map_err(io_end)?;
             tensor_set(&t, offset + done, &self.scratch[..n]).map_err(|e| refuse(e.to_string()))?;
             done += n;
         }
+        Ok(())
+    }
+
+    /// GRAPH_COMPUTE of `size` payload bytes: reserves the message memory
+    /// it costs (waiting for room up to the I/O timeout), reads it within a
+    /// deadline, rebuilds it from the payload in place and computes it.
+    fn graph_compute<S: Read>(&mut self, stream: &mut S, size: u64) -> Result<(), SessionEnd> {
+        let refuse = |m: String| SessionEnd::Refused(format!("GRAPH_COMPUTE: {m}"));
+        if size < 12 {
+            return Err(refuse(format!(
+                "payload has {size} bytes, at least 12 needed"
+            )));
+        }
+        let mut dev = [0u8; 4];
+        stream.read_exact(&mut dev).map_err(io_end)?;
+        let d = self.device(u32::from_le_bytes(dev)).map_err(refuse)?;
+        // The device's last graph is replaced: its memory is free for this one.
+        self.graphs[d] = None;
+        let limits = &self.state.limits;
+        let cost = size.saturating_mul(GRAPH_COST);
+        // What this connection holds itself is not freed by waiting.
+        let own: u64 = self.graphs.iter().flatten().map(|(_, h)| h.bytes).sum();
+        let wait = if own.saturating_add(cost) > limits.max_inflight {
+            Duration::ZERO
+        } else {
+            limits.io_timeout
+        };
+        let Some(held) = self.state.acquire(cost, wait) else {
+            return Err(SessionEnd::Dropped(format!(
+                "GRAPH_COMPUTE: no room for {cost} bytes of message memory within {:?} \
+                 (max_inflight {} bytes, shared by all clients)",
+                limits.io_timeout, limits.max_inflight
+            )));
+        };
+        let deadline = Instant::now() + limits.io_timeout + Duration::from_secs(size / MIN_RATE);
+        let mut payload = Vec::new();
+        payload
+            .try_reserve_exact(size as usize)
+            .map_err(|_| refuse(format!("cannot reserve {size} bytes")))?;
+        payload.extend_from_slice(&dev);
+        let mut chunk = [0u8; 64 << 10];
+        while (payload.len() as u64) < size {
+            if Instant::now() > deadline {
+                return Err(SessionEnd::Dropped(format!(
+                    "GRAPH_COMPUTE: {} of {size} bytes after the deadline (slower than {} KiB/s)",
+                    payload.len(),
+                    MIN_RATE >> 10
+                )));
+            }
+            let want = ((size - payload.len() as u64) as usize).min(chunk.len());
+            match stream.read(&mut chunk[..want]) {
+                Ok(0) => {
+                    return Err(SessionEnd::Io(format!(
+                        "GRAPH_COMPUTE: stream ended after {} of {size} payload bytes",
+                        payload.len()
+                    )))
+                }
+                Ok(n) => payload.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_end(e)),
+            }
+        }
+        let view = GraphView::parse(&payload).map_err(|e| SessionEnd::Refused(e.to_string()))?;
+        let graph = rebuild(&view, &self.buffers, limits).map_err(refuse)?;
+        drop(payload);
+        self.compute(d, &graph).map_err(refuse)?;
+        self.graphs[d] = Some((graph, held));
         Ok(())
     }
 
@@ -292,10 +489,57 @@ impl Session {
         Ok(self.backends[device].as_mut().expect("set above"))
     }
 
+    /// Computes `graph` on `device`, aborting it midway when the client
+    /// goes away, the time limit passes or the server shuts down (the reason
+    /// is kept in `self.aborted` for the connection's end).
     fn compute(&mut self, device: usize, graph: &Graph) -> Result<(), Refusal> {
-        self.backend(device)?
-            .graph_compute(graph)
-            .map_err(|e| format!("graph computation failed on device {device}: {e}"))
+        const GONE: u8 = 1;
+        const LATE: u8 = 2;
+        const STOP: u8 = 3;
+        let why = Arc::new(AtomicU8::new(0));
+        let cb: strata::backend::AbortCallback = {
+            let why = why.clone();
+            let state = self.state.clone();
+            let probe = self.probe.clone();
+            let deadline = state.limits.max_compute.map(|d| Instant::now() + d);
+            Box::new(move || {
+                let r = if state.shutdown.load(Ordering::Relaxed) {
+                    STOP
+                } else if deadline.is_some_and(|d| Instant::now() > d) {
+                    LATE
+                } else if probe.as_ref().is_some_and(|p| p.client_gone()) {
+                    GONE
+                } else {
+                    return false;
+                };
+                why.store(r, Ordering::Relaxed);
+                true
+            })
+        };
+        let backend = self.backend(device)?;
+        let armed = backend.set_abort_callback(Some(cb));
+        let res = backend.graph_compute(graph);
+        if armed {
+            backend.set_abort_callback(None);
+        }
+        let Err(e) = res else {
+            return Ok(());
+        };
+        let reason = why.load(Ordering::Relaxed);
+        if reason != 0 {
+            self.state.aborted.fetch_add(1, Ordering::Relaxed);
+            self.aborted = Some(match reason {
+                GONE => SessionEnd::Io(
+                    "the client closed the connection during a computation: aborted it".into(),
+                ),
+                LATE => SessionEnd::Dropped(format!(
+                    "a graph computed longer than the limit of {:?}: aborted it",
+                    self.state.limits.max_compute.unwrap_or_default()
+                )),
+                _ => SessionEnd::Io("server shutting down: computation aborted".into()),
+            });
+        }
+        Err(format!("graph computation failed on device {device}: {e}"))
     }
 
     /// Handles one decoded request.
@@ -356,7 +600,7 @@ impl Session {
                 offset,
                 hash,
             } => {
-                let Some(bytes) = state.cache_load(hash) else {
+                let Some((bytes, _held)) = state.cache_load(hash) else {
                     return Ok(Reply::Bytes(vec![0]));
                 };
                 let t = placed(&self.buffers, &tensor)?;
@@ -383,39 +627,23 @@ impl Session {
                     Reply::Bytes(vec![0])
                 }
             }
-            Request::GraphCompute(msg) => {
-                let d = self.device(msg.device)?;
-                let graph = rebuild(&msg, &self.buffers, limits)?;
-                self.graphs[d] = None;
-                self.compute(d, &graph)?;
-                self.graphs[d] = Some(graph);
-                Reply::Nothing
-            }
+            // Read in place by graph_compute, never decoded whole.
+            Request::GraphCompute(_) => return Err("GRAPH_COMPUTE out of its reader".into()),
             Request::GraphRecompute { device } => {
                 let d = self.device(device)?;
-                let graph = self.graphs[d]
+                let (graph, held) = self.graphs[d]
                     .take()
                     .ok_or_else(|| format!("no graph to recompute on device {d}"))?;
                 self.compute(d, &graph)?;
-                self.graphs[d] = Some(graph);
+                self.graphs[d] = Some((graph, held));
                 Reply::Nothing
             }
             Request::GetDeviceMemory { device } => {
-                let d = self.device(device)?;
-                let (free, total) = match limits.mem {
-                    Some(total) => (
-                        total.saturating_sub(state.used.load(Ordering::SeqCst)),
-                        total,
-                    ),
-                    None => {
-                        let m = state
-                            .factory
-                            .device(d)
-                            .memory()
-                            .map_err(|e| e.to_string())?;
-                        (m.free as u64, m.total as u64)
-                    }
-                };
+                self.device(device)?;
+                // The budget, not the machine's free memory: what clients
+                // may still allocate here.
+                let total = limits.mem;
+                let free = total.saturating_sub(state.used.load(Ordering::SeqCst));
                 Reply::Bytes(pair_payload(free, total).to_vec())
             }
             Request::InitTensor { tensor } => {

@@ -18,10 +18,14 @@ pub trait Event: Send + Sync {
     }
 }
 
+/// Callback asked between the nodes of a computation; returning `true`
+/// stops it ([`crate::Error::Aborted`]).
+pub type AbortCallback = Box<dyn Fn() -> bool + Send + Sync>;
+
 /// An execution stream on a device (ggml's backend).
 ///
 /// Everything but compute has a default: synchronous copies through the
-/// tensor's buffer, no events, no offload preference.
+/// tensor's buffer, no events, no offload preference, no abort.
 pub trait Backend: Send {
     /// Name, e.g. `"CPU"`.
     fn name(&self) -> String;
@@ -77,6 +81,12 @@ pub trait Backend: Send {
     /// already submitted to it (a remote device whose commands run in order),
     /// so the scheduler need not wait before copying a split input into it.
     fn copies_are_ordered(&self) -> bool {
+        false
+    }
+    /// Sets (or clears) the callback asked between nodes of later
+    /// computations (ggml's `set_abort_callback`). Returns false when this
+    /// backend cannot stop a computation midway; the callback is then dropped.
+    fn set_abort_callback(&mut self, _cb: Option<AbortCallback>) -> bool {
         false
     }
 }

@@ -24,7 +24,9 @@ mod device;
 use std::sync::Arc;
 
 pub use buffer::{same_buffer_type, Buffer, BufferType, BufferUsage, TensorLayout};
-pub use device::{Backend, Device, DeviceMemory, DeviceProvider, DeviceType, Event, Registry};
+pub use device::{
+    AbortCallback, Backend, Device, DeviceMemory, DeviceProvider, DeviceType, Event, Registry,
+};
 
 pub use crate::graph::Graph;
 use crate::tensor::Tensor;
@@ -96,7 +98,9 @@ pub fn tensor_memset(tensor: &Tensor, offset: usize, len: usize, value: u8) -> R
 /// (ggml_backend_tensor_copy): same layout required; host fast path when
 /// either side is host memory in ggml's layout ([`TensorLayout::Plain`]),
 /// buffer-to-buffer when the destination's buffer can do it, otherwise
-/// through a staging vector.
+/// through a staging vector. Within one buffer the two byte ranges may
+/// overlap: the result is then that of `memmove` (the destination holds the
+/// source's bytes as they were before the copy).
 pub fn tensor_copy(src: &Tensor, dst: &Tensor) -> Result<()> {
     if src.dtype() != dst.dtype() || src.ne() != dst.ne() || src.nbytes() != dst.nbytes() {
         return Err(Error::InvalidArgument(format!(
@@ -115,9 +119,22 @@ pub fn tensor_copy(src: &Tensor, dst: &Tensor) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
+    if std::ptr::addr_eq(Arc::as_ptr(&sst.buffer), Arc::as_ptr(&dst_st.buffer)) {
+        // One buffer: the ranges may overlap, so never hold a slice of one
+        // while writing the other (that aliasing let the compiler turn the
+        // host buffer's memmove into a memcpy). The buffer copies in place
+        // with memmove semantics, or the bytes go through a staging vector.
+        if dst_st.buffer.copy_from(src, dst)? {
+            return Ok(());
+        }
+        let mut staging = vec![0u8; n];
+        sst.buffer.read(src, sabs, &mut staging)?;
+        return dst_st.buffer.write(dst, dabs, &staging);
+    }
     let plain = |b: &Arc<dyn Buffer>, t: &Tensor| b.tensor_layout(t) == TensorLayout::Plain;
     if let Some(p) = sst.buffer.host_ptr().filter(|_| plain(&sst.buffer, src)) {
-        // SAFETY: checked_range proved sabs..sabs+n lies inside the source buffer.
+        // SAFETY: checked_range proved sabs..sabs+n lies inside the source
+        // buffer, which is not the destination's (handled above).
         let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr().add(sabs), n) };
         return dst_st.buffer.write(dst, dabs, bytes);
     }
@@ -126,8 +143,9 @@ pub fn tensor_copy(src: &Tensor, dst: &Tensor) -> Result<()> {
         .host_ptr()
         .filter(|_| plain(&dst_st.buffer, dst))
     {
-        // SAFETY: checked_range proved dabs..dabs+n lies inside the destination buffer;
-        // no other reference to those bytes is alive during the read.
+        // SAFETY: checked_range proved dabs..dabs+n lies inside the destination
+        // buffer, which is not the source's (handled above): no other reference
+        // to those bytes is alive during the read.
         let bytes = unsafe { std::slice::from_raw_parts_mut(p.as_ptr().add(dabs), n) };
         return sst.buffer.read(src, sabs, bytes);
     }

@@ -65,9 +65,17 @@ impl BufferType for HostBufferType {
     }
 }
 
+/// Buffers of at least this many bytes are anonymous mappings: the kernel
+/// zero-fills their pages on first touch, so memory is committed as it is
+/// written rather than at allocation (as ggml's malloc'd buffers are), and
+/// returned to the system when the buffer is dropped.
+pub const LAZY_COMMIT_MIN: usize = 1 << 20;
+
 enum Owner {
     /// Memory from the global allocator with this layout.
     Alloc(Layout),
+    /// An anonymous mapping (zero-filled lazily by the kernel).
+    Map(#[allow(dead_code)] memmap2::MmapMut),
     /// Caller-owned memory (an mmap, a Vec) kept alive by this value.
     External(#[allow(dead_code)] Box<dyn Any + Send + Sync>),
     /// Nothing to free (zero-size buffer).
@@ -103,6 +111,21 @@ impl HostBuffer {
                 ptr: NonNull::dangling(),
                 size: 0,
                 owner: Owner::Empty,
+                read_only: false,
+                usage: AtomicU8::new(0),
+                buft,
+            });
+        }
+        if size >= LAZY_COMMIT_MIN {
+            let mut map = memmap2::MmapMut::map_anon(size)
+                .map_err(|e| oom(format!("cannot map {size} bytes of anonymous memory: {e}")))?;
+            // Page-aligned, hence HOST_ALIGNMENT-aligned; the mapping does not
+            // move when moved into `owner`.
+            let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| oom("null mapping".into()))?;
+            return Ok(HostBuffer {
+                ptr,
+                size,
+                owner: Owner::Map(map),
                 read_only: false,
                 usage: AtomicU8::new(0),
                 buft,
@@ -212,10 +235,42 @@ impl Buffer for HostBuffer {
     fn write(&self, tensor: &Tensor, offset: usize, data: &[u8]) -> Result<()> {
         self.check_writable(tensor)?;
         self.check(offset, data.len())?;
-        // SAFETY: range checked above; source and destination cannot overlap
-        // (data is a shared borrow of other memory or of a disjoint range).
+        // SAFETY: range checked above. `data` is a shared borrow, so it cannot
+        // be this buffer's memory (safe code only reaches that memory through
+        // `host_ptr`, and `tensor_copy` copies within a buffer with
+        // `copy_from`, never through a slice of it).
         unsafe { std::ptr::copy(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) }
         Ok(())
+    }
+    /// Copies within this buffer only (`src` stored here too), in place with
+    /// memmove semantics: the two ranges may overlap.
+    fn copy_from(&self, src: &Tensor, dst: &Tensor) -> Result<bool> {
+        let (Some(s), Some(d)) = (src.storage(), dst.storage()) else {
+            return Ok(false);
+        };
+        let me = self as *const HostBuffer as *const ();
+        let mine = |b: &Arc<dyn Buffer>| std::ptr::addr_eq(Arc::as_ptr(b), me);
+        if !mine(&s.buffer) || !mine(&d.buffer) {
+            return Ok(false);
+        }
+        let n = src.nbytes();
+        if dst.nbytes() != n {
+            return Ok(false);
+        }
+        self.check_writable(dst)?;
+        self.check(s.offset, n)?;
+        self.check(d.offset, n)?;
+        // SAFETY: both ranges were checked to lie inside this buffer; no
+        // reference to either is created, and `ptr::copy` is memmove, so
+        // overlapping ranges are well defined.
+        unsafe {
+            std::ptr::copy(
+                self.ptr.as_ptr().add(s.offset),
+                self.ptr.as_ptr().add(d.offset),
+                n,
+            )
+        }
+        Ok(true)
     }
     fn read(&self, _tensor: &Tensor, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;

@@ -29,9 +29,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use buffer::{cpu_buffer_type, HostBuffer, HostBufferType, HOST_ALIGNMENT};
+pub use buffer::{cpu_buffer_type, HostBuffer, HostBufferType, HOST_ALIGNMENT, LAZY_COMMIT_MIN};
 pub use packed_buffer::{packed_buffer_type, PackedBufferType};
-pub use pool::{ThreadPool, WorkerCtx};
+pub use pool::{ThreadPool, WorkerCtx, MAX_THREADS};
 pub use view::TView;
 
 use crate::backend::{
@@ -134,8 +134,7 @@ impl Device for CpuDevice {
     }
 }
 
-/// Callback asked between nodes; returning `true` stops the computation.
-pub type AbortCallback = Box<dyn Fn() -> bool + Send + Sync>;
+pub use crate::backend::AbortCallback;
 
 /// The CPU backend: computes graphs on a persistent thread pool.
 pub struct CpuBackend {
@@ -378,6 +377,10 @@ impl CpuBackend {
 impl Backend for CpuBackend {
     fn name(&self) -> String {
         "CPU".into()
+    }
+    fn set_abort_callback(&mut self, cb: Option<AbortCallback>) -> bool {
+        CpuBackend::set_abort_callback(self, cb);
+        true
     }
     fn device(&self) -> Arc<dyn Device> {
         cpu_device()

@@ -153,10 +153,31 @@ pub struct ThreadPool {
     handles: Vec<JoinHandle<()>>,
 }
 
+/// Most threads a pool runs (ggml's `GGML_MAX_N_THREADS`); more are capped.
+pub const MAX_THREADS: usize = 512;
+
 impl ThreadPool {
-    /// A pool of `n_threads` threads in all (the caller is one of them).
+    /// A pool of `n_threads` threads in all (the caller is one of them),
+    /// capped at [`MAX_THREADS`]. When the system cannot start that many, the
+    /// pool has as many as it could start (at least the caller).
     pub fn new(n_threads: usize) -> ThreadPool {
-        let n_threads = n_threads.max(1);
+        let mut n = n_threads.clamp(1, MAX_THREADS);
+        loop {
+            match ThreadPool::start(n) {
+                Ok(pool) => return pool,
+                Err(started) => {
+                    tracing::warn!(
+                        "could start only {started} of {n} CPU threads: using {started}"
+                    );
+                    n = started.max(1);
+                }
+            }
+        }
+    }
+
+    /// Starts `n_threads` threads, or says how many (the caller included)
+    /// could be started before one failed (those are stopped again).
+    fn start(n_threads: usize) -> std::result::Result<ThreadPool, usize> {
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(0),
             job: Mutex::new(None),
@@ -167,16 +188,22 @@ impl ThreadPool {
             barrier: SpinBarrier::new(),
             n_threads,
         });
-        let handles = (1..n_threads)
-            .map(|ith| {
-                let s = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("strata-cpu-{ith}"))
-                    .spawn(move || worker(s, ith))
-                    .expect("spawning a CPU worker thread")
-            })
-            .collect();
-        ThreadPool { shared, handles }
+        let mut pool = ThreadPool {
+            shared,
+            handles: Vec::with_capacity(n_threads - 1),
+        };
+        for ith in 1..n_threads {
+            let s = pool.shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("strata-cpu-{ith}"))
+                .spawn(move || worker(s, ith));
+            match spawned {
+                Ok(h) => pool.handles.push(h),
+                // Dropping the pool stops and joins the threads started.
+                Err(_) => return Err(ith),
+            }
+        }
+        Ok(pool)
     }
 
     /// Number of threads, the caller included.
@@ -282,6 +309,20 @@ impl Drop for ThreadPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 16 item 9: a thread count past MAX_THREADS is capped, not
+    /// spawned (nor a panic when the system refuses threads).
+    #[test]
+    fn thread_count_is_capped() {
+        let pool = ThreadPool::new(100_000);
+        assert_eq!(pool.n_threads(), MAX_THREADS);
+        let n = AtomicUsize::new(0);
+        assert!(pool.run(&|_| {
+            n.fetch_add(1, Ordering::Relaxed);
+        }));
+        assert_eq!(n.load(Ordering::Relaxed), MAX_THREADS);
+        assert_eq!(ThreadPool::new(0).n_threads(), 1);
+    }
 
     #[test]
     fn many_jobs_with_barriers() {

@@ -229,10 +229,21 @@ impl GgufFile {
         let source = path.display().to_string();
         let file =
             std::fs::File::open(path).map_err(|e| Error::io(format!("opening {source}"), e))?;
-        let len = file
+        let meta = file
             .metadata()
-            .map_err(|e| Error::io(format!("reading metadata of {source}"), e))?
-            .len();
+            .map_err(|e| Error::io(format!("reading metadata of {source}"), e))?;
+        if !meta.is_file() {
+            // Mapping a directory fails with "No such device (os error 19)".
+            return Err(Error::InvalidArgument(format!(
+                "{source} is {}, not a GGUF file: give the path of a .gguf file",
+                if meta.is_dir() {
+                    "a directory"
+                } else {
+                    "not a regular file"
+                }
+            )));
+        }
+        let len = meta.len();
         let bytes = if len == 0 {
             // Mapping an empty file fails on some systems; parse an empty
             // buffer instead so the error says what is wrong.

@@ -671,3 +671,15 @@ fn gguf_stream_refuses_too_many_and_too_few_bytes() {
     let bytes = s.finish().unwrap();
     assert_eq!(GgufFile::from_bytes(bytes).unwrap().tensors().len(), 1);
 }
+
+/// Issue 16 item 10: a directory given as a model file is named and
+/// explained (mapping it failed with "No such device (os error 19)").
+#[test]
+fn opening_a_directory_says_so() {
+    let dir = std::env::temp_dir();
+    let e = GgufFile::open(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains(&dir.display().to_string()) && e.contains("is a directory"),
+        "{e}"
+    );
+}

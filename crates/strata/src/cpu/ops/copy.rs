@@ -140,8 +140,9 @@ fn copy(a: &TView, d: &TView, ctx: &Ctx<'_>) {
         let r = ctx.rows(total);
         if !r.is_empty() {
             // SAFETY: both spans are `total` bytes inside validated tensors;
-            // ranges of different threads are disjoint; src and dst are
-            // distinct tensors (a copy never runs in place).
+            // ranges of different threads are disjoint. A graph from outside
+            // (RPC) may place dst over src: `ptr::copy` is memmove, so even
+            // then the copy is defined.
             unsafe {
                 std::ptr::copy(
                     a.row_ptr(0, 0, 0).add(r.start),
@@ -157,10 +158,10 @@ fn copy(a: &TView, d: &TView, ctx: &Ctx<'_>) {
         let bytes = a.dtype.row_size(a.ne[0]);
         for r in ctx.rows(nrows) {
             let (i1, i2, i3) = d.row_coords(r);
-            // SAFETY: rows of `bytes` bytes, in bounds in both views.
-            unsafe {
-                std::ptr::copy_nonoverlapping(a.row_ptr(i1, i2, i3), d.row_ptr(i1, i2, i3), bytes)
-            };
+            // SAFETY: rows of `bytes` bytes, in bounds in both views. They
+            // may overlap (a received graph can place dst over src), hence
+            // memmove rather than memcpy.
+            unsafe { std::ptr::copy(a.row_ptr(i1, i2, i3), d.row_ptr(i1, i2, i3), bytes) };
         }
         return;
     }
