@@ -218,6 +218,40 @@ fn overlapping_copy_tensor_crash_input_is_a_memmove() {
     assert_eq!(live, 0);
 }
 
+/// Every input kept in tests/corpus (`crash-*`, `oom-*`: where cargo-fuzz
+/// stopped) replays through the command loop cleanly.
+#[test]
+fn kept_fuzz_findings_replay_cleanly() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("crash-") || name.starts_with("oom-") {
+            let (_end, live) = run_session(std::fs::read(&path).unwrap());
+            assert_eq!(live, 0, "{name}");
+            n += 1;
+        }
+    }
+    assert!(n >= 2);
+}
+
+/// The input on which cargo-fuzz stopped with out-of-memory (a 13.6 GB
+/// work buffer): a MUL_MAT whose operand has stride-0 dimensions spans a
+/// few bytes of its buffer but many rows, and the CPU backend sized its
+/// scratch by the rows. The server bounds backend scratch and refuses it.
+#[test]
+fn oversized_work_memory_is_refused() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/corpus/oom-stride0-matmul-work");
+    let (end, live) = run_session(std::fs::read(path).unwrap());
+    assert!(
+        matches!(&end, SessionEnd::Refused(r) if r.contains("work memory")),
+        "{end:?}"
+    );
+    assert_eq!(live, 0);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 256,

@@ -213,6 +213,28 @@ fn overlapping_copies_in_one_buffer_behave_like_memmove() {
     assert!(e.to_string().contains("read-only"), "{e}");
 }
 
+/// Issue 16: the CPU backend's scratch is bounded when asked (a received
+/// graph could ask for gigabytes), and refusing is a typed error.
+#[test]
+fn work_memory_limit_is_a_typed_error() {
+    use strata::backend::Backend;
+    let w = Tensor::new(DType::Q8_0, &[64, 64]).unwrap();
+    let x = Tensor::new(DType::F32, &[64, 8]).unwrap();
+    let y = ops::mul_mat(&w, &x).unwrap();
+    let g = strata::Graph::build(&[y.clone()]);
+    let _bufs = strata::cpu::alloc_graph_host(&g).unwrap();
+    let mut be = strata::cpu::CpuBackend::new(1);
+    assert!(Backend::set_work_limit(&mut be, Some(16)));
+    let e = be.graph_compute(&g).unwrap_err();
+    assert!(
+        matches!(e, Error::OutOfMemory { .. }) && e.to_string().contains("work memory"),
+        "{e}"
+    );
+    Backend::set_work_limit(&mut be, None);
+    be.graph_compute(&g).unwrap();
+    assert!(be.work_size() > 16);
+}
+
 #[test]
 fn registry_creates_cpu_and_reports_memory() {
     let reg = Registry::with_defaults();

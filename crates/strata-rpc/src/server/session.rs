@@ -479,11 +479,16 @@ impl Session {
 
     fn backend(&mut self, device: usize) -> Result<&mut Box<dyn Backend>, Refusal> {
         if self.backends[device].is_none() {
-            let b = self
+            let mut b = self
                 .state
                 .factory
                 .backend(device)
                 .map_err(|e| format!("cannot start a backend on device {device}: {e}"))?;
+            // A received graph can ask for scratch far beyond its tensors
+            // (a matmul operand with stride-0 dimensions): bounded like
+            // message memory.
+            let max = usize::try_from(self.state.limits.max_inflight).unwrap_or(usize::MAX);
+            b.set_work_limit(Some(max));
             self.backends[device] = Some(b);
         }
         Ok(self.backends[device].as_mut().expect("set above"))

@@ -89,6 +89,13 @@ pub trait Backend: Send {
     fn set_abort_callback(&mut self, _cb: Option<AbortCallback>) -> bool {
         false
     }
+    /// Bounds the scratch memory a computation may take beyond its tensors
+    /// (`None`: no bound); a graph needing more is refused with
+    /// [`crate::Error::OutOfMemory`]. Returns false when this backend has no
+    /// such scratch or cannot bound it.
+    fn set_work_limit(&mut self, _bytes: Option<usize>) -> bool {
+        false
+    }
 }
 
 /// Kind of device.

@@ -141,6 +141,8 @@ pub struct CpuBackend {
     pool: ThreadPool,
     work: Vec<u64>,
     abort: Option<AbortCallback>,
+    /// Largest work buffer a graph may need (`None`: what the allocator gives).
+    max_work: Option<usize>,
     isa: Isa,
     legacy: bool,
     clock: KernelClock,
@@ -221,6 +223,7 @@ impl CpuBackend {
             pool: ThreadPool::new(n_threads),
             work: Vec::new(),
             abort: None,
+            max_work: None,
             isa: simd::active(),
             clock: KernelClock::default(),
             cache: None,
@@ -285,6 +288,13 @@ impl CpuBackend {
     /// Sets (or clears) the abort callback, asked after every node.
     pub fn set_abort_callback(&mut self, cb: Option<AbortCallback>) {
         self.abort = cb;
+    }
+
+    /// Bounds the work memory a graph may need (conversions of matmul
+    /// operands, per-thread scratch); a graph needing more is refused with
+    /// [`Error::OutOfMemory`]. `None` (the default): only the allocator's limit.
+    pub fn set_work_limit(&mut self, bytes: Option<usize>) {
+        self.max_work = bytes;
     }
 
     /// Bytes of work memory the last graph needed.
@@ -374,12 +384,34 @@ impl CpuBackend {
     }
 }
 
+/// `n` zeroed words, or `None` when the allocator refuses: like
+/// `vec![0u64; n]` (calloc: large buffers are committed as they are used)
+/// without aborting the process on failure.
+fn zeroed_words(n: usize) -> Option<Vec<u64>> {
+    if n == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u64>(n).ok()?;
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u64>();
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` comes from the global allocator with the layout of `n`
+    // u64s (so capacity `n` matches it), and all `n` are initialized (zeroed).
+    Some(unsafe { Vec::from_raw_parts(p, n, n) })
+}
+
 impl Backend for CpuBackend {
     fn name(&self) -> String {
         "CPU".into()
     }
     fn set_abort_callback(&mut self, cb: Option<AbortCallback>) -> bool {
         CpuBackend::set_abort_callback(self, cb);
+        true
+    }
+    fn set_work_limit(&mut self, bytes: Option<usize>) -> bool {
+        CpuBackend::set_work_limit(self, bytes);
         true
     }
     fn device(&self) -> Arc<dyn Device> {
@@ -392,7 +424,18 @@ impl Backend for CpuBackend {
         let (plans, works) = (&cache.plans, &cache.works);
         let need = works.iter().map(|w| w.total(nth)).max().unwrap_or(0);
         if self.work.len() * 8 < need {
-            self.work = vec![0u64; need.div_ceil(8)];
+            let oom = |msg: String| Error::OutOfMemory {
+                buffer_type: "CPU work buffer".into(),
+                requested: need,
+                msg,
+            };
+            if let Some(max) = self.max_work.filter(|&m| need > m) {
+                return Err(oom(format!(
+                    "the graph needs {need} bytes of work memory, above this backend's limit of {max}"
+                )));
+            }
+            self.work = zeroed_words(need.div_ceil(8))
+                .ok_or_else(|| oom("the allocator refused it".into()))?;
         }
         let wdata = self.work.as_mut_ptr().cast::<u8>();
         let wdata_addr = wdata as usize;

@@ -49,8 +49,10 @@ pub(crate) struct WorkSize {
 impl WorkSize {
     /// Total bytes for `nth` threads (64-byte aligned parts).
     pub fn total(&self, nth: usize) -> usize {
-        crate::backend::align_up(self.shared, 64)
-            + crate::backend::align_up(self.per_thread, 64) * nth
+        // Saturating: a received graph may ask for absurd sizes, which the
+        // backend then refuses instead of overflowing.
+        let up = |x: usize| x.saturating_add(63) & !63;
+        up(self.shared).saturating_add(up(self.per_thread).saturating_mul(nth))
     }
 }
 
