@@ -58,7 +58,20 @@ enum Command {
     RpcServer(rpc_server::Args),
 }
 
+/// Restores the default SIGPIPE action, as command-line tools have it: Rust
+/// ignores the signal, so `strata inspect M | head` made `println!` panic on
+/// the closed pipe; now the process ends quietly like `cat` does.
+fn default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first in main, before any thread exists; `signal` with
+    // SIG_DFL installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
+    default_sigpipe();
     let cli = Cli::parse_from(common::normalize_args(std::env::args()));
     log::init();
     let result = match cli.command {

@@ -528,3 +528,27 @@ fn messages_name_the_thing() {
     assert!(o.status.success(), "{err}");
     assert!(err.contains("-c 128 is above the 64 positions"), "{err}");
 }
+
+/// Output into a closed pipe (`strata inspect M | head -0`) ends the
+/// process like `cat` (SIGPIPE), not with a panic (exit code 101).
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_pipe_is_not_a_panic() {
+    use std::process::Stdio;
+    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-pipe-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let model = tiny_model(&dir.0);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("inspect")
+        .arg(&model)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // close the reading end before strata prints anything
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_ne!(out.status.code(), Some(101), "{err}");
+}
