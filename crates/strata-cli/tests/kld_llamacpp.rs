@@ -56,6 +56,8 @@
 //!   as well as llama.cpp's AVX2 and AVX-512 builds agree ([`LEVEL_SPREAD`]),
 //!   under the same two-standard-error rule.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -75,26 +77,6 @@ const LEVEL_SPREAD: (f64, f64) = (3.520e-3, 0.128e-3);
 fn within(mean: f64, unc: f64, bound: f64, bound_unc: f64) -> (bool, f64) {
     let limit = bound + 2.0 * (unc * unc + bound_unc * bound_unc).sqrt();
     (mean <= limit, limit)
-}
-
-fn model() -> Option<PathBuf> {
-    let path = match std::env::var_os("STRATA_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf"),
-    };
-    if path.exists() {
-        return Some(path);
-    }
-    let msg = format!(
-        "SKIPPED: model {} not found (run .ci/fetch-models.sh); KL divergence vs llama.cpp did not run",
-        path.display()
-    );
-    if std::env::var("STRATA_REQUIRE_MODEL").is_ok_and(|v| v == "1") {
-        panic!("{msg} (STRATA_REQUIRE_MODEL=1)");
-    }
-    eprintln!("{msg}");
-    None
 }
 
 fn data(name: &str) -> PathBuf {
@@ -187,7 +169,9 @@ fn reference() -> &'static str {
 
 #[test]
 fn mean_kld_against_llama_cpp_of_the_same_level() {
-    let Some(m) = model() else { return };
+    let Some(m) = common::q4_1_model("KL divergence vs llama.cpp") else {
+        return;
+    };
     let level = reference();
     let &(_, file, bound, bound_unc) = SELF_SPREAD.iter().find(|s| s.0 == level).expect("listed");
     eprintln!(
@@ -219,7 +203,9 @@ fn mean_kld_against_llama_cpp_of_the_same_level() {
 
 #[test]
 fn levels_agree_as_well_as_llama_cpp_builds() {
-    let Some(m) = model() else { return };
+    let Some(m) = common::q4_1_model("KL divergence vs llama.cpp") else {
+        return;
+    };
     use strata::quant::simd::{detected, Isa};
     let top = detected();
     let lower: Vec<Isa> = Isa::ALL
@@ -275,7 +261,9 @@ fn levels_agree_as_well_as_llama_cpp_builds() {
 
 #[test]
 fn a_base_of_another_layout_or_model_is_refused() {
-    let Some(m) = model() else { return };
+    let Some(m) = common::q4_1_model("KL divergence vs llama.cpp") else {
+        return;
+    };
     let dir = std::env::temp_dir().join(format!("strata-kld-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("not-a-base.bin");

@@ -34,8 +34,8 @@
 //! 0.41 % (soft_max) apart, and a level without a reference may fall
 //! anywhere between them.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
+
 
 /// llama-perplexity's final estimates per level: (level, flash, soft_max)
 /// (see the module doc).
@@ -74,68 +74,18 @@ fn bounds(flash: bool) -> (f64, f64, String) {
     }
 }
 
-fn model() -> Option<PathBuf> {
-    let path = match std::env::var_os("STRATA_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf"),
-    };
-    if path.exists() {
-        return Some(path);
-    }
-    let msg = format!(
-        "SKIPPED: model {} not found (run .ci/fetch-models.sh); perplexity vs llama.cpp did not run",
-        path.display()
-    );
-    if std::env::var("STRATA_REQUIRE_MODEL").is_ok_and(|v| v == "1") {
-        panic!("{msg} (STRATA_REQUIRE_MODEL=1)");
-    }
-    eprintln!("{msg}");
-    None
-}
-
-/// Runs `strata perplexity` and returns its final estimate.
-fn strata_ppl(model: &PathBuf, extra: &[&str]) -> f64 {
-    let text = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/gpl3_first_8000_bytes.txt"
-    );
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["perplexity", "-m"])
-        .arg(model)
-        .args(["-f", text, "-c", "512", "-b", "512", "-t", "2"])
-        .args(extra)
-        .output()
-        .expect("strata runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "strata perplexity failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("Final estimate: PPL = "))
-        .unwrap_or_else(|| panic!("no final estimate in:\n{stdout}"));
-    let chunks = stdout.lines().find(|l| l.starts_with("[1]")).unwrap_or("");
-    assert_eq!(chunks.matches(',').count(), 3, "3 chunks scored: {chunks}");
-    line["Final estimate: PPL = ".len()..]
-        .split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("unparsable estimate: {line}"))
-}
-
 #[test]
 fn perplexity_within_half_a_percent_of_llama_perplexity() {
-    let Some(m) = model() else { return };
+    let Some(m) = common::q4_1_model("perplexity vs llama.cpp") else {
+        return;
+    };
     eprintln!(
         "strata at ISA level {} on {}",
         strata::quant::simd::active(),
         strata::cpu::cpu_model()
     );
     for (extra, flash) in [(&[][..], true), (&["--no-flash-attn"][..], false)] {
-        let got = strata_ppl(&m, extra);
+        let got = common::strata_ppl(&m, extra);
         let (lo, hi, what) = bounds(flash);
         eprintln!("perplexity {extra:?}: strata {got:.4}, {what}, allowed {lo:.4}..{hi:.4}");
         assert!(

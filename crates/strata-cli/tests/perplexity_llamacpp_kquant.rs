@@ -32,6 +32,8 @@
 //!
 //! Needs the Q4_1 model: skipped without it unless STRATA_REQUIRE_MODEL=1.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -78,26 +80,6 @@ fn bounds(model: &str, flash: bool) -> (f64, f64, String) {
     }
 }
 
-fn source_model() -> Option<PathBuf> {
-    let path = match std::env::var_os("STRATA_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf"),
-    };
-    if path.exists() {
-        return Some(path);
-    }
-    let msg = format!(
-        "SKIPPED: model {} not found (run .ci/fetch-models.sh); K-quant perplexity vs llama.cpp did not run",
-        path.display()
-    );
-    if std::env::var("STRATA_REQUIRE_MODEL").is_ok_and(|v| v == "1") {
-        panic!("{msg} (STRATA_REQUIRE_MODEL=1)");
-    }
-    eprintln!("{msg}");
-    None
-}
-
 fn strata(args: &[&std::ffi::OsStr]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_strata"))
         .args(args)
@@ -129,35 +111,11 @@ fn quantized(src: &Path, ftype: &str) -> PathBuf {
     out
 }
 
-/// Runs `strata perplexity` and returns its final estimate.
-fn strata_ppl(model: &Path, extra: &[&str]) -> f64 {
-    let text = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/gpl3_first_8000_bytes.txt"
-    );
-    let mut args: Vec<&std::ffi::OsStr> = vec!["perplexity".as_ref(), "-m".as_ref()];
-    args.push(model.as_os_str());
-    for a in ["-f", text, "-c", "512", "-b", "512", "-t", "2"] {
-        args.push(a.as_ref());
-    }
-    args.extend(extra.iter().map(std::ffi::OsStr::new));
-    let stdout = strata(&args);
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("Final estimate: PPL = "))
-        .unwrap_or_else(|| panic!("no final estimate in:\n{stdout}"));
-    let chunks = stdout.lines().find(|l| l.starts_with("[1]")).unwrap_or("");
-    assert_eq!(chunks.matches(',').count(), 3, "3 chunks scored: {chunks}");
-    line["Final estimate: PPL = ".len()..]
-        .split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("unparsable estimate: {line}"))
-}
-
 #[test]
 fn k_quant_perplexity_within_half_a_percent_of_llama_perplexity() {
-    let Some(src) = source_model() else { return };
+    let Some(src) = common::q4_1_model("K-quant perplexity vs llama.cpp") else {
+        return;
+    };
     eprintln!(
         "strata at ISA level {} on {}",
         strata::quant::simd::active(),
@@ -166,7 +124,7 @@ fn k_quant_perplexity_within_half_a_percent_of_llama_perplexity() {
     for ftype in ["Q4_K_M", "Q6_K"] {
         let model = quantized(&src, ftype);
         for (extra, flash) in [(&[][..], true), (&["--no-flash-attn"][..], false)] {
-            let got = strata_ppl(&model, extra);
+            let got = common::strata_ppl(&model, extra);
             let (lo, hi, what) = bounds(ftype, flash);
             eprintln!(
                 "{ftype} perplexity {extra:?}: strata {got:.4}, {what}, allowed {lo:.4}..{hi:.4}"

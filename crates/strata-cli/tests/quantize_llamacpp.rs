@@ -18,6 +18,8 @@
 //!
 //! Needs the model: skipped without it unless STRATA_REQUIRE_MODEL=1.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -37,26 +39,6 @@ const REFERENCES: [(&str, &str, usize); 2] = [
         138_382_912,
     ),
 ];
-
-fn model() -> Option<PathBuf> {
-    let path = match std::env::var_os("STRATA_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf"),
-    };
-    if path.exists() {
-        return Some(path);
-    }
-    let msg = format!(
-        "SKIPPED: model {} not found (run .ci/fetch-models.sh); quantize vs llama-quantize did not run",
-        path.display()
-    );
-    if std::env::var("STRATA_REQUIRE_MODEL").is_ok_and(|v| v == "1") {
-        panic!("{msg} (STRATA_REQUIRE_MODEL=1)");
-    }
-    eprintln!("{msg}");
-    None
-}
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -115,7 +97,9 @@ fn compare_tensors(ftype: &str, bytes: Vec<u8>) -> usize {
 
 #[test]
 fn quantize_writes_llama_quantizes_bytes() {
-    let Some(m) = model() else { return };
+    let Some(m) = common::q4_1_model("quantize vs llama-quantize") else {
+        return;
+    };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("quantize-llamacpp");
     std::fs::create_dir_all(&dir).unwrap();
     let active = strata::quant::simd::active().to_string();
