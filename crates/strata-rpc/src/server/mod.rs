@@ -18,6 +18,7 @@
 
 mod conns;
 mod graph;
+mod handlers;
 mod session;
 mod validate;
 mod watch;

@@ -5,20 +5,20 @@
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use strata::backend::{tensor_copy, tensor_get, tensor_memset, tensor_set, Backend};
+use strata::backend::{tensor_get, tensor_set, Backend};
 use strata::{Graph, Tensor};
 
 use super::graph::rebuild;
-use super::validate::{lookup, placed, range_in_tensor, tensor_of, Refusal, RemoteBuf};
+use super::validate::{placed, range_in_tensor, RemoteBuf};
 use super::watch::{Prefixed, Probe};
 use super::{BackendFactory, Inflight, Limits, ServerStats, State, GRAPH_COST};
 use crate::proto::{
-    decode_request, hello_response, pair_payload, parse_request_header, Command, GraphView,
-    Request, REQUEST_HEADER_SIZE, SET_TENSOR_FIXED,
+    decode_request, parse_request_header, Command, GraphView, Request, REQUEST_HEADER_SIZE,
+    SET_TENSOR_FIXED,
 };
 
 /// How a connection ended.
@@ -54,7 +54,7 @@ const CHUNK: usize = 1 << 20;
 const MIN_RATE: u64 = 1 << 20;
 
 /// What a handled request answers.
-enum Reply {
+pub(super) enum Reply {
     /// No response at all.
     Nothing,
     /// A response payload.
@@ -77,22 +77,22 @@ impl StatsHandle {
 /// The state of one client connection. Dropping it frees every buffer the
 /// client allocated.
 pub struct Session {
-    state: Arc<State>,
-    buffers: HashMap<u64, RemoteBuf>,
-    backends: Vec<Option<Box<dyn Backend>>>,
+    pub(super) state: Arc<State>,
+    pub(super) buffers: HashMap<u64, RemoteBuf>,
+    pub(super) backends: Vec<Option<Box<dyn Backend>>>,
     /// Per device: the last graph, for GRAPH_RECOMPUTE, with the message
     /// memory it holds.
-    graphs: Vec<Option<(Graph, Inflight)>>,
-    greeted: bool,
-    peer: String,
+    pub(super) graphs: Vec<Option<(Graph, Inflight)>>,
+    pub(super) greeted: bool,
+    pub(super) peer: String,
     scratch: Vec<u8>,
     /// The server's id of this connection and a handle on its socket
     /// (deadlines, admission); `None` for in-memory sessions.
     link: Option<(usize, TcpStream)>,
     /// Watches the client during computations; with the bytes it read ahead.
-    probe: Option<Arc<Probe>>,
+    pub(super) probe: Option<Arc<Probe>>,
     /// How the connection ends after an aborted computation.
-    aborted: Option<SessionEnd>,
+    pub(super) aborted: Option<SessionEnd>,
     started: Instant,
 }
 
@@ -466,262 +466,6 @@ impl Session {
         self.compute(d, &graph).map_err(refuse)?;
         self.graphs[d] = Some((graph, held));
         Ok(())
-    }
-
-    fn device(&self, device: u32) -> Result<usize, Refusal> {
-        let n = self.state.factory.device_count();
-        if (device as usize) < n {
-            Ok(device as usize)
-        } else {
-            Err(format!("device {device} does not exist ({n} devices)"))
-        }
-    }
-
-    fn backend(&mut self, device: usize) -> Result<&mut Box<dyn Backend>, Refusal> {
-        if self.backends[device].is_none() {
-            let mut b = self
-                .state
-                .factory
-                .backend(device)
-                .map_err(|e| format!("cannot start a backend on device {device}: {e}"))?;
-            // A received graph can ask for scratch far beyond its tensors
-            // (a matmul operand with stride-0 dimensions): bounded like
-            // message memory.
-            let max = usize::try_from(self.state.limits.max_inflight).unwrap_or(usize::MAX);
-            b.set_work_limit(Some(max));
-            self.backends[device] = Some(b);
-        }
-        Ok(self.backends[device].as_mut().expect("set above"))
-    }
-
-    /// Computes `graph` on `device`, aborting it midway when the client
-    /// goes away, the time limit passes or the server shuts down (the reason
-    /// is kept in `self.aborted` for the connection's end).
-    fn compute(&mut self, device: usize, graph: &Graph) -> Result<(), Refusal> {
-        const GONE: u8 = 1;
-        const LATE: u8 = 2;
-        const STOP: u8 = 3;
-        let why = Arc::new(AtomicU8::new(0));
-        let cb: strata::backend::AbortCallback = {
-            let why = why.clone();
-            let state = self.state.clone();
-            let probe = self.probe.clone();
-            let deadline = state.limits.max_compute.map(|d| Instant::now() + d);
-            Box::new(move || {
-                let r = if state.shutdown.load(Ordering::Relaxed) {
-                    STOP
-                } else if deadline.is_some_and(|d| Instant::now() > d) {
-                    LATE
-                } else if probe.as_ref().is_some_and(|p| p.client_gone()) {
-                    GONE
-                } else {
-                    return false;
-                };
-                why.store(r, Ordering::Relaxed);
-                true
-            })
-        };
-        let backend = self.backend(device)?;
-        let armed = backend.set_abort_callback(Some(cb));
-        let res = backend.graph_compute(graph);
-        if armed {
-            backend.set_abort_callback(None);
-        }
-        let Err(e) = res else {
-            return Ok(());
-        };
-        let reason = why.load(Ordering::Relaxed);
-        if reason != 0 {
-            self.state.aborted.fetch_add(1, Ordering::Relaxed);
-            self.aborted = Some(match reason {
-                GONE => SessionEnd::Io(
-                    "the client closed the connection during a computation: aborted it".into(),
-                ),
-                LATE => SessionEnd::Dropped(format!(
-                    "a graph computed longer than the limit of {:?}: aborted it",
-                    self.state.limits.max_compute.unwrap_or_default()
-                )),
-                _ => SessionEnd::Io("server shutting down: computation aborted".into()),
-            });
-        }
-        Err(format!("graph computation failed on device {device}: {e}"))
-    }
-
-    /// Handles one decoded request.
-    fn handle(&mut self, req: Request<'_>) -> Result<Reply, Refusal> {
-        let state = self.state.clone();
-        let limits = &state.limits;
-        Ok(match req {
-            Request::Hello { .. } => {
-                self.greeted = true;
-                Reply::Bytes(hello_response().to_vec())
-            }
-            Request::DeviceCount => {
-                Reply::Bytes((state.factory.device_count() as u32).to_le_bytes().to_vec())
-            }
-            Request::AllocBuffer { device, size } => {
-                let d = self.device(device)?;
-                let (handle, size) = self.alloc(d, size);
-                Reply::Bytes(pair_payload(handle, size).to_vec())
-            }
-            Request::GetAlignment { device } => {
-                let d = self.device(device)?;
-                let a = state.factory.device(d).default_buffer_type().alignment();
-                Reply::Bytes((a as u64).to_le_bytes().to_vec())
-            }
-            Request::GetMaxSize { device } => {
-                let d = self.device(device)?;
-                let m = state.factory.device(d).default_buffer_type().max_size() as u64;
-                Reply::Bytes(m.min(limits.max_buffer).to_le_bytes().to_vec())
-            }
-            Request::BufferGetBase { remote_ptr } => {
-                let b = lookup(&self.buffers, remote_ptr, "BUFFER_GET_BASE")?;
-                Reply::Bytes(b.base.to_le_bytes().to_vec())
-            }
-            Request::FreeBuffer { remote_ptr } => {
-                lookup(&self.buffers, remote_ptr, "FREE_BUFFER")?;
-                // Cached graphs may reference the buffer: drop them all.
-                self.graphs.iter_mut().for_each(|g| *g = None);
-                let b = self.buffers.remove(&remote_ptr).expect("looked up");
-                state.release(b.size);
-                Reply::Nothing
-            }
-            Request::BufferClear { remote_ptr, value } => {
-                let b = lookup(&self.buffers, remote_ptr, "BUFFER_CLEAR")?;
-                b.buffer.clear(value).map_err(|e| e.to_string())?;
-                Reply::Nothing
-            }
-            Request::SetTensor { header, data } => {
-                let t = placed(&self.buffers, &header.tensor)?;
-                range_in_tensor(&t, header.offset, data.len() as u64)?;
-                if header.cache_flag != 0 {
-                    state.cache_store(data);
-                }
-                tensor_set(&t, header.offset as usize, data).map_err(|e| e.to_string())?;
-                Reply::Nothing
-            }
-            Request::SetTensorHash {
-                tensor,
-                offset,
-                hash,
-            } => {
-                let Some((bytes, _held)) = state.cache_load(hash) else {
-                    return Ok(Reply::Bytes(vec![0]));
-                };
-                let t = placed(&self.buffers, &tensor)?;
-                range_in_tensor(&t, offset, bytes.len() as u64)?;
-                tensor_set(&t, offset as usize, &bytes).map_err(|e| e.to_string())?;
-                Reply::Bytes(vec![1])
-            }
-            Request::GetTensor {
-                tensor,
-                offset,
-                size,
-            } => {
-                let t = placed(&self.buffers, &tensor)?;
-                range_in_tensor(&t, offset, size)?;
-                Reply::Read(t, offset as usize, size as usize)
-            }
-            Request::CopyTensor { src, dst } => {
-                let s = placed(&self.buffers, &src)?;
-                let d = placed(&self.buffers, &dst)?;
-                if s.dtype() == d.dtype() && s.ne() == d.ne() && s.nbytes() == d.nbytes() {
-                    tensor_copy(&s, &d).map_err(|e| e.to_string())?;
-                    Reply::Bytes(vec![1])
-                } else {
-                    Reply::Bytes(vec![0])
-                }
-            }
-            // Read in place by graph_compute, never decoded whole.
-            Request::GraphCompute(_) => return Err("GRAPH_COMPUTE out of its reader".into()),
-            Request::GraphRecompute { device } => {
-                let d = self.device(device)?;
-                let (graph, held) = self.graphs[d]
-                    .take()
-                    .ok_or_else(|| format!("no graph to recompute on device {d}"))?;
-                self.compute(d, &graph)?;
-                self.graphs[d] = Some((graph, held));
-                Reply::Nothing
-            }
-            Request::GetDeviceMemory { device } => {
-                self.device(device)?;
-                // The budget, not the machine's free memory: what clients
-                // may still allocate here.
-                let total = limits.mem;
-                let free = total.saturating_sub(state.used.load(Ordering::SeqCst));
-                Reply::Bytes(pair_payload(free, total).to_vec())
-            }
-            Request::InitTensor { tensor } => {
-                if tensor.buffer == 0 {
-                    tensor_of(&tensor)?;
-                } else {
-                    let t = placed(&self.buffers, &tensor)?;
-                    let b = t.buffer().expect("placed");
-                    if let Err(e) = b.init_tensor(&t) {
-                        tracing::debug!(peer = %self.peer, "init_tensor: {e}");
-                    }
-                }
-                Reply::Nothing
-            }
-            Request::GetAllocSize { device, tensor, .. } => {
-                let d = self.device(device)?;
-                let t = tensor_of(&tensor)?;
-                let buft = match self.buffers.get(&tensor.buffer) {
-                    Some(b) if tensor.buffer != 0 => b.buffer.buffer_type(),
-                    _ => state.factory.device(d).default_buffer_type(),
-                };
-                Reply::Bytes((buft.alloc_size(&t) as u64).to_le_bytes().to_vec())
-            }
-            Request::MemsetTensor {
-                tensor,
-                offset,
-                size,
-                value,
-            } => {
-                let t = placed(&self.buffers, &tensor)?;
-                range_in_tensor(&t, offset, size)?;
-                tensor_memset(&t, offset as usize, size as usize, value)
-                    .map_err(|e| e.to_string())?;
-                Reply::Nothing
-            }
-        })
-    }
-
-    /// Allocates a buffer: (handle, size), or (0, 0) when it cannot.
-    fn alloc(&mut self, device: usize, size: u64) -> (u64, u64) {
-        let state = &self.state;
-        if size > state.limits.max_buffer || !state.reserve(size) {
-            tracing::info!(peer = %self.peer, "refusing a buffer of {size} bytes (limit)");
-            return (0, 0);
-        }
-        let buft = state.factory.device(device).default_buffer_type();
-        let base = if size == 0 {
-            Some(0)
-        } else {
-            state.next_base(size, buft.alignment() as u64)
-        };
-        let buffer = match (base, usize::try_from(size)) {
-            (Some(_), Ok(sz)) => buft.alloc_buffer(sz),
-            _ => Err(strata::Error::InvalidArgument(
-                "address space exhausted".into(),
-            )),
-        };
-        match (buffer, base) {
-            (Ok(buffer), Some(base)) => {
-                let handle = state.next_handle.fetch_add(1, Ordering::Relaxed);
-                state.live_buffers.fetch_add(1, Ordering::SeqCst);
-                self.buffers
-                    .insert(handle, RemoteBuf { buffer, base, size });
-                (handle, size)
-            }
-            (res, _) => {
-                state.used.fetch_sub(size, Ordering::SeqCst);
-                if let Err(e) = res {
-                    tracing::info!(peer = %self.peer, "buffer of {size} bytes not allocated: {e}");
-                }
-                (0, 0)
-            }
-        }
     }
 }
 
