@@ -36,7 +36,6 @@
 
 mod common;
 
-
 /// llama-perplexity's final estimates per level: (level, flash, soft_max)
 /// (see the module doc).
 const REFERENCES: [(&str, f64, f64); 2] =
