@@ -1,0 +1,241 @@
+//! The per-level f32 vector operations ([`Lanes`]: AVX-512 and AVX2) and
+//! the vectorized [`exp`] the kernels are written over.
+
+use std::arch::x86_64::*;
+
+/// f32 vector operations of one level. Every function requires the level's
+/// CPU features; pointer arguments must be valid for `W` elements.
+pub(crate) trait Lanes {
+    /// A vector of `W` f32 lanes.
+    type V: Copy;
+    /// Lanes per vector.
+    const W: usize;
+    unsafe fn zero() -> Self::V;
+    unsafe fn splat(x: f32) -> Self::V;
+    unsafe fn load(p: *const f32) -> Self::V;
+    unsafe fn store(p: *mut f32, v: Self::V);
+    /// `W` f16 values at `p` (any alignment) converted to f32.
+    unsafe fn load_h(p: *const u16) -> Self::V;
+    /// `a·b + c`, rounded once.
+    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
+    /// `maxps a, b`: `b` where either is NaN.
+    unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
+    /// `minps a, b`: `b` where either is NaN.
+    unsafe fn min(a: Self::V, b: Self::V) -> Self::V;
+    /// Each lane rounded to f16 (nearest even) and back.
+    unsafe fn round_h(v: Self::V) -> Self::V;
+    /// The sum of the lanes, in the order of ggml's reduction at this width
+    /// (AVX-512: halves down to four lanes, then `(x0 + x2) + (x1 + x3)`;
+    /// AVX2: halves, then `(x0 + x1) + (x2 + x3)`).
+    unsafe fn hsum(v: Self::V) -> f32;
+    /// Each lane rounded to the nearest integer (ties to even).
+    unsafe fn round_int(v: Self::V) -> Self::V;
+    /// `y · 2^n` for integral `n` in −126..=127.
+    unsafe fn pow2(y: Self::V, n: Self::V) -> Self::V;
+    /// Per lane `a < b ? x : y`.
+    unsafe fn select_lt(a: Self::V, b: Self::V, x: Self::V, y: Self::V) -> Self::V;
+    /// Per lane `a > b ? x : y`.
+    unsafe fn select_gt(a: Self::V, b: Self::V, x: Self::V, y: Self::V) -> Self::V;
+}
+
+/// The AVX-512 lanes.
+#[derive(Clone, Copy)]
+pub(crate) struct L512;
+
+impl Lanes for L512 {
+    type V = __m512;
+    const W: usize = 16;
+    #[inline(always)]
+    unsafe fn zero() -> __m512 {
+        _mm512_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m512 {
+        _mm512_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m512 {
+        // SAFETY: forwarded contract (16 readable f32).
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m512) {
+        // SAFETY: forwarded contract (16 writable f32).
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn load_h(p: *const u16) -> __m512 {
+        // SAFETY: forwarded contract (16 readable f16).
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
+        _mm512_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m512, b: __m512) -> __m512 {
+        _mm512_add_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m512, b: __m512) -> __m512 {
+        _mm512_sub_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+        _mm512_mul_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn max(a: __m512, b: __m512) -> __m512 {
+        _mm512_max_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn min(a: __m512, b: __m512) -> __m512 {
+        _mm512_min_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn round_h(v: __m512) -> __m512 {
+        _mm512_cvtph_ps(_mm512_cvtps_ph::<
+            { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+        >(v))
+    }
+    #[inline(always)]
+    unsafe fn hsum(v: __m512) -> f32 {
+        // GCC's _mm512_reduce_add_ps, which ggml's GGML_F32x16_REDUCE uses:
+        // 256-bit halves, 128-bit halves, then (x0 + x2) + (x1 + x3).
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+        let t = _mm256_add_ps(hi, _mm512_castps512_ps256(v));
+        let t = _mm_add_ps(_mm256_extractf128_ps::<1>(t), _mm256_castps256_ps128(t));
+        let t = _mm_add_ps(t, _mm_shuffle_ps::<0b01_00_11_10>(t, t));
+        _mm_cvtss_f32(t) + _mm_cvtss_f32(_mm_movehdup_ps(t))
+    }
+    #[inline(always)]
+    unsafe fn round_int(v: __m512) -> __m512 {
+        _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v)
+    }
+    #[inline(always)]
+    unsafe fn pow2(y: __m512, n: __m512) -> __m512 {
+        _mm512_scalef_ps(y, n)
+    }
+    #[inline(always)]
+    unsafe fn select_lt(a: __m512, b: __m512, x: __m512, y: __m512) -> __m512 {
+        _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b), y, x)
+    }
+    #[inline(always)]
+    unsafe fn select_gt(a: __m512, b: __m512, x: __m512, y: __m512) -> __m512 {
+        _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(a, b), y, x)
+    }
+}
+
+/// The AVX2 lanes.
+#[derive(Clone, Copy)]
+pub(crate) struct L256;
+
+impl Lanes for L256 {
+    type V = __m256;
+    const W: usize = 8;
+    #[inline(always)]
+    unsafe fn zero() -> __m256 {
+        _mm256_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m256 {
+        _mm256_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m256 {
+        // SAFETY: forwarded contract (8 readable f32).
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m256) {
+        // SAFETY: forwarded contract (8 writable f32).
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn load_h(p: *const u16) -> __m256 {
+        // SAFETY: forwarded contract (8 readable f16).
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
+        _mm256_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m256, b: __m256) -> __m256 {
+        _mm256_add_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m256, b: __m256) -> __m256 {
+        _mm256_sub_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        _mm256_mul_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn max(a: __m256, b: __m256) -> __m256 {
+        _mm256_max_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn min(a: __m256, b: __m256) -> __m256 {
+        _mm256_min_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn round_h(v: __m256) -> __m256 {
+        _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+    }
+    #[inline(always)]
+    unsafe fn hsum(v: __m256) -> f32 {
+        // As ggml's GGML_F32x8_REDUCE: halves, then two horizontal adds.
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_hadd_ps(s, s);
+        _mm_cvtss_f32(_mm_hadd_ps(s, s))
+    }
+    #[inline(always)]
+    unsafe fn round_int(v: __m256) -> __m256 {
+        _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v)
+    }
+    #[inline(always)]
+    unsafe fn pow2(y: __m256, n: __m256) -> __m256 {
+        let e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+        _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32::<23>(e)))
+    }
+    #[inline(always)]
+    unsafe fn select_lt(a: __m256, b: __m256, x: __m256, y: __m256) -> __m256 {
+        _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_LT_OQ>(a, b))
+    }
+    #[inline(always)]
+    unsafe fn select_gt(a: __m256, b: __m256, x: __m256, y: __m256) -> __m256 {
+        _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_GT_OQ>(a, b))
+    }
+}
+
+/// Smallest argument of [`exp`] with a normal result; below it returns 0.
+pub(crate) const EXP_LO: f32 = -87.336_54;
+/// Largest argument of [`exp`]; above it the result saturates.
+pub(crate) const EXP_HI: f32 = 88.0;
+
+/// `e^x` per lane (module docs: error and range).
+#[inline(always)]
+pub(crate) unsafe fn exp<L: Lanes>(x: L::V) -> L::V {
+    // SAFETY: only lane arithmetic; the caller has the level's features.
+    unsafe {
+        let lo = L::splat(EXP_LO);
+        // max(lo, x) and min(hi, ·) return x when it is NaN.
+        let xc = L::min(L::splat(EXP_HI), L::max(lo, x));
+        let n = L::round_int(L::mul(xc, L::splat(std::f32::consts::LOG2_E)));
+        let r = L::fma(n, L::splat(-0.693_359_4), xc);
+        let r = L::fma(n, L::splat(2.121_944_4e-4), r);
+        let mut p = L::splat(1.987_569_1e-4);
+        p = L::fma(p, r, L::splat(1.398_199_9e-3));
+        p = L::fma(p, r, L::splat(8.333_452e-3));
+        p = L::fma(p, r, L::splat(4.166_579_6e-2));
+        p = L::fma(p, r, L::splat(1.666_666_5e-1));
+        p = L::fma(p, r, L::splat(0.5));
+        let y = L::add(L::fma(p, L::mul(r, r), r), L::splat(1.0));
+        L::select_lt(x, lo, L::zero(), L::pow2(y, n))
+    }
+}

@@ -1,0 +1,206 @@
+use super::*;
+
+/// Max relative error of the vectorized exp over [EXP_LO, 0] and a bit
+/// above, on ~16M points, and its edge cases.
+fn check_exp(f: impl Fn(&mut [f32])) {
+    let n = 1 << 24;
+    let mut xs: Vec<f32> = (0..n)
+        .map(|i| EXP_LO + (i as f32 / n as f32) * (-EXP_LO + 10.0))
+        .collect();
+    let want: Vec<f64> = xs.iter().map(|&x| (x as f64).exp()).collect();
+    f(&mut xs);
+    let worst = xs
+        .iter()
+        .zip(&want)
+        .map(|(&g, &w)| ((g as f64 - w) / w).abs())
+        .fold(0.0, f64::max);
+    assert!(worst < 1e-7, "exp max relative error {worst:e}");
+    let mut edge = [
+        f32::NEG_INFINITY,
+        -1e30,
+        -104.0,
+        EXP_LO - 0.01,
+        0.0,
+        -0.0,
+        f32::NAN,
+        88.0,
+        1e30,
+        -1.0,
+        -10.0,
+        -50.0,
+        -80.0,
+        -87.0,
+        1.0,
+        2.0,
+    ];
+    f(&mut edge);
+    assert_eq!(&edge[..4], &[0.0; 4]);
+    assert_eq!((edge[4], edge[5]), (1.0, 1.0));
+    assert!(edge[6].is_nan());
+    assert!(edge[7].is_finite() && edge[8] == edge[7]);
+}
+
+#[test]
+fn vector_exp_relative_error_is_below_1e7() {
+    if let Some(k) = Avx512::new() {
+        check_exp(|x| k.exp_in_place(x));
+    }
+    if let Some(k) = Avx2::new() {
+        check_exp(|x| k.exp_in_place(x));
+    }
+}
+
+/// Around every f16 value: itself, the midpoints to its neighbours and
+/// one f32 ulp either side of them, plus the overflow edge.
+fn round_cases() -> Vec<f32> {
+    let mut v = Vec::new();
+    for h in 0..=u16::MAX {
+        let x = half::f16::from_bits(h).to_f32();
+        if !x.is_finite() {
+            continue;
+        }
+        let nx = half::f16::from_bits(h.wrapping_add(1)).to_f32();
+        v.push(x);
+        if nx.is_finite() && (nx.abs() > x.abs()) == (x.to_bits() >> 31 == 0) {
+            let mid = ((x as f64 + nx as f64) / 2.0) as f32;
+            for t in [-1i32, 0, 1] {
+                v.push(f32::from_bits((mid.to_bits() as i32 + t) as u32));
+            }
+        }
+    }
+    v.extend([
+        65504.0,
+        65519.0,
+        65520.0,
+        65536.0,
+        1e9,
+        -65520.0,
+        f32::INFINITY,
+        1e-30,
+        -1e-40,
+    ]);
+    let len = v.len().next_multiple_of(16);
+    v.resize(len, 0.0);
+    v
+}
+
+#[test]
+fn f16_round_trip_matches_half_bit_for_bit() {
+    let cases = round_cases();
+    let want: Vec<u32> = cases
+        .iter()
+        .map(|&x| half::f16::from_f32(x).to_f32().to_bits())
+        .collect();
+    let check = |f: &dyn Fn(&mut [f32])| {
+        let mut got = cases.clone();
+        f(&mut got);
+        for ((&x, &g), &w) in cases.iter().zip(&got).zip(&want) {
+            assert_eq!(g.to_bits(), w, "round trip of {x:e}");
+        }
+    };
+    if let Some(k) = Avx512::new() {
+        check(&|x| k.round_h_in_place(x));
+    }
+    if let Some(k) = Avx2::new() {
+        check(&|x| k.round_h_in_place(x));
+    }
+}
+
+/// The tile kernels against the scalar ones on random tiles: the GEMMs
+/// within f32 FMA-vs-mul+add rounding, the softmax within the exp error.
+fn check_tiles<K: Kernels>(k: K) {
+    let mut rng = crate::conformance::Rng::new(7);
+    for &(kvn, np, d, dvp) in &[
+        (64, 64, 64, 64),
+        (7, 16, 40, 48),
+        (33, 48, 128, 128),
+        (1, 16, 1, 16),
+    ] {
+        let np = np.max(k.width());
+        let kf = rng.vec(kvn * d, -1.0, 1.0);
+        let qt = rng.vec(d * np, -1.0, 1.0);
+        let (mut a, mut b) = (vec![0f32; kvn * np], vec![0f32; kvn * np]);
+        k.qk(&kf, d, &qt, np, &mut a);
+        Scalar.qk(&kf, d, &qt, np, &mut b);
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-5 * d as f32, "qk {x} {y}");
+        }
+        // Softmax with some -inf and a column fully masked.
+        for (i, x) in a.iter_mut().enumerate() {
+            if i % 5 == 0 || i % np == 1 {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+        let mut b = a.clone();
+        let m0: Vec<f32> = (0..np)
+            .map(|i| if i % 3 == 0 { f32::NEG_INFINITY } else { 0.5 })
+            .collect();
+        let s0 = vec![2.0f32; np];
+        let (mut ma, mut sa, mut fa) = (m0.clone(), s0.clone(), vec![0f32; np]);
+        let (mut mb, mut sb, mut fb) = (m0.clone(), s0.clone(), vec![0f32; np]);
+        let mt = rng.vec(kvn * np, -1.0, 0.0);
+        k.softmax_cols(&mut a, np, 0.7, Some(&mt), &mut ma, &mut sa, &mut fa);
+        Scalar.softmax_cols(&mut b, np, 0.7, Some(&mt), &mut mb, &mut sb, &mut fb);
+        let close = |x: f32, y: f32| x == y || (x - y).abs() <= 4e-7 * y.abs().max(1.0);
+        assert!(ma
+            .iter()
+            .zip(&mb)
+            .all(|(x, y)| x == y || (x.is_nan() && y.is_nan())));
+        for (v, w) in [(&a, &b), (&sa, &sb), (&fa, &fb)] {
+            for (&x, &y) in v.iter().zip(w.iter()) {
+                assert!(close(x, y), "softmax {x} {y}");
+            }
+        }
+        let vf = rng.vec(kvn * dvp, -1.0, 1.0);
+        let rows = np - 1;
+        let init = rng.vec(rows * dvp, -1.0, 1.0);
+        let (mut va, mut vb) = (init.clone(), init);
+        let ms = rng.vec(np, 0.0, 1.0);
+        k.pv(&b, np, rows, &vf, dvp, &ms, &mut va);
+        Scalar.pv(&b, np, rows, &vf, dvp, &ms, &mut vb);
+        for (x, y) in va.iter().zip(&vb) {
+            assert!((x - y).abs() <= 1e-5 * kvn as f32, "pv {x} {y}");
+        }
+    }
+}
+
+#[test]
+fn tile_kernels_match_the_scalar_ones() {
+    if let Some(k) = Avx512::new() {
+        check_tiles(k);
+    }
+    if let Some(k) = Avx2::new() {
+        check_tiles(k);
+    }
+}
+
+#[test]
+fn to_f32_converts_exactly() {
+    let mut rng = crate::conformance::Rng::new(3);
+    for n in [1, 7, 8, 15, 16, 17, 40, 64, 100] {
+        let x = rng.vec(n, -70000.0, 70000.0);
+        let h: Vec<u8> = x
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes())
+            .collect();
+        let f: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        for (src, dt) in [(&h, DType::F16), (&f, DType::F32)] {
+            let mut want = vec![9f32; n + 5];
+            Scalar.to_f32(src, dt, &mut want);
+            let check = |k: &dyn Fn(&mut [f32])| {
+                let mut got = vec![9f32; n + 5];
+                k(&mut got);
+                assert!(got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()));
+            };
+            if let Some(k) = Avx512::new() {
+                check(&|o| k.to_f32(src, dt, o));
+            }
+            if let Some(k) = Avx2::new() {
+                check(&|o| k.to_f32(src, dt, o));
+            }
+        }
+    }
+}
