@@ -5,7 +5,9 @@
 //! groups of [`ROWS`] (`ne[1] % 16 == 0`, contiguous) can be stored
 //! *packed*: the bytes of every 16-row group are permuted so that one
 //! 64-byte load feeds sixteen rows at once (one row per 32-bit lane of a
-//! 512-bit register). The packed tensor has exactly ggml's size, and every
+//! 512-bit register; at AVX2, the first and last 32 bytes of a line are
+//! rows 0–7 and 8–15 in two ymm registers, see `x86_avx2.rs`). The packed
+//! tensor has exactly ggml's size, and every
 //! 16-row group occupies the same bytes as in ggml's layout, so sizes,
 //! offsets and allocators are unchanged; only the order of the bytes inside a
 //! group differs. [`pack`] and [`unpack`] are exact inverses for any bytes.
@@ -55,6 +57,8 @@ use crate::{Error, Result};
 
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx2;
 
 /// Rows per packed group.
 pub const ROWS: usize = 16;
@@ -85,14 +89,15 @@ pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
         && ne[3] > 0
 }
 
-/// True when `isa` has kernels over the packed layout of `dtype` (VNNI: all
-/// packable types; AVX-512 without VNNI: the 4/5-bit types). Packed weights
-/// also work at other levels, through a slower path that unpacks each group.
+/// True when `isa` has kernels over the packed layout of `dtype` (AVX2 and
+/// VNNI: all packable types; AVX-512 without VNNI: the 4/5-bit types).
+/// Packed weights also work at other levels, through a slower path that
+/// unpacks each group.
 pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
     is_packable(dtype)
         && isa.is_supported()
         && match isa {
-            Isa::Vnni => true,
+            Isa::Vnni | Isa::Avx2 => true,
             Isa::Avx512 => dtype != DType::Q8_0,
             _ => false,
         }
@@ -400,7 +405,11 @@ pub(crate) fn kernels_for(isa: Isa, dtype: DType) -> Option<Kernels> {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        x86::kernels(isa, dtype)
+        if isa == Isa::Avx2 {
+            x86_avx2::kernels(dtype)
+        } else {
+            x86::kernels(isa, dtype)
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -291,7 +291,7 @@ float_dot!(
 /// amax / 127`, `id = 127 / amax`, ties to even); returns `(d, Σq)`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn quantize_block_q8(x: *const f32, q: *mut u8) -> (f32, i32) {
+pub(crate) unsafe fn quantize_block_q8(x: *const f32, q: *mut u8) -> (f32, i32) {
     // SAFETY: the caller guarantees 32 readable f32 at x.
     let v: [__m256; 4] = unsafe { std::array::from_fn(|k| _mm256_loadu_ps(x.add(8 * k))) };
     let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));

@@ -1,0 +1,337 @@
+//! AVX2 kernels over the packed layout: the same 16-row groups as the
+//! AVX-512 kernels ([`super::x86`]), taken as two halves of eight rows, one
+//! row per 32-bit lane of a ymm register.
+//!
+//! In a group, the bytes of row `r` inside each 64-byte line sit at
+//! `4 r .. 4 r + 4`, so the first 32 bytes of every line belong to rows 0–7
+//! and the last 32 to rows 8–15: a 256-bit load at `line + 32 h` gives half
+//! `h` in the lane order the 512-bit kernels see. With sixteen vector
+//! registers (against 32 at AVX-512) the loop order differs: per half, per
+//! block, the quant registers are decoded one dword group `j` at a time and
+//! immediately multiplied into every column's integer sum, so that only the
+//! sums and the f32 accumulators of the columns stay in registers (4
+//! columns per pass; wider tiles are several passes over the same group,
+//! which is in L1 by then).
+//!
+//! Integer sums are exact, with fewer widenings than one `vpmaddwd` per
+//! product pair:
+//! - 4-bit quants (u8 ≤ 15) times activations (i8, |a| ≤ 127 from the
+//!   quantizer, ≤ 128 for any i8): a `vpmaddubsw` pair sum is at most
+//!   2 · 15 · 128 = 3840, so all eight dword groups add up in i16 (≤ 30720)
+//!   before one `vpmaddwd` widens them;
+//! - 5-bit quants (≤ 31): pair sums ≤ 7936, four groups (≤ 31744) per
+//!   widening;
+//! - Q8_0 (i8 × i8): the sign trick (`|w|` unsigned times `sign(a, w)`),
+//!   pair sums ≤ 2 · 128 · 127 = 32512 for activations in −127..=127 (the
+//!   quantizer's range: `|x| · 127 / amax` rounds to at most 127), widened
+//!   per group; the weights are un-biased (`^ 0x80`) so no offset term is
+//!   needed.
+//!
+//! Per lane (row) and column the f32 arithmetic is the AVX-512 kernels'
+//! exactly: `acc = fma(f32(s), d_w · d_a, acc)` (+ `fma(m_w, s_a, acc)`)
+//! in block order, so every level with packed kernels gives the same bits.
+//!
+//! Every kernel is an `unsafe fn` with `#[target_feature]`, reached only
+//! through [`kernels`] after the dispatcher checked the CPU
+//! ([`super::has_kernels`]).
+
+use super::{Kernels, TileFn, ACT_BLOCK};
+use crate::tensor::DType;
+use std::arch::x86_64::*;
+
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+const Q5_1: u8 = 3;
+const Q8_0: u8 = 4;
+
+/// Columns per pass over a half group.
+const PASS: usize = 4;
+
+/// Chunk bytes of type `T`.
+const fn chunk_size(t: u8) -> usize {
+    match t {
+        Q4_0 => 288,
+        Q4_1 => 320,
+        Q5_0 => 352,
+        Q5_1 => 384,
+        _ => 544,
+    }
+}
+
+/// Offsets of (scales, fifth-bit masks, quants) inside chunk `b` (the
+/// layout of `super::Chunk::of`). Masks: Q5 only.
+#[inline(always)]
+fn offsets(t: u8, b: usize) -> (usize, usize, usize) {
+    let even = b.is_multiple_of(2);
+    match t {
+        Q4_0 if even => (256, 0, 0),
+        Q4_0 => (0, 0, 32),
+        Q4_1 => (0, 0, 64),
+        Q5_0 if even => (320, 0, 64),
+        Q5_0 => (0, 32, 96),
+        Q5_1 => (0, 64, 128),
+        _ if even => (512, 0, 0),
+        _ => (0, 0, 32),
+    }
+}
+
+const fn has_min(t: u8) -> bool {
+    t == Q4_1 || t == Q5_1
+}
+
+const fn is_q5(t: u8) -> bool {
+    t == Q5_0 || t == Q5_1
+}
+
+/// The 32 bits of `m` spread to the 32 bytes of a register: byte `i` is
+/// 16 where bit `i` is set, else 0 (the fifth bit of a 5-bit quant).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn fifth_bits(m: u32) -> __m256i {
+    let v = _mm256_set1_epi32(m as i32);
+    // Byte i takes byte i / 8 of m (in-lane shuffle: the broadcast has all
+    // four bytes in each 128-bit lane).
+    let idx = _mm256_setr_epi64x(
+        0,
+        0x0101_0101_0101_0101,
+        0x0202_0202_0202_0202,
+        0x0303_0303_0303_0303,
+    );
+    let v = _mm256_shuffle_epi8(v, idx);
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    _mm256_and_si256(set, _mm256_set1_epi8(16))
+}
+
+/// Dword group `j` (0..8) of half `h` of the chunk at `c`: lane `r` holds
+/// quants `4j .. 4j + 4` of row `8h + r` (u8; for Q8_0 the signed quants).
+///
+/// # Safety
+/// `c` points at a whole chunk of type `T`; `qh`, `qs` are its offsets.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn group<const T: u8>(c: *const u8, qh: usize, qs: usize, h: usize, j: usize) -> __m256i {
+    if T == Q8_0 {
+        // SAFETY: 32 bytes of line j, half h, inside the chunk.
+        let x = unsafe { _mm256_loadu_si256(c.add(qs + 64 * j + 32 * h).cast()) };
+        return _mm256_xor_si256(x, _mm256_set1_epi8(-128));
+    }
+    // SAFETY: 32 bytes of nibble line j % 4, half h, inside the chunk.
+    let x = unsafe { _mm256_loadu_si256(c.add(qs + 64 * (j % 4) + 32 * h).cast()) };
+    let x = if j < 4 { x } else { _mm256_srli_epi16(x, 4) };
+    let q = _mm256_and_si256(x, _mm256_set1_epi8(0x0f));
+    if is_q5(T) {
+        // SAFETY: mask j (8 bytes) is inside the chunk; half h is its u32 h.
+        let m = unsafe { c.add(qh + 8 * j + 4 * h).cast::<u32>().read_unaligned() };
+        _mm256_or_si256(q, fifth_bits(m))
+    } else {
+        q
+    }
+}
+
+/// Columns `0 .. N` (`N ≤ PASS`) of half `h` of one group: the [`TileFn`]
+/// contract for the eight rows `8h .. 8h + 8`.
+///
+/// # Safety
+/// As [`TileFn`]; the CPU supports AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn half<const T: u8, const N: usize>(
+    w: *const u8,
+    nb: usize,
+    a: *const u8,
+    a_stride: usize,
+    out: *mut u8,
+    out_stride: usize,
+    h: usize,
+) {
+    let cs = chunk_size(T);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); N];
+    for b in 0..nb {
+        // SAFETY: chunk b < nb is inside the group (contract).
+        let c = unsafe { w.add(b * cs) };
+        let (d, qh, qs) = offsets(T, b);
+        // SAFETY: the 8 f16 scales of half h are inside the chunk.
+        let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(d + 16 * h).cast()) });
+        // Block b of column i: its quant dword j, scale and sum term.
+        // SAFETY (word): block b of column i < N is in bounds (contract) and
+        // holds ACT_BLOCK bytes: quants, scale, sum term.
+        let word = |i: usize, j: usize| unsafe {
+            a.add(i * a_stride + b * ACT_BLOCK + 4 * j)
+                .cast::<i32>()
+                .read_unaligned()
+        };
+        let mut s = [_mm256_setzero_si256(); N];
+        if T == Q8_0 {
+            for j in 0..8 {
+                // SAFETY: the whole chunk is in bounds.
+                let q = unsafe { group::<T>(c, qh, qs, h, j) };
+                let qa = _mm256_abs_epi8(q);
+                for (i, s) in s.iter_mut().enumerate() {
+                    let y = _mm256_sign_epi8(_mm256_set1_epi32(word(i, j)), q);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, y), ones);
+                    *s = _mm256_add_epi32(*s, p);
+                }
+            }
+        } else {
+            // Sums of pair sums in i16: all eight groups for 4-bit quants,
+            // four at a time for 5-bit ones (module docs).
+            let span = if is_q5(T) { 4 } else { 8 };
+            for j0 in (0..8).step_by(span) {
+                let mut s16 = [_mm256_setzero_si256(); N];
+                for j in j0..j0 + span {
+                    // SAFETY: the whole chunk is in bounds.
+                    let q = unsafe { group::<T>(c, qh, qs, h, j) };
+                    for (i, s16) in s16.iter_mut().enumerate() {
+                        let p = _mm256_maddubs_epi16(q, _mm256_set1_epi32(word(i, j)));
+                        *s16 = _mm256_add_epi16(*s16, p);
+                    }
+                }
+                for (s, s16) in s.iter_mut().zip(s16) {
+                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(s16, ones));
+                }
+            }
+            if !has_min(T) {
+                for (i, s) in s.iter_mut().enumerate() {
+                    *s = _mm256_add_epi32(*s, _mm256_set1_epi32(word(i, 9)));
+                }
+            }
+        }
+        let mw = if has_min(T) {
+            // SAFETY: the 8 f16 minimums of half h follow the scales.
+            _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(32 + 16 * h).cast()) })
+        } else {
+            _mm256_setzero_ps()
+        };
+        for (i, (acc, s)) in acc.iter_mut().zip(s).enumerate() {
+            let da = _mm256_set1_ps(f32::from_bits(word(i, 8) as u32));
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, da), *acc);
+            if has_min(T) {
+                let sa = _mm256_set1_ps(f32::from_bits(word(i, 9) as u32));
+                *acc = _mm256_fmadd_ps(mw, sa, *acc);
+            }
+        }
+    }
+    for (i, acc) in acc.iter().enumerate() {
+        // SAFETY: rows 8h .. 8h + 8 of column i are writable (contract).
+        unsafe { _mm256_storeu_ps(out.add(i * out_stride + 32 * h).cast(), *acc) };
+    }
+}
+
+/// `NR` columns of one 16-row group (the [`TileFn`] contract): both halves,
+/// in passes of at most [`PASS`] columns.
+///
+/// # Safety
+/// As [`TileFn`]; the CPU supports AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile<const T: u8, const NR: usize>(
+    w: *const u8,
+    nb: usize,
+    a: *const u8,
+    a_stride: usize,
+    out: *mut u8,
+    out_stride: usize,
+) {
+    type Half = unsafe fn(*const u8, usize, *const u8, usize, *mut u8, usize, usize);
+    for h in 0..2 {
+        let mut c = 0;
+        while c < NR {
+            let n = (NR - c).min(PASS);
+            let f: Half = match n {
+                1 => half::<T, 1>,
+                2 => half::<T, 2>,
+                3 => half::<T, 3>,
+                _ => half::<T, PASS>,
+            };
+            // SAFETY: columns c .. c + n ≤ NR of the contract, forwarded.
+            unsafe {
+                f(
+                    w,
+                    nb,
+                    a.add(c * a_stride),
+                    a_stride,
+                    out.add(c * out_stride),
+                    out_stride,
+                    h,
+                )
+            };
+            c += n;
+        }
+    }
+}
+
+/// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 (`OFF` > 0) or Q8_1
+/// (`OFF` = 0) with ggml's x86 rule, straight into the prepared layout of
+/// [`super::prepare_activation`] for weights with offset `OFF` (Q8_0 weights
+/// at this level ignore the offset term; it is written all the same, so the
+/// layout is the one every level shares).
+///
+/// # Safety
+/// `nb · 32` f32 readable at `x`, `nb · ACT_BLOCK` bytes writable at `out`;
+/// the CPU supports AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize<const OFF: i32>(x: *const f32, nb: usize, out: *mut u8) {
+    for b in 0..nb {
+        // SAFETY: block b's 32 f32 are readable and its ACT_BLOCK bytes
+        // writable (contract); the quants go to bytes 0..32.
+        let (d, sum, o) = unsafe {
+            let o = out.add(b * ACT_BLOCK);
+            let (d, sum) = crate::quant::simd::quantize_block_q8_avx2(x.add(32 * b), o);
+            (d, sum, o)
+        };
+        let tail = if OFF == 0 {
+            f16_round(sum as f32 * d).to_bits()
+        } else {
+            (-OFF * sum) as u32
+        };
+        // SAFETY: scale at 32..36, sum term at 36..40 of the block.
+        unsafe {
+            o.add(32).cast::<f32>().write_unaligned(f16_round(d));
+            o.add(36).cast::<u32>().write_unaligned(tail);
+        }
+    }
+}
+
+/// `x` rounded to f16 (nearest even, as the scalar `half` conversion) and back.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn f16_round(x: f32) -> f32 {
+    let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(x));
+    _mm_cvtss_f32(_mm_cvtph_ps(h))
+}
+
+/// The kernels of type `T`.
+fn table<const T: u8>() -> Kernels {
+    Kernels {
+        quantize: match T {
+            Q4_0 => quantize::<8>,
+            Q5_0 => quantize::<16>,
+            Q8_0 => quantize::<128>,
+            _ => quantize::<0>,
+        },
+        tiles: [
+            tile::<T, 1> as TileFn,
+            tile::<T, 2>,
+            tile::<T, 3>,
+            tile::<T, 4>,
+            tile::<T, 5>,
+            tile::<T, 6>,
+            tile::<T, 7>,
+            tile::<T, 8>,
+        ],
+    }
+}
+
+/// The AVX2 kernels for `dtype` (the caller checked [`super::has_kernels`]).
+pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
+    Some(match dtype {
+        DType::Q4_0 => table::<Q4_0>(),
+        DType::Q4_1 => table::<Q4_1>(),
+        DType::Q5_0 => table::<Q5_0>(),
+        DType::Q5_1 => table::<Q5_1>(),
+        DType::Q8_0 => table::<Q8_0>(),
+        _ => return None,
+    })
+}
