@@ -56,23 +56,30 @@ pub(super) fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
 
 // ---- Q2_K / Q3_K: sub-blocks of 16, two per register ----
 
-/// Eight i16 scales (sub-blocks `8h .. 8h + 8` of a super-block) held in
-/// both 128-bit lanes.
+/// The sixteen sub-block scales (u8 or i8 in `sc`) as i16: the even
+/// sub-blocks' in the low lane, the odd ones' in the high lane, so that
+/// [`pair_scales`] is one in-lane shuffle.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn scale_table(s16: __m128i) -> __m256i {
-    _mm256_broadcastsi128_si256(s16)
+fn scale_table(sc: __m128i, signed: bool) -> __m256i {
+    let even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    let eo = _mm_shuffle_epi8(sc, even_odd);
+    if signed {
+        _mm256_cvtepi8_epi16(eo)
+    } else {
+        _mm256_cvtepu8_epi16(eo)
+    }
 }
 
-/// From a [`scale_table`]: scale `2k` in every i16 of the low lane, scale
-/// `2k + 1` in the high lane (the sub-blocks of the 32-element run `k`).
+/// From a [`scale_table`]: the scale of sub-block `2p` in every i16 of the
+/// low lane, that of `2p + 1` in the high lane (the sub-blocks of the
+/// 32-element run `p`, 0..8).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn pair_scales(table: __m256i, k: usize) -> __m256i {
-    // Bytes 4k, 4k + 1 (i16 number 2k) low, 4k + 2, 4k + 3 high.
-    let base = _mm256_set_m128i(_mm_set1_epi16(0x0302), _mm_set1_epi16(0x0100));
-    let mask = _mm256_add_epi8(base, _mm256_set1_epi8(4 * k as i8));
-    _mm256_shuffle_epi8(table, mask)
+fn pair_scales(table: __m256i, p: usize) -> __m256i {
+    // Bytes 2p, 2p + 1 (i16 number p) of each lane.
+    let b = 2 * p as i16;
+    _mm256_shuffle_epi8(table, _mm256_set1_epi16(((b + 1) << 8) | b))
 }
 
 /// The 2-bit quants of run `k` (0..4) of a 32-byte `qs` half as u8 lanes.
@@ -103,13 +110,9 @@ unsafe fn dot_q2_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
         // Σ_j bsums_j · min_j: i16 × (u8 ≤ 15), exact in i32.
         let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m4));
         let summs = hsum_epi32(_mm256_madd_epi16(bsums, mins));
-        let lo = _mm_and_si128(sc, m4);
-        let tables = [
-            scale_table(_mm_cvtepu8_epi16(lo)),
-            scale_table(_mm_cvtepu8_epi16(_mm_srli_si128::<8>(lo))),
-        ];
+        let table = scale_table(_mm_and_si128(sc, m4), false);
         let mut acc = _mm256_setzero_si256();
-        for (h, &table) in tables.iter().enumerate() {
+        for h in 0..2 {
             // SAFETY: qs bytes 32h .. 32h + 32 are bytes 16 + 32h .. of the super-block.
             let qs = unsafe { _mm256_loadu_si256(bx.add(16 + 32 * h).cast()) };
             for k in 0..4 {
@@ -117,7 +120,7 @@ unsafe fn dot_q2_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
                 let yv = unsafe { _mm256_loadu_si256(by.add(4 + 128 * h + 32 * k).cast()) };
                 // u8 <= 3 times i8: pair sums within ±768, then × 4-bit scales.
                 let p = _mm256_maddubs_epi16(low2(qs, k), yv);
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, pair_scales(table, k)));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, pair_scales(table, 4 * h + k)));
             }
         }
         let isum = hsum_epi32(acc);
@@ -184,12 +187,9 @@ unsafe fn dot_q3_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
         // SAFETY: the scales are bytes 96..108 and hmask bytes 0..32 of the
         // super-block.
         let (sc, hmask) = unsafe { (q3_scales(bx.add(96)), _mm256_loadu_si256(bx.cast())) };
-        let tables = [
-            scale_table(_mm_cvtepi8_epi16(sc)),
-            scale_table(_mm_cvtepi8_epi16(_mm_srli_si128::<8>(sc))),
-        ];
+        let table = scale_table(sc, true);
         let mut acc = _mm256_setzero_si256();
-        for (h, &table) in tables.iter().enumerate() {
+        for h in 0..2 {
             // SAFETY: qs bytes 32h .. 32h + 32 are bytes 32 + 32h .. of the super-block.
             let qs = unsafe { _mm256_loadu_si256(bx.add(32 + 32 * h).cast()) };
             for k in 0..4 {
@@ -201,7 +201,7 @@ unsafe fn dot_q3_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
                 // difference within i16; then × 6-bit scales.
                 let p =
                     _mm256_sub_epi16(_mm256_maddubs_epi16(q, yv), _mm256_maddubs_epi16(four, yv));
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, pair_scales(table, k)));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, pair_scales(table, 4 * h + k)));
             }
         }
         // SAFETY: d is bytes 108..110 of the super-block, d_y bytes 0..4 of the Q8_K block.
