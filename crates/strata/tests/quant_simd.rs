@@ -1,8 +1,9 @@
 //! Every SIMD kernel of every instruction-set level this CPU supports against
 //! the scalar reference: dot products within the bound `quant::simd`
 //! documents (and exactly where the float arithmetic is exact; the K-quant
-//! ones bit for bit on any bytes), quantizers bit for bit; plus the
-//! `STRATA_ISA` override.
+//! and IQ4 ones bit for bit on any bytes: random, adversarial and
+//! proptest-generated rows), quantizers bit for bit; plus the `STRATA_ISA`
+//! override.
 //!
 //! Levels are iterated in-process through `vec_dot_fn_for` /
 //! `quantize_row_fn_for`, so one run covers scalar, AVX2, AVX-512 and VNNI
@@ -11,6 +12,7 @@
 mod common;
 
 use common::Rng;
+use proptest::prelude::*;
 use strata::quant::simd::{self, Isa};
 use strata::quant::{self, VecDotFn, QK};
 use strata::DType;
@@ -304,6 +306,17 @@ fn dispatched_functions_are_the_active_level() {
         assert_eq!(
             quant::vec_dot_fn(t).unwrap()(n, &x, &y).to_bits(),
             want.to_bits()
+        );
+    }
+    for t in K_QUANT {
+        let n = 3 * quant::QK_K;
+        let x = quantize(t, &rng.vec(n, -1.0, 1.0));
+        let y = quantize(quant::vec_dot_type(t), &rng.vec(n, -1.0, 1.0));
+        let want = simd::vec_dot_fn_for(active, t).unwrap()(n, &x, &y);
+        assert_eq!(
+            quant::vec_dot_fn(t).unwrap()(n, &x, &y).to_bits(),
+            want.to_bits(),
+            "{t}"
         );
     }
     for t in DType::ALL {
@@ -630,6 +643,186 @@ fn q8_k_quantizer_is_bit_identical_on_every_level() {
                 simd::quantize_row_fn_for(isa, DType::Q8_K).unwrap()(x, &mut got);
                 assert!(got == want, "{isa} Q8_K super-blocks={nsb} row {r}");
             }
+        }
+    }
+}
+
+/// The block counts the K-quant tests run: super-blocks for the Q8_K
+/// types; for IQ4_NL (blocks of 32) also counts around the AVX2 kernel's
+/// groups of four blocks.
+fn k_block_counts(t: DType) -> &'static [usize] {
+    if t.block_size() == QK {
+        &[1, 2, 3, 4, 5, 7, 8, 9, 11, 33]
+    } else {
+        &[1, 2, 3, 5]
+    }
+}
+
+/// Byte offsets of the f16 super-block scales of a `t` block (`d`, and
+/// `dmin` for Q2_K / Q4_K / Q5_K); Q8_K's f32 `d` is at 0.
+fn k_f16_scales(t: DType) -> &'static [usize] {
+    match t {
+        DType::Q2_K => &[80, 82],
+        DType::Q3_K => &[108],
+        DType::Q4_K | DType::Q5_K => &[0, 2],
+        DType::Q6_K => &[208],
+        DType::IQ4_NL | DType::IQ4_XS | DType::Q8_0 => &[0],
+        _ => unreachable!(),
+    }
+}
+
+/// f16 scales at the edges: largest finite, smallest normal and subnormal,
+/// both signs, zeros, one.
+const F16_EDGES: [u16; 9] = [
+    0x7bff, 0xfbff, 0x0400, 0x8400, 0x0001, 0x8001, 0x0000, 0x8000, 0x3c00,
+];
+/// Q8_K scales at the edges (finite).
+const F32_EDGES: [f32; 8] = [
+    f32::MAX,
+    -f32::MAX,
+    f32::MIN_POSITIVE,
+    -1e-45,
+    0.0,
+    -0.0,
+    1.0,
+    -3.5e10,
+];
+
+/// Sets every super-block scale of a `t` row: all to the edge value
+/// `which` (0..9 for f16, wrapping for Q8_K), or each to a random edge
+/// value when `which` is `None`.
+fn edge_k_scales(t: DType, row: &mut [u8], which: Option<usize>, rng: &mut Rng) {
+    for b in row.chunks_exact_mut(t.type_size()) {
+        if t == DType::Q8_K {
+            let i = which.unwrap_or_else(|| rng.below(F32_EDGES.len()));
+            b[..4].copy_from_slice(&F32_EDGES[i % F32_EDGES.len()].to_le_bytes());
+            continue;
+        }
+        for &off in k_f16_scales(t) {
+            let i = which.unwrap_or_else(|| rng.below(F16_EDGES.len()));
+            b[off..off + 2].copy_from_slice(&F16_EDGES[i % F16_EDGES.len()].to_le_bytes());
+        }
+    }
+}
+
+/// Fills every block's quants and sub-block scales (Q8_K: quants and
+/// bsums) with `byte`, or with random bytes for `None`.
+fn fill_k(t: DType, row: &mut [u8], byte: Option<u8>, rng: &mut Rng) {
+    match byte {
+        Some(v) => {
+            for b in row.chunks_exact_mut(t.type_size()) {
+                b[k_payload(t)].fill(v);
+            }
+        }
+        None => scramble_k(t, row, rng),
+    }
+}
+
+/// Bit for bit, except that any NaN matches any NaN (NaN payloads are not
+/// part of the contract; extreme scales can give ∞ - ∞).
+fn same_f32(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+/// Adversarial blocks: all-max / all-min / -128 quants (the largest integer
+/// sums every format allows), scales at the f16 / f32 edges (overflow to
+/// ±∞ included), in every combination, at several row lengths (IQ4_NL
+/// across its four-block groups and tails).
+#[test]
+fn k_quant_dots_are_bit_identical_on_adversarial_blocks() {
+    let mut rng = Rng::new(43);
+    let patterns = [Some(0x00u8), Some(0xff), Some(0x80), Some(0x7f), None];
+    for t in K_QUANT {
+        let yt = quant::vec_dot_type(t);
+        for &nb in k_block_counts(t) {
+            let n = nb * t.block_size();
+            for (px, py) in patterns.iter().flat_map(|&a| patterns.map(|b| (a, b))) {
+                for scales in [None, Some(0), Some(1), Some(8), Some(4)] {
+                    let (mut x, mut y) = (vec![0u8; t.row_size(n)], vec![0u8; yt.row_size(n)]);
+                    fill_k(t, &mut x, px, &mut rng);
+                    fill_k(yt, &mut y, py, &mut rng);
+                    edge_k_scales(t, &mut x, scales, &mut rng);
+                    edge_k_scales(yt, &mut y, scales, &mut rng);
+                    let want = scalar_dot(t)(n, &x, &y);
+                    for isa in levels() {
+                        let got = simd::vec_dot_fn_for(isa, t).unwrap()(n, &x, &y);
+                        assert!(
+                            same_f32(got, want),
+                            "{isa} {t} nb={nb} x={px:?} y={py:?} scales={scales:?}: \
+                             {got:e} vs {want:e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Real quantized rows at every length of [`k_block_counts`], with random
+/// payload bytes or not: bit for bit on every level (the IQ4_NL tails
+/// included, which the super-block multiples above never reach).
+#[test]
+fn k_quant_dots_are_bit_identical_at_every_length() {
+    let mut rng = Rng::new(47);
+    for t in K_QUANT {
+        let yt = quant::vec_dot_type(t);
+        for &nb in k_block_counts(t) {
+            let n = nb * t.block_size();
+            for case in 0..4 {
+                let mut x = quantize(t, &rng.vec(n, -5.0, 3.0));
+                let mut y = quantize(yt, &rng.vec(n, -1.0, 2.0));
+                if case & 1 == 1 {
+                    scramble_k(t, &mut x, &mut rng);
+                }
+                if case & 2 == 2 {
+                    scramble_k(yt, &mut y, &mut rng);
+                }
+                let want = scalar_dot(t)(n, &x, &y);
+                for isa in levels() {
+                    let got = simd::vec_dot_fn_for(isa, t).unwrap()(n, &x, &y);
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{isa} {t} nb={nb} case={case}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A K-quant type, an element count, and arbitrary rows of it and of its
+/// `vec_dot_type` (scales included: any f16 / f32 bits, NaN and ∞ too).
+fn any_k_rows() -> impl Strategy<Value = (DType, usize, Vec<u8>, Vec<u8>)> {
+    (0..K_QUANT.len())
+        .prop_flat_map(|i| {
+            let t = K_QUANT[i];
+            let most: usize = if t.block_size() == QK { 40 } else { 6 };
+            (Just(t), 1..=most)
+        })
+        .prop_flat_map(|(t, nb)| {
+            let n = nb * t.block_size();
+            let yt = quant::vec_dot_type(t);
+            (
+                Just(t),
+                Just(n),
+                prop::collection::vec(any::<u8>(), t.row_size(n)),
+                prop::collection::vec(any::<u8>(), yt.row_size(n)),
+            )
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Any bytes at all: every level returns the scalar result bit for bit
+    /// (NaN where it is NaN).
+    #[test]
+    fn k_quant_dots_match_scalar_on_any_bytes((t, n, x, y) in any_k_rows()) {
+        let want = scalar_dot(t)(n, &x, &y);
+        for isa in levels() {
+            let got = simd::vec_dot_fn_for(isa, t).unwrap()(n, &x, &y);
+            prop_assert!(same_f32(got, want), "{isa} {t} n={n}: {got:e} vs {want:e}");
         }
     }
 }

@@ -12,13 +12,14 @@
 //!
 //! | level | CPU features | own kernels |
 //! |-------|--------------|-------------|
-//! | `Avx2` | AVX2, FMA, F16C | the Q4_0 .. Q8_0, Q4_K / Q5_K / Q6_K and float dot products, Q8_0 / Q8_1 / Q8_K / F16 quantize |
+//! | `Avx2` | AVX2, FMA, F16C | the Q4_0 .. Q8_0, Q2_K .. Q6_K, IQ4_NL / IQ4_XS and float dot products, Q8_0 / Q8_1 / Q8_K / F16 quantize |
 //! | `Avx512` | + AVX-512 F, BW, VL | the Q4_0 .. Q8_0 and float dot products (two blocks per register, masked float tails); four-column Q4/Q5 dots |
 //! | `Vnni` | + AVX-512 VNNI | the Q4_0 .. Q8_0 dot products (`vpdpbusd`), one- and four-column |
 //! | `Neon` | aarch64 NEON | the Q4_0 .. Q8_0 and float dot products, Q8_0 / Q8_1 quantize |
 //!
 //! A level without its own kernel for a type uses the next lower level's
-//! (the Q2_K, Q3_K and IQ4 dot products are scalar on every level).
+//! (the AVX-512 and VNNI levels use the AVX2 K-quant and IQ4 dot products;
+//! on aarch64 those are scalar).
 //!
 //! Semantics against the scalar reference ([`super::vec_dot_q4_0_q8_0`], ...):
 //!
@@ -26,9 +27,10 @@
 //!   [`super::quantize_row_q8_0_with`] with the level's [`q8_rule`] (ggml's
 //!   own activation rounding on that architecture), Q8_K and F16 to the
 //!   reference (ties to even; the same f16 rounding).
-//! * The K-quant dot products are bit-identical: they compute each
-//!   super-block's integer sums exactly and add the scalar reference's f32
-//!   term in its order.
+//! * The K-quant and IQ4 dot products are bit-identical: they compute each
+//!   super-block's (IQ4_NL: block's) integer sums exactly and add the scalar
+//!   reference's f32 term in its order (a NaN result is NaN on every level,
+//!   its payload unspecified).
 //! * The other quantized dot products compute every block's integer sum
 //!   exactly (for any input bytes); only the f32 accumulation of the
 //!   per-block terms `t_b = d_x d_y Σq_x q_y` (+ `m_x s_y`) is reordered
@@ -50,6 +52,8 @@ mod aarch64_neon;
 mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86_avx2::quantize_block_q8 as quantize_block_q8_avx2;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx2_k;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 #[cfg(target_arch = "x86_64")]

@@ -8,6 +8,7 @@
 //! sums the same way (6-bit Q6_K quants stay unsigned, `32 · Σy` taken off
 //! per pair) and then add the scalar reference's f32 term in its order, so
 //! they return the scalar result bit for bit; so does the Q8_K quantizer.
+//! The Q2_K, Q3_K, IQ4_XS and IQ4_NL dots live in [`super::x86_avx2_k`].
 //!
 //! Every `unsafe fn` here requires the CPU to support AVX2, FMA and F16C;
 //! [`vec_dot_fn`] / [`quantize_row_fn`] are only called by the dispatcher
@@ -45,7 +46,8 @@ safe_dot!(dot_q4_k, dot_q4_k_imp, DType::Q4_K);
 safe_dot!(dot_q5_k, dot_q5_k_imp, DType::Q5_K);
 safe_dot!(dot_q6_k, dot_q6_k_imp, DType::Q6_K);
 
-/// This level's dot product for `dtype`.
+/// This level's dot product for `dtype` (Q2_K, Q3_K and the IQ4 types from
+/// [`super::x86_avx2_k`]).
 pub(super) fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
     Some(match dtype {
         DType::Q4_0 => dot_q4_0,
@@ -59,7 +61,7 @@ pub(super) fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
         DType::Q4_K => dot_q4_k,
         DType::Q5_K => dot_q5_k,
         DType::Q6_K => dot_q6_k,
-        _ => return None,
+        _ => return super::x86_avx2_k::vec_dot_fn(dtype),
     })
 }
 
@@ -425,7 +427,7 @@ const Q8_K: usize = DType::Q8_K.type_size();
 /// Sum of the eight i32 lanes (wrapping; the callers' sums are far from it).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn hsum_epi32(v: __m256i) -> i32 {
+pub(super) fn hsum_epi32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
@@ -447,7 +449,7 @@ fn bit_as_16(v: __m256i, bit: i32) -> __m256i {
 /// # Safety
 /// `p..p + 4` must be readable.
 #[inline(always)]
-unsafe fn q8_k_d(p: *const u8) -> f32 {
+pub(super) unsafe fn q8_k_d(p: *const u8) -> f32 {
     // SAFETY: the caller guarantees four readable bytes.
     f32::from_le_bytes(unsafe { p.cast::<[u8; 4]>().read_unaligned() })
 }
@@ -457,7 +459,7 @@ unsafe fn q8_k_d(p: *const u8) -> f32 {
 /// # Safety
 /// `p..p + 2` must be readable.
 #[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
+pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
     // SAFETY: the caller guarantees two readable bytes.
     f16_to_f32(u16::from_le_bytes(unsafe {
         p.cast::<[u8; 2]>().read_unaligned()
