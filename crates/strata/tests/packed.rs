@@ -237,18 +237,12 @@ fn run_mul_mat(c: &MatCase, w: &[u8], bv: &[f32], isa: Isa, nth: usize, plain: b
     out.to_f32_vec().unwrap()
 }
 
-/// Scalar reference per output, and the bound per output, for level `isa`:
-/// activations quantized by the level's rounding rule (`simd::q8_rule`),
-/// dot products by the scalar reference.
-fn reference(c: &MatCase, w: &[u8], bv: &[f32], isa: Isa) -> (Vec<f32>, Vec<f64>) {
+/// Scalar reference per output, and the bound per output.
+fn reference(c: &MatCase, w: &[u8], bv: &[f32]) -> (Vec<f32>, Vec<f64>) {
     let yt = quant::vec_dot_type(c.t);
     let rs = c.t.row_size(c.k);
     let dot = simd::vec_dot_fn_for(Isa::Scalar, c.t).unwrap();
-    let rule = simd::q8_rule(isa);
-    let q = |x: &[f32], y: &mut [u8]| match yt {
-        DType::Q8_0 => quant::quantize_row_q8_0_with(rule, x, y),
-        _ => quant::quantize_row_q8_1_with(rule, x, y),
-    };
+    let q = simd::quantize_row_fn_for(Isa::Scalar, yt).unwrap();
     let [b2, b3] = c.b23;
     let (r2, r3) = (b2 / c.a23[0], b3 / c.a23[1]);
     let nb = c.k / QK;
@@ -338,8 +332,8 @@ fn packed_mul_mat_matches_scalar_reference_on_every_level() {
         let w = weights(&mut rng, c.t, c.k, rows, ci % 2 == 1);
         let cols = c.n * c.b23[0] * c.b23[1];
         let bv = rng.vec(c.k * cols, -2.0, 1.5);
+        let (want, bound) = reference(c, &w, &bv);
         for isa in levels() {
-            let (want, bound) = reference(c, &w, &bv, isa);
             let got = run_mul_mat(c, &w, &bv, isa, 2, false);
             assert_eq!(got.len(), want.len());
             for (i, ((&g, &r), &b)) in got.iter().zip(&want).zip(&bound).enumerate() {
@@ -404,11 +398,11 @@ fn packed_integer_sums_are_exact_on_every_level() {
                 b23: [1, 1],
                 transposed: false,
             };
+            let (want, _) = reference(&c, &w, &bv);
+            for v in &want {
+                assert_eq!(*v, v.round(), "{t}: integer reference");
+            }
             for isa in levels() {
-                let (want, _) = reference(&c, &w, &bv, isa);
-                for v in &want {
-                    assert_eq!(*v, v.round(), "{t}: integer reference");
-                }
                 let got = run_mul_mat(&c, &w, &bv, isa, 2, false);
                 assert_eq!(bits(&got), bits(&want), "{isa} {t} m={m} k={k} n={n}");
             }

@@ -394,9 +394,7 @@ pub fn plan(input: &GgufFile, opts: &QuantizeOptions) -> Result<Plan> {
                     to,
                 });
             }
-            if quant::dequantize_row_fn(from).is_none()
-                || quant::reference_quantize_row_fn(to).is_none()
-            {
+            if quant::dequantize_row_fn(from).is_none() || quant::quantize_row_fn(to).is_none() {
                 return Err(QuantizeError::Unsupported {
                     tensor: name.to_string(),
                     from,
@@ -603,7 +601,7 @@ fn check_rows(
         return Ok(());
     };
     let convert = dst.is_some();
-    let quantize = quant::reference_quantize_row_fn(t.to);
+    let quantize = quant::quantize_row_fn(t.to);
     let dequant_out = quant::dequantize_row_fn(t.to);
     let mut empty = Vec::new();
     let dst = dst.unwrap_or(&mut empty);

@@ -100,10 +100,7 @@ pub use q4::{dequantize_row_q4_0, dequantize_row_q4_1, quantize_row_q4_0, quanti
 pub use q4_k::{dequantize_row_q4_k, dequantize_row_q5_k, quantize_row_q4_k, quantize_row_q5_k};
 pub use q5::{dequantize_row_q5_0, dequantize_row_q5_1, quantize_row_q5_0, quantize_row_q5_1};
 pub use q6_k::{dequantize_row_q6_k, quantize_row_q6_k};
-pub use q8::{
-    dequantize_row_q8_0, dequantize_row_q8_1, quantize_row_q8_0, quantize_row_q8_0_with,
-    quantize_row_q8_1, quantize_row_q8_1_with, Q8Rule,
-};
+pub use q8::{dequantize_row_q8_0, dequantize_row_q8_1, quantize_row_q8_0, quantize_row_q8_1};
 pub use q8_k::{dequantize_row_q8_k, quantize_row_q8_k};
 
 use crate::{DType, Error, Result};
@@ -128,22 +125,13 @@ pub type VecDotFn = fn(n: usize, x: &[u8], y: &[u8]) -> f32;
 pub type VecDot4Fn = fn(n: usize, x: &[u8], ys: [&[u8]; 4], out: &mut [f32; 4]);
 
 /// The unchecked row quantizer for `dtype` at the [`simd::active`]
-/// instruction-set level — ggml's CPU `from_float` of that level: the
-/// reference quantizer, except Q8_0 / Q8_1, which round by the level's
-/// [`Q8Rule`] as ggml's SIMD activation quantizers do — or `None` if `dtype`
-/// cannot be quantized to (the integer types).
+/// instruction-set level (bit-identical to the scalar reference), or `None`
+/// if `dtype` cannot be quantized to (the integer types).
 pub fn quantize_row_fn(dtype: DType) -> Option<QuantizeRowFn> {
     simd::quantize_row_fn_for(simd::active(), dtype)
 }
 
-/// ggml's reference row quantizer for `dtype` (`quantize_row_*_ref`, what
-/// `llama-quantize` writes into model files), the same at every level; `None`
-/// for the integer types.
-pub fn reference_quantize_row_fn(dtype: DType) -> Option<QuantizeRowFn> {
-    scalar_quantize_row_fn(dtype)
-}
-
-/// The scalar level's row quantizers: the reference ones.
+/// The scalar reference row quantizer ([`quantize_row_fn`]'s contract).
 fn scalar_quantize_row_fn(dtype: DType) -> Option<QuantizeRowFn> {
     Some(match dtype {
         DType::F32 => quantize_row_f32,

@@ -8,14 +8,6 @@
 //! (computed with the f32 `d`), which lets the Q4_1 / Q5_1 dot products fold
 //! in the partner's minimum with one multiply per block. As in ggml, `s`
 //! overflows to ±inf when a block's |Σx| exceeds the f16 range (65504).
-//!
-//! [`quantize_row_q8_0`] / [`quantize_row_q8_1`] are ggml's reference
-//! quantizers (`quantize_row_q8_0_ref`: what `llama-quantize` writes and
-//! what ggml's generic CPU code uses for activations). ggml's SIMD activation
-//! quantizers round differently, per architecture, and each strata level
-//! follows the llama.cpp build of its architecture ([`Q8Rule`]):
-//! [`quantize_row_q8_0_with`] / [`quantize_row_q8_1_with`] are the scalar
-//! definitions its SIMD quantizers are tested against, bit for bit.
 
 use super::{debug_check_row, get_f16, inv_or_zero, put_f16, QK};
 use crate::DType;
@@ -23,51 +15,19 @@ use crate::DType;
 const Q8_0_BYTES: usize = DType::Q8_0.type_size();
 const Q8_1_BYTES: usize = DType::Q8_1.type_size();
 
-/// How an 8-bit activation quantizer scales and rounds: `d = amax / 127`
-/// always; the multiplier and the rounding of `x · id` differ between ggml's
-/// quantizers (facts of ggml b11312's `quants.c` files).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Q8Rule {
-    /// ggml's reference and generic CPU code: `id = 1 / d`, ties away from
-    /// zero (C `roundf`).
-    Reference,
-    /// ggml's x86 SIMD quantizers (AVX2 and AVX-512 builds): `id = 127 /
-    /// amax`, ties to even (`_mm256_round_ps` nearest).
-    X86,
-    /// ggml's aarch64 NEON quantizers: `id = 1 / d`, ties to even
-    /// (`vcvtnq_s32_f32`).
-    Arm,
-}
-
-/// Quantizes one block into `qs` by `rule`, returning the f32 scale `d` and `Σ q`.
+/// Quantizes one block into `qs`, returning the f32 scale `d` and `Σ q`.
 #[inline(always)]
-fn quantize_block_q8(rule: Q8Rule, x: &[f32], qs: &mut [u8]) -> (f32, i32) {
+fn quantize_block_q8(x: &[f32], qs: &mut [u8]) -> (f32, i32) {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
-    let id = match rule {
-        Q8Rule::X86 if amax != 0.0 => 127.0 / amax,
-        Q8Rule::X86 => 0.0,
-        _ => inv_or_zero(d),
-    };
+    let id = inv_or_zero(d);
     let mut sum = 0i32;
     for (q, &v) in qs.iter_mut().zip(x) {
-        let qi = match rule {
-            Q8Rule::Reference => round_to_i8(v * id),
-            Q8Rule::X86 | Q8Rule::Arm => round_even_to_i8(v * id),
-        };
+        let qi = round_to_i8(v * id);
         sum += i32::from(qi);
         *q = qi as u8;
     }
     (d, sum)
-}
-
-/// Round to nearest, ties to even, to i8: out-of-range values saturate, NaN
-/// gives 0 (ggml's SIMD code leaves NaN to the hardware; strata makes it 0 at
-/// every level).
-#[inline(always)]
-fn round_even_to_i8(r: f32) -> i8 {
-    let r = r.clamp(-128.0, 127.0); // NaN stays NaN
-    r.round_ties_even() as i8 // NaN gives 0
 }
 
 /// C `roundf` (ties away from zero) to i8, without a libm call: `f32::round`
@@ -86,14 +46,9 @@ fn round_to_i8(r: f32) -> i8 {
 /// Quantizes an f32 row to Q8_0 (`src.len()` a multiple of 32,
 /// `dst.len() == 34 * src.len() / 32`).
 pub fn quantize_row_q8_0(src: &[f32], dst: &mut [u8]) {
-    quantize_row_q8_0_with(Q8Rule::Reference, src, dst);
-}
-
-/// Quantizes an f32 row to Q8_0 by `rule` (lengths as [`quantize_row_q8_0`]).
-pub fn quantize_row_q8_0_with(rule: Q8Rule, src: &[f32], dst: &mut [u8]) {
     debug_check_row(DType::Q8_0, src.len(), dst.len());
     for (x, y) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q8_0_BYTES)) {
-        let (d, _) = quantize_block_q8(rule, x, &mut y[2..]);
+        let (d, _) = quantize_block_q8(x, &mut y[2..]);
         put_f16(y, 0, d);
     }
 }
@@ -113,14 +68,9 @@ pub fn dequantize_row_q8_0(src: &[u8], dst: &mut [f32]) {
 /// Quantizes an f32 row to Q8_1 (`src.len()` a multiple of 32,
 /// `dst.len() == 36 * src.len() / 32`).
 pub fn quantize_row_q8_1(src: &[f32], dst: &mut [u8]) {
-    quantize_row_q8_1_with(Q8Rule::Reference, src, dst);
-}
-
-/// Quantizes an f32 row to Q8_1 by `rule` (lengths as [`quantize_row_q8_1`]).
-pub fn quantize_row_q8_1_with(rule: Q8Rule, src: &[f32], dst: &mut [u8]) {
     debug_check_row(DType::Q8_1, src.len(), dst.len());
     for (x, y) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q8_1_BYTES)) {
-        let (d, sum) = quantize_block_q8(rule, x, &mut y[4..]);
+        let (d, sum) = quantize_block_q8(x, &mut y[4..]);
         put_f16(y, 0, d);
         put_f16(y, 2, sum as f32 * d);
     }
@@ -140,27 +90,7 @@ pub fn dequantize_row_q8_1(src: &[u8], dst: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{round_even_to_i8, round_to_i8};
-
-    #[test]
-    fn round_even_to_i8_is_ties_to_even() {
-        for (r, want) in [
-            (0.5f32, 0i8),
-            (1.5, 2),
-            (2.5, 2),
-            (-0.5, 0),
-            (-1.5, -2),
-            (-2.5, -2),
-            (126.5, 126),
-            (127.4, 127),
-            (-127.5, -128),
-            (300.0, 127),
-            (-1e9, -128),
-            (f32::NAN, 0),
-        ] {
-            assert_eq!(round_even_to_i8(r), want, "{r}");
-        }
-    }
+    use super::round_to_i8;
 
     #[test]
     fn round_to_i8_is_roundf() {

@@ -172,9 +172,8 @@ macro_rules! level {
             }
 
             /// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 (`OFF` > 0) or
-            /// Q8_1 (`OFF` = 0) exactly as the scalar definition with ggml's
-            /// x86 rule does (`Q8Rule::X86`: `id = 127 / amax`, ties to
-            /// even, the same f16 rounding) and
+            /// Q8_1 (`OFF` = 0) exactly as the scalar quantizers do (same
+            /// scale, reciprocal, products, `roundf` and f16 rounding) and
             /// writes them at `out` in the layout of
             /// [`super::super::prepare_activation`] for weights with offset `OFF`.
             ///
@@ -183,6 +182,8 @@ macro_rules! level {
             #[target_feature(enable = $features)]
             unsafe fn quantize<const OFF: i32>(x: *const f32, nb: usize, out: *mut u8) {
                 let (lo, hi) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
+                let (half, nhalf) = (_mm512_set1_ps(0.5), _mm512_set1_ps(-0.5));
+                let one = _mm512_set1_epi32(1);
                 for b in 0..nb {
                     // SAFETY: block b's 32 f32 are readable (contract).
                     let v = unsafe {
@@ -195,20 +196,20 @@ macro_rules! level {
                     // NaNs are skipped as f32::max skips them in the scalar fold.
                     let m = _mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_setzero_ps());
                     let m = _mm512_max_ps(_mm512_abs_ps(v[1]), m);
-                    let amax = _mm512_reduce_max_ps(m);
-                    let d = amax / 127.0;
-                    let idv = _mm512_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
-                    let q =
-                        v.map(|v| {
-                            let r = _mm512_mul_ps(v, idv);
-                            // NaN → 0 (as the scalar definition), clamp, then
-                            // round to nearest even.
-                            let r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r), r);
-                            let r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
-                            _mm512_cvt_roundps_epi32::<
-                                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
-                            >(r)
-                        });
+                    let d = _mm512_reduce_max_ps(m) / 127.0;
+                    let idv = _mm512_set1_ps(crate::quant::inv_or_zero(d));
+                    let q = v.map(|v| {
+                        let r = _mm512_mul_ps(v, idv);
+                        // NaN → 0 (the scalar `as i32`), clamp, then roundf.
+                        let r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r), r);
+                        let r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+                        let t = _mm512_cvttps_epi32(r);
+                        let frac = _mm512_sub_ps(r, _mm512_cvtepi32_ps(t));
+                        let up = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(frac, half);
+                        let down = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(frac, nhalf);
+                        let t = _mm512_mask_add_epi32(t, up, t, one);
+                        _mm512_mask_sub_epi32(t, down, t, one)
+                    });
                     // SAFETY: block b's ACT_BLOCK bytes are writable (contract).
                     let o = unsafe { out.add(b * ACT_BLOCK) };
                     // SAFETY: as above: quants at 0..32.

@@ -263,7 +263,7 @@ unsafe fn tile<const T: u8, const NR: usize>(
 }
 
 /// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 (`OFF` > 0) or Q8_1
-/// (`OFF` = 0) with ggml's x86 rule, straight into the prepared layout of
+/// (`OFF` = 0) exactly as the level's row quantizer, straight into the prepared layout of
 /// [`super::prepare_activation`] for weights with offset `OFF` (Q8_0 weights
 /// at this level ignore the offset term; it is written all the same, so the
 /// layout is the one every level shares).

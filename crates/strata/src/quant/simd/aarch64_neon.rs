@@ -7,8 +7,8 @@
 //! exactly the scalar reference's order, so their results equal the
 //! reference bit for bit. Float dot products use four f32x4 accumulators.
 //! The Q8 quantizers use `vmaxnm` (NaN-skipping, like `f32::max`) and
-//! `vcvtn` (round to nearest, ties to even, as ggml's NEON quantizers),
-//! bit-identical to the scalar definition with `Q8Rule::Arm`. f32 → f16 stays scalar (Rust's `float16x4_t` is
+//! `vcvta` (round to nearest, ties away: C `roundf`), bit-identical to the
+//! scalar quantizer. f32 → f16 stays scalar (Rust's `float16x4_t` is
 //! unstable).
 //!
 //! NEON is mandatory on aarch64, and the dispatcher only hands these out
@@ -281,7 +281,7 @@ float_dot!(
 );
 
 /// Quantizes one block of 32 f32 at `x` into i8 at `q` exactly as the scalar
-/// definition with ggml's NEON rule (`Q8Rule::Arm`) does; returns `(d, Σq)`.
+/// quantizer does; returns `(d, Σq)`.
 #[target_feature(enable = "neon")]
 #[inline]
 unsafe fn quantize_block_q8(x: *const f32, q: *mut u8) -> (f32, i32) {
@@ -299,7 +299,7 @@ unsafe fn quantize_block_q8(x: *const f32, q: *mut u8) -> (f32, i32) {
     for (k, &vk) in v.iter().enumerate() {
         let r = vmulq_n_f32(vk, id);
         let r = vminq_f32(vmaxq_f32(r, vdupq_n_f32(-128.0)), vdupq_n_f32(127.0));
-        let qi = vcvtnq_s32_f32(r);
+        let qi = vcvtaq_s32_f32(r);
         sum = vaddq_s32(sum, qi);
         let mut lanes = [0i32; 4];
         // SAFETY: lanes holds four i32.

@@ -23,10 +23,8 @@
 //!
 //! Semantics against the scalar reference ([`super::vec_dot_q4_0_q8_0`], ...):
 //!
-//! * Quantizers are bit-identical to the scalar definitions: Q8_0 / Q8_1 to
-//!   [`super::quantize_row_q8_0_with`] with the level's [`q8_rule`] (ggml's
-//!   own activation rounding on that architecture), Q8_K and F16 to the
-//!   reference (ties to even; the same f16 rounding).
+//! * Quantizers are bit-identical (same scale arithmetic, same rounding:
+//!   `roundf` for Q8_0 / Q8_1, ties to even for Q8_K; the same f16 rounding).
 //! * The K-quant and IQ4 dot products are bit-identical: they compute each
 //!   super-block's (IQ4_NL: block's) integer sums exactly and add the scalar
 //!   reference's f32 term in its order (a NaN result is NaN on every level,
@@ -256,17 +254,6 @@ pub fn quantize_row_fn_for(isa: Isa, dtype: DType) -> Option<QuantizeRowFn> {
         _ => None,
     };
     own.or_else(|| quantize_row_fn_for(lower(isa), dtype))
-}
-
-/// How level `isa`'s Q8_0 / Q8_1 activation quantizers round: as the
-/// llama.cpp build of the same architecture does (x86 levels: ggml's x86
-/// SIMD rule; NEON: ggml's NEON rule; scalar: ggml's reference).
-pub const fn q8_rule(isa: Isa) -> super::Q8Rule {
-    match isa {
-        Isa::Scalar => super::Q8Rule::Reference,
-        Isa::Avx2 | Isa::Avx512 | Isa::Vnni => super::Q8Rule::X86,
-        Isa::Neon => super::Q8Rule::Arm,
-    }
 }
 
 /// The next lower level on the same architecture.

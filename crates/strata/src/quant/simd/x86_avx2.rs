@@ -289,8 +289,8 @@ float_dot!(
 // ---- activation quantization ----
 
 /// Quantizes one block of 32 f32 at `x` to i8 at `q` exactly as the scalar
-/// `quantize_row_q8_0_with(Q8Rule::X86, ..)` does (ggml's x86 rule: `d =
-/// amax / 127`, `id = 127 / amax`, ties to even); returns `(d, Σq)`.
+/// `quantize_block_q8` does (same `d`, `1/d`, products and `roundf`);
+/// returns `(d, Σq)`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(crate) unsafe fn quantize_block_q8(x: *const f32, q: *mut u8) -> (f32, i32) {
@@ -307,17 +307,28 @@ pub(crate) unsafe fn quantize_block_q8(x: *const f32, q: *mut u8) -> (f32, i32) 
     let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
     let d = amax / 127.0;
-    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let id = super::super::inv_or_zero(d);
     let idv = _mm256_set1_ps(id);
     let (lo, hi) = (_mm256_set1_ps(-128.0), _mm256_set1_ps(127.0));
+    let (half, nhalf) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5));
+    let one = _mm256_set1_epi32(1);
     let mut sum = _mm256_setzero_si256();
     let ints: [__m256i; 4] = std::array::from_fn(|k| {
         let r = _mm256_mul_ps(v[k], idv);
-        // NaN → 0 (as the scalar definition), then clamp and round to even.
+        // NaN → 0 (the scalar `as i32` does that), then clamp and roundf.
         let r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q));
         let r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
-        let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(r);
-        let qi = _mm256_cvttps_epi32(r);
+        let t = _mm256_cvttps_epi32(r);
+        let frac = _mm256_sub_ps(r, _mm256_cvtepi32_ps(t));
+        let up = _mm256_and_si256(
+            _mm256_castps_si256(_mm256_cmp_ps(frac, half, _CMP_GE_OQ)),
+            one,
+        );
+        let down = _mm256_and_si256(
+            _mm256_castps_si256(_mm256_cmp_ps(frac, nhalf, _CMP_LE_OQ)),
+            one,
+        );
+        let qi = _mm256_sub_epi32(_mm256_add_epi32(t, up), down);
         sum = _mm256_add_epi32(sum, qi);
         qi
     });
