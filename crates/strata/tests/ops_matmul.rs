@@ -26,7 +26,7 @@
 
 mod common;
 
-use common::{assert_close, round_trip, run, tensor, Rng};
+use common::{assert_close, cpu_round_trip, cpu_round_trip_at, run, tensor, Rng};
 use proptest::prelude::*;
 use strata::backend::Backend;
 use strata::quant::simd::Isa;
@@ -204,7 +204,7 @@ fn run_case_at(c: &Case, nth: usize, seed: u64, isa: Option<Isa>) -> Outcome {
     let vdt = strata::quant::vec_dot_type(c.at);
     let b_rounded: Vec<f32> = b_logical
         .chunks(c.k)
-        .flat_map(|r| round_trip(vdt, r))
+        .flat_map(|r| cpu_round_trip_at(isa.unwrap_or_else(strata::quant::simd::active), vdt, r))
         .collect();
     Outcome {
         got,
@@ -465,7 +465,7 @@ fn permuted_weights_as_in_unfused_attention() {
         let got = run(&[out], &[(&a_base, &av), (&b, &bv)], 2).remove(0);
         let a_logical = a.to_f32_vec().unwrap();
         let vdt = strata::quant::vec_dot_type(at);
-        let b_rounded: Vec<f32> = bv.chunks(k).flat_map(|r| round_trip(vdt, r)).collect();
+        let b_rounded: Vec<f32> = bv.chunks(k).flat_map(|r| cpu_round_trip(vdt, r)).collect();
         let want = reference(&a_logical, a.ne(), &b_rounded, b.ne(), |x| x);
         assert_close(&format!("permuted {at}"), &got, &want, 1e-10);
     }

@@ -43,6 +43,28 @@ pub fn round_trip(dtype: DType, v: &[f32]) -> Vec<f32> {
     t.to_f32_vec().unwrap()
 }
 
+/// The values `v` as the CPU backend at level `isa` stores them in `dtype`
+/// (CPY / SET_ROWS, and the activations of a MUL_MAT in the weight's dot
+/// type): Q8_0 / Q8_1 round by the level's ggml rule
+/// (`simd::q8_rule`), every other type as [`round_trip`] (ggml's reference
+/// quantizer, which `write_f32` uses on every CPU).
+pub fn cpu_round_trip_at(isa: strata::quant::simd::Isa, dtype: DType, v: &[f32]) -> Vec<f32> {
+    if !matches!(dtype, DType::Q8_0 | DType::Q8_1) {
+        return round_trip(dtype, v);
+    }
+    let quantize = strata::quant::simd::quantize_row_fn_for(isa, dtype).unwrap();
+    let mut q = vec![0u8; dtype.row_size(v.len())];
+    quantize(v, &mut q);
+    let mut out = vec![0f32; v.len()];
+    strata::quant::dequantize_row(dtype, &q, &mut out).unwrap();
+    out
+}
+
+/// [`cpu_round_trip_at`] at the active level.
+pub fn cpu_round_trip(dtype: DType, v: &[f32]) -> Vec<f32> {
+    cpu_round_trip_at(strata::quant::simd::active(), dtype, v)
+}
+
 /// Normalized mean squared error, as ggml's test-backend-ops: sum((a-b)²) / sum(b²).
 pub fn nmse(got: &[f32], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len(), "length differs");
