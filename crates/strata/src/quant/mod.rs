@@ -282,11 +282,9 @@ const fn searches_scales(dtype: DType) -> bool {
 }
 
 /// Quantizes (or converts) the f32 row `src` into `dst` in `dtype`'s layout
-/// with ggml's reference quantizer ([`reference_quantize_row_fn`], what
-/// `ggml_quantize_chunk` and `llama-quantize` use): the same bytes on every
-/// CPU. (The CPU backend's activation and KV-cache conversions use
-/// [`quantize_row_fn`], which rounds Q8_0 / Q8_1 as the active level's ggml
-/// build does.)
+/// with the active level's quantizer, which gives the bytes of ggml's
+/// reference quantizer (what `ggml_quantize_chunk` and `llama-quantize` use)
+/// on every CPU.
 ///
 /// Accepts F32 (a little-endian copy), F16, BF16 and every block format.
 /// Errors: [`Error::Type`] for the integer types, [`Error::InvalidArgument`]
@@ -295,7 +293,7 @@ const fn searches_scales(dtype: DType) -> bool {
 /// IQ4_XS) `src` holds a NaN or an infinity; `dst` is left untouched on
 /// error.
 pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
-    let f = reference_quantize_row_fn(dtype).ok_or_else(|| unsupported("quantize_row", dtype))?;
+    let f = quantize_row_fn(dtype).ok_or_else(|| unsupported("quantize_row", dtype))?;
     check_row("quantize_row", dtype, src.len(), dst.len())?;
     if searches_scales(dtype) {
         if let Some(i) = src.iter().position(|v| !v.is_finite()) {

@@ -149,6 +149,7 @@ unsafe fn half<const T: u8, const N: usize>(
     let cs = chunk_size(T);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); N];
+    let mut accm = [_mm256_setzero_ps(); N];
     for b in 0..nb {
         // SAFETY: chunk b < nb is inside the group (contract).
         let c = unsafe { w.add(b * cs) };
@@ -205,13 +206,18 @@ unsafe fn half<const T: u8, const N: usize>(
         } else {
             _mm256_setzero_ps()
         };
-        for (i, (acc, s)) in acc.iter_mut().zip(s).enumerate() {
+        for (i, ((acc, accm), s)) in acc.iter_mut().zip(accm.iter_mut()).zip(s).enumerate() {
             let da = _mm256_set1_ps(f32::from_bits(word(i, 8) as u32));
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, da), *acc);
             if has_min(T) {
                 let sa = _mm256_set1_ps(f32::from_bits(word(i, 9) as u32));
-                *acc = _mm256_fmadd_ps(mw, sa, *acc);
+                *accm = _mm256_fmadd_ps(mw, sa, *accm);
             }
+        }
+    }
+    if has_min(T) {
+        for (acc, accm) in acc.iter_mut().zip(accm) {
+            *acc = _mm256_add_ps(*acc, accm);
         }
     }
     for (i, acc) in acc.iter().enumerate() {
