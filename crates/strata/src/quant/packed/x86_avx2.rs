@@ -27,9 +27,12 @@
 //!   per group; the weights are un-biased (`^ 0x80`) so no offset term is
 //!   needed.
 //!
-//! Per lane (row) and column the f32 arithmetic is the AVX-512 kernels'
-//! exactly: `acc = fma(f32(s), d_w · d_a, acc)` (+ `fma(m_w, s_a, acc)`)
-//! in block order, so every level with packed kernels gives the same bits.
+//! Per lane (row) and column: `acc = fma(f32(s), d_w · d_a, acc)` in block
+//! order, as the AVX-512 kernels; the Q4_1 / Q5_1 minimum terms are summed
+//! apart (`acc_m = fma(m_w, s_a, acc_m)`) and added at the end, as ggml's
+//! dot products do (the AVX-512 kernels interleave them into `acc`, so for
+//! these two types the levels differ in the last bits; both stay within the
+//! bound of the scalar reference the tests check).
 //!
 //! Every kernel is an `unsafe fn` with `#[target_feature]`, reached only
 //! through [`kernels`] after the dispatcher checked the CPU
