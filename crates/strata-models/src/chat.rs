@@ -5,8 +5,9 @@
 //! A template comes from the model file, so it is untrusted: a rendering is
 //! bounded in instructions ([`TEMPLATE_FUEL`]), in the size of any value it
 //! builds ([`MAX_VALUE`]), in all it builds ([`MAX_BUILT`]) and in output
-//! ([`MAX_RENDERED`]). The size checks run inside minijinja's bytecode
-//! (`chat/guard.rs`): a template past a limit fails with
+//! ([`MAX_RENDERED`]); constants minijinja would fold while compiling are
+//! size-checked first. The size checks run inside minijinja's bytecode
+//! (`chat/guard.rs`, `chat/fold.rs`): a template past a limit fails with
 //! [`ModelError::Template`], never by exhausting memory.
 
 use std::collections::BTreeMap;
@@ -16,6 +17,7 @@ use minijinja::{context, Environment, Error as JinjaError, ErrorKind};
 
 use crate::{ModelError, Result};
 
+mod fold;
 mod guard;
 
 /// One chat message.
@@ -104,6 +106,15 @@ impl ChatTemplate {
                     "{} bytes of source, more than the {MAX_TEMPLATE} accepted",
                     source.len()
                 ),
+            });
+        }
+        // minijinja folds constant expressions as it compiles, before any
+        // limit is in force: check what it would build first. (A syntax
+        // error is left to minijinja's report below.)
+        if let Ok(Err(msg)) = fold::check(source) {
+            return Err(ModelError::Template {
+                name: name.to_string(),
+                msg,
             });
         }
         let mut env = Environment::new();
@@ -384,5 +395,34 @@ mod tests {
             assert!(want.len() > 7_000_000 && want.len() < MAX_RENDERED);
             assert_eq!(guarded(src, &big, true), Ok(want), "{src} (7 MB)");
         }
+    }
+
+    /// minijinja folds constants as it compiles: a constant past [`MAX_VALUE`]
+    /// is refused before it is built; small ones still fold.
+    #[test]
+    fn folded_constants_are_checked() {
+        for src in [
+            "{{ 'x' * 100000000 }}",
+            "{{ ('x' * 5000000) ~ ('x' * 5000000) }}",
+            "{{ ([1] * 1000000000000) == ([1] * 1000000000000) }}",
+            "{{ ['xxxxxxxx'] * (1000 * 1000 * 1000) }}",
+            "{{ 'x' * (2 ** 40) }}",
+            "{{ 'x' * (10 / 0.000001) }}",
+        ] {
+            let e = ChatTemplate::named("tokenizer.chat_template", src, "", "")
+                .err()
+                .unwrap_or_else(|| panic!("{src}: accepted"));
+            assert!(
+                matches!(&e, ModelError::Template { name, msg } if name == "tokenizer.chat_template" && msg.contains("constant")),
+                "{src}: {e}"
+            );
+        }
+        let t = ChatTemplate::new("{{ '=' * 80 }}{{ 'a' ~ 'b' }}{{ [0] * 3 }}", "", "").unwrap();
+        assert_eq!(
+            t.render(&[], false).unwrap(),
+            format!("{}ab[0, 0, 0]", "=".repeat(80))
+        );
+        let deep = format!("{{{{ 'a'{} }}}}", " ~ 'a'".repeat(fold::MAX_DEPTH));
+        assert!(ChatTemplate::new(&deep, "", "").is_err());
     }
 }
