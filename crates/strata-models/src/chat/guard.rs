@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use minijinja::machinery::{Instruction, Instructions};
-use minijinja::value::{from_args, Kwargs, Object, Rest, Value, ValueKind};
+use minijinja::value::{from_args, Kwargs, Object, Value, ValueKind};
 use minijinja::{filters, functions, tests, AutoEscape, Environment, Error, ErrorKind, State};
 
 use super::{MAX_BUILT, MAX_RANGE, MAX_RENDERED, MAX_VALUE};
@@ -243,8 +243,8 @@ fn pair(args: &[Value]) -> Result<(&Value, &Value), Error> {
 }
 
 /// `a ~ b`, built only when it fits.
-fn concat(state: &State, args: Rest<Value>) -> Result<Value, Error> {
-    let (a, b) = pair(&args)?;
+fn concat(state: &State, args: &[Value]) -> Result<Value, Error> {
+    let (a, b) = pair(args)?;
     let concat = || too_big("a `~` concatenation");
     let la = display_len(a, MAX_VALUE).ok_or_else(concat)?;
     let lb = display_len(b, MAX_VALUE - la).ok_or_else(concat)?;
@@ -259,8 +259,8 @@ fn is_seq(v: &Value) -> bool {
 }
 
 /// Checks `a + b` before it runs: strings and lists.
-fn check_add(state: &State, args: Rest<Value>) -> Result<Value, Error> {
-    let (a, b) = pair(&args)?;
+fn check_add(state: &State, args: &[Value]) -> Result<Value, Error> {
+    let (a, b) = pair(args)?;
     if is_string(a) && is_string(b) {
         let n = shallow(a).saturating_add(shallow(b));
         build(state, "a string built by `+`", n)?;
@@ -271,12 +271,12 @@ fn check_add(state: &State, args: Rest<Value>) -> Result<Value, Error> {
             .saturating_add(list_bytes(b).ok_or_else(list)?);
         build(state, "a list built by `+`", n)?;
     }
-    Ok(reversed(&args))
+    Ok(reversed(args))
 }
 
 /// Checks `a * b` before it runs: string and list repetition.
-fn check_mul(state: &State, args: Rest<Value>) -> Result<Value, Error> {
-    let (a, b) = pair(&args)?;
+fn check_mul(state: &State, args: &[Value]) -> Result<Value, Error> {
+    let (a, b) = pair(args)?;
     let (x, n) = if is_seq(b) || b.as_str().is_some() {
         (b, a)
     } else {
@@ -290,27 +290,27 @@ fn check_mul(state: &State, args: Rest<Value>) -> Result<Value, Error> {
             build(state, "a list built by `*`", each.saturating_mul(n))?;
         }
     }
-    Ok(reversed(&args))
+    Ok(reversed(args))
 }
 
 /// Charges a string slice `s[a:b]` (a copy) before it runs.
-fn check_slice(state: &State, args: Rest<Value>) -> Result<Value, Error> {
+fn check_slice(state: &State, args: &[Value]) -> Result<Value, Error> {
     if let Some(v) = args.first() {
         if matches!(v.kind(), ValueKind::String | ValueKind::Bytes) {
             build(state, "a slice", shallow(v))?;
         }
     }
-    Ok(reversed(&args))
+    Ok(reversed(args))
 }
 
 /// Checks `a in b` before it runs: `b` a string converts `a` to one.
-fn check_in(state: &State, args: Rest<Value>) -> Result<Value, Error> {
-    let (needle, container) = pair(&args)?;
+fn check_in(state: &State, args: &[Value]) -> Result<Value, Error> {
+    let (needle, container) = pair(args)?;
     if container.as_str().is_some() && needle.as_str().is_none() {
         let n = stringable(needle)?;
         build(state, "a string conversion", n)?;
     }
-    Ok(reversed(&args))
+    Ok(reversed(args))
 }
 
 /// Charges the slots of a list or map literal of `n` items.
@@ -586,9 +586,9 @@ impl Pre {
 fn filter(env: &mut Environment<'_>, name: &'static str, inner: Value, pre: Pre, charge: bool) {
     env.add_filter(
         name,
-        move |state: &State, args: Rest<Value>| -> Result<Value, Error> {
-            pre.check(state, &args)?;
-            let rv = inner.call(state, &args)?;
+        move |state: &State, args: &[Value]| -> Result<Value, Error> {
+            pre.check(state, args)?;
+            let rv = inner.call(state, args)?;
             if charge {
                 build(state, "a filter result", shallow(&rv))?;
             }
@@ -601,9 +601,9 @@ fn filter(env: &mut Environment<'_>, name: &'static str, inner: Value, pre: Pre,
 fn string_test(env: &mut Environment<'_>, name: &'static str, inner: Value) {
     env.add_test(
         name,
-        move |state: &State, args: Rest<Value>| -> Result<bool, Error> {
-            Pre::Strings.check(state, &args)?;
-            Ok(inner.call(state, &args)?.is_true())
+        move |state: &State, args: &[Value]| -> Result<bool, Error> {
+            Pre::Strings.check(state, args)?;
+            Ok(inner.call(state, args)?.is_true())
         },
     );
 }
@@ -750,8 +750,8 @@ pub(super) fn install(env: &mut Environment<'_>) {
     ] {
         env.add_function(
             name,
-            move |state: &State, args: Rest<Value>| -> Result<Value, Error> {
-                let rv = inner.call(state, &args)?;
+            move |state: &State, args: &[Value]| -> Result<Value, Error> {
+                let rv = inner.call(state, args)?;
                 build(state, "a map", shallow(&rv))?;
                 Ok(rv)
             },
