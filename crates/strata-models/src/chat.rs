@@ -1,10 +1,24 @@
 //! Chat templates (`tokenizer.chat_template`, Jinja) rendered with minijinja,
 //! with the variables llama.cpp and Hugging Face pass: `messages`,
 //! `add_generation_prompt`, `bos_token`, `eos_token`, and `raise_exception`.
+//!
+//! A template comes from the model file, so it is untrusted: a rendering is
+//! bounded in instructions ([`TEMPLATE_FUEL`]), in the size of any value it
+//! builds ([`MAX_VALUE`]), in all it builds ([`MAX_BUILT`]) and in output
+//! ([`MAX_RENDERED`]); constants minijinja would fold while compiling are
+//! size-checked first. The size checks run inside minijinja's bytecode
+//! (`chat/guard.rs`, `chat/fold.rs`): a template past a limit fails with
+//! [`ModelError::Template`], never by exhausting memory.
 
+use std::collections::BTreeMap;
+
+use minijinja::machinery::{get_compiled_template, make_string_output, Vm};
 use minijinja::{context, Environment, Error as JinjaError, ErrorKind};
 
 use crate::{ModelError, Result};
+
+mod fold;
+mod guard;
 
 /// One chat message.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -25,12 +39,25 @@ impl Message {
     }
 }
 
-/// Most template instructions one rendering may execute (minijinja fuel):
-/// a chat of thousands of messages needs a small part of it, a runaway loop
-/// stops within a fraction of a second.
+/// Most template instructions one rendering may execute (minijinja fuel,
+/// counting the size checks the guard adds, about two instructions per
+/// `+`, `~` or `*`): a chat of thousands of messages needs a small part of
+/// it, a runaway loop stops within a fraction of a second.
 pub const TEMPLATE_FUEL: u64 = 20_000_000;
 /// Longest rendered prompt, in bytes.
 pub const MAX_RENDERED: usize = 8 << 20;
+/// Largest string or list a template may build, in bytes: `~`, `+`, `*`,
+/// filters such as `join`, `replace` or `tojson`, and `{% set %}` captures
+/// all stop here, checked before the value is built. A list counts the
+/// size of a [`minijinja::Value`] slot an item: items are shared, not
+/// copied.
+pub const MAX_VALUE: usize = MAX_RENDERED;
+/// Most bytes of strings and lists one rendering may build, all values
+/// summed whether or not they are still in use (text emitted into `{% set %}`
+/// captures included): what bounds memory when a template keeps many values
+/// each under [`MAX_VALUE`]. Real templates build a few times the length of
+/// the chat.
+pub const MAX_BUILT: usize = 16 * MAX_RENDERED;
 /// Most numbers one `range()` may produce (minijinja's own limit is 100000,
 /// which nested loops multiply).
 pub const MAX_RANGE: usize = 10_000;
@@ -63,60 +90,6 @@ fn tmpl_err(name: &str, e: JinjaError) -> ModelError {
     }
 }
 
-/// `range()` as Python and minijinja have it, producing at most [`MAX_RANGE`] numbers.
-fn capped_range(
-    lower: i64,
-    upper: Option<i64>,
-    step: Option<i64>,
-) -> std::result::Result<Vec<i64>, JinjaError> {
-    let (start, end) = match upper {
-        Some(u) => (lower, u),
-        None => (0, lower),
-    };
-    let step = step.unwrap_or(1);
-    if step == 0 {
-        return Err(JinjaError::new(
-            ErrorKind::InvalidOperation,
-            "range() step must not be zero",
-        ));
-    }
-    let span = if step > 0 {
-        end.saturating_sub(start)
-    } else {
-        start.saturating_sub(end)
-    };
-    let count = if span <= 0 {
-        0
-    } else {
-        (span as u64).div_ceil(step.unsigned_abs())
-    };
-    if count > MAX_RANGE as u64 {
-        return Err(JinjaError::new(
-            ErrorKind::InvalidOperation,
-            format!("range() of {count} numbers: at most {MAX_RANGE} in a chat template"),
-        ));
-    }
-    Ok((0..count as i64).map(|i| start + i * step).collect())
-}
-
-/// Collects rendered text up to [`MAX_RENDERED`] bytes, then fails.
-struct Capped(Vec<u8>);
-
-impl std::io::Write for Capped {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        if self.0.len() + b.len() > MAX_RENDERED {
-            return Err(std::io::Error::other(format!(
-                "the rendered prompt exceeds {MAX_RENDERED} bytes"
-            )));
-        }
-        self.0.extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 impl ChatTemplate {
     /// Parses `source`; `bos` and `eos` are the texts of the model's BOS/EOS tokens.
     pub fn new(source: &str, bos: &str, eos: &str) -> Result<ChatTemplate> {
@@ -135,15 +108,18 @@ impl ChatTemplate {
                 ),
             });
         }
+        // minijinja folds constant expressions as it compiles, before any
+        // limit is in force: check what it would build first. (A syntax
+        // error is left to minijinja's report below.)
+        if let Ok(Err(msg)) = fold::check(source) {
+            return Err(ModelError::Template {
+                name: name.to_string(),
+                msg,
+            });
+        }
         let mut env = Environment::new();
         env.set_fuel(Some(TEMPLATE_FUEL));
-        env.add_function("range", capped_range);
-        env.add_function(
-            "raise_exception",
-            |msg: String| -> std::result::Result<String, JinjaError> {
-                Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
-            },
-        );
+        guard::install(&mut env);
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| tmpl_err(name, e))?;
         Ok(ChatTemplate {
@@ -156,25 +132,37 @@ impl ChatTemplate {
 
     /// Renders `messages`, ending with the assistant prefix when
     /// `add_generation_prompt`. Bounded: [`TEMPLATE_FUEL`] instructions,
-    /// [`MAX_RENDERED`] bytes of output, [`MAX_RANGE`] numbers per `range()`.
+    /// [`MAX_RENDERED`] bytes of output, [`MAX_RANGE`] numbers per `range()`,
+    /// [`MAX_VALUE`] bytes in any one value and [`MAX_BUILT`] bytes built in
+    /// all (the bytecode runs with size checks in: see `guard`).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
         let err = |e| tmpl_err(&self.name, e);
         let t = self.env.get_template("chat").map_err(err)?;
-        let mut out = Capped(Vec::new());
-        t.render_captured_to(
-            context! {
-                messages => messages,
-                add_generation_prompt => add_generation_prompt,
-                bos_token => self.bos,
-                eos_token => self.eos,
-            },
-            &mut out,
-        )
-        .map_err(err)?;
-        String::from_utf8(out.0).map_err(|_| ModelError::Template {
-            name: self.name.clone(),
-            msg: "rendered text is not UTF-8".into(),
-        })
+        let compiled = get_compiled_template(&t);
+        let instructions = guard::rewrite(&compiled.instructions);
+        let blocks: BTreeMap<_, _> = compiled
+            .blocks
+            .iter()
+            .map(|(name, b)| (*name, guard::rewrite(b)))
+            .collect();
+        let root = context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos,
+            eos_token => self.eos,
+        };
+        let mut text = String::new();
+        let mut out = make_string_output(&mut text);
+        Vm::new(&self.env)
+            .eval(
+                &instructions,
+                root,
+                &blocks,
+                &mut out,
+                compiled.initial_auto_escape,
+            )
+            .map_err(err)?;
+        Ok(text)
     }
 }
 
@@ -292,5 +280,149 @@ mod tests {
             .collect();
         let out = t.render(&chat, true).unwrap();
         assert!(out.len() > 5000 * 24, "{}", out.len());
+    }
+
+    /// The template rendered by plain minijinja (no guard), as the reference.
+    fn plain(src: &str, messages: &[Message], agp: bool) -> std::result::Result<String, String> {
+        let mut env = Environment::new();
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> std::result::Result<String, JinjaError> {
+                Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
+            },
+        );
+        env.add_template("chat", src).map_err(|e| e.to_string())?;
+        let t = env.get_template("chat").map_err(|e| e.to_string())?;
+        t.render(context! {
+            messages => messages,
+            add_generation_prompt => agp,
+            bos_token => "<s>",
+            eos_token => "</s>",
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    fn guarded(src: &str, messages: &[Message], agp: bool) -> std::result::Result<String, String> {
+        ChatTemplate::new(src, "<s>", "</s>")
+            .and_then(|t| t.render(messages, agp))
+            .map_err(|e| e.to_string())
+    }
+
+    fn conversation(n: usize) -> Vec<Message> {
+        let mut chat = vec![Message::new("system", "Be brief.")];
+        chat.extend((0..n).map(|i| {
+            Message::new(
+                if i % 2 == 0 { "user" } else { "assistant" },
+                format!("  message {i} <with> 'quotes' & \"more\"\n"),
+            )
+        }));
+        chat
+    }
+
+    /// The rewritten bytecode renders what minijinja renders: every operator,
+    /// filter, test and function the guard touches, kwargs, captures, loops.
+    #[test]
+    fn guarded_rendering_matches_minijinja() {
+        let snippets = [
+            "{{ 'a' ~ 1 ~ none ~ [1, 'x'] ~ {'k': 2} ~ undefined_thing }}",
+            "{{ 1 + 2 }} {{ 1.5 + 2 }} {{ 'a' + 'b' }} {{ [1] + [2, 3] }} {{ (range(3)|list) + [9] }} {{ true + 1 }}",
+            "{{ 'ab' * 3 }} {{ 3 * 'ab' }} {{ [1, 2] * 2 }} {{ 2 * 3 }} {{ 2.5 * 2 }} {{ 'x' * 0 }}|{{ [] * 3 }}",
+            "{{ 'hello'[1:3] }} {{ [1, 2, 3, 4][::-1] }} {{ 'abc'[::-1] }} {{ messages[1:]|length }} {{ 'abc'[-1] }}",
+            "{{ 'a' in 'cat' }} {{ 1 in [1, 2] }} {{ 'x' not in {'x': 1} }} {{ 1 < 2 < 3 }} {{ 1 < 3 < 2 }} {{ 'a' in 'b' in 'c' }}",
+            "{% set x %}captured {{ 1 + 1 }}{% endset %}[{{ x }}]{% filter upper %}shout {{ 'it' }}{% endfilter %}{% set y | trim %}  t  {% endset %}{{ y }}",
+            "{% for x in [3, 1, 2]|sort %}{{ loop.index }}:{{ x }}{{ loop.cycle('a', 'b') }}{% if not loop.last %},{% endif %}{% else %}none{% endfor %}",
+            "{% set ns = namespace(s='', n=0) %}{% for i in range(5) %}{% set ns.s = ns.s ~ i %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.s }} {{ ns.n }}",
+            "{{ [1, 2, 3]|join(', ') }} {{ 'abc'|join('-') }} {{ 'a-b-c'|replace('-', '+') }} {{ 'ab'|replace('', '.') }} {{ 'a\nb'|indent(2) }} {{ 'a\nb'|indent(width=3, first=true) }} {{ '%s=%d|%5.1f|%-3s'|format('x', 4, 2.25, 'y') }} {{ '%(k)s'|format({'k': 1}) }}",
+            "{{ {'b': 1, 'a': [1, 'x']}|tojson }} {{ {'a': 1}|tojson(indent=2) }} {{ [1, 2]|tojson(true) }} {{ \"<&>'\"|tojson }}",
+            "{{ [1, 2, 3, 4, 5]|batch(2)|list }} {{ [1, 2, 3, 4, 5]|batch(2, 0)|list }} {{ [1, 2, 3, 4, 5]|slice(2, 0)|list }} {{ [1]|chain([2], [3])|list }} {{ 'abc'|list }}",
+            "{{ 'a b  c'|split }} {{ 'a,b'|split(',') }} {{ 'a,b,c'|split(',', 1) }} {{ 'ab'|split('') }} {{ 'a\nb'|lines }}",
+            "{{ 42|string }} {{ [1]|string }} {{ {'a': 1}|pprint }} {{ '  x '|trim }} {{ 'xax'|trim('x') }} {{ 'x'|upper }}{{ 'X'|lower }}{{ 'ab cd'|title }}{{ 'ab'|capitalize }}{{ '<b>'|escape }}{{ '<b>'|e }}{{ '<b>'|safe }}",
+            "{{ [1, 2, 3]|select('odd')|list }} {{ messages|selectattr('role', 'equalto', 'user')|map(attribute='content')|join('|') }} {{ messages|rejectattr('role', 'eq', 'user')|list|length }} {{ [1, 2, 3]|reject('even')|list }} {{ ['a', 'B']|map('upper')|list }}",
+            "{{ [3, 1]|reverse|list }} {{ [1, 1, 2]|unique|list }} {{ {'b': 1, 'a': 2}|dictsort }} {{ {'a': 1}|items|list }} {{ [1, 2]|zip(['a', 'b'])|list }} {{ messages|groupby('role')|length }} {{ [3, 1]|sort(reverse=true) }}",
+            "{{ 'abc' is startingwith('a') }} {{ 'abc' is endingwith('bc') }} {{ 1 is in([1]) }} {{ 'b' is in('abc') }} {{ dict(a=1, b=[2]) }} {{ namespace(a=1).a }} {{ dict({'x': 1}, y=2)|length }}",
+            "{{ range(3)|list }} {{ range(1, 10, 4)|list }} {{ range(5, 0, -2)|list }} {% for i in range(2) %}{{ i }}{% endfor %}",
+            "{% autoescape true %}{{ '<x>' }}{{ '<y>'|safe }}{{ ['<']|join(',') }}{{ '<'|replace('<', '>') }}{{ '%s'|format('<') }}{% set c %}<{{ '&' }}{% endset %}{{ c }}{% endautoescape %}",
+            "{% for x in [1, [2, [3]]] recursive %}{% if x is sequence %}[{{ loop(x) }}]{% else %}{{ x }}{% endif %}{% endfor %}",
+            "{% with a = 1, b = [2] %}{{ a }}{{ b + b }}{% endwith %}{% set xs = [1, 4] %}{{ range(*xs)|list }} {{ dict(**{'k': 1}) }}",
+            "{{ (messages|last).content }} {{ messages[0]['content'] }} {{ undefined_thing is defined }} {{ (none or 'y') ~ (0 and 'z') }} {{ [messages|length, 'x'] }} {{ {'n': messages|length} }}",
+            "{{ 7 // 2 }} {{ 7 % 3 }} {{ 2 ** 10 }} {{ -3 }} {{ 10 / 4 }} {{ 'a' if 1 else 'b' }} {{ not 1 }}",
+        ];
+        let chat = conversation(3);
+        for src in snippets {
+            let want = plain(src, &chat, true);
+            assert!(want.is_ok(), "{src}: {want:?}");
+            assert_eq!(guarded(src, &chat, true), want, "{src}");
+        }
+        for src in [
+            "{{ 'a' + 1 }}",
+            "{{ 'a' * 'b' }}",
+            "{{ [1] + 'a' }}",
+            "{{ 'a' - 1 }}",
+        ] {
+            let (want, got) = (plain(src, &chat, true), guarded(src, &chat, true));
+            assert!(want.is_err() && got.is_err(), "{src}: {want:?} {got:?}");
+        }
+    }
+
+    const LLAMA3: &str = "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
+    const ZEPHYR: &str = "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}";
+    const PHI3: &str = "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}";
+    /// Mistral-style: the system prompt folded into the first user turn, built
+    /// up in a namespace and `{% set %}` blocks.
+    const MISTRAL_LIKE: &str = "{%- set ns = namespace(system='', out=[]) %}{%- for m in messages if m.role == 'system' %}{%- set ns.system = ns.system ~ m.content|trim ~ '\n\n' %}{%- endfor %}{{ bos_token }}{%- for m in messages|rejectattr('role', 'equalto', 'system') %}{%- if (m.role == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('roles must alternate') }}{%- endif %}{%- if m.role == 'user' %}{%- set turn %}[INST] {% if loop.first %}{{ ns.system }}{% endif %}{{ m.content|trim }} [/INST]{% endset %}{{ turn }}{%- set ns.out = ns.out + [turn|length] %}{%- else %}{{ ' ' ~ m.content|trim ~ eos_token }}{%- endif %}{%- endfor %}{#- {{ ns.out|tojson }} #}";
+
+    /// Real templates render as with plain minijinja, short and long chats
+    /// (5000 messages stay well within the fuel and the budget).
+    #[test]
+    fn real_templates_render_like_minijinja() {
+        for src in [SMOLLM2, LLAMA3, ZEPHYR, PHI3, MISTRAL_LIKE] {
+            for n in [1, 2, 7, 5000] {
+                let chat = conversation(n);
+                for agp in [false, true] {
+                    let want = plain(src, &chat, agp);
+                    assert!(want.is_ok() || src == MISTRAL_LIKE, "{want:?}");
+                    assert_eq!(guarded(src, &chat, agp), want, "{src} ({n} messages)");
+                }
+            }
+            // A chat near the output cap: the budget leaves it room.
+            let big: Vec<Message> = (0..70)
+                .map(|i| {
+                    let role = if i % 2 == 0 { "user" } else { "assistant" };
+                    Message::new(role, format!("{i} {}", "word ".repeat(20_000)))
+                })
+                .collect();
+            let want = plain(src, &big, true).unwrap();
+            assert!(want.len() > 7_000_000 && want.len() < MAX_RENDERED);
+            assert_eq!(guarded(src, &big, true), Ok(want), "{src} (7 MB)");
+        }
+    }
+
+    /// minijinja folds constants as it compiles: a constant past [`MAX_VALUE`]
+    /// is refused before it is built; small ones still fold.
+    #[test]
+    fn folded_constants_are_checked() {
+        for src in [
+            "{{ 'x' * 100000000 }}",
+            "{{ ('x' * 5000000) ~ ('x' * 5000000) }}",
+            "{{ ([1] * 1000000000000) == ([1] * 1000000000000) }}",
+            "{{ ['xxxxxxxx'] * (1000 * 1000 * 1000) }}",
+            "{{ 'x' * (2 ** 40) }}",
+            "{{ 'x' * (10 / 0.000001) }}",
+        ] {
+            let e = ChatTemplate::named("tokenizer.chat_template", src, "", "")
+                .err()
+                .unwrap_or_else(|| panic!("{src}: accepted"));
+            assert!(
+                matches!(&e, ModelError::Template { name, msg } if name == "tokenizer.chat_template" && msg.contains("constant")),
+                "{src}: {e}"
+            );
+        }
+        let t = ChatTemplate::new("{{ '=' * 80 }}{{ 'a' ~ 'b' }}{{ [0] * 3 }}", "", "").unwrap();
+        assert_eq!(
+            t.render(&[], false).unwrap(),
+            format!("{}ab[0, 0, 0]", "=".repeat(80))
+        );
+        let deep = format!("{{{{ 'a'{} }}}}", " ~ 'a'".repeat(fold::MAX_DEPTH));
+        assert!(ChatTemplate::new(&deep, "", "").is_err());
     }
 }
