@@ -284,7 +284,7 @@ float_dot!(
 /// definition with ggml's NEON rule (`Q8Rule::Arm`) does; returns `(d, Σq)`.
 #[target_feature(enable = "neon")]
 #[inline]
-unsafe fn quantize_block_q8(x: *const f32, q: *mut u8) -> (f32, i32) {
+pub(crate) unsafe fn quantize_block_q8(x: *const f32, q: *mut u8) -> (f32, i32) {
     // SAFETY: the caller guarantees 32 readable f32 at x.
     let v: [float32x4_t; 8] = std::array::from_fn(|k| unsafe { vld1q_f32(x.add(4 * k)) });
     let mut m = vdupq_n_f32(0.0);
