@@ -1,5 +1,6 @@
 //! aarch64 NEON kernels (base Advanced SIMD; no `dotprod`, whose intrinsics
-//! are not stable Rust yet).
+//! are not stable Rust yet — the packed kernels, `quant/packed/aarch64_neon.rs`,
+//! use `sdot` through inline assembly after detecting it).
 //!
 //! The quantized dot products compute each block's integer sum with
 //! widening i8 × i8 → i16 multiplies (exact: every |product| ≤ 2^14) and
