@@ -21,7 +21,8 @@
 //! tile width or unit, so results do not depend on the thread count.
 //!
 //! At levels without packed kernels ([`packed::has_kernels`]: scalar,
-//! NEON; Q8_0 at AVX-512 without VNNI), each unit's 16 rows are unpacked
+//! NEON on a CPU without `dotprod`; Q8_0 at AVX-512 without VNNI), each
+//! unit's 16 rows are unpacked
 //! into thread scratch and go through that level's ordinary dot product,
 //! bit-identical to the unpacked path at the same level.
 

@@ -6,7 +6,9 @@
 //! *packed*: the bytes of every 16-row group are permuted so that one
 //! 64-byte load feeds sixteen rows at once (one row per 32-bit lane of a
 //! 512-bit register; at AVX2, the first and last 32 bytes of a line are
-//! rows 0–7 and 8–15 in two ymm registers, see `x86_avx2.rs`). The packed
+//! rows 0–7 and 8–15 in two ymm registers, see `x86_avx2.rs`; at NEON,
+//! its four 16-byte quarters are rows `4q .. 4q + 4`, four i32 lanes each,
+//! the operand shape of `sdot`, see `aarch64_neon.rs`). The packed
 //! tensor has exactly ggml's size, and every
 //! 16-row group occupies the same bytes as in ggml's layout, so sizes,
 //! offsets and allocators are unchanged; only the order of the bytes inside a
@@ -36,8 +38,9 @@
 //! row `r` for `j = i` and `j = i + 4`. Fifth bits (Q5): eight little-endian
 //! u64 masks; bit `4 r + t` of mask `j` is the fifth bit of quant `4 j + t` of
 //! row `r` (a `k` register for byte-masked AVX-512 ops on the register of
-//! group `j`). Q8_0: byte `64 j + 4 r + t` is quant `4 j + t` of row `r`
-//! XOR 0x80 (biased to unsigned, for `vpdpbusd`).
+//! group `j`; at NEON, the u16 of quarter `q` spread to bytes). Q8_0: byte
+//! `64 j + 4 r + t` is quant `4 j + t` of row `r` XOR 0x80 (biased to
+//! unsigned, for `vpdpbusd`; the AVX2 and NEON kernels un-bias it).
 //!
 //! Kernels (see [`kernels_for`]) multiply packed weights with activations
 //! quantized to Q8_0 / Q8_1 and re-laid out per block as [`ACT_BLOCK`]
@@ -55,6 +58,8 @@ use crate::quant::simd::Isa;
 use crate::tensor::DType;
 use crate::{Error, Result};
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64_neon;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
@@ -89,9 +94,10 @@ pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
         && ne[3] > 0
 }
 
-/// True when `isa` has kernels over the packed layout of `dtype` (AVX2 and
-/// VNNI: all packable types; AVX-512 without VNNI: the 4/5-bit types).
-/// Packed weights also work at other levels, through a slower path that
+/// True when `isa` has kernels over the packed layout of `dtype` (AVX2,
+/// VNNI, and NEON on a CPU with `dotprod`: all packable types; AVX-512
+/// without VNNI: the 4/5-bit types). Packed weights also work at other
+/// levels (scalar, NEON without `dotprod`), through a slower path that
 /// unpacks each group.
 pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
     is_packable(dtype)
@@ -99,8 +105,21 @@ pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
         && match isa {
             Isa::Vnni | Isa::Avx2 => true,
             Isa::Avx512 => dtype != DType::Q8_0,
+            Isa::Neon => neon_dotprod(),
             _ => false,
         }
+}
+
+/// True when the NEON kernels can run: they need `dotprod` (`sdot`).
+fn neon_dotprod() -> bool {
+    #[cfg(target_arch = "aarch64")]
+    {
+        aarch64_neon::available()
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        false
+    }
 }
 
 /// Byte layout of one chunk (16 rows × one block).
@@ -411,7 +430,11 @@ pub(crate) fn kernels_for(isa: Isa, dtype: DType) -> Option<Kernels> {
             x86::kernels(isa, dtype)
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    {
+        aarch64_neon::kernels(dtype)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         None
     }

@@ -1,5 +1,6 @@
 //! aarch64 NEON kernels (base Advanced SIMD; no `dotprod`, whose intrinsics
-//! are not stable Rust yet).
+//! are not stable Rust yet — the packed kernels, `quant/packed/aarch64_neon.rs`,
+//! use `sdot` through inline assembly after detecting it).
 //!
 //! The quantized dot products compute each block's integer sum with
 //! widening i8 × i8 → i16 multiplies (exact: every |product| ≤ 2^14) and
@@ -284,7 +285,7 @@ float_dot!(
 /// quantizer does; returns `(d, Σq)`.
 #[target_feature(enable = "neon")]
 #[inline]
-unsafe fn quantize_block_q8(x: *const f32, q: *mut u8) -> (f32, i32) {
+pub(crate) unsafe fn quantize_block_q8(x: *const f32, q: *mut u8) -> (f32, i32) {
     // SAFETY: the caller guarantees 32 readable f32 at x.
     let v: [float32x4_t; 8] = std::array::from_fn(|k| unsafe { vld1q_f32(x.add(4 * k)) });
     let mut m = vdupq_n_f32(0.0);

@@ -46,6 +46,8 @@ use std::sync::OnceLock;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64_neon;
+#[cfg(target_arch = "aarch64")]
+pub(crate) use aarch64_neon::quantize_block_q8 as quantize_block_q8_neon;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2;
 #[cfg(target_arch = "x86_64")]

@@ -1,0 +1,359 @@
+//! aarch64 NEON kernels over the packed layout, with `sdot` (the `dotprod`
+//! extension, detected at run time: [`available`]).
+//!
+//! A 128-bit register holds four i32 lanes, so a 16-row group is taken as
+//! four *quarters*: bytes `16 q .. 16 q + 16` of every 64-byte line are rows
+//! `4 q .. 4 q + 4` (row `r`'s four bytes sit at `4 r .. 4 r + 4`), one row
+//! per lane. That is exactly the operand shape of `sdot` by element:
+//! `sdot v.4s, w.16b, a.4b[L]` adds `Σ_t w[4 r + t] · a[4 L + t]` to lane
+//! `r`, so the quant register of dword group `j` (lane `r` = quants
+//! `4 j .. 4 j + 4` of the quarter's row `r`) meets activation dword `j`
+//! without any broadcast: the 32 activation quants of a block are two
+//! registers, dwords `0..4` and `4..8`, each used by lane index.
+//!
+//! Per quarter and block: the 4/5-bit quants are four 16-byte loads split
+//! into low and high nibbles (groups `j = i` and `j = i + 4`); a Q5 fifth
+//! bit is bit `16 q + 4 r + t` of mask `j`, i.e. bit `4 r + t` of the u16 at
+//! byte `8 j + 2 q` of the masks, spread to bytes with a table lookup
+//! (`tbl`: low byte into bytes 0–7, high byte into 8–15), a bit test
+//! against `1, 2, …, 128` and a bit select of `0x10`. Q8_0 is eight
+//! 16-byte loads, un-biased (`^ 0x80`) back to the signed quants, so no
+//! offset term is needed (the prepared activation still carries one; it is
+//! ignored, as at AVX2). The 4/5-bit quants are small non-negative i8 and
+//! the offset types add the activation's `-offset · Σa` to the integer sum
+//! (it seeds the accumulator). All sums are exact in i32 (at most
+//! 32 · 128 · 128 per block).
+//!
+//! Per lane (row) and column the f32 arithmetic is the x86 kernels'
+//! exactly: `acc = fma(f32(s), d_w · d_a, acc)` (+ `fma(m_w, s_a, acc)`) in
+//! block order (`fmla` is fused), so the results do not depend on the tile
+//! width or the thread count. A quarter keeps its eight quant registers and
+//! one f32 accumulator per column (up to [`Kernels::NR`]) in the 32 vector
+//! registers; the four quarters are four passes over the group, each
+//! reading its own quarter of every line (the weights are read once, the
+//! activations once per quarter, from L1).
+//!
+//! `sdot` and the f16 → f32 widening (`fcvtl`, exact for every finite or
+//! infinite f16) are written as inline assembly: their intrinsics
+//! (`vdotq_laneq_s32`, `vcvt_f32_f16`) are not stable Rust yet. Every kernel
+//! is an `unsafe fn` with `#[target_feature(enable = "neon,dotprod")]`,
+//! reached only through [`kernels`] after [`super::has_kernels`] checked the
+//! CPU.
+
+use super::{Kernels, TileFn, ACT_BLOCK};
+use crate::tensor::DType;
+use std::arch::aarch64::*;
+use std::arch::asm;
+
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+const Q5_1: u8 = 3;
+const Q8_0: u8 = 4;
+
+/// True when this CPU has the `dotprod` extension the kernels need (NEON
+/// itself is mandatory on aarch64).
+pub(super) fn available() -> bool {
+    std::arch::is_aarch64_feature_detected!("dotprod")
+}
+
+/// Chunk bytes of type `T`.
+const fn chunk_size(t: u8) -> usize {
+    match t {
+        Q4_0 => 288,
+        Q4_1 => 320,
+        Q5_0 => 352,
+        Q5_1 => 384,
+        _ => 544,
+    }
+}
+
+/// Offsets of (scales, fifth-bit masks, quants) inside chunk `b` (the
+/// layout of `super::Chunk::of`). Masks: Q5 only.
+#[inline(always)]
+fn offsets(t: u8, b: usize) -> (usize, usize, usize) {
+    let even = b.is_multiple_of(2);
+    match t {
+        Q4_0 if even => (256, 0, 0),
+        Q4_0 => (0, 0, 32),
+        Q4_1 => (0, 0, 64),
+        Q5_0 if even => (320, 0, 64),
+        Q5_0 => (0, 32, 96),
+        Q5_1 => (0, 64, 128),
+        _ if even => (512, 0, 0),
+        _ => (0, 0, 32),
+    }
+}
+
+const fn has_min(t: u8) -> bool {
+    t == Q4_1 || t == Q5_1
+}
+
+const fn is_q5(t: u8) -> bool {
+    t == Q5_0 || t == Q5_1
+}
+
+/// `acc` plus, per lane `r`, `Σ_t w[4 r + t] · a[4 L + t]` (i8 × i8 → i32,
+/// exact): `sdot` by element.
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+fn sdot<const L: i32>(acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
+    let mut acc = acc;
+    // SAFETY: `sdot` reads and writes only these three vector registers; the
+    // dotprod feature is enabled for this function, so callers checked the CPU.
+    unsafe {
+        asm!(
+            "sdot {acc:v}.4s, {w:v}.16b, {a:v}.4b[{l}]",
+            acc = inout(vreg) acc,
+            w = in(vreg) w,
+            a = in(vreg) a,
+            l = const L,
+            options(pure, nomem, nostack, preserves_flags),
+        )
+    };
+    acc
+}
+
+/// Four f16 bit patterns widened to f32 (`fcvtl`): exact for every finite
+/// or infinite value (NaNs stay NaN, quieted, as `vcvtph2ps` does).
+#[target_feature(enable = "neon")]
+#[inline]
+fn f16x4(h: uint16x4_t) -> float32x4_t {
+    let r: float32x4_t;
+    // SAFETY: `fcvtl` reads and writes only these two vector registers
+    // (base Advanced SIMD, which NEON guarantees).
+    unsafe {
+        asm!(
+            "fcvtl {r:v}.4s, {h:v}.4h",
+            r = lateout(vreg) r,
+            h = in(vreg) h,
+            options(pure, nomem, nostack, preserves_flags),
+        )
+    };
+    r
+}
+
+/// Byte `p` tests bit `p % 8` (the fifth bits, see [`quants`]).
+const BITS: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+
+/// The eight quant registers of quarter `q` of the chunk at `c`: register
+/// `j` has in lane `r` the quants `4 j .. 4 j + 4` of row `4 q + r` (signed;
+/// 4/5-bit quants as 0..=31). `idx` are the `tbl` indices of the fifth
+/// bits of masks `2 k` and `2 k + 1` (Q5 only).
+///
+/// # Safety
+/// `c` points at a whole chunk of type `T`; `qh`, `qs` are its offsets.
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+unsafe fn quants<const T: u8>(
+    c: *const u8,
+    qh: usize,
+    qs: usize,
+    q: usize,
+    idx: [uint8x16_t; 2],
+) -> [int8x16_t; 8] {
+    if T == Q8_0 {
+        return std::array::from_fn(|j| {
+            // SAFETY: 16 bytes of line j, quarter q, inside the chunk.
+            let x = unsafe { vld1q_s8(c.add(qs + 64 * j + 16 * q).cast()) };
+            veorq_s8(x, vdupq_n_s8(-128))
+        });
+    }
+    let mut w = [vdupq_n_u8(0); 8];
+    for i in 0..4 {
+        // SAFETY: 16 bytes of nibble line i, quarter q, inside the chunk.
+        let x = unsafe { vld1q_u8(c.add(qs + 64 * i + 16 * q)) };
+        w[i] = vandq_u8(x, vdupq_n_u8(0x0f));
+        w[i + 4] = vshrq_n_u8(x, 4);
+    }
+    if is_q5(T) {
+        // SAFETY: BITS is 16 bytes.
+        let bits = unsafe { vld1q_u8(BITS.as_ptr()) };
+        for k in 0..4 {
+            // SAFETY: masks 2k and 2k + 1 (16 bytes) are inside the chunk.
+            let m = unsafe { vld1q_u8(c.add(qh + 16 * k)) };
+            for (h, idx) in idx.iter().enumerate() {
+                let set = vtstq_u8(vqtbl1q_u8(m, *idx), bits);
+                let j = 2 * k + h;
+                w[j] = vbslq_u8(vdupq_n_u8(0x10), set, w[j]);
+            }
+        }
+    }
+    std::array::from_fn(|j| vreinterpretq_s8_u8(w[j]))
+}
+
+/// Columns `0 .. N` of quarter `q` of one group: the [`TileFn`] contract
+/// for the four rows `4 q .. 4 q + 4`.
+///
+/// # Safety
+/// As [`TileFn`]; the CPU supports NEON and dotprod.
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+unsafe fn quarter<const T: u8, const N: usize>(
+    w: *const u8,
+    nb: usize,
+    a: *const u8,
+    a_stride: usize,
+    out: *mut u8,
+    out_stride: usize,
+    q: usize,
+) {
+    let cs = chunk_size(T);
+    // tbl indices: the u16 at byte 2q of mask 2k (bytes 0..8 of the pair)
+    // or of mask 2k + 1 (bytes 8..16) into bytes 0..8 (low) and 8..16 (high).
+    let lo = vaddq_u8(
+        vcombine_u8(vdup_n_u8(0), vdup_n_u8(1)),
+        vdupq_n_u8(2 * q as u8),
+    );
+    let idx = [lo, vaddq_u8(lo, vdupq_n_u8(8))];
+    let mut acc = [vdupq_n_f32(0.0); N];
+    for b in 0..nb {
+        // SAFETY: chunk b < nb is inside the group (contract).
+        let c = unsafe { w.add(b * cs) };
+        let (d, qh, qs) = offsets(T, b);
+        // SAFETY: the 4 f16 scales of quarter q are inside the chunk.
+        let dw = f16x4(unsafe { vld1_u16(c.add(d + 8 * q).cast()) });
+        let mw = if has_min(T) {
+            // SAFETY: the 4 f16 minimums of quarter q follow the scales.
+            f16x4(unsafe { vld1_u16(c.add(32 + 8 * q).cast()) })
+        } else {
+            vdupq_n_f32(0.0)
+        };
+        // SAFETY: the whole chunk is in bounds.
+        let wq = unsafe { quants::<T>(c, qh, qs, q, idx) };
+        // Column i (`i < N`): written out for each i, since LLVM keeps a
+        // loop over the columns (accumulators in memory) otherwise.
+        macro_rules! columns {
+            ($($i:literal)*) => {$(
+                if let Some(acc) = acc.get_mut($i) {
+                    // SAFETY: block b of column i < N is in bounds (contract) and
+                    // holds ACT_BLOCK bytes: 32 quants, the f32 scale, the sum term.
+                    let (a0, a1, da, tail) = unsafe {
+                        let p = a.add($i * a_stride + b * ACT_BLOCK);
+                        (
+                            vld1q_s8(p.cast()),
+                            vld1q_s8(p.add(16).cast()),
+                            p.add(32).cast::<f32>().read_unaligned(),
+                            p.add(36).cast::<u32>().read_unaligned(),
+                        )
+                    };
+                    // The offset types' -offset · Σa seeds the integer sum.
+                    let mut s = vdupq_n_s32(if has_min(T) || T == Q8_0 {
+                        0
+                    } else {
+                        tail as i32
+                    });
+                    s = sdot::<0>(s, wq[0], a0);
+                    s = sdot::<1>(s, wq[1], a0);
+                    s = sdot::<2>(s, wq[2], a0);
+                    s = sdot::<3>(s, wq[3], a0);
+                    s = sdot::<0>(s, wq[4], a1);
+                    s = sdot::<1>(s, wq[5], a1);
+                    s = sdot::<2>(s, wq[6], a1);
+                    s = sdot::<3>(s, wq[7], a1);
+                    *acc = vfmaq_f32(*acc, vcvtq_f32_s32(s), vmulq_n_f32(dw, da));
+                    if has_min(T) {
+                        *acc = vfmaq_n_f32(*acc, mw, f32::from_bits(tail));
+                    }
+                }
+            )*};
+        }
+        columns!(0 1 2 3 4 5 6 7);
+    }
+    for (i, acc) in acc.iter().enumerate() {
+        // SAFETY: rows 4q .. 4q + 4 of column i are writable (contract).
+        unsafe { vst1q_f32(out.add(i * out_stride + 16 * q).cast(), *acc) };
+    }
+}
+
+/// `NR` columns of one 16-row group (the [`TileFn`] contract): the four
+/// quarters in turn.
+///
+/// # Safety
+/// As [`TileFn`]; the CPU supports NEON and dotprod.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn tile<const T: u8, const NR: usize>(
+    w: *const u8,
+    nb: usize,
+    a: *const u8,
+    a_stride: usize,
+    out: *mut u8,
+    out_stride: usize,
+) {
+    for q in 0..4 {
+        // SAFETY: the contract, forwarded; quarter q < 4 of the group.
+        unsafe { quarter::<T, NR>(w, nb, a, a_stride, out, out_stride, q) };
+    }
+}
+
+/// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 (`OFF` > 0) or Q8_1
+/// (`OFF` = 0) with this level's quantizer (ggml's NEON rule), straight into
+/// the prepared layout of [`super::prepare_activation`] for weights with
+/// offset `OFF` (Q8_0 weights ignore the offset term; it is written all the
+/// same, so the layout is the one every level shares).
+///
+/// # Safety
+/// `nb · 32` f32 readable at `x`, `nb · ACT_BLOCK` bytes writable at `out`;
+/// the CPU supports NEON.
+#[target_feature(enable = "neon")]
+unsafe fn quantize<const OFF: i32>(x: *const f32, nb: usize, out: *mut u8) {
+    for b in 0..nb {
+        // SAFETY: block b's 32 f32 are readable and its ACT_BLOCK bytes
+        // writable (contract); the quants go to bytes 0..32.
+        let (d, sum, o) = unsafe {
+            let o = out.add(b * ACT_BLOCK);
+            let (d, sum) = crate::quant::simd::quantize_block_q8_neon(x.add(32 * b), o);
+            (d, sum, o)
+        };
+        let tail = if OFF == 0 {
+            f16_round(sum as f32 * d).to_bits()
+        } else {
+            (-OFF * sum) as u32
+        };
+        // SAFETY: scale at 32..36, sum term at 36..40 of the block.
+        unsafe {
+            o.add(32).cast::<f32>().write_unaligned(f16_round(d));
+            o.add(36).cast::<u32>().write_unaligned(tail);
+        }
+    }
+}
+
+/// `x` rounded to f16 (nearest even, as the row quantizer stores it) and
+/// read back as the prepared layout's definition reads it.
+fn f16_round(x: f32) -> f32 {
+    crate::quant::simd::f16_to_f32(half::f16::from_f32(x).to_bits())
+}
+
+/// The kernels of type `T`.
+fn table<const T: u8>() -> Kernels {
+    Kernels {
+        quantize: match T {
+            Q4_0 => quantize::<8>,
+            Q5_0 => quantize::<16>,
+            Q8_0 => quantize::<128>,
+            _ => quantize::<0>,
+        },
+        tiles: [
+            tile::<T, 1> as TileFn,
+            tile::<T, 2>,
+            tile::<T, 3>,
+            tile::<T, 4>,
+            tile::<T, 5>,
+            tile::<T, 6>,
+            tile::<T, 7>,
+            tile::<T, 8>,
+        ],
+    }
+}
+
+/// The NEON kernels for `dtype` (the caller checked [`super::has_kernels`]).
+pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
+    Some(match dtype {
+        DType::Q4_0 => table::<Q4_0>(),
+        DType::Q4_1 => table::<Q4_1>(),
+        DType::Q5_0 => table::<Q5_0>(),
+        DType::Q5_1 => table::<Q5_1>(),
+        DType::Q8_0 => table::<Q8_0>(),
+        _ => return None,
+    })
+}
