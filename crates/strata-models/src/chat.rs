@@ -4,11 +4,13 @@
 //!
 //! A template comes from the model file, so it is untrusted: a rendering is
 //! bounded in instructions ([`TEMPLATE_FUEL`]), in the size of any value it
-//! builds ([`MAX_VALUE`]), in all it builds ([`MAX_BUILT`]) and in output
-//! ([`MAX_RENDERED`]); constants minijinja would fold while compiling are
-//! size-checked first. The size checks run inside minijinja's bytecode
-//! (`chat/guard.rs`, `chat/fold.rs`): a template past a limit fails with
-//! [`ModelError::Template`], never by exhausting memory.
+//! builds ([`MAX_VALUE`]), in all it builds ([`MAX_BUILT`]), in output
+//! ([`MAX_RENDERED`]) and in how deep its lists and maps nest
+//! ([`MAX_DEPTH`]; no namespace may hold a namespace, so none holds
+//! itself); constants minijinja would fold while compiling are size-checked
+//! first. The checks run inside minijinja's bytecode (`chat/guard.rs`,
+//! `chat/fold.rs`): a template past a limit fails with
+//! [`ModelError::Template`], never by exhausting memory or the stack.
 
 use std::collections::BTreeMap;
 
@@ -58,6 +60,12 @@ pub const MAX_VALUE: usize = MAX_RENDERED;
 /// each under [`MAX_VALUE`]. Real templates build a few times the length of
 /// the chat.
 pub const MAX_BUILT: usize = 16 * MAX_RENDERED;
+/// Deepest nesting of lists and maps a template may build (`[[[x]]]` is 3
+/// deep): checked as each list, map or filter result is built, so no value
+/// is deep enough to exhaust the stack when printed, compared or dropped.
+/// (A list holding a namespace may deepen as the namespace is assigned to,
+/// to at most twice this.) Real templates nest a few levels.
+pub const MAX_DEPTH: usize = 100;
 /// Most numbers one `range()` may produce (minijinja's own limit is 100000,
 /// which nested loops multiply).
 pub const MAX_RANGE: usize = 10_000;
@@ -424,5 +432,39 @@ mod tests {
         );
         let deep = format!("{{{{ 'a'{} }}}}", " ~ 'a'".repeat(fold::MAX_DEPTH));
         assert!(ChatTemplate::new(&deep, "", "").is_err());
+    }
+
+    /// Near misses of the nesting cases of `tests/chat_limits.rs`: values
+    /// nested a few levels, up to the cap, and a list holding a namespace
+    /// that is assigned to afterwards (at most twice the cap) render, print,
+    /// serialize and compare.
+    #[test]
+    fn nested_values_within_the_cap_render() {
+        let chat = [Message::new("user", "hi")];
+        let render = |src: &str| {
+            ChatTemplate::new(src, "", "")
+                .and_then(|t| t.render(&chat, false))
+                .unwrap_or_else(|e| panic!("{src}: {e}"))
+        };
+        assert_eq!(
+            render("{% set ns = namespace(l=[]) %}{% for i in range(3) %}{% set ns.l = [ns.l, i] %}{% endfor %}{{ ns.l }} {{ {'a': {'b': [1, {'c': 2}]}}|tojson }}"),
+            "[[[[], 0], 1], 2] {\"a\":{\"b\":[1,{\"c\":2}]}}"
+        );
+        let deep = format!(
+            "{{% set ns = namespace(l=1) %}}{{% for i in range({MAX_DEPTH}) %}}{{% set ns.l = [ns.l] %}}{{% endfor %}}"
+        );
+        let at_cap = render(&format!("{deep}{{{{ ns.l }}}}"));
+        let want = format!("{}1{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert_eq!(at_cap, want);
+        // `a` at depth MAX_DEPTH, then given a value MAX_DEPTH deep.
+        let n = MAX_DEPTH - 1;
+        let twice = format!(
+            "{deep}{{% set a = namespace() %}}{{% set l = a %}}{}{{% set a.x = ns.l %}}{{{{ l|tojson|length }}}} {{{{ l == l }}}} {{{{ (l ~ '')|length }}}} {{{{ l }}}}",
+            "{% set l = [l] %}".repeat(n),
+        );
+        let out = render(&twice);
+        let printed = format!("{}{{\"x\": {want}}}{}", "[".repeat(n), "]".repeat(n));
+        assert!(out.contains(" True "), "{out}");
+        assert!(out.ends_with(&printed), "{out}");
     }
 }

@@ -2,10 +2,12 @@
 //! (doubling by `~`, `+`, `*`, `chain`, captures; `join`, `replace`,
 //! `tojson`... of large values; constants folded as the template compiles)
 //! stop with the typed template error, and the process's peak memory stays
-//! bounded. One test in its own binary, so that the peak (`VmHWM`) is this
+//! bounded; so do templates nesting lists and maps past `MAX_DEPTH` or
+//! making a namespace hold itself (which would overflow the stack: a crash
+//! of this binary fails the test). One test in its own binary, so that the peak (`VmHWM`) is this
 //! test's alone.
 
-use strata_models::chat::{ChatTemplate, Message, MAX_BUILT};
+use strata_models::chat::{ChatTemplate, Message, MAX_BUILT, MAX_DEPTH};
 use strata_models::ModelError;
 
 const NAME: &str = "tokenizer.chat_template";
@@ -102,6 +104,58 @@ fn hostile() -> Vec<(&'static str, String, String)> {
             "many values each under the cap",
             s("{% set s = 'x' * 4000000 %}{% set ns = namespace(l=[]) %}{% for i in range(10000) %}{% set ns.l = ns.l + [s ~ i] %}{% endfor %}{{ ns.l|length }}"),
             format!("more than {MAX_BUILT} bytes"),
+        ),
+        // Issue 16 item 8, nesting: values deep enough to overflow the
+        // stack when dropped or printed, and namespaces holding themselves.
+        (
+            "a million-deep list",
+            s("{% set ns = namespace(l=[]) %}{% for i in range(10000) %}{% for j in range(100) %}{% set ns.l = [ns.l] %}{% endfor %}{% endfor %}{{ ns.l|length }}"),
+            format!("more than {MAX_DEPTH} lists and maps deep"),
+        ),
+        (
+            "a deep map",
+            s("{% set ns = namespace(d={}) %}{% for i in range(10000) %}{% set ns.d = {'d': ns.d} %}{% endfor %}{{ ns.d }}"),
+            format!("more than {MAX_DEPTH} lists and maps deep"),
+        ),
+        (
+            "a deep list by `batch`",
+            s("{% set ns = namespace(l=[1]) %}{% for i in range(10000) %}{% set ns.l = ns.l|batch(1) %}{% endfor %}{{ ns.l }}"),
+            format!("more than {MAX_DEPTH} lists and maps deep"),
+        ),
+        (
+            "a deep map by `dict`",
+            s("{% set ns = namespace(d=1) %}{% for i in range(10000) %}{% set ns.d = dict(d=ns.d) %}{% endfor %}{{ ns.d }}"),
+            format!("more than {MAX_DEPTH} lists and maps deep"),
+        ),
+        (
+            "a namespace holding itself, printed",
+            s("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}"),
+            s("holds a namespace"),
+        ),
+        (
+            "a namespace holding itself, as JSON",
+            s("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns|tojson }}"),
+            s("holds a namespace"),
+        ),
+        (
+            "a namespace holding itself, compared",
+            s("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns == ns.me }}"),
+            s("holds a namespace"),
+        ),
+        (
+            "a namespace in a list in itself",
+            s("{% set ns = namespace() %}{% set l = [1, ns] %}{% set ns.l = l %}{{ l }}"),
+            s("holds a namespace"),
+        ),
+        (
+            "a namespace in a map in a list in itself",
+            s("{% set ns = namespace() %}{% set ns.l = [{'n': ns}] %}{{ ns|tojson }}"),
+            s("holds a namespace"),
+        ),
+        (
+            "a namespace in another, crosswise",
+            s("{% set a = namespace() %}{% set b = namespace(a=a) %}{% set a.b = b %}{{ a }}"),
+            s("holds a namespace"),
         ),
     ]
 }

@@ -25,17 +25,42 @@
 //! (a list counts a [`Value`] slot per item; items are shared, not copied).
 //! Estimates come first wherever a builtin could build more than a small
 //! multiple of its inputs, so nothing large is allocated before the check.
+//!
+//! Nesting is bounded too: a value nested deeply enough (`ns.l = [ns.l]` a
+//! million times), or a namespace holding itself (`ns.me = ns`), overflows
+//! the stack when minijinja prints, serializes, compares or drops it, all
+//! recursively. Two rules keep every value shallow and acyclic:
+//!
+//! * Every list, map or keyword arguments literal, `varargs`/`kwargs`
+//!   lookup, and result of a checked filter or of `dict`/`namespace` is
+//!   walked ([`nesting`], with an explicit stack) and refused past
+//!   [`MAX_DEPTH`] levels. A list or map of minijinja's own types that holds
+//!   no namespace is immutable, so its depth is remembered by address for
+//!   the rest of the rendering (the value is kept, so the address is not
+//!   reused) and later walks stop there; walks are bounded in all
+//!   ([`MAX_WALKED`] items). `+`, `*`, slicing and the unchecked builtins
+//!   only rearrange items of values already checked: no deeper result.
+//! * Namespaces are the only mutable values, so the only way to a cycle
+//!   or to deepen a value after its check: `{% set ns.attr = value %}` is
+//!   refused when `value` is or holds a namespace (the walk again). A
+//!   namespace's attributes are then namespace-free, so no namespace can
+//!   reach itself, and a namespace deepens by at most [`MAX_DEPTH`] + 1
+//!   after it was put in a list: no value nests more than about twice
+//!   [`MAX_DEPTH`] deep, which stays well within a thread's stack.
+//!
+//! minijinja's namespace type is private: it is recognized by its type name.
 
 use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use minijinja::machinery::{Instruction, Instructions};
-use minijinja::value::{from_args, Kwargs, Object, Value, ValueKind};
+use minijinja::value::{from_args, Kwargs, Object, ObjectRepr, Value, ValueKind};
 use minijinja::{filters, functions, tests, AutoEscape, Environment, Error, ErrorKind, State};
 
-use super::{MAX_BUILT, MAX_RANGE, MAX_RENDERED, MAX_VALUE};
+use super::{MAX_BUILT, MAX_DEPTH, MAX_RANGE, MAX_RENDERED, MAX_VALUE};
 
 /// Bytes one list item costs (the slot; the item itself is shared).
 const SLOT: usize = std::mem::size_of::<Value>();
@@ -53,6 +78,8 @@ const CHECK_IN: &str = "strata:check-in";
 const SLOTS: &str = "strata:slots";
 const CAPTURE_BEGIN: &str = "strata:capture-begin";
 const CAPTURE_END: &str = "strata:capture-end";
+const CHECK_NESTING: &str = "strata:check-nesting";
+const CHECK_SET_ATTR: &str = "strata:check-set-attr";
 /// The name of the per-rendering [`Budget`] among the state's temps.
 const BUDGET: &str = "strata:budget";
 
@@ -65,6 +92,11 @@ struct Budget {
     output: AtomicUsize,
     /// Bytes emitted into each open capture, innermost last.
     captures: Mutex<Vec<usize>>,
+    /// Items the nesting checks have looked at.
+    walked: AtomicUsize,
+    /// The depth of every list and map found free of namespaces (so
+    /// immutable), by address; the value is held so the address is not reused.
+    depths: Mutex<HashMap<usize, (usize, Value)>>,
 }
 
 impl Object for Budget {}
@@ -72,6 +104,10 @@ impl Object for Budget {}
 impl Budget {
     fn captures(&self) -> std::sync::MutexGuard<'_, Vec<usize>> {
         self.captures.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn depths(&self) -> std::sync::MutexGuard<'_, HashMap<usize, (usize, Value)>> {
+        self.depths.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -317,6 +353,199 @@ fn check_in(state: &State, args: &[Value]) -> Result<Value, Error> {
 fn slots(state: &State, n: usize) -> Result<Value, Error> {
     build(state, "a literal", n.saturating_mul(SLOT))?;
     Ok(Value::from(()))
+}
+
+/// Most items the nesting checks of one rendering may look at (a list or
+/// map already checked counts once).
+const MAX_WALKED: usize = 2 * (MAX_BUILT / SLOT);
+/// Most lists and maps [`Budget::depths`] keeps.
+const MAX_KNOWN: usize = 1 << 16;
+
+fn too_deep(what: &str) -> Error {
+    Error::new(
+        ErrorKind::InvalidOperation,
+        format!(
+            "{what} nested more than {MAX_DEPTH} lists and maps deep: a chat template may \
+             build no deeper value (a runaway template?); fix the template or render without it"
+        ),
+    )
+}
+
+fn namespace_inside(what: &str) -> Error {
+    Error::new(
+        ErrorKind::InvalidOperation,
+        format!(
+            "{what} is or holds a namespace: a namespace may not be stored in a namespace, \
+             directly or in a list or map (it could end up holding itself); fix the template \
+             or render without it"
+        ),
+    )
+}
+
+fn over_walked() -> Error {
+    Error::new(
+        ErrorKind::InvalidOperation,
+        format!(
+            "checking how deep its values nest looked at more than {MAX_WALKED} items (a \
+             runaway template?); fix the template or render without it"
+        ),
+    )
+}
+
+/// The type name of minijinja's namespace object (a private type).
+fn namespace_type() -> &'static str {
+    static NAME: OnceLock<&'static str> = OnceLock::new();
+    NAME.get_or_init(|| {
+        functions::namespace(None)
+            .ok()
+            .and_then(|ns| ns.as_object().map(|o| o.type_name()))
+            .unwrap_or("minijinja::value::namespace_object::Namespace")
+    })
+}
+
+fn is_namespace(v: &Value) -> bool {
+    v.as_object()
+        .is_some_and(|o| o.type_name() == namespace_type())
+}
+
+/// The address of a list or map of minijinja's own (immutable) types.
+fn address(v: &Value) -> Option<usize> {
+    let o = v.as_object()?;
+    if let Some(l) = o.downcast_ref::<Vec<Value>>() {
+        return Some(l as *const Vec<Value> as usize);
+    }
+    o.downcast_ref::<BTreeMap<Value, Value>>()
+        .map(|m| m as *const BTreeMap<Value, Value> as usize)
+}
+
+/// The items of a list, the keys and values of a map or namespace; `None`
+/// for anything else (a scalar, a string, a function...).
+fn children(v: &Value) -> Option<Box<dyn Iterator<Item = Value> + Send + Sync>> {
+    let o = v.as_object()?;
+    match o.repr() {
+        ObjectRepr::Map => Some(Box::new(o.try_iter_pairs()?.flat_map(|(k, v)| [k, v]))),
+        ObjectRepr::Seq | ObjectRepr::Iterable => o.try_iter(),
+        _ => None,
+    }
+}
+
+/// A list or map [`nesting`] is inside of.
+struct Frame {
+    value: Value,
+    items: Box<dyn Iterator<Item = Value> + Send + Sync>,
+    /// The depth of its deepest item so far.
+    below: usize,
+    /// Whether it is or holds a namespace.
+    namespace: bool,
+    /// Items looked at below it.
+    walked: usize,
+}
+
+/// How deep `v` nests (0 for a scalar, 1 + its deepest item for a list, map
+/// or namespace) and whether it is or holds a namespace, walked with a
+/// stack of its own. Fails past [`MAX_DEPTH`] and [`MAX_WALKED`]; a list
+/// or map is walked once per call, and once per rendering when it holds no
+/// namespace (it is then immutable: see [`Budget::depths`]).
+fn nesting(state: &State, v: &Value, what: &str) -> Result<(usize, bool), Error> {
+    let Some(items) = children(v) else {
+        return Ok((0, is_namespace(v)));
+    };
+    let b = budget(state)?;
+    let known = |v: &Value| address(v).and_then(|a| b.depths().get(&a).map(|(d, _)| *d));
+    if let Some(d) = known(v) {
+        return Ok((d, false));
+    }
+    let before = b.walked.load(Ordering::Relaxed);
+    let mut walked = 0usize;
+    // This walk's results for lists and maps that hold a namespace.
+    let mut local: HashMap<usize, usize> = HashMap::new();
+    let frame = |value: &Value, items| Frame {
+        namespace: is_namespace(value),
+        value: value.clone(),
+        items,
+        below: 0,
+        walked: 0,
+    };
+    let mut stack = vec![frame(v, items)];
+    let result = loop {
+        let Some(top) = stack.last_mut() else {
+            break Err(Error::from(ErrorKind::InvalidOperation));
+        };
+        if let Some(item) = top.items.next() {
+            walked += 1;
+            top.walked += 1;
+            if before.saturating_add(walked) > MAX_WALKED {
+                break Err(over_walked());
+            }
+            let cached = known(&item).map(|d| (d, false)).or_else(|| {
+                let d = address(&item).and_then(|a| local.get(&a))?;
+                Some((*d, true))
+            });
+            let (d, ns) = match cached {
+                Some(c) => c,
+                None => match children(&item) {
+                    None => (0, is_namespace(&item)),
+                    Some(items) => {
+                        if stack.len() >= MAX_DEPTH {
+                            break Err(too_deep(what));
+                        }
+                        stack.push(frame(&item, items));
+                        continue;
+                    }
+                },
+            };
+            if stack.len() + d > MAX_DEPTH {
+                break Err(too_deep(what));
+            }
+            let top = stack.last_mut().expect("the frame just used");
+            top.below = top.below.max(d);
+            top.namespace |= ns;
+            continue;
+        }
+        let Some(done) = stack.pop() else {
+            break Err(Error::from(ErrorKind::InvalidOperation));
+        };
+        let d = done.below + 1;
+        if let Some(a) = address(&done.value) {
+            if done.namespace {
+                local.insert(a, d);
+            } else if done.walked > 1 {
+                let mut depths = b.depths();
+                if depths.len() < MAX_KNOWN {
+                    depths.insert(a, (d, done.value.clone()));
+                }
+            }
+        }
+        match stack.last_mut() {
+            Some(up) => {
+                up.below = up.below.max(d);
+                up.namespace |= done.namespace;
+                up.walked += done.walked;
+            }
+            None => break Ok((d, done.namespace)),
+        }
+    };
+    b.walked.fetch_add(walked, Ordering::Relaxed);
+    result
+}
+
+/// Checks the nesting of a value the template built (a list, map or
+/// keyword arguments literal, `varargs`, `kwargs`, a filter's or a
+/// function's result): see the module docs.
+fn check_nesting(state: &State, args: &[Value]) -> Result<Value, Error> {
+    let v = args.first().cloned().unwrap_or_default();
+    nesting(state, &v, "a value")?;
+    Ok(v)
+}
+
+/// Checks `ns.attr = value` before it runs: `value` holds no namespace.
+fn check_set_attr(state: &State, args: &[Value]) -> Result<Value, Error> {
+    let (value, _) = pair(args)?;
+    let what = "a value assigned to a namespace";
+    if nesting(state, value, what)?.1 {
+        return Err(namespace_inside(what));
+    }
+    Ok(reversed(args))
 }
 
 fn capture_begin(state: &State) -> Result<Value, Error> {
@@ -592,6 +821,7 @@ fn filter(env: &mut Environment<'_>, name: &'static str, inner: Value, pre: Pre,
             if charge {
                 build(state, "a filter result", shallow(&rv))?;
             }
+            nesting(state, &rv, "a filter result")?;
             Ok(rv)
         },
     );
@@ -618,6 +848,8 @@ pub(super) fn install(env: &mut Environment<'_>) {
     env.add_function(SLOTS, slots);
     env.add_function(CAPTURE_BEGIN, capture_begin);
     env.add_function(CAPTURE_END, capture_end);
+    env.add_function(CHECK_NESTING, check_nesting);
+    env.add_function(CHECK_SET_ATTR, check_set_attr);
     env.set_formatter(format);
 
     use Pre::*;
@@ -753,6 +985,7 @@ pub(super) fn install(env: &mut Environment<'_>) {
             move |state: &State, args: &[Value]| -> Result<Value, Error> {
                 let rv = inner.call(state, args)?;
                 build(state, "a map", shallow(&rv))?;
+                nesting(state, &rv, "a map")?;
                 Ok(rv)
             },
         );
@@ -864,12 +1097,26 @@ pub(super) fn rewrite<'s>(old: &Instructions<'s>) -> Instructions<'s> {
                 add(I::CallFunction(SLOTS, Some(1)));
                 add(I::DiscardTop);
                 add(ins.clone());
+                add(I::CallFunction(CHECK_NESTING, Some(1)));
             }
             I::BuildMap(n) | I::BuildKwargs(n) => {
                 add(I::LoadConst(Value::from(n.saturating_mul(2))));
                 add(I::CallFunction(SLOTS, Some(1)));
                 add(I::DiscardTop);
                 add(ins.clone());
+                add(I::CallFunction(CHECK_NESTING, Some(1)));
+            }
+            I::SetAttr(_) => {
+                let [call, unpack] = check(CHECK_SET_ATTR, 2);
+                add(call);
+                add(unpack);
+                add(ins.clone());
+            }
+            // Built by the engine for a macro call (macros are not enabled
+            // in this crate's build; checked should they ever be).
+            I::Lookup(name @ ("varargs" | "kwargs")) => {
+                add(I::Lookup(name));
+                add(I::CallFunction(CHECK_NESTING, Some(1)));
             }
             I::BeginCapture(_) => {
                 add(I::CallFunction(CAPTURE_BEGIN, Some(0)));
@@ -890,7 +1137,6 @@ pub(super) fn rewrite<'s>(old: &Instructions<'s>) -> Instructions<'s> {
             I::StoreLocal(_)
             | I::Lookup(_)
             | I::GetAttr(_)
-            | I::SetAttr(_)
             | I::GetItem
             | I::LoadConst(_)
             | I::MergeKwargs(_)
