@@ -60,6 +60,8 @@ use crate::{Error, Result};
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64_neon;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod tags;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]

@@ -38,54 +38,15 @@
 //! through [`kernels`] after the dispatcher checked the CPU
 //! ([`super::has_kernels`]).
 
+use super::tags::{
+    chunk_size, has_min, is_q5, kernel_table, offsets, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+};
 use super::{Kernels, TileFn, ACT_BLOCK};
 use crate::tensor::DType;
 use std::arch::x86_64::*;
 
-const Q4_0: u8 = 0;
-const Q4_1: u8 = 1;
-const Q5_0: u8 = 2;
-const Q5_1: u8 = 3;
-const Q8_0: u8 = 4;
-
 /// Columns per pass over a half group.
 const PASS: usize = 4;
-
-/// Chunk bytes of type `T`.
-const fn chunk_size(t: u8) -> usize {
-    match t {
-        Q4_0 => 288,
-        Q4_1 => 320,
-        Q5_0 => 352,
-        Q5_1 => 384,
-        _ => 544,
-    }
-}
-
-/// Offsets of (scales, fifth-bit masks, quants) inside chunk `b` (the
-/// layout of `super::Chunk::of`). Masks: Q5 only.
-#[inline(always)]
-fn offsets(t: u8, b: usize) -> (usize, usize, usize) {
-    let even = b.is_multiple_of(2);
-    match t {
-        Q4_0 if even => (256, 0, 0),
-        Q4_0 => (0, 0, 32),
-        Q4_1 => (0, 0, 64),
-        Q5_0 if even => (320, 0, 64),
-        Q5_0 => (0, 32, 96),
-        Q5_1 => (0, 64, 128),
-        _ if even => (512, 0, 0),
-        _ => (0, 0, 32),
-    }
-}
-
-const fn has_min(t: u8) -> bool {
-    t == Q4_1 || t == Q5_1
-}
-
-const fn is_q5(t: u8) -> bool {
-    t == Q5_0 || t == Q5_1
-}
 
 /// The 32 bits of `m` spread to the 32 bytes of a register: byte `i` is
 /// 16 where bit `i` is set, else 0 (the fifth bit of a 5-bit quant).
@@ -311,36 +272,4 @@ fn f16_round(x: f32) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(h))
 }
 
-/// The kernels of type `T`.
-fn table<const T: u8>() -> Kernels {
-    Kernels {
-        quantize: match T {
-            Q4_0 => quantize::<8>,
-            Q5_0 => quantize::<16>,
-            Q8_0 => quantize::<128>,
-            _ => quantize::<0>,
-        },
-        tiles: [
-            tile::<T, 1> as TileFn,
-            tile::<T, 2>,
-            tile::<T, 3>,
-            tile::<T, 4>,
-            tile::<T, 5>,
-            tile::<T, 6>,
-            tile::<T, 7>,
-            tile::<T, 8>,
-        ],
-    }
-}
-
-/// The AVX2 kernels for `dtype` (the caller checked [`super::has_kernels`]).
-pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
-    Some(match dtype {
-        DType::Q4_0 => table::<Q4_0>(),
-        DType::Q4_1 => table::<Q4_1>(),
-        DType::Q5_0 => table::<Q5_0>(),
-        DType::Q5_1 => table::<Q5_1>(),
-        DType::Q8_0 => table::<Q8_0>(),
-        _ => return None,
-    })
-}
+kernel_table!();

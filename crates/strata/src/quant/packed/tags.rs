@@ -1,0 +1,100 @@
+//! What every level's packed kernels share: the type tags their const
+//! generics take, the chunk geometry of [`super::Chunk::of`] as `const fn`s
+//! the compiler folds per instantiation, and [`kernel_table`], which fills a
+//! level's [`super::Kernels`] table from its `quantize::<OFF>` and
+//! `tile::<T, NR>` functions.
+
+/// Type tag: Q4_0.
+pub(super) const Q4_0: u8 = 0;
+/// Type tag: Q4_1.
+pub(super) const Q4_1: u8 = 1;
+/// Type tag: Q5_0.
+pub(super) const Q5_0: u8 = 2;
+/// Type tag: Q5_1.
+pub(super) const Q5_1: u8 = 3;
+/// Type tag: Q8_0.
+pub(super) const Q8_0: u8 = 4;
+
+/// Chunk bytes of type `t`.
+pub(super) const fn chunk_size(t: u8) -> usize {
+    match t {
+        Q4_0 => 288,
+        Q4_1 => 320,
+        Q5_0 => 352,
+        Q5_1 => 384,
+        _ => 544,
+    }
+}
+
+/// Offsets of (scales, fifth-bit masks, quants) inside chunk `b` of a group
+/// of type `t` (the layout of `super::Chunk::of`: chunks of 32 mod 64 bytes
+/// put their scales last when `b` is even). Masks: Q5 only.
+#[inline(always)]
+pub(super) fn offsets(t: u8, b: usize) -> (usize, usize, usize) {
+    let even = b.is_multiple_of(2);
+    match t {
+        Q4_0 if even => (256, 0, 0),
+        Q4_0 => (0, 0, 32),
+        Q4_1 => (0, 0, 64),
+        Q5_0 if even => (320, 0, 64),
+        Q5_0 => (0, 32, 96),
+        Q5_1 => (0, 64, 128),
+        _ if even => (512, 0, 0),
+        _ => (0, 0, 32),
+    }
+}
+
+/// True for the types with a minimum (`m`) per block.
+pub(super) const fn has_min(t: u8) -> bool {
+    t == Q4_1 || t == Q5_1
+}
+
+/// True for the 5-bit types (fifth-bit masks).
+pub(super) const fn is_q5(t: u8) -> bool {
+    t == Q5_0 || t == Q5_1
+}
+
+/// Defines, in a level's module, `fn table<const T: u8>() -> Kernels` (its
+/// `quantize::<OFF>` with each type's offset, and `tile::<T, 1..=8>`) and
+/// `pub(super) fn kernels(dtype: DType) -> Option<Kernels>`, the level's
+/// kernels for `dtype`. The caller's scope provides `quantize`, `tile`,
+/// `Kernels`, `TileFn`, `DType` and the type tags.
+macro_rules! kernel_table {
+    () => {
+        /// The kernels of type `T`.
+        fn table<const T: u8>() -> Kernels {
+            Kernels {
+                quantize: match T {
+                    Q4_0 => quantize::<8>,
+                    Q5_0 => quantize::<16>,
+                    Q8_0 => quantize::<128>,
+                    _ => quantize::<0>,
+                },
+                tiles: [
+                    tile::<T, 1> as TileFn,
+                    tile::<T, 2>,
+                    tile::<T, 3>,
+                    tile::<T, 4>,
+                    tile::<T, 5>,
+                    tile::<T, 6>,
+                    tile::<T, 7>,
+                    tile::<T, 8>,
+                ],
+            }
+        }
+
+        /// This level's kernels for `dtype` (the caller checked
+        /// `has_kernels`).
+        pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
+            Some(match dtype {
+                DType::Q4_0 => table::<Q4_0>(),
+                DType::Q4_1 => table::<Q4_1>(),
+                DType::Q5_0 => table::<Q5_0>(),
+                DType::Q5_1 => table::<Q5_1>(),
+                DType::Q8_0 => table::<Q8_0>(),
+                _ => return None,
+            })
+        }
+    };
+}
+pub(super) use kernel_table;
