@@ -476,6 +476,30 @@ pub(crate) fn prepare_activation(dtype: DType, q: &[u8], out: &mut [u8]) {
 mod tests {
     use super::*;
 
+    /// Every level that says it has packed kernels hands them out (else the
+    /// MUL_MAT path silently takes the unpacking fallback, which the result
+    /// tests cannot tell apart), and no other level does.
+    #[test]
+    fn kernels_exist_exactly_where_has_kernels_says() {
+        use crate::quant::simd::Isa;
+        for isa in Isa::ALL {
+            for t in DType::QUANTIZED {
+                assert_eq!(
+                    kernels_for(isa, t).is_some(),
+                    has_kernels(isa, t),
+                    "{isa} {t}"
+                );
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if Isa::Avx2.is_supported() {
+            assert!(
+                has_kernels(Isa::Avx2, DType::Q4_0),
+                "AVX2 has packed kernels"
+            );
+        }
+    }
+
     #[test]
     fn packed_size_is_ggml_size_and_regions_tile_the_chunk() {
         for (t, cs) in [
