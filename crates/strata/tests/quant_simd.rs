@@ -538,15 +538,7 @@ fn k_quant_dots_are_bit_identical_to_scalar_on_every_level() {
                 if case & 2 == 2 {
                     scramble_k(yt, &mut y, &mut rng);
                 }
-                let want = scalar_dot(t)(n, &x, &y);
-                for isa in levels() {
-                    let got = simd::vec_dot_fn_for(isa, t).unwrap()(n, &x, &y);
-                    assert_eq!(
-                        got.to_bits(),
-                        want.to_bits(),
-                        "{isa} {t} super-blocks={nsb} case={case}: {got:e} vs {want:e}"
-                    );
-                }
+                same_bits_on_every_level(t, n, &x, &y, &format!("super-blocks={nsb} case={case}"));
             }
         }
     }
@@ -768,15 +760,7 @@ fn k_quant_dots_are_bit_identical_at_every_length() {
                 if case & 2 == 2 {
                     scramble_k(yt, &mut y, &mut rng);
                 }
-                let want = scalar_dot(t)(n, &x, &y);
-                for isa in levels() {
-                    let got = simd::vec_dot_fn_for(isa, t).unwrap()(n, &x, &y);
-                    assert_eq!(
-                        got.to_bits(),
-                        want.to_bits(),
-                        "{isa} {t} nb={nb} case={case}"
-                    );
-                }
+                same_bits_on_every_level(t, n, &x, &y, &format!("nb={nb} case={case}"));
             }
         }
     }
@@ -815,5 +799,19 @@ proptest! {
             let got = simd::vec_dot_fn_for(isa, t).unwrap()(n, &x, &y);
             prop_assert!(same_f32(got, want), "{isa} {t} n={n}: {got:e} vs {want:e}");
         }
+    }
+}
+
+/// Every level's dot product of `t` gives the scalar reference's bits on
+/// the rows `x`, `y` of `n` elements.
+fn same_bits_on_every_level(t: DType, n: usize, x: &[u8], y: &[u8], what: &str) {
+    let want = scalar_dot(t)(n, x, y);
+    for isa in levels() {
+        let got = simd::vec_dot_fn_for(isa, t).unwrap()(n, x, y);
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "{isa} {t} {what}: {got:e} vs {want:e}"
+        );
     }
 }

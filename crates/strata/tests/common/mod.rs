@@ -45,9 +45,10 @@ pub fn round_trip(dtype: DType, v: &[f32]) -> Vec<f32> {
 
 /// The values `v` as the CPU backend at level `isa` stores them in `dtype`
 /// (CPY / SET_ROWS, and the activations of a MUL_MAT in the weight's dot
-/// type): Q8_0 / Q8_1 round by the level's ggml rule
-/// (`simd::q8_rule`), every other type as [`round_trip`] (ggml's reference
-/// quantizer, which `write_f32` uses on every CPU).
+/// type): Q8_0 / Q8_1 through the level's own row quantizer
+/// (`simd::quantize_row_fn_for`, bit-identical to ggml's reference on
+/// every level today, but the kernels under test are what the CPU runs),
+/// every other type as [`round_trip`].
 pub fn cpu_round_trip_at(isa: strata::quant::simd::Isa, dtype: DType, v: &[f32]) -> Vec<f32> {
     if !matches!(dtype, DType::Q8_0 | DType::Q8_1) {
         return round_trip(dtype, v);
