@@ -160,7 +160,7 @@ fn kld(model: &Path, isa: Option<&str>, base: &Path, extra: &[&str]) -> Kld {
 /// The llama.cpp level strata's active level is compared with (the AVX2
 /// one for levels llama.cpp has no build of).
 fn reference() -> &'static str {
-    use strata::quant::simd::{active, Isa};
+    use strata::isa::{active, Isa};
     match active() {
         Isa::Vnni | Isa::Avx512 => "avx512",
         Isa::Avx2 | Isa::Scalar | Isa::Neon => "avx2",
@@ -176,7 +176,7 @@ fn mean_kld_against_llama_cpp_of_the_same_level() {
     let &(_, file, bound, bound_unc) = SELF_SPREAD.iter().find(|s| s.0 == level).expect("listed");
     eprintln!(
         "strata at {} on {}: against llama.cpp {level} ({file})",
-        strata::quant::simd::active(),
+        strata::isa::active(),
         strata::cpu::cpu_model()
     );
     let k = kld(&m, None, &data(file), &[]);
@@ -206,7 +206,7 @@ fn levels_agree_as_well_as_llama_cpp_builds() {
     let Some(m) = common::q4_1_model("KL divergence vs llama.cpp") else {
         return;
     };
-    use strata::quant::simd::{detected, Isa};
+    use strata::isa::{detected, Isa};
     let top = detected();
     let lower: Vec<Isa> = Isa::ALL
         .into_iter()

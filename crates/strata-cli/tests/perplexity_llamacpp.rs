@@ -9,7 +9,7 @@
 //! differences move whole quantization steps): 16.4097 at AVX-512 against
 //! 16.3002 at AVX2 with flash attention (−0.67 %). So the reference is
 //! recorded per level, and strata at its active level
-//! ([`strata::quant::simd::active`], `STRATA_ISA`) is compared with the
+//! ([`strata::isa::active`], `STRATA_ISA`) is compared with the
 //! matching one.
 //!
 //! Reference values: llama.cpp b11312 (the sources vendored in
@@ -43,7 +43,7 @@ const REFERENCES: [(&str, f64, f64); 2] =
 
 /// The reference of strata's active level, if llama.cpp has one.
 fn reference_level() -> Option<&'static str> {
-    use strata::quant::simd::{active, Isa};
+    use strata::isa::{active, Isa};
     match active() {
         Isa::Vnni | Isa::Avx512 => Some("avx512"),
         Isa::Avx2 => Some("avx2"),
@@ -80,7 +80,7 @@ fn perplexity_within_half_a_percent_of_llama_perplexity() {
     };
     eprintln!(
         "strata at ISA level {} on {}",
-        strata::quant::simd::active(),
+        strata::isa::active(),
         strata::cpu::cpu_model()
     );
     for (extra, flash) in [(&[][..], true), (&["--no-flash-attn"][..], false)] {

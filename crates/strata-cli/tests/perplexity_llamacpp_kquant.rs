@@ -47,7 +47,7 @@ const REFERENCES: [(&str, &str, f64, f64); 4] = [
 
 /// The reference level of strata's active level, if llama.cpp has one.
 fn reference_level() -> Option<&'static str> {
-    use strata::quant::simd::{active, Isa};
+    use strata::isa::{active, Isa};
     match active() {
         Isa::Vnni | Isa::Avx512 => Some("avx512"),
         Isa::Avx2 => Some("avx2"),
@@ -118,7 +118,7 @@ fn k_quant_perplexity_within_half_a_percent_of_llama_perplexity() {
     };
     eprintln!(
         "strata at ISA level {} on {}",
-        strata::quant::simd::active(),
+        strata::isa::active(),
         strata::cpu::cpu_model()
     );
     for ftype in ["Q4_K_M", "Q6_K"] {

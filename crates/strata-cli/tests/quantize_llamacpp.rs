@@ -102,7 +102,7 @@ fn quantize_writes_llama_quantizes_bytes() {
     };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("quantize-llamacpp");
     std::fs::create_dir_all(&dir).unwrap();
-    let active = strata::quant::simd::active().to_string();
+    let active = strata::isa::active().to_string();
     for (ftype, want, len) in REFERENCES {
         let isas: &[Option<&str>] = if ftype == "Q4_K_M" && active != "scalar" {
             &[None, Some("scalar")]

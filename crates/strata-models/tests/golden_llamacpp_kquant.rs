@@ -76,7 +76,7 @@ fn spread(model: &str) -> f64 {
 /// the bound gets llama.cpp's own spread between levels on top (a level
 /// without a llama.cpp build).
 fn golden_dir() -> (&'static str, bool) {
-    use strata::quant::simd::{active, Isa};
+    use strata::isa::{active, Isa};
     match active() {
         Isa::Vnni | Isa::Avx512 => ("tests/data/kquant", false),
         Isa::Avx2 => ("tests/data/kquant/avx2", false),
@@ -168,7 +168,7 @@ fn check_prompts(name: &str, model: &Arc<Model>, layout: &str, max_kl: f64) {
     let max_kl = max_kl + if add_spread { spread(name) } else { 0.0 };
     println!(
         "{name}, {layout} weights, strata at {}: llama.cpp reference {dir}, KL bound {max_kl:.3e}",
-        strata::quant::simd::active()
+        strata::isa::active()
     );
     let manifest: Value = serde_json::from_slice(&data("tests/data/kquant/manifest.json")).unwrap();
     let mut ctx = Context::new(

@@ -9,7 +9,7 @@
 //! reordering.
 //!
 //! llama.cpp's logits depend on the instruction set it ran with, so the golden logits exist per
-//! level and strata at its active level ([`strata::quant::simd::active`], `STRATA_ISA`) is
+//! level and strata at its active level ([`strata::isa::active`], `STRATA_ISA`) is
 //! compared with the matching one (see [`golden_dir`]):
 //!
 //! | strata level | llama.cpp reference | KL bound (flash / soft_max) |
@@ -45,7 +45,7 @@ fn manifest() -> Value {
 /// The folder of llama.cpp's golden logits for strata's active level, and
 /// the KL allowance on top of the matching-level bound (see the module doc).
 fn golden_dir() -> (&'static str, f64) {
-    use strata::quant::simd::{active, Isa};
+    use strata::isa::{active, Isa};
     match active() {
         Isa::Vnni | Isa::Avx512 => ("tests/data", 0.0),
         Isa::Avx2 => ("tests/data/avx2", 0.0),
@@ -115,7 +115,7 @@ fn check_prompts(model: &Arc<Model>, attention: Attention, max_kl: f64) {
     let max_kl = max_kl + extra;
     println!(
         "strata at {}: llama.cpp reference {dir}, KL bound {max_kl:e}",
-        strata::quant::simd::active()
+        strata::isa::active()
     );
     let m = manifest();
     let mut ctx = context(model, attention, 2);
@@ -219,7 +219,7 @@ fn repacked_weights_match_mapped_weights() {
     let packed = load_default();
     let repacked = packed.repacked_bytes();
     println!("repacked {repacked} bytes");
-    let isa = strata::quant::simd::active();
+    let isa = strata::isa::active();
     if strata::quant::packed::has_kernels(isa, strata::DType::Q4_1) {
         assert!(
             repacked > 0,

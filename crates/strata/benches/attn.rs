@@ -17,7 +17,7 @@ use half::f16;
 use std::time::Duration;
 use strata::backend::Backend;
 use strata::cpu::{alloc_graph_host, CpuBackend, ThreadPool};
-use strata::quant::simd;
+use strata::isa;
 use strata::{ops, DType, Graph, Tensor};
 
 const D: usize = 64;
@@ -138,7 +138,7 @@ impl Out {
 }
 
 fn bench(c: &mut Criterion) {
-    let isa = simd::detected();
+    let isa = isa::detected();
     let mut group = c.benchmark_group("attn");
     group
         .sampling_mode(SamplingMode::Flat)

@@ -26,8 +26,8 @@ use std::time::Duration;
 use strata::backend::alloc_tensors;
 use strata::backend::Backend;
 use strata::cpu::{alloc_graph_host, packed_buffer_type, CpuBackend};
+use strata::isa::{self, Isa};
 use strata::quant::packed;
-use strata::quant::simd::{self, Isa};
 use strata::{ops, DType, Graph, Tensor};
 
 const TYPES: [DType; 5] = [
@@ -96,7 +96,7 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 }
 
 fn bench(c: &mut Criterion) {
-    let best = simd::detected();
+    let best = isa::detected();
     let mut runs: Vec<(Isa, usize)> = vec![(Isa::Scalar, 1), (best, 1), (best, 2)];
     if std::env::var_os("STRATA_BENCH_ALL_LEVELS").is_some() {
         for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
@@ -149,7 +149,7 @@ fn bench(c: &mut Criterion) {
 }
 
 fn bench_float(c: &mut Criterion) {
-    let best = simd::detected();
+    let best = isa::detected();
     let mut group = c.benchmark_group("matmul_float");
     group
         .sampling_mode(SamplingMode::Flat)

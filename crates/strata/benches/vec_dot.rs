@@ -11,7 +11,8 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Duration;
-use strata::quant::simd::{self, Isa};
+use strata::isa::{self, Isa};
+use strata::quant::simd;
 use strata::quant::{self, QK_K};
 use strata::DType;
 
@@ -52,7 +53,7 @@ fn quantize(t: DType, v: &[f32]) -> Vec<u8> {
 }
 
 fn bench(c: &mut Criterion) {
-    let best = simd::detected();
+    let best = isa::detected();
     let all = std::env::var_os("STRATA_BENCH_ALL_LEVELS").is_some();
     let levels: Vec<Isa> = Isa::ALL
         .into_iter()

@@ -14,6 +14,7 @@ pub mod cpu;
 pub mod error;
 pub mod gguf;
 pub mod graph;
+pub mod isa;
 pub mod ops;
 pub mod quant;
 pub mod sched;

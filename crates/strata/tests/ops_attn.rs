@@ -29,7 +29,7 @@ use common::{assert_close, nmse, round_trip, run, tensor, Rng};
 use proptest::prelude::*;
 use strata::backend::Backend;
 use strata::cpu::{alloc_graph_host, CpuBackend};
-use strata::quant::simd::Isa;
+use strata::isa::Isa;
 use strata::{ops, DType, Graph};
 
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -29,7 +29,7 @@ mod common;
 use common::{assert_close, cpu_round_trip, cpu_round_trip_at, run, tensor, Rng};
 use proptest::prelude::*;
 use strata::backend::Backend;
-use strata::quant::simd::Isa;
+use strata::isa::Isa;
 use strata::{ops, DType, Tensor};
 
 /// How the activation tensor `b` is laid out.
@@ -204,7 +204,7 @@ fn run_case_at(c: &Case, nth: usize, seed: u64, isa: Option<Isa>) -> Outcome {
     let vdt = strata::quant::vec_dot_type(c.at);
     let b_rounded: Vec<f32> = b_logical
         .chunks(c.k)
-        .flat_map(|r| cpu_round_trip_at(isa.unwrap_or_else(strata::quant::simd::active), vdt, r))
+        .flat_map(|r| cpu_round_trip_at(isa.unwrap_or_else(strata::isa::active), vdt, r))
         .collect();
     Outcome {
         got,
@@ -285,7 +285,7 @@ fn every_weight_type_every_layout_with_broadcast() {
 #[test]
 fn every_simd_level_matches_the_reference() {
     let levels: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.is_supported()).collect();
-    assert!(levels.contains(&strata::quant::simd::detected()));
+    assert!(levels.contains(&strata::isa::detected()));
     let mut seed = 500;
     for isa in levels {
         for at in WEIGHTS {

@@ -18,7 +18,7 @@ use common::{round_trip, tensor, Rng};
 use proptest::prelude::*;
 use strata::backend::Backend;
 use strata::cpu::{alloc_graph_host, CpuBackend};
-use strata::quant::simd::Isa;
+use strata::isa::Isa;
 use strata::{ops, DType, Graph, Tensor};
 
 #[derive(Clone, Copy, Debug)]
@@ -306,7 +306,7 @@ fn legacy_path_meets_the_same_bound() {
                 a23: [1, 1],
                 b23: [1, 1],
             };
-            let isa = strata::quant::simd::detected();
+            let isa = strata::isa::detected();
             run(&c, 2, isa, true, 3).check(&format!("legacy {c:?}"), 96);
         }
     }

@@ -21,8 +21,9 @@ use common::Rng;
 use proptest::prelude::*;
 use strata::backend::{alloc_tensors, tensor_copy, Backend, Buffer, TensorLayout};
 use strata::cpu::{alloc_graph_host, cpu_buffer_type, packed_buffer_type, CpuBackend};
+use strata::isa::Isa;
 use strata::quant::packed::{self, ROWS};
-use strata::quant::simd::{self, Isa};
+use strata::quant::simd;
 use strata::quant::{self, QK};
 use strata::{ops, DType, Error, Graph, Tensor};
 

@@ -13,7 +13,8 @@ mod common;
 
 use common::Rng;
 use proptest::prelude::*;
-use strata::quant::simd::{self, Isa};
+use strata::isa::{self, Isa};
+use strata::quant::simd;
 use strata::quant::{self, VecDotFn, QK};
 use strata::DType;
 
@@ -31,7 +32,7 @@ const U: f64 = 1.0 / (1u64 << 24) as f64;
 fn levels() -> Vec<Isa> {
     let l: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.is_supported()).collect();
     assert_eq!(l[0], Isa::Scalar);
-    assert!(l.contains(&simd::detected()));
+    assert!(l.contains(&isa::detected()));
     l
 }
 
@@ -285,9 +286,9 @@ fn activation_quantizers_are_bit_identical_on_every_level() {
 
 #[test]
 fn dispatched_functions_are_the_active_level() {
-    let active = simd::active();
+    let active = isa::active();
     assert!(active.is_supported());
-    assert!(active <= simd::detected());
+    assert!(active <= isa::detected());
     let mut rng = Rng::new(23);
     for t in QUANT.into_iter().chain(FLOAT) {
         let n = 5 * QK;
@@ -349,7 +350,7 @@ fn strata_isa_values_parse_and_resolve() {
         assert!(matches!(e, strata::Error::InvalidArgument(_)), "{bad}");
         assert!(e.to_string().contains("STRATA_ISA"), "{e}");
     }
-    use simd::resolve;
+    use isa::resolve;
     assert_eq!(resolve(None, Isa::Vnni).unwrap(), Isa::Vnni);
     assert_eq!(resolve(Some("avx2"), Isa::Vnni).unwrap(), Isa::Avx2);
     assert_eq!(resolve(Some("scalar"), Isa::Vnni).unwrap(), Isa::Scalar);
@@ -368,7 +369,7 @@ fn strata_isa_values_parse_and_resolve() {
 /// Run by [`strata_isa_env_var_forces_the_level`] in a child process.
 #[test]
 fn child_reports_active_level() {
-    println!("ACTIVE={}", simd::active());
+    println!("ACTIVE={}", isa::active());
 }
 
 /// The environment variable itself, read by a fresh process.
@@ -407,7 +408,7 @@ fn strata_isa_env_var_forces_the_level() {
             .unwrap_or("");
         line.trim_start_matches("ACTIVE=").to_string()
     };
-    let detected = simd::detected();
+    let detected = isa::detected();
     for isa in levels() {
         assert_eq!(run(isa.name()), isa.name());
     }
@@ -453,7 +454,7 @@ fn four_column_dots_are_bit_identical_to_one_column_calls() {
         }
     }
     // On an AVX-512 machine the four-column kernels must exist and be tested.
-    if simd::detected() >= Isa::Avx512 && simd::detected() != Isa::Neon {
+    if isa::detected() >= Isa::Avx512 && isa::detected() != Isa::Neon {
         assert!(covered >= 4, "only {covered} four-column kernels");
     }
 }

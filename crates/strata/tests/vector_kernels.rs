@@ -10,7 +10,7 @@ mod common;
 use common::{assert_close, tensor, Rng};
 use strata::backend::Backend;
 use strata::cpu::{alloc_graph_host, vector, CpuBackend};
-use strata::quant::simd::Isa;
+use strata::isa::Isa;
 use strata::{ops, DType, Graph, Tensor};
 
 fn levels() -> Vec<Isa> {
@@ -309,7 +309,7 @@ fn ops_at_every_level_match_f64_and_do_not_depend_on_threads() {
 /// The public row functions refuse mismatched slices with a typed error.
 #[test]
 fn row_functions_refuse_mismatched_lengths() {
-    let isa = strata::quant::simd::active();
+    let isa = strata::isa::active();
     let mut w = [0f32; 3];
     let mut h = [0u8; 4];
     assert!(matches!(

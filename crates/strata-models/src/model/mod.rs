@@ -50,10 +50,10 @@ pub struct LoadOptions {
 
 /// True when CPU weights of `dtype` and shape `ne` are to be repacked at load.
 fn repack(opts: &LoadOptions, dtype: strata::DType, ne: [usize; 4]) -> bool {
-    use strata::quant::{packed, simd};
+    use strata::{isa, quant::packed};
     let off = opts.no_repack
         || std::env::var("STRATA_NO_REPACK").is_ok_and(|v| !v.is_empty() && v != "0");
-    !off && packed::has_kernels(simd::active(), dtype) && packed::eligible(dtype, ne)
+    !off && packed::has_kernels(isa::active(), dtype) && packed::eligible(dtype, ne)
 }
 
 /// The weights of one transformer block.

@@ -37,7 +37,7 @@ pub use view::TView;
 use crate::backend::{
     Backend, BufferType, Device, DeviceMemory, DeviceProvider, DeviceType, Graph,
 };
-use crate::quant::simd::{self, Isa};
+use crate::isa::{self, Isa};
 use crate::tensor::{Tensor, MAX_SRC};
 use crate::{Error, Result};
 use ops::{Ctx, NodePlan, WorkSize};
@@ -104,7 +104,7 @@ impl Device for CpuDevice {
         "CPU".into()
     }
     fn description(&self) -> String {
-        use crate::quant::simd::{active, detected};
+        use crate::isa::{active, detected};
         format!(
             "{}, {}, ISA level {} (detected {}), {} threads",
             cpu_model(),
@@ -224,7 +224,7 @@ impl CpuBackend {
             work: Vec::new(),
             abort: None,
             max_work: None,
-            isa: simd::active(),
+            isa: isa::active(),
             clock: KernelClock::default(),
             cache: None,
             key: Vec::new(),
@@ -238,7 +238,7 @@ impl CpuBackend {
     }
 
     /// The instruction-set level of the SIMD kernels (matmul's dot products
-    /// and activation quantization); [`simd::active`] unless changed.
+    /// and activation quantization); [`isa::active`] unless changed.
     pub fn isa(&self) -> Isa {
         self.isa
     }
@@ -247,13 +247,13 @@ impl CpuBackend {
     /// with the reference in one process).
     ///
     /// Errors: [`Error::InvalidArgument`] if this CPU cannot run `isa`
-    /// (see [`simd::detected`]); the level is left unchanged.
+    /// (see [`isa::detected`]); the level is left unchanged.
     pub fn set_isa(&mut self, isa: Isa) -> Result<()> {
         if !isa.is_supported() {
             return Err(Error::InvalidArgument(format!(
                 "CPU backend: instruction-set level {isa} is not supported by this CPU \
                  (it supports up to {})",
-                simd::detected()
+                isa::detected()
             )));
         }
         self.isa = isa;

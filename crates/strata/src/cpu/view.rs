@@ -259,7 +259,7 @@ impl TView {
             // SAFETY: reading a row nobody writes during this op (sources are read-only).
             let bytes = unsafe { self.row_bytes(i1, i2, i3) };
             // Widening is exact at every level, so the process-wide level is fine.
-            let isa = crate::quant::simd::active();
+            let isa = crate::isa::active();
             if self.dtype == DType::F16 {
                 super::vector::f16_to_f32_row(isa, bytes, out).expect(super::vector::SIZED);
             } else {
@@ -301,7 +301,7 @@ impl TView {
             // SAFETY: the row's 2n bytes are in bounds and written by this thread only.
             let bytes = unsafe { std::slice::from_raw_parts_mut(p, 2 * n) };
             // Bit-identical to the scalar rounding at every level.
-            let isa = crate::quant::simd::active();
+            let isa = crate::isa::active();
             if self.dtype == DType::F16 {
                 super::vector::f32_to_f16_row(isa, src, bytes).expect(super::vector::SIZED);
             } else {

@@ -124,11 +124,11 @@ pub type VecDotFn = fn(n: usize, x: &[u8], y: &[u8]) -> f32;
 /// [`VecDotFn`] calls, bit for bit, but decoding `x` once): `out[j] = x · ys[j]`.
 pub type VecDot4Fn = fn(n: usize, x: &[u8], ys: [&[u8]; 4], out: &mut [f32; 4]);
 
-/// The unchecked row quantizer for `dtype` at the [`simd::active`]
+/// The unchecked row quantizer for `dtype` at the [`crate::isa::active`]
 /// instruction-set level (bit-identical to the scalar reference), or `None`
 /// if `dtype` cannot be quantized to (the integer types).
 pub fn quantize_row_fn(dtype: DType) -> Option<QuantizeRowFn> {
-    simd::quantize_row_fn_for(simd::active(), dtype)
+    simd::quantize_row_fn_for(crate::isa::active(), dtype)
 }
 
 /// The scalar reference row quantizer ([`quantize_row_fn`]'s contract).
@@ -198,11 +198,11 @@ pub const fn vec_dot_type(dtype: DType) -> DType {
 }
 
 /// The unchecked dot product of a `dtype` row with a [`vec_dot_type`]`(dtype)`
-/// row at the [`simd::active`] instruction-set level, or `None` if there is
+/// row at the [`crate::isa::active`] instruction-set level, or `None` if there is
 /// none (Q8_1, Q8_K, integer types). See [`simd`] for how far it may differ from
 /// the scalar reference (the per-type `vec_dot_*` functions).
 pub fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
-    simd::vec_dot_fn_for(simd::active(), dtype)
+    simd::vec_dot_fn_for(crate::isa::active(), dtype)
 }
 
 /// The scalar reference dot product ([`vec_dot_fn`]'s contract).

@@ -49,7 +49,7 @@ pub fn round_trip(dtype: DType, v: &[f32]) -> Vec<f32> {
 /// (`simd::quantize_row_fn_for`, bit-identical to ggml's reference on
 /// every level today, but the kernels under test are what the CPU runs),
 /// every other type as [`round_trip`].
-pub fn cpu_round_trip_at(isa: strata::quant::simd::Isa, dtype: DType, v: &[f32]) -> Vec<f32> {
+pub fn cpu_round_trip_at(isa: strata::isa::Isa, dtype: DType, v: &[f32]) -> Vec<f32> {
     if !matches!(dtype, DType::Q8_0 | DType::Q8_1) {
         return round_trip(dtype, v);
     }
@@ -63,7 +63,7 @@ pub fn cpu_round_trip_at(isa: strata::quant::simd::Isa, dtype: DType, v: &[f32])
 
 /// [`cpu_round_trip_at`] at the active level.
 pub fn cpu_round_trip(dtype: DType, v: &[f32]) -> Vec<f32> {
-    cpu_round_trip_at(strata::quant::simd::active(), dtype, v)
+    cpu_round_trip_at(strata::isa::active(), dtype, v)
 }
 
 /// Normalized mean squared error, as ggml's test-backend-ops: sum((a-b)²) / sum(b²).

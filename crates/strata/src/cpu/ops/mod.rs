@@ -62,7 +62,7 @@ pub(crate) struct Ctx<'a> {
     pub wdata: *mut u8,
     pub work: WorkSize,
     /// The instruction-set level of the kernels that dispatch on it (matmul).
-    pub isa: crate::quant::simd::Isa,
+    pub isa: crate::isa::Isa,
     /// Whether this thread's scratch has been handed out for the current node.
     pub scratch_taken: std::cell::Cell<bool>,
     /// Run the kernels as they were before the float GEMM and the vectorized
@@ -77,7 +77,7 @@ impl<'a> Ctx<'a> {
         w: &'a WorkerCtx<'a>,
         wdata: *mut u8,
         work: WorkSize,
-        isa: crate::quant::simd::Isa,
+        isa: crate::isa::Isa,
     ) -> Ctx<'a> {
         Ctx {
             w,

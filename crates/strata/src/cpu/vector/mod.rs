@@ -13,7 +13,7 @@
 //! `half::f16::from_f32` and [`crate::quant::f32_to_bf16`], NaNs included).
 //! The math functions state their own bounds.
 
-use crate::quant::simd::Isa;
+use crate::isa::Isa;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;

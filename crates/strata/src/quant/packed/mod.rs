@@ -54,7 +54,7 @@
 //! accumulation (within the bound [`super::simd`] documents), and does not
 //! depend on how many columns or threads share the work.
 
-use crate::quant::simd::Isa;
+use crate::isa::Isa;
 use crate::tensor::DType;
 use crate::{Error, Result};
 
@@ -481,7 +481,7 @@ mod tests {
     /// tests cannot tell apart), and no other level does.
     #[test]
     fn kernels_exist_exactly_where_has_kernels_says() {
-        use crate::quant::simd::Isa;
+        use crate::isa::Isa;
         for isa in Isa::ALL {
             for t in DType::QUANTIZED {
                 assert_eq!(
@@ -592,7 +592,7 @@ mod tests {
 
     #[test]
     fn simd_activation_quantizers_match_scalar_quantize_and_prepare() {
-        use crate::quant::simd::{quantize_row_fn_for, Isa};
+        use crate::{isa::Isa, quant::simd::quantize_row_fn_for};
         for isa in Isa::ALL {
             for t in [
                 DType::Q4_0,

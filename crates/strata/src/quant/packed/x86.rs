@@ -17,7 +17,7 @@
 
 use super::tags::{chunk_size, has_min, kernel_table, offsets, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use super::{Kernels, TileFn, ACT_BLOCK};
-use crate::quant::simd::Isa;
+use crate::isa::Isa;
 use crate::tensor::DType;
 use std::arch::x86_64::*;
 

@@ -2,13 +2,11 @@
 //! products of every weight type with its [`vec_dot_type`](super::vec_dot_type)
 //! partner, and the activation conversions (f32 → Q8_0 / Q8_1 / F16).
 //!
-//! The CPU's instruction-set level is detected once ([`detected`]) and cached;
-//! [`active`] is that level, or a lower one forced with the environment
-//! variable `STRATA_ISA` (`scalar`, `avx2`, `avx512`, `vnni`, `neon`), read
-//! once per process. [`super::vec_dot_fn`] and [`super::quantize_row_fn`]
-//! return the [`active`] level's kernels; [`vec_dot_fn_for`] and
-//! [`quantize_row_fn_for`] return a given level's (for tests and benchmarks),
-//! [`vec_dot4_fn_for`] a level's one-row × four-column kernel where it has one.
+//! The levels are [`crate::isa::Isa`]'s. [`super::vec_dot_fn`] and
+//! [`super::quantize_row_fn`] return the [`crate::isa::active`] level's
+//! kernels; [`vec_dot_fn_for`] and [`quantize_row_fn_for`] return a given
+//! level's (for tests and benchmarks), [`vec_dot4_fn_for`] a level's one-row ×
+//! four-column kernel where it has one.
 //!
 //! | level | CPU features | own kernels |
 //! |-------|--------------|-------------|
@@ -41,8 +39,7 @@
 //!   `n / 32` products in four accumulators of eight for AVX2, plus the tree).
 
 use super::{DType, QuantizeRowFn, VecDot4Fn, VecDotFn};
-use crate::{Error, Result};
-use std::sync::OnceLock;
+use crate::isa::Isa;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64_neon;
@@ -58,143 +55,6 @@ mod x86_avx2_k;
 mod x86_avx512;
 #[cfg(target_arch = "x86_64")]
 mod x86_vnni;
-
-/// An instruction-set level with its own kernels, ordered from lowest to
-/// highest within an architecture.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Isa {
-    /// The portable scalar reference.
-    Scalar,
-    /// x86-64 AVX2 + FMA + F16C.
-    Avx2,
-    /// x86-64 AVX2 level plus AVX-512 F, BW and VL.
-    Avx512,
-    /// x86-64 AVX-512 level plus AVX-512 VNNI (`vpdpbusd`).
-    Vnni,
-    /// aarch64 Advanced SIMD.
-    Neon,
-}
-
-impl Isa {
-    /// Every level, lowest first.
-    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Vnni, Isa::Neon];
-
-    /// The name `STRATA_ISA` accepts for this level.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Isa::Scalar => "scalar",
-            Isa::Avx2 => "avx2",
-            Isa::Avx512 => "avx512",
-            Isa::Vnni => "vnni",
-            Isa::Neon => "neon",
-        }
-    }
-
-    /// True if this CPU can run this level's kernels.
-    pub fn is_supported(self) -> bool {
-        self <= detected() && (self == Isa::Scalar || self.same_arch(detected()))
-    }
-
-    /// True if both levels belong to the same architecture (scalar to all).
-    fn same_arch(self, other: Isa) -> bool {
-        let neon = |i: Isa| i == Isa::Neon;
-        self == Isa::Scalar || other == Isa::Scalar || neon(self) == neon(other)
-    }
-}
-
-impl std::fmt::Display for Isa {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Isa {
-    type Err = Error;
-
-    /// Parses a level name (case-insensitive, surrounding spaces ignored).
-    fn from_str(s: &str) -> Result<Isa> {
-        let t = s.trim();
-        Isa::ALL
-            .into_iter()
-            .find(|i| i.name().eq_ignore_ascii_case(t))
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "STRATA_ISA: unknown instruction-set level {s:?}; expected one of \
-                     scalar, avx2, avx512, vnni, neon"
-                ))
-            })
-    }
-}
-
-/// The highest level this CPU supports (detected once, then cached).
-pub fn detected() -> Isa {
-    static DETECTED: OnceLock<Isa> = OnceLock::new();
-    *DETECTED.get_or_init(detect)
-}
-
-#[cfg(target_arch = "x86_64")]
-fn detect() -> Isa {
-    use std::arch::is_x86_feature_detected as has;
-    let avx2 = has!("avx2") && has!("fma") && has!("f16c");
-    let avx512 = avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl");
-    if avx512 && has!("avx512vnni") {
-        Isa::Vnni
-    } else if avx512 {
-        Isa::Avx512
-    } else if avx2 {
-        Isa::Avx2
-    } else {
-        Isa::Scalar
-    }
-}
-
-#[cfg(target_arch = "aarch64")]
-fn detect() -> Isa {
-    if std::arch::is_aarch64_feature_detected!("neon") {
-        Isa::Neon
-    } else {
-        Isa::Scalar
-    }
-}
-
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-fn detect() -> Isa {
-    Isa::Scalar
-}
-
-/// The level to use given the detected level and an optional `STRATA_ISA`
-/// value: the requested level if the CPU supports it, else the detected one.
-///
-/// Errors: [`Error::InvalidArgument`] for an unknown name, or for a level
-/// this CPU cannot run (naming both).
-pub fn resolve(requested: Option<&str>, detected: Isa) -> Result<Isa> {
-    let Some(s) = requested else {
-        return Ok(detected);
-    };
-    let want: Isa = s.parse()?;
-    if want <= detected && want.same_arch(detected) {
-        Ok(want)
-    } else {
-        Err(Error::InvalidArgument(format!(
-            "STRATA_ISA={s}: this CPU supports up to {detected}; \
-             choose a level at or below it"
-        )))
-    }
-}
-
-/// The level the dispatched kernels use: [`detected`], or the lower level
-/// `STRATA_ISA` names. Read once per process; an invalid value is logged
-/// (with [`tracing`]) and ignored.
-pub fn active() -> Isa {
-    static ACTIVE: OnceLock<Isa> = OnceLock::new();
-    *ACTIVE.get_or_init(|| {
-        let var = std::env::var("STRATA_ISA").ok();
-        resolve(var.as_deref(), detected()).unwrap_or_else(|e| {
-            tracing::warn!("{e}; using {}", detected());
-            detected()
-        })
-    })
-}
 
 /// The dot product of a `dtype` row with a `vec_dot_type(dtype)` row at
 /// level `isa` (falling back to the next lower level's kernel for a type it
@@ -217,7 +77,7 @@ pub fn vec_dot_fn_for(isa: Isa, dtype: DType) -> Option<VecDotFn> {
         #[allow(unreachable_patterns)]
         _ => None,
     };
-    own.or_else(|| vec_dot_fn_for(lower(isa), dtype))
+    own.or_else(|| vec_dot_fn_for(isa.lower(), dtype))
 }
 
 /// The four-column dot product of level `isa` for `dtype`, bit-identical to
@@ -255,16 +115,7 @@ pub fn quantize_row_fn_for(isa: Isa, dtype: DType) -> Option<QuantizeRowFn> {
         Isa::Neon => aarch64_neon::quantize_row_fn(dtype),
         _ => None,
     };
-    own.or_else(|| quantize_row_fn_for(lower(isa), dtype))
-}
-
-/// The next lower level on the same architecture.
-fn lower(isa: Isa) -> Isa {
-    match isa {
-        Isa::Vnni => Isa::Avx512,
-        Isa::Avx512 => Isa::Avx2,
-        Isa::Avx2 | Isa::Neon | Isa::Scalar => Isa::Scalar,
-    }
+    own.or_else(|| quantize_row_fn_for(isa.lower(), dtype))
 }
 
 /// Little-endian f16 bits → f32, exactly (normals, subnormals, ±inf; NaNs stay

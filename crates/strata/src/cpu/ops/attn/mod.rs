@@ -44,7 +44,7 @@
 //!   strata takes it for every Dv on every architecture.
 //!
 //! The hot loops dispatch once per op on the backend's instruction-set level
-//! ([`crate::quant::simd::Isa`]): AVX-512 and AVX2 (+FMA, F16C) kernels in
+//! ([`crate::isa::Isa`]): AVX-512 and AVX2 (+FMA, F16C) kernels in
 //! `x86` (x86-64 only), the portable scalar ones here (also used for NEON,
 //! and for the one-chunk path with f16 K and f32 V or the reverse). At the
 //! scalar level the one-chunk path is the reference: it performs exactly the
@@ -72,9 +72,9 @@ use half::f16;
 use super::softmax::alibi_slope;
 use super::{Ctx, NodePlan, WorkSize};
 use crate::cpu::TView;
-use crate::ops::Op;
 #[cfg(target_arch = "x86_64")]
-use crate::quant::simd::Isa;
+use crate::isa::Isa;
+use crate::ops::Op;
 use crate::tensor::{DType, Tensor};
 
 mod decode;

@@ -23,7 +23,7 @@
 //! lengths and row bounds before any raw access.
 
 use super::{ChunkJob, Kernels, RowState, Scalar};
-use crate::quant::simd::Isa;
+use crate::isa::Isa;
 use crate::tensor::DType;
 
 mod lanes;

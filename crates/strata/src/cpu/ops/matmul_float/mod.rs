@@ -48,7 +48,7 @@
 use super::{Ctx, NodePlan, WorkSize};
 use crate::cpu::vector::{self, Level};
 use crate::cpu::TView;
-use crate::quant::simd::Isa;
+use crate::isa::Isa;
 use crate::tensor::DType;
 
 /// Largest K block of the GEMM (the blocks of a given K are equal-sized).
