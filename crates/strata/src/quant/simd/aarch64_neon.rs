@@ -12,56 +12,22 @@
 //! scalar quantizer. f32 → f16 stays scalar (Rust's `float16x4_t` is
 //! unstable).
 //!
-//! NEON is mandatory on aarch64, and the dispatcher only hands these out
-//! when [`super::Isa::Neon`] was detected; the safe wrappers check the row
-//! lengths before any raw read.
+//! NEON is mandatory on aarch64, and this level's table is only reached
+//! through [`super::kernels_for`] when [`super::Isa::Neon`] was detected;
+//! the safe wrappers it holds check the row lengths before any raw read.
 
-use super::super::{put_f16, DType, QuantizeRowFn, VecDotFn, QK};
-use super::{dot_blocks, scale_at};
+use super::super::{put_f16, DType, QK};
+use super::scale_at;
 use std::arch::aarch64::*;
 
-macro_rules! safe_dot {
-    ($name:ident, $imp:ident, $ty:expr) => {
-        fn $name(n: usize, x: &[u8], y: &[u8]) -> f32 {
-            let nb = dot_blocks($ty, n, x, y);
-            // SAFETY: only handed out once NEON was detected; both rows hold
-            // `nb` whole blocks (elements for the float types).
-            unsafe { $imp(nb, x.as_ptr(), y.as_ptr()) }
-        }
-    };
-}
-
-safe_dot!(dot_q4_0, dot_q4_0_imp, DType::Q4_0);
-safe_dot!(dot_q4_1, dot_q4_1_imp, DType::Q4_1);
-safe_dot!(dot_q5_0, dot_q5_0_imp, DType::Q5_0);
-safe_dot!(dot_q5_1, dot_q5_1_imp, DType::Q5_1);
-safe_dot!(dot_q8_0, dot_q8_0_imp, DType::Q8_0);
-safe_dot!(dot_f32, dot_f32_imp, DType::F32);
-safe_dot!(dot_f16, dot_f16_imp, DType::F16);
-safe_dot!(dot_bf16, dot_bf16_imp, DType::BF16);
-
-/// This level's dot product for `dtype`.
-pub(super) fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
-    Some(match dtype {
-        DType::Q4_0 => dot_q4_0,
-        DType::Q4_1 => dot_q4_1,
-        DType::Q5_0 => dot_q5_0,
-        DType::Q5_1 => dot_q5_1,
-        DType::Q8_0 => dot_q8_0,
-        DType::F32 => dot_f32,
-        DType::F16 => dot_f16,
-        DType::BF16 => dot_bf16,
-        _ => return None,
-    })
-}
-
-/// This level's row quantizer for `dtype` (Q8_0 / Q8_1).
-pub(super) fn quantize_row_fn(dtype: DType) -> Option<QuantizeRowFn> {
-    Some(match dtype {
-        DType::Q8_0 => quantize_q8_0,
-        DType::Q8_1 => quantize_q8_1,
-        _ => return None,
-    })
+super::table! {
+    dot: [
+        Q4_0 => dot_q4_0_imp, Q4_1 => dot_q4_1_imp, Q5_0 => dot_q5_0_imp,
+        Q5_1 => dot_q5_1_imp, Q8_0 => dot_q8_0_imp,
+        F32 => dot_f32_imp, F16 => dot_f16_imp, BF16 => dot_bf16_imp,
+    ],
+    dot4: [],
+    quantize: [Q8_0 => quantize_q8_0, Q8_1 => quantize_q8_1],
 }
 
 /// Σ x_j y_j over 16 + 16 i8 pairs, exact.
@@ -120,17 +86,20 @@ fn signed(q: (uint8x16_t, uint8x16_t), offset: i8) -> (int8x16_t, int8x16_t) {
     )
 }
 
-/// A quantized dot product: `$q(bx)` gives the block's signed quants, the
-/// block term is computed as the scalar reference computes it.
+/// A quantized dot product of types `$xt` · `$yt`: `$q(bx)` gives the
+/// block's signed quants, the block term is computed as the scalar
+/// reference computes it.
 macro_rules! block_dot {
-    ($imp:ident, $xb:expr, $yb:expr, $yoff:expr, |$bx:ident| $q:expr,
+    ($imp:ident, $xt:expr, $yt:expr, $yoff:expr, |$bx:ident| $q:expr,
      |$s:ident, $dx:ident, $dy:ident, $mx:ident, $sy:ident| $term:expr) => {
         #[target_feature(enable = "neon")]
         unsafe fn $imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
+            const XB: usize = $xt.type_size();
+            const YB: usize = $yt.type_size();
             let mut sumf = 0.0f32;
             for i in 0..nb {
                 // SAFETY: block i < nb of both rows is in bounds.
-                let ($bx, by) = unsafe { (x.add(i * $xb), y.add(i * $yb)) };
+                let ($bx, by) = unsafe { (x.add(i * XB), y.add(i * YB)) };
                 // SAFETY: the helpers read inside the two blocks.
                 let (xq, yq) = unsafe { ($q, i8s(by.add($yoff))) };
                 let $s = sum_i8(xq.0, xq.1, yq.0, yq.1) as f32;
@@ -150,33 +119,26 @@ macro_rules! block_dot {
     };
 }
 
-const Q4_0: usize = DType::Q4_0.type_size();
-const Q4_1: usize = DType::Q4_1.type_size();
-const Q5_0: usize = DType::Q5_0.type_size();
-const Q5_1: usize = DType::Q5_1.type_size();
-const Q8_0: usize = DType::Q8_0.type_size();
-const Q8_1: usize = DType::Q8_1.type_size();
-
 block_dot!(
     dot_q4_0_imp,
-    Q4_0,
-    Q8_0,
+    DType::Q4_0,
+    DType::Q8_0,
     2,
     |bx| signed(nibbles(bx.add(2)), 8),
     |s, dx, dy, _mx, _sy| s * dx * dy
 );
 block_dot!(
     dot_q4_1_imp,
-    Q4_1,
-    Q8_1,
+    DType::Q4_1,
+    DType::Q8_1,
     4,
     |bx| signed(nibbles(bx.add(4)), 0),
     |s, dx, dy, mx, sy| (dx * dy) * s + mx * sy
 );
 block_dot!(
     dot_q5_0_imp,
-    Q5_0,
-    Q8_0,
+    DType::Q5_0,
+    DType::Q8_0,
     2,
     |bx| {
         let (lo, hi) = nibbles(bx.add(6));
@@ -187,8 +149,8 @@ block_dot!(
 );
 block_dot!(
     dot_q5_1_imp,
-    Q5_1,
-    Q8_1,
+    DType::Q5_1,
+    DType::Q8_1,
     4,
     |bx| {
         let (lo, hi) = nibbles(bx.add(8));
@@ -199,8 +161,8 @@ block_dot!(
 );
 block_dot!(
     dot_q8_0_imp,
-    Q8_0,
-    Q8_0,
+    DType::Q8_0,
+    DType::Q8_0,
     2,
     |bx| i8s(bx.add(2)),
     |s, dx, dy, _mx, _sy| s * (dx * dy)

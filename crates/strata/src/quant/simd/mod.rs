@@ -2,22 +2,31 @@
 //! products of every weight type with its [`vec_dot_type`](super::vec_dot_type)
 //! partner, and the activation conversions (f32 → Q8_0 / Q8_1 / F16).
 //!
-//! The levels are [`crate::isa::Isa`]'s. [`super::vec_dot_fn`] and
-//! [`super::quantize_row_fn`] return the [`crate::isa::active`] level's
-//! kernels; [`vec_dot_fn_for`] and [`quantize_row_fn_for`] return a given
-//! level's (for tests and benchmarks), [`vec_dot4_fn_for`] a level's one-row ×
-//! four-column kernel where it has one.
+//! The levels are [`crate::isa::Isa`]'s. Each level's file declares its own
+//! kernels in one `table!` list (type → kernel, for the one-column dot
+//! products, the four-column ones and the quantizers); [`kernels_for`]
+//! builds a level's [`Kernels`] table once, from its own list and, for the
+//! types it has none for, the next lower level's table ([`Isa::lower`]), and
+//! keeps it. [`super::vec_dot_fn`] and [`super::quantize_row_fn`] look up the
+//! [`crate::isa::active`] level's table; [`vec_dot_fn_for`],
+//! [`quantize_row_fn_for`] and [`vec_dot4_fn_for`] (a one-row × four-column
+//! kernel, where the level has one) a given level's (for the matmul, tests
+//! and benchmarks).
 //!
-//! | level | CPU features | own kernels |
-//! |-------|--------------|-------------|
-//! | `Avx2` | AVX2, FMA, F16C | the Q4_0 .. Q8_0, Q2_K .. Q6_K, IQ4_NL / IQ4_XS and float dot products, Q8_0 / Q8_1 / Q8_K / F16 quantize |
-//! | `Avx512` | + AVX-512 F, BW, VL | the Q4_0 .. Q8_0 and float dot products (two blocks per register, masked float tails); four-column Q4/Q5 dots |
-//! | `Vnni` | + AVX-512 VNNI | the Q4_0 .. Q8_0 dot products (`vpdpbusd`), one- and four-column |
-//! | `Neon` | aarch64 NEON | the Q4_0 .. Q8_0 and float dot products, Q8_0 / Q8_1 quantize |
+//! | level | CPU features | file | own kernels |
+//! |-------|--------------|------|-------------|
+//! | `Scalar` | — | `quant/dot*.rs`, `quant/q*.rs` | every dot product and quantizer (the reference) |
+//! | `Avx2` | AVX2, FMA, F16C | `x86_avx2.rs`, `x86_avx2_k.rs` | the Q4_0 .. Q8_0, Q2_K .. Q6_K, IQ4_NL / IQ4_XS and float dot products, Q8_0 / Q8_1 / Q8_K / F16 quantize |
+//! | `Avx512` | + AVX-512 F, BW, VL | `x86_avx512.rs` | the Q4_0 .. Q8_0 and float dot products (two blocks per register, masked float tails); four-column Q4/Q5 dots |
+//! | `Vnni` | + AVX-512 VNNI | `x86_vnni.rs` | the Q4_0 .. Q8_0 dot products (`vpdpbusd`), one- and four-column |
+//! | `Neon` | aarch64 NEON | `aarch64_neon.rs` | the Q4_0 .. Q8_0 and float dot products, Q8_0 / Q8_1 quantize |
 //!
 //! A level without its own kernel for a type uses the next lower level's
 //! (the AVX-512 and VNNI levels use the AVX2 K-quant and IQ4 dot products;
-//! on aarch64 those are scalar).
+//! on aarch64 those are scalar), and then that level's four-column kernel
+//! too, so the two stay bit-identical. The AVX-512 and VNNI 4/5-bit kernels
+//! are one macro (`x86_avx512.rs`'s `nibble_dots`) instantiated per level
+//! with its integer-sum primitive (`vpmaddubsw` + `vpmaddwd`, or `vpdpbusd`).
 //!
 //! Semantics against the scalar reference ([`super::vec_dot_q4_0_q8_0`], ...):
 //!
@@ -40,6 +49,7 @@
 
 use super::{DType, QuantizeRowFn, VecDot4Fn, VecDotFn};
 use crate::isa::Isa;
+use std::sync::OnceLock;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64_neon;
@@ -56,28 +66,163 @@ mod x86_avx512;
 #[cfg(target_arch = "x86_64")]
 mod x86_vnni;
 
+/// Number of [`DType`]s: the length of a [`Kernels`] column.
+const TYPES: usize = DType::ALL.len();
+
+/// One level's kernels, indexed by type: a slot holds the level's own kernel
+/// or, where it has none, the one of the next lower level
+/// ([`Isa::lower`]) that has one. Built once per level ([`kernels_for`]).
+#[derive(Clone, Copy)]
+pub struct Kernels {
+    vec_dot: [Option<VecDotFn>; TYPES],
+    vec_dot4: [Option<VecDot4Fn>; TYPES],
+    quantize_row: [Option<QuantizeRowFn>; TYPES],
+}
+
+impl Kernels {
+    /// No kernels at all.
+    const EMPTY: Kernels = Kernels {
+        vec_dot: [None; TYPES],
+        vec_dot4: [None; TYPES],
+        quantize_row: [None; TYPES],
+    };
+
+    /// The dot product of a `dtype` row with a `vec_dot_type(dtype)` row,
+    /// or `None` if the type has none.
+    pub fn vec_dot(&self, dtype: DType) -> Option<VecDotFn> {
+        self.vec_dot[dtype as usize]
+    }
+
+    /// The four-column dot product for `dtype`, bit-identical to four calls
+    /// of [`Kernels::vec_dot`], or `None` where the level has none.
+    pub fn vec_dot4(&self, dtype: DType) -> Option<VecDot4Fn> {
+        self.vec_dot4[dtype as usize]
+    }
+
+    /// The row quantizer (f32 → `dtype`), or `None` if `dtype` cannot be
+    /// quantized to.
+    pub fn quantize_row(&self, dtype: DType) -> Option<QuantizeRowFn> {
+        self.quantize_row[dtype as usize]
+    }
+
+    /// These kernels, with `lower`'s in the slots these leave empty. A
+    /// four-column kernel comes from the level whose one-column kernel is
+    /// used, so that the two stay bit-identical.
+    fn over(mut self, lower: &Kernels) -> Kernels {
+        for t in 0..TYPES {
+            if self.vec_dot[t].is_none() {
+                self.vec_dot[t] = lower.vec_dot[t];
+                self.vec_dot4[t] = lower.vec_dot4[t];
+            }
+            if self.quantize_row[t].is_none() {
+                self.quantize_row[t] = lower.quantize_row[t];
+            }
+        }
+        self
+    }
+}
+
+/// Declares a level's own kernels as `pub(super) fn own() -> Kernels`:
+///
+/// * `dot: [T => imp, ...]`: `unsafe fn imp(nb, x, y) -> f32` over `nb`
+///   blocks (elements for the float types) of `DType::T` rows, wrapped in a
+///   safe [`VecDotFn`] that checks the row lengths first ([`dot_blocks`]);
+/// * `dot4: [T => imp_n, ...]`: `unsafe fn imp_n::<C>(nb, x, [y; C]) -> [f32; C]`,
+///   wrapped likewise as a [`VecDot4Fn`] with `C = 4`;
+/// * `quantize: [T => f, ...]`: safe [`QuantizeRowFn`]s, as they are.
+///
+/// The wrapped `unsafe fn`s may assume the level's CPU features: [`own`]
+/// tables are only reached through [`kernels_for`], which checks them.
+macro_rules! table {
+    (
+        dot: [$($dt:ident => $dimp:ident),* $(,)?],
+        dot4: [$($ft:ident => $fimp:ident),* $(,)?],
+        quantize: [$($qt:ident => $qf:ident),* $(,)?] $(,)?
+    ) => {
+        /// This level's own kernels (the fallback is added by the caller).
+        pub(super) fn own() -> super::Kernels {
+            #[allow(unused_imports)]
+            use super::super::{DType, VecDot4Fn, VecDotFn};
+            let mut k = super::Kernels::EMPTY;
+            $(
+                k.vec_dot[DType::$dt as usize] = Some({
+                    fn dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
+                        let nb = super::dot_blocks(DType::$dt, n, x, y);
+                        // SAFETY: only handed out once the CPU was checked for
+                        // this level's features; both rows hold `nb` whole
+                        // blocks (elements for the float types).
+                        unsafe { $dimp(nb, x.as_ptr(), y.as_ptr()) }
+                    }
+                    dot as VecDotFn
+                });
+            )*
+            $(
+                k.vec_dot4[DType::$ft as usize] = Some({
+                    fn dot4(n: usize, x: &[u8], ys: [&[u8]; 4], out: &mut [f32; 4]) {
+                        let nb = ys.map(|y| super::dot_blocks(DType::$ft, n, x, y));
+                        // SAFETY: only handed out once the CPU was checked for
+                        // this level's features; all rows hold `nb` whole blocks.
+                        *out = unsafe { $fimp::<4>(nb[0], x.as_ptr(), ys.map(|y| y.as_ptr())) };
+                    }
+                    dot4 as VecDot4Fn
+                });
+            )*
+            $(
+                k.quantize_row[DType::$qt as usize] = Some($qf);
+            )*
+            k
+        }
+    };
+}
+use table;
+
+/// Level `isa`'s own kernels, without the fallback.
+fn own(isa: Isa) -> Kernels {
+    match isa {
+        Isa::Scalar => {
+            let mut k = Kernels::EMPTY;
+            for t in DType::ALL {
+                k.vec_dot[t as usize] = super::scalar_vec_dot_fn(t);
+                k.quantize_row[t as usize] = super::scalar_quantize_row_fn(t);
+            }
+            k
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86_avx2::own(),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => x86_avx512::own(),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Vnni => x86_vnni::own(),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => aarch64_neon::own(),
+        #[allow(unreachable_patterns)]
+        _ => Kernels::EMPTY,
+    }
+}
+
+/// The kernels of level `isa` (with the fallback to the lower levels
+/// resolved), built on first use; `None` if this CPU cannot run `isa`.
+pub fn kernels_for(isa: Isa) -> Option<&'static Kernels> {
+    static LEVELS: [OnceLock<Kernels>; Isa::ALL.len()] =
+        [const { OnceLock::new() }; Isa::ALL.len()];
+    if !isa.is_supported() {
+        return None;
+    }
+    Some(LEVELS[isa as usize].get_or_init(|| {
+        let own = own(isa);
+        match isa {
+            Isa::Scalar => own,
+            _ => kernels_for(isa.lower()).map_or(own, |lower| own.over(lower)),
+        }
+    }))
+}
+
 /// The dot product of a `dtype` row with a `vec_dot_type(dtype)` row at
 /// level `isa` (falling back to the next lower level's kernel for a type it
 /// has none of its own for), or `None` if this CPU cannot run `isa` or the
 /// type has no dot product.
 pub fn vec_dot_fn_for(isa: Isa, dtype: DType) -> Option<VecDotFn> {
-    if !isa.is_supported() {
-        return None;
-    }
-    let own: Option<VecDotFn> = match isa {
-        Isa::Scalar => return super::scalar_vec_dot_fn(dtype),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86_avx2::vec_dot_fn(dtype),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => x86_avx512::vec_dot_fn(dtype),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Vnni => x86_vnni::vec_dot_fn(dtype),
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon => aarch64_neon::vec_dot_fn(dtype),
-        #[allow(unreachable_patterns)]
-        _ => None,
-    };
-    own.or_else(|| vec_dot_fn_for(isa.lower(), dtype))
+    kernels_for(isa)?.vec_dot(dtype)
 }
 
 /// The four-column dot product of level `isa` for `dtype`, bit-identical to
@@ -85,37 +230,14 @@ pub fn vec_dot_fn_for(isa: Isa, dtype: DType) -> Option<VecDotFn> {
 /// has none (then call the one-column kernel four times). Present for the
 /// quantized types at the AVX-512 (4/5-bit) and VNNI (all) levels.
 pub fn vec_dot4_fn_for(isa: Isa, dtype: DType) -> Option<VecDot4Fn> {
-    if !isa.is_supported() {
-        return None;
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => x86_avx512::vec_dot4_fn(dtype),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Vnni => x86_vnni::vec_dot4_fn(dtype),
-        _ => {
-            let _ = dtype; // no four-column kernels on other levels
-            None
-        }
-    }
+    kernels_for(isa)?.vec_dot4(dtype)
 }
 
 /// The row quantizer (f32 → `dtype`) at level `isa`, with the same fallback
 /// as [`vec_dot_fn_for`]; `None` if this CPU cannot run `isa` or `dtype`
 /// cannot be quantized to.
 pub fn quantize_row_fn_for(isa: Isa, dtype: DType) -> Option<QuantizeRowFn> {
-    if !isa.is_supported() {
-        return None;
-    }
-    let own: Option<QuantizeRowFn> = match isa {
-        Isa::Scalar => return super::scalar_quantize_row_fn(dtype),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86_avx2::quantize_row_fn(dtype),
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon => aarch64_neon::quantize_row_fn(dtype),
-        _ => None,
-    };
-    own.or_else(|| quantize_row_fn_for(isa.lower(), dtype))
+    kernels_for(isa)?.quantize_row(dtype)
 }
 
 /// Little-endian f16 bits → f32, exactly (normals, subnormals, ±inf; NaNs stay

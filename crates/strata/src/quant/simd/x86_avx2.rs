@@ -11,69 +11,29 @@
 //! The Q2_K, Q3_K, IQ4_XS and IQ4_NL dots live in [`super::x86_avx2_k`].
 //!
 //! Every `unsafe fn` here requires the CPU to support AVX2, FMA and F16C;
-//! [`vec_dot_fn`] / [`quantize_row_fn`] are only called by the dispatcher
-//! after it checked that ([`super::Isa::is_supported`]), and the safe
-//! wrappers they return check the row lengths before any raw read.
+//! this level's table (`own`, with the kernels of both files) is only
+//! reached through [`super::kernels_for`] after it checked that
+//! ([`super::Isa::is_supported`]), and the safe wrappers it holds check the
+//! row lengths before any raw read.
 
 use super::super::k_search::scale_min_k4;
 use super::super::q8_k::bsum_at;
-use super::super::{put_f16, DType, QuantizeRowFn, VecDotFn, QK, QK_K};
-use super::{dot_blocks, f16_to_f32};
+use super::super::{put_f16, DType, QK, QK_K};
+use super::f16_to_f32;
+use super::x86_avx2_k::{dot_iq4_nl_imp, dot_iq4_xs_imp, dot_q2_k_imp, dot_q3_k_imp};
 use std::arch::x86_64::*;
 
-/// Defines a safe `VecDotFn` wrapper around an AVX2-level kernel.
-macro_rules! safe_dot {
-    ($name:ident, $imp:ident, $ty:expr) => {
-        fn $name(n: usize, x: &[u8], y: &[u8]) -> f32 {
-            let nb = dot_blocks($ty, n, x, y);
-            // SAFETY: only handed out once the CPU was checked for this level's
-            // features (module docs); both rows hold `nb` whole blocks.
-            unsafe { $imp(nb, x.as_ptr(), y.as_ptr()) }
-        }
-    };
-}
-pub(super) use safe_dot;
-
-safe_dot!(dot_q4_0, dot_q4_0_imp, DType::Q4_0);
-safe_dot!(dot_q4_1, dot_q4_1_imp, DType::Q4_1);
-safe_dot!(dot_q5_0, dot_q5_0_imp, DType::Q5_0);
-safe_dot!(dot_q5_1, dot_q5_1_imp, DType::Q5_1);
-safe_dot!(dot_q8_0, dot_q8_0_imp, DType::Q8_0);
-safe_dot!(dot_f32, dot_f32_imp, DType::F32);
-safe_dot!(dot_f16, dot_f16_imp, DType::F16);
-safe_dot!(dot_bf16, dot_bf16_imp, DType::BF16);
-safe_dot!(dot_q4_k, dot_q4_k_imp, DType::Q4_K);
-safe_dot!(dot_q5_k, dot_q5_k_imp, DType::Q5_K);
-safe_dot!(dot_q6_k, dot_q6_k_imp, DType::Q6_K);
-
-/// This level's dot product for `dtype` (Q2_K, Q3_K and the IQ4 types from
-/// [`super::x86_avx2_k`]).
-pub(super) fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
-    Some(match dtype {
-        DType::Q4_0 => dot_q4_0,
-        DType::Q4_1 => dot_q4_1,
-        DType::Q5_0 => dot_q5_0,
-        DType::Q5_1 => dot_q5_1,
-        DType::Q8_0 => dot_q8_0,
-        DType::F32 => dot_f32,
-        DType::F16 => dot_f16,
-        DType::BF16 => dot_bf16,
-        DType::Q4_K => dot_q4_k,
-        DType::Q5_K => dot_q5_k,
-        DType::Q6_K => dot_q6_k,
-        _ => return super::x86_avx2_k::vec_dot_fn(dtype),
-    })
-}
-
-/// This level's row quantizer for `dtype` (the activation formats).
-pub(super) fn quantize_row_fn(dtype: DType) -> Option<QuantizeRowFn> {
-    Some(match dtype {
-        DType::Q8_0 => quantize_q8_0,
-        DType::Q8_1 => quantize_q8_1,
-        DType::F16 => quantize_f16,
-        DType::Q8_K => quantize_q8_k,
-        _ => return None,
-    })
+super::table! {
+    dot: [
+        Q4_0 => dot_q4_0_imp, Q4_1 => dot_q4_1_imp, Q5_0 => dot_q5_0_imp,
+        Q5_1 => dot_q5_1_imp, Q8_0 => dot_q8_0_imp,
+        F32 => dot_f32_imp, F16 => dot_f16_imp, BF16 => dot_bf16_imp,
+        Q2_K => dot_q2_k_imp, Q3_K => dot_q3_k_imp, Q4_K => dot_q4_k_imp,
+        Q5_K => dot_q5_k_imp, Q6_K => dot_q6_k_imp,
+        IQ4_NL => dot_iq4_nl_imp, IQ4_XS => dot_iq4_xs_imp,
+    ],
+    dot4: [],
+    quantize: [Q8_0 => quantize_q8_0, Q8_1 => quantize_q8_1, F16 => quantize_f16, Q8_K => quantize_q8_k],
 }
 
 // ---- shared block helpers (inlined into the AVX-512 kernels too) ----

@@ -1,5 +1,5 @@
 //! AVX2 + FMA + F16C dot products of Q2_K, Q3_K and IQ4_XS with Q8_K and of
-//! IQ4_NL with Q8_0; [`super::x86_avx2`]'s `vec_dot_fn` hands them out.
+//! IQ4_NL with Q8_0; [`super::x86_avx2`]'s table lists them.
 //!
 //! Each one returns the scalar reference's result bit for bit: the integer
 //! sums of a (super-)block are exact for any input bytes, and the f32 terms
@@ -20,13 +20,12 @@
 //!   their `(d_y d_x) · sumi` terms added to the f32 sum one by one.
 //!
 //! Every `unsafe fn` here requires the CPU to support AVX2, FMA and F16C;
-//! [`vec_dot_fn`] is only reached through the dispatcher after it checked
+//! they are only reached through the AVX2 table after the dispatcher checked
 //! that ([`super::Isa::is_supported`]), and the safe wrappers check the row
 //! lengths before any raw read.
 
-use super::super::{DType, VecDotFn, IQ4_NL_VALUES, QK_K};
-use super::dot_blocks;
-use super::x86_avx2::{f16_at, hsum_epi32, nibbles, q8_k_d, safe_dot, scale_product};
+use super::super::{DType, IQ4_NL_VALUES, QK_K};
+use super::x86_avx2::{f16_at, hsum_epi32, nibbles, q8_k_d, scale_product};
 use std::arch::x86_64::*;
 
 const Q2_K: usize = DType::Q2_K.type_size();
@@ -37,22 +36,6 @@ const Q8_K: usize = DType::Q8_K.type_size();
 const Q8_0: usize = DType::Q8_0.type_size();
 /// Byte offset of the bsums in a Q8_K block.
 const BSUMS: usize = 4 + QK_K;
-
-safe_dot!(dot_q2_k, dot_q2_k_imp, DType::Q2_K);
-safe_dot!(dot_q3_k, dot_q3_k_imp, DType::Q3_K);
-safe_dot!(dot_iq4_xs, dot_iq4_xs_imp, DType::IQ4_XS);
-safe_dot!(dot_iq4_nl, dot_iq4_nl_imp, DType::IQ4_NL);
-
-/// This file's dot product for `dtype`.
-pub(super) fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
-    Some(match dtype {
-        DType::Q2_K => dot_q2_k,
-        DType::Q3_K => dot_q3_k,
-        DType::IQ4_XS => dot_iq4_xs,
-        DType::IQ4_NL => dot_iq4_nl,
-        _ => return None,
-    })
-}
 
 // ---- Q2_K / Q3_K: sub-blocks of 16, two per register ----
 
@@ -93,7 +76,7 @@ fn low2(qs: __m256i, k: usize) -> __m256i {
 /// Q2_K · Q8_K: per super-block the scalar reference's
 /// `(d_y d_x) · isum - (d_y dmin_x) · summs`, in block order.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q2_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
+pub(super) unsafe fn dot_q2_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
     let m4 = _mm_set1_epi8(0x0f);
     let mut sumf = 0.0f32;
     for i in 0..nb {
@@ -178,7 +161,7 @@ fn bit_as_4(v: __m256i, b: i32) -> __m256i {
 /// Q3_K · Q8_K: per super-block `(d_x d_y) · Σ_j s_j Σ q_x q_y`, in block
 /// order, as the scalar reference.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q3_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
+pub(super) unsafe fn dot_q3_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
     let four = _mm256_set1_epi8(4);
     let mut sumf = 0.0f32;
     for i in 0..nb {
@@ -239,7 +222,7 @@ unsafe fn iq4_pairs(table: __m256i, p: *const u8, y: __m256i) -> __m256i {
 /// IQ4_XS · Q8_K: per super-block `(d_x d_y) · Σ_j s_j Σ v_x q_y`, in
 /// block order, as the scalar reference.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_iq4_xs_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
+pub(super) unsafe fn dot_iq4_xs_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
     let table = iq4_table();
     let mut sumf = 0.0f32;
     for i in 0..nb {
@@ -273,7 +256,7 @@ unsafe fn dot_iq4_xs_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
 /// IQ4_NL · Q8_0: per block `(d_y d_x) · Σ v_x q_y`, added in block order,
 /// as the scalar reference.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_iq4_nl_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
+pub(super) unsafe fn dot_iq4_nl_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
     let table = iq4_table();
     let ones = _mm256_set1_epi16(1);
     // Block b's integer sum as eight i32 partial sums.

@@ -3,67 +3,26 @@
 //! float types.
 //!
 //! Integer block sums stay exact for any input bytes (as in
-//! [`super::x86_avx2`], whose block helpers are reused). Every `unsafe fn`
-//! here requires AVX2, FMA, F16C and AVX-512 F/BW/VL; [`vec_dot_fn`] is only
-//! called by the dispatcher after it checked them, and the safe wrappers
-//! check the row lengths before any raw read.
+//! [`super::x86_avx2`], whose block helpers are reused). The 4/5-bit dot
+//! products are written once ([`nibble_dots`]) over a level's integer-sum
+//! primitive: `vpmaddubsw` + `vpmaddwd` here, `vpdpbusd` at the VNNI level
+//! ([`super::x86_vnni`]). Every `unsafe fn` here requires AVX2, FMA, F16C
+//! and AVX-512 F/BW/VL; this level's table is only reached through
+//! [`super::kernels_for`] after it checked them, and the safe wrappers it
+//! holds check the row lengths before any raw read.
 
-use super::super::{DType, VecDot4Fn, VecDotFn};
-use super::dot_blocks;
-use super::x86_avx2::{high_bits, hsum_ps, nibbles, safe_dot, scale_product, sum_u8_i8};
+use super::super::DType;
+use super::x86_avx2::{high_bits, hsum_ps, nibbles, scale_product, sum_u8_i8};
 use std::arch::x86_64::*;
 
-safe_dot!(dot_q4_0, dot_q4_0_imp, DType::Q4_0);
-safe_dot!(dot_q4_1, dot_q4_1_imp, DType::Q4_1);
-safe_dot!(dot_q5_0, dot_q5_0_imp, DType::Q5_0);
-safe_dot!(dot_q5_1, dot_q5_1_imp, DType::Q5_1);
-safe_dot!(dot_q8_0, dot_q8_0_imp, DType::Q8_0);
-safe_dot!(dot_f32, dot_f32_imp, DType::F32);
-safe_dot!(dot_f16, dot_f16_imp, DType::F16);
-safe_dot!(dot_bf16, dot_bf16_imp, DType::BF16);
-
-/// Defines a safe `VecDot4Fn` wrapper around a `C`-column kernel.
-macro_rules! safe_dot4 {
-    ($name:ident, $impn:ident, $ty:expr) => {
-        fn $name(n: usize, x: &[u8], ys: [&[u8]; 4], out: &mut [f32; 4]) {
-            let nb = ys.map(|y| dot_blocks($ty, n, x, y));
-            // SAFETY: only handed out once the CPU was checked for this level's
-            // features (module docs); all rows hold `nb` whole blocks.
-            *out = unsafe { $impn::<4>(nb[0], x.as_ptr(), ys.map(|y| y.as_ptr())) };
-        }
-    };
-}
-pub(super) use safe_dot4;
-
-safe_dot4!(dot4_q4_0, dot_q4_0_n, DType::Q4_0);
-safe_dot4!(dot4_q4_1, dot_q4_1_n, DType::Q4_1);
-safe_dot4!(dot4_q5_0, dot_q5_0_n, DType::Q5_0);
-safe_dot4!(dot4_q5_1, dot_q5_1_n, DType::Q5_1);
-
-/// This level's four-column dot product for `dtype` (the 4/5-bit types).
-pub(super) fn vec_dot4_fn(dtype: DType) -> Option<VecDot4Fn> {
-    Some(match dtype {
-        DType::Q4_0 => dot4_q4_0,
-        DType::Q4_1 => dot4_q4_1,
-        DType::Q5_0 => dot4_q5_0,
-        DType::Q5_1 => dot4_q5_1,
-        _ => return None,
-    })
-}
-
-/// This level's dot product for `dtype`.
-pub(super) fn vec_dot_fn(dtype: DType) -> Option<VecDotFn> {
-    Some(match dtype {
-        DType::Q4_0 => dot_q4_0,
-        DType::Q4_1 => dot_q4_1,
-        DType::Q5_0 => dot_q5_0,
-        DType::Q5_1 => dot_q5_1,
-        DType::Q8_0 => dot_q8_0,
-        DType::F32 => dot_f32,
-        DType::F16 => dot_f16,
-        DType::BF16 => dot_bf16,
-        _ => return None,
-    })
+super::table! {
+    dot: [
+        Q4_0 => dot_q4_0_imp, Q4_1 => dot_q4_1_imp, Q5_0 => dot_q5_0_imp,
+        Q5_1 => dot_q5_1_imp, Q8_0 => dot_q8_0_imp,
+        F32 => dot_f32_imp, F16 => dot_f16_imp, BF16 => dot_bf16_imp,
+    ],
+    dot4: [Q4_0 => dot_q4_0_n, Q4_1 => dot_q4_1_n, Q5_0 => dot_q5_0_n, Q5_1 => dot_q5_1_n],
+    quantize: [],
 }
 
 /// Two 256-bit halves as one 512-bit register (`lo` in the low half).
@@ -91,8 +50,9 @@ fn sum2_u8_i8(q: __m512i, y: __m512i, offset: i8) -> __m512i {
     _mm512_madd_epi16(p, _mm512_set1_epi16(1))
 }
 
-/// A quantized dot product over pairs of blocks: `$q(bx)` gives a block's
-/// 32 unsigned quants (256 bits), `$y(by)` its partner's i8 quants; `$sum2`
+/// A quantized dot product over pairs of blocks of types `$xt` · `$yt`:
+/// `$q(bx)` gives a block's 32 unsigned quants (256 bits), `$y(by)` its
+/// partner's i8 quants; `$sum2`
 /// combines two blocks' quants into sixteen exact i32 lanes and `$sum1` does
 /// one block (the odd last one) in eight. `$min`: add `m_x s_y` per block.
 ///
@@ -100,7 +60,7 @@ fn sum2_u8_i8(q: __m512i, y: __m512i, offset: i8) -> __m512i {
 /// `x` block once; every column goes through exactly the operations of the
 /// one-column `$imp`, so the results are bit-identical to it.
 macro_rules! pair_dot {
-    ($feat:literal, $imp:ident, $impn:ident, $xb:expr, $yb:expr, $off:expr, $min:expr,
+    ($feat:literal, $imp:ident, $impn:ident, $xt:expr, $yt:expr, $off:expr, $min:expr,
      |$bx:ident| $q:expr, |$by:ident| $y:expr, $sum2:ident, $sum1:ident) => {
         #[target_feature(enable = $feat)]
         unsafe fn $imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
@@ -110,6 +70,8 @@ macro_rules! pair_dot {
 
         #[target_feature(enable = $feat)]
         unsafe fn $impn<const C: usize>(nb: usize, x: *const u8, ys: [*const u8; C]) -> [f32; C] {
+            const XB: usize = $xt.type_size();
+            const YB: usize = $yt.type_size();
             let quants = |$bx: *const u8| -> __m256i {
                 // SAFETY: only called with in-bounds block pointers below.
                 unsafe { $q }
@@ -123,11 +85,11 @@ macro_rules! pair_dot {
             let mut i = 0;
             while i + 2 <= nb {
                 // SAFETY: blocks i and i + 1 < nb of all rows are in bounds.
-                let (x0, x1) = unsafe { (x.add(i * $xb), x.add((i + 1) * $xb)) };
+                let (x0, x1) = unsafe { (x.add(i * XB), x.add((i + 1) * XB)) };
                 let qx = join(quants(x0), quants(x1));
                 for j in 0..C {
                     // SAFETY: as above.
-                    let (y0, y1) = unsafe { (ys[j].add(i * $yb), ys[j].add((i + 1) * $yb)) };
+                    let (y0, y1) = unsafe { (ys[j].add(i * YB), ys[j].add((i + 1) * YB)) };
                     let sumi = $sum2(qx, join(partner(y0), partner(y1)), $off);
                     // SAFETY: the scales are the first bytes of in-bounds blocks.
                     let d = unsafe { halves(scale_product(x0, y0), scale_product(x1, y1)) };
@@ -147,7 +109,7 @@ macro_rules! pair_dot {
                 let mut sum = _mm512_reduce_add_ps(acc[j]);
                 if i < nb {
                     // SAFETY: block i < nb of all rows is in bounds.
-                    let (x0, y0) = unsafe { (x.add(i * $xb), ys[j].add(i * $yb)) };
+                    let (x0, y0) = unsafe { (x.add(i * XB), ys[j].add(i * YB)) };
                     let sumi = $sum1(quants(x0), partner(y0), $off);
                     // SAFETY: as above.
                     let d = unsafe { scale_product(x0, y0) };
@@ -165,62 +127,70 @@ macro_rules! pair_dot {
 }
 pub(super) use pair_dot;
 
-const Q4_0: usize = DType::Q4_0.type_size();
-const Q4_1: usize = DType::Q4_1.type_size();
-const Q5_0: usize = DType::Q5_0.type_size();
-const Q5_1: usize = DType::Q5_1.type_size();
-const Q8_0: usize = DType::Q8_0.type_size();
-const Q8_1: usize = DType::Q8_1.type_size();
+/// The Q4_0, Q4_1, Q5_0 and Q5_1 dot products of a 512-bit level (one
+/// column: `dot_q4_0_imp`, ...; `C` columns: `dot_q4_0_n`, ...) with the
+/// feature list `$feat` and the level's exact integer sums of two blocks
+/// (`$sum2`) and of one (`$sum1`): `Σ q y − offset Σ y`.
+macro_rules! nibble_dots {
+    ($feat:literal, $sum2:ident, $sum1:ident) => {
+        pair_dot!(
+            $feat,
+            dot_q4_0_imp,
+            dot_q4_0_n,
+            DType::Q4_0,
+            DType::Q8_0,
+            8,
+            false,
+            |bx| nibbles(bx.add(2)),
+            |by| _mm256_loadu_si256(by.add(2).cast()),
+            $sum2,
+            $sum1
+        );
+        pair_dot!(
+            $feat,
+            dot_q4_1_imp,
+            dot_q4_1_n,
+            DType::Q4_1,
+            DType::Q8_1,
+            0,
+            true,
+            |bx| nibbles(bx.add(4)),
+            |by| _mm256_loadu_si256(by.add(4).cast()),
+            $sum2,
+            $sum1
+        );
+        pair_dot!(
+            $feat,
+            dot_q5_0_imp,
+            dot_q5_0_n,
+            DType::Q5_0,
+            DType::Q8_0,
+            16,
+            false,
+            |bx| _mm256_or_si256(nibbles(bx.add(6)), high_bits(bx.add(2))),
+            |by| _mm256_loadu_si256(by.add(2).cast()),
+            $sum2,
+            $sum1
+        );
+        pair_dot!(
+            $feat,
+            dot_q5_1_imp,
+            dot_q5_1_n,
+            DType::Q5_1,
+            DType::Q8_1,
+            0,
+            true,
+            |bx| _mm256_or_si256(nibbles(bx.add(8)), high_bits(bx.add(4))),
+            |by| _mm256_loadu_si256(by.add(4).cast()),
+            $sum2,
+            $sum1
+        );
+    };
+}
+pub(super) use nibble_dots;
 
-pair_dot!(
+nibble_dots!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
-    dot_q4_0_imp,
-    dot_q4_0_n,
-    Q4_0,
-    Q8_0,
-    8,
-    false,
-    |bx| nibbles(bx.add(2)),
-    |by| _mm256_loadu_si256(by.add(2).cast()),
-    sum2_u8_i8,
-    sum_u8_i8
-);
-pair_dot!(
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
-    dot_q4_1_imp,
-    dot_q4_1_n,
-    Q4_1,
-    Q8_1,
-    0,
-    true,
-    |bx| nibbles(bx.add(4)),
-    |by| _mm256_loadu_si256(by.add(4).cast()),
-    sum2_u8_i8,
-    sum_u8_i8
-);
-pair_dot!(
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
-    dot_q5_0_imp,
-    dot_q5_0_n,
-    Q5_0,
-    Q8_0,
-    16,
-    false,
-    |bx| _mm256_or_si256(nibbles(bx.add(6)), high_bits(bx.add(2))),
-    |by| _mm256_loadu_si256(by.add(2).cast()),
-    sum2_u8_i8,
-    sum_u8_i8
-);
-pair_dot!(
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
-    dot_q5_1_imp,
-    dot_q5_1_n,
-    Q5_1,
-    Q8_1,
-    0,
-    true,
-    |bx| _mm256_or_si256(nibbles(bx.add(8)), high_bits(bx.add(4))),
-    |by| _mm256_loadu_si256(by.add(4).cast()),
     sum2_u8_i8,
     sum_u8_i8
 );
@@ -228,6 +198,7 @@ pair_dot!(
 /// Q8_0 · Q8_0: one block per register, both sides widened to i16 (exact).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn dot_q8_0_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
+    const Q8_0: usize = DType::Q8_0.type_size();
     let mut acc = _mm512_setzero_ps();
     for i in 0..nb {
         // SAFETY: block i < nb of both rows is in bounds.
