@@ -28,7 +28,7 @@
 
 use super::{Ctx, NodePlan, WorkSize};
 use crate::backend::TensorLayout;
-use crate::quant::packed::{self, Kernels, ACT_BLOCK, ROWS};
+use crate::quant::packed::{self, Kernels, Tile, ACT_BLOCK, ROWS};
 use crate::quant::simd::{quantize_row_fn_for, vec_dot_fn_for};
 use crate::quant::{vec_dot_type, QK};
 use crate::tensor::{DType, Tensor};
@@ -138,6 +138,14 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
             });
             continue;
         };
+        let tile = |a, out, out_stride| Tile {
+            w,
+            nb,
+            a,
+            a_stride: col_bytes,
+            out,
+            out_stride,
+        };
         let mut c = n0;
         while c < n1 {
             let nr = (n1 - c).min(Kernels::NR);
@@ -151,10 +159,10 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
                 // columns follow act(c); dst rows g·16 .. g·16+16 of columns
                 // c .. c+nr are in bounds (both corners checked) and owned by
                 // this unit.
-                unsafe { f(w, nb, act(c), col_bytes, out, dst.nb[1]) };
+                unsafe { f(tile(act(c), out, dst.nb[1])) };
             } else {
                 // SAFETY: as above, into the local tile.
-                unsafe { f(w, nb, act(c), col_bytes, tmp.as_mut_ptr().cast(), ROWS * 4) };
+                unsafe { f(tile(act(c), tmp.as_mut_ptr().cast(), ROWS * 4)) };
                 for (j, out) in tmp[..nr].iter().enumerate() {
                     store(dst, g, c + j, i12, i13, out);
                 }

@@ -41,9 +41,10 @@
 //! CPU.
 
 use super::tags::{
-    chunk_size, has_min, is_q5, kernel_table, offsets, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+    chunk_size, has_min, is_q5, kernel_table, offsets, quantize_blocks, Q4_0, Q4_1, Q5_0, Q5_1,
+    Q8_0,
 };
-use super::{Kernels, TileFn, ACT_BLOCK};
+use super::{Kernels, Tile, TileFn, ACT_BLOCK};
 use crate::tensor::DType;
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -150,15 +151,15 @@ unsafe fn quants<const T: u8>(
 /// As [`TileFn`]; the CPU supports NEON and dotprod.
 #[target_feature(enable = "neon,dotprod")]
 #[inline]
-unsafe fn quarter<const T: u8, const N: usize>(
-    w: *const u8,
-    nb: usize,
-    a: *const u8,
-    a_stride: usize,
-    out: *mut u8,
-    out_stride: usize,
-    q: usize,
-) {
+unsafe fn quarter<const T: u8, const N: usize>(t: Tile, q: usize) {
+    let Tile {
+        w,
+        nb,
+        a,
+        a_stride,
+        out,
+        out_stride,
+    } = t;
     let cs = chunk_size(T);
     // tbl indices: the u16 at byte 2q of mask 2k (bytes 0..8 of the pair)
     // or of mask 2k + 1 (bytes 8..16) into bytes 0..8 (low) and 8..16 (high).
@@ -233,17 +234,10 @@ unsafe fn quarter<const T: u8, const N: usize>(
 /// # Safety
 /// As [`TileFn`]; the CPU supports NEON and dotprod.
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn tile<const T: u8, const NR: usize>(
-    w: *const u8,
-    nb: usize,
-    a: *const u8,
-    a_stride: usize,
-    out: *mut u8,
-    out_stride: usize,
-) {
+unsafe fn tile<const T: u8, const NR: usize>(t: Tile) {
     for q in 0..4 {
         // SAFETY: the contract, forwarded; quarter q < 4 of the group.
-        unsafe { quarter::<T, NR>(w, nb, a, a_stride, out, out_stride, q) };
+        unsafe { quarter::<T, NR>(t, q) };
     }
 }
 
@@ -258,24 +252,16 @@ unsafe fn tile<const T: u8, const NR: usize>(
 /// the CPU supports NEON.
 #[target_feature(enable = "neon")]
 unsafe fn quantize<const OFF: i32>(x: *const f32, nb: usize, out: *mut u8) {
-    for b in 0..nb {
-        // SAFETY: block b's 32 f32 are readable and its ACT_BLOCK bytes
-        // writable (contract); the quants go to bytes 0..32.
-        let (d, sum, o) = unsafe {
-            let o = out.add(b * ACT_BLOCK);
-            let (d, sum) = crate::quant::simd::quantize_block_q8_neon(x.add(32 * b), o);
-            (d, sum, o)
-        };
-        let tail = if OFF == 0 {
-            f16_round(sum as f32 * d).to_bits()
-        } else {
-            (-OFF * sum) as u32
-        };
-        // SAFETY: scale at 32..36, sum term at 36..40 of the block.
-        unsafe {
-            o.add(32).cast::<f32>().write_unaligned(f16_round(d));
-            o.add(36).cast::<u32>().write_unaligned(tail);
-        }
+    // SAFETY: the contract, forwarded; `quantize_blocks` hands the block
+    // quantizer 32 readable f32 and 32 writable bytes.
+    unsafe {
+        quantize_blocks::<OFF>(
+            x,
+            nb,
+            out,
+            |x, q| crate::quant::simd::quantize_block_q8_neon(x, q),
+            f16_round,
+        )
     }
 }
 

@@ -57,6 +57,7 @@
 use crate::isa::Isa;
 use crate::tensor::DType;
 use crate::{Error, Result};
+use std::sync::OnceLock;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64_neon;
@@ -379,22 +380,32 @@ pub(crate) fn dequantize_group_row(
     }
 }
 
-/// A tile kernel: 16 rows (one packed group at `w`, `nb` blocks) times `nr`
-/// prepared activation columns (column `j` at `a + j · a_stride`, see
-/// [`prepare_activation`]); writes row `r` of column `j` to
-/// `out + j · out_stride + 4 r` (f32; strides in bytes).
+/// The operands of one tile kernel call: 16 rows (one packed group at `w`,
+/// `nb` blocks) times `nr` prepared activation columns (column `j` at
+/// `a + j · a_stride`, see [`prepare_activation`]); row `r` of column `j`
+/// goes to `out + j · out_stride + 4 r` (f32; strides in bytes).
+#[derive(Clone, Copy)]
+pub(crate) struct Tile {
+    /// The packed group.
+    pub w: *const u8,
+    /// Blocks (chunks) per row.
+    pub nb: usize,
+    /// The first prepared activation column.
+    pub a: *const u8,
+    /// Bytes from one activation column to the next.
+    pub a_stride: usize,
+    /// The first output column's 16 f32.
+    pub out: *mut u8,
+    /// Bytes from one output column to the next.
+    pub out_stride: usize,
+}
+
+/// A tile kernel: computes `nr` columns of a [`Tile`].
 ///
 /// # Safety
 /// The CPU must support the kernel's level; `w` must hold `nb` chunks, each
 /// column `nb · ACT_BLOCK` bytes, each output 16 writable f32.
-pub(crate) type TileFn = unsafe fn(
-    w: *const u8,
-    nb: usize,
-    a: *const u8,
-    a_stride: usize,
-    out: *mut u8,
-    out_stride: usize,
-);
+pub(crate) type TileFn = unsafe fn(t: Tile);
 
 /// An activation quantizer: `nb` blocks of 32 f32 at `x` into prepared
 /// blocks at `out`, bit-identical to quantizing with the scalar Q8_0 / Q8_1
@@ -419,8 +430,26 @@ impl Kernels {
     pub const NR: usize = 8;
 }
 
-/// The packed kernels of `isa` for `dtype`, if it has them ([`has_kernels`]).
+/// The packed kernels of `isa` for `dtype`, if it has them ([`has_kernels`]):
+/// a lookup in the level's table, built on first use.
 pub(crate) fn kernels_for(isa: Isa, dtype: DType) -> Option<Kernels> {
+    const TYPES: usize = DType::ALL.len();
+    static LEVELS: [OnceLock<[Option<Kernels>; TYPES]>; Isa::ALL.len()] =
+        [const { OnceLock::new() }; Isa::ALL.len()];
+    if !isa.is_supported() {
+        return None;
+    }
+    LEVELS[isa as usize].get_or_init(|| {
+        let mut table = [None; TYPES];
+        for t in DType::ALL {
+            table[t as usize] = level_kernels(isa, t);
+        }
+        table
+    })[dtype as usize]
+}
+
+/// The packed kernels of `isa` for `dtype` from the level's module.
+fn level_kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
     if !has_kernels(isa, dtype) {
         return None;
     }

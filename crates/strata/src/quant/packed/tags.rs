@@ -1,8 +1,11 @@
 //! What every level's packed kernels share: the type tags their const
 //! generics take, the chunk geometry of [`super::Chunk::of`] as `const fn`s
-//! the compiler folds per instantiation, and [`kernel_table`], which fills a
-//! level's [`super::Kernels`] table from its `quantize::<OFF>` and
-//! `tile::<T, NR>` functions.
+//! the compiler folds per instantiation, the activation quantizer's loop
+//! ([`quantize_blocks`], around a level's block quantizer), and
+//! [`kernel_table`], which fills a level's [`super::Kernels`] table from its
+//! `quantize::<OFF>` and `tile::<T, NR>` functions.
+
+use super::ACT_BLOCK;
 
 /// Type tag: Q4_0.
 pub(super) const Q4_0: u8 = 0;
@@ -52,6 +55,44 @@ pub(super) const fn has_min(t: u8) -> bool {
 /// True for the 5-bit types (fifth-bit masks).
 pub(super) const fn is_q5(t: u8) -> bool {
     t == Q5_0 || t == Q5_1
+}
+
+/// The activation quantizer of every level, around its block quantizer:
+/// for each of the `nb` blocks of 32 f32 at `x`, `block(x, o)` quantizes the
+/// block to Q8 (the 32 i8 quants written at `o`, the prepared block's bytes
+/// 0..32) and returns `(d, Σq)`; then the scale and the sum term of
+/// [`super::prepare_activation`]'s layout for weights with offset `OFF`
+/// follow: `d` rounded to f16 by `round` (and back to f32), and
+/// `-OFF · Σq` as i32 or, for `OFF` = 0 (Q8_1), `round(Σq · d)`.
+///
+/// # Safety
+/// `nb · 32` f32 readable at `x`, `nb · ACT_BLOCK` bytes writable at `out`;
+/// `block` is only called with 32 readable f32 at its first argument and 32
+/// writable bytes at its second, and may rely on that.
+#[inline(always)]
+pub(super) unsafe fn quantize_blocks<const OFF: i32>(
+    x: *const f32,
+    nb: usize,
+    out: *mut u8,
+    block: impl Fn(*const f32, *mut u8) -> (f32, i32),
+    round: impl Fn(f32) -> f32,
+) {
+    for b in 0..nb {
+        // SAFETY: block b's 32 f32 are readable and its ACT_BLOCK bytes
+        // writable (contract).
+        let (xb, o) = unsafe { (x.add(32 * b), out.add(b * ACT_BLOCK)) };
+        let (d, sum) = block(xb, o);
+        let tail = if OFF == 0 {
+            round(sum as f32 * d).to_bits()
+        } else {
+            (-OFF * sum) as u32
+        };
+        // SAFETY: scale at 32..36, sum term at 36..40 of the block.
+        unsafe {
+            o.add(32).cast::<f32>().write_unaligned(round(d));
+            o.add(36).cast::<u32>().write_unaligned(tail);
+        }
+    }
 }
 
 /// Defines, in a level's module, `fn table<const T: u8>() -> Kernels` (its

@@ -15,8 +15,10 @@
 //! them only through [`kernels`], which the dispatcher calls after checking
 //! the CPU ([`super::has_kernels`]).
 
-use super::tags::{chunk_size, has_min, kernel_table, offsets, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
-use super::{Kernels, TileFn, ACT_BLOCK};
+use super::tags::{
+    chunk_size, has_min, kernel_table, offsets, quantize_blocks, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+};
+use super::{Kernels, Tile, TileFn, ACT_BLOCK};
 use crate::isa::Isa;
 use crate::tensor::DType;
 use std::arch::x86_64::*;
@@ -69,14 +71,15 @@ macro_rules! level {
 
             /// `NR` columns of one 16-row group (the [`TileFn`] contract).
             #[target_feature(enable = $features)]
-            unsafe fn tile<const T: u8, const NR: usize>(
-                w: *const u8,
-                nb: usize,
-                a: *const u8,
-                a_stride: usize,
-                out: *mut u8,
-                out_stride: usize,
-            ) {
+            unsafe fn tile<const T: u8, const NR: usize>(t: Tile) {
+                let Tile {
+                    w,
+                    nb,
+                    a,
+                    a_stride,
+                    out,
+                    out_stride,
+                } = t;
                 let cs = chunk_size(T);
                 let offset = !has_min(T);
                 let mut acc = [_mm512_setzero_ps(); NR];
@@ -146,14 +149,9 @@ macro_rules! level {
                 let (lo, hi) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
                 let (half, nhalf) = (_mm512_set1_ps(0.5), _mm512_set1_ps(-0.5));
                 let one = _mm512_set1_epi32(1);
-                for b in 0..nb {
-                    // SAFETY: block b's 32 f32 are readable (contract).
-                    let v = unsafe {
-                        [
-                            _mm512_loadu_ps(x.add(32 * b)),
-                            _mm512_loadu_ps(x.add(32 * b + 16)),
-                        ]
-                    };
+                let block = |x: *const f32, o: *mut u8| -> (f32, i32) {
+                    // SAFETY: the block's 32 f32 are readable (quantize_blocks).
+                    let v = unsafe { [_mm512_loadu_ps(x), _mm512_loadu_ps(x.add(16))] };
                     // maxps returns its second operand when either is NaN, so
                     // NaNs are skipped as f32::max skips them in the scalar fold.
                     let m = _mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_setzero_ps());
@@ -172,25 +170,15 @@ macro_rules! level {
                         let t = _mm512_mask_add_epi32(t, up, t, one);
                         _mm512_mask_sub_epi32(t, down, t, one)
                     });
-                    // SAFETY: block b's ACT_BLOCK bytes are writable (contract).
-                    let o = unsafe { out.add(b * ACT_BLOCK) };
-                    // SAFETY: as above: quants at 0..32.
+                    // SAFETY: the block's quants 0..32 are writable (quantize_blocks).
                     unsafe {
                         _mm_storeu_si128(o.cast(), _mm512_cvtepi32_epi8(q[0]));
                         _mm_storeu_si128(o.add(16).cast(), _mm512_cvtepi32_epi8(q[1]));
                     }
-                    let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
-                    let tail = if OFF == 0 {
-                        f16_round(sum as f32 * d).to_bits()
-                    } else {
-                        (-OFF * sum) as u32
-                    };
-                    // SAFETY: as above: scale at 32..36, sum term at 36..40.
-                    unsafe {
-                        o.add(32).cast::<f32>().write_unaligned(f16_round(d));
-                        o.add(36).cast::<u32>().write_unaligned(tail);
-                    }
-                }
+                    (d, _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1])))
+                };
+                // SAFETY: the contract, forwarded.
+                unsafe { quantize_blocks::<OFF>(x, nb, out, block, |v| f16_round(v)) }
             }
 
             /// `x` rounded to f16 (nearest even, as the scalar `half`

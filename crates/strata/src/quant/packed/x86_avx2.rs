@@ -39,9 +39,10 @@
 //! ([`super::has_kernels`]).
 
 use super::tags::{
-    chunk_size, has_min, is_q5, kernel_table, offsets, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+    chunk_size, has_min, is_q5, kernel_table, offsets, quantize_blocks, Q4_0, Q4_1, Q5_0, Q5_1,
+    Q8_0,
 };
-use super::{Kernels, TileFn, ACT_BLOCK};
+use super::{Kernels, Tile, TileFn, ACT_BLOCK};
 use crate::tensor::DType;
 use std::arch::x86_64::*;
 
@@ -101,15 +102,15 @@ unsafe fn group<const T: u8>(c: *const u8, qh: usize, qs: usize, h: usize, j: us
 /// As [`TileFn`]; the CPU supports AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn half<const T: u8, const N: usize>(
-    w: *const u8,
-    nb: usize,
-    a: *const u8,
-    a_stride: usize,
-    out: *mut u8,
-    out_stride: usize,
-    h: usize,
-) {
+unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
+    let Tile {
+        w,
+        nb,
+        a,
+        a_stride,
+        out,
+        out_stride,
+    } = t;
     let cs = chunk_size(T);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); N];
@@ -196,15 +197,8 @@ unsafe fn half<const T: u8, const N: usize>(
 /// # Safety
 /// As [`TileFn`]; the CPU supports AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile<const T: u8, const NR: usize>(
-    w: *const u8,
-    nb: usize,
-    a: *const u8,
-    a_stride: usize,
-    out: *mut u8,
-    out_stride: usize,
-) {
-    type Half = unsafe fn(*const u8, usize, *const u8, usize, *mut u8, usize, usize);
+unsafe fn tile<const T: u8, const NR: usize>(t: Tile) {
+    type Half = unsafe fn(Tile, usize);
     for h in 0..2 {
         let mut c = 0;
         while c < NR {
@@ -216,19 +210,24 @@ unsafe fn tile<const T: u8, const NR: usize>(
                 _ => half::<T, PASS>,
             };
             // SAFETY: columns c .. c + n ≤ NR of the contract, forwarded.
-            unsafe {
-                f(
-                    w,
-                    nb,
-                    a.add(c * a_stride),
-                    a_stride,
-                    out.add(c * out_stride),
-                    out_stride,
-                    h,
-                )
-            };
+            unsafe { f(skip_columns(t, c), h) };
             c += n;
         }
+    }
+}
+
+/// `t` without its first `c` columns.
+///
+/// # Safety
+/// Columns `0 .. c` must lie inside the allocations of `t.a` and `t.out`.
+#[inline(always)]
+unsafe fn skip_columns(t: Tile, c: usize) -> Tile {
+    Tile {
+        // SAFETY: the caller keeps both offsets inside their allocations.
+        a: unsafe { t.a.add(c * t.a_stride) },
+        // SAFETY: as above.
+        out: unsafe { t.out.add(c * t.out_stride) },
+        ..t
     }
 }
 
@@ -243,24 +242,16 @@ unsafe fn tile<const T: u8, const NR: usize>(
 /// the CPU supports AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quantize<const OFF: i32>(x: *const f32, nb: usize, out: *mut u8) {
-    for b in 0..nb {
-        // SAFETY: block b's 32 f32 are readable and its ACT_BLOCK bytes
-        // writable (contract); the quants go to bytes 0..32.
-        let (d, sum, o) = unsafe {
-            let o = out.add(b * ACT_BLOCK);
-            let (d, sum) = crate::quant::simd::quantize_block_q8_avx2(x.add(32 * b), o);
-            (d, sum, o)
-        };
-        let tail = if OFF == 0 {
-            f16_round(sum as f32 * d).to_bits()
-        } else {
-            (-OFF * sum) as u32
-        };
-        // SAFETY: scale at 32..36, sum term at 36..40 of the block.
-        unsafe {
-            o.add(32).cast::<f32>().write_unaligned(f16_round(d));
-            o.add(36).cast::<u32>().write_unaligned(tail);
-        }
+    // SAFETY: the contract, forwarded; `quantize_blocks` hands the block
+    // quantizer 32 readable f32 and 32 writable bytes.
+    unsafe {
+        quantize_blocks::<OFF>(
+            x,
+            nb,
+            out,
+            |x, q| crate::quant::simd::quantize_block_q8_avx2(x, q),
+            |v| f16_round(v),
+        )
     }
 }
 
