@@ -124,18 +124,20 @@ pub(super) fn sum_i8_i8(x: __m256i, y: __m256i) -> __m256i {
 
 // ---- quantized dot products ----
 
-/// One block type's dot product: per block, eight exact i32 partial sums
-/// scaled by `d_x d_y` into an f32 accumulator, plus `Σ m_x s_y` for the
-/// `_1` types.
+/// One block type's dot product (`$xt` · `$yt`): per block, eight exact
+/// i32 partial sums scaled by `d_x d_y` into an f32 accumulator, plus
+/// `Σ m_x s_y` for the `_1` types.
 macro_rules! block_dot {
-    ($imp:ident, $xb:expr, $yb:expr, |$bx:ident, $by:ident| $sum:expr, min: $min:expr) => {
+    ($imp:ident, $xt:expr, $yt:expr, |$bx:ident, $by:ident| $sum:expr, min: $min:expr) => {
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
+            const XB: usize = $xt.type_size();
+            const YB: usize = $yt.type_size();
             let mut acc = _mm256_setzero_ps();
             let mut mins = 0.0f32;
             for i in 0..nb {
                 // SAFETY: block i of both rows is in bounds (nb checked by the wrapper).
-                let ($bx, $by) = unsafe { (x.add(i * $xb), y.add(i * $yb)) };
+                let ($bx, $by) = unsafe { (x.add(i * XB), y.add(i * YB)) };
                 // SAFETY: as above; the block helpers read inside the blocks.
                 let (sumi, d) = unsafe { ($sum, scale_product($bx, $by)) };
                 acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -149,34 +151,27 @@ macro_rules! block_dot {
     };
 }
 
-const Q4_0: usize = DType::Q4_0.type_size();
-const Q4_1: usize = DType::Q4_1.type_size();
-const Q5_0: usize = DType::Q5_0.type_size();
-const Q5_1: usize = DType::Q5_1.type_size();
-const Q8_0: usize = DType::Q8_0.type_size();
-const Q8_1: usize = DType::Q8_1.type_size();
-
-block_dot!(dot_q4_0_imp, Q4_0, Q8_0, |bx, by| sum_u8_i8(
+block_dot!(dot_q4_0_imp, DType::Q4_0, DType::Q8_0, |bx, by| sum_u8_i8(
     nibbles(bx.add(2)),
     _mm256_loadu_si256(by.add(2).cast()),
     8
 ), min: false);
-block_dot!(dot_q4_1_imp, Q4_1, Q8_1, |bx, by| sum_u8_i8(
+block_dot!(dot_q4_1_imp, DType::Q4_1, DType::Q8_1, |bx, by| sum_u8_i8(
     nibbles(bx.add(4)),
     _mm256_loadu_si256(by.add(4).cast()),
     0
 ), min: true);
-block_dot!(dot_q5_0_imp, Q5_0, Q8_0, |bx, by| sum_u8_i8(
+block_dot!(dot_q5_0_imp, DType::Q5_0, DType::Q8_0, |bx, by| sum_u8_i8(
     _mm256_or_si256(nibbles(bx.add(6)), high_bits(bx.add(2))),
     _mm256_loadu_si256(by.add(2).cast()),
     16
 ), min: false);
-block_dot!(dot_q5_1_imp, Q5_1, Q8_1, |bx, by| sum_u8_i8(
+block_dot!(dot_q5_1_imp, DType::Q5_1, DType::Q8_1, |bx, by| sum_u8_i8(
     _mm256_or_si256(nibbles(bx.add(8)), high_bits(bx.add(4))),
     _mm256_loadu_si256(by.add(4).cast()),
     0
 ), min: true);
-block_dot!(dot_q8_0_imp, Q8_0, Q8_0, |bx, by| sum_i8_i8(
+block_dot!(dot_q8_0_imp, DType::Q8_0, DType::Q8_0, |bx, by| sum_i8_i8(
     _mm256_loadu_si256(bx.add(2).cast()),
     _mm256_loadu_si256(by.add(2).cast())
 ), min: false);
