@@ -261,206 +261,257 @@ pub(crate) fn place(graph: &Graph, env: &Env<'_>) -> Result<Placement> {
         graph,
         ids: IdMap::default(),
     };
-    for (id, &b) in env.user {
-        st.ids.insert(*id, Some((b, Cause::User)));
-    }
-
-    // Pass 1: pre-allocated tensors, view sources, inputs, weights.
-    for t in graph.leafs().iter().chain(graph.nodes()) {
-        if st.get(t).is_none() {
-            if let Some((b, c)) = st.backend_id_from_cur(t)? {
-                st.set(t, b, c);
-            }
-        }
-    }
-
-    // Pass 2: expand non-CPU assignments down and up, then all of them.
-    st.expand(true, true);
-    st.expand(false, true);
-    st.expand(true, false);
-    st.expand(false, false);
-
-    // Pass 3: upgrade to higher-priority backends with the same buffer type;
-    // unassigned nodes go where most of their inputs can be read.
-    for node in graph.nodes() {
-        if node.op().is_view_op() {
-            continue;
-        }
-        match st.get(node) {
-            None => {
-                let mut best: Option<(usize, usize)> = None;
-                for b in 0..env.backends.len() {
-                    if !env.backends[b].supports_op(node) {
-                        continue;
-                    }
-                    let n_sup = node
-                        .srcs()
-                        .filter(|s| {
-                            (st.get(s).is_some()
-                                || s.view_of().is_some_and(|v| st.get(&v.src).is_some()))
-                                && st.buffer_supported(s, b)
-                        })
-                        .count();
-                    if best.is_none_or(|(_, n)| n_sup > n) {
-                        best = Some((b, n_sup));
-                    }
-                }
-                match best {
-                    Some((b, _)) => st.set(node, b, Cause::Best),
-                    None => {
-                        return Err(Error::Unsupported {
-                            backend: env
-                                .backends
-                                .iter()
-                                .map(|b| b.name())
-                                .collect::<Vec<_>>()
-                                .join(", "),
-                            what: format!(
-                                "op {} on {} (tensor '{}')",
-                                node.op().name(),
-                                node.dtype(),
-                                node.name()
-                            ),
-                        })
-                    }
-                }
-            }
-            Some(cur) => {
-                for b in 0..cur {
-                    if same_buffer_type(&env.bufts[b], &env.bufts[cur])
-                        && env.backends[b].supports_op(node)
-                        && node.srcs().all(|s| st.buffer_supported(s, b))
-                    {
-                        st.set(node, b, Cause::Upgrade);
-                        break;
-                    }
-                }
-            }
-        }
-    }
-
-    // Pass 4: views follow their base, sources follow their user.
-    for node in graph.nodes() {
-        if st.get(node).is_none() {
-            if let Some(b) = node.view_of().and_then(|v| st.get(&v.src)) {
-                st.set(node, b, Cause::SrcView);
-            }
-        }
-        let cur = st.get(node);
-        for src in node.srcs() {
-            if st.get(src).is_some() {
-                continue;
-            }
-            if let Some(v) = src.view_of() {
-                if let Some(b) = st.get(&v.src) {
-                    st.set(src, b, Cause::SrcView);
-                    continue;
-                }
-            }
-            if let Some(c) = cur {
-                st.set(src, c, Cause::SrcCur);
-            }
-        }
-    }
-    // Anything still open (views of unassigned leafs): follow the base, else the fallback.
-    for t in graph.leafs().iter().chain(graph.nodes()) {
-        if st.get(t).is_none() {
-            match t.view_of().and_then(|v| st.get(&v.src)) {
-                Some(b) => st.set(t, b, Cause::SrcView),
-                None => st.set(t, st.last(), Cause::Default),
-            }
-        }
-    }
-
-    let at = |t: &Tensor| st.ids[&t.id()].expect("every tensor assigned above");
-    let nodes: Vec<(usize, Cause)> = graph.nodes().iter().map(at).collect();
-    let leafs: Vec<(usize, Cause)> = graph.leafs().iter().map(at).collect();
-
-    // Pass 5: splits and their inputs.
-    let mut splits: Vec<Split> = Vec::new();
-    let mut graph_inputs: Vec<Slot> = Vec::new();
-    let mut copied: IdSet<(u64, usize)> = IdSet::default();
-    let slot_of = |t: &Tensor| {
-        graph
-            .slot(t)
-            .expect("sources of graph nodes are in the graph")
-    };
-    for (i, node) in graph.nodes().iter().enumerate() {
-        if node.op().is_view_op() {
-            continue;
-        }
-        let nb = nodes[i].0;
-        let need_new = match splits.last() {
-            None => true,
-            Some(s) if s.backend != nb => true,
-            Some(s) => {
-                !s.inputs.is_empty()
-                    && node.srcs().any(|src| {
-                        let src_b = at(src).0;
-                        let weight_elsewhere = src
-                            .buffer()
-                            .is_some_and(|b| b.usage() == BufferUsage::Weights)
-                            && src_b != s.backend;
-                        let would_overflow = s.inputs.len() >= env.max_split_inputs
-                            && src_b != s.backend
-                            && !copied.contains(&(src.id(), s.backend))
-                            && !st.buffer_supported(src, s.backend);
-                        weight_elsewhere || would_overflow
-                    })
-            }
-        };
-        if need_new {
-            if let Some(s) = splits.last_mut() {
-                s.end = i;
-            }
-            if splits.len() >= env.max_splits {
-                return Err(Error::Limit {
-                    what: "splits",
-                    value: splits.len() + 1,
-                    limit: env.max_splits,
-                    knob: "SchedConfig::max_splits",
-                });
-            }
-            splits.push(Split {
-                backend: nb,
-                start: if splits.is_empty() { 0 } else { i },
-                end: graph.nodes().len(),
-                inputs: Vec::new(),
-            });
-        }
-        let split = splits.last_mut().expect("pushed above");
-        for src in node.srcs() {
-            let src_b = at(src).0;
-            if src.flags().contains(Flags::INPUT) && env.n_copies > 1 {
-                let s = slot_of(src);
-                if !graph_inputs.contains(&s) {
-                    graph_inputs.push(s);
-                }
-            }
-            if src_b != split.backend
-                && !st.buffer_supported(src, split.backend)
-                && !copied.contains(&(src.id(), split.backend))
-            {
-                copied.insert((src.id(), split.backend));
-                if split.inputs.len() >= env.max_split_inputs {
-                    return Err(Error::Limit {
-                        what: "inputs of one split",
-                        value: split.inputs.len() + 1,
-                        limit: env.max_split_inputs,
-                        knob: "SchedConfig::max_split_inputs",
-                    });
-                }
-                split.inputs.push(slot_of(src));
-            }
-        }
-    }
-    if let Some(s) = splits.last_mut() {
-        s.end = graph.nodes().len();
-    }
+    st.assign_user();
+    st.assign_from_buffers()?;
+    st.expand_assignments();
+    st.upgrade_or_pick_best()?;
+    st.assign_sources();
+    st.assign_remaining();
+    let nodes: Vec<(usize, Cause)> = graph.nodes().iter().map(|t| st.at(t)).collect();
+    let leafs: Vec<(usize, Cause)> = graph.leafs().iter().map(|t| st.at(t)).collect();
+    let (splits, graph_inputs) = st.split_graph(&nodes)?;
     Ok(Placement {
         nodes,
         leafs,
         splits,
         graph_inputs,
     })
+}
+
+impl State<'_> {
+    /// The user's forced assignments (`Scheduler::set_tensor_backend`) come first.
+    fn assign_user(&mut self) {
+        for (id, &b) in self.env.user {
+            self.ids.insert(*id, Some((b, Cause::User)));
+        }
+    }
+
+    /// Pass 1: pre-allocated tensors, view sources, inputs, weights.
+    fn assign_from_buffers(&mut self) -> Result<()> {
+        let graph = self.graph;
+        for t in graph.leafs().iter().chain(graph.nodes()) {
+            if self.get(t).is_none() {
+                if let Some((b, c)) = self.backend_id_from_cur(t)? {
+                    self.set(t, b, c);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pass 2: expand non-CPU assignments down and up, then all of them.
+    fn expand_assignments(&mut self) {
+        self.expand(true, true);
+        self.expand(false, true);
+        self.expand(true, false);
+        self.expand(false, false);
+    }
+
+    /// Pass 3: upgrade to higher-priority backends with the same buffer type;
+    /// unassigned nodes go where most of their inputs can be read.
+    fn upgrade_or_pick_best(&mut self) -> Result<()> {
+        let graph = self.graph;
+        for node in graph.nodes() {
+            if node.op().is_view_op() {
+                continue;
+            }
+            match self.get(node) {
+                None => {
+                    let b = self.best_backend(node)?;
+                    self.set(node, b, Cause::Best);
+                }
+                Some(cur) => {
+                    if let Some(b) = self.upgrade(node, cur) {
+                        self.set(node, b, Cause::Upgrade);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pass 3 for an unassigned node: the first backend that runs it with the
+    /// most sources it can read where they are.
+    fn best_backend(&self, node: &Tensor) -> Result<usize> {
+        let mut best: Option<(usize, usize)> = None;
+        for b in 0..self.env.backends.len() {
+            if !self.env.backends[b].supports_op(node) {
+                continue;
+            }
+            let n_sup = node
+                .srcs()
+                .filter(|s| {
+                    (self.get(s).is_some()
+                        || s.view_of().is_some_and(|v| self.get(&v.src).is_some()))
+                        && self.buffer_supported(s, b)
+                })
+                .count();
+            if best.is_none_or(|(_, n)| n_sup > n) {
+                best = Some((b, n_sup));
+            }
+        }
+        best.map(|(b, _)| b).ok_or_else(|| Error::Unsupported {
+            backend: self
+                .env
+                .backends
+                .iter()
+                .map(|b| b.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+            what: format!(
+                "op {} on {} (tensor '{}')",
+                node.op().name(),
+                node.dtype(),
+                node.name()
+            ),
+        })
+    }
+
+    /// Pass 3 for an assigned node: a higher-priority backend than `cur`
+    /// sharing its buffer type that runs the node and reads all its sources.
+    fn upgrade(&self, node: &Tensor, cur: usize) -> Option<usize> {
+        let bufts = self.env.bufts;
+        (0..cur).find(|&b| {
+            same_buffer_type(&bufts[b], &bufts[cur])
+                && self.env.backends[b].supports_op(node)
+                && node.srcs().all(|s| self.buffer_supported(s, b))
+        })
+    }
+
+    /// Pass 4: views follow their base, sources follow their user.
+    fn assign_sources(&mut self) {
+        let graph = self.graph;
+        for node in graph.nodes() {
+            if self.get(node).is_none() {
+                if let Some(b) = node.view_of().and_then(|v| self.get(&v.src)) {
+                    self.set(node, b, Cause::SrcView);
+                }
+            }
+            let cur = self.get(node);
+            for src in node.srcs() {
+                if self.get(src).is_some() {
+                    continue;
+                }
+                if let Some(v) = src.view_of() {
+                    if let Some(b) = self.get(&v.src) {
+                        self.set(src, b, Cause::SrcView);
+                        continue;
+                    }
+                }
+                if let Some(c) = cur {
+                    self.set(src, c, Cause::SrcCur);
+                }
+            }
+        }
+    }
+
+    /// Anything still open (views of unassigned leafs): follow the base, else the fallback.
+    fn assign_remaining(&mut self) {
+        let graph = self.graph;
+        for t in graph.leafs().iter().chain(graph.nodes()) {
+            if self.get(t).is_none() {
+                match t.view_of().and_then(|v| self.get(&v.src)) {
+                    Some(b) => self.set(t, b, Cause::SrcView),
+                    None => self.set(t, self.last(), Cause::Default),
+                }
+            }
+        }
+    }
+
+    /// Backend and cause of `t` once every pass ran.
+    fn at(&self, t: &Tensor) -> (usize, Cause) {
+        self.ids[&t.id()].expect("every tensor assigned by the passes")
+    }
+
+    /// Pass 5: cuts the nodes into splits (`nodes`: each node's backend) and
+    /// lists the inputs each split copies in, and the graph inputs that get
+    /// pipeline copies.
+    fn split_graph(&self, nodes: &[(usize, Cause)]) -> Result<(Vec<Split>, Vec<Slot>)> {
+        let (graph, env) = (self.graph, self.env);
+        let mut splits: Vec<Split> = Vec::new();
+        let mut graph_inputs: Vec<Slot> = Vec::new();
+        let mut copied: IdSet<(u64, usize)> = IdSet::default();
+        let slot_of = |t: &Tensor| {
+            graph
+                .slot(t)
+                .expect("sources of graph nodes are in the graph")
+        };
+        for (i, node) in graph.nodes().iter().enumerate() {
+            if node.op().is_view_op() {
+                continue;
+            }
+            let nb = nodes[i].0;
+            let need_new = match splits.last() {
+                None => true,
+                Some(s) if s.backend != nb => true,
+                Some(s) => !s.inputs.is_empty() && self.breaks_split(node, s, &copied),
+            };
+            if need_new {
+                if let Some(s) = splits.last_mut() {
+                    s.end = i;
+                }
+                if splits.len() >= env.max_splits {
+                    return Err(Error::Limit {
+                        what: "splits",
+                        value: splits.len() + 1,
+                        limit: env.max_splits,
+                        knob: "SchedConfig::max_splits",
+                    });
+                }
+                splits.push(Split {
+                    backend: nb,
+                    start: if splits.is_empty() { 0 } else { i },
+                    end: graph.nodes().len(),
+                    inputs: Vec::new(),
+                });
+            }
+            let split = splits.last_mut().expect("pushed above");
+            for src in node.srcs() {
+                let src_b = self.at(src).0;
+                if src.flags().contains(Flags::INPUT) && env.n_copies > 1 {
+                    let s = slot_of(src);
+                    if !graph_inputs.contains(&s) {
+                        graph_inputs.push(s);
+                    }
+                }
+                if src_b != split.backend
+                    && !self.buffer_supported(src, split.backend)
+                    && !copied.contains(&(src.id(), split.backend))
+                {
+                    copied.insert((src.id(), split.backend));
+                    if split.inputs.len() >= env.max_split_inputs {
+                        return Err(Error::Limit {
+                            what: "inputs of one split",
+                            value: split.inputs.len() + 1,
+                            limit: env.max_split_inputs,
+                            knob: "SchedConfig::max_split_inputs",
+                        });
+                    }
+                    split.inputs.push(slot_of(src));
+                }
+            }
+        }
+        if let Some(s) = splits.last_mut() {
+            s.end = graph.nodes().len();
+        }
+        Ok((splits, graph_inputs))
+    }
+
+    /// Pass 5: whether `node`, on the backend of split `s`, must start a new
+    /// split: a source is a weight on another backend, or copying one more
+    /// input would pass the split-input limit.
+    fn breaks_split(&self, node: &Tensor, s: &Split, copied: &IdSet<(u64, usize)>) -> bool {
+        node.srcs().any(|src| {
+            let src_b = self.at(src).0;
+            let weight_elsewhere = src
+                .buffer()
+                .is_some_and(|b| b.usage() == BufferUsage::Weights)
+                && src_b != s.backend;
+            let would_overflow = s.inputs.len() >= self.env.max_split_inputs
+                && src_b != s.backend
+                && !copied.contains(&(src.id(), s.backend))
+                && !self.buffer_supported(src, s.backend);
+            weight_elsewhere || would_overflow
+        })
+    }
 }
