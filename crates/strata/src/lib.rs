@@ -23,4 +23,4 @@ pub mod testkit;
 
 pub use error::{Error, Result};
 pub use graph::Graph;
-pub use tensor::{DType, Flags, Tensor};
+pub use tensor::{DType, Flags, Tensor, TensorId};

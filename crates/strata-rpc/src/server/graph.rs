@@ -19,7 +19,7 @@ struct Builder<'a> {
     node_pos: HashMap<u64, usize>,
     built: HashMap<u64, Tensor>,
     /// strata tensor id → wire id, for finding view bases.
-    wire_of: HashMap<u64, u64>,
+    wire_of: HashMap<strata::TensorId, u64>,
 }
 
 impl<'a> Builder<'a> {

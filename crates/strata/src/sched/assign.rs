@@ -1,6 +1,6 @@
-//! Placement: ggml's five scheduler passes as a pure function of a graph,
-//! the backends' capabilities and the user's forced assignments. The result
-//! ([`Placement`]) is a value: which backend runs each node, why, and how the
+//! Backend assignment: ggml's five scheduler passes as a pure function of a
+//! graph, the backends' capabilities and the user's forced assignments. The
+//! result ([`Assignment`]) is a value: which backend runs each node, why, and how the
 //! graph is cut into splits with which inputs to copy. The caller's graph is
 //! never modified.
 
@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::backend::{same_buffer_type, Backend, BufferType, BufferUsage};
 use crate::graph::{Graph, Slot};
-use crate::tensor::{Flags, Tensor};
+use crate::tensor::{Flags, Tensor, TensorId};
 use crate::{Error, Result};
 
 /// Why a tensor was assigned to its backend (ggml's debug causes, always kept).
@@ -64,12 +64,39 @@ impl fmt::Display for Cause {
     }
 }
 
+/// A scheduler backend: its index in the priority order the
+/// [`Scheduler`](super::Scheduler) was built with (the last is the CPU fallback).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BackendId(pub usize);
+
+impl BackendId {
+    /// The index into the scheduler's backends.
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+impl fmt::Display for BackendId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Where one tensor runs, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Assigned {
+    /// The backend that runs (or holds) the tensor.
+    pub backend: BackendId,
+    /// The pass and rule that decided it.
+    pub cause: Cause,
+}
+
 /// A contiguous range of nodes computed on one backend, and the tensors it
 /// needs copied in from other backends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Split {
-    /// Index of the backend (priority order).
-    pub backend: usize,
+    /// The backend that runs the split.
+    pub backend: BackendId,
     /// First node index.
     pub start: usize,
     /// One past the last node index.
@@ -78,22 +105,23 @@ pub struct Split {
     pub inputs: Vec<Slot>,
 }
 
-/// Where every tensor of a graph runs, why, and the splits.
+/// Which backend runs every tensor of a graph, why, and the splits (the
+/// scheduler's result; memory placement is [`crate::alloc::Placement`]).
 #[derive(Clone, Debug)]
-pub struct Placement {
+pub struct Assignment {
     /// Backend and cause per node (same order as `Graph::nodes`).
-    pub nodes: Vec<(usize, Cause)>,
+    pub nodes: Vec<Assigned>,
     /// Backend and cause per leaf.
-    pub leafs: Vec<(usize, Cause)>,
+    pub leafs: Vec<Assigned>,
     /// The splits, in execution order.
     pub splits: Vec<Split>,
     /// Graph inputs that get one copy per pipeline slot (n_copies > 1).
     pub graph_inputs: Vec<Slot>,
 }
 
-impl Placement {
+impl Assignment {
     /// Backend and cause of the tensor in `slot`.
-    pub fn of(&self, slot: Slot) -> (usize, Cause) {
+    pub fn of(&self, slot: Slot) -> Assigned {
         match slot {
             Slot::Node(i) => self.nodes[i],
             Slot::Leaf(i) => self.leafs[i],
@@ -109,7 +137,7 @@ pub(crate) struct Env<'a> {
     pub own_buffers: Vec<Arc<dyn crate::backend::Buffer>>,
     pub backends: &'a [Box<dyn Backend>],
     pub bufts: &'a [Arc<dyn BufferType>],
-    pub user: &'a IdMap<u64, usize>,
+    pub user: &'a IdMap<TensorId, BackendId>,
     pub op_offload: bool,
     pub policy: &'a super::PlacementPolicy,
     pub max_split_inputs: usize,
@@ -120,7 +148,7 @@ pub(crate) struct Env<'a> {
 struct State<'a> {
     env: &'a Env<'a>,
     graph: &'a Graph,
-    ids: IdMap<u64, Option<(usize, Cause)>>,
+    ids: IdMap<TensorId, Option<(usize, Cause)>>,
 }
 
 impl State<'_> {
@@ -250,7 +278,7 @@ impl State<'_> {
 }
 
 /// Runs the five passes over `graph`.
-pub(crate) fn place(graph: &Graph, env: &Env<'_>) -> Result<Placement> {
+pub(crate) fn assign(graph: &Graph, env: &Env<'_>) -> Result<Assignment> {
     if env.backends.is_empty() {
         return Err(Error::InvalidArgument(
             "the scheduler has no backends".into(),
@@ -267,10 +295,10 @@ pub(crate) fn place(graph: &Graph, env: &Env<'_>) -> Result<Placement> {
     st.upgrade_or_pick_best()?;
     st.assign_sources();
     st.assign_remaining();
-    let nodes: Vec<(usize, Cause)> = graph.nodes().iter().map(|t| st.at(t)).collect();
-    let leafs: Vec<(usize, Cause)> = graph.leafs().iter().map(|t| st.at(t)).collect();
+    let nodes: Vec<Assigned> = graph.nodes().iter().map(|t| st.at(t)).collect();
+    let leafs: Vec<Assigned> = graph.leafs().iter().map(|t| st.at(t)).collect();
     let (splits, graph_inputs) = st.split_graph(&nodes)?;
-    Ok(Placement {
+    Ok(Assignment {
         nodes,
         leafs,
         splits,
@@ -282,7 +310,7 @@ impl State<'_> {
     /// The user's forced assignments (`Scheduler::set_tensor_backend`) come first.
     fn assign_user(&mut self) {
         for (id, &b) in self.env.user {
-            self.ids.insert(*id, Some((b, Cause::User)));
+            self.ids.insert(*id, Some((b.0, Cause::User)));
         }
     }
 
@@ -419,18 +447,22 @@ impl State<'_> {
     }
 
     /// Backend and cause of `t` once every pass ran.
-    fn at(&self, t: &Tensor) -> (usize, Cause) {
-        self.ids[&t.id()].expect("every tensor assigned by the passes")
+    fn at(&self, t: &Tensor) -> Assigned {
+        let (b, cause) = self.ids[&t.id()].expect("every tensor assigned by the passes");
+        Assigned {
+            backend: BackendId(b),
+            cause,
+        }
     }
 
     /// Pass 5: cuts the nodes into splits (`nodes`: each node's backend) and
     /// lists the inputs each split copies in, and the graph inputs that get
     /// pipeline copies.
-    fn split_graph(&self, nodes: &[(usize, Cause)]) -> Result<(Vec<Split>, Vec<Slot>)> {
+    fn split_graph(&self, nodes: &[Assigned]) -> Result<(Vec<Split>, Vec<Slot>)> {
         let (graph, env) = (self.graph, self.env);
         let mut splits: Vec<Split> = Vec::new();
         let mut graph_inputs: Vec<Slot> = Vec::new();
-        let mut copied: IdSet<(u64, usize)> = IdSet::default();
+        let mut copied: IdSet<(TensorId, BackendId)> = IdSet::default();
         let slot_of = |t: &Tensor| {
             graph
                 .slot(t)
@@ -440,7 +472,7 @@ impl State<'_> {
             if node.op().is_view_op() {
                 continue;
             }
-            let nb = nodes[i].0;
+            let nb = nodes[i].backend;
             let need_new = match splits.last() {
                 None => true,
                 Some(s) if s.backend != nb => true,
@@ -467,7 +499,7 @@ impl State<'_> {
             }
             let split = splits.last_mut().expect("pushed above");
             for src in node.srcs() {
-                let src_b = self.at(src).0;
+                let src_b = self.at(src).backend;
                 if src.flags().contains(Flags::INPUT) && env.n_copies > 1 {
                     let s = slot_of(src);
                     if !graph_inputs.contains(&s) {
@@ -475,7 +507,7 @@ impl State<'_> {
                     }
                 }
                 if src_b != split.backend
-                    && !self.buffer_supported(src, split.backend)
+                    && !self.buffer_supported(src, split.backend.0)
                     && !copied.contains(&(src.id(), split.backend))
                 {
                     copied.insert((src.id(), split.backend));
@@ -500,9 +532,14 @@ impl State<'_> {
     /// Pass 5: whether `node`, on the backend of split `s`, must start a new
     /// split: a source is a weight on another backend, or copying one more
     /// input would pass the split-input limit.
-    fn breaks_split(&self, node: &Tensor, s: &Split, copied: &IdSet<(u64, usize)>) -> bool {
+    fn breaks_split(
+        &self,
+        node: &Tensor,
+        s: &Split,
+        copied: &IdSet<(TensorId, BackendId)>,
+    ) -> bool {
         node.srcs().any(|src| {
-            let src_b = self.at(src).0;
+            let src_b = self.at(src).backend;
             let weight_elsewhere = src
                 .buffer()
                 .is_some_and(|b| b.usage() == BufferUsage::Weights)
@@ -510,7 +547,7 @@ impl State<'_> {
             let would_overflow = s.inputs.len() >= self.env.max_split_inputs
                 && src_b != s.backend
                 && !copied.contains(&(src.id(), s.backend))
-                && !self.buffer_supported(src, s.backend);
+                && !self.buffer_supported(src, s.backend.0);
             weight_elsewhere || would_overflow
         })
     }
