@@ -13,7 +13,7 @@ use crate::backend::{tensor_copy, Backend, BufferType, Event};
 use crate::graph::{Graph, Slot};
 use crate::ops::{self, Op};
 use crate::tensor::{Flags, Tensor, TensorId};
-use crate::{Error, Result};
+use crate::{Error, Result, ResultExt};
 
 /// Identity of a graph: its node and leaf ids (tensors are unique objects).
 fn graph_key(graph: &Graph) -> Vec<TensorId> {
@@ -319,13 +319,16 @@ impl RunState {
                             None => backends[sbi].synchronize()?,
                         }
                     }
-                    tensor_copy(input, &cpy)?;
+                    copy_input(input, &cpy, si)?;
                 } else {
                     match &event {
                         Some(e) => backends[sbi].event_wait(e)?,
                         None => backends[sbi].synchronize()?,
                     }
-                    if !backends[sbi].cpy_tensor_async(input, &cpy)? {
+                    let queued = backends[sbi]
+                        .cpy_tensor_async(input, &cpy)
+                        .with_context(|| copy_context(input, &cpy, si))?;
+                    if !queued {
                         backends[ib].synchronize()?;
                         if let Some(e) = event
                             .as_ref()
@@ -333,7 +336,7 @@ impl RunState {
                         {
                             e.synchronize()?;
                         }
-                        tensor_copy(input, &cpy)?;
+                        copy_input(input, &cpy, si)?;
                     }
                 }
             }
@@ -364,6 +367,20 @@ impl RunState {
         }
         Ok(())
     }
+}
+
+/// What a failed copy of a split input was doing.
+fn copy_context(input: &Tensor, cpy: &Tensor, split: usize) -> String {
+    format!(
+        "split {split}: copying input '{}' to '{}'",
+        input.name(),
+        cpy.name()
+    )
+}
+
+/// Copies split input `input` into its copy `cpy`, naming both on error.
+fn copy_input(input: &Tensor, cpy: &Tensor, split: usize) -> Result<()> {
+    tensor_copy(input, cpy).with_context(|| copy_context(input, cpy, split))
 }
 
 /// Computes `g` in ranges ending at each node the callback wants to see,
