@@ -19,7 +19,7 @@ impl Session {
         if (device as usize) < n {
             Ok(device as usize)
         } else {
-            Err(format!("device {device} does not exist ({n} devices)"))
+            Err(Refusal::NoDevice { device, n })
         }
     }
 
@@ -29,7 +29,10 @@ impl Session {
                 .state
                 .factory
                 .backend(device)
-                .map_err(|e| format!("cannot start a backend on device {device}: {e}"))?;
+                .map_err(|e| Refusal::BackendStart {
+                    device,
+                    why: e.to_string(),
+                })?;
             // A received graph can ask for scratch far beyond its tensors
             // (a matmul operand with stride-0 dimensions): bounded like
             // message memory.
@@ -90,7 +93,10 @@ impl Session {
                 _ => SessionEnd::Io("server shutting down: computation aborted".into()),
             });
         }
-        Err(format!("graph computation failed on device {device}: {e}"))
+        Err(Refusal::ComputeFailed {
+            device,
+            why: e.to_string(),
+        })
     }
 
     /// Handles one decoded request.
@@ -134,7 +140,7 @@ impl Session {
             }
             Request::BufferClear { remote_ptr, value } => {
                 let b = lookup(&self.buffers, remote_ptr, "BUFFER_CLEAR")?;
-                b.buffer.clear(value).map_err(|e| e.to_string())?;
+                b.buffer.clear(value)?;
                 Reply::Nothing
             }
             Request::SetTensor { header, data } => {
@@ -143,7 +149,7 @@ impl Session {
                 if header.cache_flag != 0 {
                     state.cache_store(data);
                 }
-                tensor_set(&t, header.offset as usize, data).map_err(|e| e.to_string())?;
+                tensor_set(&t, header.offset as usize, data)?;
                 Reply::Nothing
             }
             Request::SetTensorHash {
@@ -156,7 +162,7 @@ impl Session {
                 };
                 let t = placed(&self.buffers, &tensor)?;
                 range_in_tensor(&t, offset, bytes.len() as u64)?;
-                tensor_set(&t, offset as usize, &bytes).map_err(|e| e.to_string())?;
+                tensor_set(&t, offset as usize, &bytes)?;
                 Reply::Bytes(vec![1])
             }
             Request::GetTensor {
@@ -172,19 +178,21 @@ impl Session {
                 let s = placed(&self.buffers, &src)?;
                 let d = placed(&self.buffers, &dst)?;
                 if s.dtype() == d.dtype() && s.ne() == d.ne() && s.nbytes() == d.nbytes() {
-                    tensor_copy(&s, &d).map_err(|e| e.to_string())?;
+                    tensor_copy(&s, &d)?;
                     Reply::Bytes(vec![1])
                 } else {
                     Reply::Bytes(vec![0])
                 }
             }
             // Read in place by graph_compute, never decoded whole.
-            Request::GraphCompute(_) => return Err("GRAPH_COMPUTE out of its reader".into()),
+            Request::GraphCompute(_) => {
+                return Err(Refusal::Protocol("GRAPH_COMPUTE out of its reader"))
+            }
             Request::GraphRecompute { device } => {
                 let d = self.device(device)?;
                 let (graph, held) = self.graphs[d]
                     .take()
-                    .ok_or_else(|| format!("no graph to recompute on device {d}"))?;
+                    .ok_or(Refusal::NoGraph { device: d })?;
                 self.compute(d, &graph)?;
                 self.graphs[d] = Some((graph, held));
                 Reply::Nothing
@@ -226,8 +234,7 @@ impl Session {
             } => {
                 let t = placed(&self.buffers, &tensor)?;
                 range_in_tensor(&t, offset, size)?;
-                tensor_memset(&t, offset as usize, size as usize, value)
-                    .map_err(|e| e.to_string())?;
+                tensor_memset(&t, offset as usize, size as usize, value)?;
                 Reply::Nothing
             }
         })
