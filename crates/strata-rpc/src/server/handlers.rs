@@ -10,7 +10,7 @@ use strata::backend::{tensor_copy, tensor_memset, tensor_set, Backend};
 use strata::Graph;
 
 use super::session::{Reply, Session, SessionEnd};
-use super::validate::{lookup, placed, range_in_tensor, tensor_of, Refusal, RemoteBuf};
+use super::validate::{lookup, placed, placed_range, tensor_of, Refusal, RemoteBuf};
 use crate::proto::{hello_response, pair_payload, Request};
 
 impl Session {
@@ -144,8 +144,12 @@ impl Session {
                 Reply::Nothing
             }
             Request::SetTensor { header, data } => {
-                let t = placed(&self.buffers, &header.tensor)?;
-                range_in_tensor(&t, header.offset, data.len() as u64)?;
+                let t = placed_range(
+                    &self.buffers,
+                    &header.tensor,
+                    header.offset,
+                    data.len() as u64,
+                )?;
                 if header.cache_flag != 0 {
                     state.cache_store(data);
                 }
@@ -160,8 +164,7 @@ impl Session {
                 let Some((bytes, _held)) = state.cache_load(hash) else {
                     return Ok(Reply::Bytes(vec![0]));
                 };
-                let t = placed(&self.buffers, &tensor)?;
-                range_in_tensor(&t, offset, bytes.len() as u64)?;
+                let t = placed_range(&self.buffers, &tensor, offset, bytes.len() as u64)?;
                 tensor_set(&t, offset as usize, &bytes)?;
                 Reply::Bytes(vec![1])
             }
@@ -170,8 +173,7 @@ impl Session {
                 offset,
                 size,
             } => {
-                let t = placed(&self.buffers, &tensor)?;
-                range_in_tensor(&t, offset, size)?;
+                let t = placed_range(&self.buffers, &tensor, offset, size)?;
                 Reply::Read(t, offset as usize, size as usize)
             }
             Request::CopyTensor { src, dst } => {
@@ -232,8 +234,7 @@ impl Session {
                 size,
                 value,
             } => {
-                let t = placed(&self.buffers, &tensor)?;
-                range_in_tensor(&t, offset, size)?;
+                let t = placed_range(&self.buffers, &tensor, offset, size)?;
                 tensor_memset(&t, offset as usize, size as usize, value)?;
                 Reply::Nothing
             }

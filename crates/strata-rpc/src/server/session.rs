@@ -13,7 +13,7 @@ use strata::backend::{tensor_get, tensor_set, Backend};
 use strata::{Graph, Tensor};
 
 use super::graph::rebuild;
-use super::validate::{placed, range_in_tensor, RemoteBuf};
+use super::validate::{placed_range, RemoteBuf};
 use super::watch::{Prefixed, Probe};
 use super::{BackendFactory, Inflight, Limits, ServerStats, State, GRAPH_COST};
 use crate::proto::{
@@ -372,8 +372,8 @@ impl Session {
             return Err(refuse("undecodable header".into()));
         };
         let len = size - SET_TENSOR_FIXED as u64;
-        let t = placed(&self.buffers, &header.tensor).map_err(|r| refuse(r.to_string()))?;
-        range_in_tensor(&t, header.offset, len).map_err(|r| refuse(r.to_string()))?;
+        let t = placed_range(&self.buffers, &header.tensor, header.offset, len)
+            .map_err(|r| refuse(r.to_string()))?;
         let (offset, len) = (header.offset as usize, len as usize);
         // Caching needs the whole upload in memory: only when message memory
         // has room now; otherwise the upload is streamed, not cached.

@@ -115,3 +115,16 @@ pub(crate) fn range_in_tensor(t: &Tensor, offset: u64, len: u64) -> Result<(), R
     }
     Ok(())
 }
+
+/// A placed tensor (see [`placed`]) and a byte range `offset..offset+len`
+/// inside it (see [`range_in_tensor`]).
+pub(crate) fn placed_range(
+    buffers: &std::collections::HashMap<u64, RemoteBuf>,
+    rec: &RpcTensor,
+    offset: u64,
+    len: u64,
+) -> Result<Tensor, Refusal> {
+    let t = placed(buffers, rec)?;
+    range_in_tensor(&t, offset, len)?;
+    Ok(t)
+}

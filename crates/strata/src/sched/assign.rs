@@ -64,22 +64,13 @@ impl fmt::Display for Cause {
     }
 }
 
-/// A scheduler backend: its index in the priority order the
-/// [`Scheduler`](super::Scheduler) was built with (the last is the CPU fallback).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BackendId(pub usize);
-
-impl BackendId {
+crate::tensor::id_newtype! {
+    /// A scheduler backend: its index in the priority order the
+    /// [`Scheduler`](super::Scheduler) was built with (the last is the CPU
+    /// fallback).
+    pub struct BackendId(pub usize);
     /// The index into the scheduler's backends.
-    pub fn index(self) -> usize {
-        self.0
-    }
-}
-
-impl fmt::Display for BackendId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
+    fn index;
 }
 
 /// Where one tensor runs, and why.

@@ -309,7 +309,7 @@ impl Scheduler {
         let assignment = self.assign(graph)?;
         self.synchronize()?;
         self.run
-            .reserve(graph, assignment, &self.backends, &self.config)
+            .install(graph, assignment, &self.backends, &self.config, false)
     }
 
     /// Plans `graph` and places all its tensors (re-planning memory when the
@@ -319,7 +319,7 @@ impl Scheduler {
         // re-allocation may move split inputs: let running work finish first
         self.synchronize()?;
         self.run
-            .alloc(graph, assignment, &self.backends, &self.config)?;
+            .install(graph, assignment, &self.backends, &self.config, true)?;
         if self.config.debug > 0 {
             eprint!("{}", self.report_for(graph)?.to_text(self.config.debug > 1));
         }

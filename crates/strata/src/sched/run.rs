@@ -240,52 +240,47 @@ impl RunState {
         self.split_graphs.clear();
     }
 
-    pub(crate) fn reserve(
+    /// Adopts `p`: makes its split-input copies and plans memory for the
+    /// graph the planner sees. With `allocate`, also places every tensor,
+    /// re-planning when a tensor moved to a backend with another buffer type
+    /// (ggml's backend_ids_changed) or the graph no longer fits; otherwise
+    /// only reserves (sizes the buffers).
+    pub(crate) fn install(
         &mut self,
         graph: &Graph,
         p: Assignment,
         backends: &[Box<dyn Backend>],
         config: &SchedConfig,
+        allocate: bool,
     ) -> Result<()> {
         self.make_copies(graph, &p, backends, config.n_copies);
         let (ag, node_ids, leaf_ids) = self.alloc_graph(graph, &p, config.n_copies)?;
-        self.galloc.reserve_n(&ag, &node_ids, &leaf_ids)?;
+        if !allocate {
+            self.galloc.reserve_n(&ag, &node_ids, &leaf_ids)?;
+        } else if self.moved(&node_ids, &leaf_ids) || self.galloc.alloc_graph(&ag).is_err() {
+            self.galloc.reserve_n(&ag, &node_ids, &leaf_ids)?;
+            self.galloc.alloc_graph(&ag)?;
+        }
         self.prev_ids = Some((node_ids, leaf_ids));
         self.adopt(graph, p);
-        self.allocated = false;
+        self.allocated = allocate;
         Ok(())
     }
 
-    pub(crate) fn alloc(
-        &mut self,
-        graph: &Graph,
-        p: Assignment,
-        backends: &[Box<dyn Backend>],
-        config: &SchedConfig,
-    ) -> Result<()> {
-        self.make_copies(graph, &p, backends, config.n_copies);
-        let (ag, node_ids, leaf_ids) = self.alloc_graph(graph, &p, config.n_copies)?;
-        // ggml's backend_ids_changed: re-plan when any tensor moved to a backend
-        // with another buffer type.
-        let bufts = self.galloc.planner().buffer_types().to_vec();
+    /// Whether any tensor moved to a backend with another buffer type since
+    /// the last plan (true when there is none).
+    fn moved(&self, node_ids: &[usize], leaf_ids: &[usize]) -> bool {
+        let bufts = self.galloc.planner().buffer_types();
         let moved = |prev: &[usize], now: &[usize]| {
             prev.len() != now.len()
                 || prev.iter().zip(now).any(|(&a, &b)| {
                     a != b && !crate::backend::same_buffer_type(&bufts[a], &bufts[b])
                 })
         };
-        let changed = match &self.prev_ids {
-            Some((pn, pl)) => moved(pn, &node_ids) || moved(pl, &leaf_ids),
+        match &self.prev_ids {
+            Some((pn, pl)) => moved(pn, node_ids) || moved(pl, leaf_ids),
             None => true,
-        };
-        if changed || self.galloc.alloc_graph(&ag).is_err() {
-            self.galloc.reserve_n(&ag, &node_ids, &leaf_ids)?;
-            self.galloc.alloc_graph(&ag)?;
         }
-        self.prev_ids = Some((node_ids, leaf_ids));
-        self.adopt(graph, p);
-        self.allocated = true;
-        Ok(())
     }
 
     pub(crate) fn compute(

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use dtype::DType;
+pub(crate) use id::id_newtype;
 pub use id::TensorId;
 
 use crate::backend::Buffer;
