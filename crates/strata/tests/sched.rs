@@ -428,7 +428,7 @@ fn offload_threshold_decides_where_cpu_weight_ops_run() {
     let (g, ..) = weights_on_cpu(40);
     let sched = dev_cpu(SchedConfig::default());
     assert_eq!(sched.assign(&g).unwrap().nodes[0], on(0, Cause::Offload));
-    let policy = strata::sched::PlacementPolicy::new().offload_min_batch(0, 64);
+    let policy = strata::sched::PlacementPolicy::new().offload_min_batch(BackendId(0), 64);
     let sched = dev_cpu(SchedConfig {
         policy,
         ..SchedConfig::default()
@@ -449,7 +449,7 @@ fn offload_threshold_decides_where_cpu_weight_ops_run() {
 fn name_rules_place_ops_and_bad_rules_are_errors() {
     let (g, _w, x, z, _b) = weights_on_cpu(4);
     let policy = strata::sched::PlacementPolicy::new()
-        .rule("^attn_", 0)
+        .rule("^attn_", BackendId(0))
         .unwrap();
     let mut sched = dev_cpu(SchedConfig {
         policy,
@@ -473,7 +473,9 @@ fn name_rules_place_ops_and_bad_rules_are_errors() {
         })
         .collect();
     assert_eq!(z.to_f32_vec().unwrap(), want);
-    let bad = strata::sched::PlacementPolicy::new().rule("x", 5).unwrap();
+    let bad = strata::sched::PlacementPolicy::new()
+        .rule("x", BackendId(5))
+        .unwrap();
     let backends: Vec<Box<dyn Backend>> = vec![Box::new(CpuBackend::new(1))];
     assert!(Scheduler::new(
         backends,
