@@ -200,7 +200,7 @@ impl Context {
     /// Compute-buffer bytes per backend (the CPU last).
     pub fn compute_buffer_sizes(&self) -> Vec<usize> {
         (0..self.sched.backends().len())
-            .map(|b| self.sched.buffer_size(b))
+            .map(|b| self.sched.buffer_size(strata::sched::BackendId(b)))
             .collect()
     }
 

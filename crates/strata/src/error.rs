@@ -135,6 +135,17 @@ pub enum Error {
         msg: String,
     },
 
+    /// A lower error with what strata was doing when it happened (see
+    /// [`ResultExt::context`]); [`Error::root`] is the error underneath.
+    #[error("{context}: {source}")]
+    Context {
+        /// What was being done, naming the tensor, split or file.
+        context: String,
+        /// The error it ran into.
+        #[source]
+        source: Box<Error>,
+    },
+
     /// A memory plan was replayed on a graph it was not made for.
     #[error(
         "stale memory plan: it was made for graph {planned:016x} but this graph is {found:016x}; \
@@ -166,11 +177,59 @@ impl Error {
         }
     }
 
+    /// Wraps `self` with what was being done (see [`ResultExt::context`]).
+    pub fn context(self, context: impl Into<String>) -> Error {
+        Error::Context {
+            context: context.into(),
+            source: Box::new(self),
+        }
+    }
+
+    /// The error underneath any [`Error::Context`] layers (`self` when there are none).
+    pub fn root(&self) -> &Error {
+        let mut e = self;
+        while let Error::Context { source, .. } = e {
+            e = source;
+        }
+        e
+    }
+
     /// Shorthand for [`Error::Io`].
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
         Error::Io {
             context: context.into(),
             source,
         }
+    }
+}
+
+/// Adds what was being done to a failed [`Result`] (as candle's and anyhow's
+/// `.context()`): the error becomes [`Error::Context`], whose message reads
+/// "context: error".
+///
+/// ```
+/// use strata::error::ResultExt;
+/// use strata::Error;
+///
+/// let r: strata::Result<()> = Err(Error::InvalidArgument("bad".into()));
+/// let e = r.context("loading 'blk.0.attn_q.weight'").unwrap_err();
+/// assert_eq!(e.to_string(), "loading 'blk.0.attn_q.weight': invalid argument: bad");
+/// assert!(matches!(e.root(), Error::InvalidArgument(_)));
+/// ```
+pub trait ResultExt<T> {
+    /// Wraps the error with `context`.
+    fn context(self, context: impl Into<String>) -> Result<T>;
+
+    /// Wraps the error with the context `f` builds (only called on error).
+    fn with_context<C: Into<String>>(self, f: impl FnOnce() -> C) -> Result<T>;
+}
+
+impl<T> ResultExt<T> for Result<T> {
+    fn context(self, context: impl Into<String>) -> Result<T> {
+        self.map_err(|e| e.context(context))
+    }
+
+    fn with_context<C: Into<String>>(self, f: impl FnOnce() -> C) -> Result<T> {
+        self.map_err(|e| e.context(f()))
     }
 }

@@ -21,6 +21,6 @@ pub mod sched;
 pub mod tensor;
 pub mod testkit;
 
-pub use error::{Error, Result};
+pub use error::{Error, Result, ResultExt};
 pub use graph::Graph;
-pub use tensor::{DType, Flags, Tensor};
+pub use tensor::{DType, Flags, Tensor, TensorId};

@@ -139,7 +139,7 @@ fn build(r: &Recipe) -> Case {
     }
     outs.push(pool.last().unwrap().clone());
     let graph = Graph::build(&outs);
-    let mut consumers: HashMap<u64, usize> = HashMap::new();
+    let mut consumers: HashMap<strata::TensorId, usize> = HashMap::new();
     for n in graph.nodes() {
         for s in n.srcs() {
             *consumers.entry(s.id()).or_default() += 1;
@@ -221,7 +221,7 @@ fn check_no_overlap(c: &Case, ga: &GraphAllocator) {
         (0..2).any(|i| ga.buffer(i).is_some_and(|x| Arc::ptr_eq(&x, &b)))
     };
     // step each tensor's value is produced, and the last step that needs it
-    let mut produced: HashMap<u64, (Tensor, usize)> = HashMap::new();
+    let mut produced: HashMap<strata::TensorId, (Tensor, usize)> = HashMap::new();
     for l in g.leafs() {
         if !l.is_view() && ours(l) {
             produced.insert(l.id(), (l.clone(), 0));
@@ -232,7 +232,7 @@ fn check_no_overlap(c: &Case, ga: &GraphAllocator) {
             produced.insert(t.id(), (t.clone(), i + 1));
         }
     }
-    let mut need: HashMap<u64, usize> = HashMap::new();
+    let mut need: HashMap<strata::TensorId, usize> = HashMap::new();
     for (i, t) in g.nodes().iter().enumerate() {
         for s in t.srcs() {
             let e = need.entry(s.storage_owner().id()).or_default();

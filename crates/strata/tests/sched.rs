@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use strata::backend::{alloc_tensors, Backend, BufferUsage};
 use strata::cpu::{cpu_buffer_type, CpuBackend};
 use strata::ops::{self, UnaryOp};
-use strata::sched::{Cause, SchedConfig, Scheduler};
+use strata::sched::{Assigned, BackendId, Cause, SchedConfig, Scheduler};
 use strata::testkit::TestBackend;
 use strata::{DType, Error, Graph, Tensor};
 
@@ -80,14 +80,14 @@ fn seed_experiment_cpu_weights_pull_the_adds_to_the_cpu() {
     s.sched.compute(&s.graph).unwrap();
     assert_eq!(s.sched.n_splits(), 2);
     let names: Vec<String> = s.sched.backends().iter().map(|b| b.name()).collect();
-    let on = |t: &Tensor| names[s.sched.tensor_backend(t).unwrap()].clone();
+    let on = |t: &Tensor| names[s.sched.tensor_backend(t).unwrap().index()].clone();
     let nodes = s.graph.nodes().to_vec();
     assert_eq!(on(&nodes[0]), "FAKE0");
     assert_eq!(on(&nodes[1]), "CPU");
     assert_eq!(on(&nodes[2]), "CPU");
-    let p = s.sched.plan(&s.graph).unwrap();
-    assert_eq!(p.nodes[0].1, Cause::Weight(0));
-    assert_eq!(p.nodes[1].1, Cause::Weight(1));
+    let p = s.sched.assign(&s.graph).unwrap();
+    assert_eq!(p.nodes[0].cause, Cause::Weight(0));
+    assert_eq!(p.nodes[1].cause, Cause::Weight(1));
     assert_eq!(
         p.splits[1].inputs.len(),
         1,
@@ -104,9 +104,13 @@ fn seed_experiment_unmarked_buffer_keeps_everything_on_the_device() {
     let mut s = seed(false);
     s.sched.compute(&s.graph).unwrap();
     assert_eq!(s.sched.n_splits(), 1);
-    let p = s.sched.plan(&s.graph).unwrap();
-    assert!(p.nodes.iter().all(|(b, _)| *b == 0), "{:?}", p.nodes);
-    assert_eq!(p.nodes[1].1, Cause::Expand);
+    let p = s.sched.assign(&s.graph).unwrap();
+    assert!(
+        p.nodes.iter().all(|a| a.backend == BackendId(0)),
+        "{:?}",
+        p.nodes
+    );
+    assert_eq!(p.nodes[1].cause, Cause::Expand);
     assert_eq!(
         p.splits[0].inputs.len(),
         2,
@@ -121,22 +125,24 @@ fn seed_experiment_unmarked_buffer_keeps_everything_on_the_device() {
 #[test]
 fn reserve_is_idempotent_and_does_not_touch_the_graph() {
     let mut s = seed(true);
-    let before: Vec<Vec<u64>> = s
+    let before: Vec<Vec<strata::TensorId>> = s
         .graph
         .nodes()
         .iter()
         .map(|n| n.srcs().map(Tensor::id).collect())
         .collect();
     s.sched.reserve(&s.graph).unwrap();
-    let sizes: Vec<usize> = (0..2).map(|b| s.sched.buffer_size(b)).collect();
-    let p1 = format!("{:?}", s.sched.plan(&s.graph).unwrap());
+    let sizes: Vec<usize> = (0..2).map(|b| s.sched.buffer_size(BackendId(b))).collect();
+    let p1 = format!("{:?}", s.sched.assign(&s.graph).unwrap());
     s.sched.reserve(&s.graph).unwrap();
     assert_eq!(
         sizes,
-        (0..2).map(|b| s.sched.buffer_size(b)).collect::<Vec<_>>()
+        (0..2)
+            .map(|b| s.sched.buffer_size(BackendId(b)))
+            .collect::<Vec<_>>()
     );
-    assert_eq!(p1, format!("{:?}", s.sched.plan(&s.graph).unwrap()));
-    let after: Vec<Vec<u64>> = s
+    assert_eq!(p1, format!("{:?}", s.sched.assign(&s.graph).unwrap()));
+    let after: Vec<Vec<strata::TensorId>> = s
         .graph
         .nodes()
         .iter()
@@ -151,14 +157,14 @@ fn reserve_is_idempotent_and_does_not_touch_the_graph() {
 fn user_assignment_wins_and_is_reported() {
     let mut s = seed(true);
     let add1 = s.graph.nodes()[2].clone();
-    s.sched.set_tensor_backend(&add1, 0).unwrap();
+    s.sched.set_tensor_backend(&add1, BackendId(0)).unwrap();
     s.sched.compute(&s.graph).unwrap();
-    assert_eq!(s.sched.tensor_backend(&add1), Some(0));
-    let p = s.sched.plan(&s.graph).unwrap();
-    assert_eq!(p.nodes[2].1, Cause::User);
+    assert_eq!(s.sched.tensor_backend(&add1), Some(BackendId(0)));
+    let p = s.sched.assign(&s.graph).unwrap();
+    assert_eq!(p.nodes[2].cause, Cause::User);
     assert_eq!(s.sched.n_splits(), 3);
     assert_eq!(s.out.to_f32_vec().unwrap(), expected());
-    assert!(s.sched.set_tensor_backend(&add1, 7).is_err());
+    assert!(s.sched.set_tensor_backend(&add1, BackendId(7)).is_err());
 }
 
 #[test]
@@ -335,7 +341,7 @@ proptest! {
         let backends: Vec<Box<dyn Backend>> = vec![Box::new(dev), Box::new(host)];
         let cfg = SchedConfig { n_copies, ..SchedConfig::default() };
         let mut sched = Scheduler::new(backends, None, cfg).unwrap();
-        let placed = sched.plan(&graph);
+        let placed = sched.assign(&graph);
         let Ok(p) = placed else {
             // only when some op is supported nowhere
             prop_assert!(matches!(placed, Err(Error::Unsupported { .. })), "only unsupported ops may fail placement");
@@ -343,12 +349,12 @@ proptest! {
         };
         // every compute node on a backend that supports it; splits cover their nodes
         for (i, n) in graph.nodes().iter().enumerate() {
-            prop_assert!(sched.backends()[p.nodes[i].0].supports_op(n), "{} on {}", n.name(), p.nodes[i].0);
+            prop_assert!(sched.backends()[p.nodes[i].backend.index()].supports_op(n), "{} on {}", n.name(), p.nodes[i].backend);
         }
         for s in &p.splits {
             for i in s.start..s.end {
                 if !graph.nodes()[i].op().is_view_op() {
-                    prop_assert_eq!(p.nodes[i].0, s.backend);
+                    prop_assert_eq!(p.nodes[i].backend, s.backend);
                 }
             }
         }
@@ -421,38 +427,38 @@ fn dev_cpu(cfg: SchedConfig) -> Scheduler {
 fn offload_threshold_decides_where_cpu_weight_ops_run() {
     let (g, ..) = weights_on_cpu(40);
     let sched = dev_cpu(SchedConfig::default());
-    assert_eq!(sched.plan(&g).unwrap().nodes[0], (0, Cause::Offload));
-    let policy = strata::sched::PlacementPolicy::new().offload_min_batch(0, 64);
+    assert_eq!(sched.assign(&g).unwrap().nodes[0], on(0, Cause::Offload));
+    let policy = strata::sched::PlacementPolicy::new().offload_min_batch(BackendId(0), 64);
     let sched = dev_cpu(SchedConfig {
         policy,
         ..SchedConfig::default()
     });
     assert_eq!(
-        sched.plan(&g).unwrap().nodes[0],
-        (1, Cause::Weight(0)),
+        sched.assign(&g).unwrap().nodes[0],
+        on(1, Cause::Weight(0)),
         "batch 40 < 64: stays with its weights"
     );
     let sched = dev_cpu(SchedConfig {
         op_offload: false,
         ..SchedConfig::default()
     });
-    assert_eq!(sched.plan(&g).unwrap().nodes[0], (1, Cause::Weight(0)));
+    assert_eq!(sched.assign(&g).unwrap().nodes[0], on(1, Cause::Weight(0)));
 }
 
 #[test]
 fn name_rules_place_ops_and_bad_rules_are_errors() {
     let (g, _w, x, z, _b) = weights_on_cpu(4);
     let policy = strata::sched::PlacementPolicy::new()
-        .rule("^attn_", 0)
+        .rule("^attn_", BackendId(0))
         .unwrap();
     let mut sched = dev_cpu(SchedConfig {
         policy,
         op_offload: false,
         ..SchedConfig::default()
     });
-    let p = sched.plan(&g).unwrap();
-    assert_eq!(p.nodes[0], (1, Cause::Weight(0)));
-    assert_eq!(p.nodes[1], (0, Cause::Policy));
+    let p = sched.assign(&g).unwrap();
+    assert_eq!(p.nodes[0], on(1, Cause::Weight(0)));
+    assert_eq!(p.nodes[1], on(0, Cause::Policy));
     sched.alloc_graph(&g).unwrap();
     x.write_f32(&[1.0; 64]).unwrap();
     sched.compute(&g).unwrap();
@@ -467,7 +473,9 @@ fn name_rules_place_ops_and_bad_rules_are_errors() {
         })
         .collect();
     assert_eq!(z.to_f32_vec().unwrap(), want);
-    let bad = strata::sched::PlacementPolicy::new().rule("x", 5).unwrap();
+    let bad = strata::sched::PlacementPolicy::new()
+        .rule("x", BackendId(5))
+        .unwrap();
     let backends: Vec<Box<dyn Backend>> = vec![Box::new(CpuBackend::new(1))];
     assert!(Scheduler::new(
         backends,
@@ -485,11 +493,18 @@ fn fit_predicts_the_real_buffers_without_allocating() {
     let (g, ..) = weights_on_cpu(8);
     let mut sched = dev_cpu(SchedConfig::default());
     let fit = sched.fit(&g).unwrap();
-    assert_eq!(sched.buffer_size(0), 0, "nothing allocated by fit");
+    assert_eq!(
+        sched.buffer_size(BackendId(0)),
+        0,
+        "nothing allocated by fit"
+    );
     assert_eq!(fit.backends[1].weight_bytes, 16 * 8 * 4);
     sched.alloc_graph(&g).unwrap();
     for (i, line) in fit.backends.iter().enumerate() {
-        assert!(sched.buffer_size(i) >= line.compute_bytes, "{line:?}");
+        assert!(
+            sched.buffer_size(BackendId(i)) >= line.compute_bytes,
+            "{line:?}"
+        );
         assert!(line.compute_bytes > 0);
     }
     assert_eq!(fit.n_splits, sched.n_splits());
@@ -502,17 +517,27 @@ fn a_smaller_graph_after_reserve_keeps_the_buffers() {
     let (big, ..) = weights_on_cpu(64);
     let mut sched = dev_cpu(SchedConfig::default());
     sched.reserve(&big).unwrap();
-    let sizes: Vec<usize> = (0..2).map(|b| sched.buffer_size(b)).collect();
+    let sizes: Vec<usize> = (0..2).map(|b| sched.buffer_size(BackendId(b))).collect();
     for n in [1, 7, 64] {
         let (g, _w, x, z, _b) = weights_on_cpu(n);
         sched.alloc_graph(&g).unwrap();
         assert_eq!(
             sizes,
-            (0..2).map(|b| sched.buffer_size(b)).collect::<Vec<_>>(),
+            (0..2)
+                .map(|b| sched.buffer_size(BackendId(b)))
+                .collect::<Vec<_>>(),
             "batch {n} grew a buffer"
         );
         x.write_f32(&vec![0.5; 16 * n]).unwrap();
         sched.compute(&g).unwrap();
         assert_eq!(z.to_f32_vec().unwrap().len(), 8 * n);
+    }
+}
+
+/// Backend `b` for `cause`, as an assignment reads it.
+fn on(b: usize, cause: Cause) -> Assigned {
+    Assigned {
+        backend: BackendId(b),
+        cause,
     }
 }

@@ -8,7 +8,7 @@ use common::{assert_close, Rng};
 use strata::backend::{Backend, BufferUsage};
 use strata::blas::BlasBackend;
 use strata::cpu::CpuBackend;
-use strata::sched::{Cause, SchedConfig, Scheduler};
+use strata::sched::{Assigned, BackendId, Cause, SchedConfig, Scheduler};
 use strata::{ops, DType, Graph, Tensor};
 
 fn reference(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
@@ -48,11 +48,11 @@ fn large_matmuls_are_upgraded_to_blas_and_share_the_compute_buffer() {
     let backends: Vec<Box<dyn Backend>> =
         vec![Box::new(BlasBackend::new(32)), Box::new(CpuBackend::new(2))];
     let mut sched = Scheduler::new(backends, None, SchedConfig::default()).unwrap();
-    let p = sched.plan(&g).unwrap();
+    let p = sched.assign(&g).unwrap();
     let at = |t: &Tensor| p.of(g.slot(t).unwrap());
-    assert_eq!(at(&big), (0, Cause::Upgrade));
-    assert_eq!(at(&small), (1, Cause::Expand), "too small for BLAS");
-    assert_eq!(at(&xs), (1, Cause::Weight(1)));
+    assert_eq!(at(&big), on(0, Cause::Upgrade));
+    assert_eq!(at(&small), on(1, Cause::Expand), "too small for BLAS");
+    assert_eq!(at(&xs), on(1, Cause::Weight(1)));
 
     sched.alloc_graph(&g).unwrap();
     let mut rng = Rng::new(3);
@@ -73,8 +73,11 @@ fn large_matmuls_are_upgraded_to_blas_and_share_the_compute_buffer() {
         1e-10,
     );
     // one buffer type named twice: one compute buffer
-    assert_eq!(sched.buffer_size(0), sched.buffer_size(1));
-    assert!(sched.buffer_size(0) > 0);
+    assert_eq!(
+        sched.buffer_size(BackendId(0)),
+        sched.buffer_size(BackendId(1))
+    );
+    assert!(sched.buffer_size(BackendId(0)) > 0);
     assert_eq!(sched.n_splits(), 3);
 }
 
@@ -96,7 +99,7 @@ fn weights_in_host_memory_go_straight_to_blas_when_it_runs_the_op() {
         let backends: Vec<Box<dyn Backend>> =
             vec![Box::new(BlasBackend::new(32)), Box::new(CpuBackend::new(1))];
         let mut sched = Scheduler::new(backends, None, SchedConfig::default()).unwrap();
-        assert_eq!(sched.plan(&g).unwrap().nodes[0], (0, Cause::Weight(0)));
+        assert_eq!(sched.assign(&g).unwrap().nodes[0], on(0, Cause::Weight(0)));
         sched.alloc_graph(&g).unwrap();
         let vx = rng.vec(n * k, -1.0, 1.0);
         x.write_f32(&vx).unwrap();
@@ -109,5 +112,13 @@ fn weights_in_host_memory_go_straight_to_blas_when_it_runs_the_op() {
             &reference(&stored, &vx, m, n, k),
             1e-10,
         );
+    }
+}
+
+/// Backend `b` for `cause`, as an assignment reads it.
+fn on(b: usize, cause: Cause) -> Assigned {
+    Assigned {
+        backend: BackendId(b),
+        cause,
     }
 }

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use strata::backend::{alloc_tensors, tensor_set, Buffer, BufferUsage, Device};
 use strata::cpu::HostBuffer;
 use strata::gguf::{GgufFile, TensorInfo};
+use strata::ResultExt as _;
 use strata::Tensor;
 
 pub use hparams::{HParams, RopeScaling};
@@ -339,7 +340,8 @@ impl Model {
                     .map(|i| {
                         s.spawn(move || -> Result<()> {
                             for (t, info) in packed_ref.iter().skip(i).step_by(nth) {
-                                tensor_set(t, 0, f.tensor_data(info))?;
+                                tensor_set(t, 0, f.tensor_data(info))
+                                    .with_context(|| format!("loading tensor '{}'", t.name()))?;
                                 // The mapped copy is not read again.
                                 let at = data_offset + info.offset();
                                 f.bytes().release(at..at + info.size());
@@ -369,7 +371,8 @@ impl Model {
                 b.set_usage(BufferUsage::Weights);
             }
             for (t, info) in list {
-                tensor_set(t, 0, f.tensor_data(info))?;
+                tensor_set(t, 0, f.tensor_data(info))
+                    .with_context(|| format!("loading tensor '{}'", t.name()))?;
                 done += info.size();
                 if let Some(p) = progress.as_mut() {
                     p(done, total);

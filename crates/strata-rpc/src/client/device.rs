@@ -145,7 +145,7 @@ impl RpcBackend {
             nodes: Vec::with_capacity(graph.nodes().len()),
             tensors: Vec::new(),
         };
-        let nodes: HashSet<u64> = graph.nodes().iter().map(|t| t.id()).collect();
+        let nodes: HashSet<strata::TensorId> = graph.nodes().iter().map(|t| t.id()).collect();
         let mut seen = HashSet::new();
         let mut stack: Vec<Tensor> = Vec::new();
         for n in graph.nodes() {
@@ -157,7 +157,7 @@ impl RpcBackend {
                     self.device.name
                 )));
             }
-            msg.nodes.push(n.id());
+            msg.nodes.push(n.id().get());
             stack.push(n.clone());
             while let Some(t) = stack.pop() {
                 if !seen.insert(t.id()) {

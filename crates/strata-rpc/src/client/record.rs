@@ -25,7 +25,7 @@ pub(crate) fn record(
     graph: Option<&Graph>,
 ) -> Result<RpcTensor> {
     let mut r = RpcTensor {
-        id: t.id(),
+        id: t.id().get(),
         dtype: t.dtype().ggml_id(),
         op: t.op().ggml_id(),
         op_params: t.op().to_ggml_params(),
@@ -41,10 +41,10 @@ pub(crate) fn record(
             Some(g) => g.src(t, k),
             None => t.src(k),
         };
-        r.src[k] = s.map_or(0, |s| s.id());
+        r.src[k] = s.map_or(0, |s| s.id().get());
     }
     if let Some(v) = t.view_of() {
-        r.view_src = v.src.id();
+        r.view_src = v.src.id().get();
         r.view_offs = v.offset as u64;
     }
     if let Some(st) = t.storage() {

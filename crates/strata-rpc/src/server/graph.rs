@@ -19,7 +19,7 @@ struct Builder<'a> {
     node_pos: HashMap<u64, usize>,
     built: HashMap<u64, Tensor>,
     /// strata tensor id → wire id, for finding view bases.
-    wire_of: HashMap<u64, u64>,
+    wire_of: HashMap<strata::TensorId, u64>,
 }
 
 impl<'a> Builder<'a> {
@@ -28,7 +28,10 @@ impl<'a> Builder<'a> {
         self.recs
             .get(&id)
             .map(|&i| self.view.tensor(i))
-            .ok_or_else(|| format!("{user} references tensor id {id:#x}, which the message lacks"))
+            .ok_or_else(|| Refusal::MissingRecord {
+                user: user.to_string(),
+                id,
+            })
     }
 
     fn remember(&mut self, wire: u64, t: &Tensor) {
@@ -46,13 +49,13 @@ impl<'a> Builder<'a> {
         let v = self.rec(rec.view_src, &format!("view of '{name}'"))?;
         let at = v.data.checked_add(rec.view_offs);
         if v.buffer != rec.buffer || at != Some(rec.data) {
-            return Err(format!(
+            return Err(Refusal::BadGraph(format!(
                 "tensor '{name}': view_src '{}' data {:#x} + view_offs {} does not give its data {:#x}",
                 v.name_str(),
                 v.data,
                 rec.view_offs,
                 rec.data
-            ));
+            )));
         }
         Ok(())
     }
@@ -64,9 +67,9 @@ impl<'a> Builder<'a> {
             return Ok(t.clone());
         }
         if self.node_pos.contains_key(&id) {
-            return Err(format!(
+            return Err(Refusal::BadGraph(format!(
                 "{user} reads node {id:#x} before it is computed (cycle or bad node order)"
-            ));
+            )));
         }
         let rec = self.rec(id, user)?;
         for &s in rec.src.iter().filter(|&&s| s != 0) {
@@ -91,9 +94,12 @@ impl<'a> Builder<'a> {
         // The layout the message claims must itself be sane (bounded element
         // count, non-overflowing span) before inference computes with it.
         claimed_layout_ok(rec)?;
-        let op = Op::from_ggml(rec.op, &rec.op_params).map_err(|e| format!("{user}: {e}"))?;
+        let op = Op::from_ggml(rec.op, &rec.op_params)
+            .map_err(|e| Refusal::BadGraph(format!("{user}: {e}")))?;
         if op == Op::None {
-            return Err(format!("{user} has op NONE: leaves are not nodes"));
+            return Err(Refusal::BadGraph(format!(
+                "{user} has op NONE: leaves are not nodes"
+            )));
         }
         let mut src: Vec<Option<Tensor>> = Vec::with_capacity(rec.src.len());
         let mut self_dst = None;
@@ -103,7 +109,7 @@ impl<'a> Builder<'a> {
             } else if sid == rec.id {
                 // ggml's type cast: CPY whose destination is the result itself.
                 if !(op == Op::Cpy && k == 1) {
-                    return Err(format!("{user} is its own source {k}"));
+                    return Err(Refusal::BadGraph(format!("{user} is its own source {k}")));
                 }
                 let dst = tensor_of(rec)?;
                 place(self.buffers, rec, &dst)?;
@@ -131,10 +137,10 @@ impl<'a> Builder<'a> {
         } else {
             ops::make(op, src, layout)
         }
-        .map_err(|e| format!("{user}: {e}"))?;
+        .map_err(|e| Refusal::BadGraph(format!("{user}: {e}")))?;
         t.set_name(&name);
         if t.dtype().ggml_id() != rec.dtype || t.ne() != ne || t.nb() != nb {
-            return Err(format!(
+            return Err(Refusal::BadGraph(format!(
                 "{user}: the message says type {} ne {:?} nb {:?}, but {} infers {} {:?} {:?}",
                 rec.dtype,
                 rec.ne,
@@ -143,7 +149,7 @@ impl<'a> Builder<'a> {
                 t.dtype(),
                 t.ne(),
                 t.nb()
-            ));
+            )));
         }
         match t.view_of() {
             Some(v) => {
@@ -159,17 +165,17 @@ impl<'a> Builder<'a> {
                             .filter(|d| d.ptr_eq(&v.src))
                             .map(|_| rec.id)
                     })
-                    .ok_or_else(|| format!("{user}: view base not found"))?;
+                    .ok_or_else(|| Refusal::BadGraph(format!("{user}: view base not found")))?;
                 let base = self.rec(base_id, &user)?;
                 let want = base.data.checked_add(v.offset as u64);
                 if base.buffer != rec.buffer || want != Some(rec.data) {
-                    return Err(format!(
+                    return Err(Refusal::BadGraph(format!(
                         "{user}: data {:#x} is not its view base '{}' at {:#x} + offset {}",
                         rec.data,
                         base.name_str(),
                         base.data,
                         v.offset
-                    ));
+                    )));
                 }
             }
             None => {
@@ -191,10 +197,20 @@ fn claimed_layout_ok(rec: &RpcTensor) -> Result<(), Refusal> {
         elems = elems
             .checked_mul(ne)
             .filter(|&e| e <= (isize::MAX as u64) / 16)
-            .ok_or_else(|| format!("node '{}': shape {:?} is too large", rec.name_str(), rec.ne))?;
+            .ok_or_else(|| {
+                Refusal::BadGraph(format!(
+                    "node '{}': shape {:?} is too large",
+                    rec.name_str(),
+                    rec.ne
+                ))
+            })?;
         if ne > 0 {
             span = span.checked_add((ne - 1) * nb).ok_or_else(|| {
-                format!("node '{}': strides {:?} overflow", rec.name_str(), rec.nb)
+                Refusal::BadGraph(format!(
+                    "node '{}': strides {:?} overflow",
+                    rec.name_str(),
+                    rec.nb
+                ))
             })?;
         }
     }
@@ -210,29 +226,37 @@ pub(crate) fn rebuild(
 ) -> Result<Graph, Refusal> {
     let (n_nodes, n_tensors) = (msg.n_nodes(), msg.n_tensors());
     if n_nodes > limits.max_graph_nodes || n_tensors > limits.max_graph_tensors {
-        return Err(format!(
-            "graph of {n_nodes} nodes / {n_tensors} tensors exceeds the limits {} / {}",
-            limits.max_graph_nodes, limits.max_graph_tensors
-        ));
+        return Err(Refusal::GraphTooLarge {
+            nodes: n_nodes,
+            tensors: n_tensors,
+            max_nodes: limits.max_graph_nodes,
+            max_tensors: limits.max_graph_tensors,
+        });
     }
     let mut recs = HashMap::with_capacity(n_tensors);
     for i in 0..n_tensors {
         let id = msg.tensor_id(i);
         if id == 0 {
-            return Err("a tensor record has id 0 (the null tensor)".into());
+            return Err(Refusal::BadGraph(
+                "a tensor record has id 0 (the null tensor)".into(),
+            ));
         }
         recs.entry(id).or_insert(i); // first record wins, as in ggml
     }
     let mut node_pos = HashMap::with_capacity(n_nodes);
     for (i, id) in msg.nodes().enumerate() {
         if id == 0 {
-            return Err(format!("node {i} has id 0"));
+            return Err(Refusal::BadGraph(format!("node {i} has id 0")));
         }
         if !recs.contains_key(&id) {
-            return Err(format!("node {i} id {id:#x} has no tensor record"));
+            return Err(Refusal::BadGraph(format!(
+                "node {i} id {id:#x} has no tensor record"
+            )));
         }
         if node_pos.insert(id, i).is_some() {
-            return Err(format!("node id {id:#x} is listed twice"));
+            return Err(Refusal::BadGraph(format!(
+                "node id {id:#x} is listed twice"
+            )));
         }
     }
     let mut b = Builder {

@@ -10,7 +10,7 @@ use strata::backend::{tensor_copy, tensor_memset, tensor_set, Backend};
 use strata::Graph;
 
 use super::session::{Reply, Session, SessionEnd};
-use super::validate::{lookup, placed, range_in_tensor, tensor_of, Refusal, RemoteBuf};
+use super::validate::{lookup, placed, placed_range, tensor_of, Refusal, RemoteBuf};
 use crate::proto::{hello_response, pair_payload, Request};
 
 impl Session {
@@ -19,7 +19,7 @@ impl Session {
         if (device as usize) < n {
             Ok(device as usize)
         } else {
-            Err(format!("device {device} does not exist ({n} devices)"))
+            Err(Refusal::NoDevice { device, n })
         }
     }
 
@@ -29,7 +29,10 @@ impl Session {
                 .state
                 .factory
                 .backend(device)
-                .map_err(|e| format!("cannot start a backend on device {device}: {e}"))?;
+                .map_err(|e| Refusal::BackendStart {
+                    device,
+                    why: e.to_string(),
+                })?;
             // A received graph can ask for scratch far beyond its tensors
             // (a matmul operand with stride-0 dimensions): bounded like
             // message memory.
@@ -90,7 +93,10 @@ impl Session {
                 _ => SessionEnd::Io("server shutting down: computation aborted".into()),
             });
         }
-        Err(format!("graph computation failed on device {device}: {e}"))
+        Err(Refusal::ComputeFailed {
+            device,
+            why: e.to_string(),
+        })
     }
 
     /// Handles one decoded request.
@@ -134,16 +140,20 @@ impl Session {
             }
             Request::BufferClear { remote_ptr, value } => {
                 let b = lookup(&self.buffers, remote_ptr, "BUFFER_CLEAR")?;
-                b.buffer.clear(value).map_err(|e| e.to_string())?;
+                b.buffer.clear(value)?;
                 Reply::Nothing
             }
             Request::SetTensor { header, data } => {
-                let t = placed(&self.buffers, &header.tensor)?;
-                range_in_tensor(&t, header.offset, data.len() as u64)?;
+                let t = placed_range(
+                    &self.buffers,
+                    &header.tensor,
+                    header.offset,
+                    data.len() as u64,
+                )?;
                 if header.cache_flag != 0 {
                     state.cache_store(data);
                 }
-                tensor_set(&t, header.offset as usize, data).map_err(|e| e.to_string())?;
+                tensor_set(&t, header.offset as usize, data)?;
                 Reply::Nothing
             }
             Request::SetTensorHash {
@@ -154,9 +164,8 @@ impl Session {
                 let Some((bytes, _held)) = state.cache_load(hash) else {
                     return Ok(Reply::Bytes(vec![0]));
                 };
-                let t = placed(&self.buffers, &tensor)?;
-                range_in_tensor(&t, offset, bytes.len() as u64)?;
-                tensor_set(&t, offset as usize, &bytes).map_err(|e| e.to_string())?;
+                let t = placed_range(&self.buffers, &tensor, offset, bytes.len() as u64)?;
+                tensor_set(&t, offset as usize, &bytes)?;
                 Reply::Bytes(vec![1])
             }
             Request::GetTensor {
@@ -164,27 +173,28 @@ impl Session {
                 offset,
                 size,
             } => {
-                let t = placed(&self.buffers, &tensor)?;
-                range_in_tensor(&t, offset, size)?;
+                let t = placed_range(&self.buffers, &tensor, offset, size)?;
                 Reply::Read(t, offset as usize, size as usize)
             }
             Request::CopyTensor { src, dst } => {
                 let s = placed(&self.buffers, &src)?;
                 let d = placed(&self.buffers, &dst)?;
                 if s.dtype() == d.dtype() && s.ne() == d.ne() && s.nbytes() == d.nbytes() {
-                    tensor_copy(&s, &d).map_err(|e| e.to_string())?;
+                    tensor_copy(&s, &d)?;
                     Reply::Bytes(vec![1])
                 } else {
                     Reply::Bytes(vec![0])
                 }
             }
             // Read in place by graph_compute, never decoded whole.
-            Request::GraphCompute(_) => return Err("GRAPH_COMPUTE out of its reader".into()),
+            Request::GraphCompute(_) => {
+                return Err(Refusal::Protocol("GRAPH_COMPUTE out of its reader"))
+            }
             Request::GraphRecompute { device } => {
                 let d = self.device(device)?;
                 let (graph, held) = self.graphs[d]
                     .take()
-                    .ok_or_else(|| format!("no graph to recompute on device {d}"))?;
+                    .ok_or(Refusal::NoGraph { device: d })?;
                 self.compute(d, &graph)?;
                 self.graphs[d] = Some((graph, held));
                 Reply::Nothing
@@ -224,10 +234,8 @@ impl Session {
                 size,
                 value,
             } => {
-                let t = placed(&self.buffers, &tensor)?;
-                range_in_tensor(&t, offset, size)?;
-                tensor_memset(&t, offset as usize, size as usize, value)
-                    .map_err(|e| e.to_string())?;
+                let t = placed_range(&self.buffers, &tensor, offset, size)?;
+                tensor_memset(&t, offset as usize, size as usize, value)?;
                 Reply::Nothing
             }
         })

@@ -19,6 +19,7 @@
 mod conns;
 mod graph;
 mod handlers;
+mod refusal;
 mod session;
 mod validate;
 mod watch;

@@ -13,7 +13,7 @@ use strata::backend::{tensor_get, tensor_set, Backend};
 use strata::{Graph, Tensor};
 
 use super::graph::rebuild;
-use super::validate::{placed, range_in_tensor, RemoteBuf};
+use super::validate::{placed_range, RemoteBuf};
 use super::watch::{Prefixed, Probe};
 use super::{BackendFactory, Inflight, Limits, ServerStats, State, GRAPH_COST};
 use crate::proto::{
@@ -372,8 +372,8 @@ impl Session {
             return Err(refuse("undecodable header".into()));
         };
         let len = size - SET_TENSOR_FIXED as u64;
-        let t = placed(&self.buffers, &header.tensor).map_err(refuse)?;
-        range_in_tensor(&t, header.offset, len).map_err(refuse)?;
+        let t = placed_range(&self.buffers, &header.tensor, header.offset, len)
+            .map_err(|r| refuse(r.to_string()))?;
         let (offset, len) = (header.offset as usize, len as usize);
         // Caching needs the whole upload in memory: only when message memory
         // has room now; otherwise the upload is streamed, not cached.
@@ -413,7 +413,9 @@ impl Session {
         }
         let mut dev = [0u8; 4];
         stream.read_exact(&mut dev).map_err(io_end)?;
-        let d = self.device(u32::from_le_bytes(dev)).map_err(refuse)?;
+        let d = self
+            .device(u32::from_le_bytes(dev))
+            .map_err(|r| refuse(r.to_string()))?;
         // The device's last graph is replaced: its memory is free for this one.
         self.graphs[d] = None;
         let limits = &self.state.limits;
@@ -461,9 +463,9 @@ impl Session {
             }
         }
         let view = GraphView::parse(&payload).map_err(|e| SessionEnd::Refused(e.to_string()))?;
-        let graph = rebuild(&view, &self.buffers, limits).map_err(refuse)?;
+        let graph = rebuild(&view, &self.buffers, limits).map_err(|r| refuse(r.to_string()))?;
         drop(payload);
-        self.compute(d, &graph).map_err(refuse)?;
+        self.compute(d, &graph).map_err(|r| refuse(r.to_string()))?;
         self.graphs[d] = Some((graph, held));
         Ok(())
     }

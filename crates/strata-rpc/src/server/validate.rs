@@ -12,8 +12,7 @@ use strata::{DType, Tensor};
 
 use crate::proto::RpcTensor;
 
-/// A reason to close the connection.
-pub type Refusal = String;
+pub(crate) use super::refusal::Refusal;
 
 /// A buffer this connection allocated.
 pub(crate) struct RemoteBuf {
@@ -24,17 +23,16 @@ pub(crate) struct RemoteBuf {
 
 /// Type, shape and strides of a record as a strata tensor (not placed).
 pub(crate) fn tensor_of(rec: &RpcTensor) -> Result<Tensor, Refusal> {
-    let dtype = DType::from_ggml_id(rec.dtype).ok_or_else(|| {
-        format!(
-            "tensor '{}': type id {} is not supported by this server",
-            rec.name_str(),
-            rec.dtype
-        )
+    let dtype = DType::from_ggml_id(rec.dtype).ok_or_else(|| Refusal::UnsupportedType {
+        tensor: rec.name_str().to_string(),
+        dtype: rec.dtype,
     })?;
     let ne = rec.ne.map(|v| v as usize);
     let nb = rec.nb.map(|v| v as usize);
-    let t = Tensor::with_layout(dtype, ne, nb)
-        .map_err(|e| format!("tensor '{}': {e}", rec.name_str()))?;
+    let t = Tensor::with_layout(dtype, ne, nb).map_err(|e| Refusal::BadTensor {
+        tensor: rec.name_str().to_string(),
+        why: e.to_string(),
+    })?;
     t.set_name(rec.name_str());
     Ok(t)
 }
@@ -45,9 +43,10 @@ pub(crate) fn lookup<'a>(
     handle: u64,
     what: &str,
 ) -> Result<&'a RemoteBuf, Refusal> {
-    buffers
-        .get(&handle)
-        .ok_or_else(|| format!("{what}: buffer handle {handle:#x} is not one of this connection's"))
+    buffers.get(&handle).ok_or_else(|| Refusal::UnknownBuffer {
+        what: what.to_string(),
+        handle,
+    })
 }
 
 /// Places `t` (built from `rec`) at the record's address: the buffer must be
@@ -60,13 +59,9 @@ pub(crate) fn place(
 ) -> Result<usize, Refusal> {
     let name = rec.name_str();
     if rec.buffer == 0 {
-        return Err(if rec.data != 0 {
-            format!(
-                "tensor '{name}': data pointer {:#x} without a buffer (invalid data ptr)",
-                rec.data
-            )
-        } else {
-            format!("tensor '{name}' has no storage on this server")
+        return Err(Refusal::NoStorage {
+            tensor: name.to_string(),
+            data: rec.data,
         });
     }
     let b = lookup(buffers, rec.buffer, &format!("tensor '{name}'"))?;
@@ -74,24 +69,26 @@ pub(crate) fn place(
         .data
         .checked_sub(b.base)
         .filter(|&o| o <= b.size)
-        .ok_or_else(|| {
-            format!(
-                "tensor '{name}': data {:#x} is outside its buffer [{:#x}, {:#x})",
-                rec.data,
-                b.base,
-                b.base.saturating_add(b.size)
-            )
+        .ok_or_else(|| Refusal::OutsideBuffer {
+            tensor: name.to_string(),
+            data: rec.data,
+            base: b.base,
+            end: b.base.saturating_add(b.size),
         })?;
     let end = off.checked_add(t.nbytes() as u64);
     if end.is_none_or(|e| e > b.size) {
-        return Err(format!(
-            "tensor '{name}': {} bytes at offset {off} exceed its buffer of {} bytes",
-            t.nbytes(),
-            b.size
-        ));
+        return Err(Refusal::PastBufferEnd {
+            tensor: name.to_string(),
+            bytes: t.nbytes(),
+            offset: off,
+            size: b.size,
+        });
     }
     t.set_storage(b.buffer.clone(), off as usize)
-        .map_err(|e| format!("tensor '{name}': {e}"))?;
+        .map_err(|e| Refusal::BadTensor {
+            tensor: name.to_string(),
+            why: e.to_string(),
+        })?;
     Ok(off as usize)
 }
 
@@ -109,11 +106,25 @@ pub(crate) fn placed(
 pub(crate) fn range_in_tensor(t: &Tensor, offset: u64, len: u64) -> Result<(), Refusal> {
     let end = offset.checked_add(len);
     if end.is_none_or(|e| e > t.nbytes() as u64) {
-        return Err(format!(
-            "range {offset}+{len} exceeds tensor '{}' of {} bytes",
-            t.name(),
-            t.nbytes()
-        ));
+        return Err(Refusal::RangeOutsideTensor {
+            tensor: t.name(),
+            offset,
+            len,
+            size: t.nbytes(),
+        });
     }
     Ok(())
+}
+
+/// A placed tensor (see [`placed`]) and a byte range `offset..offset+len`
+/// inside it (see [`range_in_tensor`]).
+pub(crate) fn placed_range(
+    buffers: &std::collections::HashMap<u64, RemoteBuf>,
+    rec: &RpcTensor,
+    offset: u64,
+    len: u64,
+) -> Result<Tensor, Refusal> {
+    let t = placed(buffers, rec)?;
+    range_in_tensor(&t, offset, len)?;
+    Ok(t)
 }

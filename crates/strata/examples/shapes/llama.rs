@@ -35,7 +35,7 @@ pub const SMOLLM2_135M: Hparams = Hparams {
 /// The graph and the tensors that live outside the planner (weights, KV cache).
 pub struct LlamaGraph {
     pub graph: Graph,
-    pub external: HashSet<u64>,
+    pub external: HashSet<strata::TensorId>,
     pub logits: Tensor,
 }
 

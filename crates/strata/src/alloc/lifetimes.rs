@@ -87,7 +87,7 @@ pub(crate) struct Rules<'a> {
 struct State<'a> {
     graph: &'a Graph,
     rules: &'a Rules<'a>,
-    index: IdMap<u64, usize>,
+    index: IdMap<crate::tensor::TensorId, usize>,
     a: Analysis,
     step: usize,
 }

@@ -174,9 +174,9 @@ struct PlanCache {
 fn plan_key(graph: &Graph, key: &mut Vec<u64>) {
     key.clear();
     for t in graph.nodes() {
-        key.push(t.id());
+        key.push(t.id().get());
         for i in 0..t.src_slots().len() {
-            key.push(graph.src(t, i).map_or(0, Tensor::id));
+            key.push(graph.src(t, i).map_or(0, |s| s.id().get()));
         }
     }
 }
@@ -327,7 +327,7 @@ impl CpuBackend {
             });
         }
         let c = self.cache.as_ref().expect("filled above");
-        let computed = |t: &Tensor| c.written.contains(&t.storage_owner().id());
+        let computed = |t: &Tensor| c.written.contains(&t.storage_owner().id().get());
         for (i, plan) in &c.plans {
             ops::validate(&graph.nodes()[*i], plan, &computed)?;
         }
@@ -343,7 +343,7 @@ impl CpuBackend {
             .nodes()
             .iter()
             .filter(|t| !t.op().is_view_op())
-            .map(|t| t.storage_owner().id())
+            .map(|t| t.storage_owner().id().get())
             .collect();
         for (ni, t) in graph.nodes().iter().enumerate() {
             if t.op().is_view_op() {

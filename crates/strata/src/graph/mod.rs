@@ -8,7 +8,7 @@ pub type IdMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBuildHasher
 pub type IdSet<K> = std::collections::HashSet<K, rustc_hash::FxBuildHasher>;
 use std::fmt::Write as _;
 
-use crate::tensor::{Flags, Tensor};
+use crate::tensor::{Flags, Tensor, TensorId};
 
 /// A tensor's place in a graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,12 +37,12 @@ pub enum Slot {
 pub struct Graph {
     nodes: Vec<Tensor>,
     leafs: Vec<Tensor>,
-    index: IdMap<u64, Slot>,
+    index: IdMap<TensorId, Slot>,
     /// Source substitutions: node `n` reading tensor `s` reads
     /// `overrides[(n, s)]` instead (the scheduler's copies of split inputs).
     /// Backends, the memory planner and serializers read sources through
     /// [`Graph::src`].
-    overrides: IdMap<(u64, u64), Tensor>,
+    overrides: IdMap<(TensorId, TensorId), Tensor>,
 }
 
 impl Graph {
@@ -103,7 +103,7 @@ impl Graph {
     pub fn from_parts(
         nodes: Vec<Tensor>,
         leafs: Vec<Tensor>,
-        overrides: IdMap<(u64, u64), Tensor>,
+        overrides: IdMap<(TensorId, TensorId), Tensor>,
     ) -> Graph {
         let mut index =
             IdMap::with_capacity_and_hasher(nodes.len() + leafs.len(), Default::default());
@@ -140,7 +140,7 @@ impl Graph {
     }
 
     /// The source substitutions, keyed by (node id, source id).
-    pub fn overrides(&self) -> &IdMap<(u64, u64), Tensor> {
+    pub fn overrides(&self) -> &IdMap<(TensorId, TensorId), Tensor> {
         &self.overrides
     }
 

@@ -1,11 +1,11 @@
 //! The scheduler (ggml's `ggml_backend_sched`): runs one graph across several
-//! backends. It assigns every node to a backend (ggml's five passes, each
-//! decision with its [`Cause`]), cuts the graph into [`Split`]s, copies split
+//! backends. It assigns every node to a [`BackendId`] (ggml's five passes,
+//! each decision with its [`Cause`]), cuts the graph into [`Split`]s, copies split
 //! inputs between backends, allocates through the memory planner and runs
 //! the splits.
 //!
-//! Unlike ggml, the caller's graph is never rewritten: placement is a value
-//! ([`Placement`]) computed from the graph, and the per-backend graphs read
+//! Unlike ggml, the caller's graph is never rewritten: the assignment is a
+//! value ([`Assignment`], from [`Scheduler::assign`]) computed from the graph, and the per-backend graphs read
 //! copied inputs through [`Graph`] source substitutions.
 //!
 //! ```
@@ -28,7 +28,7 @@
 //! assert_eq!(sched.n_splits(), 1);
 //! ```
 
-mod placement;
+mod assign;
 mod policy;
 mod report;
 mod run;
@@ -36,13 +36,13 @@ mod run;
 use crate::graph::IdMap;
 use std::sync::Arc;
 
-pub use placement::{Cause, Placement, Split};
+pub use assign::{Assigned, Assignment, BackendId, Cause, Split};
 pub use policy::PlacementPolicy;
 pub use report::{Report, ReportInput, ReportNode, ReportSplit};
 
 use crate::backend::{Backend, BufferType, DeviceType, Event};
 use crate::graph::Graph;
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorId};
 use crate::{Error, Result};
 
 /// Scheduler settings. Limits are runtime values (ggml has compile-time
@@ -114,7 +114,7 @@ pub struct Scheduler {
     backends: Vec<Box<dyn Backend>>,
     bufts: Vec<Arc<dyn BufferType>>,
     config: SchedConfig,
-    user: IdMap<u64, usize>,
+    user: IdMap<TensorId, BackendId>,
     events: Vec<Vec<Option<Arc<dyn Event>>>>,
     eval: Option<EvalCallback>,
     run: run::RunState,
@@ -204,9 +204,12 @@ impl Scheduler {
         &self.backends
     }
 
-    /// Index of the backend called `name`.
-    pub fn backend_index(&self, name: &str) -> Option<usize> {
-        self.backends.iter().position(|b| b.name() == name)
+    /// The backend called `name`.
+    pub fn backend_index(&self, name: &str) -> Option<BackendId> {
+        self.backends
+            .iter()
+            .position(|b| b.name() == name)
+            .map(BackendId)
     }
 
     /// The settings.
@@ -214,8 +217,8 @@ impl Scheduler {
         &self.config
     }
 
-    fn env(&self) -> placement::Env<'_> {
-        placement::Env {
+    fn env(&self) -> assign::Env<'_> {
+        assign::Env {
             own_buffers: self.run.own_buffers(),
             backends: &self.backends,
             bufts: &self.bufts,
@@ -228,9 +231,10 @@ impl Scheduler {
         }
     }
 
-    /// Computes the placement of `graph` without allocating or running anything.
-    pub fn plan(&self, graph: &Graph) -> Result<Placement> {
-        placement::place(graph, &self.env())
+    /// Assigns every tensor of `graph` to a backend and cuts it into splits,
+    /// without allocating or running anything.
+    pub fn assign(&self, graph: &Graph) -> Result<Assignment> {
+        assign::assign(graph, &self.env())
     }
 
     /// Dry run: where `graph` would run and how much memory each backend
@@ -238,10 +242,10 @@ impl Scheduler {
     /// of tensors already in that backend's memory (weights) — without
     /// allocating anything.
     pub fn fit(&self, graph: &Graph) -> Result<Fit> {
-        let placement = self.plan(graph)?;
+        let assignment = self.assign(graph)?;
         let compute = self
             .run
-            .dry_run(graph, &placement, &self.backends, self.config.n_copies)?;
+            .dry_run(graph, &assignment, &self.backends, self.config.n_copies)?;
         let mut weights = vec![0usize; self.backends.len()];
         let mut seen = crate::graph::IdSet::default();
         let ours = self.run.own_buffers();
@@ -252,10 +256,10 @@ impl Scheduler {
                     .any(|o| std::ptr::addr_eq(Arc::as_ptr(o), Arc::as_ptr(&b)))
             })
         };
-        for (t, (b, _)) in graph.leafs().iter().zip(&placement.leafs) {
+        for (t, a) in graph.leafs().iter().zip(&assignment.leafs) {
             let owner = t.storage_owner();
             if user_allocated(owner) && seen.insert(owner.id()) {
-                weights[*b] += owner.nbytes();
+                weights[a.backend.index()] += owner.nbytes();
             }
         }
         let backends = self
@@ -266,19 +270,23 @@ impl Scheduler {
                 backend: b.name(),
                 compute_bytes: compute[i],
                 weight_bytes: weights[i],
-                nodes: placement.nodes.iter().filter(|(nb, _)| *nb == i).count(),
+                nodes: assignment
+                    .nodes
+                    .iter()
+                    .filter(|a| a.backend.index() == i)
+                    .count(),
             })
             .collect();
         Ok(Fit {
             backends,
-            n_splits: placement.splits.len(),
+            n_splits: assignment.splits.len(),
         })
     }
 
     /// Forces `tensor` onto backend `backend` (ggml_backend_sched_set_tensor_backend);
     /// kept until [`Scheduler::reset`].
-    pub fn set_tensor_backend(&mut self, tensor: &Tensor, backend: usize) -> Result<()> {
-        if backend >= self.backends.len() {
+    pub fn set_tensor_backend(&mut self, tensor: &Tensor, backend: BackendId) -> Result<()> {
+        if backend.index() >= self.backends.len() {
             return Err(Error::InvalidArgument(format!(
                 "backend index {backend} out of range 0..{}",
                 self.backends.len()
@@ -289,8 +297,8 @@ impl Scheduler {
         Ok(())
     }
 
-    /// The backend `tensor` was assigned to by the last plan (or by the user).
-    pub fn tensor_backend(&self, tensor: &Tensor) -> Option<usize> {
+    /// The backend `tensor` was assigned to by the last assignment (or by the user).
+    pub fn tensor_backend(&self, tensor: &Tensor) -> Option<BackendId> {
         self.run
             .assigned(tensor)
             .or_else(|| self.user.get(&tensor.id()).copied())
@@ -298,20 +306,20 @@ impl Scheduler {
 
     /// Plans `graph` (a worst-case graph) and sizes the compute buffers for it.
     pub fn reserve(&mut self, graph: &Graph) -> Result<()> {
-        let placement = self.plan(graph)?;
+        let assignment = self.assign(graph)?;
         self.synchronize()?;
         self.run
-            .reserve(graph, placement, &self.backends, &self.config)
+            .install(graph, assignment, &self.backends, &self.config, false)
     }
 
     /// Plans `graph` and places all its tensors (re-planning memory when the
     /// assignment changed or the graph no longer fits).
     pub fn alloc_graph(&mut self, graph: &Graph) -> Result<()> {
-        let placement = self.plan(graph)?;
+        let assignment = self.assign(graph)?;
         // re-allocation may move split inputs: let running work finish first
         self.synchronize()?;
         self.run
-            .alloc(graph, placement, &self.backends, &self.config)?;
+            .install(graph, assignment, &self.backends, &self.config, true)?;
         if self.config.debug > 0 {
             eprint!("{}", self.report_for(graph)?.to_text(self.config.debug > 1));
         }
@@ -361,12 +369,12 @@ impl Scheduler {
 
     /// Number of splits of the last planned graph.
     pub fn n_splits(&self) -> usize {
-        self.run.placement().map_or(0, |p| p.splits.len())
+        self.run.assignment().map_or(0, |p| p.splits.len())
     }
 
     /// The splits of the last planned graph.
     pub fn splits(&self) -> &[Split] {
-        self.run.placement().map_or(&[], |p| &p.splits)
+        self.run.assignment().map_or(&[], |p| &p.splits)
     }
 
     /// Pipeline copies.
@@ -375,22 +383,22 @@ impl Scheduler {
     }
 
     /// Compute-buffer bytes reserved for backend `backend`.
-    pub fn buffer_size(&self, backend: usize) -> usize {
-        self.run.buffer_size(backend)
+    pub fn buffer_size(&self, backend: BackendId) -> usize {
+        self.run.buffer_size(backend.index())
     }
 
     /// The explain report of the last planned graph.
     pub fn report_for(&self, graph: &Graph) -> Result<Report> {
-        let placement = match self.run.placement() {
+        let assignment = match self.run.assignment() {
             Some(p) if self.run.is_planned_for(graph) => p.clone(),
-            _ => self.plan(graph)?,
+            _ => self.assign(graph)?,
         };
         Ok(Report::new(
             graph,
-            &placement,
+            &assignment,
             &self.backends,
             &self.bufts,
-            |b| self.buffer_size(b),
+            |b| self.run.buffer_size(b),
         ))
     }
 }

@@ -3,21 +3,25 @@
 
 use regex::Regex;
 
+use super::BackendId;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
 /// Where ops go beyond ggml's rules: name rules and offload thresholds.
 ///
 /// ```
-/// use strata::sched::PlacementPolicy;
-/// let p = PlacementPolicy::new().rule(r"^ffn_.*", 1).unwrap().offload_min_batch(0, 32);
+/// use strata::sched::{BackendId, PlacementPolicy};
+/// let p = PlacementPolicy::new()
+///     .rule(r"^ffn_.*", BackendId(1))
+///     .unwrap()
+///     .offload_min_batch(BackendId(0), 32);
 /// assert_eq!(p.rules().len(), 1);
-/// assert!(PlacementPolicy::new().rule("(", 0).is_err());
+/// assert!(PlacementPolicy::new().rule("(", BackendId(0)).is_err());
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct PlacementPolicy {
-    rules: Vec<(Regex, usize)>,
-    offload_min_batch: Vec<(usize, usize)>,
+    rules: Vec<(Regex, BackendId)>,
+    offload_min_batch: Vec<(BackendId, usize)>,
 }
 
 impl PlacementPolicy {
@@ -28,7 +32,7 @@ impl PlacementPolicy {
 
     /// Ops whose result name matches `pattern` run on backend `backend`
     /// (unless their result is already allocated elsewhere). First match wins.
-    pub fn rule(mut self, pattern: &str, backend: usize) -> Result<PlacementPolicy> {
+    pub fn rule(mut self, pattern: &str, backend: BackendId) -> Result<PlacementPolicy> {
         let re = Regex::new(pattern)
             .map_err(|e| Error::InvalidArgument(format!("placement rule '{pattern}': {e}")))?;
         self.rules.push((re, backend));
@@ -38,14 +42,14 @@ impl PlacementPolicy {
     /// Backend `backend` takes ops whose weights are on the CPU (offload) only
     /// when the op's batch (result ne1) is at least `n` — ggml's GPU backends
     /// hard-code 32.
-    pub fn offload_min_batch(mut self, backend: usize, n: usize) -> PlacementPolicy {
+    pub fn offload_min_batch(mut self, backend: BackendId, n: usize) -> PlacementPolicy {
         self.offload_min_batch.retain(|(b, _)| *b != backend);
         self.offload_min_batch.push((backend, n));
         self
     }
 
     /// The name rules.
-    pub fn rules(&self) -> &[(Regex, usize)] {
+    pub fn rules(&self) -> &[(Regex, BackendId)] {
         &self.rules
     }
 
@@ -58,21 +62,21 @@ impl PlacementPolicy {
         self.rules
             .iter()
             .find(|(re, _)| re.is_match(&name))
-            .map(|(_, b)| *b)
+            .map(|(_, b)| b.index())
     }
 
     /// True when the threshold of `backend` (if any) lets it offload `t`.
     pub(crate) fn batch_allows(&self, backend: usize, t: &Tensor) -> bool {
         self.offload_min_batch
             .iter()
-            .find(|(b, _)| *b == backend)
+            .find(|(b, _)| b.index() == backend)
             .is_none_or(|(_, n)| t.ne()[1] >= *n)
     }
 
     /// Checks every rule names an existing backend.
     pub(crate) fn check(&self, n_backends: usize) -> Result<()> {
         for (re, b) in &self.rules {
-            if *b >= n_backends {
+            if b.index() >= n_backends {
                 return Err(Error::InvalidArgument(format!(
                     "placement rule '{re}' names backend {b} of {n_backends}"
                 )));

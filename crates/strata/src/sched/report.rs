@@ -1,4 +1,4 @@
-//! The scheduler's explanation of a placement: splits, nodes with backend
+//! The scheduler's explanation of an assignment: splits, nodes with backend
 //! and cause, copied inputs and their bytes, buffer sizes per backend — as a
 //! value that renders as text (like `GGML_SCHED_DEBUG`), JSON or Graphviz DOT.
 
@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::placement::Placement;
+use super::assign::{Assigned, Assignment, BackendId};
 use crate::backend::{Backend, BufferType};
 use crate::graph::{Graph, Slot};
 use crate::tensor::Tensor;
@@ -109,12 +109,12 @@ fn fmt_size(n: usize) -> String {
 impl Report {
     pub(crate) fn new(
         graph: &Graph,
-        p: &Placement,
+        p: &Assignment,
         backends: &[Box<dyn Backend>],
         bufts: &[Arc<dyn BufferType>],
         buffer_size: impl Fn(usize) -> usize,
     ) -> Report {
-        let bname = |b: usize| backends[b].name();
+        let bname = |b: BackendId| backends[b.index()].name();
         let where_is = |t: &Tensor| graph.slot(t).map(|s| p.of(s));
         let nodes: Vec<ReportNode> = graph
             .nodes()
@@ -124,15 +124,15 @@ impl Report {
                 index: i,
                 name: t.name(),
                 op: t.op().name().into(),
-                backend: bname(p.nodes[i].0),
-                cause: p.nodes[i].1.to_string(),
+                backend: bname(p.nodes[i].backend),
+                cause: p.nodes[i].cause.to_string(),
                 bytes: t.nbytes(),
                 srcs: t
                     .srcs()
                     .map(|s| {
                         let (b, c) = where_is(s)
-                            .map_or((String::from("?"), String::new()), |(b, c)| {
-                                (bname(b), c.to_string())
+                            .map_or((String::from("?"), String::new()), |a: Assigned| {
+                                (bname(a.backend), a.cause.to_string())
                             });
                         ReportSrc {
                             name: s.name(),
@@ -164,7 +164,7 @@ impl Report {
                         ReportInput {
                             name: t.name(),
                             bytes: t.nbytes(),
-                            from: bname(p.of(slot).0),
+                            from: bname(p.of(slot).backend),
                             copy: format!("{}#{}#0", bname(s.backend), t.name()),
                         }
                     })
@@ -174,10 +174,10 @@ impl Report {
         let copy_bytes = splits.iter().flat_map(|s| &s.inputs).map(|i| i.bytes).sum();
         let backends = (0..backends.len())
             .map(|b| ReportBackend {
-                name: bname(b),
+                name: bname(BackendId(b)),
                 buffer_type: bufts[b].name(),
                 compute_buffer_bytes: buffer_size(b),
-                n_nodes: p.nodes.iter().filter(|(nb, _)| *nb == b).count(),
+                n_nodes: p.nodes.iter().filter(|a| a.backend.index() == b).count(),
             })
             .collect();
         Report {

@@ -1,22 +1,22 @@
 //! Per-run scheduler state: copies of split inputs, the allocation graph
 //! handed to the memory planner, per-backend split graphs, and the compute
 //! loop with copies and events. Everything here is derived from a
-//! [`Placement`] and rebuilt when the graph or the assignment changes.
+//! [`Assignment`] and rebuilt when the graph or the assignment changes.
 
 use crate::graph::IdMap;
 use std::sync::Arc;
 
-use super::placement::{Placement, Split};
+use super::assign::{Assignment, BackendId, Split};
 use super::{EvalCallback, SchedConfig};
 use crate::alloc::GraphAllocator;
 use crate::backend::{tensor_copy, Backend, BufferType, Event};
 use crate::graph::{Graph, Slot};
 use crate::ops::{self, Op};
-use crate::tensor::{Flags, Tensor};
-use crate::{Error, Result};
+use crate::tensor::{Flags, Tensor, TensorId};
+use crate::{Error, Result, ResultExt};
 
 /// Identity of a graph: its node and leaf ids (tensors are unique objects).
-fn graph_key(graph: &Graph) -> Vec<u64> {
+fn graph_key(graph: &Graph) -> Vec<TensorId> {
     graph
         .nodes()
         .iter()
@@ -34,16 +34,16 @@ fn slot_tensor(graph: &Graph, slot: Slot) -> &Tensor {
 
 pub(crate) struct RunState {
     galloc: GraphAllocator,
-    placement: Option<Placement>,
-    key: Vec<u64>,
+    assignment: Option<Assignment>,
+    key: Vec<TensorId>,
     allocated: bool,
     /// Copies of split inputs: (source id, backend) → one tensor per pipeline copy.
-    copies: IdMap<(u64, usize), Vec<Tensor>>,
-    assigned: IdMap<u64, usize>,
+    copies: IdMap<(TensorId, BackendId), Vec<Tensor>>,
+    assigned: IdMap<TensorId, BackendId>,
     prev_ids: Option<(Vec<usize>, Vec<usize>)>,
     cur_copy: usize,
     /// The graph each backend runs for (split index, pipeline copy), built at
-    /// the first compute after a placement is adopted and reused until the
+    /// the first compute after an assignment is adopted and reused until the
     /// next one (a reused decode graph costs no rebuilding per token).
     split_graphs: IdMap<(usize, usize), Graph>,
 }
@@ -52,7 +52,7 @@ impl RunState {
     pub(crate) fn new(bufts: &[Arc<dyn BufferType>]) -> Result<RunState> {
         Ok(RunState {
             galloc: GraphAllocator::new_n(bufts)?,
-            placement: None,
+            assignment: None,
             key: Vec::new(),
             allocated: false,
             copies: IdMap::default(),
@@ -65,21 +65,21 @@ impl RunState {
 
     pub(crate) fn invalidate(&mut self) {
         self.allocated = false;
-        self.placement = None;
+        self.assignment = None;
         self.split_graphs.clear();
         self.key.clear();
     }
 
-    pub(crate) fn placement(&self) -> Option<&Placement> {
-        self.placement.as_ref()
+    pub(crate) fn assignment(&self) -> Option<&Assignment> {
+        self.assignment.as_ref()
     }
 
-    pub(crate) fn assigned(&self, t: &Tensor) -> Option<usize> {
+    pub(crate) fn assigned(&self, t: &Tensor) -> Option<BackendId> {
         self.assigned.get(&t.id()).copied()
     }
 
     pub(crate) fn is_planned_for(&self, graph: &Graph) -> bool {
-        self.placement.is_some() && self.key == graph_key(graph)
+        self.assignment.is_some() && self.key == graph_key(graph)
     }
 
     pub(crate) fn is_allocated_for(&self, graph: &Graph) -> bool {
@@ -101,7 +101,7 @@ impl RunState {
     fn make_copies(
         &mut self,
         graph: &Graph,
-        p: &Placement,
+        p: &Assignment,
         backends: &[Box<dyn Backend>],
         n_copies: usize,
     ) {
@@ -114,13 +114,13 @@ impl RunState {
     pub(crate) fn dry_run(
         &self,
         graph: &Graph,
-        p: &Placement,
+        p: &Assignment,
         backends: &[Box<dyn Backend>],
         n_copies: usize,
     ) -> Result<Vec<usize>> {
         let probe = RunState {
             galloc: GraphAllocator::from_planner(self.galloc.planner().clone()),
-            placement: None,
+            assignment: None,
             key: Vec::new(),
             allocated: false,
             copies: make_copies(graph, p, backends, n_copies),
@@ -150,7 +150,12 @@ impl RunState {
     }
 
     /// Substitutions for the nodes of `split` with pipeline copy `copy`.
-    fn overrides(&self, graph: &Graph, split: &Split, copy: usize) -> IdMap<(u64, u64), Tensor> {
+    fn overrides(
+        &self,
+        graph: &Graph,
+        split: &Split,
+        copy: usize,
+    ) -> IdMap<(TensorId, TensorId), Tensor> {
         let mut o = IdMap::default();
         for node in &graph.nodes()[split.start..split.end] {
             for src in node.srcs() {
@@ -170,7 +175,7 @@ impl RunState {
     fn alloc_graph(
         &self,
         graph: &Graph,
-        p: &Placement,
+        p: &Assignment,
         n_copies: usize,
     ) -> Result<(Graph, Vec<usize>, Vec<usize>)> {
         let mut nodes = Vec::new();
@@ -187,15 +192,15 @@ impl RunState {
                     Some((input.ne(), input.nb())),
                 )?;
                 nodes.push(dep.with_name(format!("{}#dep", input.name())));
-                node_ids.push(p.of(slot).0);
+                node_ids.push(p.of(slot).backend.index());
                 if n_copies == 1 {
                     nodes.push(self.copies[&(input.id(), split.backend)][0].clone());
-                    node_ids.push(split.backend);
+                    node_ids.push(split.backend.index());
                 }
             }
             for (i, node) in graph.nodes()[split.start..split.end].iter().enumerate() {
                 nodes.push(node.clone());
-                node_ids.push(p.nodes[split.start + i].0);
+                node_ids.push(p.nodes[split.start + i].backend.index());
             }
             overrides.extend(self.overrides(graph, split, self.cur_copy));
         }
@@ -204,14 +209,14 @@ impl RunState {
                 for &slot in &split.inputs {
                     for c in &self.copies[&(slot_tensor(graph, slot).id(), split.backend)] {
                         leafs.push(c.clone());
-                        leaf_ids.push(split.backend);
+                        leaf_ids.push(split.backend.index());
                     }
                 }
             }
         }
         for (i, leaf) in graph.leafs().iter().enumerate() {
             leafs.push(leaf.clone());
-            leaf_ids.push(p.leafs[i].0);
+            leaf_ids.push(p.leafs[i].backend.index());
         }
         Ok((
             Graph::from_parts(nodes, leafs, overrides),
@@ -220,67 +225,62 @@ impl RunState {
         ))
     }
 
-    fn adopt(&mut self, graph: &Graph, p: Placement) {
+    fn adopt(&mut self, graph: &Graph, p: Assignment) {
         self.assigned.clear();
-        for (t, (b, _)) in graph
+        for (t, a) in graph
             .nodes()
             .iter()
             .zip(&p.nodes)
             .chain(graph.leafs().iter().zip(&p.leafs))
         {
-            self.assigned.insert(t.id(), *b);
+            self.assigned.insert(t.id(), a.backend);
         }
         self.key = graph_key(graph);
-        self.placement = Some(p);
+        self.assignment = Some(p);
         self.split_graphs.clear();
     }
 
-    pub(crate) fn reserve(
+    /// Adopts `p`: makes its split-input copies and plans memory for the
+    /// graph the planner sees. With `allocate`, also places every tensor,
+    /// re-planning when a tensor moved to a backend with another buffer type
+    /// (ggml's backend_ids_changed) or the graph no longer fits; otherwise
+    /// only reserves (sizes the buffers).
+    pub(crate) fn install(
         &mut self,
         graph: &Graph,
-        p: Placement,
+        p: Assignment,
         backends: &[Box<dyn Backend>],
         config: &SchedConfig,
+        allocate: bool,
     ) -> Result<()> {
         self.make_copies(graph, &p, backends, config.n_copies);
         let (ag, node_ids, leaf_ids) = self.alloc_graph(graph, &p, config.n_copies)?;
-        self.galloc.reserve_n(&ag, &node_ids, &leaf_ids)?;
+        if !allocate {
+            self.galloc.reserve_n(&ag, &node_ids, &leaf_ids)?;
+        } else if self.moved(&node_ids, &leaf_ids) || self.galloc.alloc_graph(&ag).is_err() {
+            self.galloc.reserve_n(&ag, &node_ids, &leaf_ids)?;
+            self.galloc.alloc_graph(&ag)?;
+        }
         self.prev_ids = Some((node_ids, leaf_ids));
         self.adopt(graph, p);
-        self.allocated = false;
+        self.allocated = allocate;
         Ok(())
     }
 
-    pub(crate) fn alloc(
-        &mut self,
-        graph: &Graph,
-        p: Placement,
-        backends: &[Box<dyn Backend>],
-        config: &SchedConfig,
-    ) -> Result<()> {
-        self.make_copies(graph, &p, backends, config.n_copies);
-        let (ag, node_ids, leaf_ids) = self.alloc_graph(graph, &p, config.n_copies)?;
-        // ggml's backend_ids_changed: re-plan when any tensor moved to a backend
-        // with another buffer type.
-        let bufts = self.galloc.planner().buffer_types().to_vec();
+    /// Whether any tensor moved to a backend with another buffer type since
+    /// the last plan (true when there is none).
+    fn moved(&self, node_ids: &[usize], leaf_ids: &[usize]) -> bool {
+        let bufts = self.galloc.planner().buffer_types();
         let moved = |prev: &[usize], now: &[usize]| {
             prev.len() != now.len()
                 || prev.iter().zip(now).any(|(&a, &b)| {
                     a != b && !crate::backend::same_buffer_type(&bufts[a], &bufts[b])
                 })
         };
-        let changed = match &self.prev_ids {
-            Some((pn, pl)) => moved(pn, &node_ids) || moved(pl, &leaf_ids),
+        match &self.prev_ids {
+            Some((pn, pl)) => moved(pn, node_ids) || moved(pl, leaf_ids),
             None => true,
-        };
-        if changed || self.galloc.alloc_graph(&ag).is_err() {
-            self.galloc.reserve_n(&ag, &node_ids, &leaf_ids)?;
-            self.galloc.alloc_graph(&ag)?;
         }
-        self.prev_ids = Some((node_ids, leaf_ids));
-        self.adopt(graph, p);
-        self.allocated = true;
-        Ok(())
     }
 
     pub(crate) fn compute(
@@ -295,39 +295,43 @@ impl RunState {
         // the next compute uses the next pipeline copy, whatever happens below
         self.cur_copy = (copy + 1) % n_copies;
         let p = self
-            .placement
+            .assignment
             .as_ref()
             .ok_or_else(|| Error::InvalidArgument("compute before alloc_graph".into()))?;
         for (si, split) in p.splits.iter().enumerate() {
             let sb = split.backend;
-            let event = events[sb].get(copy).cloned().flatten();
+            let sbi = sb.index();
+            let event = events[sbi].get(copy).cloned().flatten();
             for &slot in &split.inputs {
                 let input = slot_tensor(graph, slot);
-                let (ib, _) = p.of(slot);
+                let ib = p.of(slot).backend.index();
                 let cpy = self.copies[&(input.id(), sb)][copy].clone();
                 if input.flags().contains(Flags::INPUT) {
                     // user inputs are copied at once, so the user may overwrite them afterwards
-                    if !backends[sb].copies_are_ordered() {
+                    if !backends[sbi].copies_are_ordered() {
                         match &event {
                             Some(e) => e.synchronize()?,
-                            None => backends[sb].synchronize()?,
+                            None => backends[sbi].synchronize()?,
                         }
                     }
-                    tensor_copy(input, &cpy)?;
+                    copy_input(input, &cpy, si)?;
                 } else {
                     match &event {
-                        Some(e) => backends[sb].event_wait(e)?,
-                        None => backends[sb].synchronize()?,
+                        Some(e) => backends[sbi].event_wait(e)?,
+                        None => backends[sbi].synchronize()?,
                     }
-                    if !backends[sb].cpy_tensor_async(input, &cpy)? {
+                    let queued = backends[sbi]
+                        .cpy_tensor_async(input, &cpy)
+                        .with_context(|| copy_context(input, &cpy, si))?;
+                    if !queued {
                         backends[ib].synchronize()?;
                         if let Some(e) = event
                             .as_ref()
-                            .filter(|_| !backends[sb].copies_are_ordered())
+                            .filter(|_| !backends[sbi].copies_are_ordered())
                         {
                             e.synchronize()?;
                         }
-                        tensor_copy(input, &cpy)?;
+                        copy_input(input, &cpy, si)?;
                     }
                 }
             }
@@ -335,7 +339,7 @@ impl RunState {
             // range but are no-ops there; the backend gets only its own nodes.
             if !self.split_graphs.contains_key(&(si, copy)) {
                 let nodes: Vec<Tensor> = (split.start..split.end)
-                    .filter(|&i| p.nodes[i].0 == sb || !graph.nodes()[i].op().is_view_op())
+                    .filter(|&i| p.nodes[i].backend == sb || !graph.nodes()[i].op().is_view_op())
                     .map(|i| graph.nodes()[i].clone())
                     .collect();
                 let sg = Graph::from_parts(nodes, Vec::new(), self.overrides(graph, split, copy));
@@ -343,21 +347,35 @@ impl RunState {
             }
             let sg = &self.split_graphs[&(si, copy)];
             match eval.as_deref_mut() {
-                None => backends[sb].graph_compute(sg)?,
+                None => backends[sbi].graph_compute(sg)?,
                 Some(cb) => {
-                    if !compute_with_callback(sg, &mut backends[sb], cb)? {
+                    if !compute_with_callback(sg, &mut backends[sbi], cb)? {
                         return Ok(());
                     }
                 }
             }
             if !split.inputs.is_empty() {
                 if let Some(e) = &event {
-                    backends[sb].event_record(e)?;
+                    backends[sbi].event_record(e)?;
                 }
             }
         }
         Ok(())
     }
+}
+
+/// What a failed copy of a split input was doing.
+fn copy_context(input: &Tensor, cpy: &Tensor, split: usize) -> String {
+    format!(
+        "split {split}: copying input '{}' to '{}'",
+        input.name(),
+        cpy.name()
+    )
+}
+
+/// Copies split input `input` into its copy `cpy`, naming both on error.
+fn copy_input(input: &Tensor, cpy: &Tensor, split: usize) -> Result<()> {
+    tensor_copy(input, cpy).with_context(|| copy_context(input, cpy, split))
 }
 
 /// Computes `g` in ranges ending at each node the callback wants to see,
@@ -389,13 +407,13 @@ fn compute_with_callback(
 /// One copy tensor per split input and pipeline slot, named `<backend>#<tensor>#<copy>`.
 fn make_copies(
     graph: &Graph,
-    p: &Placement,
+    p: &Assignment,
     backends: &[Box<dyn Backend>],
     n_copies: usize,
-) -> IdMap<(u64, usize), Vec<Tensor>> {
+) -> IdMap<(TensorId, BackendId), Vec<Tensor>> {
     let mut copies = IdMap::default();
     for split in &p.splits {
-        let bname = backends[split.backend].name();
+        let bname = backends[split.backend.index()].name();
         for &slot in &split.inputs {
             let src = slot_tensor(graph, slot);
             let v: Vec<Tensor> = (0..n_copies)

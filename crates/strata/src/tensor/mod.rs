@@ -8,12 +8,15 @@
 
 mod access;
 mod dtype;
+mod id;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use dtype::DType;
+pub(crate) use id::id_newtype;
+pub use id::TensorId;
 
 use crate::backend::Buffer;
 use crate::ops::Op;
@@ -272,8 +275,8 @@ impl Tensor {
     }
 
     /// A process-unique id (stable for the tensor's life).
-    pub fn id(&self) -> u64 {
-        self.0.id
+    pub fn id(&self) -> TensorId {
+        TensorId(self.0.id)
     }
 
     /// Element type.
