@@ -11,25 +11,11 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Duration;
+use strata::conformance::QUANT_WEIGHTS as TYPES;
 use strata::isa::{self, Isa};
 use strata::quant::simd;
 use strata::quant::{self, QK_K};
 use strata::DType;
-
-const TYPES: [DType; 12] = [
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q2_K,
-    DType::Q3_K,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::IQ4_NL,
-    DType::IQ4_XS,
-];
 
 const N: usize = 16 * QK_K;
 
