@@ -37,6 +37,7 @@ use strata_models::model::Override;
 use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, PlacementSpec,
 };
+use support::{argmax, kl};
 
 fn manifest() -> Value {
     serde_json::from_str(include_str!("data/manifest.json")).unwrap()
@@ -72,28 +73,6 @@ fn ids_of(v: &Value) -> Vec<u32> {
         .iter()
         .map(|x| x.as_u64().unwrap() as u32)
         .collect()
-}
-
-fn log_softmax(x: &[f32]) -> Vec<f64> {
-    let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-    let s: f64 = x.iter().map(|&v| (v as f64 - m).exp()).sum();
-    x.iter().map(|&v| v as f64 - m - s.ln()).collect()
-}
-
-/// KL(softmax(p) ‖ softmax(q)).
-fn kl(p: &[f32], q: &[f32]) -> f64 {
-    let (lp, lq) = (log_softmax(p), log_softmax(q));
-    lp.iter().zip(&lq).map(|(a, b)| a.exp() * (a - b)).sum()
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 fn context(model: &Arc<Model>, attention: Attention, threads: usize) -> Context {
