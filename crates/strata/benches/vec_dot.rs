@@ -8,6 +8,9 @@
 //! elements per second. `STRATA_BENCH_ALL_LEVELS=1` adds every supported
 //! level (e.g. `avx2` on an AVX-512 machine).
 
+mod common;
+
+use common::values;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Duration;
@@ -18,19 +21,6 @@ use strata::quant::{self, QK_K};
 use strata::DType;
 
 const N: usize = 16 * QK_K;
-
-/// Deterministic values in [-1, 1).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 fn quantize(t: DType, v: &[f32]) -> Vec<u8> {
     let mut q = vec![0u8; t.row_size(v.len())];
