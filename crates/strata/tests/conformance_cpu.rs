@@ -18,30 +18,24 @@ fn cpu_at(isa: Isa) -> strata::Result<UnderTest> {
 
 // At the level the kernels dispatch to by default (`STRATA_ISA` included).
 strata::conformance_suite!(cpu, || Ok(UnderTest::new(CpuBackend::new(2))));
-strata::conformance_suite!(
-    cpu_scalar,
-    || cpu_at(Isa::Scalar),
-    required = isa_required(Isa::Scalar)
-);
-strata::conformance_suite!(
-    cpu_avx2,
-    || cpu_at(Isa::Avx2),
-    required = isa_required(Isa::Avx2)
-);
-strata::conformance_suite!(
-    cpu_avx512,
-    || cpu_at(Isa::Avx512),
-    required = isa_required(Isa::Avx512)
-);
-strata::conformance_suite!(
-    cpu_vnni,
-    || cpu_at(Isa::Vnni),
-    required = isa_required(Isa::Vnni)
-);
-strata::conformance_suite!(
-    cpu_neon,
-    || cpu_at(Isa::Neon),
-    required = isa_required(Isa::Neon)
+
+/// One stamped test per level: `name => Isa variant`.
+macro_rules! at_levels {
+    ($($name:ident => $isa:ident),* $(,)?) => {
+        $(strata::conformance_suite!(
+            $name,
+            || cpu_at(Isa::$isa),
+            required = isa_required(Isa::$isa)
+        );)*
+    };
+}
+
+at_levels!(
+    cpu_scalar => Scalar,
+    cpu_avx2 => Avx2,
+    cpu_avx512 => Avx512,
+    cpu_vnni => Vnni,
+    cpu_neon => Neon,
 );
 
 #[test]
