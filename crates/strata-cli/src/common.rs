@@ -114,7 +114,7 @@ impl ModelArgs {
     pub fn model_path(&self) -> Result<PathBuf, Box<dyn std::error::Error>> {
         match &self.model {
             Some(p) => Ok(p.clone()),
-            None => Ok(strata_models::fetch::ensure_default_model(&mut |m| {
+            None => Ok(crate::fetch::ensure_default_model(&mut |m| {
                 eprintln!("{m}")
             })?),
         }

@@ -7,6 +7,7 @@ mod common;
 mod devices;
 mod eval;
 mod explain;
+mod fetch;
 mod inspect;
 mod log;
 mod perplexity;

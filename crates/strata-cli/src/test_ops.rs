@@ -2,7 +2,7 @@
 //! each case compared with the local CPU (like ggml's test-backend-ops).
 
 use strata::backend::Registry;
-use strata::conformance::{cases, run_case, Outcome};
+use strata::conformance::{run_suite, Outcome};
 
 /// Arguments of `strata test-ops`.
 #[derive(clap::Args)]
@@ -34,33 +34,20 @@ pub fn run(a: Args) -> strata::Result<i32> {
         a.device,
         backend.device().description()
     );
-    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    for case in cases() {
-        if a.op.as_deref().is_some_and(|f| !case.name.contains(f)) {
-            continue;
-        }
-        match run_case(&case, backend.as_mut(), a.seed) {
-            Ok(Outcome::Pass { nmse }) => {
-                passed += 1;
-                println!("  {}: OK (nmse {nmse:.2e})", case.name);
-            }
-            Ok(Outcome::Fail { nmse }) => {
-                failed += 1;
-                println!(
-                    "  {}: FAIL (nmse {nmse:.2e} > {:.0e})",
-                    case.name, case.max_nmse
-                );
-            }
-            Ok(Outcome::Unsupported) => {
-                skipped += 1;
-                println!("  {}: not supported", case.name);
-            }
-            Err(e) => {
-                failed += 1;
-                println!("  {}: FAIL ({e})", case.name);
-            }
-        }
-    }
-    println!("{passed} passed, {failed} failed ({skipped} not supported)");
-    Ok(if failed == 0 { 0 } else { 1 })
+    let summary = run_suite(
+        backend.as_mut(),
+        a.op.as_deref(),
+        a.seed,
+        |case, r| match r {
+            Ok(Outcome::Pass { nmse }) => println!("  {}: OK (nmse {nmse:.2e})", case.name),
+            Ok(Outcome::Fail { nmse }) => println!(
+                "  {}: FAIL (nmse {nmse:.2e} > {:.0e})",
+                case.name, case.max_nmse
+            ),
+            Ok(Outcome::Unsupported) => println!("  {}: not supported", case.name),
+            Err(e) => println!("  {}: FAIL ({e})", case.name),
+        },
+    );
+    println!("{summary}");
+    Ok(if summary.failed == 0 { 0 } else { 1 })
 }

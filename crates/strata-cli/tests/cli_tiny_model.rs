@@ -181,30 +181,15 @@ fn cli_on_a_tiny_model() {
     // eval: raw f32 logits
     let out = dir.0.join("logits.bin");
     let o = out.to_str().unwrap();
-    stdout(&strata(&[
-        "eval",
-        "-m",
-        m,
-        "-p",
-        "abc",
-        "--logits-out",
-        o,
-        "-c",
-        "32",
-    ]));
+    let eval = |extra: &[&str]| {
+        let mut args = vec!["eval", "-m", m, "-p", "abc", "--logits-out", o];
+        args.extend(extra);
+        args.extend(["-c", "32"]);
+        stdout(&strata(&args))
+    };
+    eval(&[]);
     assert_eq!(std::fs::metadata(&out).unwrap().len(), (V * 4) as u64);
-    stdout(&strata(&[
-        "eval",
-        "-m",
-        m,
-        "-p",
-        "abc",
-        "--logits-out",
-        o,
-        "--all-positions",
-        "-c",
-        "32",
-    ]));
+    eval(&["--all-positions"]);
     assert_eq!(std::fs::metadata(&out).unwrap().len(), (3 * V * 4) as u64);
 
     // perplexity: chunks of 8 tokens, the second half scored

@@ -38,9 +38,6 @@ pub enum ModelError {
         /// What went wrong.
         msg: String,
     },
-    /// The default model could not be fetched.
-    #[error("{0}")]
-    Fetch(String),
     /// A KL-divergence base file (`--kl-divergence-base`) could not be read
     /// or written, or does not match the model.
     #[error("KL-divergence base file {path}: {msg}")]

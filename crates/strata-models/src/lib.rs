@@ -7,7 +7,6 @@
 pub mod chat;
 pub mod context;
 pub mod error;
-pub mod fetch;
 pub mod gguf;
 pub mod graph;
 pub mod kld;

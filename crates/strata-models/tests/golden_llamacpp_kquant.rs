@@ -57,6 +57,7 @@ use serde_json::Value;
 use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, PlacementSpec,
 };
+use support::{argmax, kl};
 
 /// The mapped-weights bound (the task's bar) and the repacked one.
 const MAX_KL_MAPPED: f64 = 1e-2;
@@ -93,28 +94,6 @@ fn f32s(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
-}
-
-fn log_softmax(x: &[f32]) -> Vec<f64> {
-    let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-    let s: f64 = x.iter().map(|&v| (v as f64 - m).exp()).sum();
-    x.iter().map(|&v| v as f64 - m - s.ln()).collect()
-}
-
-/// KL(softmax(p) ‖ softmax(q)).
-fn kl(p: &[f32], q: &[f32]) -> f64 {
-    let (lp, lq) = (log_softmax(p), log_softmax(q));
-    lp.iter().zip(&lq).map(|(a, b)| a.exp() * (a - b)).sum()
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// The gap between the two largest values.

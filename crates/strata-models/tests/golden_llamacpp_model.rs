@@ -37,6 +37,7 @@ use strata_models::model::Override;
 use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, PlacementSpec,
 };
+use support::{argmax, kl};
 
 fn manifest() -> Value {
     serde_json::from_str(include_str!("data/manifest.json")).unwrap()
@@ -72,28 +73,6 @@ fn ids_of(v: &Value) -> Vec<u32> {
         .iter()
         .map(|x| x.as_u64().unwrap() as u32)
         .collect()
-}
-
-fn log_softmax(x: &[f32]) -> Vec<f64> {
-    let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-    let s: f64 = x.iter().map(|&v| (v as f64 - m).exp()).sum();
-    x.iter().map(|&v| v as f64 - m - s.ln()).collect()
-}
-
-/// KL(softmax(p) ‖ softmax(q)).
-fn kl(p: &[f32], q: &[f32]) -> f64 {
-    let (lp, lq) = (log_softmax(p), log_softmax(q));
-    lp.iter().zip(&lq).map(|(a, b)| a.exp() * (a - b)).sum()
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 fn context(model: &Arc<Model>, attention: Attention, threads: usize) -> Context {
@@ -271,26 +250,30 @@ fn rpc_offload_gives_identical_logits() {
         provider.connect(&addr.to_string()).unwrap().remove(0);
     let (cpu, _) = run_steps(&load(PlacementSpec::default(), false));
     for ngl in [10, 30] {
-        let model = load_on(
-            PlacementSpec {
-                n_gpu_layers: ngl,
-                overrides: vec![],
-            },
-            vec![dev.clone()],
-            true,
-        );
-        let (remote, splits) = run_steps(&model);
-        println!("RPC -ngl {ngl}: {splits} splits");
+        let model = load_on(first_layers(ngl), vec![dev.clone()], true);
+        assert_split_and_identical(&format!("RPC -ngl {ngl}"), &model, &cpu);
+    }
+}
+
+/// The first `ngl` layers on the other device (`-ngl`).
+fn first_layers(ngl: usize) -> PlacementSpec {
+    PlacementSpec {
+        n_gpu_layers: ngl,
+        overrides: vec![],
+    }
+}
+
+/// `model` (`what`) runs split between two devices and its logits are
+/// bit-identical to `cpu`'s.
+fn assert_split_and_identical(what: &str, model: &Arc<Model>, cpu: &[Vec<f32>]) {
+    let (got, splits) = run_steps(model);
+    println!("{what}: {splits} splits");
+    assert!(splits >= 2, "{what}: expected a split between the devices");
+    for (a, b) in cpu.iter().zip(&got) {
         assert!(
-            splits >= 2,
-            "-ngl {ngl}: expected a split between the devices"
+            a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{what}: logits differ"
         );
-        for (a, b) in cpu.iter().zip(&remote) {
-            assert!(
-                a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
-                "RPC -ngl {ngl}: logits differ"
-            );
-        }
     }
 }
 
@@ -362,28 +345,11 @@ fn offloaded_layers_give_identical_logits() {
     let (cpu, cpu_splits) = run_steps(&load(PlacementSpec::default(), false));
     assert_eq!(cpu_splits, 1);
     for ngl in [10, 30] {
-        let model = load(
-            PlacementSpec {
-                n_gpu_layers: ngl,
-                overrides: vec![],
-            },
-            true,
-        );
+        let model = load(first_layers(ngl), true);
         let n_fake = model.layer_map.layers.iter().filter(|&&d| d == 0).count();
         assert_eq!(n_fake, ngl);
         assert_eq!(model.layer_map.output == 0, ngl >= 30);
-        let (off, splits) = run_steps(&model);
-        println!("-ngl {ngl}: {splits} splits");
-        assert!(
-            splits >= 2,
-            "-ngl {ngl}: expected a split between the devices"
-        );
-        for (a, b) in cpu.iter().zip(&off) {
-            assert!(
-                a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
-                "-ngl {ngl}: logits differ"
-            );
-        }
+        assert_split_and_identical(&format!("-ngl {ngl}"), &model, &cpu);
     }
     // -ot: pin every FFN matrix of the offloaded layers back on the CPU
     let model = load(

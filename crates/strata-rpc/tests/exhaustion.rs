@@ -411,30 +411,6 @@ fn message_memory_in_flight_is_bounded_globally() {
     well_behaved_session(addr);
 }
 
-/// A graph of `n` MUL_MAT nodes (f32 k x k by k x k), all writing the same
-/// result: a computation of `n` products, in a buffer of 12 k^2 bytes.
-fn matmul_graph(h: u64, base: u64, k: u32, n: u64) -> GraphMsg {
-    let kk = (k * k) as u64;
-    let mut g = GraphMsg {
-        device: 0,
-        nodes: Vec::new(),
-        tensors: vec![
-            f32_rec(1, h, base, [k, k, 1, 1]),
-            f32_rec(2, h, base + 4 * kk, [k, k, 1, 1]),
-        ],
-    };
-    for i in 0..n {
-        let mut t = f32_rec(3 + i, h, base + 8 * kk, [k, k, 1, 1]);
-        t.op = strata::ops::Op::MulMat.ggml_id();
-        t.flags = FLAG_COMPUTE;
-        t.src[0] = 1;
-        t.src[1] = 2;
-        g.nodes.push(3 + i);
-        g.tensors.push(t);
-    }
-    g
-}
-
 /// A connection with a k = 256 buffer and the time one product takes there.
 fn matmul_setup(addr: std::net::SocketAddr) -> (Raw, u64, u64, Duration) {
     let mut raw = Raw::connect(addr);

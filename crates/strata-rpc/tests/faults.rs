@@ -5,7 +5,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -187,54 +187,59 @@ fn connection_dropped_before_compute() {
         .unwrap();
 }
 
-#[test]
-fn incompatible_server_version_is_refused() {
+/// A fake server on a loopback port: accepts one client, reads its HELLO
+/// (33 bytes) and hands both to `serve`.
+fn fake_server(
+    serve: impl FnOnce(TcpStream, [u8; 33]) + Send + 'static,
+) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
-    let fake = std::thread::spawn(move || {
+    let t = std::thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut hello = [0u8; 33];
         s.read_exact(&mut hello).unwrap();
-        assert_eq!(&hello[..9], &[14, 24, 0, 0, 0, 0, 0, 0, 0]);
-        let mut resp = vec![28, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0];
-        resp.extend([0u8; 24]);
-        s.write_all(&resp).unwrap();
+        serve(s, hello);
     });
+    (addr, t)
+}
+
+/// The answer to HELLO of a server speaking protocol `major`.0.0.
+fn hello_answer(major: u8) -> Vec<u8> {
+    let mut resp = vec![28, 0, 0, 0, 0, 0, 0, 0, major, 0, 0, 0];
+    resp.extend([0u8; 24]);
+    resp
+}
+
+/// Connecting to the fake server at `addr` is a backend error saying `want`.
+fn assert_connect_fails(addr: std::net::SocketAddr, fake: std::thread::JoinHandle<()>, want: &str) {
     let e = strata_rpc::RpcProvider::new()
         .connect(&addr.to_string())
         .unwrap_err();
-    assert!(
-        is_backend_error(&e) && e.to_string().contains("not compatible"),
-        "{e}"
-    );
+    assert!(is_backend_error(&e) && e.to_string().contains(want), "{e}");
     fake.join().unwrap();
+}
+
+#[test]
+fn incompatible_server_version_is_refused() {
+    let (addr, fake) = fake_server(|mut s, hello| {
+        assert_eq!(&hello[..9], &[14, 24, 0, 0, 0, 0, 0, 0, 0]);
+        s.write_all(&hello_answer(8)).unwrap();
+    });
+    assert_connect_fails(addr, fake, "not compatible");
 }
 
 #[test]
 fn malformed_response_is_an_error() {
     // A "server" that answers HELLO correctly, then announces a wrong length.
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let fake = std::thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        let mut hello = [0u8; 33];
-        s.read_exact(&mut hello).unwrap();
-        let mut resp = vec![28, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0];
-        resp.extend([0u8; 24]);
-        s.write_all(&resp).unwrap();
+    let (addr, fake) = fake_server(|mut s, _| {
+        s.write_all(&hello_answer(7)).unwrap();
         let mut dc = [0u8; 9];
         s.read_exact(&mut dc).unwrap();
         s.write_all(&[5, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0])
             .unwrap();
     });
-    let e = strata_rpc::RpcProvider::new()
-        .connect(&addr.to_string())
-        .unwrap_err();
-    assert!(
-        is_backend_error(&e) && e.to_string().contains("malformed response"),
-        "{e}"
-    );
-    fake.join().unwrap();
+    assert_connect_fails(addr, fake, "malformed response");
 }
 
 #[test]
@@ -256,16 +261,8 @@ fn unreachable_endpoint_is_a_typed_error() {
 fn scripted_server(
     answer: impl Fn(u8, &[u8]) -> Option<Vec<u8>> + Send + 'static,
 ) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let t = std::thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut hello = [0u8; 33];
-        s.read_exact(&mut hello).unwrap();
-        let mut resp = vec![28, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0];
-        resp.extend([0u8; 24]);
-        s.write_all(&resp).unwrap();
+    fake_server(move |mut s, _| {
+        s.write_all(&hello_answer(7)).unwrap();
         for _ in 0..64 {
             let mut h = [0u8; 9];
             if s.read_exact(&mut h).is_err() {
@@ -284,8 +281,7 @@ fn scripted_server(
                 }
             }
         }
-    });
-    (addr, t)
+    })
 }
 
 /// Issue 16 item 6: answers a hostile server gives at connect or allocation

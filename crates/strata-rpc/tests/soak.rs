@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use strata::backend::{alloc_tensors, Device};
 use strata::{ops, DType, Graph, Tensor};
-use strata_rpc::proto::{Command, GraphMsg, Request, FLAG_COMPUTE};
+use strata_rpc::proto::{Command, Request};
 use strata_rpc::server::Limits;
 use strata_rpc::ClientOptions;
 
@@ -100,28 +100,6 @@ fn until_closed(s: &mut TcpStream) {
             Ok(_) => {}
         }
     }
-}
-
-fn matmul_graph(h: u64, base: u64, n: u64) -> GraphMsg {
-    let k = 256u32;
-    let kk = (k * k) as u64;
-    let mut g = GraphMsg {
-        device: 0,
-        nodes: Vec::new(),
-        tensors: vec![
-            f32_rec(1, h, base, [k, k, 1, 1]),
-            f32_rec(2, h, base + 4 * kk, [k, k, 1, 1]),
-        ],
-    };
-    for i in 0..n {
-        let mut t = f32_rec(3 + i, h, base + 8 * kk, [k, k, 1, 1]);
-        t.op = strata::ops::Op::MulMat.ggml_id();
-        t.flags = FLAG_COMPUTE;
-        t.src = [1, 2, 0, 0, 0, 0, 0, 0, 0, 0];
-        g.nodes.push(3 + i);
-        g.tensors.push(t);
-    }
-    g
 }
 
 #[test]
@@ -322,7 +300,7 @@ fn soak_50_clients_under_a_hostile_flood() {
                         {
                             let base = u64::from_le_bytes(b.try_into().unwrap());
                             let _ = s.write_all(
-                                &Request::GraphCompute(matmul_graph(h, base, 2000)).encode(),
+                                &Request::GraphCompute(matmul_graph(h, base, 256, 2000)).encode(),
                             );
                             let _ = s.write_all(&Request::DeviceCount.encode());
                             std::thread::sleep(Duration::from_millis(200));

@@ -12,6 +12,9 @@
 //! through `half`), run on the same data with the backend's thread pool and
 //! row split, so both sides are measured in the same run.
 
+mod common;
+
+use common::values;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
 use half::f16;
 use std::time::Duration;
@@ -23,19 +26,6 @@ use strata::{ops, DType, Graph, Tensor};
 const D: usize = 64;
 const H: usize = 9;
 const H_KV: usize = 3;
-
-/// Deterministic values in [-1, 1).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 /// The inputs of one case: q [D, n_q, H] f32, k and v [D, n_kv, H_kv] f16,
 /// mask [n_kv, n_q] f16 (key j visible to query i iff j <= i + n_kv - n_q).

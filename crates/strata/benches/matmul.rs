@@ -19,6 +19,9 @@
 //! `CPU_PACKED` buffer (ids `…/packed_<level>_t<threads>`, at the best level
 //! with 1 and 2 threads), so packed and unpacked figures come from one run.
 
+mod common;
+
+use common::values;
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
@@ -79,19 +82,6 @@ fn shapes(t: DType) -> Vec<(usize, usize, usize)> {
     [1, 512]
         .into_iter()
         .flat_map(|n| MODEL_MK.map(|(m, k)| (m, k, n)))
-        .collect()
-}
-
-/// Deterministic values in [-1, 1).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
         .collect()
 }
 

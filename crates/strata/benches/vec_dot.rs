@@ -8,43 +8,19 @@
 //! elements per second. `STRATA_BENCH_ALL_LEVELS=1` adds every supported
 //! level (e.g. `avx2` on an AVX-512 machine).
 
+mod common;
+
+use common::values;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Duration;
+use strata::conformance::QUANT_WEIGHTS as TYPES;
 use strata::isa::{self, Isa};
 use strata::quant::simd;
 use strata::quant::{self, QK_K};
 use strata::DType;
 
-const TYPES: [DType; 12] = [
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q2_K,
-    DType::Q3_K,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::IQ4_NL,
-    DType::IQ4_XS,
-];
-
 const N: usize = 16 * QK_K;
-
-/// Deterministic values in [-1, 1).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 fn quantize(t: DType, v: &[f32]) -> Vec<u8> {
     let mut q = vec![0u8; t.row_size(v.len())];

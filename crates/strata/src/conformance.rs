@@ -11,12 +11,19 @@
 //! let r = run_case(&case, &mut dut, 7).unwrap();
 //! assert!(matches!(r, Outcome::Pass { .. }));
 //! ```
+//!
+//! In `cargo test`, [`conformance_suite!`](crate::conformance_suite) stamps
+//! one test per device that runs the whole suite and checks its counts
+//! against the CPU suite's ([`check_device`]).
 
+use std::any::Any;
+use std::fmt;
 use std::sync::Arc;
 
 use crate::backend::{alloc_tensors, Backend, Buffer};
 use crate::cpu::CpuBackend;
 use crate::graph::Graph;
+use crate::isa::Isa;
 use crate::ops::{self, GluOp, RopeMode, RopeParams, SortOrder, UnaryOp};
 use crate::tensor::{DType, Tensor};
 use crate::Result;
@@ -85,6 +92,13 @@ pub struct OpCase {
     pub max_nmse: f64,
 }
 
+impl OpCase {
+    /// The op's name: the case name up to its parameters (`MUL_MAT`).
+    pub fn op_name(&self) -> &str {
+        self.name.split('(').next().unwrap_or(&self.name)
+    }
+}
+
 /// Result of one case on one backend.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
@@ -119,6 +133,51 @@ fn case(
 }
 
 const U: Fill = Fill::Uniform(-1.0, 1.0);
+
+/// The float weight types of MUL_MAT.
+pub const FLOAT_WEIGHTS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// ggml's "legacy" block quants (blocks of 32) that weights come in.
+pub const LEGACY_QUANTS: [DType; 5] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+];
+
+/// The K-quants and the IQ4 types (IQ4_NL has blocks of 32, the others
+/// super-blocks of 256), with Q8_K partners (IQ4_NL: Q8_0).
+pub const K_AND_IQ4_QUANTS: [DType; 7] = [
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::IQ4_NL,
+    DType::IQ4_XS,
+];
+
+/// Every block-quantized weight type: [`LEGACY_QUANTS`], then [`K_AND_IQ4_QUANTS`].
+pub const QUANT_WEIGHTS: [DType; 12] = concat(LEGACY_QUANTS, K_AND_IQ4_QUANTS);
+
+/// Every weight type of MUL_MAT: [`FLOAT_WEIGHTS`], then [`QUANT_WEIGHTS`].
+pub const WEIGHT_TYPES: [DType; 15] = concat(FLOAT_WEIGHTS, QUANT_WEIGHTS);
+
+/// `a` followed by `b` (`C` = `A + B`, checked at compile time).
+const fn concat<const A: usize, const B: usize, const C: usize>(
+    a: [DType; A],
+    b: [DType; B],
+) -> [DType; C] {
+    assert!(A + B == C);
+    let mut out = [DType::F32; C];
+    let mut i = 0;
+    while i < C {
+        out[i] = if i < A { a[i] } else { b[i - A] };
+        i += 1;
+    }
+    out
+}
 
 /// The suite: every op strata implements, with the types it supports.
 pub fn cases() -> Vec<OpCase> {
@@ -231,23 +290,7 @@ pub fn cases() -> Vec<OpCase> {
         let a = t(DType::F32, &[64, 5, 2])?;
         Ok((vec![(a.clone(), U)], ops::rms_norm(&a, 1e-5)?))
     }));
-    for a_t in [
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q5_1,
-        DType::Q8_0,
-        DType::Q2_K,
-        DType::Q3_K,
-        DType::Q4_K,
-        DType::Q5_K,
-        DType::Q6_K,
-        DType::IQ4_NL,
-        DType::IQ4_XS,
-    ] {
+    for a_t in WEIGHT_TYPES {
         // K in whole blocks: super-blocks of 256 for the K-quants and IQ4_XS.
         let shapes = if a_t.block_size() == 256 {
             [(16, 1, 256), (7, 9, 512), (33, 5, 768)]
@@ -267,19 +310,8 @@ pub fn cases() -> Vec<OpCase> {
             ));
         }
     }
-    for a_t in [
-        DType::F32,
-        DType::F16,
-        DType::Q4_1,
-        DType::Q8_0,
-        DType::Q2_K,
-        DType::Q3_K,
-        DType::Q4_K,
-        DType::Q5_K,
-        DType::Q6_K,
-        DType::IQ4_NL,
-        DType::IQ4_XS,
-    ] {
+    let tables = [DType::F32, DType::F16, DType::Q4_1, DType::Q8_0];
+    for a_t in tables.into_iter().chain(K_AND_IQ4_QUANTS) {
         v.push(case(format!("GET_ROWS(type={a_t})"), 1e-6, move || {
             let a = t(a_t, &[a_t.block_size().max(64), 10, 2])?;
             let i = t(DType::I32, &[4, 2])?;
@@ -304,19 +336,8 @@ pub fn cases() -> Vec<OpCase> {
             ))
         }));
     }
-    for d_t in [
-        DType::F16,
-        DType::BF16,
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q2_K,
-        DType::Q3_K,
-        DType::Q4_K,
-        DType::Q5_K,
-        DType::Q6_K,
-        DType::IQ4_NL,
-        DType::IQ4_XS,
-    ] {
+    let dsts = [DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
+    for d_t in dsts.into_iter().chain(K_AND_IQ4_QUANTS) {
         v.push(case(format!("CPY(f32->{d_t})"), 1e-4, move || {
             let ne0 = d_t.block_size().max(64);
             let a = t(DType::F32, &[ne0, 3])?;
@@ -488,4 +509,208 @@ pub fn run_case(case: &OpCase, backend: &mut dyn Backend, seed: u64) -> Result<O
     } else {
         Outcome::Fail { nmse: e }
     })
+}
+
+/// Counts of one run of the suite.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Cases within their bound.
+    pub passed: usize,
+    /// Cases outside their bound, or that returned an error.
+    pub failed: usize,
+    /// Cases the backend does not support.
+    pub unsupported: usize,
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} passed, {} failed ({} not supported)",
+            self.passed, self.failed, self.unsupported
+        )
+    }
+}
+
+/// Runs every case whose name contains `filter` (every case for `None`) on
+/// `backend` with inputs from `seed`; `report` sees each case's result as it
+/// comes. An error in a case counts as a failure and the run goes on.
+pub fn run_suite(
+    backend: &mut dyn Backend,
+    filter: Option<&str>,
+    seed: u64,
+    mut report: impl FnMut(&OpCase, &Result<Outcome>),
+) -> Summary {
+    let mut s = Summary::default();
+    for case in cases() {
+        if filter.is_some_and(|f| !case.name.contains(f)) {
+            continue;
+        }
+        let r = run_case(&case, backend, seed);
+        match r {
+            Ok(Outcome::Pass { .. }) => s.passed += 1,
+            Ok(Outcome::Unsupported) => s.unsupported += 1,
+            Ok(Outcome::Fail { .. }) | Err(_) => s.failed += 1,
+        }
+        report(&case, &r);
+    }
+    s
+}
+
+/// A backend under test, and whatever must outlive it (the server a remote
+/// backend talks to, say). The backend is dropped first.
+pub struct UnderTest {
+    backend: Box<dyn Backend>,
+    _keep: Box<dyn Any>,
+}
+
+impl UnderTest {
+    /// A backend to test.
+    pub fn new(backend: impl Backend + 'static) -> UnderTest {
+        UnderTest::boxed(Box::new(backend))
+    }
+
+    /// A boxed backend to test (as [`crate::backend::Device::init_backend`] returns).
+    pub fn boxed(backend: Box<dyn Backend>) -> UnderTest {
+        UnderTest {
+            backend,
+            _keep: Box::new(()),
+        }
+    }
+
+    /// Keeps `guard` alive until the backend has been dropped.
+    pub fn keeping(self, guard: impl Any) -> UnderTest {
+        UnderTest {
+            backend: self.backend,
+            _keep: Box::new(guard),
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&mut self) -> &mut dyn Backend {
+        self.backend.as_mut()
+    }
+}
+
+/// What [`check_device`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceCheck {
+    /// Every case the device supports passed, and it supports exactly the
+    /// cases of the ops it should.
+    Passed(Summary),
+    /// The device cannot be made here (why: e.g. the CPU lacks an
+    /// instruction-set level).
+    Unavailable(String),
+    /// A case failed, or the device ran a different set of cases than
+    /// expected (the summary and the cases concerned).
+    Failed(String),
+}
+
+/// The seed [`check_device`] fills inputs from.
+pub const DEVICE_CHECK_SEED: u64 = 1;
+
+/// Runs the whole suite on the device `make` returns (an error: the device
+/// is [`DeviceCheck::Unavailable`]). With `ops`, the device must pass exactly
+/// the cases of those ops ([`OpCase::op_name`]) and report the others as
+/// unsupported; without, every case of the CPU suite. At least one case
+/// must run.
+pub fn check_device(make: impl FnOnce() -> Result<UnderTest>, ops: Option<&[&str]>) -> DeviceCheck {
+    let mut dut = match make() {
+        Ok(d) => d,
+        Err(e) => return DeviceCheck::Unavailable(e.to_string()),
+    };
+    let wanted = |c: &OpCase| ops.is_none_or(|o| o.contains(&c.op_name()));
+    let mut wrong = Vec::new();
+    let summary = run_suite(dut.backend(), None, DEVICE_CHECK_SEED, |case, r| {
+        let ok = match r {
+            Ok(Outcome::Pass { .. }) => wanted(case),
+            Ok(Outcome::Unsupported) => !wanted(case),
+            _ => false,
+        };
+        if !ok {
+            let expected = if wanted(case) {
+                "a pass"
+            } else {
+                "unsupported"
+            };
+            wrong.push(format!("{}: {r:?}, expected {expected}", case.name));
+        }
+    });
+    let all = cases();
+    let expected = all.iter().filter(|c| wanted(c)).count();
+    if wrong.is_empty() && summary.passed == expected && summary.passed > 0 {
+        DeviceCheck::Passed(summary)
+    } else {
+        DeviceCheck::Failed(format!(
+            "{summary}; expected {expected} passed, 0 failed ({} not supported) of the \
+             CPU suite's {}:\n  {}",
+            all.len() - expected,
+            all.len(),
+            wrong.join("\n  ")
+        ))
+    }
+}
+
+/// Whether a `cargo test` run must run the CPU at `isa`: always for
+/// [`Isa::Scalar`], otherwise when the comma-separated environment
+/// variable `STRATA_REQUIRE_ISA` names it (set it on machines known to
+/// have the level, so that a detection bug cannot skip its kernels).
+pub fn isa_required(isa: Isa) -> bool {
+    isa == Isa::Scalar
+        || std::env::var("STRATA_REQUIRE_ISA").is_ok_and(|v| {
+            v.split(',')
+                .any(|n| n.trim().eq_ignore_ascii_case(isa.name()))
+        })
+}
+
+/// Stamps a test module `$name` that runs the conformance suite on one
+/// device ([`check_device`]) and prints its summary, `N passed, 0 failed`.
+///
+/// - `$make`: `impl FnOnce() -> strata::Result<UnderTest>`; an error means
+///   the device cannot be made here: the test prints why and passes, unless
+///   `required` (default `true`) holds.
+/// - `ops = [..]`: the ops the device runs (default: every op of the suite).
+///
+/// The module sees its parent's names (`use super::*`).
+///
+/// ```
+/// use strata::conformance::UnderTest;
+/// use strata::cpu::CpuBackend;
+///
+/// strata::conformance_suite!(cpu_two_threads, || Ok(UnderTest::new(CpuBackend::new(2))));
+/// strata::conformance_suite!(
+///     cpu_adds,
+///     || Ok(UnderTest::new(CpuBackend::new(1))),
+///     ops = ["ADD"],
+///     required = false
+/// );
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! conformance_suite {
+    ($name:ident, $make:expr $(, ops = $ops:expr)? $(, required = $req:expr)? $(,)?) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[test]
+            fn conformance() {
+                let device = stringify!($name);
+                let ops: ::std::option::Option<&[&str]> = None;
+                $(
+                    let list = $ops;
+                    let ops: ::std::option::Option<&[&str]> = Some(&list[..]);
+                )?
+                match $crate::conformance::check_device($make, ops) {
+                    $crate::conformance::DeviceCheck::Passed(s) => println!("{device}: {s}"),
+                    $crate::conformance::DeviceCheck::Unavailable(why) => {
+                        let required: bool = true $(&& $req)?;
+                        assert!(!required, "{device}: required, but cannot run here: {why}");
+                        println!("{device}: not run: {why}");
+                    }
+                    $crate::conformance::DeviceCheck::Failed(what) => panic!("{device}: {what}"),
+                }
+            }
+        }
+    };
 }

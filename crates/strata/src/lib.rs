@@ -19,6 +19,7 @@ pub mod ops;
 pub mod quant;
 pub mod sched;
 pub mod tensor;
+#[cfg(feature = "testkit")]
 pub mod testkit;
 
 pub use error::{Error, Result, ResultExt};

@@ -192,10 +192,21 @@ impl TestBackend {
     /// The same backend, asking for ops whose weights are in host memory
     /// (`offload_op`), like ggml's GPU backends.
     pub fn offloading(self) -> TestBackend {
-        let dev = TestDevice {
-            offload: true,
-            ..(*self.dev).clone()
-        };
+        self.with_device(|d| d.offload = true)
+    }
+
+    /// The same backend with `buft` as its default buffer type, e.g. a
+    /// CPU-like backend whose tensors go to
+    /// [`packed_buffer_type`](crate::cpu::packed_buffer_type) (weights
+    /// stored in the repacked layout).
+    pub fn with_buffer_type(self, buft: Arc<dyn BufferType>) -> TestBackend {
+        self.with_device(|d| d.buft = buft)
+    }
+
+    /// The same backend with its device changed by `change`.
+    fn with_device(self, change: impl FnOnce(&mut TestDevice)) -> TestBackend {
+        let mut dev = (*self.dev).clone();
+        change(&mut dev);
         TestBackend {
             dev: Arc::new(dev),
             cpu: self.cpu,

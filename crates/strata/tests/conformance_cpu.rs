@@ -1,20 +1,46 @@
 //! The conformance suite on the CPU backend itself (2 threads against the
-//! 1-thread reference): every case must pass, and the suite must cover every op.
+//! 1-thread reference), at every instruction-set level: every case must
+//! pass, and the suite must cover every op. A level this CPU cannot run
+//! prints why and passes unless required (`conformance::isa_required`).
 
 use std::collections::BTreeSet;
 
-use strata::conformance::{cases, nmse, run_case, Outcome};
+use strata::conformance::{cases, isa_required, nmse, UnderTest};
 use strata::cpu::CpuBackend;
+use strata::isa::Isa;
+
+/// A 2-thread CPU backend running its kernels at `isa`.
+fn cpu_at(isa: Isa) -> strata::Result<UnderTest> {
+    let mut cpu = CpuBackend::new(2);
+    cpu.set_isa(isa)?;
+    Ok(UnderTest::new(cpu))
+}
+
+// At the level the kernels dispatch to by default (`STRATA_ISA` included).
+strata::conformance_suite!(cpu, || Ok(UnderTest::new(CpuBackend::new(2))));
+
+/// One stamped test per level: `name => Isa variant`.
+macro_rules! at_levels {
+    ($($name:ident => $isa:ident),* $(,)?) => {
+        $(strata::conformance_suite!(
+            $name,
+            || cpu_at(Isa::$isa),
+            required = isa_required(Isa::$isa)
+        );)*
+    };
+}
+
+at_levels!(
+    cpu_scalar => Scalar,
+    cpu_avx2 => Avx2,
+    cpu_avx512 => Avx512,
+    cpu_vnni => Vnni,
+    cpu_neon => Neon,
+);
 
 #[test]
-fn every_case_passes_on_the_cpu() {
-    let mut cpu = CpuBackend::new(2);
-    let mut ops = BTreeSet::new();
-    for case in cases() {
-        let r = run_case(&case, &mut cpu, 1).unwrap();
-        assert!(matches!(r, Outcome::Pass { .. }), "{}: {r:?}", case.name);
-        ops.insert(case.name.split('(').next().unwrap().to_string());
-    }
+fn the_suite_covers_every_op() {
+    let ops: BTreeSet<String> = cases().iter().map(|c| c.op_name().to_string()).collect();
     for op in [
         "ADD",
         "SUB",

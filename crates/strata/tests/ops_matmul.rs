@@ -29,6 +29,7 @@ mod common;
 use common::{assert_close, cpu_round_trip, cpu_round_trip_at, run, tensor, Rng};
 use proptest::prelude::*;
 use strata::backend::Backend;
+use strata::conformance::WEIGHT_TYPES as WEIGHTS;
 use strata::isa::Isa;
 use strata::{ops, DType, Tensor};
 
@@ -221,24 +222,6 @@ fn tol(at: DType) -> f64 {
         _ => 1e-4,
     }
 }
-
-const WEIGHTS: [DType; 15] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q2_K,
-    DType::Q3_K,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::IQ4_NL,
-    DType::IQ4_XS,
-];
 
 /// A K of `blocks32` blocks of 32 for `at`, rounded up to whole
 /// super-blocks of 256 for the K-quants and IQ4_XS.

