@@ -117,7 +117,7 @@ pub fn sin(a: &Tensor) -> Result<Tensor> {
 pub fn cos(a: &Tensor) -> Result<Tensor> {
     op1(Op::Cos, a)
 }
-/// Sum of all elements, shape [1].
+/// Sum of all elements, shape `[1]`.
 pub fn sum(a: &Tensor) -> Result<Tensor> {
     op1(Op::Sum, a)
 }
@@ -129,7 +129,7 @@ pub fn sum_rows(a: &Tensor) -> Result<Tensor> {
 pub fn mean(a: &Tensor) -> Result<Tensor> {
     op1(Op::Mean, a)
 }
-/// Index of each row's maximum (a matrix), I32 [ne1].
+/// Index of each row's maximum (a matrix), I32 `[ne1]`.
 pub fn argmax(a: &Tensor) -> Result<Tensor> {
     op1(Op::Argmax, a)
 }

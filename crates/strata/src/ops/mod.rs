@@ -119,9 +119,9 @@ pub enum SortOrder {
 /// RoPE mode: which element pairs are rotated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RopeMode {
-    /// Adjacent pairs (x[2i], x[2i+1]) — ggml mode 0 (llama).
+    /// Adjacent pairs (`x[2i]`, `x[2i+1]`) — ggml mode 0 (llama).
     Normal,
-    /// Halves (x[i], x[i + n_dims/2]) — ggml mode 2 (GPT-NeoX, Qwen, SmolLM2 as converted).
+    /// Halves (`x[i]`, `x[i + n_dims/2]`) — ggml mode 2 (GPT-NeoX, Qwen, SmolLM2 as converted).
     Neox,
 }
 
