@@ -14,14 +14,34 @@
 //! assert!(err.contains("MUL_MAT"), "{err}");
 //! ```
 
+mod attn;
 mod build;
+mod copy;
+mod elementwise;
 mod infer;
+mod layout;
+mod matmul;
+mod norm;
 mod params;
+mod reduce;
+mod rope;
+mod rows;
+mod softmax;
 
+pub use attn::*;
 pub use build::*;
+pub use copy::*;
+pub use elementwise::*;
 pub(crate) use infer::span;
 pub use infer::{infer, Inferred};
+pub use layout::*;
+pub use matmul::*;
+pub use norm::*;
 pub use params::{OpParams, GGML_OP_COUNT};
+pub use reduce::*;
+pub use rope::*;
+pub use rows::*;
+pub use softmax::*;
 
 /// Element-wise unary functions (ggml's `ggml_unary_op`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
