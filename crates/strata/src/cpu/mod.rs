@@ -36,9 +36,8 @@ pub use packed_buffer::{packed_buffer_type, PackedBufferType};
 pub use pool::{ThreadPool, WorkerCtx, MAX_THREADS};
 pub use view::TView;
 
-use crate::backend::{
-    Backend, BufferType, Device, DeviceMemory, DeviceProvider, DeviceType, Graph,
-};
+use crate::backend::{Backend, BufferType, Device, DeviceMemory, DeviceProvider, DeviceType};
+use crate::graph::Graph;
 use crate::isa::{self, Isa};
 use crate::tensor::{Tensor, MAX_SRC};
 use crate::{Error, Result};

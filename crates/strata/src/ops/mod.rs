@@ -356,6 +356,11 @@ impl Op {
         }
     }
 
+    /// True for [`Op::None`] (a leaf).
+    pub fn is_none_op(&self) -> bool {
+        matches!(self, Op::None)
+    }
+
     /// True for ops whose result only re-describes memory of its source
     /// (nothing to compute): VIEW, RESHAPE, PERMUTE, TRANSPOSE, NONE.
     pub fn is_view_op(&self) -> bool {
