@@ -27,7 +27,7 @@ pub struct Args {
 /// Runs `strata chat` (reads user turns from stdin until EOF or `/exit`).
 pub fn run(a: Args) -> CliResult {
     let model = a.model.load()?;
-    let mut session = Session::from_model(model, a.model.context_options(false))?;
+    let mut session = Session::from_context(a.model.context(model, false)?);
     let mut messages: Vec<Message> = a
         .system
         .iter()

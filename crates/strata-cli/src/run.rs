@@ -92,7 +92,7 @@ pub fn run(a: Args) -> CliResult {
     }
     let sampler = a.sample.sampler()?; // bad settings fail before loading
     let model = a.model.load()?;
-    let mut session = Session::from_model(model, a.model.context_options(false))?;
+    let mut session = Session::from_context(a.model.context(model, false)?);
     let text = if a.chat {
         session.chat_prompt(&[Message::new("user", a.prompt.clone())], true)?
     } else {

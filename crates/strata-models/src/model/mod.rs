@@ -11,7 +11,8 @@
 //! Q8_0 matrices with rows in groups of 16) are instead copied into a
 //! `CPU_PACKED` buffer ([`strata::cpu::packed_buffer_type`]) at load, which
 //! stores them repacked for those kernels; the rest stay mapped. Turn it off
-//! with [`LoadOptions::no_repack`] or `STRATA_NO_REPACK=1`.
+//! with [`LoadOptions::no_repack`] (the CLI's `--no-repack` or
+//! `STRATA_NO_REPACK=1`).
 
 mod hparams;
 mod placement;
@@ -44,16 +45,15 @@ pub struct LoadOptions {
     pub placement: PlacementSpec,
     /// Keep every CPU weight mapped in ggml's layout instead of repacking
     /// eligible ones for the packed matmul kernels (`--no-repack`; the
-    /// environment variable `STRATA_NO_REPACK=1` does the same).
+    /// `strata` CLI also sets it for `STRATA_NO_REPACK=1`: the library reads
+    /// no environment).
     pub no_repack: bool,
 }
 
 /// True when CPU weights of `dtype` and shape `ne` are to be repacked at load.
 fn repack(opts: &LoadOptions, dtype: strata::DType, ne: [usize; 4]) -> bool {
     use strata::{isa, quant::packed};
-    let off = opts.no_repack
-        || std::env::var("STRATA_NO_REPACK").is_ok_and(|v| !v.is_empty() && v != "0");
-    !off && packed::has_kernels(isa::active(), dtype) && packed::eligible(dtype, ne)
+    !opts.no_repack && packed::has_kernels(isa::active(), dtype) && packed::eligible(dtype, ne)
 }
 
 /// The weights of one transformer block.
