@@ -77,11 +77,6 @@ pub(super) fn infer(cx: &InferCx<'_>) -> Result<Inferred> {
             return Err(cx.shape_err(format!("mask {nm:?} does not fit q {nq:?} / k {nk:?}")));
         }
     }
-    if let Some(s) = cx.opt(4) {
-        cx.f32_only(s)?;
-        if s.nelements() != nq[2] {
-            return Err(cx.shape_err(format!("sinks need {} values (one per head)", nq[2])));
-        }
-    }
+    cx.sinks(4, nq[2])?;
     Ok(contiguous(DType::F32, [nv[0], nq[2], nq[1], nq[3]]))
 }

@@ -2,7 +2,7 @@
 //! Graph builders and their shape and type inference ([`super::infer`]).
 
 use super::build::{op1, op2};
-use super::infer::{base_of, can_repeat, contiguous, InferCx, Inferred};
+use super::infer::{can_repeat, contiguous, view_of, InferCx, Inferred};
 use super::Op;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
@@ -66,13 +66,7 @@ pub(super) fn infer_cpy(cx: &InferCx<'_>) -> Result<Inferred> {
             b.name()
         )));
     }
-    let (base, off) = base_of(b, 0);
-    Ok(Inferred {
-        dtype: b.dtype(),
-        ne: b.ne(),
-        nb: b.nb(),
-        view: Some((base, off)),
-    })
+    Ok(view_of(b, 0, b.ne(), b.nb()))
 }
 
 /// Shape and type inference of REPEAT: `a` tiled to `b`'s shape.

@@ -124,11 +124,9 @@ pub(super) fn infer_binary(cx: &InferCx<'_>) -> Result<Inferred> {
     Ok(contiguous(a.dtype(), a.ne()))
 }
 
-/// Shape and type inference of Float-to-float functions of one source (SQR ... COS, SCALE, CLAMP, UNARY).
+/// Shape and type inference of float-to-float functions of one source (SQR ... COS, SCALE, CLAMP, UNARY).
 pub(super) fn infer_unary(cx: &InferCx<'_>) -> Result<Inferred> {
-    let a = cx.get(0)?;
-    cx.float(a)?;
-    Ok(contiguous(a.dtype(), a.ne()))
+    cx.like_src0(InferCx::float)
 }
 
 /// Shape and type inference of GLU: split or fused gate and up halves.

@@ -31,6 +31,17 @@ pub(super) fn contiguous(dtype: DType, ne: [usize; MAX_DIMS]) -> Inferred {
     }
 }
 
+/// A result sharing `a`'s memory (its base's, for a view) from byte
+/// `offset` of `a`, with type `a`'s and layout `ne` / `nb`.
+pub(super) fn view_of(a: &Tensor, offset: usize, ne: [usize; 4], nb: [usize; 4]) -> Inferred {
+    Inferred {
+        dtype: a.dtype(),
+        ne,
+        nb,
+        view: Some(base_of(a, offset)),
+    }
+}
+
 /// ggml_can_repeat: `b` can be tiled to `a`'s shape.
 pub(crate) fn can_repeat(b: &[usize; 4], a: &[usize; 4]) -> bool {
     (0..4).all(|i| b[i] != 0 && a[i].is_multiple_of(b[i]))
@@ -110,6 +121,25 @@ impl<'a> InferCx<'a> {
             t.dtype(),
             format!("'{}' must be {what}", t.name()),
         ))
+    }
+
+    /// Source 0 checked by `check` (e.g. [`InferCx::float`]); the result
+    /// is a contiguous tensor of its type and shape.
+    pub fn like_src0(&self, check: fn(&Self, &Tensor) -> Result<()>) -> Result<Inferred> {
+        let a = self.get(0)?;
+        check(self, a)?;
+        Ok(contiguous(a.dtype(), a.ne()))
+    }
+
+    /// Optional sinks at source `i`: f32, one value per head (`n_head`).
+    pub fn sinks(&self, i: usize, n_head: usize) -> Result<()> {
+        if let Some(s) = self.opt(i) {
+            self.f32_only(s)?;
+            if s.nelements() != n_head {
+                return Err(self.shape_err(format!("sinks need {n_head} values (one per head)")));
+            }
+        }
+        Ok(())
     }
 
     /// A shape error naming the op.

@@ -2,7 +2,7 @@
 //! Graph builders and their shape and type inference ([`super::infer`]).
 
 use super::build::{make, op1};
-use super::infer::{base_of, span, InferCx, Inferred};
+use super::infer::{base_of, span, view_of, InferCx, Inferred};
 use super::Op;
 use crate::tensor::{contiguous_strides, shape4, Tensor};
 use crate::{Error, Result};
@@ -100,13 +100,7 @@ pub(super) fn infer_reshape(cx: &InferCx<'_>) -> Result<Inferred> {
             ne
         )));
     }
-    let (base, off) = base_of(a, 0);
-    Ok(Inferred {
-        dtype: a.dtype(),
-        ne,
-        nb: contiguous_strides(a.dtype(), ne),
-        view: Some((base, off)),
-    })
+    Ok(view_of(a, 0, ne, contiguous_strides(a.dtype(), ne)))
 }
 
 /// Shape and type inference of VIEW: the shape and strides in `layout` at byte `offset`, bounds-checked.
@@ -134,12 +128,7 @@ pub(super) fn infer_view(cx: &InferCx<'_>, offset: &usize) -> Result<Inferred> {
     if nb[0] != a.dtype().type_size() && ne[0] > 1 && a.dtype().is_quantized() {
         return Err(cx.shape_err("quantized views must keep rows contiguous".into()));
     }
-    Ok(Inferred {
-        dtype: a.dtype(),
-        ne,
-        nb,
-        view: Some((base, off)),
-    })
+    Ok(view_of(a, *offset, ne, nb))
 }
 
 /// Shape and type inference of PERMUTE: source dim i becomes dim `axes[i]`.
@@ -164,13 +153,7 @@ pub(super) fn infer_permute(cx: &InferCx<'_>, axes: &[usize; 4]) -> Result<Infer
             "the row dimension of a quantized tensor cannot move",
         ));
     }
-    let (base, off) = base_of(a, 0);
-    Ok(Inferred {
-        dtype: a.dtype(),
-        ne,
-        nb,
-        view: Some((base, off)),
-    })
+    Ok(view_of(a, 0, ne, nb))
 }
 
 /// Shape and type inference of TRANSPOSE: dims 0 and 1 swapped.
@@ -186,11 +169,5 @@ pub(super) fn infer_transpose(cx: &InferCx<'_>) -> Result<Inferred> {
     let (mut ne, mut nb) = (a.ne(), a.nb());
     ne.swap(0, 1);
     nb.swap(0, 1);
-    let (base, off) = base_of(a, 0);
-    Ok(Inferred {
-        dtype: a.dtype(),
-        ne,
-        nb,
-        view: Some((base, off)),
-    })
+    Ok(view_of(a, 0, ne, nb))
 }

@@ -2,7 +2,7 @@
 //! Graph builders and their shape and type inference ([`super::infer`]).
 
 use super::build::op1;
-use super::infer::{contiguous, InferCx, Inferred};
+use super::infer::{InferCx, Inferred};
 use super::Op;
 use crate::tensor::Tensor;
 use crate::Result;
@@ -19,7 +19,5 @@ pub fn rms_norm(a: &Tensor, eps: f32) -> Result<Tensor> {
 
 /// Shape and type inference of NORM and RMS_NORM: f32 in, same shape out.
 pub(super) fn infer(cx: &InferCx<'_>) -> Result<Inferred> {
-    let a = cx.get(0)?;
-    cx.f32_only(a)?;
-    Ok(contiguous(a.dtype(), a.ne()))
+    cx.like_src0(InferCx::f32_only)
 }

@@ -2,7 +2,7 @@
 //! Graph builders and their shape and type inference ([`super::infer`]).
 
 use super::build::{make, op2};
-use super::infer::{base_of, contiguous, InferCx, Inferred};
+use super::infer::{contiguous, view_of, InferCx, Inferred};
 use super::Op;
 use crate::tensor::{DType, Tensor};
 use crate::{Error, Result};
@@ -71,11 +71,5 @@ pub(super) fn infer_set_rows(cx: &InferCx<'_>) -> Result<Inferred> {
     if !a.is_contiguous_rows() || !b.is_contiguous_rows() {
         return Err(cx.shape_err("rows must be contiguous".into()));
     }
-    let (base, off) = base_of(a, 0);
-    Ok(Inferred {
-        dtype: a.dtype(),
-        ne: na,
-        nb: a.nb(),
-        view: Some((base, off)),
-    })
+    Ok(view_of(a, 0, na, a.nb()))
 }

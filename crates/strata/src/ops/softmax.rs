@@ -39,9 +39,7 @@ pub fn soft_max_ext(
 
 /// Shape and type inference of DIAG_MASK_INF: f32, same shape.
 pub(super) fn infer_diag_mask_inf(cx: &InferCx<'_>) -> Result<Inferred> {
-    let a = cx.get(0)?;
-    cx.f32_only(a)?;
-    Ok(contiguous(a.dtype(), a.ne()))
+    cx.like_src0(InferCx::f32_only)
 }
 
 /// Shape and type inference of SOFT_MAX with its optional mask (source 1) and sinks (source 2).
@@ -64,11 +62,6 @@ pub(super) fn infer_soft_max(cx: &InferCx<'_>) -> Result<Inferred> {
             return Err(cx.shape_err(format!("mask {nm:?} does not fit logits {na:?}")));
         }
     }
-    if let Some(s) = cx.opt(2) {
-        cx.f32_only(s)?;
-        if s.nelements() != a.ne()[2] {
-            return Err(cx.shape_err(format!("sinks need {} values (one per head)", a.ne()[2])));
-        }
-    }
+    cx.sinks(2, a.ne()[2])?;
     Ok(contiguous(a.dtype(), a.ne()))
 }
