@@ -90,6 +90,14 @@ pub fn context_full_notice(n_ctx: usize, n_gen: usize) -> String {
     )
 }
 
+/// Prints [`context_full_notice`] when the generation `st` describes
+/// stopped at a full context of `n_ctx` cells.
+pub fn notice_if_context_full(st: &strata_models::session::GenStats, n_ctx: usize) {
+    if st.context_full {
+        eprintln!("{}", context_full_notice(n_ctx, st.n_gen));
+    }
+}
+
 /// Turns llama.cpp's single-dash long options (`-ngl`, `-ot`, `-fa`) into clap's `--` form.
 pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
     args.map(|a| match a.as_str() {
