@@ -2,7 +2,7 @@
 //! Graph builders and their shape and type inference ([`super::infer`]).
 
 use super::build::make;
-use super::infer::{contiguous, InferCx, Inferred};
+use super::infer::{contiguous, mask_fits, InferCx, Inferred};
 use super::Op;
 use crate::tensor::{DType, Tensor};
 use crate::{Error, Result};
@@ -67,13 +67,7 @@ pub(super) fn infer(cx: &InferCx<'_>) -> Result<Inferred> {
             return Err(Error::dtype(cx.name, m.dtype(), "mask must be f16 or f32"));
         }
         let nm = m.ne();
-        if nm[0] != nk[1]
-            || nm[1] < nq[1]
-            || nm[2] == 0
-            || nm[3] == 0
-            || nq[2] % nm[2] != 0
-            || nq[3] % nm[3] != 0
-        {
+        if !mask_fits(nm, nk[1], nq[1], [nq[2], nq[3]]) {
             return Err(cx.shape_err(format!("mask {nm:?} does not fit q {nq:?} / k {nk:?}")));
         }
     }

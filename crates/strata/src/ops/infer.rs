@@ -42,6 +42,18 @@ pub(super) fn view_of(a: &Tensor, offset: usize, ne: [usize; 4], nb: [usize; 4])
     }
 }
 
+/// An attention mask of shape `nm` fits `cols` columns and `rows` rows
+/// (it may have more), broadcast over the outer dims `outer` (each a
+/// multiple of the mask's, which must not be 0).
+pub(super) fn mask_fits(nm: [usize; 4], cols: usize, rows: usize, outer: [usize; 2]) -> bool {
+    nm[0] == cols
+        && nm[1] >= rows
+        && nm[2] != 0
+        && nm[3] != 0
+        && outer[0].is_multiple_of(nm[2])
+        && outer[1].is_multiple_of(nm[3])
+}
+
 /// ggml_can_repeat: `b` can be tiled to `a`'s shape.
 pub(crate) fn can_repeat(b: &[usize; 4], a: &[usize; 4]) -> bool {
     (0..4).all(|i| b[i] != 0 && a[i].is_multiple_of(b[i]))

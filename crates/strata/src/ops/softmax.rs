@@ -2,7 +2,7 @@
 //! Graph builders and their shape and type inference ([`super::infer`]).
 
 use super::build::{make, op1};
-use super::infer::{contiguous, InferCx, Inferred};
+use super::infer::{contiguous, mask_fits, InferCx, Inferred};
 use super::Op;
 use crate::tensor::{DType, Tensor};
 use crate::{Error, Result};
@@ -51,14 +51,7 @@ pub(super) fn infer_soft_max(cx: &InferCx<'_>) -> Result<Inferred> {
             return Err(Error::dtype(cx.name, m.dtype(), "mask must be f32 or f16"));
         }
         let (na, nm) = (a.ne(), m.ne());
-        if !m.is_contiguous_rows()
-            || nm[0] != na[0]
-            || nm[1] < na[1]
-            || nm[2] == 0
-            || nm[3] == 0
-            || na[2] % nm[2] != 0
-            || na[3] % nm[3] != 0
-        {
+        if !m.is_contiguous_rows() || !mask_fits(nm, na[0], na[1], [na[2], na[3]]) {
             return Err(cx.shape_err(format!("mask {nm:?} does not fit logits {na:?}")));
         }
     }
