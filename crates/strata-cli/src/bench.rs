@@ -77,7 +77,8 @@ pub fn run(a: Args) -> CliResult {
         let mut opts = a.model.context_options(false);
         opts.n_threads = t;
         opts.n_ctx = opts.n_ctx.max(max_tokens);
-        let mut ctx = Context::new(model.clone(), opts)?;
+        let mut ctx =
+            Context::with_sched_config(model.clone(), opts, crate::settings::sched_config())?;
         let tests: Vec<(String, usize, bool)> = a
             .n_prompt
             .iter()

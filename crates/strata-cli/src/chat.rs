@@ -27,7 +27,7 @@ pub struct Args {
 /// Runs `strata chat` (reads user turns from stdin until EOF or `/exit`).
 pub fn run(a: Args) -> CliResult {
     let model = a.model.load()?;
-    let mut session = Session::from_model(model, a.model.context_options(false))?;
+    let mut session = Session::from_context(a.model.context(model, false)?);
     let mut messages: Vec<Message> = a
         .system
         .iter()
@@ -78,12 +78,7 @@ pub fn run(a: Args) -> CliResult {
         writeln!(out)?;
         let st = g.stats();
         drop(g);
-        if st.context_full {
-            eprintln!(
-                "{}",
-                crate::common::context_full_notice(a.model.ctx_size, st.n_gen)
-            );
-        }
+        crate::common::notice_if_context_full(&st, a.model.ctx_size);
         // the last generated token was sampled but not decoded into the cache
         let in_cache = session.context().n_past() - cached.len();
         cached.extend_from_slice(&generated[..in_cache.min(generated.len())]);

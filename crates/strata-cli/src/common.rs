@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use strata::backend::{Backend, Device};
 use strata::testkit::TestBackend;
 use strata_models::model::Override;
-use strata_models::{Attention, ContextOptions, LoadOptions, Model, PlacementSpec};
+use strata_models::{Attention, Context, ContextOptions, LoadOptions, Model, PlacementSpec};
 
 /// Errors of the CLI.
 pub type CliResult = Result<i32, Box<dyn std::error::Error>>;
@@ -90,6 +90,14 @@ pub fn context_full_notice(n_ctx: usize, n_gen: usize) -> String {
     )
 }
 
+/// Prints [`context_full_notice`] when the generation `st` describes
+/// stopped at a full context of `n_ctx` cells.
+pub fn notice_if_context_full(st: &strata_models::session::GenStats, n_ctx: usize) {
+    if st.context_full {
+        eprintln!("{}", context_full_notice(n_ctx, st.n_gen));
+    }
+}
+
 /// Turns llama.cpp's single-dash long options (`-ngl`, `-ot`, `-fa`) into clap's `--` form.
 pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
     args.map(|a| match a.as_str() {
@@ -143,8 +151,22 @@ impl ModelArgs {
                 n_gpu_layers: self.ngl,
                 overrides,
             },
-            no_repack: self.no_repack,
+            no_repack: self.no_repack || crate::settings::no_repack_env(),
         })
+    }
+
+    /// A context over `model` with these options and the scheduler settings
+    /// from the environment ([`crate::settings::sched_config`]).
+    pub fn context(
+        &self,
+        model: Arc<Model>,
+        logits_all: bool,
+    ) -> Result<Context, Box<dyn std::error::Error>> {
+        Ok(Context::with_sched_config(
+            model,
+            self.context_options(logits_all),
+            crate::settings::sched_config(),
+        )?)
     }
 
     /// Context settings.

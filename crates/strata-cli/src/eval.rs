@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use strata_models::{Context, Logits};
+use strata_models::Logits;
 
 use crate::common::{CliResult, ModelArgs};
 
@@ -36,7 +36,7 @@ pub fn run(a: Args) -> CliResult {
     if tokens.is_empty() {
         return Err(crate::common::EMPTY_PROMPT.into());
     }
-    let mut ctx = Context::new(model.clone(), a.model.context_options(a.all_positions))?;
+    let mut ctx = a.model.context(model.clone(), a.all_positions)?;
     let want = if a.all_positions {
         Logits::All
     } else {

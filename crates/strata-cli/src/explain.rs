@@ -71,7 +71,7 @@ fn explain_model(a: &Args, path: &std::path::Path) -> crate::common::CliResult {
         no_repack: false,
     };
     let model = margs.load()?;
-    let mut ctx = strata_models::Context::new(model, margs.context_options(false))?;
+    let mut ctx = margs.context(model, false)?;
     let report = ctx.report()?;
     print(&report, a);
     if !a.json && !a.dot {

@@ -14,6 +14,7 @@ mod perplexity;
 mod quantize;
 mod rpc_server;
 mod run;
+mod settings;
 mod test_ops;
 
 use clap::{Parser, Subcommand};

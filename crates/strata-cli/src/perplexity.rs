@@ -208,7 +208,7 @@ pub fn run(mut a: Args) -> CliResult {
         )?),
         None => None,
     };
-    let mut ctx = Context::new(model.clone(), a.model.context_options(true))?;
+    let mut ctx = a.model.context(model.clone(), true)?;
     let first = n_ctx / 2;
     let (mut sum, mut sum2, mut count) = (0.0f64, 0.0f64, 0usize);
     eprintln!(
@@ -285,7 +285,7 @@ fn compare(mut a: Args) -> CliResult {
         .into());
     }
     let n_chunk = a.chunks.map_or(h.n_chunk, |c| c.min(h.n_chunk));
-    let mut ctx = Context::new(model.clone(), a.model.context_options(true))?;
+    let mut ctx = a.model.context(model.clone(), true)?;
     let first = h.first();
     eprintln!(
         "kl-divergence: {} ({:?}), {n_chunk} chunks of {}, scoring positions {first}..{}",

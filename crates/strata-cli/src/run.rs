@@ -92,7 +92,7 @@ pub fn run(a: Args) -> CliResult {
     }
     let sampler = a.sample.sampler()?; // bad settings fail before loading
     let model = a.model.load()?;
-    let mut session = Session::from_model(model, a.model.context_options(false))?;
+    let mut session = Session::from_context(a.model.context(model, false)?);
     let text = if a.chat {
         session.chat_prompt(&[Message::new("user", a.prompt.clone())], true)?
     } else {
@@ -113,12 +113,7 @@ pub fn run(a: Args) -> CliResult {
     writeln!(out)?;
     let st = g.stats();
     drop(g);
-    if st.context_full {
-        eprintln!(
-            "{}",
-            crate::common::context_full_notice(a.model.ctx_size, st.n_gen)
-        );
-    }
+    crate::common::notice_if_context_full(&st, a.model.ctx_size);
     eprintln!(
         "\nprompt: {} tokens, {:.2} tokens/s | generation: {} tokens, {:.2} tokens/s | splits: {}",
         st.n_prompt,

@@ -127,7 +127,17 @@ impl Context {
     /// Creates the backends (the model's devices, the CPU last), the cache,
     /// and reserves the scheduler with the worst-case graph (a full batch
     /// attending over the whole context).
-    pub fn new(model: Arc<Model>, mut opts: ContextOptions) -> Result<Context> {
+    pub fn new(model: Arc<Model>, opts: ContextOptions) -> Result<Context> {
+        Context::with_sched_config(model, opts, SchedConfig::default())
+    }
+
+    /// [`Context::new`] with the scheduler's settings given (the CLI passes
+    /// its debug level, `STRATA_SCHED_DEBUG`, this way).
+    pub fn with_sched_config(
+        model: Arc<Model>,
+        mut opts: ContextOptions,
+        sched_config: SchedConfig,
+    ) -> Result<Context> {
         if opts.n_ctx == 0 {
             opts.n_ctx = model.hparams.n_ctx_train;
         }
@@ -145,7 +155,7 @@ impl Context {
         let cpu = CpuBackend::new(opts.n_threads);
         let clock = cpu.kernel_clock();
         backends.push(Box::new(cpu));
-        let mut sched = Scheduler::new(backends, None, SchedConfig::default())?;
+        let mut sched = Scheduler::new(backends, None, sched_config)?;
         let kv = KvCache::new(&model, opts.n_ctx)?;
         let shape = BatchShape {
             n_tokens: opts.n_batch,

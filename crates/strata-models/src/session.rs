@@ -89,9 +89,13 @@ impl Session {
 
     /// A session over an already loaded model.
     pub fn from_model(model: Arc<Model>, opts: ContextOptions) -> Result<Session> {
-        Ok(Session {
-            ctx: Context::new(model, opts)?,
-        })
+        Ok(Session::from_context(Context::new(model, opts)?))
+    }
+
+    /// A session over an existing context (e.g. one made with
+    /// [`Context::with_sched_config`]).
+    pub fn from_context(ctx: Context) -> Session {
+        Session { ctx }
     }
 
     /// The model.

@@ -10,9 +10,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use strata::backend::{alloc_tensors, Backend, BufferUsage, Device, Graph};
+use strata::backend::{alloc_tensors, Backend, BufferUsage, Device};
 use strata::cpu::{cpu_device, CpuBackend};
 use strata::sched::{SchedConfig, Scheduler};
+use strata::Graph;
 use strata::{ops, DType, Tensor};
 use strata_rpc::server::{BackendFactory, Limits};
 

@@ -17,6 +17,7 @@ pub mod graph;
 pub mod isa;
 pub mod ops;
 pub mod quant;
+mod registry;
 pub mod sched;
 pub mod tensor;
 #[cfg(feature = "testkit")]

@@ -15,10 +15,9 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::backend::{
-    Backend, Buffer, BufferType, BufferUsage, Device, DeviceMemory, DeviceType, Graph,
-};
+use crate::backend::{Backend, Buffer, BufferType, BufferUsage, Device, DeviceMemory, DeviceType};
 use crate::cpu::{cpu_buffer_type, CpuBackend};
+use crate::graph::Graph;
 use crate::tensor::Tensor;
 use crate::Result;
 

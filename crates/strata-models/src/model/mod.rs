@@ -11,7 +11,8 @@
 //! Q8_0 matrices with rows in groups of 16) are instead copied into a
 //! `CPU_PACKED` buffer ([`strata::cpu::packed_buffer_type`]) at load, which
 //! stores them repacked for those kernels; the rest stay mapped. Turn it off
-//! with [`LoadOptions::no_repack`] or `STRATA_NO_REPACK=1`.
+//! with [`LoadOptions::no_repack`] (the CLI's `--no-repack` or
+//! `STRATA_NO_REPACK=1`).
 
 mod hparams;
 mod placement;
@@ -24,8 +25,7 @@ use std::sync::Arc;
 use strata::backend::{alloc_tensors, tensor_set, Buffer, BufferUsage, Device};
 use strata::cpu::HostBuffer;
 use strata::gguf::{GgufFile, TensorInfo};
-use strata::ResultExt as _;
-use strata::Tensor;
+use strata::{ResultExt as _, Tensor};
 
 pub use hparams::{HParams, RopeScaling};
 pub use placement::{layer_of, Devices, LayerMap, Override, PlacementSpec};
@@ -45,16 +45,15 @@ pub struct LoadOptions {
     pub placement: PlacementSpec,
     /// Keep every CPU weight mapped in ggml's layout instead of repacking
     /// eligible ones for the packed matmul kernels (`--no-repack`; the
-    /// environment variable `STRATA_NO_REPACK=1` does the same).
+    /// `strata` CLI also sets it for `STRATA_NO_REPACK=1`: the library reads
+    /// no environment).
     pub no_repack: bool,
 }
 
 /// True when CPU weights of `dtype` and shape `ne` are to be repacked at load.
 fn repack(opts: &LoadOptions, dtype: strata::DType, ne: [usize; 4]) -> bool {
     use strata::{isa, quant::packed};
-    let off = opts.no_repack
-        || std::env::var("STRATA_NO_REPACK").is_ok_and(|v| !v.is_empty() && v != "0");
-    !off && packed::has_kernels(isa::active(), dtype) && packed::eligible(dtype, ne)
+    !opts.no_repack && packed::has_kernels(isa::active(), dtype) && packed::eligible(dtype, ne)
 }
 
 /// The weights of one transformer block.
@@ -207,6 +206,231 @@ fn kv_bytes(hp: &HParams, map: &LayerMap, n_dev: usize, n_ctx: usize) -> Result<
     Ok(v)
 }
 
+/// The embedding's rows must match the tokenizer's vocabulary.
+fn check_vocab(hp: &HParams, tokenizer: &Tokenizer) -> Result<()> {
+    if tokenizer.n_vocab() != hp.n_vocab {
+        return Err(tensor_err(
+            "token_embd.weight",
+            format!(
+                "{} rows but the tokenizer has {} tokens",
+                hp.n_vocab,
+                tokenizer.n_vocab()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The CPU's weights: the whole file wrapped zero-copy, read-only.
+fn map_file(f: &GgufFile) -> Arc<dyn Buffer> {
+    let bytes = f.as_bytes();
+    let ptr = NonNull::new(bytes.as_ptr() as *mut u8).unwrap_or(NonNull::dangling());
+    // SAFETY: the bytes belong to the GgufBytes kept alive by the Arc moved
+    // into the buffer as its owner; the buffer is read-only, so nothing
+    // writes through the pointer; the mapping is never modified by strata.
+    let host =
+        unsafe { HostBuffer::from_raw_parts(ptr, bytes.len(), Box::new(f.bytes().clone()), true) };
+    let host: Arc<dyn Buffer> = Arc::new(host);
+    host.set_usage(BufferUsage::Weights);
+    host
+}
+
+/// Every weight as a tensor, and where its bytes go.
+struct Placed<'f> {
+    /// All weights by name (mapped ones already placed in the host buffer).
+    tensors: BTreeMap<String, Tensor>,
+    /// Weights to copy into each device's buffers.
+    per_dev: Vec<Vec<(Tensor, &'f TensorInfo)>>,
+    /// CPU weights to repack into `CPU_PACKED`.
+    packed: Vec<(Tensor, &'f TensorInfo)>,
+    /// The tied output head's copy on an offloaded output device.
+    output_copy: Option<Tensor>,
+    /// No `output.weight`: the head is the token embedding.
+    tied: bool,
+}
+
+/// Creates a tensor per weight and decides its memory: mapped from the file
+/// (placed at once), repacked, or copied to its device.
+fn place<'f>(
+    f: &'f GgufFile,
+    opts: &LoadOptions,
+    devs: &Devices,
+    map: &LayerMap,
+    assigned: &[usize],
+    host: &Arc<dyn Buffer>,
+) -> Result<Placed<'f>> {
+    let data_offset = f.data_offset();
+    let make = |info: &TensorInfo| -> Result<Tensor> {
+        let dims = &info.shape()[..info.n_dims().max(1)];
+        Ok(Tensor::new(info.dtype(), dims)?.with_name(info.name()))
+    };
+    let mut tensors: BTreeMap<String, Tensor> = BTreeMap::new();
+    let mut per_dev: Vec<Vec<(Tensor, &TensorInfo)>> = vec![Vec::new(); devs.list().len()];
+    let mut packed: Vec<(Tensor, &TensorInfo)> = Vec::new();
+    for (info, &d) in f.tensors().iter().zip(assigned) {
+        let t = make(info)?;
+        if d == devs.cpu() && repack(opts, t.dtype(), t.ne()) {
+            packed.push((t.clone(), info));
+        } else if d == devs.cpu() {
+            t.set_storage(host.clone(), data_offset + info.offset())?;
+        } else {
+            per_dev[d].push((t.clone(), info));
+        }
+        tensors.insert(info.name().to_string(), t);
+    }
+    let tied = !tensors.contains_key("output.weight");
+    let mut output_copy = None;
+    if tied && map.output != devs.cpu() {
+        let info = f
+            .tensor("token_embd.weight")
+            .ok_or_else(|| tensor_err("token_embd.weight", "missing"))?;
+        let t = make(info)?.with_name("output.weight (tied to token_embd)");
+        per_dev[map.output].push((t.clone(), info));
+        output_copy = Some(t);
+    }
+    Ok(Placed {
+        tensors,
+        per_dev,
+        packed,
+        output_copy,
+        tied,
+    })
+}
+
+/// Writes the weights that are not mapped: repacked CPU weights, then each
+/// device's copies, reporting progress. Returns every weight buffer (the
+/// mapped `host` first) and the bytes repacked.
+fn upload(
+    f: &GgufFile,
+    placed: &Placed<'_>,
+    devs: &Devices,
+    host: Arc<dyn Buffer>,
+    progress: &mut Option<Progress<'_>>,
+) -> Result<(Vec<Arc<dyn Buffer>>, usize)> {
+    let total: usize = placed
+        .per_dev
+        .iter()
+        .flatten()
+        .chain(&placed.packed)
+        .map(|(_, i)| i.size())
+        .sum();
+    let mut done = 0;
+    let mut buffers = vec![host];
+    let repacked_bytes = placed.packed.iter().map(|(_, i)| i.size()).sum();
+    if !placed.packed.is_empty() {
+        let bufs = pack_weights(f, &placed.packed)?;
+        done += repacked_bytes;
+        if let Some(p) = progress.as_mut() {
+            p(done, total);
+        }
+        buffers.extend(bufs);
+    }
+    for (d, list) in placed.per_dev.iter().enumerate() {
+        if list.is_empty() {
+            continue;
+        }
+        let ts: Vec<Tensor> = list.iter().map(|(t, _)| t.clone()).collect();
+        let bufs = alloc_tensors(&ts, &devs.list()[d].default_buffer_type())?;
+        for b in &bufs {
+            b.set_usage(BufferUsage::Weights);
+        }
+        for (t, info) in list {
+            tensor_set(t, 0, f.tensor_data(info))
+                .with_context(|| format!("loading tensor '{}'", t.name()))?;
+            done += info.size();
+            if let Some(p) = progress.as_mut() {
+                p(done, total);
+            }
+        }
+        buffers.extend(bufs);
+    }
+    Ok((buffers, repacked_bytes))
+}
+
+/// Allocates `packed` in `CPU_PACKED` buffers and writes them (repacking),
+/// releasing each tensor's mapped bytes once written.
+fn pack_weights(f: &GgufFile, packed: &[(Tensor, &TensorInfo)]) -> Result<Vec<Arc<dyn Buffer>>> {
+    let data_offset = f.data_offset();
+    let ts: Vec<Tensor> = packed.iter().map(|(t, _)| t.clone()).collect();
+    let bufs = alloc_tensors(&ts, &strata::cpu::packed_buffer_type())?;
+    for b in &bufs {
+        b.set_usage(BufferUsage::Weights);
+    }
+    // Packing is a byte shuffle per 16-row group: spread the tensors
+    // over the cores (each writes its own tensors' bytes).
+    let nth = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    std::thread::scope(|s| -> Result<()> {
+        let handles: Vec<_> = (0..nth)
+            .map(|i| {
+                s.spawn(move || -> Result<()> {
+                    for (t, info) in packed.iter().skip(i).step_by(nth) {
+                        tensor_set(t, 0, f.tensor_data(info))
+                            .with_context(|| format!("loading tensor '{}'", t.name()))?;
+                        // The mapped copy is not read again.
+                        let at = data_offset + info.offset();
+                        f.bytes().release(at..at + info.size());
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("packing thread panicked")?;
+        }
+        Ok(())
+    })?;
+    Ok(bufs)
+}
+
+/// The model's named weights, each checked against the shape `hp` gives:
+/// (token embedding, output norm, output head, layers).
+fn named_weights(placed: Placed<'_>, hp: &HParams) -> Result<(Tensor, Tensor, Tensor, Vec<Layer>)> {
+    let tensors = &placed.tensors;
+    let take = |name: &str, shape: &[usize]| -> Result<Tensor> {
+        let t = tensors
+            .get(name)
+            .cloned()
+            .ok_or_else(|| tensor_err(name, "missing"))?;
+        let ne = t.ne();
+        if ne[..shape.len()] != *shape || ne[shape.len()..].iter().any(|&x| x != 1) {
+            return Err(tensor_err(
+                name,
+                format!("shape {:?}, expected {shape:?}", &ne[..t.n_dims()]),
+            ));
+        }
+        Ok(t)
+    };
+    let (e, v) = (hp.n_embd, hp.n_vocab);
+    let tok_embd = take("token_embd.weight", &[e, v])?;
+    let output_norm = take("output_norm.weight", &[e])?;
+    let output = match placed.output_copy {
+        Some(t) => t,
+        None if placed.tied => tok_embd.clone(),
+        None => take("output.weight", &[e, v])?,
+    };
+    let (qd, kd, vd) = (
+        hp.n_head * hp.head_dim_k,
+        hp.n_embd_k_gqa(),
+        hp.n_embd_v_gqa(),
+    );
+    let mut layers = Vec::with_capacity(hp.n_layer);
+    for i in 0..hp.n_layer {
+        let w = |s: &str, shape: &[usize]| take(&format!("blk.{i}.{s}.weight"), shape);
+        layers.push(Layer {
+            attn_norm: w("attn_norm", &[e])?,
+            wq: w("attn_q", &[e, qd])?,
+            wk: w("attn_k", &[e, kd])?,
+            wv: w("attn_v", &[e, vd])?,
+            wo: w("attn_output", &[hp.n_head * hp.head_dim_v, e])?,
+            ffn_norm: w("ffn_norm", &[e])?,
+            ffn_gate: w("ffn_gate", &[e, hp.n_ff])?,
+            ffn_up: w("ffn_up", &[e, hp.n_ff])?,
+            ffn_down: w("ffn_down", &[hp.n_ff, e])?,
+        });
+    }
+    Ok((tok_embd, output_norm, output, layers))
+}
+
 impl Model {
     /// Reports where each tensor would go and what every device would hold
     /// for a context of `n_ctx`, without loading any weight (`--fit`).
@@ -253,7 +477,10 @@ impl Model {
         Model::from_gguf(f, opts, progress)
     }
 
-    /// Loads a model from an opened GGUF file.
+    /// Loads a model from an opened GGUF file, in stages: hyperparameters
+    /// and tokenizer, the device of every weight, tensors and where their
+    /// bytes go (mapped, repacked or copied), the bytes themselves, then the
+    /// named weights of each layer, checked against the hyperparameters.
     pub fn from_gguf(
         f: GgufFile,
         opts: &LoadOptions,
@@ -261,168 +488,14 @@ impl Model {
     ) -> Result<Model> {
         let hp = HParams::from_gguf(&f)?;
         let tokenizer = crate::gguf::tokenizer(&f)?;
-        if tokenizer.n_vocab() != hp.n_vocab {
-            return Err(tensor_err(
-                "token_embd.weight",
-                format!(
-                    "{} rows but the tokenizer has {} tokens",
-                    hp.n_vocab,
-                    tokenizer.n_vocab()
-                ),
-            ));
-        }
+        check_vocab(&hp, &tokenizer)?;
         let devs = Devices::new(opts.devices.clone())?;
         let (map, assigned) = assign(&f, &hp, &opts.placement, &devs)?;
-
-        // The CPU's weights: the whole file wrapped zero-copy, read-only.
-        let bytes = f.as_bytes();
-        let ptr = NonNull::new(bytes.as_ptr() as *mut u8).unwrap_or(NonNull::dangling());
-        // SAFETY: the bytes belong to the GgufBytes kept alive by the Arc moved
-        // into the buffer as its owner; the buffer is read-only, so nothing
-        // writes through the pointer; the mapping is never modified by strata.
-        let host = unsafe {
-            HostBuffer::from_raw_parts(ptr, bytes.len(), Box::new(f.bytes().clone()), true)
-        };
-        let host: Arc<dyn Buffer> = Arc::new(host);
-        host.set_usage(BufferUsage::Weights);
-        let data_offset = f.data_offset();
-
-        let make = |info: &TensorInfo| -> Result<Tensor> {
-            let dims = &info.shape()[..info.n_dims().max(1)];
-            Ok(Tensor::new(info.dtype(), dims)?.with_name(info.name()))
-        };
-        let mut tensors: BTreeMap<String, Tensor> = BTreeMap::new();
-        let mut per_dev: Vec<Vec<(Tensor, &TensorInfo)>> = vec![Vec::new(); devs.list().len()];
-        let mut packed: Vec<(Tensor, &TensorInfo)> = Vec::new();
-        for (info, &d) in f.tensors().iter().zip(&assigned) {
-            let t = make(info)?;
-            if d == devs.cpu() && repack(opts, t.dtype(), t.ne()) {
-                packed.push((t.clone(), info));
-            } else if d == devs.cpu() {
-                t.set_storage(host.clone(), data_offset + info.offset())?;
-            } else {
-                per_dev[d].push((t.clone(), info));
-            }
-            tensors.insert(info.name().to_string(), t);
-        }
-        let tied = !tensors.contains_key("output.weight");
-        let mut output_copy = None;
-        if tied && map.output != devs.cpu() {
-            let info = f
-                .tensor("token_embd.weight")
-                .ok_or_else(|| tensor_err("token_embd.weight", "missing"))?;
-            let t = make(info)?.with_name("output.weight (tied to token_embd)");
-            per_dev[map.output].push((t.clone(), info));
-            output_copy = Some(t);
-        }
-        let total: usize = per_dev
-            .iter()
-            .flatten()
-            .chain(&packed)
-            .map(|(_, i)| i.size())
-            .sum();
-        let mut done = 0;
-        let mut buffers = vec![host];
-        let repacked_bytes = packed.iter().map(|(_, i)| i.size()).sum();
-        if !packed.is_empty() {
-            let ts: Vec<Tensor> = packed.iter().map(|(t, _)| t.clone()).collect();
-            let bufs = alloc_tensors(&ts, &strata::cpu::packed_buffer_type())?;
-            for b in &bufs {
-                b.set_usage(BufferUsage::Weights);
-            }
-            // Packing is a byte shuffle per 16-row group: spread the tensors
-            // over the cores (each writes its own tensors' bytes).
-            let nth = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
-            let f = &f;
-            let packed_ref = &packed;
-            std::thread::scope(|s| -> Result<()> {
-                let handles: Vec<_> = (0..nth)
-                    .map(|i| {
-                        s.spawn(move || -> Result<()> {
-                            for (t, info) in packed_ref.iter().skip(i).step_by(nth) {
-                                tensor_set(t, 0, f.tensor_data(info))
-                                    .with_context(|| format!("loading tensor '{}'", t.name()))?;
-                                // The mapped copy is not read again.
-                                let at = data_offset + info.offset();
-                                f.bytes().release(at..at + info.size());
-                            }
-                            Ok(())
-                        })
-                    })
-                    .collect();
-                for h in handles {
-                    h.join().expect("packing thread panicked")?;
-                }
-                Ok(())
-            })?;
-            done += repacked_bytes;
-            if let Some(p) = progress.as_mut() {
-                p(done, total);
-            }
-            buffers.extend(bufs);
-        }
-        for (d, list) in per_dev.iter().enumerate() {
-            if list.is_empty() {
-                continue;
-            }
-            let ts: Vec<Tensor> = list.iter().map(|(t, _)| t.clone()).collect();
-            let bufs = alloc_tensors(&ts, &devs.list()[d].default_buffer_type())?;
-            for b in &bufs {
-                b.set_usage(BufferUsage::Weights);
-            }
-            for (t, info) in list {
-                tensor_set(t, 0, f.tensor_data(info))
-                    .with_context(|| format!("loading tensor '{}'", t.name()))?;
-                done += info.size();
-                if let Some(p) = progress.as_mut() {
-                    p(done, total);
-                }
-            }
-            buffers.extend(bufs);
-        }
-
-        let take = |name: &str, shape: &[usize]| -> Result<Tensor> {
-            let t = tensors
-                .get(name)
-                .cloned()
-                .ok_or_else(|| tensor_err(name, "missing"))?;
-            let ne = t.ne();
-            if ne[..shape.len()] != *shape || ne[shape.len()..].iter().any(|&x| x != 1) {
-                return Err(tensor_err(
-                    name,
-                    format!("shape {:?}, expected {shape:?}", &ne[..t.n_dims()]),
-                ));
-            }
-            Ok(t)
-        };
-        let (e, v) = (hp.n_embd, hp.n_vocab);
-        let tok_embd = take("token_embd.weight", &[e, v])?;
-        let output_norm = take("output_norm.weight", &[e])?;
-        let output = match output_copy {
-            Some(t) => t,
-            None if tied => tok_embd.clone(),
-            None => take("output.weight", &[e, v])?,
-        };
-        let (qd, kd, vd) = (
-            hp.n_head * hp.head_dim_k,
-            hp.n_embd_k_gqa(),
-            hp.n_embd_v_gqa(),
-        );
-        let mut layers = Vec::with_capacity(hp.n_layer);
-        for i in 0..hp.n_layer {
-            let w = |s: &str, shape: &[usize]| take(&format!("blk.{i}.{s}.weight"), shape);
-            layers.push(Layer {
-                attn_norm: w("attn_norm", &[e])?,
-                wq: w("attn_q", &[e, qd])?,
-                wk: w("attn_k", &[e, kd])?,
-                wv: w("attn_v", &[e, vd])?,
-                wo: w("attn_output", &[hp.n_head * hp.head_dim_v, e])?,
-                ffn_norm: w("ffn_norm", &[e])?,
-                ffn_gate: w("ffn_gate", &[e, hp.n_ff])?,
-                ffn_up: w("ffn_up", &[e, hp.n_ff])?,
-                ffn_down: w("ffn_down", &[hp.n_ff, e])?,
-            });
-        }
+        let host = map_file(&f);
+        let placed = place(&f, opts, &devs, &map, &assigned, &host)?;
+        let (buffers, repacked_bytes) = upload(&f, &placed, &devs, host, &mut progress)?;
+        let tied = placed.tied;
+        let (tok_embd, output_norm, output, layers) = named_weights(placed, &hp)?;
         Ok(Model {
             chat_template: crate::gguf::chat_template(&f),
             hparams: hp,

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use super::{BufferType, Graph};
+use super::BufferType;
+use crate::graph::Graph;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -184,13 +185,6 @@ impl Registry {
     /// An empty registry.
     pub fn new() -> Registry {
         Registry::default()
-    }
-
-    /// A registry with the CPU provider.
-    pub fn with_defaults() -> Registry {
-        let mut r = Registry::new();
-        r.register(Arc::new(crate::cpu::CpuProvider));
-        r
     }
 
     /// Adds a provider.

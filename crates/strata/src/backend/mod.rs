@@ -28,7 +28,6 @@ pub use device::{
     AbortCallback, Backend, Device, DeviceMemory, DeviceProvider, DeviceType, Event, Registry,
 };
 
-pub use crate::graph::Graph;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 

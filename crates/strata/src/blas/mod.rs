@@ -18,8 +18,9 @@
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, BufferType, Device, DeviceMemory, DeviceType, Graph};
+use crate::backend::{Backend, BufferType, Device, DeviceMemory, DeviceType};
 use crate::cpu::{cpu_buffer_type, TView};
+use crate::graph::Graph;
 use crate::ops::Op;
 use crate::tensor::{DType, Tensor};
 use crate::{Error, Result};

@@ -21,6 +21,8 @@
 mod buffer;
 mod ops;
 mod packed_buffer;
+#[cfg(test)]
+mod plan_cache_tests;
 mod pool;
 pub mod vector;
 mod view;
@@ -34,9 +36,8 @@ pub use packed_buffer::{packed_buffer_type, PackedBufferType};
 pub use pool::{ThreadPool, WorkerCtx, MAX_THREADS};
 pub use view::TView;
 
-use crate::backend::{
-    Backend, BufferType, Device, DeviceMemory, DeviceProvider, DeviceType, Graph,
-};
+use crate::backend::{Backend, BufferType, Device, DeviceMemory, DeviceProvider, DeviceType};
+use crate::graph::Graph;
 use crate::isa::{self, Isa};
 use crate::tensor::{Tensor, MAX_SRC};
 use crate::{Error, Result};
@@ -152,14 +153,14 @@ pub struct CpuBackend {
     cache: Option<PlanCache>,
     /// Scratch for the key of the graph being computed (no allocation per compute).
     key: Vec<u64>,
+    /// How many times a graph's plans were resolved (cache misses).
+    plan_resolutions: u64,
 }
 
 /// Resolved plans of one graph and what they were resolved from.
 struct PlanCache {
     /// Node ids and their effective source ids (0 for an empty slot).
     key: Vec<u64>,
-    /// [`crate::tensor::storage_generation`] when resolved.
-    generation: u64,
     /// (index in the graph's nodes, plan) of every non-view node.
     plans: Vec<(usize, NodePlan)>,
     /// Storage owners the graph writes.
@@ -170,13 +171,19 @@ struct PlanCache {
     works: Vec<WorkSize>,
 }
 
-/// Writes the cache key of `graph` into `key`: what its nodes are and what they read.
+/// Writes the cache key of `graph` into `key`: what its nodes are and what
+/// they read, each with its storage version ([`Tensor::storage_version`]),
+/// so the key changes when any of the graph's memory is placed elsewhere.
 fn plan_key(graph: &Graph, key: &mut Vec<u64>) {
     key.clear();
     for t in graph.nodes() {
-        key.push(t.id().get());
+        key.extend([t.id().get(), t.storage_version()]);
         for i in 0..t.src_slots().len() {
-            key.push(graph.src(t, i).map_or(0, |s| s.id().get()));
+            let s = graph.src(t, i);
+            key.extend([
+                s.map_or(0, |s| s.id().get()),
+                s.map_or(0, Tensor::storage_version),
+            ]);
         }
     }
 }
@@ -228,6 +235,7 @@ impl CpuBackend {
             clock: KernelClock::default(),
             cache: None,
             key: Vec::new(),
+            plan_resolutions: 0,
             legacy: std::env::var_os("STRATA_LEGACY_KERNELS").is_some_and(|v| v == "1"),
         }
     }
@@ -297,6 +305,13 @@ impl CpuBackend {
         self.max_work = bytes;
     }
 
+    /// How many computes had to resolve their graph's memory afresh (the
+    /// plan cache missed: another graph, or its storage moved).
+    #[cfg(test)]
+    pub(crate) fn plan_resolutions(&self) -> u64 {
+        self.plan_resolutions
+    }
+
     /// Bytes of work memory the last graph needed.
     pub fn work_size(&self) -> usize {
         self.work.len() * 8
@@ -307,19 +322,18 @@ impl CpuBackend {
     /// afresh. Data-dependent checks (row indices) run every time.
     fn plan(&mut self, graph: &Graph) -> Result<&PlanCache> {
         plan_key(graph, &mut self.key);
-        let generation = crate::tensor::storage_generation();
         let nth = self.pool.n_threads();
         let hit = self
             .cache
             .as_ref()
-            .is_some_and(|c| c.generation == generation && c.nth == nth && c.key == self.key);
+            .is_some_and(|c| c.nth == nth && c.key == self.key);
         if !hit {
             self.cache = None;
+            self.plan_resolutions += 1;
             let (plans, written) = Self::resolve(graph)?;
             let works = plans.iter().map(|(_, p)| ops::work_size(p, nth)).collect();
             self.cache = Some(PlanCache {
                 key: self.key.clone(),
-                generation,
                 plans,
                 written,
                 nth,

@@ -3,7 +3,7 @@
 //! [`GgufFile::open`] maps a file read-only and validates everything the
 //! header, metadata and tensor infos say against the bytes present (counts,
 //! lengths, dims, types, alignment, offsets, overlaps, duplicates, UTF-8):
-//! a bad file gives [`Error::Format`](crate::Error::Format) naming the file
+//! a bad file gives [`crate::Error::Format`] naming the file
 //! and the field, never a panic. Tensor data is then borrowed straight from
 //! the mapping with [`GgufFile::tensor_data`].
 //!
@@ -260,7 +260,7 @@ impl GgufFile {
         GgufFile::from_bytes_named(source, bytes)
     }
 
-    /// Parses a GGUF file held in memory (named "<memory>" in errors).
+    /// Parses a GGUF file held in memory (named `"<memory>"` in errors).
     pub fn from_bytes(bytes: impl Into<GgufBytes>) -> Result<GgufFile> {
         GgufFile::from_bytes_named("<memory>", bytes)
     }
@@ -285,7 +285,7 @@ impl GgufFile {
         })
     }
 
-    /// The file's name as used in errors (the path, or "<memory>").
+    /// The file's name as used in errors (the path, or `"<memory>"`).
     pub fn source_name(&self) -> &str {
         &self.source
     }

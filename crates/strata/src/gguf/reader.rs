@@ -210,11 +210,29 @@ fn align_up(x: usize, alignment: usize) -> Option<usize> {
 }
 
 /// Parses and validates a whole GGUF file held in `buf`; `src` names it in
-/// errors.
+/// errors. The stages run in file order: header, metadata (key/value
+/// section), tensor infos, data section.
 pub(crate) fn parse(buf: &[u8], src: &str) -> Result<Parsed> {
     let mut cur = Cursor { buf, pos: 0, src };
+    let (version, n_tensors, n_kv) = read_header(&mut cur)?;
+    let metadata = read_metadata(&mut cur, n_kv)?;
+    let alignment = read_alignment(&cur, &metadata)?;
+    let (tensors, by_name) = read_tensor_infos(&mut cur, n_tensors, alignment)?;
+    let data_offset = find_data_offset(&cur, &tensors, alignment)?;
+    check_tensor_ranges(&cur, &tensors, buf.len() - data_offset)?;
+    Ok(Parsed {
+        version,
+        alignment,
+        metadata,
+        tensors,
+        by_name,
+        data_offset,
+    })
+}
 
-    // Header.
+/// The header: magic, a supported version, and the tensor and key/value
+/// counts (checked against the bytes left). Returns (version, n_tensors, n_kv).
+fn read_header(cur: &mut Cursor<'_>) -> Result<(u32, usize, usize)> {
     let magic: [u8; 4] = cur.array("magic")?;
     if magic != MAGIC {
         return Err(cur.err(
@@ -264,9 +282,12 @@ pub(crate) fn parse(buf: &[u8], src: &str) -> Result<Parsed> {
             ),
         ));
     }
+    Ok((version, n_tensors, n_kv))
+}
 
-    // Metadata.
-    let mut metadata = Metadata::new(src);
+/// The key/value section: `n_kv` typed values, keys unique.
+fn read_metadata(cur: &mut Cursor<'_>, n_kv: usize) -> Result<Metadata> {
+    let mut metadata = Metadata::new(cur.src);
     for i in 0..n_kv {
         let key = cur.string(&format!("metadata key #{i}"))?;
         let field = format!("metadata key '{key}'");
@@ -274,8 +295,12 @@ pub(crate) fn parse(buf: &[u8], src: &str) -> Result<Parsed> {
         let value = cur.value(ty, &field)?;
         metadata.insert(key, value, false)?;
     }
+    Ok(metadata)
+}
 
-    let alignment = match metadata.get(ALIGNMENT_KEY) {
+/// `general.alignment`: a non-zero power of two, or the default.
+fn read_alignment(cur: &Cursor<'_>, metadata: &Metadata) -> Result<usize> {
+    Ok(match metadata.get(ALIGNMENT_KEY) {
         None => DEFAULT_ALIGNMENT,
         Some(v) => {
             let a = v.to_u64().and_then(|a| usize::try_from(a).ok());
@@ -292,89 +317,109 @@ pub(crate) fn parse(buf: &[u8], src: &str) -> Result<Parsed> {
                 }
             }
         }
-    };
+    })
+}
 
-    // Tensor infos.
+/// Tensor infos: `n_tensors` of them, names unique.
+fn read_tensor_infos(
+    cur: &mut Cursor<'_>,
+    n_tensors: usize,
+    alignment: usize,
+) -> Result<(Vec<TensorInfo>, HashMap<String, usize>)> {
     let mut tensors = Vec::with_capacity(n_tensors);
     let mut by_name = HashMap::with_capacity(n_tensors);
     for i in 0..n_tensors {
-        let name = cur.string(&format!("tensor #{i} name"))?;
-        if name.is_empty() {
-            return Err(cur.err(&format!("tensor #{i} name"), "empty tensor name"));
+        let info = read_tensor_info(cur, i, alignment)?;
+        if by_name.contains_key(&info.name) {
+            return Err(cur.err(
+                &format!("tensor '{}' name", info.name),
+                "duplicate tensor name",
+            ));
         }
-        let field = |what: &str| format!("tensor '{name}' {what}");
-        let n_dims = cur.u32(&field("n_dims"))?;
-        if n_dims as usize > MAX_DIMS {
-            return Err(cur.err(&field("n_dims"), format!("{n_dims} > {MAX_DIMS}")));
+        by_name.insert(info.name.clone(), tensors.len());
+        tensors.push(info);
+    }
+    Ok((tensors, by_name))
+}
+
+/// Tensor info #`i`: name, shape, type and offset, each checked (the shape's
+/// byte size must not overflow, the offset must be aligned).
+fn read_tensor_info(cur: &mut Cursor<'_>, i: usize, alignment: usize) -> Result<TensorInfo> {
+    let name = cur.string(&format!("tensor #{i} name"))?;
+    if name.is_empty() {
+        return Err(cur.err(&format!("tensor #{i} name"), "empty tensor name"));
+    }
+    let field = |what: &str| format!("tensor '{name}' {what}");
+    let n_dims = cur.u32(&field("n_dims"))?;
+    if n_dims as usize > MAX_DIMS {
+        return Err(cur.err(&field("n_dims"), format!("{n_dims} > {MAX_DIMS}")));
+    }
+    let n_dims = n_dims as usize;
+    let mut shape = [1usize; MAX_DIMS];
+    for (d, slot) in shape.iter_mut().enumerate().take(n_dims) {
+        let f = field("dims");
+        let v = cur.u64(&f)?;
+        if v == 0 {
+            return Err(cur.err(&f, format!("dimension {d} is zero")));
         }
-        let n_dims = n_dims as usize;
-        let mut shape = [1usize; MAX_DIMS];
-        for (d, slot) in shape.iter_mut().enumerate().take(n_dims) {
-            let f = field("dims");
-            let v = cur.u64(&f)?;
-            if v == 0 {
-                return Err(cur.err(&f, format!("dimension {d} is zero")));
-            }
-            *slot = usize::try_from(v)
-                .map_err(|_| cur.err(&f, format!("dimension {d} = {v} overflows usize")))?;
-        }
-        let n_elements = shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .filter(|&n| i64::try_from(n).is_ok())
-            .ok_or_else(|| {
-                cur.err(
-                    &field("dims"),
-                    format!("element count of {shape:?} overflows"),
-                )
-            })?;
-        let type_id = cur.u32(&field("type"))?;
-        let dtype = DType::from_ggml_id(type_id).ok_or_else(|| {
+        *slot = usize::try_from(v)
+            .map_err(|_| cur.err(&f, format!("dimension {d} = {v} overflows usize")))?;
+    }
+    let n_elements = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| i64::try_from(n).is_ok())
+        .ok_or_else(|| {
             cur.err(
-                &field("type"),
-                format!("unknown or unsupported ggml type id {type_id}"),
+                &field("dims"),
+                format!("element count of {shape:?} overflows"),
             )
         })?;
-        if !shape[0].is_multiple_of(dtype.block_size()) {
-            return Err(cur.err(
-                &field("row length"),
-                format!(
-                    "ne[0] = {} is not a multiple of the {dtype} block size {}",
-                    shape[0],
-                    dtype.block_size()
-                ),
-            ));
-        }
-        let size = (shape[0] / dtype.block_size())
-            .checked_mul(dtype.type_size())
-            .and_then(|row| row.checked_mul(n_elements / shape[0]))
-            .ok_or_else(|| cur.err(&field("size"), format!("byte size of {shape:?} overflows")))?;
-        let offset = cur.u64(&field("offset"))?;
-        let offset = usize::try_from(offset)
-            .map_err(|_| cur.err(&field("offset"), format!("{offset} overflows usize")))?;
-        if !offset.is_multiple_of(alignment) {
-            return Err(cur.err(
-                &field("offset"),
-                format!("{offset} is not a multiple of the alignment {alignment}"),
-            ));
-        }
-        if by_name.contains_key(&name) {
-            return Err(cur.err(&field("name"), "duplicate tensor name"));
-        }
-        by_name.insert(name.clone(), tensors.len());
-        tensors.push(TensorInfo {
-            name,
-            dtype,
-            n_dims,
-            shape,
-            offset,
-            size,
-        });
+    let type_id = cur.u32(&field("type"))?;
+    let dtype = DType::from_ggml_id(type_id).ok_or_else(|| {
+        cur.err(
+            &field("type"),
+            format!("unknown or unsupported ggml type id {type_id}"),
+        )
+    })?;
+    if !shape[0].is_multiple_of(dtype.block_size()) {
+        return Err(cur.err(
+            &field("row length"),
+            format!(
+                "ne[0] = {} is not a multiple of the {dtype} block size {}",
+                shape[0],
+                dtype.block_size()
+            ),
+        ));
     }
+    let size = (shape[0] / dtype.block_size())
+        .checked_mul(dtype.type_size())
+        .and_then(|row| row.checked_mul(n_elements / shape[0]))
+        .ok_or_else(|| cur.err(&field("size"), format!("byte size of {shape:?} overflows")))?;
+    let offset = cur.u64(&field("offset"))?;
+    let offset = usize::try_from(offset)
+        .map_err(|_| cur.err(&field("offset"), format!("{offset} overflows usize")))?;
+    if !offset.is_multiple_of(alignment) {
+        return Err(cur.err(
+            &field("offset"),
+            format!("{offset} is not a multiple of the alignment {alignment}"),
+        ));
+    }
+    Ok(TensorInfo {
+        name,
+        dtype,
+        n_dims,
+        shape,
+        offset,
+        size,
+    })
+}
 
-    // Data section.
+/// Where the data section starts: after the tensor infos, aligned; a file
+/// without tensors may end before it.
+fn find_data_offset(cur: &Cursor<'_>, tensors: &[TensorInfo], alignment: usize) -> Result<usize> {
     let data_offset = align_up(cur.pos, alignment).unwrap_or(usize::MAX);
-    let data_offset = if data_offset > buf.len() {
+    let data_offset = if data_offset > cur.buf.len() {
         if !tensors.is_empty() {
             return Err(cur.err(
                 "data section",
@@ -382,16 +427,21 @@ pub(crate) fn parse(buf: &[u8], src: &str) -> Result<Parsed> {
                     "starts at {data_offset} (tensor infos end at {}, aligned to {alignment}), \
                      past the end of the {}-byte file",
                     cur.pos,
-                    buf.len()
+                    cur.buf.len()
                 ),
             ));
         }
-        buf.len()
+        cur.buf.len()
     } else {
         data_offset
     };
-    let data_len = buf.len() - data_offset;
-    for t in &tensors {
+    Ok(data_offset)
+}
+
+/// Every tensor's bytes lie inside the `data_len`-byte data section and no
+/// two overlap.
+fn check_tensor_ranges(cur: &Cursor<'_>, tensors: &[TensorInfo], data_len: usize) -> Result<()> {
+    for t in tensors {
         match t.offset.checked_add(t.size) {
             Some(end) if end <= data_len => {}
             _ => {
@@ -423,12 +473,5 @@ pub(crate) fn parse(buf: &[u8], src: &str) -> Result<Parsed> {
             ));
         }
     }
-    Ok(Parsed {
-        version,
-        alignment,
-        metadata,
-        tensors,
-        by_name,
-        data_offset,
-    })
+    Ok(())
 }

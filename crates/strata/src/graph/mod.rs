@@ -222,13 +222,6 @@ impl Graph {
     }
 }
 
-impl crate::ops::Op {
-    /// True for [`crate::ops::Op::None`].
-    pub fn is_none_op(&self) -> bool {
-        matches!(self, crate::ops::Op::None)
-    }
-}
-
 impl std::fmt::Debug for Graph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(

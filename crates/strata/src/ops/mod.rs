@@ -14,14 +14,34 @@
 //! assert!(err.contains("MUL_MAT"), "{err}");
 //! ```
 
+mod attn;
 mod build;
+mod copy;
+mod elementwise;
 mod infer;
+mod layout;
+mod matmul;
+mod norm;
 mod params;
+mod reduce;
+mod rope;
+mod rows;
+mod softmax;
 
+pub use attn::*;
 pub use build::*;
+pub use copy::*;
+pub use elementwise::*;
 pub(crate) use infer::span;
 pub use infer::{infer, Inferred};
+pub use layout::*;
+pub use matmul::*;
+pub use norm::*;
 pub use params::{OpParams, GGML_OP_COUNT};
+pub use reduce::*;
+pub use rope::*;
+pub use rows::*;
+pub use softmax::*;
 
 /// Element-wise unary functions (ggml's `ggml_unary_op`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -119,9 +139,9 @@ pub enum SortOrder {
 /// RoPE mode: which element pairs are rotated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RopeMode {
-    /// Adjacent pairs (x[2i], x[2i+1]) — ggml mode 0 (llama).
+    /// Adjacent pairs (`x[2i]`, `x[2i+1]`) — ggml mode 0 (llama).
     Normal,
-    /// Halves (x[i], x[i + n_dims/2]) — ggml mode 2 (GPT-NeoX, Qwen, SmolLM2 as converted).
+    /// Halves (`x[i]`, `x[i + n_dims/2]`) — ggml mode 2 (GPT-NeoX, Qwen, SmolLM2 as converted).
     Neox,
 }
 
@@ -334,6 +354,11 @@ impl Op {
             Op::Unary(_) => "UNARY",
             Op::Glu { .. } => "GLU",
         }
+    }
+
+    /// True for [`Op::None`] (a leaf).
+    pub fn is_none_op(&self) -> bool {
+        matches!(self, Op::None)
     }
 
     /// True for ops whose result only re-describes memory of its source

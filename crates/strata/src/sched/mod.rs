@@ -59,7 +59,9 @@ pub struct SchedConfig {
     pub max_splits: usize,
     /// Maximum number of inputs copied into one split (a new split starts beyond it).
     pub max_split_inputs: usize,
-    /// Debug printing: 0 off, 1 splits, 2 splits and nodes (default: `STRATA_SCHED_DEBUG`).
+    /// Debug printing: 0 off (the default), 1 splits, 2 splits and nodes.
+    /// The library reads no environment; the `strata` CLI sets this from
+    /// `STRATA_SCHED_DEBUG` (or its alias `GGML_SCHED_DEBUG`).
     pub debug: u8,
     /// Name rules and offload thresholds.
     pub policy: PlacementPolicy,
@@ -73,10 +75,7 @@ impl Default for SchedConfig {
             max_backends: 16,
             max_splits: 4096,
             max_split_inputs: 30,
-            debug: std::env::var("STRATA_SCHED_DEBUG")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
+            debug: 0,
             policy: PlacementPolicy::new(),
         }
     }

@@ -79,6 +79,8 @@ pub(crate) struct Inner {
     name: Mutex<String>,
     flags: AtomicU32,
     storage: Mutex<Option<Storage>>,
+    /// Bumped whenever this tensor's own storage is set or cleared.
+    storage_version: AtomicU64,
 }
 
 /// A tensor handle: cheap to clone, shared between graphs, allocators and backends.
@@ -96,16 +98,6 @@ pub(crate) struct Inner {
 pub struct Tensor(pub(crate) Arc<Inner>);
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Bumped whenever any tensor's storage is set or cleared, so that a backend
-/// may keep memory it resolved for a graph while nothing has moved.
-static STORAGE_GENERATION: AtomicU64 = AtomicU64::new(0);
-
-/// The current storage generation (see [`Tensor::set_storage`]): equal
-/// values mean no tensor has been placed or unplaced in between.
-pub(crate) fn storage_generation() -> u64 {
-    STORAGE_GENERATION.load(Ordering::Acquire)
-}
 
 /// Contiguous strides for `ne` in type `dtype`.
 pub fn contiguous_strides(dtype: DType, ne: [usize; MAX_DIMS]) -> [usize; MAX_DIMS] {
@@ -244,6 +236,7 @@ impl Tensor {
             name: Mutex::new(String::new()),
             flags: AtomicU32::new(0),
             storage: Mutex::new(None),
+            storage_version: AtomicU64::new(0),
         }))
     }
 
@@ -515,14 +508,27 @@ impl Tensor {
         }
         *self.0.storage.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(Storage { buffer, offset });
-        STORAGE_GENERATION.fetch_add(1, Ordering::AcqRel);
+        self.0.storage_version.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
     /// Removes the tensor's own storage (allocators call this before re-planning).
     pub fn clear_storage(&self) {
         *self.0.storage.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        STORAGE_GENERATION.fetch_add(1, Ordering::AcqRel);
+        self.0.storage_version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many times the memory this tensor reads and writes (its storage
+    /// owner's: the view base for a view) has been placed or unplaced. With
+    /// the tensor's id, equal values mean its storage has not moved since:
+    /// a backend may keep memory it resolved for a graph while every tensor
+    /// of that graph keeps its version (placing unrelated tensors, in this
+    /// or another buffer, changes nothing).
+    pub(crate) fn storage_version(&self) -> u64 {
+        self.storage_owner()
+            .0
+            .storage_version
+            .load(Ordering::Acquire)
     }
 
     /// True when both handles are the same tensor.

@@ -152,55 +152,102 @@ pub(crate) fn packed_source_refusal(t: &Tensor) -> Option<String> {
     None
 }
 
+/// A family's data-dependent check (see [`validate`]).
+type ValidateFn = fn(&Tensor, &NodePlan, &dyn Fn(&Tensor) -> bool) -> crate::Result<()>;
+
+/// One op family's kernels: the table [`kernel`] looks ops up in, so that
+/// adding a family is one entry instead of one arm in every dispatcher.
+struct OpKernel {
+    /// Which ops the family computes.
+    handles: fn(&Op) -> bool,
+    /// Whether it has a kernel for this tensor's types and shapes.
+    supports: fn(&Tensor) -> bool,
+    /// Work memory a node needs.
+    work_size: fn(&NodePlan) -> WorkSize,
+    /// Runs this thread's share of a node.
+    forward: fn(&NodePlan, &Ctx<'_>),
+    /// Data-dependent checks before compute (see [`validate`]).
+    validate: ValidateFn,
+}
+
+fn no_checks(_: &Tensor, _: &NodePlan, _: &dyn Fn(&Tensor) -> bool) -> crate::Result<()> {
+    Ok(())
+}
+
+fn is_mul_mat(op: &Op) -> bool {
+    matches!(op, Op::MulMat)
+}
+
+fn is_flash_attn(op: &Op) -> bool {
+    matches!(op, Op::FlashAttnExt { .. })
+}
+
+/// A family without data-dependent checks.
+macro_rules! family {
+    ($handles:expr, $m:ident) => {
+        OpKernel {
+            handles: $handles,
+            supports: $m::supports,
+            work_size: $m::work_size,
+            forward: $m::forward,
+            validate: no_checks,
+        }
+    };
+}
+
+/// Every family, in lookup order (the first that handles an op runs it).
+static KERNELS: [OpKernel; 9] = [
+    family!(elementwise::handles, elementwise),
+    family!(reduce::handles, reduce),
+    family!(norm::handles, norm),
+    family!(softmax::handles, softmax),
+    family!(rope::handles, rope),
+    family!(is_mul_mat, matmul),
+    OpKernel {
+        validate: rows::validate,
+        ..family!(rows::handles, rows)
+    },
+    family!(copy::handles, copy),
+    family!(is_flash_attn, attn),
+];
+
+/// The kernels of `op`'s family; `None` for ops with nothing to compute
+/// (views, leaves) and ops the CPU has no kernel for.
+fn kernel(op: &Op) -> Option<&'static OpKernel> {
+    if op.is_view_op() {
+        return None;
+    }
+    KERNELS.iter().find(|k| (k.handles)(op))
+}
+
 /// True when the CPU backend has a kernel for `t`'s op with its types.
 pub(crate) fn supports(t: &Tensor) -> bool {
-    match t.op() {
-        Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => true,
-        _ if packed_source_refusal(t).is_some() => false,
-        op if elementwise::handles(op) => elementwise::supports(t),
-        op if reduce::handles(op) => reduce::supports(t),
-        op if norm::handles(op) => norm::supports(t),
-        op if softmax::handles(op) => softmax::supports(t),
-        op if rope::handles(op) => rope::supports(t),
-        Op::MulMat => matmul::supports(t),
-        op if rows::handles(op) => rows::supports(t),
-        op if copy::handles(op) => copy::supports(t),
-        Op::FlashAttnExt { .. } => attn::supports(t),
-        _ => false,
+    if t.op().is_view_op() {
+        return true;
     }
+    if packed_source_refusal(t).is_some() {
+        return false;
+    }
+    kernel(t.op()).is_some_and(|k| (k.supports)(t))
 }
 
 /// Work memory for `node` with `nth` threads.
 pub(crate) fn work_size(node: &NodePlan, nth: usize) -> WorkSize {
     let _ = nth;
-    match &node.op {
-        op if elementwise::handles(op) => elementwise::work_size(node),
-        op if reduce::handles(op) => reduce::work_size(node),
-        op if norm::handles(op) => norm::work_size(node),
-        op if softmax::handles(op) => softmax::work_size(node),
-        op if rope::handles(op) => rope::work_size(node),
-        Op::MulMat => matmul::work_size(node),
-        op if rows::handles(op) => rows::work_size(node),
-        op if copy::handles(op) => copy::work_size(node),
-        Op::FlashAttnExt { .. } => attn::work_size(node),
-        _ => WorkSize::default(),
-    }
+    kernel(&node.op).map_or_else(WorkSize::default, |k| (k.work_size)(node))
 }
 
 /// Runs this thread's share of `node`.
 pub(crate) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
-    match &node.op {
-        Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
-        op if elementwise::handles(op) => elementwise::forward(node, ctx),
-        op if reduce::handles(op) => reduce::forward(node, ctx),
-        op if norm::handles(op) => norm::forward(node, ctx),
-        op if softmax::handles(op) => softmax::forward(node, ctx),
-        op if rope::handles(op) => rope::forward(node, ctx),
-        Op::MulMat => matmul::forward(node, ctx),
-        op if rows::handles(op) => rows::forward(node, ctx),
-        op if copy::handles(op) => copy::forward(node, ctx),
-        Op::FlashAttnExt { .. } => attn::forward(node, ctx),
-        op => unreachable!("no CPU kernel for {} (supports_op said yes)", op.name()),
+    if node.op.is_view_op() {
+        return;
+    }
+    match kernel(&node.op) {
+        Some(k) => (k.forward)(node, ctx),
+        None => unreachable!(
+            "no CPU kernel for {} (supports_op said yes)",
+            node.op.name()
+        ),
     }
 }
 
@@ -211,8 +258,5 @@ pub(crate) fn validate(
     node: &NodePlan,
     computed: &dyn Fn(&Tensor) -> bool,
 ) -> crate::Result<()> {
-    match &node.op {
-        op if rows::handles(op) => rows::validate(t, node, computed),
-        _ => Ok(()),
-    }
+    kernel(&node.op).map_or(Ok(()), |k| (k.validate)(t, node, computed))
 }

@@ -42,9 +42,9 @@
 //! `64 j + 4 r + t` is quant `4 j + t` of row `r` XOR 0x80 (biased to
 //! unsigned, for `vpdpbusd`; the AVX2 and NEON kernels un-bias it).
 //!
-//! Kernels (see [`kernels_for`]) multiply packed weights with activations
+//! Kernels (see `kernels_for`) multiply packed weights with activations
 //! quantized to Q8_0 / Q8_1 and re-laid out per block as [`ACT_BLOCK`]
-//! bytes ([`prepare_activation`]): 32 × i8 quants, the f32 scale, and an
+//! bytes (`prepare_activation`): 32 × i8 quants, the f32 scale, and an
 //! i32 `-offset · Σ quants` (offset 8 / 16 / 128 for Q4_0 / Q5_0 / Q8_0)
 //! or, for Q8_1, its stored sum term `s` as f32. Every block's integer sum
 //! `Σ q_w a - offset Σ a` is exact; per output, the block terms

@@ -1,0 +1,97 @@
+//! The CPU backend's plan cache follows the storage of its own graph's
+//! tensors only: placing tensors elsewhere (another graph, another buffer,
+//! another backend's work) keeps it; moving one of its graph's tensors drops it.
+
+use super::{alloc_graph_host, CpuBackend};
+use crate::backend::Backend;
+use crate::{ops, DType, Graph, Tensor};
+
+/// `x * 2 + 1` over 4 values, allocated in fresh host buffers.
+fn small_graph() -> (
+    Graph,
+    Tensor,
+    Tensor,
+    Vec<std::sync::Arc<dyn crate::backend::Buffer>>,
+) {
+    let x = Tensor::new(DType::F32, &[4]).unwrap().with_name("x");
+    let y = ops::scale_bias(&x, 2.0, 1.0).unwrap().with_name("y");
+    let g = Graph::build(&[y.clone()]);
+    let bufs = alloc_graph_host(&g).unwrap();
+    x.write_f32(&[1.0, 2.0, 3.0, 4.0]).unwrap();
+    (g, x, y, bufs)
+}
+
+#[test]
+fn placing_other_tensors_keeps_the_cached_plan() {
+    let (g1, _x1, y1, _b1) = small_graph();
+    let mut a = CpuBackend::new(1);
+    a.graph_compute(&g1).unwrap();
+    a.graph_compute(&g1).unwrap();
+    assert_eq!(
+        a.plan_resolutions(),
+        1,
+        "same graph, nothing moved: one resolution"
+    );
+
+    // Another graph is placed in its own buffers and run by another backend:
+    // with a process-wide storage generation this dropped `a`'s plans.
+    let (g2, _x2, y2, _b2) = small_graph();
+    let mut b = CpuBackend::new(1);
+    b.graph_compute(&g2).unwrap();
+    assert_eq!(y2.to_f32_vec().unwrap(), vec![3.0, 5.0, 7.0, 9.0]);
+    let loose = Tensor::new(DType::F32, &[8]).unwrap();
+    let _b3 = alloc_graph_host(&Graph::build(&[ops::scale(&loose, 1.0).unwrap()])).unwrap();
+
+    a.graph_compute(&g1).unwrap();
+    assert_eq!(
+        a.plan_resolutions(),
+        1,
+        "unrelated placements keep the plan"
+    );
+    assert_eq!(y1.to_f32_vec().unwrap(), vec![3.0, 5.0, 7.0, 9.0]);
+}
+
+#[test]
+fn moving_the_graphs_own_storage_drops_the_cached_plan() {
+    let (g, x, y, _b) = small_graph();
+    let mut be = CpuBackend::new(2);
+    be.graph_compute(&g).unwrap();
+    assert_eq!(be.plan_resolutions(), 1);
+
+    // the input moves to a fresh buffer (the old one stays alive, so a stale
+    // plan would silently read the old bytes)
+    x.clear_storage();
+    let _moved = alloc_graph_host(&g).unwrap();
+    x.write_f32(&[10.0, 20.0, 30.0, 40.0]).unwrap();
+    be.graph_compute(&g).unwrap();
+    assert_eq!(be.plan_resolutions(), 2, "its input moved: resolved again");
+    assert_eq!(y.to_f32_vec().unwrap(), vec![21.0, 41.0, 61.0, 81.0]);
+
+    // the output moves too
+    y.clear_storage();
+    let _moved_out = alloc_graph_host(&g).unwrap();
+    be.graph_compute(&g).unwrap();
+    assert_eq!(be.plan_resolutions(), 3, "its output moved: resolved again");
+    assert_eq!(y.to_f32_vec().unwrap(), vec![21.0, 41.0, 61.0, 81.0]);
+}
+
+#[test]
+fn a_view_follows_its_base_storage() {
+    let x = Tensor::new(DType::F32, &[4]).unwrap().with_name("x");
+    let v = ops::view_1d(&x, 2, 8).unwrap();
+    let y = ops::scale(&v, 3.0).unwrap();
+    let g = Graph::build(&[y.clone()]);
+    let _b = alloc_graph_host(&g).unwrap();
+    x.write_f32(&[1.0, 2.0, 3.0, 4.0]).unwrap();
+    let mut be = CpuBackend::new(1);
+    be.graph_compute(&g).unwrap();
+    assert_eq!(y.to_f32_vec().unwrap(), vec![9.0, 12.0]);
+
+    // the view's base moves: the plan reading the view is resolved again
+    x.clear_storage();
+    let _moved = alloc_graph_host(&g).unwrap();
+    x.write_f32(&[0.0, 0.0, 5.0, 6.0]).unwrap();
+    be.graph_compute(&g).unwrap();
+    assert_eq!(be.plan_resolutions(), 2);
+    assert_eq!(y.to_f32_vec().unwrap(), vec![15.0, 18.0]);
+}

@@ -1,0 +1,61 @@
+//! Rotary position embedding: ROPE.
+//! Graph builders and their shape and type inference ([`super::infer`]).
+
+use super::build::{make, op2};
+use super::infer::{contiguous, InferCx, Inferred};
+use super::{Op, RopeParams};
+use crate::tensor::{DType, Tensor};
+use crate::{Error, Result};
+
+/// Rotary position embedding of `a` [head_dim, n_head, n_tokens, ..] at I32 `positions`.
+pub fn rope(a: &Tensor, positions: &Tensor, params: RopeParams) -> Result<Tensor> {
+    op2(Op::Rope(params), a, positions)
+}
+
+/// RoPE with per-dimension frequency factors.
+pub fn rope_ext(
+    a: &Tensor,
+    positions: &Tensor,
+    freq_factors: Option<&Tensor>,
+    params: RopeParams,
+) -> Result<Tensor> {
+    make(
+        Op::Rope(params),
+        vec![
+            Some(a.clone()),
+            Some(positions.clone()),
+            freq_factors.cloned(),
+        ],
+        None,
+    )
+}
+
+/// Shape and type inference of ROPE with parameters `p`: positions and optional frequency factors checked.
+pub(super) fn infer(cx: &InferCx<'_>, p: &RopeParams) -> Result<Inferred> {
+    let (a, pos) = (cx.get(0)?, cx.get(1)?);
+    if !matches!(a.dtype(), DType::F32 | DType::F16) {
+        return Err(Error::dtype(cx.name, a.dtype(), "x must be f32 or f16"));
+    }
+    if pos.dtype() != DType::I32 || pos.n_dims() != 1 || pos.ne()[0] != a.ne()[2] {
+        return Err(cx.shape_err(format!(
+            "positions {:?} ({}) must be i32 with one entry per x.ne2 = {}",
+            pos.ne(),
+            pos.dtype(),
+            a.ne()[2]
+        )));
+    }
+    if p.n_dims == 0 || !p.n_dims.is_multiple_of(2) || p.n_dims > a.ne()[0] {
+        return Err(cx.shape_err(format!(
+            "n_dims {} must be even and <= ne0 {}",
+            p.n_dims,
+            a.ne()[0]
+        )));
+    }
+    if let Some(f) = cx.opt(2) {
+        cx.f32_only(f)?;
+        if f.nelements() < p.n_dims / 2 {
+            return Err(cx.shape_err(format!("frequency factors need {} values", p.n_dims / 2)));
+        }
+    }
+    Ok(contiguous(a.dtype(), a.ne()))
+}

@@ -1,0 +1,75 @@
+//! Row gathers and scatters: GET_ROWS and SET_ROWS.
+//! Graph builders and their shape and type inference ([`super::infer`]).
+
+use super::build::{make, op2};
+use super::infer::{contiguous, view_of, InferCx, Inferred};
+use super::Op;
+use crate::tensor::{DType, Tensor};
+use crate::{Error, Result};
+
+/// Rows of `a` (any type) picked by the I32 indices `b`; F32 result.
+pub fn get_rows(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    op2(Op::GetRows, a, b)
+}
+
+/// Writes the rows of `rows` into `dst` at `indices` (I32/I64); the result is
+/// a view of `dst` (compute it to perform the write).
+pub fn set_rows(dst: &Tensor, rows: &Tensor, indices: &Tensor) -> Result<Tensor> {
+    make(
+        Op::SetRows,
+        vec![Some(rows.clone()), Some(indices.clone()), Some(dst.clone())],
+        None,
+    )
+}
+
+/// Shape and type inference of GET_ROWS: rows of `a` picked by I32 indices.
+pub(super) fn infer_get_rows(cx: &InferCx<'_>) -> Result<Inferred> {
+    let (a, b) = (cx.get(0)?, cx.get(1)?);
+    if b.dtype() != DType::I32 {
+        return Err(Error::dtype(cx.name, b.dtype(), "row indices must be i32"));
+    }
+    let (na, nb_) = (a.ne(), b.ne());
+    if na[2] != nb_[1] || nb_[3] != 1 || na[3] != nb_[2] {
+        return Err(cx.shape_err(format!(
+            "data {na:?} and indices {nb_:?}: need a.ne2 == b.ne1, a.ne3 == b.ne2, b.ne3 == 1"
+        )));
+    }
+    let dt = if a.dtype() == DType::I32 {
+        DType::I32
+    } else {
+        DType::F32
+    };
+    Ok(contiguous(dt, [na[0], nb_[0], nb_[1], nb_[2]]))
+}
+
+/// Shape and type inference of SET_ROWS: a view of the destination (source 2).
+pub(super) fn infer_set_rows(cx: &InferCx<'_>) -> Result<Inferred> {
+    let (b, c, a) = (cx.get(0)?, cx.get(1)?, cx.get(2)?);
+    if !matches!(c.dtype(), DType::I32 | DType::I64) {
+        return Err(Error::dtype(
+            cx.name,
+            c.dtype(),
+            "row indices must be i32 or i64",
+        ));
+    }
+    cx.float(b)?;
+    let (na, nb_, nc) = (a.ne(), b.ne(), c.ne());
+    if na[0] != nb_[0]
+        || nb_[1] != nc[0]
+        || nc[1] == 0
+        || nc[2] == 0
+        || nb_[2] % nc[1] != 0
+        || nb_[3] % nc[2] != 0
+        || nc[3] != 1
+        || na[2] != nb_[2]
+        || na[3] != nb_[3]
+    {
+        return Err(cx.shape_err(format!(
+            "destination {na:?}, rows {nb_:?}, indices {nc:?} do not match"
+        )));
+    }
+    if !a.is_contiguous_rows() || !b.is_contiguous_rows() {
+        return Err(cx.shape_err("rows must be contiguous".into()));
+    }
+    Ok(view_of(a, 0, na, a.nb()))
+}
