@@ -103,7 +103,7 @@ pub(super) fn eligible(node: &NodePlan) -> bool {
 
 /// True when this file computes `node` at the context's level.
 pub(super) fn handles(node: &NodePlan, ctx: &Ctx<'_>) -> bool {
-    !ctx.legacy && eligible(node) && geom(ctx.isa).is_some()
+    eligible(node) && geom(ctx.isa).is_some()
 }
 
 /// Work memory: enough for this file at any level and for matmul.rs's path
@@ -123,13 +123,13 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
             per_thread: (MC * KC_MAX + KC_MAX + k) * 4,
         }
     };
-    let legacy = WorkSize {
+    let dots = WorkSize {
         shared: crate::quant::vec_dot_type(a.dtype).row_size(k) * b.nrows(),
         per_thread: k * 4,
     };
     WorkSize {
-        shared: ours.shared.max(legacy.shared),
-        per_thread: ours.per_thread.max(legacy.per_thread),
+        shared: ours.shared.max(dots.shared),
+        per_thread: ours.per_thread.max(dots.per_thread),
     }
 }
 
