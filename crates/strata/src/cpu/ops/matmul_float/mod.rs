@@ -283,7 +283,19 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
                         // tile (mv rows × nv columns at stride nb[1]) is inside dst
                         // (both corners checked) and owned by this thread; the level
                         // was checked by geom().
-                        unsafe { kernel(g, kc, ap, bp, c, d.nb[1], mv, nv, pc > 0) };
+                        unsafe {
+                            let t = Tile {
+                                kc,
+                                a: ap,
+                                b: bp,
+                                c,
+                                ldc: d.nb[1],
+                                mv,
+                                nv,
+                                add: pc > 0,
+                            };
+                            kernel(g, &t)
+                        };
                     }
                 }
             }
@@ -354,12 +366,25 @@ fn pack_a(
 /// The level must be runnable; `a` holds `kc * mr` packed f32, `b` `kc * nr`
 /// (rows of `nr`, panel-strided); `c` is element (0, 0) of an `mv` × `nv`
 /// tile of f32 with column stride `ldc` bytes that this thread owns.
-#[allow(clippy::too_many_arguments)]
 // only x86-64 has float GEMM tiles; elsewhere `geom()` never picks this path
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 #[inline]
-unsafe fn kernel(
-    g: Geom,
+unsafe fn kernel(g: Geom, t: &Tile) {
+    // The kernel's extents: forwarded contract (the tile is mr × nr of g).
+    simd!(
+        g.level,
+        x86::tile(t),
+        unreachable!("geom() has no portable kernel")
+    )
+}
+
+/// One micro-kernel call: `c[j][i] (+)= Σ_kk a[kk][i] · b[kk][j]` for
+/// i < mv, j < nv over `kc` steps of the packed panels `a` (mr values per
+/// step) and `b` (nr per step); `c` is element (0, 0) of the f32 tile, its
+/// columns `ldc` bytes apart; `add`: add to `c` instead of storing.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct Tile {
     kc: usize,
     a: *const f32,
     b: *const f32,
@@ -368,13 +393,6 @@ unsafe fn kernel(
     mv: usize,
     nv: usize,
     add: bool,
-) {
-    // The kernel's extents: forwarded contract (the tile is mr × nr of g).
-    simd!(
-        g.level,
-        x86::tile(kc, a, b, c, ldc, mv, nv, add),
-        unreachable!("geom() has no portable kernel")
-    )
 }
 
 fn gemv(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {

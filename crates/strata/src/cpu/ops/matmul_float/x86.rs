@@ -4,6 +4,7 @@
 //! requires its level's CPU features (checked by the caller through `geom`)
 //! and pointers covering the documented extents.
 
+use super::Tile;
 use crate::isa::x86::{load16, load16_part, load_part, mask16, per_level, store_part, Lanes};
 use std::arch::x86_64::*;
 
@@ -13,7 +14,7 @@ pub(super) const F16: u8 = 1;
 pub(super) const BF16: u8 = 2;
 
 per_level! {
-    fn tile(kc: usize, a: *const f32, b: *const f32, c: *mut u8, ldc: usize, mv: usize, nv: usize, add: bool);
+    fn tile(t: &Tile);
     fn gemv8<const T: u8>(k: usize, rows: &[*const u8; 8], x: *const u8) -> [f32; 8];
 }
 
@@ -21,56 +22,35 @@ per_level! {
 ///
 /// # Safety
 /// As [`kernel`] with `NR = 3W/4`.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn tile<L: Lanes>(
-    kc: usize,
-    a: *const f32,
-    b: *const f32,
-    c: *mut u8,
-    ldc: usize,
-    mv: usize,
-    nv: usize,
-    add: bool,
-) {
+unsafe fn tile<L: Lanes>(t: &Tile) {
     // SAFETY: forwarded contract.
     unsafe {
         if L::W == 16 {
-            kernel::<L, 12>(kc, a, b, c, ldc, mv, nv, add)
+            kernel::<L, 12>(t)
         } else {
-            kernel::<L, 6>(kc, a, b, c, ldc, mv, nv, add)
+            kernel::<L, 6>(t)
         }
     }
 }
 
-/// `2W × NR` tile: `c[j][i] (+)= Σ_kk a[kk][i] · b[kk][j]` for i < mv, j < nv;
-/// the whole tile in registers (two vectors per column), each output one
-/// FMA chain along kk, then added to `c` (when `add`) and stored, the last
-/// partial vector of a column through a buffer.
+/// A `2W × NR` [`Tile`]: the whole tile in registers (two vectors per
+/// column), each output one FMA chain along kk, then added to `c` (when
+/// `add`) and stored, the last partial vector of a column through a buffer.
 ///
 /// # Safety
 /// The level's features; `a` holds `kc * 2W` packed f32, `b` `kc * NR`;
 /// `c` is element (0, 0) of an `mv` × `nv` tile (mv <= 2W, nv <= NR) of f32
 /// with column stride `ldc` bytes.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn kernel<L: Lanes, const NR: usize>(
-    kc: usize,
-    a: *const f32,
-    b: *const f32,
-    c: *mut u8,
-    ldc: usize,
-    mv: usize,
-    nv: usize,
-    add: bool,
-) {
+unsafe fn kernel<L: Lanes, const NR: usize>(t: &Tile) {
     let w = L::W;
     // SAFETY: the caller's contract; every access below is inside the
     // packed panels (kc steps of 2W and NR values) or the mv × nv tile.
     unsafe {
         let mut acc = [[L::zero(); 2]; NR];
-        let (mut pa, mut pb) = (a, b);
-        for _ in 0..kc {
+        let (mut pa, mut pb) = (t.a, t.b);
+        for _ in 0..t.kc {
             let a0 = L::load(pa);
             let a1 = L::load(pa.add(w));
             for (j, acc) in acc.iter_mut().enumerate() {
@@ -81,16 +61,16 @@ unsafe fn kernel<L: Lanes, const NR: usize>(
             pa = pa.add(2 * w);
             pb = pb.add(NR);
         }
-        for (j, acc) in acc.iter().enumerate().take(nv) {
-            let cj = c.add(j * ldc).cast::<f32>();
+        for (j, acc) in acc.iter().enumerate().take(t.nv) {
+            let cj = t.c.add(j * t.ldc).cast::<f32>();
             for (h, &v) in acc.iter().enumerate() {
-                let cnt = mv.saturating_sub(h * w).min(w);
+                let cnt = t.mv.saturating_sub(h * w).min(w);
                 if cnt == w {
                     let p = cj.add(h * w);
-                    L::store(p, if add { L::add(L::load(p), v) } else { v });
+                    L::store(p, if t.add { L::add(L::load(p), v) } else { v });
                 } else if cnt > 0 {
                     let p = cj.add(h * w);
-                    let v = if add {
+                    let v = if t.add {
                         L::add(load_part::<L>(p, cnt), v)
                     } else {
                         v
