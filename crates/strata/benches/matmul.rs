@@ -6,9 +6,7 @@
 //!
 //! The float weight types (group `matmul_float`) run at the model's five
 //! shapes for n = 1 and n = 512 (the 49152-row head at n = 1 only), at this
-//! CPU's best level with 1 and 2 threads, each with the float GEMM / GEMV
-//! (`new`) and with the per-output dot products they replaced (`legacy`,
-//! [`CpuBackend::set_legacy_kernels`]), in the same run.
+//! CPU's best level with 1 and 2 threads (the float GEMM / GEMV).
 //! The graph is built and allocated once per case; only `graph_compute` is
 //! timed. Criterion reports throughput in "elem/s": one element is one
 //! flop. `STRATA_BENCH_ALL_LEVELS=1` adds every supported level at 1 thread.
@@ -161,19 +159,13 @@ fn bench_float(c: &mut Criterion) {
                 b.write_f32(&values(k * n, 2)).unwrap();
                 group.throughput(Throughput::Elements((2 * m * k * n) as u64));
                 for threads in [1, 2] {
-                    for legacy in [false, true] {
-                        let mut cpu = CpuBackend::new(threads);
-                        cpu.set_isa(best).unwrap();
-                        cpu.set_legacy_kernels(legacy);
-                        let kind = if legacy { "legacy" } else { "new" };
-                        let id = BenchmarkId::new(
-                            format!("{t}"),
-                            format!("m{m}_k{k}_n{n}/{best}_t{threads}_{kind}"),
-                        );
-                        group.bench_function(id, |bch| {
-                            bch.iter(|| cpu.graph_compute(&graph).unwrap())
-                        });
-                    }
+                    let mut cpu = CpuBackend::new(threads);
+                    cpu.set_isa(best).unwrap();
+                    let id = BenchmarkId::new(
+                        format!("{t}"),
+                        format!("m{m}_k{k}_n{n}/{best}_t{threads}"),
+                    );
+                    group.bench_function(id, |bch| bch.iter(|| cpu.graph_compute(&graph).unwrap()));
                 }
             }
         }

@@ -1,5 +1,6 @@
 //! Times one MUL_MAT shape repeatedly (for `perf stat` cycle counts):
-//! `mm_probe TYPE M K N THREADS REPS [legacy|new] [COPIES]`: with COPIES > 1
+//! `mm_probe TYPE M K N THREADS REPS [ISA] [COPIES]` (ISA: a `STRATA_ISA`
+//! level name, default the detected one): with COPIES > 1
 //! the graph multiplies by that many distinct weight matrices in turn (a
 //! working set larger than the caches, as in a model's decode step).
 use strata::backend::Backend;
@@ -36,7 +37,9 @@ fn main() {
     )
     .unwrap();
     let mut cpu = CpuBackend::new(th);
-    cpu.set_legacy_kernels(a.get(7).is_some_and(|s| s == "legacy"));
+    if let Some(isa) = a.get(7) {
+        cpu.set_isa(isa.parse().unwrap()).unwrap();
+    }
     cpu.graph_compute(&g).unwrap();
     let t0 = std::time::Instant::now();
     for _ in 0..reps {

@@ -9,8 +9,8 @@
 //! misplaces a single product misses it by orders of magnitude. Also: odd
 //! sizes around the 32 × 12 / 16 × 6 tiles and the K blocks, strided /
 //! transposed / permuted activations, broadcasting over dims 2 and 3,
-//! bitwise-identical results on 1, 2 and 3 threads, and the legacy path
-//! (per-output dot products) agreeing within the same bound.
+//! bitwise-identical results on 1, 2 and 3 threads, and the per-output dot
+//! products of levels without GEMM tiles agreeing within the same bound.
 
 mod common;
 
@@ -89,9 +89,9 @@ struct Run {
     mag: Vec<f64>,
 }
 
-/// Computes the case with `nth` threads at level `isa` (legacy kernels if
-/// `legacy`), and the f64 reference with activations rounded to the dot type.
-fn run(c: &Case, nth: usize, isa: Isa, legacy: bool, seed: u64) -> Run {
+/// Computes the case with `nth` threads at level `isa`, and the f64
+/// reference with activations rounded to the dot type.
+fn run(c: &Case, nth: usize, isa: Isa, seed: u64) -> Run {
     let mut rng = Rng::new(seed);
     let ane = [c.k, c.m, c.a23[0], c.a23[1]];
     let a = tensor("a", c.at, &ane);
@@ -104,7 +104,6 @@ fn run(c: &Case, nth: usize, isa: Isa, legacy: bool, seed: u64) -> Run {
     base.write_f32(&rng.vec(nbase, -1.0, 1.0)).unwrap();
     let mut cpu = CpuBackend::new(nth);
     cpu.set_isa(isa).unwrap();
-    cpu.set_legacy_kernels(legacy);
     cpu.graph_compute(&g).unwrap();
     let got = out.to_f32_vec().unwrap();
 
@@ -181,7 +180,7 @@ fn every_level_every_float_type_odd_shapes() {
                             a23: [1, 1],
                             b23: [1, 1],
                         };
-                        run(&c, 2, isa, false, seed).check(&format!("{isa} {c:?}"), k);
+                        run(&c, 2, isa, seed).check(&format!("{isa} {c:?}"), k);
                     }
                 }
             }
@@ -216,7 +215,7 @@ fn model_sized_k_and_n() {
                     a23: [1, 1],
                     b23: [1, 1],
                 };
-                run(&c, 2, isa, false, seed).check(&format!("{isa} {c:?}"), k);
+                run(&c, 2, isa, seed).check(&format!("{isa} {c:?}"), k);
             }
         }
     }
@@ -246,7 +245,7 @@ fn layouts_activation_types_and_broadcast() {
                             a23: [2, 1],
                             b23: [4, 3],
                         };
-                        run(&c, 2, isa, false, seed).check(&format!("{isa} {c:?}"), k);
+                        run(&c, 2, isa, seed).check(&format!("{isa} {c:?}"), k);
                     }
                 }
             }
@@ -275,10 +274,10 @@ fn identical_bits_for_one_two_three_threads() {
                 a23,
                 b23,
             };
-            let one = run(&c, 1, isa, false, 7);
+            let one = run(&c, 1, isa, 7);
             one.check(&format!("{isa} {c:?}"), k);
             for nth in [2, 3] {
-                let got = run(&c, nth, isa, false, 7).got;
+                let got = run(&c, nth, isa, 7).got;
                 assert!(
                     one.got
                         .iter()
@@ -292,8 +291,8 @@ fn identical_bits_for_one_two_three_threads() {
 }
 
 #[test]
-fn legacy_path_meets_the_same_bound() {
-    // The selectable pre-GEMM path (benchmarks compare both in one run).
+fn dot_product_path_meets_the_same_bound() {
+    // Levels without GEMM tiles (scalar) run matmul.rs's per-output dot products.
     for at in WEIGHTS {
         for n in [1, 9] {
             let c = Case {
@@ -306,8 +305,7 @@ fn legacy_path_meets_the_same_bound() {
                 a23: [1, 1],
                 b23: [1, 1],
             };
-            let isa = strata::isa::detected();
-            run(&c, 2, isa, true, 3).check(&format!("legacy {c:?}"), 96);
+            run(&c, 2, Isa::Scalar, 3).check(&format!("scalar {c:?}"), 96);
         }
     }
 }
@@ -341,6 +339,6 @@ proptest! {
             a23: [a2, 1],
             b23: [a2 * r2, r3],
         };
-        run(&c, nth, isa, false, seed).check(&format!("{isa} {c:?}"), k);
+        run(&c, nth, isa, seed).check(&format!("{isa} {c:?}"), k);
     }
 }

@@ -145,7 +145,6 @@ pub struct CpuBackend {
     /// Largest work buffer a graph may need (`None`: what the allocator gives).
     max_work: Option<usize>,
     isa: Isa,
-    legacy: bool,
     clock: KernelClock,
     /// The last graph's resolved plans, reused while the same tensors are
     /// computed and no tensor storage has moved (llama.cpp-style reuse of a
@@ -236,7 +235,6 @@ impl CpuBackend {
             cache: None,
             key: Vec::new(),
             plan_resolutions: 0,
-            legacy: std::env::var_os("STRATA_LEGACY_KERNELS").is_some_and(|v| v == "1"),
         }
     }
 
@@ -266,19 +264,6 @@ impl CpuBackend {
         }
         self.isa = isa;
         Ok(())
-    }
-
-    /// Runs the kernels as they were before the float-weight GEMM / GEMV and
-    /// the vectorized element-wise, norm, rope and soft_max kernels (the
-    /// per-output dot-product matmul and the scalar loops), to compare both
-    /// in one process. Also set by `STRATA_LEGACY_KERNELS=1` at creation.
-    pub fn set_legacy_kernels(&mut self, legacy: bool) {
-        self.legacy = legacy;
-    }
-
-    /// Whether [`CpuBackend::set_legacy_kernels`] is on.
-    pub fn legacy_kernels(&self) -> bool {
-        self.legacy
     }
 
     /// Number of threads.
@@ -457,11 +442,9 @@ impl Backend for CpuBackend {
         let abort = self.abort.as_ref();
         let isa = self.isa;
         let t0 = Instant::now();
-        let legacy = self.legacy;
         let ok = self.pool.run(&|w| {
             for ((_, plan), work) in plans.iter().zip(works) {
-                let mut ctx = Ctx::new(w, wdata_addr as *mut u8, *work, isa);
-                ctx.legacy = legacy;
+                let ctx = Ctx::new(w, wdata_addr as *mut u8, *work, isa);
                 ops::forward(plan, &ctx);
                 if w.ith == 0 {
                     if let Some(cb) = abort {

@@ -8,9 +8,17 @@
 //! the packed matmul kernels, the float GEMM, the vector math, attention)
 //! takes an [`Isa`] and maps it to its own kernels; a level without its own
 //! kernel for something uses [`Isa::lower`]'s.
+//!
+//! The f32 vector kernels (vector math, float GEMM, attention) are written
+//! once over the lane abstraction of `x86` (x86-64 only) and instantiated
+//! per level; [`Isa::f32_level`] is the one map from a level to the lanes
+//! this CPU runs, and `simd!` the one dispatch on it.
 
 use crate::{Error, Result};
 use std::sync::OnceLock;
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86;
 
 /// An instruction-set level with its own kernels, ordered from lowest to
 /// highest within an architecture.
@@ -54,6 +62,22 @@ impl Isa {
             Isa::Vnni => Isa::Avx512,
             Isa::Avx512 => Isa::Avx2,
             Isa::Avx2 | Isa::Neon | Isa::Scalar => Isa::Scalar,
+        }
+    }
+
+    /// The level whose f32 lane kernels run `self` on this CPU: `Avx512`
+    /// for `Avx512` and `Vnni`, `Avx2` for `Avx2`, else (also for a level
+    /// this CPU cannot run) `Scalar`, meaning the portable code.
+    #[inline]
+    pub(crate) fn f32_level(self) -> Isa {
+        if cfg!(target_arch = "x86_64") && self.is_supported() {
+            match self {
+                Isa::Avx512 | Isa::Vnni => Isa::Avx512,
+                Isa::Avx2 => Isa::Avx2,
+                Isa::Scalar | Isa::Neon => Isa::Scalar,
+            }
+        } else {
+            Isa::Scalar
         }
     }
 
@@ -157,3 +181,23 @@ pub fn active() -> Isa {
         })
     })
 }
+
+/// Runs the level's instance of a kernel instantiated by [`per_level!`] in
+/// module `$m`, or `$portable` when `$isa` has no f32 lanes on this CPU:
+/// `simd!(isa, m::name(args), portable)`. The caller states, at the call,
+/// why the arguments meet the kernel's contract.
+macro_rules! simd {
+    ($isa:expr, $m:ident :: $f:ident $(::<$($g:tt),*>)? ($($a:expr),* $(,)?), $portable:expr) => {
+        match $isa.f32_level() {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: f32_level() returned a level this CPU runs; the caller
+            // checked the kernel's extents.
+            $crate::isa::Isa::Avx512 => unsafe { $m::avx512::$f $(::<$($g),*>)? ($($a),*) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above, for AVX2.
+            $crate::isa::Isa::Avx2 => unsafe { $m::avx2::$f $(::<$($g),*>)? ($($a),*) },
+            _ => $portable,
+        }
+    };
+}
+pub(crate) use simd;

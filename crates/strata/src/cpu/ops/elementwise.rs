@@ -122,10 +122,10 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
                     let (row_b, out) = rest.split_at_mut(b.ne[0]);
                     let _ = out;
                     b.load_row(i1, i2, i3, row_b);
-                    // SiLU / SwiGLU stay scalar (libm expf): the vectorized
-                    // kernel (cpu::vector::swiglu_row, within 4 ulp) moved the
-                    // model's perplexity by -0.7 %, amplified through the 8-bit
-                    // activation quantization of the FFN down projection.
+                    // SiLU / SwiGLU stay scalar (libm expf): a vectorized
+                    // kernel (within 4 ulp; deleted, see PERFORMANCE.md) moved
+                    // the model's perplexity by -0.7 %, amplified through the
+                    // 8-bit activation quantization of the FFN down projection.
                     for (x, &y) in row_a.iter_mut().zip(row_b.iter()) {
                         *x = glu_act(*op, *x) * y;
                     }

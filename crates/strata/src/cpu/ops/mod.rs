@@ -65,10 +65,6 @@ pub(crate) struct Ctx<'a> {
     pub isa: crate::isa::Isa,
     /// Whether this thread's scratch has been handed out for the current node.
     pub scratch_taken: std::cell::Cell<bool>,
-    /// Run the kernels as they were before the float GEMM and the vectorized
-    /// element-wise kernels (same-run comparisons; see
-    /// [`crate::cpu::CpuBackend::set_legacy_kernels`]).
-    pub legacy: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -85,7 +81,6 @@ impl<'a> Ctx<'a> {
             work,
             isa,
             scratch_taken: std::cell::Cell::new(false),
-            legacy: false,
         }
     }
 

@@ -61,11 +61,7 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
                     .for_each(|x| *x = ((*x as f64 - mean) * scale) as f32);
             }
             Op::RmsNorm { eps } => {
-                let ss = if ctx.legacy {
-                    sum_sq_dev(row, 0.0)
-                } else {
-                    crate::cpu::vector::sum_squares_f64(ctx.isa, row)
-                };
+                let ss = crate::cpu::vector::sum_squares_f64(ctx.isa, row);
                 let ms = ss / n as f64;
                 let scale = (1.0 / (ms + eps as f64).sqrt()) as f32;
                 row.iter_mut().for_each(|x| *x *= scale);

@@ -91,11 +91,7 @@ fn soft_max(node: &NodePlan, ctx: &Ctx<'_>, scale: f32, max_bias: f32) {
             // Every logit is masked: no probability mass anywhere.
             row.fill(0.0);
         } else {
-            if ctx.legacy {
-                row.iter_mut().for_each(|x| *x = (*x - max).exp());
-            } else {
-                crate::cpu::vector::exp_shifted_row(ctx.isa, row, max);
-            }
+            crate::cpu::vector::exp_shifted_row(ctx.isa, row, max);
             let mut sum = sum_f64(row);
             if let Some(s) = sink {
                 sum += ((s - max) as f64).exp();

@@ -13,41 +13,10 @@
 //! `half::f16::from_f32` and [`crate::quant::f32_to_bf16`], NaNs included).
 //! The math functions state their own bounds.
 
-use crate::isa::Isa;
+use crate::isa::{simd, Isa};
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
-
-/// The x86 level actually usable for `isa`: AVX-512 (F/BW/VL), AVX2
-/// (+FMA, F16C), or none.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Level {
-    /// Portable code.
-    Portable,
-    /// AVX2 + FMA + F16C.
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-    /// AVX-512 F/BW/VL on top of AVX2.
-    #[cfg(target_arch = "x86_64")]
-    Avx512,
-}
-
-/// The vector level to run `isa` at (portable when this CPU cannot run it).
-#[inline]
-pub(crate) fn level(isa: Isa) -> Level {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if isa.is_supported() {
-            return match isa {
-                Isa::Avx512 | Isa::Vnni => Level::Avx512,
-                Isa::Avx2 => Level::Avx2,
-                _ => Level::Portable,
-            };
-        }
-    }
-    let _ = isa;
-    Level::Portable
-}
 
 /// The message for row conversions whose two slices the caller sized from
 /// one count (so a length error would be a bug in strata, not the caller's).
@@ -71,42 +40,28 @@ fn check_len(what: &str, got: usize, want: usize) -> crate::Result<()> {
 /// Errors: [`crate::Error::InvalidArgument`] when the lengths disagree.
 pub fn f16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) -> crate::Result<()> {
     check_len("f16 row", src.len(), 2 * dst.len())?;
-    match level(isa) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked the CPU runs AVX-512; the lengths match (checked).
-        Level::Avx512 => unsafe {
-            x86::f16_to_f32_avx512(dst.len(), src.as_ptr(), dst.as_mut_ptr())
-        },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX2/F16C; the lengths match.
-        Level::Avx2 => unsafe { x86::f16_to_f32_avx2(dst.len(), src.as_ptr(), dst.as_mut_ptr()) },
-        Level::Portable => {
-            for (s, d) in src.chunks_exact(2).zip(dst.iter_mut()) {
-                *d = crate::quant::simd::f16_to_f32(u16::from_le_bytes([s[0], s[1]]));
-            }
+    // The kernel's extents: the lengths match (checked).
+    simd!(
+        isa,
+        x86::f16_to_f32(dst.len(), src.as_ptr(), dst.as_mut_ptr()),
+        for (s, d) in src.chunks_exact(2).zip(dst.iter_mut()) {
+            *d = crate::quant::simd::f16_to_f32(u16::from_le_bytes([s[0], s[1]]));
         }
-    }
+    );
     Ok(())
 }
 
 /// Widens little-endian bf16 values (`src.len() == 2 * dst.len()`) to f32, exactly.
 pub fn bf16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) -> crate::Result<()> {
     check_len("bf16 row", src.len(), 2 * dst.len())?;
-    match level(isa) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX-512; the lengths match (checked).
-        Level::Avx512 => unsafe {
-            x86::bf16_to_f32_avx512(dst.len(), src.as_ptr(), dst.as_mut_ptr())
-        },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX2; the lengths match.
-        Level::Avx2 => unsafe { x86::bf16_to_f32_avx2(dst.len(), src.as_ptr(), dst.as_mut_ptr()) },
-        Level::Portable => {
-            for (s, d) in src.chunks_exact(2).zip(dst.iter_mut()) {
-                *d = crate::quant::bf16_to_f32(u16::from_le_bytes([s[0], s[1]]));
-            }
+    // The kernel's extents: the lengths match (checked).
+    simd!(
+        isa,
+        x86::bf16_to_f32(dst.len(), src.as_ptr(), dst.as_mut_ptr()),
+        for (s, d) in src.chunks_exact(2).zip(dst.iter_mut()) {
+            *d = crate::quant::bf16_to_f32(u16::from_le_bytes([s[0], s[1]]));
         }
-    }
+    );
     Ok(())
 }
 
@@ -115,17 +70,12 @@ pub fn bf16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) -> crate::Result<(
 /// holding a NaN goes through `half` so NaN payloads match it too).
 pub fn f32_to_f16_row(isa: Isa, src: &[f32], dst: &mut [u8]) -> crate::Result<()> {
     check_len("f16 row", dst.len(), 2 * src.len())?;
-    let done = match level(isa) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX-512; the lengths match (checked).
-        Level::Avx512 => unsafe {
-            x86::f32_to_f16_avx512(src.len(), src.as_ptr(), dst.as_mut_ptr())
-        },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX2/F16C; the lengths match.
-        Level::Avx2 => unsafe { x86::f32_to_f16_avx2(src.len(), src.as_ptr(), dst.as_mut_ptr()) },
-        Level::Portable => 0,
-    };
+    // The kernel's extents: the lengths match (checked).
+    let done = simd!(
+        isa,
+        x86::f32_to_f16(src.len(), src.as_ptr(), dst.as_mut_ptr()),
+        0
+    );
     crate::quant::quantize_row_f16(&src[done..], &mut dst[2 * done..]);
     Ok(())
 }
@@ -134,15 +84,13 @@ pub fn f32_to_f16_row(isa: Isa, src: &[f32], dst: &mut [u8]) -> crate::Result<()
 /// bit-identical to [`crate::quant::f32_to_bf16`] (ggml's rounding).
 pub fn f32_to_bf16_row(isa: Isa, src: &[f32], dst: &mut [u8]) -> crate::Result<()> {
     check_len("bf16 row", dst.len(), 2 * src.len())?;
-    let done = match level(isa) {
+    let done = match isa.f32_level() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX-512; the lengths match (checked).
-        Level::Avx512 => unsafe {
+        // SAFETY: f32_level() checked AVX-512; the lengths match (checked).
+        Isa::Avx512 => unsafe {
             x86::f32_to_bf16_avx512(src.len(), src.as_ptr(), dst.as_mut_ptr())
         },
-        #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => 0,
-        Level::Portable => 0,
+        _ => 0,
     };
     crate::quant::quantize_row_bf16(&src[done..], &mut dst[2 * done..]);
     Ok(())
@@ -151,15 +99,8 @@ pub fn f32_to_bf16_row(isa: Isa, src: &[f32], dst: &mut [u8]) -> crate::Result<(
 /// Replaces every value by its f16 rounding widened back (`x = f32(f16(x))`),
 /// as [`f32_to_f16_row`] then [`f16_to_f32_row`].
 pub fn round_to_f16(isa: Isa, x: &mut [f32]) {
-    let done = match level(isa) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX-512; the pointer covers x.len() values.
-        Level::Avx512 => unsafe { x86::round_f16_avx512(x.len(), x.as_mut_ptr()) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX2/F16C.
-        Level::Avx2 => unsafe { x86::round_f16_avx2(x.len(), x.as_mut_ptr()) },
-        Level::Portable => 0,
-    };
+    // The kernel's extents: the pointer covers x.len() values.
+    let done = simd!(isa, x86::round_f16(x.len(), x.as_mut_ptr()), 0);
     for v in &mut x[done..] {
         *v = half::f16::from_f32(*v).to_f32();
     }
@@ -174,67 +115,17 @@ pub fn round_to_bf16(x: &mut [f32]) {
 
 // ---- element-wise math ----
 //
-// The exponential of the SIMD levels is Cephes' `expf` scheme: `n =
-// round(x · log2 e)`, `r = x - n · ln 2` in two parts, a degree-7 polynomial
-// for `e^r` on |r| <= ln 2 / 2, times `2^n`; relative error <= 2 ulp
-// against the correctly rounded value for x in [-87.3, 88.3] (checked
-// against f64 by the tests), exact 0 below -87.34 (where the true value is
-// subnormal, < 1.2e-38), +inf above 88.73, NaN for NaN.
-
-/// `x[i] = x[i] / (1 + e^-x[i])` (SiLU).
-pub fn silu_row(isa: Isa, x: &mut [f32]) {
-    let done = match level(isa) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX-512; the pointer covers x.len() values.
-        Level::Avx512 => unsafe {
-            x86::silu_avx512(x.len(), x.as_ptr(), std::ptr::null(), x.as_mut_ptr())
-        },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX2/FMA.
-        Level::Avx2 => unsafe {
-            x86::silu_avx2(x.len(), x.as_ptr(), std::ptr::null(), x.as_mut_ptr())
-        },
-        Level::Portable => 0,
-    };
-    for v in &mut x[done..] {
-        *v = *v / (1.0 + (-*v).exp());
-    }
-}
-
-/// `out[i] = silu(gate[i]) · up[i]` (SwiGLU); all three the same length.
-pub fn swiglu_row(isa: Isa, gate: &[f32], up: &[f32], out: &mut [f32]) -> crate::Result<()> {
-    let n = out.len();
-    check_len("swiglu gate", gate.len(), n)?;
-    check_len("swiglu up", up.len(), n)?;
-    let done = match level(isa) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX-512; all three cover n values.
-        Level::Avx512 => unsafe {
-            x86::silu_avx512(n, gate.as_ptr(), up.as_ptr(), out.as_mut_ptr())
-        },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX2/FMA; all three cover n values.
-        Level::Avx2 => unsafe { x86::silu_avx2(n, gate.as_ptr(), up.as_ptr(), out.as_mut_ptr()) },
-        Level::Portable => 0,
-    };
-    for i in done..n {
-        let g = gate[i];
-        out[i] = g / (1.0 + (-g).exp()) * up[i];
-    }
-    Ok(())
-}
+// The exponential of the SIMD levels is the crate's one vectorized exp
+// (`isa::x86::exp`, Cephes' `expf` scheme; FLASH_ATTN_EXT uses it too):
+// relative error <= 2 ulp against the correctly rounded value for x in
+// [-87.3, 88.3] (checked against f64 by the tests), exact 0 below -87.34
+// (where the true value is subnormal, < 1.2e-38), +inf above 88.73, NaN for
+// NaN. The portable level uses libm's `exp`.
 
 /// `x[i] = e^(x[i] - shift)`.
 pub fn exp_shifted_row(isa: Isa, x: &mut [f32], shift: f32) {
-    let done = match level(isa) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX-512; the pointer covers x.len() values.
-        Level::Avx512 => unsafe { x86::exp_shifted_avx512(x.len(), x.as_mut_ptr(), shift) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX2/FMA.
-        Level::Avx2 => unsafe { x86::exp_shifted_avx2(x.len(), x.as_mut_ptr(), shift) },
-        Level::Portable => 0,
-    };
+    // The kernel's extents: the pointer covers x.len() values.
+    let done = simd!(isa, x86::exp_shifted(x.len(), x.as_mut_ptr(), shift), 0);
     for v in &mut x[done..] {
         *v = (*v - shift).exp();
     }
@@ -243,10 +134,10 @@ pub fn exp_shifted_row(isa: Isa, x: &mut [f32], shift: f32) {
 /// `Σ x[i]²` accumulated in f64 (each square exact in f64; the sum's
 /// rounding is the only error, relative <= n · 2^-53).
 pub fn sum_squares_f64(isa: Isa, x: &[f32]) -> f64 {
-    match level(isa) {
+    match isa.f32_level() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: level() checked AVX-512; the pointer covers x.len() values.
-        Level::Avx512 => unsafe { x86::sum_sq_avx512(x.len(), x.as_ptr()) },
+        // SAFETY: f32_level() checked AVX-512; the pointer covers x.len() values.
+        Isa::Avx512 => unsafe { x86::sum_sq_avx512(x.len(), x.as_ptr()) },
         _ => {
             let mut acc = [0f64; 4];
             let chunks = x.chunks_exact(4);

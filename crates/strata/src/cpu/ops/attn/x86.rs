@@ -5,13 +5,11 @@
 //! * f16 → f32 is `vcvtph2ps` (exact); the f16 rounding of the one-chunk V
 //!   accumulator is `vcvtps2ph` with round to nearest even and back, the
 //!   same bits as `half::f16::from_f32(x).to_f32()` for every non-NaN x.
-//! * [`exp`] is a vectorized `e^x`: `x = n·ln2 + r` (`n` rounded to nearest,
-//!   `|r| ≤ ln2/2`, Cody–Waite split of ln2), a degree-5 polynomial for
-//!   `(e^r − 1 − r)/r²` (the Cephes `expf` coefficients), times `2^n`. For
-//!   `−87.33654 ≤ x ≤ 88` its relative error is below 1e-7 (max seen on a
-//!   dense sweep of 16M points: 8.4e-8 ≈ 1.4·2⁻²⁴, tested); below −87.33654 (results under 2⁻¹²⁶, where
-//!   f32 turns subnormal) and for −∞ it returns 0; above 88 it saturates at
-//!   `e^88` (the kernels only take `x ≤ 0`); NaN stays NaN.
+//! * [`exp`] is the crate's one vectorized `e^x` (`crate::isa::x86`, the
+//!   one soft_max uses): relative error within 2 ulp for `x ≥ EXP_LO`
+//!   (tested on a dense sweep); 0 below `EXP_LO` (results under 2⁻¹²⁶,
+//!   where f32 turns subnormal) and for −∞; NaN stays NaN (the kernels only
+//!   take `x ≤ 0`).
 //! * The GEMMs of the tiled path compute every output element as one f32
 //!   FMA chain in order of the inner index (as ggml's `simd_gemm`), whatever
 //!   the register block it falls in, so results do not depend on the tile
@@ -23,34 +21,9 @@
 //! lengths and row bounds before any raw access.
 
 use super::{ChunkJob, Kernels, RowState, Scalar};
+use crate::isa::x86::{exp, load16_part, load_part, widen16, Lanes, L256, L512};
 use crate::isa::Isa;
 use crate::tensor::DType;
-
-mod lanes;
-
-use lanes::*;
-
-/// The first `n < W` f32 at `p`, zeros after.
-#[inline(always)]
-unsafe fn load_part<L: Lanes>(p: *const f32, n: usize) -> L::V {
-    let mut b = [0f32; 16];
-    // SAFETY: the caller guarantees n readable f32 at p; n < W <= 16.
-    unsafe {
-        std::ptr::copy_nonoverlapping(p, b.as_mut_ptr(), n);
-        L::load(b.as_ptr())
-    }
-}
-
-/// The first `n < W` f16 at `p` as f32, zeros after.
-#[inline(always)]
-unsafe fn load_h_part<L: Lanes>(p: *const u16, n: usize) -> L::V {
-    let mut b = [0u16; 16];
-    // SAFETY: the caller guarantees n readable f16 at p; n < W <= 16.
-    unsafe {
-        std::ptr::copy_nonoverlapping(p, b.as_mut_ptr(), n);
-        L::load_h(b.as_ptr())
-    }
-}
 
 /// Elements `off .. off + n` (n ≤ W) of a K/V row (f16 when `H`) as f32
 /// lanes, zeros past `n`.
@@ -60,7 +33,7 @@ unsafe fn load_row<L: Lanes, const H: bool>(row: *const u8, off: usize, n: usize
     unsafe {
         match (H, n == L::W) {
             (true, true) => L::load_h(row.cast::<u16>().add(off)),
-            (true, false) => load_h_part::<L>(row.cast::<u16>().add(off), n),
+            (true, false) => load16_part::<L, false>(row.cast::<u16>().add(off), n),
             (false, true) => L::load(row.cast::<f32>().add(off)),
             (false, false) => load_part::<L>(row.cast::<f32>().add(off), n),
         }
@@ -72,20 +45,10 @@ unsafe fn load_row<L: Lanes, const H: bool>(row: *const u8, off: usize, n: usize
 unsafe fn to_f32<L: Lanes>(src: *const u8, half: bool, n: usize, dst: *mut f32) {
     // SAFETY: the caller guarantees n source values and n destination f32.
     unsafe {
-        if !half {
+        if half {
+            widen16::<L, false>(src.cast(), n, dst);
+        } else {
             std::ptr::copy_nonoverlapping(src, dst.cast::<u8>(), 4 * n);
-            return;
-        }
-        let s = src.cast::<u16>();
-        let mut i = 0;
-        while i + L::W <= n {
-            L::store(dst.add(i), L::load_h(s.add(i)));
-            i += L::W;
-        }
-        if i < n {
-            let mut b = [0f32; 16];
-            L::store(b.as_mut_ptr(), load_h_part::<L>(s.add(i), n - i));
-            std::ptr::copy_nonoverlapping(b.as_ptr(), dst.add(i), n - i);
         }
     }
 }

@@ -46,9 +46,9 @@
 //! the activation rows it needs itself (no barrier).
 
 use super::{Ctx, NodePlan, WorkSize};
-use crate::cpu::vector::{self, Level};
+use crate::cpu::vector;
 use crate::cpu::TView;
-use crate::isa::Isa;
+use crate::isa::{simd, Isa};
 use crate::tensor::DType;
 
 /// Largest K block of the GEMM (the blocks of a given K are equal-sized).
@@ -65,19 +65,19 @@ const GEMV_ROWS: usize = 8;
 struct Geom {
     mr: usize,
     nr: usize,
-    level: Level,
+    /// The f32 lane level ([`Isa::f32_level`]) whose kernels run.
+    level: Isa,
 }
 
 fn geom(isa: Isa) -> Option<Geom> {
-    match vector::level(isa) {
-        #[cfg(target_arch = "x86_64")]
-        level @ Level::Avx512 => Some(Geom {
+    let level = isa.f32_level();
+    match level {
+        Isa::Avx512 => Some(Geom {
             mr: 32,
             nr: 12,
             level,
         }),
-        #[cfg(target_arch = "x86_64")]
-        level @ Level::Avx2 => Some(Geom {
+        Isa::Avx2 => Some(Geom {
             mr: 16,
             nr: 6,
             level,
@@ -103,7 +103,7 @@ pub(super) fn eligible(node: &NodePlan) -> bool {
 
 /// True when this file computes `node` at the context's level.
 pub(super) fn handles(node: &NodePlan, ctx: &Ctx<'_>) -> bool {
-    !ctx.legacy && eligible(node) && geom(ctx.isa).is_some()
+    eligible(node) && geom(ctx.isa).is_some()
 }
 
 /// Work memory: enough for this file at any level and for matmul.rs's path
@@ -123,13 +123,13 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
             per_thread: (MC * KC_MAX + KC_MAX + k) * 4,
         }
     };
-    let legacy = WorkSize {
+    let dots = WorkSize {
         shared: crate::quant::vec_dot_type(a.dtype).row_size(k) * b.nrows(),
         per_thread: k * 4,
     };
     WorkSize {
-        shared: ours.shared.max(legacy.shared),
-        per_thread: ours.per_thread.max(legacy.per_thread),
+        shared: ours.shared.max(dots.shared),
+        per_thread: ours.per_thread.max(dots.per_thread),
     }
 }
 
@@ -283,7 +283,19 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
                         // tile (mv rows × nv columns at stride nb[1]) is inside dst
                         // (both corners checked) and owned by this thread; the level
                         // was checked by geom().
-                        unsafe { kernel(g, kc, ap, bp, c, d.nb[1], mv, nv, pc > 0) };
+                        unsafe {
+                            let t = Tile {
+                                kc,
+                                a: ap,
+                                b: bp,
+                                c,
+                                ldc: d.nb[1],
+                                mv,
+                                nv,
+                                add: pc > 0,
+                            };
+                            kernel(g, &t)
+                        };
                     }
                 }
             }
@@ -312,14 +324,14 @@ fn pack_a(
         let pan = &mut out[p * kc * mr..(p + 1) * kc * mr];
         let r0 = rows.0 + p * mr;
         #[cfg(target_arch = "x86_64")]
-        if vector::level(isa) == Level::Avx512 && mr == 32 && r0 + mr <= rows.1 {
+        if isa.f32_level() == Isa::Avx512 && mr == 32 && r0 + mr <= rows.1 {
             let es = a.dtype.type_size();
             let ptrs: [*const u8; 32] = std::array::from_fn(|i| {
                 // SAFETY: a is a read-only source with contiguous rows; row r0 + i < rows.1 <= M.
                 unsafe { a.row_bytes(r0 + i, plane.0, plane.1).as_ptr().add(es * pc) }
             });
             let out = pan.as_mut_ptr();
-            // SAFETY: AVX-512 checked by level(); each row pointer has kc
+            // SAFETY: AVX-512 checked by f32_level(); each row pointer has kc
             // elements from pc (pc + kc <= K); pan holds kc * 32 values.
             unsafe {
                 match a.dtype {
@@ -354,12 +366,25 @@ fn pack_a(
 /// The level must be runnable; `a` holds `kc * mr` packed f32, `b` `kc * nr`
 /// (rows of `nr`, panel-strided); `c` is element (0, 0) of an `mv` × `nv`
 /// tile of f32 with column stride `ldc` bytes that this thread owns.
-#[allow(clippy::too_many_arguments)]
 // only x86-64 has float GEMM tiles; elsewhere `geom()` never picks this path
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 #[inline]
-unsafe fn kernel(
-    g: Geom,
+unsafe fn kernel(g: Geom, t: &Tile) {
+    // The kernel's extents: forwarded contract (the tile is mr × nr of g).
+    simd!(
+        g.level,
+        x86::tile(t),
+        unreachable!("geom() has no portable kernel")
+    )
+}
+
+/// One micro-kernel call: `c[j][i] (+)= Σ_kk a[kk][i] · b[kk][j]` for
+/// i < mv, j < nv over `kc` steps of the packed panels `a` (mr values per
+/// step) and `b` (nr per step); `c` is element (0, 0) of the f32 tile, its
+/// columns `ldc` bytes apart; `add`: add to `c` instead of storing.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct Tile {
     kc: usize,
     a: *const f32,
     b: *const f32,
@@ -368,16 +393,6 @@ unsafe fn kernel(
     mv: usize,
     nv: usize,
     add: bool,
-) {
-    match g.level {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: forwarded contract.
-        Level::Avx512 => unsafe { x86::kernel_32x12(kc, a, b, c, ldc, mv, nv, add) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: forwarded contract.
-        Level::Avx2 => unsafe { x86::kernel_16x6(kc, a, b, c, ldc, mv, nv, add) },
-        Level::Portable => unreachable!("geom() has no portable kernel"),
-    }
 }
 
 fn gemv(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
@@ -442,32 +457,18 @@ fn gemv(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
 /// The level must be runnable; every pointer covers K elements.
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 unsafe fn gemv_rows(
-    level: Level,
+    level: Isa,
     dtype: DType,
     k: usize,
     rows: &[*const u8; GEMV_ROWS],
     x: *const u8,
 ) -> [f32; GEMV_ROWS] {
-    match level {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: forwarded contract.
-        Level::Avx512 => unsafe {
-            match dtype {
-                DType::F16 => x86::gemv8_avx512::<{ x86::F16 }>(k, rows, x),
-                DType::BF16 => x86::gemv8_avx512::<{ x86::BF16 }>(k, rows, x),
-                _ => x86::gemv8_avx512::<{ x86::F32 }>(k, rows, x),
-            }
-        },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: forwarded contract.
-        Level::Avx2 => unsafe {
-            match dtype {
-                DType::F16 => x86::gemv8_avx2::<{ x86::F16 }>(k, rows, x),
-                DType::BF16 => x86::gemv8_avx2::<{ x86::BF16 }>(k, rows, x),
-                _ => x86::gemv8_avx2::<{ x86::F32 }>(k, rows, x),
-            }
-        },
-        Level::Portable => unreachable!("geom() has no portable kernel"),
+    let none = || unreachable!("geom() has no portable kernel");
+    // The kernels' extents: forwarded contract.
+    match dtype {
+        DType::F16 => simd!(level, x86::gemv8::<{ x86::F16 }>(k, rows, x), none()),
+        DType::BF16 => simd!(level, x86::gemv8::<{ x86::BF16 }>(k, rows, x), none()),
+        _ => simd!(level, x86::gemv8::<{ x86::F32 }>(k, rows, x), none()),
     }
 }
 

@@ -1,8 +1,11 @@
-//! The x86 micro-kernels. Each `unsafe fn` requires its `target_feature`
-//! set (checked by the caller through `geom`) and pointers covering the
-//! documented extents.
+//! The x86 micro-kernels: the GEMM tile and the eight-row GEMV written once
+//! over [`Lanes`] and instantiated per level by [`per_level!`] (modules
+//! `avx512` and `avx2`), and the AVX-512 packing of `a`. Each `unsafe fn`
+//! requires its level's CPU features (checked by the caller through `geom`)
+//! and pointers covering the documented extents.
 
-use crate::cpu::vector::x86::mask16;
+use super::Tile;
+use crate::isa::x86::{load16, load16_part, load_part, mask16, per_level, store_part, Lanes};
 use std::arch::x86_64::*;
 
 /// Weight element types of the GEMV kernels (const generic tags).
@@ -10,105 +13,69 @@ pub(super) const F32: u8 = 0;
 pub(super) const F16: u8 = 1;
 pub(super) const BF16: u8 = 2;
 
-/// 32 × 12 tile: `c[j][i] (+)= Σ_kk a[kk][i] · b[kk][j]` for i < mv, j < nv.
+per_level! {
+    fn tile(t: &Tile);
+    fn gemv8<const T: u8>(k: usize, rows: &[*const u8; 8], x: *const u8) -> [f32; 8];
+}
+
+/// The level's tile: `2W × 3W/4` (AVX-512 32 × 12, AVX2 16 × 6), as [`kernel`].
 ///
 /// # Safety
-/// AVX-512 F/BW/VL; see `super::kernel`.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-pub(super) unsafe fn kernel_32x12(
-    kc: usize,
-    a: *const f32,
-    b: *const f32,
-    c: *mut u8,
-    ldc: usize,
-    mv: usize,
-    nv: usize,
-    add: bool,
-) {
-    let mut acc = [[_mm512_setzero_ps(); 2]; 12];
-    let (mut pa, mut pb) = (a, b);
-    for _ in 0..kc {
-        // SAFETY: 32 packed values at pa and 12 at pb (kc steps in all).
-        unsafe {
-            let a0 = _mm512_loadu_ps(pa);
-            let a1 = _mm512_loadu_ps(pa.add(16));
-            for (j, acc) in acc.iter_mut().enumerate() {
-                let bj = _mm512_set1_ps(*pb.add(j));
-                acc[0] = _mm512_fmadd_ps(a0, bj, acc[0]);
-                acc[1] = _mm512_fmadd_ps(a1, bj, acc[1]);
-            }
-            pa = pa.add(32);
-            pb = pb.add(12);
-        }
-    }
-    let (m0, m1) = (mask16(mv), mask16(mv.saturating_sub(16)));
-    for (j, acc) in acc.iter().enumerate().take(nv) {
-        // SAFETY: column j < nv of the tile, rows masked to mv.
-        unsafe {
-            let cj = c.add(j * ldc).cast::<f32>();
-            let (mut v0, mut v1) = (acc[0], acc[1]);
-            if add {
-                v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cj), v0);
-                v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cj.add(16)), v1);
-            }
-            _mm512_mask_storeu_ps(cj, m0, v0);
-            _mm512_mask_storeu_ps(cj.add(16), m1, v1);
+/// As [`kernel`] with `NR = 3W/4`.
+#[inline(always)]
+unsafe fn tile<L: Lanes>(t: &Tile) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        if L::W == 16 {
+            kernel::<L, 12>(t)
+        } else {
+            kernel::<L, 6>(t)
         }
     }
 }
 
-/// 16 × 6 tile (AVX2), as [`kernel_32x12`].
+/// A `2W × NR` [`Tile`]: the whole tile in registers (two vectors per
+/// column), each output one FMA chain along kk, then added to `c` (when
+/// `add`) and stored, the last partial vector of a column through a buffer.
 ///
 /// # Safety
-/// AVX2 + FMA; see `super::kernel`.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn kernel_16x6(
-    kc: usize,
-    a: *const f32,
-    b: *const f32,
-    c: *mut u8,
-    ldc: usize,
-    mv: usize,
-    nv: usize,
-    add: bool,
-) {
-    let mut acc = [[_mm256_setzero_ps(); 2]; 6];
-    let (mut pa, mut pb) = (a, b);
-    for _ in 0..kc {
-        // SAFETY: 16 packed values at pa and 6 at pb (kc steps in all).
-        unsafe {
-            let a0 = _mm256_loadu_ps(pa);
-            let a1 = _mm256_loadu_ps(pa.add(8));
+/// The level's features; `a` holds `kc * 2W` packed f32, `b` `kc * NR`;
+/// `c` is element (0, 0) of an `mv` × `nv` tile (mv <= 2W, nv <= NR) of f32
+/// with column stride `ldc` bytes.
+#[inline(always)]
+unsafe fn kernel<L: Lanes, const NR: usize>(t: &Tile) {
+    let w = L::W;
+    // SAFETY: the caller's contract; every access below is inside the
+    // packed panels (kc steps of 2W and NR values) or the mv × nv tile.
+    unsafe {
+        let mut acc = [[L::zero(); 2]; NR];
+        let (mut pa, mut pb) = (t.a, t.b);
+        for _ in 0..t.kc {
+            let a0 = L::load(pa);
+            let a1 = L::load(pa.add(w));
             for (j, acc) in acc.iter_mut().enumerate() {
-                let bj = _mm256_broadcast_ss(&*pb.add(j));
-                acc[0] = _mm256_fmadd_ps(a0, bj, acc[0]);
-                acc[1] = _mm256_fmadd_ps(a1, bj, acc[1]);
+                let bj = L::splat(*pb.add(j));
+                acc[0] = L::fma(a0, bj, acc[0]);
+                acc[1] = L::fma(a1, bj, acc[1]);
             }
-            pa = pa.add(16);
-            pb = pb.add(6);
+            pa = pa.add(2 * w);
+            pb = pb.add(NR);
         }
-    }
-    for (j, acc) in acc.iter().enumerate().take(nv) {
-        // SAFETY: column j < nv of the tile; full stores only when mv == 16.
-        unsafe {
-            let cj = c.add(j * ldc).cast::<f32>();
-            if mv == 16 {
-                let (mut v0, mut v1) = (acc[0], acc[1]);
-                if add {
-                    v0 = _mm256_add_ps(_mm256_loadu_ps(cj), v0);
-                    v1 = _mm256_add_ps(_mm256_loadu_ps(cj.add(8)), v1);
-                }
-                _mm256_storeu_ps(cj, v0);
-                _mm256_storeu_ps(cj.add(8), v1);
-            } else {
-                let mut t = [0f32; 16];
-                _mm256_storeu_ps(t.as_mut_ptr(), acc[0]);
-                _mm256_storeu_ps(t.as_mut_ptr().add(8), acc[1]);
-                for (i, &v) in t.iter().enumerate().take(mv) {
-                    let p = cj.add(i);
-                    *p = if add { *p + v } else { v };
+        for (j, acc) in acc.iter().enumerate().take(t.nv) {
+            let cj = t.c.add(j * t.ldc).cast::<f32>();
+            for (h, &v) in acc.iter().enumerate() {
+                let cnt = t.mv.saturating_sub(h * w).min(w);
+                if cnt == w {
+                    let p = cj.add(h * w);
+                    L::store(p, if t.add { L::add(L::load(p), v) } else { v });
+                } else if cnt > 0 {
+                    let p = cj.add(h * w);
+                    let v = if t.add {
+                        L::add(load_part::<L>(p, cnt), v)
+                    } else {
+                        v
+                    };
+                    store_part::<L>(p, v, cnt);
                 }
             }
         }
@@ -197,24 +164,6 @@ unsafe fn load_w512<const T: u8>(p: *const u8, i: usize, m: __mmask16) -> __m512
     }
 }
 
-/// Sixteen weights of type `T` at element `i` as f32, unmasked (masked
-/// loads stream measurably slower from DRAM).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-#[inline]
-unsafe fn load_full512<const T: u8>(p: *const u8, i: usize) -> __m512 {
-    // SAFETY: the caller guarantees sixteen elements from i.
-    unsafe {
-        match T {
-            F16 => _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * i).cast())),
-            BF16 => _mm512_castsi512_ps(_mm512_slli_epi32(
-                _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.add(2 * i).cast())),
-                16,
-            )),
-            _ => _mm512_loadu_ps(p.add(4 * i).cast()),
-        }
-    }
-}
-
 /// Sums each of eight vectors: `[Σ v0, ..., Σ v7]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn reduce8_256(w: [__m256; 8]) -> [f32; 8] {
@@ -232,66 +181,19 @@ fn reduce8_256(w: [__m256; 8]) -> [f32; 8] {
     out
 }
 
-/// Eight dot products of `rows` (k weights of type `T`) with `x`. The
-/// rows are read one after the other (sequential memory when they are
-/// contiguous: DRAM streams best that way, measured ~1.8x faster than
-/// interleaving eight rows), each into four accumulators, and the eight
-/// row vectors are reduced together at the end.
-///
-/// # Safety
-/// AVX-512 F/BW/VL; each pointer covers k elements.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-pub(super) unsafe fn gemv8_avx512<const T: u8>(
-    k: usize,
-    rows: &[*const u8; 8],
-    x: *const u8,
-) -> [f32; 8] {
-    // A plain loop, not a closure: closures are not compiled with the
-    // function's target features (measured: a call and vzeroupper per row).
-    let mut w = [_mm256_setzero_ps(); 8];
-    for (wr, &p) in w.iter_mut().zip(rows) {
-        let mut acc = [_mm512_setzero_ps(); 4];
-        let mut i = 0;
-        while i + 64 <= k {
-            for (j, a) in acc.iter_mut().enumerate() {
-                // SAFETY: elements i + 16j .. + 16 <= k of x and the row.
-                unsafe {
-                    let xv = load_full512::<T>(x, i + 16 * j);
-                    *a = _mm512_fmadd_ps(load_full512::<T>(p, i + 16 * j), xv, *a);
-                }
-            }
-            i += 64;
-        }
-        while i < k {
-            let m = mask16(k - i);
-            // SAFETY: lanes in m are elements i .. min(i + 16, k) of x and the row.
-            unsafe {
-                let xv = load_w512::<T>(x, i, m);
-                acc[0] = _mm512_fmadd_ps(load_w512::<T>(p, i, m), xv, acc[0]);
-            }
-            i += 16;
-        }
-        let v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-        let lo = _mm512_castps512_ps256(v);
-        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-        *wr = _mm256_add_ps(lo, hi);
-    }
-    reduce8_256(w)
-}
-
-/// Eight weights of type `T` at element `i` as f32 (AVX2).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn load_w256<const T: u8>(p: *const u8, i: usize) -> __m256 {
-    // SAFETY: the caller guarantees eight elements from i.
+/// `W` weights of type `T` at element `i` as f32 (`n < W` of them, zeros
+/// after, when `PART`).
+#[inline(always)]
+unsafe fn load_w<L: Lanes, const T: u8>(p: *const u8, i: usize, n: usize, part: bool) -> L::V {
+    // SAFETY: the caller guarantees W (or n when part) elements from i.
     unsafe {
-        match T {
-            F16 => _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * i).cast())),
-            BF16 => _mm256_castsi256_ps(_mm256_slli_epi32(
-                _mm256_cvtepu16_epi32(_mm_loadu_si128(p.add(2 * i).cast())),
-                16,
-            )),
-            _ => _mm256_loadu_ps(p.add(4 * i).cast()),
+        match (T, part) {
+            (F16, false) => load16::<L, false>(p.add(2 * i).cast()),
+            (F16, true) => load16_part::<L, false>(p.add(2 * i).cast(), n),
+            (BF16, false) => load16::<L, true>(p.add(2 * i).cast()),
+            (BF16, true) => load16_part::<L, true>(p.add(2 * i).cast(), n),
+            (_, false) => L::load(p.add(4 * i).cast()),
+            (_, true) => load_part::<L>(p.add(4 * i).cast(), n),
         }
     }
 }
@@ -312,52 +214,55 @@ unsafe fn load_w1<const T: u8>(p: *const u8, i: usize) -> f32 {
     }
 }
 
-/// Eight dot products (AVX2), the rows one after the other as in
-/// [`gemv8_avx512`]: four eight-lane accumulators per row, a scalar tail,
-/// one reduction for the eight rows.
+/// Eight dot products of `rows` (k weights of type `T`) with `x` (k values
+/// of the same type). The rows are read one after the other (sequential
+/// memory when they are contiguous: DRAM streams best that way, measured
+/// ~1.8x faster than interleaving eight rows), each into four accumulators
+/// (steps of 4W, then single vectors into the first, then the partial
+/// vector when [`Lanes::TAIL`]), summed `(a0 + a1) + (a2 + a3)` and folded
+/// to eight lanes; the eight row vectors are reduced together at the end,
+/// and a tail of fewer than W elements (levels without `TAIL`) is added by
+/// scalar FMAs.
 ///
 /// # Safety
-/// AVX2 + FMA + F16C; each pointer (and `x`, of the same type) covers k elements.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn gemv8_avx2<const T: u8>(
-    k: usize,
-    rows: &[*const u8; 8],
-    x: *const u8,
-) -> [f32; 8] {
-    let mut w = [_mm256_setzero_ps(); 8];
-    let main = k / 32 * 32;
-    for (wr, &p) in w.iter_mut().zip(rows) {
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut i = 0;
-        while i < main {
-            for (j, a) in acc.iter_mut().enumerate() {
-                // SAFETY: elements i + 8j .. + 8 <= k of x and the row.
-                unsafe {
-                    *a = _mm256_fmadd_ps(
-                        load_w256::<T>(p, i + 8 * j),
-                        load_w256::<T>(x, i + 8 * j),
-                        *a,
-                    );
+/// The level's features; each pointer covers k elements.
+#[inline(always)]
+unsafe fn gemv8<L: Lanes, const T: u8>(k: usize, rows: &[*const u8; 8], x: *const u8) -> [f32; 8] {
+    let w = L::W;
+    // A plain loop, not a closure: closures are not compiled with the
+    // function's target features (measured: a call and vzeroupper per row).
+    // SAFETY: every load is of elements below k of x and the row.
+    unsafe {
+        let mut red = [_mm256_setzero_ps(); 8];
+        for (wr, &p) in red.iter_mut().zip(rows) {
+            let mut acc = [L::zero(); 4];
+            let mut i = 0;
+            while i + 4 * w <= k {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    let xv = load_w::<L, T>(x, i + w * j, w, false);
+                    *a = L::fma(load_w::<L, T>(p, i + w * j, w, false), xv, *a);
+                }
+                i += 4 * w;
+            }
+            while i + w <= k {
+                let xv = load_w::<L, T>(x, i, w, false);
+                acc[0] = L::fma(load_w::<L, T>(p, i, w, false), xv, acc[0]);
+                i += w;
+            }
+            if L::TAIL && i < k {
+                let xv = load_w::<L, T>(x, i, k - i, true);
+                acc[0] = L::fma(load_w::<L, T>(p, i, k - i, true), xv, acc[0]);
+            }
+            *wr = L::fold8(L::add(L::add(acc[0], acc[1]), L::add(acc[2], acc[3])));
+        }
+        let mut out = reduce8_256(red);
+        if !L::TAIL {
+            for (o, &r) in out.iter_mut().zip(rows) {
+                for j in k / w * w..k {
+                    *o = load_w1::<T>(r, j).mul_add(load_w1::<T>(x, j), *o);
                 }
             }
-            i += 32;
         }
-        while i + 8 <= k {
-            // SAFETY: elements i .. i + 8 <= k of x and the row.
-            unsafe {
-                acc[0] = _mm256_fmadd_ps(load_w256::<T>(p, i), load_w256::<T>(x, i), acc[0]);
-            }
-            i += 8;
-        }
-        *wr = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        out
     }
-    let mut out = reduce8_256(w);
-    let tail = k / 8 * 8;
-    for (o, &r) in out.iter_mut().zip(rows) {
-        for j in tail..k {
-            // SAFETY: element j < k of x and the row.
-            *o = unsafe { load_w1::<T>(r, j).mul_add(load_w1::<T>(x, j), *o) };
-        }
-    }
-    out
 }

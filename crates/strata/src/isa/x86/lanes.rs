@@ -1,5 +1,5 @@
-//! The per-level f32 vector operations ([`Lanes`]: AVX-512 and AVX2) and
-//! the vectorized [`exp`] the kernels are written over.
+//! The per-level f32 vector operations ([`Lanes`]: AVX-512 in [`L512`],
+//! AVX2 + FMA + F16C in [`L256`]) that the x86 kernels are written over.
 
 use std::arch::x86_64::*;
 
@@ -16,6 +16,12 @@ pub(crate) trait Lanes {
     unsafe fn store(p: *mut f32, v: Self::V);
     /// `W` f16 values at `p` (any alignment) converted to f32.
     unsafe fn load_h(p: *const u16) -> Self::V;
+    /// `W` bf16 values at `p` (any alignment) widened to f32.
+    unsafe fn load_bf16(p: *const u16) -> Self::V;
+    /// Each lane rounded to f16 (nearest even), stored as `W` f16 at `p`.
+    unsafe fn store_h(p: *mut u16, v: Self::V);
+    /// True if any lane is NaN.
+    unsafe fn any_nan(v: Self::V) -> bool;
     /// `a·b + c`, rounded once.
     unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
@@ -39,6 +45,21 @@ pub(crate) trait Lanes {
     unsafe fn select_lt(a: Self::V, b: Self::V, x: Self::V, y: Self::V) -> Self::V;
     /// Per lane `a > b ? x : y`.
     unsafe fn select_gt(a: Self::V, b: Self::V, x: Self::V, y: Self::V) -> Self::V;
+    /// True when the row kernels finish a row's last partial vector in
+    /// lanes (AVX-512: masked loads and stores), false when they leave it
+    /// to the caller's scalar loop (AVX2).
+    const TAIL: bool;
+    /// The largest argument [`super::exp`] computes in lanes: `2^n` must be
+    /// representable by [`Lanes::pow2`] (AVX2 builds it in the exponent
+    /// field, so n <= 127).
+    const EXP_FAST_HI: f32;
+    /// [`super::exp`]'s result `y` for the lanes of `x` above
+    /// [`Lanes::EXP_FAST_HI`] (AVX-512: +inf above [`super::EXP_HI`]; AVX2:
+    /// libm's `exp` of those lanes).
+    unsafe fn exp_above(x: Self::V, y: Self::V) -> Self::V;
+    /// The lanes folded to eight by adding the upper half to the lower
+    /// (AVX-512), or unchanged (AVX2).
+    unsafe fn fold8(v: Self::V) -> __m256;
 }
 
 /// The AVX-512 lanes.
@@ -70,6 +91,22 @@ impl Lanes for L512 {
     unsafe fn load_h(p: *const u16) -> __m512 {
         // SAFETY: forwarded contract (16 readable f16).
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load_bf16(p: *const u16) -> __m512 {
+        // SAFETY: forwarded contract (16 readable bf16).
+        let h = unsafe { _mm256_loadu_si256(p.cast()) };
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+    }
+    #[inline(always)]
+    unsafe fn store_h(p: *mut u16, v: __m512) {
+        let h = _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+        // SAFETY: forwarded contract (16 writable f16).
+        unsafe { _mm256_storeu_si256(p.cast(), h) }
+    }
+    #[inline(always)]
+    unsafe fn any_nan(v: __m512) -> bool {
+        _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v) != 0
     }
     #[inline(always)]
     unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
@@ -127,6 +164,18 @@ impl Lanes for L512 {
     unsafe fn select_gt(a: __m512, b: __m512, x: __m512, y: __m512) -> __m512 {
         _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(a, b), y, x)
     }
+    const TAIL: bool = true;
+    const EXP_FAST_HI: f32 = super::EXP_HI;
+    #[inline(always)]
+    unsafe fn exp_above(x: __m512, y: __m512) -> __m512 {
+        // SAFETY: lane arithmetic at this level.
+        unsafe { Self::select_gt(x, Self::splat(super::EXP_HI), Self::splat(f32::INFINITY), y) }
+    }
+    #[inline(always)]
+    unsafe fn fold8(v: __m512) -> __m256 {
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+        _mm256_add_ps(_mm512_castps512_ps256(v), hi)
+    }
 }
 
 /// The AVX2 lanes.
@@ -158,6 +207,22 @@ impl Lanes for L256 {
     unsafe fn load_h(p: *const u16) -> __m256 {
         // SAFETY: forwarded contract (8 readable f16).
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load_bf16(p: *const u16) -> __m256 {
+        // SAFETY: forwarded contract (8 readable bf16).
+        let h = unsafe { _mm_loadu_si128(p.cast()) };
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+    }
+    #[inline(always)]
+    unsafe fn store_h(p: *mut u16, v: __m256) {
+        let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+        // SAFETY: forwarded contract (8 writable f16).
+        unsafe { _mm_storeu_si128(p.cast(), h) }
+    }
+    #[inline(always)]
+    unsafe fn any_nan(v: __m256) -> bool {
+        _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v)) != 0
     }
     #[inline(always)]
     unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
@@ -211,31 +276,30 @@ impl Lanes for L256 {
     unsafe fn select_gt(a: __m256, b: __m256, x: __m256, y: __m256) -> __m256 {
         _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_GT_OQ>(a, b))
     }
-}
-
-/// Smallest argument of [`exp`] with a normal result; below it returns 0.
-pub(crate) const EXP_LO: f32 = -87.336_54;
-/// Largest argument of [`exp`]; above it the result saturates.
-pub(crate) const EXP_HI: f32 = 88.0;
-
-/// `e^x` per lane (module docs: error and range).
-#[inline(always)]
-pub(crate) unsafe fn exp<L: Lanes>(x: L::V) -> L::V {
-    // SAFETY: only lane arithmetic; the caller has the level's features.
-    unsafe {
-        let lo = L::splat(EXP_LO);
-        // max(lo, x) and min(hi, ·) return x when it is NaN.
-        let xc = L::min(L::splat(EXP_HI), L::max(lo, x));
-        let n = L::round_int(L::mul(xc, L::splat(std::f32::consts::LOG2_E)));
-        let r = L::fma(n, L::splat(-0.693_359_4), xc);
-        let r = L::fma(n, L::splat(2.121_944_4e-4), r);
-        let mut p = L::splat(1.987_569_1e-4);
-        p = L::fma(p, r, L::splat(1.398_199_9e-3));
-        p = L::fma(p, r, L::splat(8.333_452e-3));
-        p = L::fma(p, r, L::splat(4.166_579_6e-2));
-        p = L::fma(p, r, L::splat(1.666_666_5e-1));
-        p = L::fma(p, r, L::splat(0.5));
-        let y = L::add(L::fma(p, L::mul(r, r), r), L::splat(1.0));
-        L::select_lt(x, lo, L::zero(), L::pow2(y, n))
+    const TAIL: bool = false;
+    const EXP_FAST_HI: f32 = 88.0;
+    #[inline(always)]
+    unsafe fn exp_above(x: __m256, y: __m256) -> __m256 {
+        let big = _mm256_cmp_ps::<_CMP_GT_OQ>(x, _mm256_set1_ps(Self::EXP_FAST_HI));
+        if _mm256_movemask_ps(big) == 0 {
+            return y;
+        }
+        let (mut v, mut xs) = ([0f32; 8], [0f32; 8]);
+        // SAFETY: both arrays hold eight f32.
+        unsafe {
+            _mm256_storeu_ps(v.as_mut_ptr(), y);
+            _mm256_storeu_ps(xs.as_mut_ptr(), x);
+        }
+        for (o, &xv) in v.iter_mut().zip(&xs) {
+            if xv > Self::EXP_FAST_HI {
+                *o = xv.exp();
+            }
+        }
+        // SAFETY: v holds eight f32.
+        unsafe { _mm256_loadu_ps(v.as_ptr()) }
+    }
+    #[inline(always)]
+    unsafe fn fold8(v: __m256) -> __m256 {
+        v
     }
 }

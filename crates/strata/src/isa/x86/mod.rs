@@ -1,0 +1,180 @@
+//! x86-64 f32 vector code shared by every kernel family: the lane
+//! abstraction ([`Lanes`], one implementation per level: [`L512`] for
+//! AVX-512 F/BW/VL, [`L256`] for AVX2 + FMA + F16C), the one vectorized
+//! [`exp`] of the crate, and row helpers written once over the lanes.
+//!
+//! A kernel is a generic `unsafe fn k<L: Lanes>(..)` marked
+//! `#[inline(always)]`; [`per_level!`] instantiates it per level inside
+//! `#[target_feature]` functions, and the caller dispatches on
+//! [`Isa::f32_level`](super::Isa::f32_level) with [`simd!`](super::simd).
+//! Every function here requires its level's CPU features (callers check
+//! them through `f32_level` or `Isa::is_supported`) and raw pointers that
+//! cover the element counts given.
+//!
+//! **exp.** `e^x` is Cephes' `expf` scheme: `n = round(x · log2 e)`, `r = x
+//! − n · ln 2` (Cody–Waite split of ln 2), `e^r = 1 + r + r² · P(r)` with a
+//! degree-5 `P` (Cephes' coefficients), times `2^n`. Relative error within
+//! 2 ulp of the correctly rounded value for `x` in [−87.3, 88.3] (tested
+//! against f64); 0 below [`EXP_LO`] (where e^x is subnormal) and for −∞;
+//! +∞ above [`EXP_HI`]; NaN for NaN. soft_max and FLASH_ATTN_EXT both use
+//! it at the SIMD levels (the scalar level uses libm's `exp` everywhere).
+
+mod lanes;
+
+pub(crate) use lanes::{Lanes, L256, L512};
+
+use std::arch::x86_64::*;
+
+/// An all-ones mask of the low `n` lanes (n <= 16).
+#[inline(always)]
+pub(crate) fn mask16(n: usize) -> __mmask16 {
+    if n >= 16 {
+        !0
+    } else {
+        ((1u32 << n) - 1) as __mmask16
+    }
+}
+
+/// Below this, e^x is subnormal: [`exp`] returns 0.
+pub(crate) const EXP_LO: f32 = -87.336_55;
+/// Above this, e^x overflows f32: [`exp`] returns +inf.
+pub(crate) const EXP_HI: f32 = 88.722_84;
+/// ln 2 in two parts (Cody–Waite): `LN2_HI` has few enough bits that
+/// `n · LN2_HI` is exact.
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// e^r − 1 − r = r² · P(r), Cephes expf's coefficients (highest first).
+const EXP_P: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
+
+/// `e^x` per lane (module docs: error and range).
+#[inline(always)]
+pub(crate) unsafe fn exp<L: Lanes>(x: L::V) -> L::V {
+    // SAFETY: only lane arithmetic; the caller has the level's features.
+    unsafe {
+        let lo = L::splat(EXP_LO);
+        // max(lo, x) and min(hi, ·) return x when it is NaN.
+        let xc = L::min(L::splat(L::EXP_FAST_HI), L::max(lo, x));
+        let n = L::round_int(L::mul(xc, L::splat(std::f32::consts::LOG2_E)));
+        let r = L::fma(n, L::splat(-LN2_HI), xc);
+        let r = L::fma(n, L::splat(-LN2_LO), r);
+        let mut p = L::splat(EXP_P[0]);
+        for &c in &EXP_P[1..] {
+            p = L::fma(p, r, L::splat(c));
+        }
+        let e = L::fma(p, L::mul(r, r), L::add(r, L::splat(1.0)));
+        let y = L::select_lt(x, lo, L::zero(), L::pow2(e, n));
+        L::exp_above(x, y)
+    }
+}
+
+/// The first `n < W` f32 at `p` (any alignment), zeros after.
+#[inline(always)]
+pub(crate) unsafe fn load_part<L: Lanes>(p: *const f32, n: usize) -> L::V {
+    let mut b = [0f32; 16];
+    // SAFETY: the caller guarantees n readable f32 at p; n < W <= 16; a
+    // byte copy needs no alignment.
+    unsafe {
+        std::ptr::copy_nonoverlapping(p.cast::<u8>(), b.as_mut_ptr().cast::<u8>(), 4 * n);
+        L::load(b.as_ptr())
+    }
+}
+
+/// Stores the first `n < W` lanes of `v` at `p`.
+#[inline(always)]
+pub(crate) unsafe fn store_part<L: Lanes>(p: *mut f32, v: L::V, n: usize) {
+    let mut b = [0f32; 16];
+    // SAFETY: the caller guarantees n writable f32 at p; n < W <= 16.
+    unsafe {
+        L::store(b.as_mut_ptr(), v);
+        std::ptr::copy_nonoverlapping(b.as_ptr(), p, n);
+    }
+}
+
+/// `W` 16-bit values at `p` (any alignment) widened to f32: bf16 when
+/// `BF` ([`Lanes::load_bf16`]), else f16 ([`Lanes::load_h`]).
+#[inline(always)]
+pub(crate) unsafe fn load16<L: Lanes, const BF: bool>(p: *const u16) -> L::V {
+    // SAFETY: the caller guarantees W readable values at p.
+    unsafe {
+        if BF {
+            L::load_bf16(p)
+        } else {
+            L::load_h(p)
+        }
+    }
+}
+
+/// The first `n < W` 16-bit values at `p` (any alignment) as [`load16`],
+/// zeros after.
+#[inline(always)]
+pub(crate) unsafe fn load16_part<L: Lanes, const BF: bool>(p: *const u16, n: usize) -> L::V {
+    let mut b = [0u16; 16];
+    // SAFETY: the caller guarantees n readable values at p; n < W <= 16; a
+    // byte copy needs no alignment.
+    unsafe {
+        std::ptr::copy_nonoverlapping(p.cast::<u8>(), b.as_mut_ptr().cast::<u8>(), 2 * n);
+        load16::<L, BF>(b.as_ptr())
+    }
+}
+
+/// Widens `n` 16-bit values at `src` (any alignment; bf16 when `BF`, else
+/// f16) to f32 at `dst`, exactly: whole vectors, then the partial one.
+#[inline(always)]
+pub(crate) unsafe fn widen16<L: Lanes, const BF: bool>(src: *const u16, n: usize, dst: *mut f32) {
+    // SAFETY: the caller guarantees n source values and n destination f32.
+    unsafe {
+        let mut i = 0;
+        while i + L::W <= n {
+            L::store(dst.add(i), load16::<L, BF>(src.add(i)));
+            i += L::W;
+        }
+        if i < n {
+            let v = load16_part::<L, BF>(src.add(i), n - i);
+            store_part::<L>(dst.add(i), v, n - i);
+        }
+    }
+}
+
+/// Instantiates generic kernels per level: for each listed
+/// `fn name<...>(args) -> ret`, the modules `avx512` and `avx2` get a
+/// `#[target_feature]` function `name` calling `super::name::<L512, ..>` /
+/// `super::name::<L256, ..>` (the generic's first parameter is the lanes).
+///
+/// # Safety (of the generated functions)
+/// The caller has checked the level's CPU features and meets the generic
+/// kernel's own contract.
+macro_rules! per_level {
+    ($(fn $name:ident $(<$(const $c:ident: $ct:ty),*>)? ($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)?;)*) => {
+        $crate::isa::x86::per_level!(@level avx512, $crate::isa::x86::L512, "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+            $(fn $name $(<$(const $c: $ct),*>)? ($($a: $t),*) $(-> $r)?;)*);
+        $crate::isa::x86::per_level!(@level avx2, $crate::isa::x86::L256, "avx2,fma,f16c",
+            $(fn $name $(<$(const $c: $ct),*>)? ($($a: $t),*) $(-> $r)?;)*);
+    };
+    (@level $m:ident, $l:ty, $feat:literal, $(fn $name:ident $(<$(const $c:ident: $ct:ty),*>)? ($($a:ident: $t:ty),*) $(-> $r:ty)?;)*) => {
+        /// The kernels instantiated at one level (see `per_level!`).
+        pub(crate) mod $m {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                /// The level's instance of the generic kernel of the same name.
+                ///
+                /// # Safety
+                /// The level's CPU features; the generic kernel's contract.
+                #[target_feature(enable = $feat)]
+                #[allow(clippy::too_many_arguments)]
+                pub(crate) unsafe fn $name $(<$(const $c: $ct),*>)? ($($a: $t),*) $(-> $r)? {
+                    // SAFETY: forwarded contract.
+                    unsafe { super::$name::<$l $($(, $c)*)?>($($a),*) }
+                }
+            )*
+        }
+    };
+}
+pub(crate) use per_level;
