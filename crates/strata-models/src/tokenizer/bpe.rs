@@ -1,5 +1,6 @@
 //! Byte-level BPE merging (llama.cpp's `llm_tokenizer_bpe_session`).
 
+use super::symbol::{char_symbols, merge_pair, pieces, Symbol};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
@@ -44,28 +45,11 @@ impl MergeRanks {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Symbol {
-    prev: Option<usize>,
-    next: Option<usize>,
-    start: usize,
-    len: usize,
-}
-
 /// Applies the merges to one byte-encoded word and returns its final symbols (substrings of
 /// `word`), in order. Bigrams are taken lowest rank first, leftmost first among equal ranks;
 /// a bigram whose two symbols changed since it was queued is skipped, exactly like llama.cpp.
 pub(crate) fn merge_word<'a>(word: &'a str, ranks: &MergeRanks) -> Vec<&'a str> {
-    let mut symbols: Vec<Symbol> = Vec::with_capacity(word.len());
-    let n = word.chars().count();
-    for (i, (start, c)) in word.char_indices().enumerate() {
-        symbols.push(Symbol {
-            prev: i.checked_sub(1),
-            next: (i + 1 < n).then_some(i + 1),
-            start,
-            len: c.len_utf8(),
-        });
-    }
+    let mut symbols = char_symbols(word);
     // (rank, left index) ordered ascending; plus the merged text to detect stale entries.
     let mut queue: BinaryHeap<Reverse<(u32, usize, usize, String)>> = BinaryHeap::new();
     let text = |s: &Symbol| &word[s.start..s.start + s.len];
@@ -89,22 +73,11 @@ pub(crate) fn merge_word<'a>(word: &'a str, ranks: &MergeRanks) -> Vec<&'a str> 
         if ls.start + ls.len != rs.start || word[ls.start..rs.start + rs.len] != merged {
             continue;
         }
-        symbols[l].len += rs.len;
-        symbols[r].len = 0;
-        symbols[l].next = rs.next;
-        if let Some(nx) = rs.next {
-            symbols[nx].prev = Some(l);
-        }
-        let prev = symbols[l].prev;
-        let next = symbols[l].next;
+        let (prev, next) = merge_pair(&mut symbols, l, r);
         push(&mut queue, &symbols, prev, Some(l));
         push(&mut queue, &symbols, Some(l), next);
     }
-    symbols
-        .iter()
-        .filter(|s| s.len > 0)
-        .map(|s| &word[s.start..s.start + s.len])
-        .collect()
+    pieces(&symbols, word)
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ mod decode;
 mod pretokenize;
 mod special;
 mod spm;
+mod symbol;
 
 use std::collections::{HashMap, HashSet};
 

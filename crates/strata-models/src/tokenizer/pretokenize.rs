@@ -203,212 +203,187 @@ impl PreTokenizer {
     }
 }
 
-/// Port of llama.cpp's `unicode_regex_split_custom_gpt2`.
-fn split_gpt2(cpts: &[char], offsets: &[usize]) -> Vec<usize> {
+/// One offset span of the text being split by a custom splitter, with the
+/// bounds-checked lookups both llama.cpp ports use.
+struct Chunk<'a> {
+    cpts: &'a [char],
+    ini: usize,
+    end: usize,
+}
+
+impl Chunk<'_> {
+    fn get(&self, pos: usize) -> Option<char> {
+        (self.ini <= pos && pos < self.end).then(|| self.cpts[pos])
+    }
+
+    fn flags(&self, pos: usize) -> Flags {
+        flags(self.get(pos))
+    }
+
+    /// First position from `pos` on whose flags fail `keep`.
+    fn skip_while(&self, mut pos: usize, keep: impl Fn(Flags) -> bool) -> usize {
+        while keep(self.flags(pos)) {
+            pos += 1;
+        }
+        pos
+    }
+
+    /// End of `'s|'t|'re|'ve|'m|'ll|'d` at `pos` (case-insensitive when
+    /// `fold_case`), if one starts there.
+    fn contraction(&self, pos: usize, fold_case: bool) -> Option<usize> {
+        let case = |c: Option<char>| match c {
+            Some(c) if fold_case => Some(c.to_lowercase().next().unwrap_or(c)),
+            c => c,
+        };
+        if self.cpts[pos] != '\'' || pos + 1 >= self.end {
+            return None;
+        }
+        let n = case(self.get(pos + 1));
+        if matches!(n, Some('s' | 't' | 'm' | 'd')) {
+            return Some(pos + 2);
+        }
+        if pos + 2 < self.end {
+            let nn = case(self.get(pos + 2));
+            if matches!(
+                (n, nn),
+                (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l'))
+            ) {
+                return Some(pos + 3);
+            }
+        }
+        None
+    }
+
+    /// The whitespace alternatives that close both patterns (`\s*[\r\n]+` only
+    /// when `newlines`, then `\s+(?!\S)`, `\s+`), or one code point if none match.
+    fn whitespace_end(&self, pos: usize, newlines: bool) -> usize {
+        let mut nws = 0;
+        let mut last_end_rn = 0;
+        while self.flags(pos + nws).whitespace {
+            if newlines && matches!(self.get(pos + nws), Some('\r' | '\n')) {
+                last_end_rn = pos + nws + 1;
+            }
+            nws += 1;
+        }
+        if last_end_rn > 0 {
+            last_end_rn
+        } else if nws > 1 && self.get(pos + nws).is_some() {
+            pos + nws - 1
+        } else if nws > 0 {
+            pos + nws
+        } else {
+            pos + 1
+        }
+    }
+}
+
+/// Drives a custom splitter over every offset span: `step` returns where the
+/// piece starting at `pos` ends, and may cut pieces before that through its
+/// `cut` argument (the end of each earlier piece).
+fn split_custom(
+    cpts: &[char],
+    offsets: &[usize],
+    mut step: impl FnMut(&Chunk<'_>, usize, &mut dyn FnMut(usize)) -> usize,
+) -> Vec<usize> {
     let mut out = Vec::with_capacity(offsets.len());
     let mut start = 0;
     for &offset in offsets {
-        let (ini, end) = (start, start + offset);
-        start = end;
-        let get = |pos: usize| (ini <= pos && pos < end).then(|| cpts[pos]);
-        let get_flags = |pos: usize| flags(get(pos));
-        let mut prev_end = ini;
-        let mut add = |e: usize, out: &mut Vec<usize>| -> usize {
-            let len = e - prev_end;
-            if len > 0 {
-                out.push(len);
+        let chunk = Chunk {
+            cpts,
+            ini: start,
+            end: start + offset,
+        };
+        start = chunk.end;
+        let mut prev_end = chunk.ini;
+        let mut add = |e: usize| {
+            if e > prev_end {
+                out.push(e - prev_end);
             }
             prev_end = e;
-            len
         };
-        let mut pos = ini;
-        while pos < end {
-            let cpt = cpts[pos];
-            let f = get_flags(pos);
-            // 's|'t|'re|'ve|'m|'ll|'d
-            if cpt == '\'' && pos + 1 < end {
-                let n = get(pos + 1);
-                if matches!(n, Some('s' | 't' | 'm' | 'd')) {
-                    pos += add(pos + 2, &mut out);
-                    continue;
-                }
-                if pos + 2 < end {
-                    let nn = get(pos + 2);
-                    if matches!(
-                        (n, nn),
-                        (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l'))
-                    ) {
-                        pos += add(pos + 3, &mut out);
-                        continue;
-                    }
-                }
-            }
-            let mut f2 = if cpt == ' ' { get_flags(pos + 1) } else { f };
-            let sp = usize::from(cpt == ' ');
-            // <space>?\p{L}+
-            if f2.letter {
-                pos += sp;
-                while f2.letter {
-                    pos += 1;
-                    f2 = get_flags(pos);
-                }
-                add(pos, &mut out);
-                continue;
-            }
-            // <space>?\p{N}+
-            if f2.number {
-                pos += sp;
-                while f2.number {
-                    pos += 1;
-                    f2 = get_flags(pos);
-                }
-                add(pos, &mut out);
-                continue;
-            }
-            // <space>?[^\s\p{L}\p{N}]+
-            if !(f2.whitespace || f2.letter || f2.number) && f2.any {
-                pos += sp;
-                while !(f2.whitespace || f2.letter || f2.number) && f2.any {
-                    pos += 1;
-                    f2 = get_flags(pos);
-                }
-                add(pos, &mut out);
-                continue;
-            }
-            let mut nws = 0;
-            while get_flags(pos + nws).whitespace {
-                nws += 1;
-            }
-            // \s+(?!\S)
-            if nws > 1 && get(pos + nws).is_some() {
-                pos += nws - 1;
-                add(pos, &mut out);
-                continue;
-            }
-            // \s+
-            if nws > 0 {
-                pos += nws;
-                add(pos, &mut out);
-                continue;
-            }
-            // no match
-            pos += 1;
-            add(pos, &mut out);
+        let mut pos = chunk.ini;
+        while pos < chunk.end {
+            pos = step(&chunk, pos, &mut add);
+            add(pos);
         }
     }
     out
 }
 
+/// `[^\s\p{L}\p{N}]` for a code point in range.
+fn is_other(f: Flags) -> bool {
+    !(f.whitespace || f.letter || f.number) && f.any
+}
+
+/// Port of llama.cpp's `unicode_regex_split_custom_gpt2`.
+fn split_gpt2(cpts: &[char], offsets: &[usize]) -> Vec<usize> {
+    split_custom(cpts, offsets, |c, pos, _| {
+        // 's|'t|'re|'ve|'m|'ll|'d
+        if let Some(e) = c.contraction(pos, false) {
+            return e;
+        }
+        let cpt = c.cpts[pos];
+        let f2 = if cpt == ' ' {
+            c.flags(pos + 1)
+        } else {
+            c.flags(pos)
+        };
+        let sp = usize::from(cpt == ' ');
+        // <space>?\p{L}+
+        if f2.letter {
+            return c.skip_while(pos + sp, |f| f.letter);
+        }
+        // <space>?\p{N}+
+        if f2.number {
+            return c.skip_while(pos + sp, |f| f.number);
+        }
+        // <space>?[^\s\p{L}\p{N}]+
+        if is_other(f2) {
+            return c.skip_while(pos + sp, is_other);
+        }
+        // \s+(?!\S), \s+, or no match
+        c.whitespace_end(pos, false)
+    })
+}
+
 /// Port of llama.cpp's `unicode_regex_split_custom_llama3` (with the digit run length as a
 /// parameter so that the Qwen2 variant `\p{N}` can share it).
 fn split_llama3(cpts: &[char], offsets: &[usize], max_digits: usize) -> Vec<usize> {
-    let lower = |c: Option<char>| c.map(|c| c.to_lowercase().next().unwrap_or(c));
-    let mut out = Vec::with_capacity(offsets.len());
-    let mut start = 0;
-    for &offset in offsets {
-        let (ini, end) = (start, start + offset);
-        start = end;
-        let get = |pos: usize| (ini <= pos && pos < end).then(|| cpts[pos]);
-        let get_flags = |pos: usize| flags(get(pos));
-        let mut prev_end = ini;
-        let mut add = |e: usize, out: &mut Vec<usize>| -> usize {
-            let len = e - prev_end;
-            if len > 0 {
-                out.push(len);
-            }
-            prev_end = e;
-            len
-        };
-        let mut pos = ini;
-        while pos < end {
-            let cpt = cpts[pos];
-            let f = get_flags(pos);
-            // (?i:'s|'t|'re|'ve|'m|'ll|'d)
-            if cpt == '\'' && pos + 1 < end {
-                let n = lower(get(pos + 1));
-                if matches!(n, Some('s' | 't' | 'm' | 'd')) {
-                    pos += add(pos + 2, &mut out);
-                    continue;
-                }
-                if pos + 2 < end {
-                    let nn = lower(get(pos + 2));
-                    if matches!(
-                        (n, nn),
-                        (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l'))
-                    ) {
-                        pos += add(pos + 3, &mut out);
-                        continue;
-                    }
-                }
-            }
-            // [^\r\n\p{L}\p{N}]?\p{L}+
-            if !(cpt == '\r' || cpt == '\n' || f.number) && (f.letter || get_flags(pos + 1).letter)
-            {
-                pos += 1;
-                while get_flags(pos).letter {
-                    pos += 1;
-                }
-                add(pos, &mut out);
-                continue;
-            }
-            // \p{N}{1,max_digits}
-            if f.number {
-                let mut run_start = pos;
-                while get_flags(pos).number {
-                    pos += 1;
-                    if pos - run_start >= max_digits {
-                        add(pos, &mut out);
-                        run_start = pos;
-                    }
-                }
-                add(pos, &mut out);
-                continue;
-            }
-            // <space>?[^\s\p{L}\p{N}]+[\r\n]*
-            let mut f2 = if cpt == ' ' { get_flags(pos + 1) } else { f };
-            if !(f2.whitespace || f2.letter || f2.number) && f.any {
-                pos += usize::from(cpt == ' ');
-                while !(f2.whitespace || f2.letter || f2.number) && f2.any {
-                    pos += 1;
-                    f2 = get_flags(pos);
-                }
-                while matches!(get(pos), Some('\r' | '\n')) {
-                    pos += 1;
-                }
-                add(pos, &mut out);
-                continue;
-            }
-            let mut nws = 0;
-            let mut last_end_rn = 0;
-            while get_flags(pos + nws).whitespace {
-                if matches!(get(pos + nws), Some('\r' | '\n')) {
-                    last_end_rn = pos + nws + 1;
-                }
-                nws += 1;
-            }
-            // \s*[\r\n]+
-            if last_end_rn > 0 {
-                pos = last_end_rn;
-                add(pos, &mut out);
-                continue;
-            }
-            // \s+(?!\S)
-            if nws > 1 && get(pos + nws).is_some() {
-                pos += nws - 1;
-                add(pos, &mut out);
-                continue;
-            }
-            // \s+
-            if nws > 0 {
-                pos += nws;
-                add(pos, &mut out);
-                continue;
-            }
-            pos += 1;
-            add(pos, &mut out);
+    split_custom(cpts, offsets, |c, mut pos, cut| {
+        // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+        if let Some(e) = c.contraction(pos, true) {
+            return e;
         }
-    }
-    out
+        let cpt = c.cpts[pos];
+        let f = c.flags(pos);
+        // [^\r\n\p{L}\p{N}]?\p{L}+
+        if !(cpt == '\r' || cpt == '\n' || f.number) && (f.letter || c.flags(pos + 1).letter) {
+            return c.skip_while(pos + 1, |f| f.letter);
+        }
+        // \p{N}{1,max_digits}
+        if f.number {
+            let mut run_start = pos;
+            while c.flags(pos).number {
+                pos += 1;
+                if pos - run_start >= max_digits {
+                    cut(pos);
+                    run_start = pos;
+                }
+            }
+            return pos;
+        }
+        // <space>?[^\s\p{L}\p{N}]+[\r\n]*
+        let f2 = if cpt == ' ' { c.flags(pos + 1) } else { f };
+        if !(f2.whitespace || f2.letter || f2.number) && f.any {
+            pos = c.skip_while(pos + usize::from(cpt == ' '), is_other);
+            while matches!(c.get(pos), Some('\r' | '\n')) {
+                pos += 1;
+            }
+            return pos;
+        }
+        // \s*[\r\n]+, \s+(?!\S), \s+, or no match
+        c.whitespace_end(pos, true)
+    })
 }
 
 /// `\p{N}` through llama.cpp's generic path: matches and gaps are both kept.

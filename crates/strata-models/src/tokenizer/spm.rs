@@ -1,6 +1,7 @@
 //! SentencePiece-style tokenization (`tokenizer.ggml.model = "llama"`), as llama.cpp's
 //! `llm_tokenizer_spm_session`: merges driven by token scores, not a merge list.
 
+use super::symbol::{char_symbols, merge_pair, pieces, Symbol};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 
@@ -44,14 +45,6 @@ impl Ord for Bigram {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Symbol {
-    prev: Option<usize>,
-    next: Option<usize>,
-    start: usize,
-    len: usize,
-}
-
 /// Merges the characters of an (already whitespace-escaped) text by token score and returns
 /// the final pieces in order. A piece that is not a token is left for the caller to spell
 /// out as byte tokens.
@@ -60,16 +53,7 @@ pub(crate) fn merge<'a>(
     token_to_id: &HashMap<String, u32>,
     scores: &[f32],
 ) -> Vec<&'a str> {
-    let mut symbols: Vec<Symbol> = Vec::with_capacity(text.len());
-    let n = text.chars().count();
-    for (i, (start, c)) in text.char_indices().enumerate() {
-        symbols.push(Symbol {
-            prev: i.checked_sub(1),
-            next: (i + 1 < n).then_some(i + 1),
-            start,
-            len: c.len_utf8(),
-        });
-    }
+    let mut symbols = char_symbols(text);
     let mut queue = BinaryHeap::new();
     let try_add =
         |queue: &mut BinaryHeap<Bigram>, symbols: &[Symbol], l: Option<usize>, r: Option<usize>| {
@@ -93,21 +77,11 @@ pub(crate) fn merge<'a>(
         if ls.len == 0 || rs.len == 0 || ls.len + rs.len != b.size {
             continue;
         }
-        symbols[b.left].len += rs.len;
-        symbols[b.right].len = 0;
-        symbols[b.left].next = rs.next;
-        if let Some(nx) = rs.next {
-            symbols[nx].prev = Some(b.left);
-        }
-        let (prev, next) = (symbols[b.left].prev, symbols[b.left].next);
+        let (prev, next) = merge_pair(&mut symbols, b.left, b.right);
         try_add(&mut queue, &symbols, prev, Some(b.left));
         try_add(&mut queue, &symbols, Some(b.left), next);
     }
-    symbols
-        .iter()
-        .filter(|s| s.len > 0)
-        .map(|s| &text[s.start..s.start + s.len])
-        .collect()
+    pieces(&symbols, text)
 }
 
 /// `<0xAB>` → `0xAB` for SentencePiece byte tokens.

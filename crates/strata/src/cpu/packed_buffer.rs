@@ -185,78 +185,91 @@ impl PackedBuffer {
             .as_ptr()
     }
 
-    /// Writes `data` at `offset`, packing the bytes that fall in packed tensors.
-    fn write_bytes(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.check(offset, data.len())?;
+    /// Checks `offset..offset + len` and walks its pieces with the buffer's
+    /// base pointer and `state`: `plain(at, len)` for plain bytes,
+    /// `group(entry, start, lo, hi)` for the bytes `lo..hi` (ggml layout) of
+    /// the packed group at `start` (`entry.group()` bytes).
+    fn walk<S>(
+        &self,
+        offset: usize,
+        len: usize,
+        state: &mut S,
+        mut plain: impl FnMut(&mut S, *mut u8, usize, usize),
+        mut group: impl FnMut(&mut S, *mut u8, &Entry, usize, (usize, usize)) -> Result<()>,
+    ) -> Result<()> {
+        self.check(offset, len)?;
         let base = self.base();
-        let mut tmp = Vec::new();
-        for piece in self.pieces(offset, data.len()) {
+        for piece in self.pieces(offset, len) {
             match piece {
-                Piece::Plain { at, len } => {
-                    // SAFETY: at..at + len is inside the buffer (checked above)
-                    // and cannot overlap `data` (a shared borrow).
-                    unsafe { std::ptr::copy(data[at - offset..].as_ptr(), base.add(at), len) }
-                }
+                Piece::Plain { at, len } => plain(state, base, at, len),
                 Piece::Group {
                     entry,
                     start,
                     lo,
                     hi,
-                } => {
-                    let gs = entry.group();
-                    // SAFETY: the group start..start + gs lies inside a registered
-                    // packed tensor, inside the buffer; writers of one tensor's bytes
-                    // are serialized by the caller as for any buffer write.
-                    let group = unsafe { std::slice::from_raw_parts_mut(base.add(start), gs) };
-                    let shape = [entry.ne[0], ROWS, 1, 1];
-                    let src = &data[start + lo - offset..start + hi - offset];
-                    if hi - lo == gs {
-                        packed::pack(entry.dtype, shape, src, group)?;
-                    } else {
-                        tmp.resize(gs, 0);
-                        packed::unpack(entry.dtype, shape, group, &mut tmp)?;
-                        tmp[lo..hi].copy_from_slice(src);
-                        packed::pack(entry.dtype, shape, &tmp, group)?;
-                    }
-                }
+                } => group(state, base, &entry, start, (lo, hi))?,
             }
         }
         Ok(())
     }
 
+    /// Writes `data` at `offset`, packing the bytes that fall in packed tensors.
+    fn write_bytes(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.walk(
+            offset,
+            data.len(),
+            &mut Vec::new(),
+            // SAFETY: at..at + len is inside the buffer (checked by walk) and
+            // cannot overlap `data` (a shared borrow).
+            |_, base, at, len| unsafe {
+                std::ptr::copy(data[at - offset..].as_ptr(), base.add(at), len)
+            },
+            |tmp, base, entry, start, (lo, hi)| {
+                let gs = entry.group();
+                // SAFETY: the group start..start + gs lies inside a registered
+                // packed tensor, inside the buffer; writers of one tensor's bytes
+                // are serialized by the caller as for any buffer write.
+                let group = unsafe { std::slice::from_raw_parts_mut(base.add(start), gs) };
+                let shape = [entry.ne[0], ROWS, 1, 1];
+                let src = &data[start + lo - offset..start + hi - offset];
+                if hi - lo == gs {
+                    packed::pack(entry.dtype, shape, src, group)
+                } else {
+                    tmp.resize(gs, 0);
+                    packed::unpack(entry.dtype, shape, group, tmp)?;
+                    tmp[lo..hi].copy_from_slice(src);
+                    packed::pack(entry.dtype, shape, tmp, group)
+                }
+            },
+        )
+    }
+
     /// Reads `out.len()` bytes at `offset` in ggml's layout.
     fn read_bytes(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        self.check(offset, out.len())?;
-        let base = self.base();
-        let mut tmp = Vec::new();
-        for piece in self.pieces(offset, out.len()) {
-            match piece {
-                Piece::Plain { at, len } => {
-                    // SAFETY: range checked above; `out` is a distinct exclusive borrow.
-                    unsafe { std::ptr::copy(base.add(at), out[at - offset..].as_mut_ptr(), len) }
+        self.walk(
+            offset,
+            out.len(),
+            &mut (out, Vec::new()),
+            // SAFETY: range checked by walk; `out` is a distinct exclusive borrow.
+            |(out, _), base, at, len| unsafe {
+                std::ptr::copy(base.add(at), out[at - offset..].as_mut_ptr(), len)
+            },
+            |(out, tmp), base, entry, start, (lo, hi)| {
+                let gs = entry.group();
+                // SAFETY: as in write_bytes; only read here.
+                let group = unsafe { std::slice::from_raw_parts(base.add(start), gs) };
+                let shape = [entry.ne[0], ROWS, 1, 1];
+                let dst = &mut out[start + lo - offset..start + hi - offset];
+                if hi - lo == gs {
+                    packed::unpack(entry.dtype, shape, group, dst)
+                } else {
+                    tmp.resize(gs, 0);
+                    packed::unpack(entry.dtype, shape, group, tmp)?;
+                    dst.copy_from_slice(&tmp[lo..hi]);
+                    Ok(())
                 }
-                Piece::Group {
-                    entry,
-                    start,
-                    lo,
-                    hi,
-                } => {
-                    let gs = entry.group();
-                    // SAFETY: as in write_bytes; only read here.
-                    let group = unsafe { std::slice::from_raw_parts(base.add(start), gs) };
-                    let shape = [entry.ne[0], ROWS, 1, 1];
-                    let dst = &mut out[start + lo - offset..start + hi - offset];
-                    if hi - lo == gs {
-                        packed::unpack(entry.dtype, shape, group, dst)?;
-                    } else {
-                        tmp.resize(gs, 0);
-                        packed::unpack(entry.dtype, shape, group, &mut tmp)?;
-                        dst.copy_from_slice(&tmp[lo..hi]);
-                    }
-                }
-            }
-        }
-        Ok(())
+            },
+        )
     }
 }
 

@@ -18,7 +18,7 @@
 //! `row_size(n)` bytes, as the functions in `dot.rs`; lengths are only
 //! `debug_assert!`ed, a too-short row panics on a slice bound.
 
-use super::dot::rows;
+use super::dot::block_dot;
 use super::iq4::{index_at, value, xs_scale_at};
 use super::k_search::scale_min_k4;
 use super::q2_k::q2_at;
@@ -28,16 +28,6 @@ use super::q6_k::q6_at;
 use super::q8_k::{bsum_at, d_of, quants};
 use super::{get_f16, QK};
 use crate::DType;
-
-const Q2_K: usize = DType::Q2_K.type_size();
-const Q3_K: usize = DType::Q3_K.type_size();
-const Q4_K: usize = DType::Q4_K.type_size();
-const Q5_K: usize = DType::Q5_K.type_size();
-const Q6_K: usize = DType::Q6_K.type_size();
-const Q8_K: usize = DType::Q8_K.type_size();
-const IQ4_NL: usize = DType::IQ4_NL.type_size();
-const IQ4_XS: usize = DType::IQ4_XS.type_size();
-const Q8_0: usize = DType::Q8_0.type_size();
 
 /// `Σ_{e in run} q8[e] · q(e)` over the `len` elements starting at `start`.
 #[inline(always)]
@@ -49,9 +39,7 @@ fn run_sum(q8: &[u8], start: usize, len: usize, q: impl Fn(usize) -> i32) -> i32
 
 /// Q2_K · Q8_K over `n` elements.
 pub fn vec_dot_q2_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    let (x, y) = rows(DType::Q2_K, n, x, y);
-    let mut sumf = 0.0f32;
-    for (bx, by) in x.chunks_exact(Q2_K).zip(y.chunks_exact(Q8_K)) {
+    block_dot(DType::Q2_K, n, x, y, |bx, by| {
         let (sc, qs, q8) = (&bx[..16], &bx[16..80], quants(by));
         let mut isum = 0i32;
         let mut summs = 0i32;
@@ -62,24 +50,20 @@ pub fn vec_dot_q2_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
         }
         let dy = d_of(by);
         let (dall, dmin) = (dy * get_f16(bx, 80), dy * get_f16(bx, 82));
-        sumf += dall * isum as f32 - dmin * summs as f32;
-    }
-    sumf
+        dall * isum as f32 - dmin * summs as f32
+    })
 }
 
 /// Q3_K · Q8_K over `n` elements.
 pub fn vec_dot_q3_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    let (x, y) = rows(DType::Q3_K, n, x, y);
-    let mut sumf = 0.0f32;
-    for (bx, by) in x.chunks_exact(Q3_K).zip(y.chunks_exact(Q8_K)) {
+    block_dot(DType::Q3_K, n, x, y, |bx, by| {
         let q8 = quants(by);
         let mut isum = 0i32;
         for j in 0..16 {
             isum += q3_scale_at(&bx[96..108], j) * run_sum(q8, 16 * j, 16, |e| q3_at(bx, e));
         }
-        sumf += get_f16(bx, 108) * d_of(by) * isum as f32;
-    }
-    sumf
+        get_f16(bx, 108) * d_of(by) * isum as f32
+    })
 }
 
 /// The Q4_K / Q5_K super-block sums: `(Σ_j s_j Σ q_x q_y, Σ_j m_{j/2} bsums_j)`.
@@ -97,51 +81,40 @@ fn sums_q45(bx: &[u8], by: &[u8], q: impl Fn(usize) -> i32) -> (i32, i32) {
 
 /// Q4_K · Q8_K over `n` elements.
 pub fn vec_dot_q4_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    let (x, y) = rows(DType::Q4_K, n, x, y);
-    let mut sumf = 0.0f32;
-    for (bx, by) in x.chunks_exact(Q4_K).zip(y.chunks_exact(Q8_K)) {
+    block_dot(DType::Q4_K, n, x, y, |bx, by| {
         let qs = &bx[16..];
         let (isum, summs) = sums_q45(bx, by, |e| i32::from(nibble_at(qs, e)));
         let dy = d_of(by);
-        sumf += get_f16(bx, 0) * dy * isum as f32 - get_f16(bx, 2) * dy * summs as f32;
-    }
-    sumf
+        get_f16(bx, 0) * dy * isum as f32 - get_f16(bx, 2) * dy * summs as f32
+    })
 }
 
 /// Q5_K · Q8_K over `n` elements.
 pub fn vec_dot_q5_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    let (x, y) = rows(DType::Q5_K, n, x, y);
-    let mut sumf = 0.0f32;
-    for (bx, by) in x.chunks_exact(Q5_K).zip(y.chunks_exact(Q8_K)) {
+    block_dot(DType::Q5_K, n, x, y, |bx, by| {
         let (qh, qs) = (&bx[16..48], &bx[48..]);
         let (isum, summs) = sums_q45(bx, by, |e| i32::from(nibble_at(qs, e) | high_at(qh, e)));
         let dy = d_of(by);
-        sumf += get_f16(bx, 0) * dy * isum as f32 - get_f16(bx, 2) * dy * summs as f32;
-    }
-    sumf
+        get_f16(bx, 0) * dy * isum as f32 - get_f16(bx, 2) * dy * summs as f32
+    })
 }
 
 /// Q6_K · Q8_K over `n` elements.
 pub fn vec_dot_q6_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    let (x, y) = rows(DType::Q6_K, n, x, y);
-    let mut sumf = 0.0f32;
-    for (bx, by) in x.chunks_exact(Q6_K).zip(y.chunks_exact(Q8_K)) {
+    block_dot(DType::Q6_K, n, x, y, |bx, by| {
         let q8 = quants(by);
         let mut isum = 0i32;
         for j in 0..16 {
             let s = i32::from(bx[192 + j] as i8);
             isum += s * run_sum(q8, 16 * j, 16, |e| q6_at(bx, e));
         }
-        sumf += get_f16(bx, 208) * d_of(by) * isum as f32;
-    }
-    sumf
+        get_f16(bx, 208) * d_of(by) * isum as f32
+    })
 }
 
 /// IQ4_XS · Q8_K over `n` elements.
 pub fn vec_dot_iq4_xs_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    let (x, y) = rows(DType::IQ4_XS, n, x, y);
-    let mut sumf = 0.0f32;
-    for (bx, by) in x.chunks_exact(IQ4_XS).zip(y.chunks_exact(Q8_K)) {
+    block_dot(DType::IQ4_XS, n, x, y, |bx, by| {
         let q8 = quants(by);
         let mut isum = 0i32;
         for j in 0..8 {
@@ -149,18 +122,14 @@ pub fn vec_dot_iq4_xs_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
             let dot = run_sum(q8, 32 * j, 32, |e| value(index_at(qs, e - 32 * j)));
             isum += xs_scale_at(bx, j) * dot;
         }
-        sumf += get_f16(bx, 0) * d_of(by) * isum as f32;
-    }
-    sumf
+        get_f16(bx, 0) * d_of(by) * isum as f32
+    })
 }
 
 /// IQ4_NL · Q8_0 over `n` elements.
 pub fn vec_dot_iq4_nl_q8_0(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    let (x, y) = rows(DType::IQ4_NL, n, x, y);
-    let mut sumf = 0.0f32;
-    for (bx, by) in x.chunks_exact(IQ4_NL).zip(y.chunks_exact(Q8_0)) {
+    block_dot(DType::IQ4_NL, n, x, y, |bx, by| {
         let sumi = run_sum(&by[2..], 0, QK, |e| value(index_at(&bx[2..], e)));
-        sumf += get_f16(by, 0) * get_f16(bx, 0) * sumi as f32;
-    }
-    sumf
+        get_f16(by, 0) * get_f16(bx, 0) * sumi as f32
+    })
 }

@@ -22,7 +22,10 @@
 //! them. Blocks holding NaN or ±inf are written with a NaN `d` and zero
 //! everything else, so they dequantize to NaN.
 
-use super::k_search::{best_index, nearest_int, nonfinite, signed_amax, GROUP_MAX_EPS, QK_K};
+use super::k_search::{
+    best_index, group_scales, nearest_int, nonfinite, quantize_blocks, signed_amax, GROUP_MAX_EPS,
+    QK_K,
+};
 use super::{debug_check_row, get_f16, put_f16, QK};
 use crate::DType;
 
@@ -172,23 +175,10 @@ pub fn dequantize_row_iq4_nl(src: &[u8], dst: &mut [f32]) {
 /// `dst.len() == 136 * src.len() / 256`), as ggml does both for files and
 /// in its CPU backend (`quantize_iq4_xs` without an importance matrix).
 pub fn quantize_row_iq4_xs(src: &[f32], dst: &mut [u8]) {
-    debug_check_row(DType::IQ4_XS, src.len(), dst.len());
     let mut levels = [0u8; QK_K];
-    for (x, y) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(XS_BYTES)) {
-        y.fill(0);
-        if nonfinite(x) {
-            put_f16(y, 0, f32::NAN);
-            continue;
-        }
-        let mut scales = [0f32; 8];
-        let (mut max_scale, mut amax_scale) = (0f32, 0f32);
-        for (j, xs) in x.chunks_exact(QK).enumerate() {
-            scales[j] = block_scale(xs, &mut levels[QK * j..QK * (j + 1)], NTRY);
-            if scales[j].abs() > amax_scale {
-                amax_scale = scales[j].abs();
-                max_scale = scales[j];
-            }
-        }
+    quantize_blocks(DType::IQ4_XS, src, dst, 0, |x, y| {
+        let (scales, (max_scale, _)) =
+            group_scales::<_, 8>(x, &mut levels, |xs, l| block_scale(xs, l, NTRY));
         let d = -max_scale / 32.0;
         put_f16(y, 0, d);
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
@@ -210,7 +200,7 @@ pub fn quantize_row_iq4_xs(src: &[f32], dst: &mut [u8]) {
             let qs = &mut y[XS_QS + 16 * j..XS_QS + 16 * (j + 1)];
             pack(&levels[QK * j..QK * (j + 1)], qs);
         }
-    }
+    });
 }
 
 /// Dequantizes an IQ4_XS row (`dst.len()` a multiple of 256,

@@ -33,6 +33,48 @@ pub(super) fn nonfinite(x: &[f32]) -> bool {
     x.iter().any(|v| !v.is_finite())
 }
 
+/// The row loop of the quantizers that zero each block first: checks the
+/// lengths for `dtype`, then runs `quantize_block` on each `QK_K` values of
+/// `src` and its zeroed block of `dst`, except for blocks holding a
+/// non-finite value, which get a NaN f16 scale at byte `d` and stay zero.
+pub(super) fn quantize_blocks(
+    dtype: crate::DType,
+    src: &[f32],
+    dst: &mut [u8],
+    d: usize,
+    mut quantize_block: impl FnMut(&[f32], &mut [u8]),
+) {
+    super::debug_check_row(dtype, src.len(), dst.len());
+    for (x, y) in src
+        .chunks_exact(QK_K)
+        .zip(dst.chunks_exact_mut(dtype.type_size()))
+    {
+        y.fill(0);
+        if nonfinite(x) {
+            super::put_f16(y, d, f32::NAN);
+            continue;
+        }
+        quantize_block(x, y);
+    }
+}
+
+/// The scales `fit` finds for the `N` equal groups of `x` (filling the
+/// matching groups of `levels`), and their [`signed_amax`].
+#[inline(always)]
+pub(super) fn group_scales<T, const N: usize>(
+    x: &[f32],
+    levels: &mut [T],
+    mut fit: impl FnMut(&[f32], &mut [T]) -> f32,
+) -> ([f32; N], (f32, f32)) {
+    let n = x.len() / N;
+    let mut scales = [0f32; N];
+    for (j, xs) in x.chunks_exact(n).enumerate() {
+        scales[j] = fit(xs, &mut levels[n * j..n * (j + 1)]);
+    }
+    let amax = signed_amax(&scales);
+    (scales, amax)
+}
+
 /// The element of largest magnitude, with its sign, and that magnitude
 /// (first one on ties; NaNs skipped; `(0, 0)` for an all-zero group).
 #[inline(always)]

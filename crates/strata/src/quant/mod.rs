@@ -264,21 +264,11 @@ fn unsupported(op: &'static str, dtype: DType) -> Error {
     )
 }
 
-/// True for the formats whose quantizers search for scales (the K-quants,
-/// Q8_K and the IQ4 formats): [`quantize_row`] refuses non-finite input for
-/// them.
+/// True for the formats whose quantizers search for scales (the super-block
+/// formats: the K-quants, Q8_K and IQ4_XS; and IQ4_NL): [`quantize_row`]
+/// refuses non-finite input for them.
 const fn searches_scales(dtype: DType) -> bool {
-    matches!(
-        dtype,
-        DType::Q2_K
-            | DType::Q3_K
-            | DType::Q4_K
-            | DType::Q5_K
-            | DType::Q6_K
-            | DType::Q8_K
-            | DType::IQ4_NL
-            | DType::IQ4_XS
-    )
+    dtype.block_size() == QK_K || matches!(dtype, DType::IQ4_NL)
 }
 
 /// Quantizes (or converts) the f32 row `src` into `dst` in `dtype`'s layout

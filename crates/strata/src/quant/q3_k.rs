@@ -14,7 +14,7 @@
 //! super-block holding NaN or ±inf is written with a NaN `d` and zero
 //! everything else, so it dequantizes to NaN.
 
-use super::k_search::{make_q3_quants, nearest_int, nonfinite, QK_K};
+use super::k_search::{group_scales, make_q3_quants, nearest_int, quantize_blocks, QK_K};
 use super::q2_k::{pack_q2, q2_at};
 use super::{debug_check_row, get_f16, put_f16};
 use crate::DType;
@@ -46,23 +46,10 @@ pub(super) fn q3_at(block: &[u8], e: usize) -> i32 {
 /// Quantizes an f32 row to Q3_K (`src.len()` a multiple of 256,
 /// `dst.len() == 110 * src.len() / 256`).
 pub fn quantize_row_q3_k(src: &[f32], dst: &mut [u8]) {
-    debug_check_row(DType::Q3_K, src.len(), dst.len());
     let mut levels = [0i8; QK_K];
-    for (x, y) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(BYTES)) {
-        y.fill(0);
-        if nonfinite(x) {
-            put_f16(y, D, f32::NAN);
-            continue;
-        }
-        let mut scales = [0f32; 16];
-        let (mut max_scale, mut amax) = (0f32, 0f32);
-        for (j, xs) in x.chunks_exact(16).enumerate() {
-            scales[j] = make_q3_quants(4, xs, &mut levels[16 * j..16 * (j + 1)]);
-            if scales[j].abs() > amax {
-                amax = scales[j].abs();
-                max_scale = scales[j];
-            }
-        }
+    quantize_blocks(DType::Q3_K, src, dst, D, |x, y| {
+        let (scales, (max_scale, _)) =
+            group_scales::<_, 16>(x, &mut levels, |xs, l| make_q3_quants(4, xs, l));
         if max_scale != 0.0 {
             let iscale = -32.0 / max_scale;
             let sc = &mut y[SCALES..SCALES + 12];
@@ -98,7 +85,7 @@ pub fn quantize_row_q3_k(src: &[f32], dst: &mut [u8]) {
             *q = l & 3;
         }
         pack_q2(&low, &mut y[QS..QS + 64]);
-    }
+    });
 }
 
 /// Dequantizes a Q3_K row (`dst.len()` a multiple of 256,

@@ -15,7 +15,9 @@
 //! ±inf is written with a NaN `d` and zero everything else, so it
 //! dequantizes to NaN.
 
-use super::k_search::{make_qx_quants, nearest_int, nonfinite, GROUP_MAX_EPS, QK_K};
+use super::k_search::{
+    group_scales, make_qx_quants, nearest_int, quantize_blocks, GROUP_MAX_EPS, QK_K,
+};
 use super::{debug_check_row, get_f16, put_f16};
 use crate::DType;
 
@@ -36,25 +38,12 @@ pub(super) fn q6_at(block: &[u8], e: usize) -> i32 {
 /// Quantizes an f32 row to Q6_K (`src.len()` a multiple of 256,
 /// `dst.len() == 210 * src.len() / 256`).
 pub fn quantize_row_q6_k(src: &[f32], dst: &mut [u8]) {
-    debug_check_row(DType::Q6_K, src.len(), dst.len());
     let mut levels = [0i8; QK_K];
-    for (x, y) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(BYTES)) {
-        y.fill(0);
-        if nonfinite(x) {
-            put_f16(y, D, f32::NAN);
-            continue;
-        }
-        let mut scales = [0f32; 16];
-        let (mut max_scale, mut max_abs_scale) = (0f32, 0f32);
-        for (j, xs) in x.chunks_exact(16).enumerate() {
-            scales[j] = make_qx_quants(32, xs, &mut levels[16 * j..16 * (j + 1)]);
-            if scales[j].abs() > max_abs_scale {
-                max_abs_scale = scales[j].abs();
-                max_scale = scales[j];
-            }
-        }
+    quantize_blocks(DType::Q6_K, src, dst, D, |x, y| {
+        let (scales, (max_scale, max_abs_scale)) =
+            group_scales::<_, 16>(x, &mut levels, |xs, l| make_qx_quants(32, xs, l));
         if max_abs_scale < GROUP_MAX_EPS {
-            continue;
+            return;
         }
         let iscale = -128.0 / max_scale;
         put_f16(y, D, 1.0 / iscale);
@@ -77,7 +66,7 @@ pub fn quantize_row_q6_k(src: &[f32], dst: &mut [u8]) {
             y[64 * h + 32 * (k % 2) + i] |= (l & 0x0f) << (4 * (k / 2));
             y[QH + 32 * h + i] |= (l >> 4) << (2 * k);
         }
-    }
+    });
 }
 
 /// Dequantizes a Q6_K row (`dst.len()` a multiple of 256,

@@ -75,30 +75,25 @@ pub enum DType {
 }
 
 impl DType {
-    /// Every type strata knows, in ggml id order.
-    pub const ALL: [DType; 21] = [
-        DType::F32,
-        DType::F16,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q5_1,
-        DType::Q8_0,
-        DType::Q8_1,
-        DType::Q2_K,
-        DType::Q3_K,
-        DType::Q4_K,
-        DType::Q5_K,
-        DType::Q6_K,
-        DType::Q8_K,
-        DType::IQ4_NL,
-        DType::IQ4_XS,
-        DType::I8,
-        DType::I16,
-        DType::I32,
-        DType::I64,
-        DType::BF16,
-    ];
+    /// Every type strata knows, in ggml id order: F32, F16, the
+    /// [`QUANTIZED`](Self::QUANTIZED) types, the integer types, BF16.
+    pub const ALL: [DType; 21] = {
+        let head = [DType::F32, DType::F16];
+        let tail = [DType::I8, DType::I16, DType::I32, DType::I64, DType::BF16];
+        let mut all = [DType::F32; 21];
+        let mut i = 0;
+        while i < all.len() {
+            all[i] = if i < head.len() {
+                head[i]
+            } else if i < head.len() + Self::QUANTIZED.len() {
+                Self::QUANTIZED[i - head.len()]
+            } else {
+                tail[i - head.len() - Self::QUANTIZED.len()]
+            };
+            i += 1;
+        }
+        all
+    };
 
     /// The block-quantized types, in ggml id order.
     pub const QUANTIZED: [DType; 14] = [

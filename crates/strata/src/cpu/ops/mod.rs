@@ -115,6 +115,20 @@ impl<'a> Ctx<'a> {
         // ('a); the flag above makes this the only slice of that range for this node.
         unsafe { std::slice::from_raw_parts_mut(self.wdata.add(off).cast::<f32>(), len) }
     }
+
+    /// The row-wise ops' loop: each of this thread's rows of `node.src(0)`
+    /// (`ne[0]` values) is loaded into scratch, rewritten in place by `f`
+    /// (given its `(i1, i2, i3)`), and stored to the same row of `node.dst`.
+    pub fn map_rows(&self, node: &NodePlan, mut f: impl FnMut((usize, usize, usize), &mut [f32])) {
+        let (a, dst) = (node.src(0), &node.dst);
+        let row = self.scratch_f32(a.ne[0]);
+        for r in self.rows(a.nrows()) {
+            let (i1, i2, i3) = a.row_coords(r);
+            a.load_row(i1, i2, i3, row);
+            f((i1, i2, i3), row);
+            dst.store_row(i1, i2, i3, row);
+        }
+    }
 }
 
 /// Why the CPU cannot run `t` because of a source stored in a packed layout

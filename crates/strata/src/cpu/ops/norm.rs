@@ -44,12 +44,8 @@ fn sum_sq_dev(x: &[f32], mean: f64) -> f64 {
 }
 
 pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
-    let (a, dst) = (node.src(0), &node.dst);
-    let n = a.ne[0];
-    let row = ctx.scratch_f32(n);
-    for r in ctx.rows(a.nrows()) {
-        let (i1, i2, i3) = a.row_coords(r);
-        a.load_row(i1, i2, i3, row);
+    let n = node.src(0).ne[0];
+    ctx.map_rows(node, |_, row| {
         match node.op {
             Op::Norm { eps } => {
                 let mean = sum_f64(row) / n as f64;
@@ -68,6 +64,5 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
             }
             ref op => unreachable!("{} is not a norm", op.name()),
         }
-        dst.store_row(i1, i2, i3, row);
-    }
+    });
 }

@@ -104,15 +104,9 @@ fn soft_max(node: &NodePlan, ctx: &Ctx<'_>, scale: f32, max_bias: f32) {
 }
 
 fn diag_mask_inf(node: &NodePlan, ctx: &Ctx<'_>, n_past: usize) {
-    let (a, dst) = (node.src(0), &node.dst);
-    let n = a.ne[0];
-    let row = ctx.scratch_f32(n);
-    for r in ctx.rows(a.nrows()) {
-        let (i1, i2, i3) = a.row_coords(r);
-        a.load_row(i1, i2, i3, row);
+    ctx.map_rows(node, |(i1, _, _), row| {
         // Element i0 is masked when i0 > n_past + i1.
-        let keep = n_past.saturating_add(i1).saturating_add(1).min(n);
+        let keep = n_past.saturating_add(i1).saturating_add(1).min(row.len());
         row[keep..].fill(f32::NEG_INFINITY);
-        dst.store_row(i1, i2, i3, row);
-    }
+    });
 }

@@ -49,32 +49,9 @@ pub(super) fn split_kv<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
                 let g = GROUP.min(p.rk2 - h0 % p.rk2).min(n_head - h0);
                 let mut rows = Vec::with_capacity(g);
                 for (((i, q), acc), mk) in (0..g).zip(&mut qs).zip(&mut accs).zip(&mut masks) {
-                    let h = h0 + i;
-                    p.load_q(0, h, 0, q);
-                    acc.fill(0.0);
-                    let mask = p.mask.map(|m| {
-                        let mk = &mut mk[..c1 - c0];
-                        p.load_mask(kn, m, 0, h, 0, c0, alibi_slope(p.max_bias, h, n_head), mk);
-                        &*mk
-                    });
-                    rows.push(RowState {
-                        q,
-                        mask,
-                        m: f32::NEG_INFINITY,
-                        s: 0.0,
-                        acc,
-                    });
+                    rows.push(p.row_state(kn, (0, h0 + i, 0), (c0, c1), q, acc, mk));
                 }
-                let job = ChunkJob {
-                    k: p.k,
-                    v: p.v,
-                    ik2,
-                    ik3: 0,
-                    c0,
-                    c1,
-                    scale: p.scale,
-                    softcap: p.softcap,
-                };
+                let job = p.chunk_job(ik2, 0, c0, c1);
                 kn.one_chunk(&job, &mut rows);
                 for (i, r) in rows.into_iter().enumerate() {
                     let h = h0 + i;

@@ -328,6 +328,53 @@ impl<'a> Params<'a> {
         }
     }
 
+    /// The row state of query row (iq, h, iq3) over keys `c0..c1`, on entry
+    /// to the one-chunk kernels: the query loaded into `q`, `acc` zeroed, the
+    /// slope-scaled mask (if any) loaded into `mk`.
+    #[allow(clippy::too_many_arguments)]
+    fn row_state<'r, K: Kernels>(
+        &self,
+        kn: K,
+        (iq, h, iq3): (usize, usize, usize),
+        (c0, c1): (usize, usize),
+        q: &'r mut [f32],
+        acc: &'r mut [f32],
+        mk: &'r mut [f32],
+    ) -> RowState<'r> {
+        self.load_q(iq, h, iq3, q);
+        acc.fill(0.0);
+        let mask = match self.mask {
+            Some(m) => {
+                let mk = &mut mk[..c1 - c0];
+                let slope = alibi_slope(self.max_bias, h, self.n_head);
+                self.load_mask(kn, m, iq, h, iq3, c0, slope, mk);
+                Some(&*mk)
+            }
+            None => None,
+        };
+        RowState {
+            q,
+            mask,
+            m: f32::NEG_INFINITY,
+            s: 0.0,
+            acc,
+        }
+    }
+
+    /// The one-chunk job over keys `c0..c1` of kv head (ik2, ik3).
+    fn chunk_job(&self, ik2: usize, ik3: usize, c0: usize, c1: usize) -> ChunkJob<'a> {
+        ChunkJob {
+            k: self.k,
+            v: self.v,
+            ik2,
+            ik3,
+            c0,
+            c1,
+            scale: self.scale,
+            softcap: self.softcap,
+        }
+    }
+
     /// Adds the sink of head `h` to a finished row state (f32 accumulator),
     /// as ggml: the maximum moves to the sink when it is larger.
     fn add_sink(&self, h: usize, m: &mut f32, s: &mut f32, acc: &mut [f32]) {
@@ -493,40 +540,9 @@ fn one_chunk_rows<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
                 let c = coords(u + i);
                 (c.0, c.1, c.2)
             };
-            p.load_q(iq, h, iq3, q);
-            acc.fill(0.0);
-            let mask = p.mask.map(|m| {
-                let mk = &mut mk[..p.n_kv];
-                p.load_mask(
-                    kn,
-                    m,
-                    iq,
-                    h,
-                    iq3,
-                    0,
-                    alibi_slope(p.max_bias, h, p.n_head),
-                    mk,
-                );
-                &*mk
-            });
-            rows.push(RowState {
-                q,
-                mask,
-                m: f32::NEG_INFINITY,
-                s: 0.0,
-                acc,
-            });
+            rows.push(p.row_state(kn, (iq, h, iq3), (0, p.n_kv), q, acc, mk));
         }
-        let job = ChunkJob {
-            k: p.k,
-            v: p.v,
-            ik2,
-            ik3: iq3 / p.rk3,
-            c0: 0,
-            c1: p.n_kv,
-            scale: p.scale,
-            softcap: p.softcap,
-        };
+        let job = p.chunk_job(ik2, iq3 / p.rk3, 0, p.n_kv);
         kn.one_chunk(&job, &mut rows);
         for (i, r) in rows.into_iter().enumerate() {
             let (h, iq, iq3, _) = coords(u + i);
