@@ -79,6 +79,26 @@ fn within(mean: f64, unc: f64, bound: f64, bound_unc: f64) -> (bool, f64) {
     (mean <= limit, limit)
 }
 
+/// Prints `what`'s mean KLD beside `spread` (`bound ± bound_unc`) and
+/// asserts it is [`within`] it.
+fn assert_within(what: &str, k: &Kld, spread: &str, (bound, bound_unc): (f64, f64)) {
+    let (ok, limit) = within(k.mean, k.unc, bound, bound_unc);
+    eprintln!(
+        "{what}: mean KLD {:.4e} ± {:.2e}; {spread} {bound:.4e} ± {bound_unc:.2e} \
+         (strict bar {}: {:+.1} %); asserted limit {limit:.4e}",
+        k.mean,
+        k.unc,
+        if k.mean <= bound { "met" } else { "not met" },
+        100.0 * (k.mean / bound - 1.0)
+    );
+    assert!(
+        ok,
+        "{what}: mean KLD {} ± {} is significantly above {spread} {bound} ± {bound_unc} \
+         (limit {limit})",
+        k.mean, k.unc
+    );
+}
+
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
@@ -181,20 +201,11 @@ fn mean_kld_against_llama_cpp_of_the_same_level() {
     );
     let k = kld(&m, None, &data(file), &[]);
     assert_eq!(k.chunks, 3, "3 chunks scored");
-    let (ok, limit) = within(k.mean, k.unc, bound, bound_unc);
-    eprintln!(
-        "mean KLD {:.4e} ± {:.2e}; llama.cpp's own flash on/off spread {bound:.4e} ± {bound_unc:.2e} \
-         (strict bar {}: {:+.1} %); asserted limit {limit:.4e}",
-        k.mean,
-        k.unc,
-        if k.mean <= bound { "met" } else { "not met" },
-        100.0 * (k.mean / bound - 1.0)
-    );
-    assert!(
-        ok,
-        "mean KLD {} ± {} against llama.cpp {level} is significantly above llama.cpp's own \
-         flash on/off spread {bound} ± {bound_unc} (limit {limit})",
-        k.mean, k.unc
+    assert_within(
+        &format!("against llama.cpp {level}"),
+        &k,
+        "llama.cpp's own flash on/off spread",
+        (bound, bound_unc),
     );
     assert!(k.median <= k.mean && k.p99 >= k.mean, "{k:?}");
     // llama.cpp's variants put the same token first at 95.8-96.9 % of the positions
@@ -239,21 +250,11 @@ fn levels_agree_as_well_as_llama_cpp_builds() {
             &[]
         };
         let k = kld(&m, Some(isa.name()), &base, chunks);
-        let (bound, bound_unc) = LEVEL_SPREAD;
-        let (ok, limit) = within(k.mean, k.unc, bound, bound_unc);
-        eprintln!(
-            "strata {isa} against strata {top}: mean KLD {:.4e} ± {:.2e}; llama.cpp AVX2 vs \
-             AVX-512 {bound:.4e} ± {bound_unc:.2e} (strict bar {}: {:+.1} %); asserted limit {limit:.4e}",
-            k.mean,
-            k.unc,
-            if k.mean <= bound { "met" } else { "not met" },
-            100.0 * (k.mean / bound - 1.0)
-        );
-        assert!(
-            ok,
-            "strata {isa} against strata {top}: mean KLD {} ± {} is significantly above \
-             llama.cpp's AVX2/AVX-512 spread {bound} ± {bound_unc} (limit {limit})",
-            k.mean, k.unc
+        assert_within(
+            &format!("strata {isa} against strata {top}"),
+            &k,
+            "llama.cpp's AVX2/AVX-512 spread",
+            LEVEL_SPREAD,
         );
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -57,7 +57,7 @@ use serde_json::Value;
 use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, PlacementSpec,
 };
-use support::{argmax, kl};
+use support::{argmax, kl, max_abs_diff};
 
 /// The mapped-weights bound (the task's bar) and the repacked one.
 const MAX_KL_MAPPED: f64 = 1e-2;
@@ -180,11 +180,7 @@ fn check_prompts(name: &str, model: &Arc<Model>, layout: &str, max_kl: f64) {
         let gold = f32s(&data(&format!("{dir}/{name}.{prompt}.last_logits.f32.bin")));
         assert_eq!(logits.len(), gold.len());
         let k = kl(&gold, &logits);
-        let max_abs = gold
-            .iter()
-            .zip(&logits)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let max_abs = max_abs_diff(&gold, &logits);
         let m = margin(&gold);
         println!(
             "{name} {prompt} ({layout}): KL {k:.3e}, max |Δlogit| {max_abs:.3}, argmax strata {} \

@@ -37,7 +37,7 @@ use strata_models::model::Override;
 use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, PlacementSpec,
 };
-use support::{argmax, kl};
+use support::{argmax, ids_of, kl, max_abs_diff};
 
 fn manifest() -> Value {
     serde_json::from_str(include_str!("data/manifest.json")).unwrap()
@@ -64,14 +64,6 @@ fn golden_logits(file: &str) -> Vec<f32> {
         .unwrap()
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn ids_of(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
         .collect()
 }
 
@@ -111,11 +103,7 @@ fn check_prompts(model: &Arc<Model>, attention: Attention, max_kl: f64) {
         let gold = golden_logits(file["file"].as_str().unwrap());
         assert_eq!(logits.len(), gold.len());
         let k = kl(&gold, &logits);
-        let max_abs = gold
-            .iter()
-            .zip(&logits)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let max_abs = max_abs_diff(&gold, &logits);
         let steps = p["continuations"]["default"]["steps"].as_array().unwrap();
         let margin0 =
             steps[0]["top5"][0][1].as_f64().unwrap() - steps[0]["top5"][1][1].as_f64().unwrap();
@@ -210,11 +198,7 @@ fn repacked_weights_match_mapped_weights() {
     let next: Vec<u32> = off[..3].iter().map(|l| argmax(l)).collect();
     let on = run_forced(&packed, &next);
     for (step, (a, b)) in on.iter().zip(&off).enumerate() {
-        let max_abs = a
-            .iter()
-            .zip(b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0f32, f32::max);
+        let max_abs = max_abs_diff(a, b);
         let scale = b.iter().fold(0f32, |m, x| m.max(x.abs()));
         let k = kl(b, a);
         println!("step {step}: max |Δlogit| {max_abs:e} (max |logit| {scale}), KL {k:e}");
@@ -302,24 +286,21 @@ fn golden_llamacpp_logits_and_greedy_softmax() {
 
 /// Logits of `run_steps`' prompt, then of decoding `next` one token at a time.
 fn run_forced(model: &Arc<Model>, next: &[u32]) -> Vec<Vec<f32>> {
-    let mut ctx = context(model, Attention::Flash, 2);
-    let ids = model
-        .tokenizer
-        .encode(
-            "Once upon a time, in a small village, there lived",
-            true,
-            true,
-        )
-        .unwrap();
-    let mut out = vec![ctx.decode(&ids, Logits::Last).unwrap()];
-    for &t in next {
-        out.push(ctx.decode(&[t], Logits::Last).unwrap());
-    }
-    out
+    run_decode(model, next.len(), |step, _| next[step]).0
 }
 
 /// Logits of a prompt and 3 decode steps.
 fn run_steps(model: &Arc<Model>) -> (Vec<Vec<f32>>, usize) {
+    run_decode(model, 3, |_, logits| argmax(logits))
+}
+
+/// Logits of a prompt, then of `steps` decode steps, each of the token
+/// `next(step, last logits)`; and the context's split count.
+fn run_decode(
+    model: &Arc<Model>,
+    steps: usize,
+    mut next: impl FnMut(usize, &[f32]) -> u32,
+) -> (Vec<Vec<f32>>, usize) {
     let mut ctx = context(model, Attention::Flash, 2);
     let ids = model
         .tokenizer
@@ -330,9 +311,9 @@ fn run_steps(model: &Arc<Model>) -> (Vec<Vec<f32>>, usize) {
         )
         .unwrap();
     let mut out = vec![ctx.decode(&ids, Logits::Last).unwrap()];
-    for _ in 0..3 {
-        let next = argmax(out.last().unwrap());
-        out.push(ctx.decode(&[next], Logits::Last).unwrap());
+    for step in 0..steps {
+        let t = next(step, out.last().unwrap());
+        out.push(ctx.decode(&[t], Logits::Last).unwrap());
     }
     (out, ctx.n_splits())
 }

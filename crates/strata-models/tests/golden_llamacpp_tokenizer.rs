@@ -10,7 +10,7 @@ mod support;
 use serde_json::Value;
 use strata::gguf::GgufFile;
 use strata_models::Tokenizer;
-use support::require_model;
+use support::{ids_of, require_model};
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -20,14 +20,6 @@ fn unhex(s: &str) -> Vec<u8> {
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-fn ids_of(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
         .collect()
 }
 

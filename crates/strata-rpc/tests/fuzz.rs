@@ -100,16 +100,23 @@ fn seed_script() -> Vec<Vec<u8>> {
     ]
 }
 
-fn run_session(bytes: Vec<u8>) -> (SessionEnd, usize) {
+/// A standalone session on one CPU thread (1 MiB of memory, messages up to
+/// 1 MiB), and a duplex whose input is `bytes`.
+fn session(bytes: Vec<u8>) -> (Session, Duplex) {
     let limits = Limits {
         max_message: 1 << 20,
         ..Limits::with_mem(1 << 20)
     };
-    let mut s = Session::standalone(Arc::new(CpuBackendFactory::new(1)), limits);
-    let mut io = Duplex {
+    let s = Session::standalone(Arc::new(CpuBackendFactory::new(1)), limits);
+    let io = Duplex {
         input: Cursor::new(bytes),
         output: Vec::new(),
     };
+    (s, io)
+}
+
+fn run_session(bytes: Vec<u8>) -> (SessionEnd, usize) {
+    let (mut s, mut io) = session(bytes);
     let end = s.serve(&mut io);
     let stats = s.stats_handle();
     drop(s);
@@ -192,15 +199,7 @@ fn overlapping_copy_tensor_crash_input_is_a_memmove() {
     }
     let bytes = std::fs::read(&path).expect("crash input present");
     assert_eq!(bytes, overlap_script(), "regenerate {}", path.display());
-    let limits = Limits {
-        max_message: 1 << 20,
-        ..Limits::with_mem(1 << 20)
-    };
-    let mut s = Session::standalone(Arc::new(CpuBackendFactory::new(1)), limits);
-    let mut io = Duplex {
-        input: Cursor::new(bytes),
-        output: Vec::new(),
-    };
+    let (mut s, mut io) = session(bytes);
     assert_eq!(s.serve(&mut io), SessionEnd::Closed);
     // HELLO (8 + 28), ALLOC_BUFFER (8 + 16), COPY_TENSOR (8 + 1), GET_TENSOR (8 + 256)
     let out = io.output;

@@ -14,10 +14,9 @@
 
 mod common;
 
-use common::values;
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
+use common::{flat_group, values};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use half::f16;
-use std::time::Duration;
 use strata::backend::Backend;
 use strata::cpu::{alloc_graph_host, CpuBackend, ThreadPool};
 use strata::isa;
@@ -129,12 +128,7 @@ impl Out {
 
 fn bench(c: &mut Criterion) {
     let isa = isa::detected();
-    let mut group = c.benchmark_group("attn");
-    group
-        .sampling_mode(SamplingMode::Flat)
-        .sample_size(10)
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1));
+    let mut group = flat_group(c, "attn");
     let scale = 1.0 / (D as f32).sqrt();
     for (name, n_q, n_kv) in [
         ("prompt_q512_kv512", 512, 512),

@@ -19,25 +19,17 @@
 
 mod common;
 
-use common::values;
-use criterion::{
-    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
-};
-use std::time::Duration;
+use common::{flat_group, values};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::sync::Arc;
 use strata::backend::alloc_tensors;
-use strata::backend::Backend;
+use strata::backend::{Backend, Buffer};
 use strata::cpu::{alloc_graph_host, packed_buffer_type, CpuBackend};
 use strata::isa::{self, Isa};
 use strata::quant::packed;
 use strata::{ops, DType, Graph, Tensor};
 
-const TYPES: [DType; 5] = [
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-];
+use strata::conformance::LEGACY_QUANTS as TYPES;
 
 const FLOAT_TYPES: [DType; 3] = [DType::F16, DType::BF16, DType::F32];
 
@@ -83,6 +75,31 @@ fn shapes(t: DType) -> Vec<(usize, usize, usize)> {
         .collect()
 }
 
+/// The graph of `a [k, m]` (type `t`, in a packed buffer when `packed`)
+/// times F32 `b [k, n]`, allocated on the host with deterministic inputs;
+/// and the buffers, which must outlive it.
+fn mul_mat_graph(
+    t: DType,
+    m: usize,
+    k: usize,
+    n: usize,
+    packed: bool,
+) -> (Graph, Vec<Arc<dyn Buffer>>) {
+    let a = Tensor::new(t, &[k, m]).unwrap();
+    let mut bufs = if packed {
+        alloc_tensors(std::slice::from_ref(&a), &packed_buffer_type()).unwrap()
+    } else {
+        Vec::new()
+    };
+    let b = Tensor::new(DType::F32, &[k, n]).unwrap();
+    let out = ops::mul_mat(&a, &b).unwrap();
+    let graph = Graph::build(&[out]);
+    bufs.extend(alloc_graph_host(&graph).unwrap());
+    a.write_f32(&values(k * m, 1)).unwrap();
+    b.write_f32(&values(k * n, 2)).unwrap();
+    (graph, bufs)
+}
+
 fn bench(c: &mut Criterion) {
     let best = isa::detected();
     let mut runs: Vec<(Isa, usize)> = vec![(Isa::Scalar, 1), (best, 1), (best, 2)];
@@ -93,12 +110,7 @@ fn bench(c: &mut Criterion) {
             }
         }
     }
-    let mut group = c.benchmark_group("matmul");
-    group
-        .sampling_mode(SamplingMode::Flat)
-        .sample_size(10)
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1));
+    let mut group = flat_group(c, "matmul");
     for t in TYPES {
         for (m, k, n) in shapes(t) {
             group.throughput(Throughput::Elements((2 * m * k * n) as u64));
@@ -106,16 +118,7 @@ fn bench(c: &mut Criterion) {
                 if packed && !packed::has_kernels(best, t) {
                     continue;
                 }
-                let a = Tensor::new(t, &[k, m]).unwrap();
-                let _abuf = packed.then(|| {
-                    alloc_tensors(std::slice::from_ref(&a), &packed_buffer_type()).unwrap()
-                });
-                let b = Tensor::new(DType::F32, &[k, n]).unwrap();
-                let out = ops::mul_mat(&a, &b).unwrap();
-                let graph = Graph::build(&[out]);
-                let _bufs = alloc_graph_host(&graph).unwrap();
-                a.write_f32(&values(k * m, 1)).unwrap();
-                b.write_f32(&values(k * n, 2)).unwrap();
+                let (graph, _bufs) = mul_mat_graph(t, m, k, n, packed);
                 for &(isa, threads) in &runs {
                     // The scalar level at the output head for a whole prompt takes minutes.
                     if packed && isa != best || isa == Isa::Scalar && m * n > 1 << 22 {
@@ -138,25 +141,14 @@ fn bench(c: &mut Criterion) {
 
 fn bench_float(c: &mut Criterion) {
     let best = isa::detected();
-    let mut group = c.benchmark_group("matmul_float");
-    group
-        .sampling_mode(SamplingMode::Flat)
-        .sample_size(10)
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1));
+    let mut group = flat_group(c, "matmul_float");
     for t in FLOAT_TYPES {
         for (m, k) in FLOAT_SHAPES {
             for n in [1, 512] {
                 if m > 4096 && n > 1 {
                     continue;
                 }
-                let a = Tensor::new(t, &[k, m]).unwrap();
-                let b = Tensor::new(DType::F32, &[k, n]).unwrap();
-                let out = ops::mul_mat(&a, &b).unwrap();
-                let graph = Graph::build(&[out]);
-                let _bufs = alloc_graph_host(&graph).unwrap();
-                a.write_f32(&values(k * m, 1)).unwrap();
-                b.write_f32(&values(k * n, 2)).unwrap();
+                let (graph, _bufs) = mul_mat_graph(t, m, k, n, false);
                 group.throughput(Throughput::Elements((2 * m * k * n) as u64));
                 for threads in [1, 2] {
                     let mut cpu = CpuBackend::new(threads);

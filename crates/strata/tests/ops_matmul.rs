@@ -26,110 +26,13 @@
 
 mod common;
 
+use common::matmul::{make_b, reference, Case, Layout, LAYOUTS};
 use common::{assert_close, cpu_round_trip, cpu_round_trip_at, run, tensor, Rng};
 use proptest::prelude::*;
 use strata::backend::Backend;
 use strata::conformance::WEIGHT_TYPES as WEIGHTS;
 use strata::isa::Isa;
-use strata::{ops, DType, Tensor};
-
-/// How the activation tensor `b` is laid out.
-#[derive(Clone, Copy, Debug)]
-enum Layout {
-    Contiguous,
-    /// `b` is the transpose of a contiguous [N, K, ..] tensor.
-    Transposed,
-    /// `b` is a [K, ne12, N, ne13] tensor with dims 1 and 2 swapped.
-    Permuted,
-    /// Every other row of a wider tensor, starting one element in.
-    Strided,
-}
-
-const LAYOUTS: [Layout; 4] = [
-    Layout::Contiguous,
-    Layout::Transposed,
-    Layout::Permuted,
-    Layout::Strided,
-];
-
-/// Returns (base tensor to fill, its element count, the view used as b).
-fn make_b(
-    bt: DType,
-    layout: Layout,
-    k: usize,
-    n: usize,
-    e2: usize,
-    e3: usize,
-) -> (Tensor, usize, Tensor) {
-    match layout {
-        Layout::Contiguous => {
-            let b = tensor("b", bt, &[k, n, e2, e3]);
-            (b.clone(), k * n * e2 * e3, b)
-        }
-        Layout::Transposed => {
-            let base = tensor("b_base", bt, &[n, k, e2, e3]);
-            let b = ops::transpose(&base).unwrap();
-            (base, k * n * e2 * e3, b)
-        }
-        Layout::Permuted => {
-            let base = tensor("b_base", bt, &[k, e2, n, e3]);
-            let b = ops::permute(&base, [0, 2, 1, 3]).unwrap();
-            (base, k * n * e2 * e3, b)
-        }
-        Layout::Strided => {
-            let base = tensor("b_base", bt, &[k + 3, 2 * n, e2, e3]);
-            let ts = bt.type_size();
-            let nb1 = (k + 3) * ts;
-            let b = ops::view_4d(
-                &base,
-                [k, n, e2, e3],
-                2 * nb1,
-                2 * n * nb1,
-                2 * n * e2 * nb1,
-                ts,
-            )
-            .unwrap();
-            (base, (k + 3) * 2 * n * e2 * e3, b)
-        }
-    }
-}
-
-/// c[m, n, i2, i3] = Σ_k f(a[k, m, i2 / r2, i3 / r3] · b[k, n, i2, i3]) in f64.
-fn reference(
-    a: &[f32],
-    ane: [usize; 4],
-    b: &[f32],
-    bne: [usize; 4],
-    f: fn(f64) -> f64,
-) -> Vec<f64> {
-    let (k, m, n) = (ane[0], ane[1], bne[1]);
-    let (r2, r3) = (bne[2] / ane[2], bne[3] / ane[3]);
-    let mut out = Vec::with_capacity(m * n * bne[2] * bne[3]);
-    for i3 in 0..bne[3] {
-        for i2 in 0..bne[2] {
-            for j in 0..n {
-                for i in 0..m {
-                    let ao = ((i3 / r3 * ane[2] + i2 / r2) * m + i) * k;
-                    let bo = ((i3 * bne[2] + i2) * n + j) * k;
-                    let s: f64 = (0..k).map(|x| f(a[ao + x] as f64 * b[bo + x] as f64)).sum();
-                    out.push(s);
-                }
-            }
-        }
-    }
-    out
-}
-
-struct Case {
-    at: DType,
-    bt: DType,
-    layout: Layout,
-    k: usize,
-    m: usize,
-    n: usize,
-    a23: [usize; 2],
-    b23: [usize; 2],
-}
+use strata::{ops, DType};
 
 /// Result, reference with exact activations, reference with activations
 /// rounded to the weight's dot type.
@@ -179,7 +82,7 @@ fn run_case_at(c: &Case, nth: usize, seed: u64, isa: Option<Isa>) -> Outcome {
     let mut rng = Rng::new(seed);
     let ane = [c.k, c.m, c.a23[0], c.a23[1]];
     let a = tensor("a", c.at, &ane);
-    let (base, nbase, b) = make_b(c.bt, c.layout, c.k, c.n, c.b23[0], c.b23[1]);
+    let (base, nbase, b) = make_b(c);
     let out = ops::mul_mat(&a, &b).unwrap();
     assert_eq!(out.ne(), [c.m, c.n, c.b23[0], c.b23[1]]);
     let av = rng.vec(ane.iter().product(), -1.0, 1.0);
@@ -280,16 +183,7 @@ fn every_simd_level_matches_the_reference() {
                 } else {
                     k - 3
                 };
-                let c = Case {
-                    at,
-                    bt: DType::F32,
-                    layout: Layout::Contiguous,
-                    k,
-                    m: 21,
-                    n,
-                    a23: [1, 1],
-                    b23: [1, 1],
-                };
+                let c = Case::plain(at, k, 21, n);
                 run_case_at(&c, 2, seed, Some(isa)).check(&format!("{isa} {at} k={k} n={n}"), at);
             }
         }

@@ -14,74 +14,13 @@
 
 mod common;
 
+use common::matmul::{make_b, reference, Case, Layout, LAYOUTS};
 use common::{round_trip, tensor, Rng};
 use proptest::prelude::*;
 use strata::backend::Backend;
 use strata::cpu::{alloc_graph_host, CpuBackend};
 use strata::isa::Isa;
-use strata::{ops, DType, Graph, Tensor};
-
-#[derive(Clone, Copy, Debug)]
-enum Layout {
-    Contiguous,
-    Transposed,
-    Permuted,
-    Strided,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    at: DType,
-    bt: DType,
-    layout: Layout,
-    k: usize,
-    m: usize,
-    n: usize,
-    a23: [usize; 2],
-    b23: [usize; 2],
-}
-
-/// (tensor to fill, its element count, the view used as b [k, n, e2, e3]).
-fn make_b(c: &Case) -> (Tensor, usize, Tensor) {
-    let (k, n, [e2, e3], bt) = (c.k, c.n, c.b23, c.bt);
-    match c.layout {
-        Layout::Contiguous => {
-            let b = tensor("b", bt, &[k, n, e2, e3]);
-            (b.clone(), k * n * e2 * e3, b)
-        }
-        Layout::Transposed => {
-            let base = tensor("b_base", bt, &[n, k, e2, e3]);
-            (
-                base.clone(),
-                k * n * e2 * e3,
-                ops::transpose(&base).unwrap(),
-            )
-        }
-        Layout::Permuted => {
-            let base = tensor("b_base", bt, &[k, e2, n, e3]);
-            (
-                base.clone(),
-                k * n * e2 * e3,
-                ops::permute(&base, [0, 2, 1, 3]).unwrap(),
-            )
-        }
-        Layout::Strided => {
-            let base = tensor("b_base", bt, &[k + 3, 2 * n, e2, e3]);
-            let ts = bt.type_size();
-            let nb1 = (k + 3) * ts;
-            let b = ops::view_4d(
-                &base,
-                [k, n, e2, e3],
-                2 * nb1,
-                2 * n * nb1,
-                2 * n * e2 * nb1,
-                ts,
-            )
-            .unwrap();
-            (base, (k + 3) * 2 * n * e2 * e3, b)
-        }
-    }
-}
+use strata::{ops, DType, Graph};
 
 struct Run {
     got: Vec<f32>,
@@ -115,29 +54,11 @@ fn run(c: &Case, nth: usize, isa: Isa, seed: u64) -> Run {
         .chunks(c.k)
         .flat_map(|r| round_trip(dot_type, r))
         .collect();
-    let (k, m, n) = (c.k, c.m, c.n);
-    let bne = b.ne();
-    let (r2, r3) = (bne[2] / ane[2], bne[3] / ane[3]);
-    let (mut want, mut mag) = (Vec::new(), Vec::new());
-    for i3 in 0..bne[3] {
-        for i2 in 0..bne[2] {
-            for j in 0..n {
-                for i in 0..m {
-                    let ao = ((i3 / r3 * ane[2] + i2 / r2) * m + i) * k;
-                    let bo = ((i3 * bne[2] + i2) * n + j) * k;
-                    let (mut s, mut s_abs) = (0f64, 0f64);
-                    for x in 0..k {
-                        let p = av[ao + x] as f64 * bv[bo + x] as f64;
-                        s += p;
-                        s_abs += p.abs();
-                    }
-                    want.push(s);
-                    mag.push(s_abs);
-                }
-            }
-        }
+    Run {
+        got,
+        want: reference(&av, ane, &bv, b.ne(), |x| x),
+        mag: reference(&av, ane, &bv, b.ne(), f64::abs),
     }
-    Run { got, want, mag }
 }
 
 impl Run {
@@ -163,58 +84,43 @@ const WEIGHTS: [DType; 3] = [DType::F16, DType::BF16, DType::F32];
 
 #[test]
 fn every_level_every_float_type_odd_shapes() {
-    let mut seed = 1;
-    for isa in levels() {
-        for at in WEIGHTS {
-            for k in [1, 7, 64] {
-                for m in [1, 15, 16, 33, 192] {
-                    for n in [1, 2, 3, 5, 8, 17, 64] {
-                        seed += 1;
-                        let c = Case {
-                            at,
-                            bt: DType::F32,
-                            layout: Layout::Contiguous,
-                            k,
-                            m,
-                            n,
-                            a23: [1, 1],
-                            b23: [1, 1],
-                        };
-                        run(&c, 2, isa, seed).check(&format!("{isa} {c:?}"), k);
-                    }
-                }
+    let mut shapes = Vec::new();
+    for k in [1, 7, 64] {
+        for m in [1, 15, 16, 33, 192] {
+            for n in [1, 2, 3, 5, 8, 17, 64] {
+                shapes.push((k, m, n));
             }
         }
     }
+    check_plain(&shapes, 1);
 }
 
 #[test]
 fn model_sized_k_and_n() {
     // K of the model (576, 1536: several K blocks, the last one short for
     // neither and both), N = 512 with edge panels, M around the tiles.
-    let mut seed = 100;
+    check_plain(
+        &[
+            (576, 33, 512),
+            (1536, 15, 17),
+            (1536, 192, 5),
+            (576, 192, 1),
+            (1536, 33, 1),
+            (577, 47, 13),
+            (257, 64, 64),
+        ],
+        100,
+    );
+}
+
+/// Checks [`Case::plain`] of every (k, m, n) of `shapes` for every float
+/// weight type at every level, on 2 threads, with seeds `seed + 1`, ...
+fn check_plain(shapes: &[(usize, usize, usize)], mut seed: u64) {
     for isa in levels() {
         for at in WEIGHTS {
-            for (k, m, n) in [
-                (576, 33, 512),
-                (1536, 15, 17),
-                (1536, 192, 5),
-                (576, 192, 1),
-                (1536, 33, 1),
-                (577, 47, 13),
-                (257, 64, 64),
-            ] {
+            for &(k, m, n) in shapes {
                 seed += 1;
-                let c = Case {
-                    at,
-                    bt: DType::F32,
-                    layout: Layout::Contiguous,
-                    k,
-                    m,
-                    n,
-                    a23: [1, 1],
-                    b23: [1, 1],
-                };
+                let c = Case::plain(at, k, m, n);
                 run(&c, 2, isa, seed).check(&format!("{isa} {c:?}"), k);
             }
         }
@@ -227,12 +133,7 @@ fn layouts_activation_types_and_broadcast() {
     for isa in levels() {
         for at in WEIGHTS {
             for bt in [DType::F32, DType::F16, DType::BF16] {
-                for layout in [
-                    Layout::Contiguous,
-                    Layout::Transposed,
-                    Layout::Permuted,
-                    Layout::Strided,
-                ] {
+                for layout in LAYOUTS {
                     for (k, m, n) in [(37, 35, 11), (70, 19, 1), (64, 64, 3)] {
                         seed += 1;
                         let c = Case {
@@ -295,16 +196,7 @@ fn dot_product_path_meets_the_same_bound() {
     // Levels without GEMM tiles (scalar) run matmul.rs's per-output dot products.
     for at in WEIGHTS {
         for n in [1, 9] {
-            let c = Case {
-                at,
-                bt: DType::F32,
-                layout: Layout::Contiguous,
-                k: 96,
-                m: 40,
-                n,
-                a23: [1, 1],
-                b23: [1, 1],
-            };
+            let c = Case::plain(at, 96, 40, n);
             run(&c, 2, Isa::Scalar, 3).check(&format!("scalar {c:?}"), 96);
         }
     }

@@ -79,20 +79,21 @@ fn norms_in_place_match_out_of_place() {
     let dims = [45, 7, 3, 1];
     let n: usize = dims.iter().product();
     let data = Rng::new(20).vec(n, -4.0, 4.0);
-    let build_norm = |x: &Tensor| ops::norm(x, 1e-5).unwrap();
-    let got = assert_in_place(DType::F32, &dims, &data, &[], build_norm);
-    let want: Vec<f64> = data
-        .chunks(45)
-        .flat_map(|r| norm_ref(r, 1e-5, false))
-        .collect();
-    assert_close("norm in place", &got, &want, 1e-12);
-    let build_rms = |x: &Tensor| ops::rms_norm(x, 1e-6).unwrap();
-    let got = assert_in_place(DType::F32, &dims, &data, &[], build_rms);
-    let want: Vec<f64> = data
-        .chunks(45)
-        .flat_map(|r| norm_ref(r, 1e-6, true))
-        .collect();
-    assert_close("rms_norm in place", &got, &want, 1e-12);
+    for (what, eps, rms) in [("norm", 1e-5, false), ("rms_norm", 1e-6, true)] {
+        let build = |x: &Tensor| {
+            if rms {
+                ops::rms_norm(x, eps).unwrap()
+            } else {
+                ops::norm(x, eps).unwrap()
+            }
+        };
+        let got = assert_in_place(DType::F32, &dims, &data, &[], build);
+        let want: Vec<f64> = data
+            .chunks(45)
+            .flat_map(|r| norm_ref(r, eps, rms))
+            .collect();
+        assert_close(&format!("{what} in place"), &got, &want, 1e-12);
+    }
 }
 
 proptest! {

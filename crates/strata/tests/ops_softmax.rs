@@ -78,6 +78,19 @@ fn softmax_ref(c: &Case) -> Vec<f64> {
     out
 }
 
+/// The F32 leaf `x` and the logits `a` of shape `ne` read from it: `x`
+/// itself, or (`permuted`) a view of a leaf holding dims 1 and 2 swapped.
+fn logits(ne: [usize; 4], permuted: bool) -> (Tensor, Tensor) {
+    if permuted {
+        let x = tensor("x", DType::F32, &[ne[0], ne[2], ne[1], ne[3]]);
+        let a = ops::permute(&x, [0, 2, 1, 3]).unwrap();
+        (x, a)
+    } else {
+        let x = tensor("x", DType::F32, &ne);
+        (x.clone(), x)
+    }
+}
+
 /// Builds and runs one softmax case (logits optionally through a permuted
 /// view, mask of `mask_dtype`), checks the reference and thread invariance.
 #[allow(clippy::too_many_arguments)]
@@ -92,18 +105,7 @@ fn check(
     seed: u64,
 ) {
     let mut rng = Rng::new(seed);
-    // The leaf holds dims 1 and 2 swapped when the logits are a permuted view.
-    let leaf_ne = if permuted {
-        [ne[0], ne[2], ne[1], ne[3]]
-    } else {
-        ne
-    };
-    let x = tensor("x", DType::F32, &leaf_ne);
-    let a = if permuted {
-        ops::permute(&x, [0, 2, 1, 3]).unwrap()
-    } else {
-        x.clone()
-    };
+    let (x, a) = logits(ne, permuted);
     let x_data = rng.vec(x.nelements(), -6.0, 6.0);
     let mask = mask_ne.map(|nm| tensor("mask", mask_dtype, &nm));
     let mask_data: Vec<f32> = mask.as_ref().map_or(vec![], |m| {
@@ -252,17 +254,7 @@ fn diag_mask_inf_masks_the_future() {
     let mut rng = Rng::new(11);
     for (ne, n_past) in [([9, 6, 2, 2], 0), ([9, 6, 2, 1], 3), ([4, 3, 1, 1], 10)] {
         for permuted in [false, true] {
-            let leaf_ne = if permuted {
-                [ne[0], ne[2], ne[1], ne[3]]
-            } else {
-                ne
-            };
-            let x = tensor("x", DType::F32, &leaf_ne);
-            let a = if permuted {
-                ops::permute(&x, [0, 2, 1, 3]).unwrap()
-            } else {
-                x.clone()
-            };
+            let (x, a) = logits(ne, permuted);
             let y = ops::diag_mask_inf(&a, n_past).unwrap();
             let data = rng.vec(x.nelements(), -1.0, 1.0);
             let out = run_threads(&[y, a], &[(&x, &data)]);

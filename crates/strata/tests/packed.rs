@@ -17,6 +17,7 @@
 
 mod common;
 
+use common::qblock::{self, block_magnitude, unit_scales, QUANT as TYPES, U};
 use common::Rng;
 use proptest::prelude::*;
 use strata::backend::{alloc_tensors, tensor_copy, Backend, Buffer, TensorLayout};
@@ -26,15 +27,6 @@ use strata::quant::packed::{self, ROWS};
 use strata::quant::simd;
 use strata::quant::{self, QK};
 use strata::{ops, DType, Error, Graph, Tensor};
-
-const TYPES: [DType; 5] = [
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-];
-const U: f64 = 1.0 / (1u64 << 24) as f64;
 
 fn levels() -> Vec<Isa> {
     Isa::ALL.into_iter().filter(|i| i.is_supported()).collect()
@@ -53,63 +45,10 @@ fn weights(rng: &mut Rng, t: DType, k: usize, rows: usize, scramble: bool) -> Ve
     for row in out.chunks_exact_mut(rs) {
         q(&rng.vec(k, -1.5, 1.0), row);
         if scramble {
-            for blk in row.chunks_exact_mut(t.type_size()) {
-                let skip = scales(t);
-                for b in &mut blk[skip..] {
-                    *b = rng.next_u64() as u8;
-                }
-            }
+            qblock::scramble(t, row, rng);
         }
     }
     out
-}
-
-/// Bytes of scales (d, and m for the `_1` types) at the start of a block.
-fn scales(t: DType) -> usize {
-    match t {
-        DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => 4,
-        _ => 2,
-    }
-}
-
-/// Every block's scale set to 1 and minimum to 0.
-fn unit_scales(t: DType, row: &mut [u8]) {
-    for b in row.chunks_exact_mut(t.type_size()) {
-        b[..2].copy_from_slice(&0x3c00u16.to_le_bytes());
-        if scales(t) == 4 {
-            b[2..4].fill(0);
-        }
-    }
-}
-
-fn f16_at(b: &[u8], off: usize) -> f64 {
-    f64::from(half::f16::from_bits(u16::from_le_bytes([b[off], b[off + 1]])).to_f32())
-}
-
-/// Integer quants of one block (offset removed), read by dequantizing with unit scales.
-fn block_quants(t: DType, block: &[u8]) -> Vec<f64> {
-    let mut b = block.to_vec();
-    unit_scales(t, &mut b);
-    let mut out = vec![0f32; QK];
-    quant::dequantize_row(t, &b, &mut out).unwrap();
-    out.into_iter().map(f64::from).collect()
-}
-
-/// `Σ_b (|d_x d_y| Σ_j |q_x,j q_y,j| + |m_x s_y|)` of one dot product.
-fn magnitude(t: DType, x: &[u8], y: &[u8]) -> f64 {
-    let yt = quant::vec_dot_type(t);
-    x.chunks_exact(t.type_size())
-        .zip(y.chunks_exact(yt.type_size()))
-        .map(|(bx, by)| {
-            let (qx, qy) = (block_quants(t, bx), block_quants(yt, by));
-            let p: f64 = qx.iter().zip(&qy).map(|(a, b)| (a * b).abs()).sum();
-            let mut m = (f16_at(bx, 0) * f16_at(by, 0)).abs() * p;
-            if scales(t) == 4 {
-                m += (f16_at(bx, 2) * f16_at(by, 2)).abs();
-            }
-            m
-        })
-        .sum()
 }
 
 // ---------------------------------------------------------------- layout
@@ -259,7 +198,7 @@ fn reference(c: &MatCase, w: &[u8], bv: &[f32]) -> (Vec<f32>, Vec<f64>) {
                     let row = ((i3 / r3 * c.a23[0] + i2 / r2) * c.m + r) * rs;
                     let x = &w[row..row + rs];
                     got.push(dot(c.k, x, &y));
-                    bound.push((nb as f64 + 8.0) * 2.0 * U * magnitude(c.t, x, &y));
+                    bound.push((nb as f64 + 8.0) * 2.0 * U * block_magnitude(c.t, x, &y));
                 }
             }
         }

@@ -60,10 +60,65 @@ fn error_bound(t: DType, x: &[f32]) -> f32 {
     }
 }
 
+/// One checked dot product of `t` (see [`dot`]).
+struct Dot {
+    /// `y_seed` repeated to `x`'s length, and its type `vec_dot_type(t)`.
+    y: Vec<f32>,
+    yt: DType,
+    /// The quantized rows.
+    qx: Vec<u8>,
+    qy: Vec<u8>,
+    /// `quant::vec_dot` of the quantized rows.
+    got: f32,
+    /// The dequantized rows, and their dot product in f64.
+    dx: Vec<f32>,
+    dy: Vec<f32>,
+    want: f64,
+}
+
+/// `x` quantized to `t` dotted with `y_seed` (cycled to `x`'s length)
+/// quantized to `t`'s dot type; fails unless `quant::vec_dot` and
+/// `quant::vec_dot_fn` agree bit for bit.
+fn dot(t: DType, x: &[f32], y_seed: &[f32]) -> Result<Dot, TestCaseError> {
+    let n = x.len();
+    let y: Vec<f32> = y_seed.iter().cycle().take(n).copied().collect();
+    let yt = quant::vec_dot_type(t);
+    let (qx, qy) = (quantize(t, x), quantize(yt, &y));
+    let got = quant::vec_dot(t, n, &qx, &qy).unwrap();
+    let f = quant::vec_dot_fn(t).unwrap();
+    prop_assert_eq!(got.to_bits(), f(n, &qx, &qy).to_bits());
+
+    let (dx, dy) = (dequantize(t, &qx, n), dequantize(yt, &qy, n));
+    let want: f64 = dx
+        .iter()
+        .zip(&dy)
+        .map(|(a, b)| f64::from(*a) * f64::from(*b))
+        .sum();
+    Ok(Dot {
+        y,
+        yt,
+        qx,
+        qy,
+        got,
+        dx,
+        dy,
+        want,
+    })
+}
+
 /// Rows of 32..=256 elements: mostly uniform in [-1, 1], with exact 0 and ±1
 /// mixed in (ties for the largest magnitude, constant and zero stretches),
 /// scaled by 10^-6 ..= 10^max_exp.
 fn row_upto(max_exp: i32) -> impl Strategy<Value = Vec<f32>> {
+    rows(1..=8, QK, max_exp)
+}
+
+/// Rows of `blocks` blocks of `block` elements, drawn as [`row_upto`]'s.
+fn rows(
+    blocks: std::ops::RangeInclusive<usize>,
+    block: usize,
+    max_exp: i32,
+) -> impl Strategy<Value = Vec<f32>> {
     let elem = prop_oneof![
         8 => -1f32..1f32,
         1 => Just(0f32),
@@ -71,7 +126,7 @@ fn row_upto(max_exp: i32) -> impl Strategy<Value = Vec<f32>> {
         1 => Just(-1f32),
     ];
     (
-        (1usize..=8).prop_flat_map(move |k| prop::collection::vec(elem.clone(), k * QK)),
+        blocks.prop_flat_map(move |k| prop::collection::vec(elem.clone(), k * block)),
         -6i32..=max_exp,
     )
         .prop_map(|(v, e)| {
@@ -149,18 +204,9 @@ proptest! {
     /// `|m| * (Σ|q| * |d - d16| + 2^-10 |s| + 2^-25)`.
     #[test]
     fn vec_dot_matches_dequantized_f64_dot(x in row(), y_seed in row_upto(3)) {
-        let n = x.len();
-        let y: Vec<f32> = y_seed.iter().cycle().take(n).copied().collect();
         for t in [DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1,
                   DType::Q5_0, DType::Q5_1, DType::Q8_0] {
-            let yt = quant::vec_dot_type(t);
-            let (qx, qy) = (quantize(t, &x), quantize(yt, &y));
-            let got = quant::vec_dot(t, n, &qx, &qy).unwrap();
-            let f = quant::vec_dot_fn(t).unwrap();
-            prop_assert_eq!(got.to_bits(), f(n, &qx, &qy).to_bits());
-
-            let (dx, dy) = (dequantize(t, &qx, n), dequantize(yt, &qy, n));
-            let want: f64 = dx.iter().zip(&dy).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+            let Dot { y, yt, qx, qy, got, dx, dy, want } = dot(t, &x, &y_seed)?;
             let mag: f64 = dx.iter().zip(&dy).map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs()).sum();
             let mut tol = 1e-5 * mag + 1e-30;
             if yt == DType::Q8_1 {
@@ -285,20 +331,7 @@ fn q4_0_q8_0_dot_by_hand() {
 /// Rows of 256..=768 elements (one to three super-blocks) drawn as in
 /// [`row_upto`], scaled by 10^-6 ..= 10^max_exp.
 fn row_k(max_exp: i32) -> impl Strategy<Value = Vec<f32>> {
-    let elem = prop_oneof![
-        8 => -1f32..1f32,
-        1 => Just(0f32),
-        1 => Just(1f32),
-        1 => Just(-1f32),
-    ];
-    (
-        (1usize..=3).prop_flat_map(move |k| prop::collection::vec(elem.clone(), k * quant::QK_K)),
-        -6i32..=max_exp,
-    )
-        .prop_map(|(v, e)| {
-            let s = 10f32.powi(e);
-            v.into_iter().map(|x| x * s).collect()
-        })
+    rows(1..=3, quant::QK_K, max_exp)
 }
 
 /// Largest round-trip error allowed in a super-block (a block for IQ4_NL)
@@ -388,17 +421,8 @@ proptest! {
     /// roundings per block and f32 accumulation over at most 24 blocks.
     #[test]
     fn k_vec_dot_matches_dequantized_f64_dot(x in row_k(4), y_seed in row_k(3)) {
-        let n = x.len();
-        let y: Vec<f32> = y_seed.iter().cycle().take(n).copied().collect();
         for t in K_TYPES {
-            let yt = quant::vec_dot_type(t);
-            let (qx, qy) = (quantize(t, &x), quantize(yt, &y));
-            let got = quant::vec_dot(t, n, &qx, &qy).unwrap();
-            let f = quant::vec_dot_fn(t).unwrap();
-            prop_assert_eq!(got.to_bits(), f(n, &qx, &qy).to_bits());
-
-            let (dx, dy) = (dequantize(t, &qx, n), dequantize(yt, &qy, n));
-            let want: f64 = dx.iter().zip(&dy).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+            let Dot { qx, got, dx, dy, want, .. } = dot(t, &x, &y_seed)?;
             let tol = 1e-5 * k_magnitude(t, &qx, &dx, &dy) + 1e-30;
             prop_assert!(
                 (f64::from(got) - want).abs() <= tol,

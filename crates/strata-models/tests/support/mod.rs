@@ -88,3 +88,20 @@ pub fn argmax(x: &[f32]) -> u32 {
     }
     best as u32
 }
+
+/// The token ids of a JSON array of numbers (the golden manifests).
+pub fn ids_of(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// max_i |a_i - b_i|.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+}

@@ -2,6 +2,9 @@
 //! running a graph on the CPU, and comparing against f64 references.
 #![allow(dead_code)]
 
+pub mod matmul;
+pub mod qblock;
+
 use strata::{cpu, DType, Graph, Tensor};
 
 /// The deterministic generator of the conformance suite.

@@ -1,0 +1,117 @@
+//! MUL_MAT test cases shared by `ops_matmul.rs` and `ops_matmul_float.rs`:
+//! the layouts of the activations, building them, and the f64 reference.
+
+use super::tensor;
+use strata::{ops, DType, Tensor};
+
+/// How the activation tensor `b` is laid out.
+#[derive(Clone, Copy, Debug)]
+pub enum Layout {
+    Contiguous,
+    /// `b` is the transpose of a contiguous [N, K, ..] tensor.
+    Transposed,
+    /// `b` is a [K, ne12, N, ne13] tensor with dims 1 and 2 swapped.
+    Permuted,
+    /// Every other row of a wider tensor, starting one element in.
+    Strided,
+}
+
+pub const LAYOUTS: [Layout; 4] = [
+    Layout::Contiguous,
+    Layout::Transposed,
+    Layout::Permuted,
+    Layout::Strided,
+];
+
+/// Returns (base tensor to fill, its element count, the view used as b).
+pub fn make_b(c: &Case) -> (Tensor, usize, Tensor) {
+    let (k, n, [e2, e3], bt) = (c.k, c.n, c.b23, c.bt);
+    match c.layout {
+        Layout::Contiguous => {
+            let b = tensor("b", bt, &[k, n, e2, e3]);
+            (b.clone(), k * n * e2 * e3, b)
+        }
+        Layout::Transposed => {
+            let base = tensor("b_base", bt, &[n, k, e2, e3]);
+            let b = ops::transpose(&base).unwrap();
+            (base, k * n * e2 * e3, b)
+        }
+        Layout::Permuted => {
+            let base = tensor("b_base", bt, &[k, e2, n, e3]);
+            let b = ops::permute(&base, [0, 2, 1, 3]).unwrap();
+            (base, k * n * e2 * e3, b)
+        }
+        Layout::Strided => {
+            let base = tensor("b_base", bt, &[k + 3, 2 * n, e2, e3]);
+            let ts = bt.type_size();
+            let nb1 = (k + 3) * ts;
+            let b = ops::view_4d(
+                &base,
+                [k, n, e2, e3],
+                2 * nb1,
+                2 * n * nb1,
+                2 * n * e2 * nb1,
+                ts,
+            )
+            .unwrap();
+            (base, (k + 3) * 2 * n * e2 * e3, b)
+        }
+    }
+}
+
+/// c[m, n, i2, i3] = Σ_k f(a[k, m, i2 / r2, i3 / r3] · b[k, n, i2, i3]) in f64.
+pub fn reference(
+    a: &[f32],
+    ane: [usize; 4],
+    b: &[f32],
+    bne: [usize; 4],
+    f: fn(f64) -> f64,
+) -> Vec<f64> {
+    let (k, m, n) = (ane[0], ane[1], bne[1]);
+    let (r2, r3) = (bne[2] / ane[2], bne[3] / ane[3]);
+    let mut out = Vec::with_capacity(m * n * bne[2] * bne[3]);
+    for i3 in 0..bne[3] {
+        for i2 in 0..bne[2] {
+            for j in 0..n {
+                for i in 0..m {
+                    let ao = ((i3 / r3 * ane[2] + i2 / r2) * m + i) * k;
+                    let bo = ((i3 * bne[2] + i2) * n + j) * k;
+                    let s: f64 = (0..k).map(|x| f(a[ao + x] as f64 * b[bo + x] as f64)).sum();
+                    out.push(s);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One MUL_MAT: weights `at` [k, m, a23], activations `bt` [k, n, b23] laid
+/// out as `layout`.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    pub at: DType,
+    pub bt: DType,
+    pub layout: Layout,
+    pub k: usize,
+    pub m: usize,
+    pub n: usize,
+    pub a23: [usize; 2],
+    pub b23: [usize; 2],
+}
+
+impl Case {
+    /// `at` weights [k, m] times contiguous F32 activations [k, n], no
+    /// broadcasting.
+    pub fn plain(at: DType, k: usize, m: usize, n: usize) -> Case {
+        Case {
+            at,
+            bt: DType::F32,
+            layout: Layout::Contiguous,
+            k,
+            m,
+            n,
+            a23: [1, 1],
+            b23: [1, 1],
+        }
+    }
+}
