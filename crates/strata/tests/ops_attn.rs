@@ -436,11 +436,26 @@ fn base() -> Case {
 fn check(what: &str, c: &Case, seed: u64) {
     let inp = inputs(c, seed);
     let want = reference(c, &inp);
+    // Rounding the scores perturbs each output by about ε · Σ p |v|, not
+    // ε · |Σ p v|: where the outputs cancel, the nmse bound grows by the
+    // ratio of the two energies (≥ 1; 1 when nothing cancels).
+    let mag = reference(
+        c,
+        &Inputs {
+            q: inp.q.clone(),
+            k: inp.k.clone(),
+            v: inp.v.iter().map(|x| x.abs()).collect(),
+            mask: inp.mask.clone(),
+            sinks: inp.sinks.clone(),
+        },
+    );
+    let energy = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>();
+    let cancel = (energy(&mag) / energy(&want).max(f64::MIN_POSITIVE)).max(1.0);
     let path = c.path();
     for isa in levels() {
         let got = compute(c, &inp, 2, isa);
         let tag = format!("{what} [{isa}, {path:?}, {c:?}]");
-        assert_close(&tag, &got, &want, tol(c));
+        assert_close(&tag, &got, &want, tol(c) * cancel);
         let old = match path {
             Path::OneChunk => Some(old_kernel(c, &inp)),
             Path::SplitKv => Some(split_kernel(c, &inp, 2)),
@@ -855,4 +870,30 @@ fn permuted_cache_views_as_in_llama_graphs() {
             );
         }
     }
+}
+
+/// A case proptest found (seed 158857916789265597): with dv = 2 the two
+/// outputs nearly cancel (|Σ p v| ≪ Σ p |v|), so the f16 rounding of the
+/// scores gives an nmse far above the plain f16 bound; `check` scales the
+/// bound by that cancellation.
+#[test]
+fn cancelling_outputs_are_held_to_a_scaled_bound() {
+    let c = Case {
+        d: 6,
+        dv: 2,
+        n_q: 1,
+        n_kv: 57,
+        h: 2,
+        h_kv: 1,
+        ne3: 1,
+        kv_t: DType::F16,
+        v_t: None,
+        mask: Some((DType::F16, [57, 1, 1, 1])),
+        mask_kind: MaskKind::Causal,
+        scale: 0.3,
+        max_bias: 0.0,
+        softcap: 0.0,
+        sinks: false,
+    };
+    check("cancelling", &c, 158_857_916_789_265_597);
 }
