@@ -20,7 +20,8 @@ pub struct Args {
     #[arg(long)]
     pub system: Option<String>,
     /// Most tokens per answer.
-    #[arg(short = 'n', long = "n-predict", default_value_t = 512)]
+    #[arg(short = 'n', long = "n-predict", default_value = "512", allow_negative_numbers = true,
+          value_parser = crate::common::parse_n_predict)]
     pub n_predict: usize,
 }
 

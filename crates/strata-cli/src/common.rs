@@ -9,6 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use strata::backend::{Backend, Device};
 use strata::testkit::TestBackend;
 use strata_models::model::Override;
+use strata_models::model::SplitMode;
 use strata_models::{Attention, Context, ContextOptions, LoadOptions, Model, PlacementSpec};
 
 /// Errors of the CLI.
@@ -29,9 +30,29 @@ pub struct ModelArgs {
     /// Tokens per graph when processing prompts.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch_size: usize,
-    /// Layers (counted from the last) to put on the first --device; all of them also moves the output layer.
-    #[arg(long = "ngl", visible_alias = "n-gpu-layers", default_value_t = 0)]
-    pub ngl: usize,
+    /// Layers to put on the --device(s), counted as llama.cpp does: the output layer first, then
+    /// blocks from the last (n_layer + 1 in all; negative: all).
+    #[arg(
+        long = "ngl",
+        visible_alias = "n-gpu-layers",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub ngl: i32,
+    /// Share of the offloaded layers per --device, e.g. 3,1 (default: by free memory).
+    #[arg(
+        long = "ts",
+        visible_alias = "tensor-split",
+        value_delimiter = ',',
+        allow_negative_numbers = true
+    )]
+    pub tensor_split: Vec<f32>,
+    /// How layers spread over several devices: layer (default) or none (all on -mg).
+    #[arg(long = "sm", visible_alias = "split-mode", default_value = "layer", value_parser = parse_split_mode)]
+    pub split_mode: SplitMode,
+    /// The device (index into --device) that takes every offloaded layer with -sm none.
+    #[arg(long = "mg", visible_alias = "main-gpu", default_value_t = 0)]
+    pub main_gpu: usize,
     /// Device to offload to (e.g. RPC[host:port]; FAKEn = a simulated device). Repeatable.
     #[arg(long)]
     pub device: Vec<String>,
@@ -98,14 +119,64 @@ pub fn notice_if_context_full(st: &strata_models::session::GenStats, n_ctx: usiz
     }
 }
 
-/// Turns llama.cpp's single-dash long options (`-ngl`, `-ot`, `-fa`) into clap's `--` form.
+/// Parses `-sm`: llama.cpp's split modes; `row` (tensor parallelism) is not
+/// implemented and says so.
+pub fn parse_split_mode(s: &str) -> Result<SplitMode, String> {
+    match s {
+        "layer" => Ok(SplitMode::Layer),
+        "none" => Ok(SplitMode::None),
+        "row" => Err(
+            "-sm row (splitting each matrix over the devices) is not supported; \
+                      use -sm layer or -sm none"
+                .into(),
+        ),
+        _ => Err(format!("unknown split mode '{s}': use layer or none")),
+    }
+}
+
+/// Turns llama.cpp's single-dash long options (`-ngl`, `-ot`, `-ts`, `-sm`,
+/// `-mg`) into clap's `--` form, and `-ts 3/1` into `3,1`.
 pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
-    args.map(|a| match a.as_str() {
-        "-ngl" => "--ngl".into(),
-        "-ot" => "--ot".into(),
-        _ => a,
+    let mut out: Vec<String> = Vec::new();
+    for a in args {
+        let after_ts = matches!(
+            out.last().map(String::as_str),
+            Some("--ts" | "--tensor-split")
+        );
+        out.push(match a.as_str() {
+            "-ngl" => "--ngl".into(),
+            "-ot" => "--ot".into(),
+            "-ts" => "--ts".into(),
+            "-sm" => "--sm".into(),
+            "-mg" => "--mg".into(),
+            _ if after_ts => a.replace('/', ","),
+            _ => a,
+        });
+    }
+    out
+}
+
+/// Parses `-n`/`--n-predict`: a count, or `-1` for "until the model ends
+/// its answer or the context is full" (llama.cpp's meaning).
+pub fn parse_n_predict(s: &str) -> Result<usize, String> {
+    match s.trim() {
+        "-1" => Ok(usize::MAX),
+        t => t.parse::<usize>().map_err(|_| {
+            format!(
+                "-n {s}: give a number of tokens, or -1 to generate until the end of the answer"
+            )
+        }),
+    }
+}
+
+/// The warning llama.cpp's users see when `-ngl` has no device to offload to.
+pub fn ngl_without_device_warning(ngl: i32) -> Option<String> {
+    (ngl != 0).then(|| {
+        format!(
+            "warning: -ngl {ngl} without a --device: there is nothing to offload to, every layer \
+             runs on the CPU (add --device NAME to offload)"
+        )
     })
-    .collect()
 }
 
 /// A device by name: `FAKEn` is a simulated device (strata's test kit), anything else
@@ -145,10 +216,18 @@ impl ModelArgs {
             .iter()
             .map(|n| device(n))
             .collect::<Result<Vec<_>, _>>()?;
+        if devices.is_empty() {
+            if let Some(w) = ngl_without_device_warning(self.ngl) {
+                eprintln!("{w}");
+            }
+        }
         Ok(LoadOptions {
             devices,
             placement: PlacementSpec {
                 n_gpu_layers: self.ngl,
+                tensor_split: self.tensor_split.clone(),
+                split_mode: self.split_mode,
+                main_device: self.main_gpu,
                 overrides,
             },
             no_repack: self.no_repack || crate::settings::no_repack_env(),
@@ -218,18 +297,17 @@ impl ModelArgs {
                 path.display()
             );
         }
-        let offloaded = model
-            .layer_map
-            .layers
-            .iter()
-            .filter(|&&d| d != model.devices.cpu())
-            .count();
+        // llama.cpp's count: the blocks and the output layer
+        let cpu = model.devices.cpu();
+        let offloaded = model.layer_map.layers.iter().filter(|&&d| d != cpu).count()
+            + usize::from(model.layer_map.output != cpu);
         eprintln!(
-            "strata: loaded {} in {:.2} s: {} layers, {offloaded} offloaded (devices: {}), \
-             {:.1} MiB of weights repacked",
+            "strata: loaded {} in {:.2} s: {} layers, offloaded {offloaded}/{} layers \
+             (devices: {}), {:.1} MiB of weights repacked",
             path.display(),
             t0.elapsed().as_secs_f64(),
             model.hparams.n_layer,
+            model.hparams.n_layer + 1,
             model.devices.names().join(", "),
             model.repacked_bytes() as f64 / 1048576.0,
         );

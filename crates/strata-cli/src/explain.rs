@@ -31,8 +31,8 @@ pub struct Args {
     #[arg(short = 'm', long)]
     pub model: Option<std::path::PathBuf>,
     /// With -m: layers to offload to --device (default device: the simulated FAKE0).
-    #[arg(long = "ngl", default_value_t = 0)]
-    pub ngl: usize,
+    #[arg(long = "ngl", default_value_t = 0, allow_negative_numbers = true)]
+    pub ngl: i32,
     /// With -m: context size.
     #[arg(short = 'c', long = "ctx-size", default_value_t = 2048)]
     pub ctx_size: usize,
@@ -58,13 +58,16 @@ fn explain_model(a: &Args, path: &std::path::Path) -> crate::common::CliResult {
     let device = a
         .device
         .clone()
-        .or_else(|| (a.ngl > 0).then(|| "FAKE0".to_string()));
+        .or_else(|| (a.ngl != 0).then(|| "FAKE0".to_string()));
     let margs = crate::common::ModelArgs {
         model: Some(path.to_path_buf()),
         threads: vec![strata::cpu::default_threads()],
         ctx_size: a.ctx_size,
         batch_size: a.batch_size,
         ngl: a.ngl,
+        tensor_split: Vec::new(),
+        split_mode: Default::default(),
+        main_gpu: 0,
         device: device.into_iter().collect(),
         ot: Vec::new(),
         no_flash_attn: a.no_flash_attn,

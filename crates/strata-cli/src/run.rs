@@ -68,8 +68,9 @@ pub struct Args {
     /// The prompt.
     #[arg(short = 'p', long)]
     pub prompt: String,
-    /// Tokens to generate.
-    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    /// Tokens to generate (-1: until the end of the answer or a full context).
+    #[arg(short = 'n', long = "n-predict", default_value = "128", allow_negative_numbers = true,
+          value_parser = crate::common::parse_n_predict)]
     pub n_predict: usize,
     /// Wrap the prompt as a user message in the model's chat template.
     #[arg(long)]

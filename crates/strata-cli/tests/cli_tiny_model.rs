@@ -141,15 +141,66 @@ fn cli_on_a_tiny_model() {
     let off = strata(
         &[
             &base[..],
-            &["--temp", "0", "-ngl", "2", "--device", "FAKE0"],
+            &["--temp", "0", "-ngl", "3", "--device", "FAKE0"],
         ]
         .concat(),
     );
     assert_eq!(stdout(&off), greedy);
     let err = String::from_utf8_lossy(&off.stderr);
     assert!(
-        err.contains("2 offloaded") && err.contains("splits: 2"),
+        err.contains("offloaded 3/3 layers") && err.contains("splits: 2"),
         "{err}"
+    );
+    // llama.cpp's count: -ngl 1 is the output layer alone; -ngl -1 is all;
+    // -ngl without a device warns and runs on the CPU
+    let one = strata(
+        &[
+            &base[..],
+            &["--temp", "0", "-ngl", "1", "--device", "FAKE0"],
+        ]
+        .concat(),
+    );
+    assert_eq!(stdout(&one), greedy);
+    assert!(String::from_utf8_lossy(&one.stderr).contains("offloaded 1/3 layers"));
+    let all = strata(
+        &[
+            &base[..],
+            &["--temp", "0", "-ngl", "-1", "--device", "FAKE0"],
+        ]
+        .concat(),
+    );
+    assert!(String::from_utf8_lossy(&all.stderr).contains("offloaded 3/3 layers"));
+    let none = strata(&[&base[..], &["--temp", "0", "-ngl", "99"]].concat());
+    assert_eq!(stdout(&none), greedy);
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(
+        err.contains("warning: -ngl 99 without a --device") && err.contains("offloaded 0/3"),
+        "{err}"
+    );
+    // two devices, -ts 1/1: a block each way, and -n -1 runs to the end of the context
+    let two = strata(
+        &[
+            &base[..],
+            &[
+                "--temp", "0", "-ngl", "3", "--device", "FAKE0", "--device", "FAKE1", "-ts", "1/2",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        stdout(&two),
+        greedy,
+        "{}",
+        String::from_utf8_lossy(&two.stderr)
+    );
+    let long = strata(&[
+        "run", "-m", m, "-p", "abcab", "-n", "-1", "-c", "16", "-t", "1", "--temp", "0",
+    ]);
+    assert_eq!(
+        long.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&long.stderr)
     );
     let ot = strata(
         &[
@@ -174,7 +225,7 @@ fn cli_on_a_tiny_model() {
 
     // --fit: sizes per device, no loading
     let fit = stdout(&strata(&[
-        "run", "-m", m, "-p", "x", "--fit", "-ngl", "1", "--device", "FAKE0", "-c", "32",
+        "run", "-m", m, "-p", "x", "--fit", "-ngl", "2", "--device", "FAKE0", "-c", "32",
     ]));
     assert!(fit.contains("FAKE0") && fit.contains("CPU"), "{fit}");
 
@@ -255,7 +306,9 @@ fn cli_on_a_tiny_model() {
     // mistakes: typed errors, exit code 1
     for args in [
         vec!["run", "-m", "/nonexistent.gguf", "-p", "x"],
-        vec!["run", "-m", m, "-p", "x", "-ngl", "1"],
+        vec![
+            "run", "-m", m, "-p", "x", "-ngl", "1", "--device", "FAKE0", "-ts", "1,1",
+        ],
         vec!["run", "-m", m, "-p", "x", "--top-p", "3"],
         vec!["run", "-m", m, "-p", "x", "-ot", "nodevice"],
     ] {

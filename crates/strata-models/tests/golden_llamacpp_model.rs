@@ -3,7 +3,7 @@
 //! token ids, KL(softmax(llama.cpp) ‖ softmax(strata)) of the last prompt position, argmax where
 //! llama.cpp's top-2 margin is clear, and the greedy continuation up to the first step whose
 //! margin in llama.cpp's run is under 0.5. Also: offloading layers to a second device
-//! (`-ngl 10`, `-ngl 30`, the test device FAKE0) gives bit-identical logits (with the CPU's
+//! (`-ngl 10`, `-ngl 31`, the test device FAKE0) gives bit-identical logits (with the CPU's
 //! weights mapped as they are: repacked weights use other kernels, whose f32 sums are
 //! ordered differently), and repacked weights give the mapped weights' logits within f32
 //! reordering.
@@ -212,7 +212,7 @@ fn repacked_weights_match_mapped_weights() {
     }
 }
 
-/// `-ngl 10` / `-ngl 30` on a strata RPC server on a loopback port: logits
+/// `-ngl 10` / `-ngl 31` on a strata RPC server on a loopback port: logits
 /// bit-identical to the CPU-only run (the server runs the same CPU kernels,
 /// and copies between client and server are byte-exact).
 #[test]
@@ -233,17 +233,17 @@ fn rpc_offload_gives_identical_logits() {
     let dev: Arc<dyn strata::backend::Device> =
         provider.connect(&addr.to_string()).unwrap().remove(0);
     let (cpu, _) = run_steps(&load(PlacementSpec::default(), false));
-    for ngl in [10, 30] {
+    for ngl in [10, 31] {
         let model = load_on(first_layers(ngl), vec![dev.clone()], true);
         assert_split_and_identical(&format!("RPC -ngl {ngl}"), &model, &cpu);
     }
 }
 
-/// The first `ngl` layers on the other device (`-ngl`).
-fn first_layers(ngl: usize) -> PlacementSpec {
+/// The last `ngl` of the 31 layers (30 blocks + output) on the other device (`-ngl`).
+fn first_layers(ngl: i32) -> PlacementSpec {
     PlacementSpec {
         n_gpu_layers: ngl,
-        overrides: vec![],
+        ..Default::default()
     }
 }
 
@@ -325,18 +325,30 @@ fn offloaded_layers_give_identical_logits() {
     }
     let (cpu, cpu_splits) = run_steps(&load(PlacementSpec::default(), false));
     assert_eq!(cpu_splits, 1);
-    for ngl in [10, 30] {
+    // llama.cpp counts 30 blocks + the output layer: -ngl 10 offloads the
+    // output and blocks 21-29, -ngl 31 everything but the embedding; both
+    // give llama.cpp's 2 splits (CPU part, device part)
+    for ngl in [10, 31] {
         let model = load(first_layers(ngl), true);
-        let n_fake = model.layer_map.layers.iter().filter(|&&d| d == 0).count();
-        assert_eq!(n_fake, ngl);
-        assert_eq!(model.layer_map.output == 0, ngl >= 30);
+        let on_fake: Vec<usize> = (0..30)
+            .filter(|&il| model.layer_map.layers[il] == 0)
+            .collect();
+        let first = 31 - ngl as usize;
+        assert_eq!(on_fake, (first..30).collect::<Vec<_>>(), "-ngl {ngl}");
+        assert_eq!(
+            model.layer_map.output, 0,
+            "-ngl {ngl}: the output layer is offloaded"
+        );
+        let (_, splits) = run_steps(&model);
+        assert_eq!(splits, 2, "-ngl {ngl}: llama.cpp's split count");
         assert_split_and_identical(&format!("-ngl {ngl}"), &model, &cpu);
     }
     // -ot: pin every FFN matrix of the offloaded layers back on the CPU
     let model = load(
         PlacementSpec {
-            n_gpu_layers: 30,
+            n_gpu_layers: 31,
             overrides: vec![Override::parse(r"ffn_(up|gate|down)=CPU").unwrap()],
+            ..Default::default()
         },
         true,
     );

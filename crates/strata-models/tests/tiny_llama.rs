@@ -333,25 +333,28 @@ fn tiny_llama_same_bits_for_1_2_3_threads_and_offload() {
         for t in [2, 3] {
             assert_eq!(one, run(&model, attention, t), "{attention:?}, {t} threads");
         }
-        for ngl in [1, 2] {
+        // llama.cpp's count: 2 blocks + the output layer; -ngl 1 moves the
+        // output alone, 2 adds the last block, 3 (or -1: all) every block
+        for (ngl, layers) in [
+            (1, vec![1, 1]),
+            (2, vec![1, 0]),
+            (3, vec![0, 0]),
+            (-1, vec![0, 0]),
+        ] {
             let fake = TestBackend::device("FAKE0", |_| true, 2).device();
             let opts = LoadOptions {
                 devices: vec![fake],
                 placement: PlacementSpec {
                     n_gpu_layers: ngl,
-                    overrides: vec![],
+                    ..Default::default()
                 },
                 ..Default::default()
             };
             let m = load(&bytes, &opts).unwrap();
-            assert_eq!(
-                m.layer_map.layers,
-                if ngl == 1 { vec![1, 0] } else { vec![0, 0] }
-            );
-            assert_eq!(
+            assert_eq!(m.layer_map.layers, layers, "-ngl {ngl}");
+            assert!(
                 m.tied_output && m.layer_map.output == 0,
-                ngl == 2,
-                "tied head copied to the device"
+                "-ngl {ngl}: the output layer (tied head copied) is on the device"
             );
             assert_eq!(one, run(&m, attention, 2), "{attention:?}, -ngl {ngl}");
         }
@@ -369,8 +372,9 @@ fn fit_reports_bytes_per_device_without_loading() {
     let opts = LoadOptions {
         devices: vec![fake],
         placement: PlacementSpec {
-            n_gpu_layers: 1,
+            n_gpu_layers: 2,
             overrides: vec![Override::parse("blk\\.1\\.ffn_down=CPU").unwrap()],
+            ..Default::default()
         },
         ..Default::default()
     };
@@ -378,11 +382,17 @@ fn fit_reports_bytes_per_device_without_loading() {
     assert_eq!(r.devices, vec!["FAKE0".to_string(), "CPU".to_string()]);
     let layer: usize = NAMES.iter().map(|(_, a, b)| a * b * 4).sum();
     let down = N_FF * N_EMBD * 4;
-    assert_eq!(r.bytes[0].weights, layer - down);
-    assert_eq!(r.bytes[0].n_tensors, 8);
-    let total: usize = r.bytes.iter().map(|b| b.weights).sum();
+    // -ngl 2 of 2 blocks + output: block 1 (less its ffn_down) and the
+    // output layer: its norm and a device copy of the tied f16 head
     let f = GgufFile::open(&path).unwrap();
-    assert_eq!(total, f.tensors().iter().map(|t| t.size()).sum::<usize>());
+    let head = f.tensor("token_embd.weight").unwrap().size();
+    assert_eq!(r.bytes[0].weights, layer - down + N_EMBD * 4 + head);
+    assert_eq!(r.bytes[0].n_tensors, 8 + 2);
+    let total: usize = r.bytes.iter().map(|b| b.weights).sum();
+    assert_eq!(
+        total,
+        f.tensors().iter().map(|t| t.size()).sum::<usize>() + head
+    );
     let kv_layer = 2 * 16 * 2 * N_KV * HD;
     assert_eq!(
         (r.bytes[0].kv_cache, r.bytes[1].kv_cache),
@@ -409,23 +419,26 @@ fn user_mistakes_are_errors() {
     assert_eq!(c.n_past(), 0);
     c.decode(&[1], Logits::Last).unwrap();
 
+    // -ngl without a device: nothing to offload to, every layer on the CPU
+    // (llama.cpp's behaviour; the CLI warns)
     let ngl = LoadOptions {
         devices: vec![],
         placement: PlacementSpec {
-            n_gpu_layers: 1,
-            overrides: vec![],
+            n_gpu_layers: 99,
+            ..Default::default()
         },
         ..Default::default()
     };
-    assert!(load(&bytes, &ngl)
-        .unwrap_err()
-        .to_string()
-        .contains("--device"));
+    let m = load(&bytes, &ngl).unwrap();
+    assert_eq!(
+        (m.layer_map.layers.clone(), m.layer_map.output),
+        (vec![0, 0], 0)
+    );
     let ot = LoadOptions {
         devices: vec![],
         placement: PlacementSpec {
-            n_gpu_layers: 0,
             overrides: vec![Override::parse("ffn=NPU9").unwrap()],
+            ..Default::default()
         },
         ..Default::default()
     };

@@ -28,7 +28,7 @@ use strata::gguf::{GgufFile, TensorInfo};
 use strata::{ResultExt as _, Tensor};
 
 pub use hparams::{HParams, RopeScaling};
-pub use placement::{layer_of, Devices, LayerMap, Override, PlacementSpec};
+pub use placement::{layer_of, Devices, LayerMap, Override, PlacementSpec, SplitMode};
 
 use crate::tokenizer::Tokenizer;
 use crate::{ModelError, Result};

@@ -40,11 +40,39 @@ impl Override {
     }
 }
 
+/// How layers are spread over several devices (`-sm`, llama.cpp's split mode).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SplitMode {
+    /// Every offloaded layer on one device, `main_device` (`-sm none`).
+    None,
+    /// Consecutive layers per device, in proportion to `tensor_split` or to
+    /// each device's free memory (`-sm layer`, the default).
+    #[default]
+    Layer,
+}
+
 /// Placement policy of a model's weights.
+///
+/// `n_gpu_layers` counts as llama.cpp counts: the model's `n_layer` blocks
+/// plus the output layer make `n_layer + 1` layers; `-ngl N` offloads the
+/// last `N` of them, so `-ngl 1` moves the output layer alone and `-ngl
+/// n_layer + 1` (or any negative value, llama.cpp's "all") moves every
+/// block and the output. The token embedding stays on the CPU. Without a
+/// device, `-ngl` has nothing to offload to and every layer stays on the
+/// CPU (as llama.cpp does; the CLI warns).
 #[derive(Clone, Debug, Default)]
 pub struct PlacementSpec {
-    /// Layers put on the first non-CPU device (`-ngl`), counted from the last.
-    pub n_gpu_layers: usize,
+    /// Layers put on the devices (`-ngl`), counted from the output layer;
+    /// negative: all.
+    pub n_gpu_layers: i32,
+    /// Share of the offloaded layers per device (`-ts 3,1`), in device
+    /// order; empty or all zero: in proportion to each device's free memory.
+    pub tensor_split: Vec<f32>,
+    /// How layers spread over several devices (`-sm`).
+    pub split_mode: SplitMode,
+    /// The device every offloaded layer goes to with [`SplitMode::None`]
+    /// (`-mg`, an index into the devices given).
+    pub main_device: usize,
     /// Name overrides, checked in order.
     pub overrides: Vec<Override>,
 }
@@ -122,35 +150,98 @@ pub struct LayerMap {
 }
 
 impl PlacementSpec {
-    /// Assigns layers to devices.
+    /// Assigns layers to devices (llama.cpp's rule: the last `-ngl` of the
+    /// `n_layer + 1` layers, split over the devices by `-ts` or free memory).
     pub fn layer_map(&self, n_layer: usize, devices: &Devices) -> Result<LayerMap> {
         let cpu = devices.cpu();
-        let gpu = if devices.list().len() > 1 {
-            Some(0)
-        } else {
-            None
-        };
-        if self.n_gpu_layers > 0 && gpu.is_none() {
-            return Err(ModelError::Invalid(format!(
-                "-ngl {} needs a device to offload to (--device NAME)",
-                self.n_gpu_layers
-            )));
-        }
-        let n_off = self.n_gpu_layers.min(n_layer);
-        let first = n_layer - n_off;
-        let layers = (0..n_layer)
-            .map(|i| if i >= first { gpu.unwrap_or(cpu) } else { cpu })
-            .collect();
-        let output = if self.n_gpu_layers >= n_layer {
-            gpu.unwrap_or(cpu)
-        } else {
-            cpu
+        let n_dev = cpu; // the CPU is last: every index below it is a device
+        let all = n_layer + 1;
+        let wanted = usize::try_from(self.n_gpu_layers).map_or(all, |n| n.min(all));
+        let n_off = if n_dev == 0 { 0 } else { wanted };
+        let start = all - n_off;
+        let bounds = self.split_bounds(devices)?;
+        let place = |il: usize| -> usize {
+            if il < start {
+                return cpu;
+            }
+            let frac = (il - start) as f32 / n_off as f32;
+            // the first device whose cumulative share passes this layer
+            bounds
+                .iter()
+                .position(|&b| frac < b)
+                .unwrap_or(n_dev - 1)
+                .min(n_dev - 1)
         };
         Ok(LayerMap {
-            layers,
-            output,
+            layers: (0..n_layer).map(place).collect(),
+            output: place(n_layer),
             input: cpu,
         })
+    }
+
+    /// Cumulative, normalized share of each device (llama.cpp's split points).
+    fn split_bounds(&self, devices: &Devices) -> Result<Vec<f32>> {
+        let n_dev = devices.cpu();
+        if n_dev == 0 {
+            return Ok(Vec::new());
+        }
+        if self.split_mode == SplitMode::None {
+            if self.main_device >= n_dev {
+                return Err(ModelError::Invalid(format!(
+                    "-mg {} names no device: {} device(s) given ({})",
+                    self.main_device,
+                    n_dev,
+                    devices.names()[..n_dev].join(", ")
+                )));
+            }
+            return Ok((0..n_dev)
+                .map(|i| if i >= self.main_device { 1.0 } else { 0.0 })
+                .collect());
+        }
+        if self.tensor_split.len() > n_dev {
+            return Err(ModelError::Invalid(format!(
+                "-ts gives {} shares for {} device(s) ({}); give one per --device",
+                self.tensor_split.len(),
+                n_dev,
+                devices.names()[..n_dev].join(", ")
+            )));
+        }
+        if let Some(bad) = self
+            .tensor_split
+            .iter()
+            .find(|x| !x.is_finite() || **x < 0.0)
+        {
+            return Err(ModelError::Invalid(format!(
+                "-ts share {bad} must be a finite number >= 0"
+            )));
+        }
+        let mut shares: Vec<f64> = (0..n_dev)
+            .map(|i| f64::from(self.tensor_split.get(i).copied().unwrap_or(0.0)))
+            .collect();
+        if shares.iter().all(|&x| x == 0.0) {
+            shares = devices.list()[..n_dev]
+                .iter()
+                .map(|d| match d.memory() {
+                    Ok(m) if m.free > 0 || m.total > 0 => m.free as f64,
+                    // a device with nothing to report: count the host's memory
+                    _ => devices.list()[n_dev]
+                        .memory()
+                        .map_or(1.0, |m| m.free.max(1) as f64),
+                })
+                .collect();
+            if shares.iter().all(|&x| x == 0.0) {
+                shares = vec![1.0; n_dev];
+            }
+        }
+        let sum: f64 = shares.iter().sum();
+        let mut acc = 0.0;
+        Ok(shares
+            .iter()
+            .map(|x| {
+                acc += x;
+                (acc / sum) as f32
+            })
+            .collect())
     }
 
     /// The device of tensor `name`, whose layer placement says `default`.
@@ -167,4 +258,73 @@ impl PlacementSpec {
 /// The layer a tensor belongs to (`blk.N.*`), if any.
 pub fn layer_of(name: &str) -> Option<usize> {
     name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata::backend::Backend;
+    use strata::testkit::TestBackend;
+
+    fn devices(n: usize) -> Devices {
+        Devices::new(
+            (0..n)
+                .map(|i| TestBackend::device(&format!("FAKE{i}"), |_| true, 1).device())
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    fn map(spec: &PlacementSpec, n_layer: usize, n_dev: usize) -> (Vec<usize>, usize) {
+        let m = spec.layer_map(n_layer, &devices(n_dev)).unwrap();
+        (m.layers, m.output)
+    }
+
+    fn ngl(n: i32) -> PlacementSpec {
+        PlacementSpec {
+            n_gpu_layers: n,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn ngl_counts_the_output_layer_as_llama_cpp_does() {
+        // 30 blocks + output, -ngl 10: blocks 21..29 and the output (llama.cpp)
+        let (layers, out) = map(&ngl(10), 30, 1);
+        let on_dev: Vec<usize> = (0..30).filter(|&i| layers[i] == 0).collect();
+        assert_eq!((on_dev, out), ((21..30).collect::<Vec<_>>(), 0));
+        assert_eq!(map(&ngl(1), 4, 1), (vec![1; 4], 0));
+        assert_eq!(map(&ngl(0), 4, 1), (vec![1; 4], 1));
+        for all in [5, 6, 999, -1, -7] {
+            assert_eq!(map(&ngl(all), 4, 1), (vec![0; 4], 0), "-ngl {all}");
+        }
+        // no device: nothing to offload to
+        assert_eq!(map(&ngl(99), 4, 0), (vec![0; 4], 0));
+    }
+
+    #[test]
+    fn tensor_split_and_split_modes_spread_layers() {
+        let ts = |v: &[f32]| PlacementSpec {
+            n_gpu_layers: -1,
+            tensor_split: v.to_vec(),
+            ..Default::default()
+        };
+        // 7 blocks + output over 3:1 -> 6 layers on FAKE0, 2 on FAKE1
+        assert_eq!(map(&ts(&[3.0, 1.0]), 7, 2), (vec![0, 0, 0, 0, 0, 0, 1], 1));
+        assert_eq!(map(&ts(&[0.0, 1.0]), 3, 2), (vec![1, 1, 1], 1));
+        // one share given for two devices: the second gets none
+        assert_eq!(map(&ts(&[1.0]), 3, 2), (vec![0, 0, 0], 0));
+        let none = |mg| PlacementSpec {
+            n_gpu_layers: -1,
+            split_mode: SplitMode::None,
+            main_device: mg,
+            ..Default::default()
+        };
+        assert_eq!(map(&none(1), 3, 2), (vec![1, 1, 1], 1));
+        assert_eq!(map(&none(0), 3, 2), (vec![0, 0, 0], 0));
+        for bad in [none(2), ts(&[1.0, 1.0, 1.0]), ts(&[-1.0]), ts(&[f32::NAN])] {
+            let e = bad.layer_map(3, &devices(2)).unwrap_err().to_string();
+            assert!(e.contains("-mg") || e.contains("-ts"), "{e}");
+        }
+    }
 }
