@@ -541,3 +541,58 @@ fn on(b: usize, cause: Cause) -> Assigned {
         cause,
     }
 }
+
+/// Issue 15 item 2 (seed 004): the scheduler's dependency node for a split
+/// input must not count as a view of the input, or the input's memory on
+/// its own backend lives to the end of the graph and the compute buffers
+/// grow with the number of splits. A chain alternating between a device
+/// (SQR only) and the CPU (everything else): each backend's buffer stays a
+/// few tensors wide however many splits there are.
+#[test]
+fn split_inputs_are_freed_after_their_copy_in_many_split_plans() {
+    const N: usize = 16 * 1024; // f32 elements per tensor: 64 KiB
+    let tensor_bytes = N * 4;
+    let plan = |n_pairs: usize| {
+        let dev = TestBackend::device("FAKE0", |_| true, 1);
+        // weights pull each op to their backend: MULs to the device, ADDs to the CPU
+        let wd = Tensor::new(DType::F32, &[N]).unwrap().with_name("wd");
+        let wc = Tensor::new(DType::F32, &[N]).unwrap().with_name("wc");
+        let mut keep = alloc_tensors(&[wd.clone()], &dev.default_buffer_type()).unwrap();
+        keep.extend(alloc_tensors(&[wc.clone()], &cpu_buffer_type()).unwrap());
+        keep.iter().for_each(|b| b.set_usage(BufferUsage::Weights));
+        let x = Tensor::new(DType::F32, &[N]).unwrap().with_name("x");
+        x.set_input();
+        let mut cur = x;
+        for i in 0..n_pairs {
+            cur = ops::mul(&cur, &wd).unwrap().with_name(format!("dev{i}"));
+            cur = ops::add(&cur, &wc).unwrap().with_name(format!("cpu{i}"));
+        }
+        cur.set_output();
+        let g = Graph::build(&[cur]);
+        let backends: Vec<Box<dyn Backend>> = vec![Box::new(dev), Box::new(CpuBackend::new(1))];
+        let mut sched = Scheduler::new(backends, None, SchedConfig::default()).unwrap();
+        sched.reserve(&g).unwrap();
+        let sizes = [0, 1].map(|b| sched.buffer_size(BackendId(b)));
+        (sched.n_splits(), sizes)
+    };
+    let (splits_small, small) = plan(2);
+    let (splits_big, big) = plan(12);
+    println!("{splits_small} splits: {small:?} bytes; {splits_big} splits: {big:?} bytes");
+    assert!(
+        splits_big >= 20 && splits_big > splits_small,
+        "{splits_big} splits"
+    );
+    for b in 0..2 {
+        assert!(
+            big[b] <= 4 * tensor_bytes,
+            "backend {b}: {} KiB for {splits_big} splits (2 pairs: {} KiB): split inputs \
+             outlive their copies",
+            big[b] / 1024,
+            small[b] / 1024
+        );
+        assert_eq!(
+            big[b], small[b],
+            "backend {b}: the size must not grow with the splits"
+        );
+    }
+}

@@ -160,6 +160,29 @@ fn copies_between_buffers_and_usage() {
     assert!(tensor_copy(&a, &c).is_err(), "layouts differ");
 }
 
+/// Issue 15 item 1: equal type, shape and size but other strides (a
+/// transposed view) is refused as ggml refuses it, not copied byte for byte.
+#[test]
+fn copies_between_equal_shapes_with_other_strides_are_refused() {
+    let a = Tensor::new(DType::F32, &[3, 3]).unwrap().with_name("a");
+    let b = Tensor::new(DType::F32, &[3, 3]).unwrap().with_name("b");
+    let _bufs = alloc(&[&a, &b]);
+    a.write_f32(&[1., 2., 3., 4., 5., 6., 7., 8., 9.]).unwrap();
+    b.write_f32(&[0.0; 9]).unwrap();
+    let at = ops::transpose(&a).unwrap().with_name("a_T");
+    assert_eq!((at.ne(), at.nbytes()), (b.ne(), b.nbytes()));
+    let e = tensor_copy(&at, &b).unwrap_err().to_string();
+    assert!(e.contains("a_T") && e.contains("strides"), "{e}");
+    assert!(tensor_copy(&b, &at).is_err());
+    assert_eq!(b.to_f32_vec().unwrap(), vec![0.0; 9], "nothing written");
+    // a view with the same strides copies
+    let row = ops::view_1d(&a, 3, 3 * 4).unwrap();
+    let dst = Tensor::new(DType::F32, &[3]).unwrap();
+    let _d = alloc(&[&dst]);
+    tensor_copy(&row, &dst).unwrap();
+    assert_eq!(dst.to_f32_vec().unwrap(), vec![4., 5., 6.]);
+}
+
 /// Issue 16 item 5: a copy whose source and destination overlap inside one
 /// host buffer (reachable from COPY_TENSOR) is a memmove, for either
 /// direction of overlap and for identical ranges; a read-only buffer refuses it.

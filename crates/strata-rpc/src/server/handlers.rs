@@ -179,7 +179,8 @@ impl Session {
             Request::CopyTensor { src, dst } => {
                 let s = placed(&self.buffers, &src)?;
                 let d = placed(&self.buffers, &dst)?;
-                if s.dtype() == d.dtype() && s.ne() == d.ne() && s.nbytes() == d.nbytes() {
+                let same = s.dtype() == d.dtype() && s.ne() == d.ne() && s.nb() == d.nb();
+                if same && s.nbytes() == d.nbytes() {
                     tensor_copy(&s, &d)?;
                     Reply::Bytes(vec![1])
                 } else {

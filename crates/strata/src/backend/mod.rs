@@ -101,15 +101,25 @@ pub fn tensor_memset(tensor: &Tensor, offset: usize, len: usize, value: u8) -> R
 /// overlap: the result is then that of `memmove` (the destination holds the
 /// source's bytes as they were before the copy).
 pub fn tensor_copy(src: &Tensor, dst: &Tensor) -> Result<()> {
-    if src.dtype() != dst.dtype() || src.ne() != dst.ne() || src.nbytes() != dst.nbytes() {
+    // ggml_are_same_layout: type, shape and strides. Equal shapes with other
+    // strides (a transposed view) would copy the bytes, not the elements.
+    if src.dtype() != dst.dtype()
+        || src.ne() != dst.ne()
+        || src.nb() != dst.nb()
+        || src.nbytes() != dst.nbytes()
+    {
         return Err(Error::InvalidArgument(format!(
-            "tensor_copy: '{}' ({} {:?}) and '{}' ({} {:?}) differ in layout",
+            "tensor_copy: '{}' ({} {:?} strides {:?}) and '{}' ({} {:?} strides {:?}) differ in \
+             layout: a byte copy needs the same type, shape and strides; copy element by \
+             element with ops::cpy in a graph",
             src.name(),
             src.dtype(),
             src.ne(),
+            src.nb(),
             dst.name(),
             dst.dtype(),
-            dst.ne()
+            dst.ne(),
+            dst.nb()
         )));
     }
     let n = src.nbytes();

@@ -11,8 +11,8 @@ use super::{EvalCallback, SchedConfig};
 use crate::alloc::GraphAllocator;
 use crate::backend::{tensor_copy, Backend, BufferType, Event};
 use crate::graph::{Graph, Slot};
-use crate::ops::{self, Op};
-use crate::tensor::{Flags, Tensor, TensorId};
+use crate::ops::Op;
+use crate::tensor::{Flags, Tensor, TensorId, ViewOf};
 use crate::{Error, Result, ResultExt};
 
 /// Identity of a graph: its node and leaf ids (tensors are unique objects).
@@ -186,12 +186,7 @@ impl RunState {
         for split in &p.splits {
             for &slot in &split.inputs {
                 let input = slot_tensor(graph, slot);
-                let dep = ops::make(
-                    Op::View { offset: 0 },
-                    vec![Some(input.clone())],
-                    Some((input.ne(), input.nb())),
-                )?;
-                nodes.push(dep.with_name(format!("{}#dep", input.name())));
+                nodes.push(input_dependency(input));
                 node_ids.push(p.of(slot).backend.index());
                 if n_copies == 1 {
                     nodes.push(self.copies[&(input.id(), split.backend)][0].clone());
@@ -432,4 +427,32 @@ fn make_copies(
         }
     }
     copies
+}
+
+/// The planner's dependency node for a split input (ggml's `input_dep`,
+/// seed 004): it reads the input, so the input lives until its copy is
+/// made, and it aliases the input's memory. It is an OP_NONE node, not a
+/// VIEW: the planner counts the views of a tensor and keeps it until every
+/// view's consumers ran, and nothing consumes the dependency, so a VIEW here
+/// would keep every split input alive to the end of the graph.
+fn input_dependency(input: &Tensor) -> Tensor {
+    let base = match input.view_of() {
+        Some(v) => ViewOf {
+            src: v.src.clone(),
+            offset: v.offset,
+        },
+        None => ViewOf {
+            src: input.clone(),
+            offset: 0,
+        },
+    };
+    Tensor::from_parts(
+        input.dtype(),
+        input.ne(),
+        input.nb(),
+        Op::None,
+        vec![Some(input.clone())],
+        Some(base),
+    )
+    .with_name(format!("{}#dep", input.name()))
 }
