@@ -40,7 +40,7 @@ fn setup() -> (strata_rpc::ServerHandle, Arc<dyn Device>, RpcProvider) {
 fn tensor_on(dev: &Arc<dyn Device>, bytes: usize) -> (Tensor, Vec<Arc<dyn Buffer>>) {
     let t = Tensor::new(DType::I8, &[bytes]).unwrap();
     let b = alloc_tensors(std::slice::from_ref(&t), &dev.default_buffer_type()).unwrap();
-    (t, b)
+    (t, b.into())
 }
 
 fn transfers(c: &mut Criterion) {

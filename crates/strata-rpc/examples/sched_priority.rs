@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use strata::backend::{alloc_tensors, Backend, Buffer, BufferUsage, Registry};
+use strata::backend::{alloc_tensors, Backend, BufferUsage, Registry};
 use strata::cpu::{cpu_buffer_type, CpuBackend};
 use strata::sched::{SchedConfig, Scheduler};
 use strata::{ops, DType, Graph, Result, Tensor};
@@ -33,12 +33,11 @@ fn experiment(device: &str, reg: &Registry, cpu_weights: bool) -> Result<Outcome
     let b = Tensor::new(DType::F32, &[2, 3])?.with_name("b");
     let c = Tensor::new(DType::F32, &[4, 3])?.with_name("c");
     let d = Tensor::new(DType::F32, &[4, 3])?.with_name("d");
-    let ab: Vec<Arc<dyn Buffer>> =
-        alloc_tensors(&[a.clone(), b.clone()], &dev.default_buffer_type())?;
-    ab[0].set_usage(BufferUsage::Weights);
+    let ab = alloc_tensors(&[a.clone(), b.clone()], &dev.default_buffer_type())?;
+    ab.set_usage(BufferUsage::Weights);
     let cd = alloc_tensors(&[c.clone(), d.clone()], &cpu_buffer_type())?;
     if cpu_weights {
-        cd[0].set_usage(BufferUsage::Weights);
+        cd.set_usage(BufferUsage::Weights);
     }
     a.write_f32(&A)?;
     b.write_f32(&B)?;

@@ -62,7 +62,7 @@ fn graph_on(dev: &Arc<dyn Device>) -> (Graph, Tensor, Vec<Arc<dyn strata::backen
     let bufs = alloc_tensors(&all, &dev.default_buffer_type()).unwrap();
     a.write_f32(&[1.0; 64]).unwrap();
     b.write_f32(&[2.0; 64]).unwrap();
-    (g, c, bufs)
+    (g, c, bufs.into())
 }
 
 fn is_backend_error(e: &Error) -> bool {

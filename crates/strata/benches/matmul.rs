@@ -87,7 +87,9 @@ fn mul_mat_graph(
 ) -> (Graph, Vec<Arc<dyn Buffer>>) {
     let a = Tensor::new(t, &[k, m]).unwrap();
     let mut bufs = if packed {
-        alloc_tensors(std::slice::from_ref(&a), &packed_buffer_type()).unwrap()
+        alloc_tensors(std::slice::from_ref(&a), &packed_buffer_type())
+            .unwrap()
+            .into_vec()
     } else {
         Vec::new()
     };

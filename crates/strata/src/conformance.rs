@@ -18,9 +18,8 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::Arc;
 
-use crate::backend::{alloc_tensors, Backend, Buffer};
+use crate::backend::{alloc_tensors, Backend};
 use crate::cpu::CpuBackend;
 use crate::graph::Graph;
 use crate::isa::Isa;
@@ -448,7 +447,7 @@ fn compute_on(case: &OpCase, backend: &mut dyn Backend, seed: u64) -> Result<Opt
     }
     let g = Graph::build(&[out.clone()]);
     let all: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
-    let _bufs: Vec<Arc<dyn Buffer>> = alloc_tensors(&all, &backend.default_buffer_type())?;
+    let _bufs = alloc_tensors(&all, &backend.default_buffer_type())?;
     let mut rng = Rng::new(seed);
     for (t, fill) in &inputs {
         let vals = fill_values(t, *fill, &mut rng);

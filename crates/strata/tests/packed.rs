@@ -20,7 +20,7 @@ mod common;
 use common::qblock::{self, block_magnitude, unit_scales, QUANT as TYPES, U};
 use common::Rng;
 use proptest::prelude::*;
-use strata::backend::{alloc_tensors, tensor_copy, Backend, Buffer, TensorLayout};
+use strata::backend::{alloc_tensors, tensor_copy, Backend, TensorLayout};
 use strata::cpu::{alloc_graph_host, cpu_buffer_type, packed_buffer_type, CpuBackend};
 use strata::isa::Isa;
 use strata::quant::packed::{self, ROWS};
@@ -115,7 +115,7 @@ fn layout_rejects_ineligible_shapes_and_sizes() {
 // ---------------------------------------------------------------- kernels
 
 /// A packed weight tensor `[k, m, a2, a3]` holding the ggml bytes `w`.
-fn packed_weight(t: DType, ne: [usize; 4], w: &[u8]) -> (Tensor, Vec<std::sync::Arc<dyn Buffer>>) {
+fn packed_weight(t: DType, ne: [usize; 4], w: &[u8]) -> (Tensor, strata::backend::MultiBuffer) {
     let a = Tensor::new(t, &ne).unwrap().with_name("w");
     let bufs = alloc_tensors(std::slice::from_ref(&a), &packed_buffer_type()).unwrap();
     assert_eq!(bufs[0].tensor_layout(&a), TensorLayout::Packed);

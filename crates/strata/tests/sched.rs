@@ -412,7 +412,7 @@ fn weights_on_cpu(
     let y = ops::mul_mat(&w, &x).unwrap().with_name("ffn_out");
     let z = ops::sqr(&y).unwrap().with_name("attn_sq");
     z.set_output();
-    (Graph::build(&[z.clone()]), w, x, z, bufs)
+    (Graph::build(&[z.clone()]), w, x, z, bufs.into())
 }
 
 fn dev_cpu(cfg: SchedConfig) -> Scheduler {
@@ -595,4 +595,46 @@ fn split_inputs_are_freed_after_their_copy_in_many_split_plans() {
             "backend {b}: the size must not grow with the splits"
         );
     }
+}
+
+/// Issue 15 item 4 (seed 001): the split count does not depend on how many
+/// buffers the CPU weights needed: one `set_usage` on `alloc_tensors`'
+/// handle marks them all, so both CPU-weight ADDs run on the CPU (marking
+/// only the first buffer moves the second ADD to the device: 3 splits).
+#[test]
+fn split_count_does_not_depend_on_how_many_buffers_hold_the_weights() {
+    let splits = |max_size: usize| {
+        let dev = TestBackend::device("FAKE0", |_| true, 1);
+        let wd = Tensor::new(DType::F32, &[16]).unwrap().with_name("wd");
+        let wc: Vec<Tensor> = (0..2)
+            .map(|i| {
+                Tensor::new(DType::F32, &[16])
+                    .unwrap()
+                    .with_name(format!("wc{i}"))
+            })
+            .collect();
+        let bd = alloc_tensors(&[wd.clone()], &dev.default_buffer_type()).unwrap();
+        bd.set_usage(BufferUsage::Weights);
+        let buft = strata::cpu::HostBufferType::with_max_size(max_size);
+        let bc = alloc_tensors(&wc, &buft).unwrap();
+        bc.set_usage(BufferUsage::Weights);
+        let x = Tensor::new(DType::F32, &[16]).unwrap().with_name("x");
+        x.set_input();
+        let mut cur = x;
+        for w in &wc {
+            cur = ops::mul(&cur, &wd).unwrap();
+            cur = ops::add(&cur, w).unwrap();
+        }
+        cur.set_output();
+        let g = Graph::build(&[cur]);
+        let backends: Vec<Box<dyn Backend>> = vec![Box::new(dev), Box::new(CpuBackend::new(1))];
+        let mut sched = Scheduler::new(backends, None, SchedConfig::default()).unwrap();
+        sched.reserve(&g).unwrap();
+        (bc.len(), sched.n_splits())
+    };
+    let (one_buffer, s1) = splits(1 << 20);
+    let (two_buffers, s2) = splits(64);
+    assert_eq!((one_buffer, two_buffers), (1, 2));
+    assert_eq!(s1, 4, "device MUL, CPU ADD, device MUL, CPU ADD");
+    assert_eq!(s2, s1);
 }

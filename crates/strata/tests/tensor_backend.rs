@@ -8,12 +8,12 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use strata::backend::{
     alloc_tensors, tensor_copy, tensor_get, tensor_memset, tensor_set, Buffer, BufferUsage,
-    Registry,
+    MultiBuffer, Registry,
 };
 use strata::cpu::{cpu_buffer_type, HostBuffer, HostBufferType};
 use strata::{ops, DType, Error, Tensor};
 
-fn alloc(ts: &[&Tensor]) -> Vec<Arc<dyn Buffer>> {
+fn alloc(ts: &[&Tensor]) -> MultiBuffer {
     let v: Vec<Tensor> = ts.iter().map(|t| (*t).clone()).collect();
     alloc_tensors(&v, &cpu_buffer_type()).unwrap()
 }
@@ -138,7 +138,7 @@ fn alloc_tensors_packs_into_as_few_buffers_as_max_size_allows() {
         }
     }
     let huge = Tensor::new(DType::F32, &[100]).unwrap().with_name("huge");
-    let e = alloc_tensors(&[huge], &buft).err().expect("too large");
+    let e = alloc_tensors(&[huge], &buft).expect_err("too large");
     assert!(e.to_string().contains("huge"), "{e}");
 }
 
@@ -466,4 +466,24 @@ fn cpu_backend_recomputes_after_tensors_move_and_rechecks_indices() {
     idx.write_i32(&[0, 2]).unwrap();
     cpu.graph_compute(&g).unwrap();
     assert_eq!(out.to_f32_vec().unwrap(), vec![-2.0, -4.0, -10.0, -12.0]);
+}
+
+/// Issue 15 item 4: the buffers `alloc_tensors` made are one handle, and
+/// `set_usage` on it marks every one (ggml's multi-buffer).
+#[test]
+fn one_handle_marks_every_buffer_of_a_multi_buffer_allocation() {
+    let buft = HostBufferType::with_max_size(256);
+    let ts: Vec<Tensor> = (0..6)
+        .map(|_| Tensor::new(DType::F32, &[32]).unwrap())
+        .collect();
+    let bufs = alloc_tensors(&ts, &buft).unwrap();
+    assert!(bufs.len() >= 2, "{bufs:?}");
+    assert_eq!(bufs.usage(), Some(BufferUsage::Any));
+    bufs.set_usage(BufferUsage::Weights);
+    assert!(bufs.iter().all(|b| b.usage() == BufferUsage::Weights));
+    assert_eq!(bufs.usage(), Some(BufferUsage::Weights));
+    bufs[0].set_usage(BufferUsage::Any);
+    assert_eq!(bufs.usage(), None, "mixed usages");
+    assert_eq!(bufs.size(), bufs.iter().map(|b| b.size()).sum::<usize>());
+    assert_eq!(MultiBuffer::default().usage(), None);
 }

@@ -379,7 +379,7 @@ fn pack_weights(f: &GgufFile, packed: &[(Tensor, &TensorInfo)]) -> Result<Vec<Ar
         }
         Ok(())
     })?;
-    Ok(bufs)
+    Ok(bufs.into())
 }
 
 /// The model's named weights, each checked against the shape `hp` gives:

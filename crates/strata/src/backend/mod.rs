@@ -176,10 +176,7 @@ pub fn align_up(x: usize, align: usize) -> usize {
 /// into as few buffers of `buft` as its max size allows
 /// (ggml_backend_alloc_ctx_tensors_from_buft). Views are skipped (they follow
 /// their base). A tensor larger than the max size is an error naming it.
-pub fn alloc_tensors(
-    tensors: &[Tensor],
-    buft: &Arc<dyn BufferType>,
-) -> Result<Vec<Arc<dyn Buffer>>> {
+pub fn alloc_tensors(tensors: &[Tensor], buft: &Arc<dyn BufferType>) -> Result<MultiBuffer> {
     let align = buft.alignment().max(1);
     let max = buft.max_size();
     let todo: Vec<&Tensor> = tensors
@@ -229,5 +226,80 @@ pub fn alloc_tensors(
             st.buffer.init_tensor(t)?;
         }
     }
-    Ok(buffers)
+    Ok(MultiBuffer(buffers))
+}
+
+/// The buffers [`alloc_tensors`] made, as one handle (ggml's multi-buffer):
+/// [`MultiBuffer::set_usage`] marks every one of them, so marking a model's
+/// weights does not depend on how many buffers their size needed (seed 001:
+/// the scheduler's split count must not change with the weights' size). It
+/// dereferences to the `Vec` of buffers, in allocation order.
+#[derive(Clone, Default)]
+pub struct MultiBuffer(Vec<Arc<dyn Buffer>>);
+
+impl MultiBuffer {
+    /// Sets the usage of every buffer (e.g. [`BufferUsage::Weights`]).
+    pub fn set_usage(&self, usage: BufferUsage) {
+        self.0.iter().for_each(|b| b.set_usage(usage));
+    }
+
+    /// The usage all buffers share, or `None` when they differ or there are
+    /// none.
+    pub fn usage(&self) -> Option<BufferUsage> {
+        let first = self.0.first()?.usage();
+        self.0.iter().all(|b| b.usage() == first).then_some(first)
+    }
+
+    /// Total bytes over all buffers.
+    pub fn size(&self) -> usize {
+        self.0.iter().map(|b| b.size()).sum()
+    }
+
+    /// The buffers.
+    pub fn into_vec(self) -> Vec<Arc<dyn Buffer>> {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for MultiBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|b| (b.name(), b.size())))
+            .finish()
+    }
+}
+
+impl std::ops::Deref for MultiBuffer {
+    type Target = Vec<Arc<dyn Buffer>>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for MultiBuffer {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl IntoIterator for MultiBuffer {
+    type Item = Arc<dyn Buffer>;
+    type IntoIter = std::vec::IntoIter<Arc<dyn Buffer>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a MultiBuffer {
+    type Item = &'a Arc<dyn Buffer>;
+    type IntoIter = std::slice::Iter<'a, Arc<dyn Buffer>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl From<MultiBuffer> for Vec<Arc<dyn Buffer>> {
+    fn from(m: MultiBuffer) -> Self {
+        m.0
+    }
 }
