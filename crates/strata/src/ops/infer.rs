@@ -162,8 +162,9 @@ impl<'a> InferCx<'a> {
 
 /// Infers the result of `op` on `src` (`None` where ggml has a null source).
 ///
-/// `layout` gives the requested shape and strides of VIEW (shape and strides)
-/// and RESHAPE (shape; strides are contiguous); other ops ignore it.
+/// `layout` gives the requested shape and strides of VIEW (shape and strides),
+/// RESHAPE and TOP_K (shape; strides are contiguous); other ops ignore it
+/// ([`Op::takes_layout`]).
 /// Returns a typed error naming the op and the offending shapes or types.
 pub fn infer(
     op: &Op,
@@ -195,8 +196,11 @@ pub fn infer(
         Op::SumRows | Op::Mean => reduce::infer_sum_rows(cx, op),
         Op::Argmax => reduce::infer_argmax(cx),
         Op::Argsort { .. } => reduce::infer_argsort(cx),
+        Op::TopK => reduce::infer_top_k(cx),
         Op::Norm { .. } | Op::RmsNorm { .. } => norm::infer(cx),
         Op::MulMat => matmul::infer(cx),
+        Op::MulMatId => matmul::infer_id(cx),
+        Op::AddId => elementwise::infer_add_id(cx),
         Op::GetRows => rows::infer_get_rows(cx),
         Op::SetRows => rows::infer_set_rows(cx),
         Op::Reshape => layout::infer_reshape(cx),
