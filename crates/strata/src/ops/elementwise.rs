@@ -4,8 +4,8 @@
 use super::build::{make, op1, op2};
 use super::infer::{can_repeat, contiguous, InferCx, Inferred};
 use super::{GluOp, Op, UnaryOp};
-use crate::tensor::{DType, Tensor};
-use crate::{Error, Result};
+use crate::tensor::Tensor;
+use crate::Result;
 
 /// `a + b`, `b` broadcast over `a` (each dim of b divides a's).
 pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
@@ -143,13 +143,7 @@ pub(super) fn infer_add_id(cx: &InferCx<'_>) -> Result<Inferred> {
     let (a, b, ids) = (cx.get(0)?, cx.get(1)?, cx.get(2)?);
     cx.float(a)?;
     cx.float(b)?;
-    if ids.dtype() != DType::I32 {
-        return Err(Error::dtype(
-            cx.name,
-            ids.dtype(),
-            format!("expert ids '{}' must be i32", ids.name()),
-        ));
-    }
+    cx.expert_ids(ids)?;
     let (na, nb_, ni) = (a.ne(), b.ne(), ids.ne());
     if na[0] != nb_[0] || na[1] != ni[0] || na[2] != ni[1] {
         return Err(cx.shape_err(format!(

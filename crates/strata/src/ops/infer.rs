@@ -123,6 +123,11 @@ impl<'a> InferCx<'a> {
         self.dtype_must(t, t.dtype() == DType::F32, "f32")
     }
 
+    /// `t` must be I32 expert ids (MUL_MAT_ID, ADD_ID).
+    pub fn expert_ids(&self, t: &Tensor) -> Result<()> {
+        self.dtype_must(t, t.dtype() == DType::I32, "i32 (expert ids)")
+    }
+
     /// A type error "'t' must be `what`" unless `ok`.
     fn dtype_must(&self, t: &Tensor, ok: bool, what: &str) -> Result<()> {
         if ok {

@@ -91,13 +91,7 @@ pub fn mul_mat_id(experts: &Tensor, b: &Tensor, ids: &Tensor) -> Result<Tensor> 
 /// weight type and row checks of MUL_MAT).
 pub(super) fn infer_id(cx: &InferCx<'_>) -> Result<Inferred> {
     let (a, b, ids) = (cx.get(0)?, cx.get(1)?, cx.get(2)?);
-    if ids.dtype() != DType::I32 {
-        return Err(Error::dtype(
-            cx.name,
-            ids.dtype(),
-            format!("expert ids '{}' must be i32", ids.name()),
-        ));
-    }
+    cx.expert_ids(ids)?;
     let (na, nb_, ni) = (a.ne(), b.ne(), ids.ne());
     let why = if na[3] != 1 {
         "the experts must be 3-d [K, M, n_expert]"
