@@ -529,3 +529,20 @@ fn out_of_range_computed_ids_give_zero_columns() {
         "the routing should pick some ids past the experts"
     );
 }
+
+/// The conformance suite (run on every device, RPC included) has cases of
+/// each of these ops.
+#[test]
+fn the_conformance_suite_covers_the_moe_ops() {
+    let cases = strata::conformance::cases();
+    for op in ["MUL_MAT_ID", "ADD_ID", "TOP_K"] {
+        assert!(cases.iter().any(|c| c.op_name() == op), "{op}");
+    }
+    let per_type = |t: DType| {
+        cases
+            .iter()
+            .filter(|c| c.name.starts_with(&format!("MUL_MAT_ID(type_a={t},")))
+            .count()
+    };
+    assert!(WEIGHT_TYPES.into_iter().all(|t| per_type(t) >= 2));
+}
