@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::matmul::{exact_tol, k_blocks};
 use common::{assert_close, cpu_round_trip, run, tensor, Rng};
 use proptest::prelude::*;
 use strata::conformance::WEIGHT_TYPES;
@@ -123,24 +124,11 @@ fn check(c: &Moe, nth: usize, seed: u64) -> Vec<f32> {
         "{c:?}: error vs dot-type activations {e:e} > {bound:e}"
     );
     if got.len() >= 16 {
-        let tol = match c.at {
-            DType::F32 => 1e-10,
-            DType::F16 => 1e-5,
-            _ => 1e-4,
-        };
         let exact = reference(c, &a_stored, &b_logical, &ids, |x| x);
-        assert_close(&format!("{c:?} (vs exact activations)"), &got, &exact, tol);
+        let what = format!("{c:?} (vs exact activations)");
+        assert_close(&what, &got, &exact, exact_tol(c.at));
     }
     got
-}
-
-/// K in whole blocks of `at` (super-blocks of 256 for the K-quants).
-fn k_for(at: DType, blocks32: usize) -> usize {
-    if at.block_size() == 256 {
-        256 * blocks32.div_ceil(8)
-    } else {
-        32 * blocks32
-    }
 }
 
 #[test]
@@ -156,7 +144,7 @@ fn every_weight_type_matches_the_reference_on_any_thread_count() {
                 n_tok,
                 per_slot,
                 m: 37,
-                k: k_for(at, 3),
+                k: k_blocks(at, 3),
                 strided,
             };
             let one = check(&c, 1, seed);
@@ -187,7 +175,7 @@ proptest! {
         seed in 0u64..1000,
     ) {
         let at = WEIGHT_TYPES[ti];
-        let c = Moe { at, n_exp, n_used, n_tok, per_slot, m, k: k_for(at, blocks), strided };
+        let c = Moe { at, n_exp, n_used, n_tok, per_slot, m, k: k_blocks(at, blocks), strided };
         check(&c, nth, seed);
     }
 }
