@@ -26,7 +26,7 @@
 
 mod common;
 
-use common::matmul::{make_b, reference, Case, Layout, LAYOUTS};
+use common::matmul::{exact_tol as tol, k_blocks, make_b, reference, Case, Layout, LAYOUTS};
 use common::{assert_close, cpu_round_trip, cpu_round_trip_at, run, tensor, Rng};
 use proptest::prelude::*;
 use strata::backend::Backend;
@@ -115,24 +115,6 @@ fn run_case_at(c: &Case, nth: usize, seed: u64, isa: Option<Isa>) -> Outcome {
         exact: reference(&a_stored, ane, &b_logical, b.ne(), |x| x),
         emulated: reference(&a_stored, ane, &b_rounded, b.ne(), |x| x),
         magnitude: reference(&a_stored, ane, &b_rounded, b.ne(), f64::abs),
-    }
-}
-
-fn tol(at: DType) -> f64 {
-    match at {
-        DType::F32 => 1e-10,
-        DType::F16 => 1e-5,
-        _ => 1e-4,
-    }
-}
-
-/// A K of `blocks32` blocks of 32 for `at`, rounded up to whole
-/// super-blocks of 256 for the K-quants and IQ4_XS.
-fn k_blocks(at: DType, blocks32: usize) -> usize {
-    if at.block_size() == 256 {
-        256 * blocks32.div_ceil(8)
-    } else {
-        32 * blocks32
     }
 }
 

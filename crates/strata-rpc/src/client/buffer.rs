@@ -137,13 +137,13 @@ impl BufferType for RpcBufferType {
         self.max_size
     }
     /// Asks the server where its backend may pad (quantized rows not a
-    /// multiple of 512, matrix products, attention, sorts), as ggml's client
-    /// does; answers are cached per layout. Falls back to `nbytes`.
+    /// multiple of 512, matrix products, attention, sorts: ggml's
+    /// `ggml_op_alloc_size_may_expand`), as ggml's client does; answers are cached per layout. Falls back to `nbytes`.
     fn alloc_size(&self, t: &Tensor) -> usize {
         let ask = (t.dtype().is_quantized() && !t.ne()[0].is_multiple_of(512) && !t.is_view())
             || matches!(
                 t.op(),
-                Op::MulMat | Op::FlashAttnExt { .. } | Op::Argsort { .. }
+                Op::MulMat | Op::MulMatId | Op::FlashAttnExt { .. } | Op::Argsort { .. } | Op::TopK
             );
         if !ask {
             return t.nbytes();

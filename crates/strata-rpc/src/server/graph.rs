@@ -124,7 +124,7 @@ impl<'a> Builder<'a> {
         self.check_view_src(rec)?;
         let ne = rec.ne.map(|v| v as usize);
         let nb = rec.nb.map(|v| v as usize);
-        let layout = matches!(op, Op::View { .. } | Op::Reshape).then_some((ne, nb));
+        let layout = op.takes_layout().then_some((ne, nb));
         // ggml's in-place ops: a view of source 0 with its layout.
         let in_place = rec.view_src != 0
             && op.can_run_in_place()

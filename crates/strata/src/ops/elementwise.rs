@@ -124,6 +124,39 @@ pub(super) fn infer_binary(cx: &InferCx<'_>) -> Result<Inferred> {
     Ok(contiguous(a.dtype(), a.ne()))
 }
 
+/// Per-expert bias (ggml_add_id): `a` [n, n_used, tokens, ..] plus the row
+/// of `b` [n, n_expert] that the I32 `ids` [n_used, tokens] pick:
+/// `out[:, s, t, j] = a[:, s, t, j] + b[:, ids[s, t]]`.
+///
+/// An id outside `0..n_expert` is refused before compute when `ids` is an
+/// input; one computed by the graph leaves that row of `a` unbiased.
+pub fn add_id(a: &Tensor, b: &Tensor, ids: &Tensor) -> Result<Tensor> {
+    make(
+        Op::AddId,
+        vec![Some(a.clone()), Some(b.clone()), Some(ids.clone())],
+        None,
+    )
+}
+
+/// Shape and type inference of ADD_ID (ggml's rules): a result like `a`.
+pub(super) fn infer_add_id(cx: &InferCx<'_>) -> Result<Inferred> {
+    let (a, b, ids) = (cx.get(0)?, cx.get(1)?, cx.get(2)?);
+    cx.float(a)?;
+    cx.float(b)?;
+    cx.expert_ids(ids)?;
+    let (na, nb_, ni) = (a.ne(), b.ne(), ids.ne());
+    if na[0] != nb_[0] || na[1] != ni[0] || na[2] != ni[1] {
+        return Err(cx.shape_err(format!(
+            "'{}' {na:?}, biases '{}' {nb_:?}, ids '{}' {ni:?}: need a.ne0 == b.ne0, \
+             a.ne1 == ids.ne0, a.ne2 == ids.ne1",
+            a.name(),
+            b.name(),
+            ids.name()
+        )));
+    }
+    Ok(contiguous(a.dtype(), na))
+}
+
 /// Shape and type inference of float-to-float functions of one source (SQR ... COS, SCALE, CLAMP, UNARY).
 pub(super) fn infer_unary(cx: &InferCx<'_>) -> Result<Inferred> {
     cx.like_src0(InferCx::float)

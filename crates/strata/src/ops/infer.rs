@@ -123,6 +123,11 @@ impl<'a> InferCx<'a> {
         self.dtype_must(t, t.dtype() == DType::F32, "f32")
     }
 
+    /// `t` must be I32 expert ids (MUL_MAT_ID, ADD_ID).
+    pub fn expert_ids(&self, t: &Tensor) -> Result<()> {
+        self.dtype_must(t, t.dtype() == DType::I32, "i32 (expert ids)")
+    }
+
     /// A type error "'t' must be `what`" unless `ok`.
     fn dtype_must(&self, t: &Tensor, ok: bool, what: &str) -> Result<()> {
         if ok {
@@ -162,8 +167,9 @@ impl<'a> InferCx<'a> {
 
 /// Infers the result of `op` on `src` (`None` where ggml has a null source).
 ///
-/// `layout` gives the requested shape and strides of VIEW (shape and strides)
-/// and RESHAPE (shape; strides are contiguous); other ops ignore it.
+/// `layout` gives the requested shape and strides of VIEW (shape and strides),
+/// RESHAPE and TOP_K (shape; strides are contiguous); other ops ignore it
+/// ([`Op::takes_layout`]).
 /// Returns a typed error naming the op and the offending shapes or types.
 pub fn infer(
     op: &Op,
@@ -195,8 +201,11 @@ pub fn infer(
         Op::SumRows | Op::Mean => reduce::infer_sum_rows(cx, op),
         Op::Argmax => reduce::infer_argmax(cx),
         Op::Argsort { .. } => reduce::infer_argsort(cx),
+        Op::TopK => reduce::infer_top_k(cx),
         Op::Norm { .. } | Op::RmsNorm { .. } => norm::infer(cx),
         Op::MulMat => matmul::infer(cx),
+        Op::MulMatId => matmul::infer_id(cx),
+        Op::AddId => elementwise::infer_add_id(cx),
         Op::GetRows => rows::infer_get_rows(cx),
         Op::SetRows => rows::infer_set_rows(cx),
         Op::Reshape => layout::infer_reshape(cx),

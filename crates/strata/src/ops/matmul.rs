@@ -1,4 +1,4 @@
-//! The matrix product MUL_MAT.
+//! The matrix products MUL_MAT and MUL_MAT_ID.
 //! Graph builders and their shape and type inference ([`super::infer`]).
 
 use super::build::op2;
@@ -35,6 +35,13 @@ pub(super) fn infer(cx: &InferCx<'_>) -> Result<Inferred> {
             nb_
         )));
     }
+    weight_checks(cx, a, b)?;
+    Ok(contiguous(DType::F32, [na[1], nb_[1], nb_[2], nb_[3]]))
+}
+
+/// The weight `a` and activation `b` rules MUL_MAT and MUL_MAT_ID share:
+/// `a` float or block-quantized, not transposed, rows contiguous; `b` float.
+fn weight_checks(cx: &InferCx<'_>, a: &Tensor, b: &Tensor) -> Result<()> {
     if a.is_transposed() {
         return Err(cx.shape_err(format!(
             "'{}' is transposed; make it contiguous first (cont)",
@@ -52,5 +59,63 @@ pub(super) fn infer(cx: &InferCx<'_>) -> Result<Inferred> {
             "weights must be float or block-quantized",
         ));
     }
-    Ok(contiguous(DType::F32, [na[1], nb_[1], nb_[2], nb_[3]]))
+    Ok(())
+}
+
+/// Expert-indexed matrix product (ggml_mul_mat_id, the mixture-of-experts
+/// FFN): `experts` [K, M, n_expert] (one weight matrix per expert), `b`
+/// [K, n_b, tokens] with `n_b` = n_used or 1 (broadcast over the slots), I32
+/// `ids` [n_used, tokens] (any strides, e.g. a view of ARGSORT's result)
+/// give F32 [M, n_used, tokens] with
+/// `out[:, s, t] = experts[:, :, ids[s, t]] · b[:, s % n_b, t]`.
+///
+/// An id outside `0..n_expert` is refused before compute when `ids` is an
+/// input; one computed by the graph gives a zero output column.
+///
+/// ```
+/// use strata::{ops, DType, Tensor};
+/// let w = Tensor::new(DType::F32, &[8, 5, 4]).unwrap(); // K=8, M=5, 4 experts
+/// let x = Tensor::new(DType::F32, &[8, 1, 3]).unwrap(); // 3 tokens
+/// let ids = Tensor::new(DType::I32, &[2, 3]).unwrap(); // 2 experts per token
+/// assert_eq!(ops::mul_mat_id(&w, &x, &ids).unwrap().ne(), [5, 2, 3, 1]);
+/// ```
+pub fn mul_mat_id(experts: &Tensor, b: &Tensor, ids: &Tensor) -> Result<Tensor> {
+    super::build::make(
+        Op::MulMatId,
+        vec![Some(experts.clone()), Some(b.clone()), Some(ids.clone())],
+        None,
+    )
+}
+
+/// Shape and type inference of MUL_MAT_ID (ggml's rules, plus strata's
+/// weight type and row checks of MUL_MAT).
+pub(super) fn infer_id(cx: &InferCx<'_>) -> Result<Inferred> {
+    let (a, b, ids) = (cx.get(0)?, cx.get(1)?, cx.get(2)?);
+    cx.expert_ids(ids)?;
+    let (na, nb_, ni) = (a.ne(), b.ne(), ids.ne());
+    let why = if na[3] != 1 {
+        "the experts must be 3-d [K, M, n_expert]"
+    } else if nb_[3] != 1 {
+        "the activations must be 3-d [K, n_used or 1, tokens]"
+    } else if ni[2] != 1 || ni[3] != 1 {
+        "the ids must be 2-d [n_used, tokens]"
+    } else if ni[1] != nb_[2] {
+        "ids.ne1 (tokens) must equal b.ne2"
+    } else if na[0] != nb_[0] {
+        "ne0 (K) of the experts and the activations must match"
+    } else if nb_[1] == 0 || ni[0] % nb_[1] != 0 {
+        "b.ne1 must divide ids.ne0 (n_used)"
+    } else {
+        ""
+    };
+    if !why.is_empty() {
+        return Err(cx.shape_err(format!(
+            "experts '{}' {na:?}, activations '{}' {nb_:?}, ids '{}' {ni:?}: {why}",
+            a.name(),
+            b.name(),
+            ids.name()
+        )));
+    }
+    weight_checks(cx, a, b)?;
+    Ok(contiguous(DType::F32, [na[1], ni[0], nb_[2], 1]))
 }

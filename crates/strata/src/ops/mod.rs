@@ -237,6 +237,13 @@ pub enum Op {
     },
     /// ggml matrix product: a [K, M, ..] · b [K, N, ..] → [M, N, ..].
     MulMat,
+    /// Expert-indexed matrix product (mixture of experts): weights
+    /// [K, M, n_expert], activations [K, n_used or 1, tokens], I32 expert ids
+    /// [n_used, tokens] → [M, n_used, tokens].
+    MulMatId,
+    /// a [n, n_used, tokens] + the rows of b [n, n_expert] picked by the I32
+    /// ids [n_used, tokens] (per-expert biases).
+    AddId,
     /// s·x + b.
     Scale {
         /// Multiplier.
@@ -292,6 +299,9 @@ pub enum Op {
         /// Order.
         order: SortOrder,
     },
+    /// Indices of each row's k largest values (I32 [k, ..]); k is the
+    /// result's ne0 (ggml keeps it in the shape, not in op_params).
+    TopK,
     /// Fused attention: softmax(q·kᵀ·scale + mask)·v.
     FlashAttnExt {
         /// Multiplier of q·kᵀ.
@@ -336,6 +346,8 @@ impl Op {
             Op::Norm { .. } => "NORM",
             Op::RmsNorm { .. } => "RMS_NORM",
             Op::MulMat => "MUL_MAT",
+            Op::MulMatId => "MUL_MAT_ID",
+            Op::AddId => "ADD_ID",
             Op::Scale { .. } => "SCALE",
             Op::Cpy => "CPY",
             Op::Cont => "CONT",
@@ -350,6 +362,7 @@ impl Op {
             Op::Rope(_) => "ROPE",
             Op::Clamp { .. } => "CLAMP",
             Op::Argsort { .. } => "ARGSORT",
+            Op::TopK => "TOP_K",
             Op::FlashAttnExt { .. } => "FLASH_ATTN_EXT",
             Op::Unary(_) => "UNARY",
             Op::Glu { .. } => "GLU",
@@ -359,6 +372,13 @@ impl Op {
     /// True for [`Op::None`] (a leaf).
     pub fn is_none_op(&self) -> bool {
         matches!(self, Op::None)
+    }
+
+    /// True for ops whose result shape is not a function of the sources and
+    /// the op's parameters, so [`infer`] needs the requested layout: VIEW,
+    /// RESHAPE, TOP_K (whose k is the result's ne0).
+    pub fn takes_layout(&self) -> bool {
+        matches!(self, Op::View { .. } | Op::Reshape | Op::TopK)
     }
 
     /// True for ops whose result only re-describes memory of its source

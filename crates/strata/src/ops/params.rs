@@ -44,6 +44,8 @@ impl Op {
             Op::Norm { .. } => 24,
             Op::RmsNorm { .. } => 25,
             Op::MulMat => 29,
+            Op::MulMatId => 30,
+            Op::AddId => 3,
             Op::Scale { .. } => 32,
             Op::Cpy => 34,
             Op::Cont => 35,
@@ -58,6 +60,7 @@ impl Op {
             Op::Rope(_) => 48,
             Op::Clamp { .. } => 50,
             Op::Argsort { .. } => 69,
+            Op::TopK => 70,
             Op::FlashAttnExt { .. } => 74,
             Op::Unary(_) => 91,
             Op::Glu { .. } => 100,
@@ -155,7 +158,9 @@ impl Op {
             },
             24 => Op::Norm { eps: fl(p[0]) },
             25 => Op::RmsNorm { eps: fl(p[0]) },
+            3 => Op::AddId,
             29 => Op::MulMat,
+            30 => Op::MulMatId,
             32 => Op::Scale {
                 scale: fl(p[0]),
                 bias: fl(p[1]),
@@ -223,6 +228,7 @@ impl Op {
                     o => return Err(bad(format!("sort order {o}"))),
                 },
             },
+            70 => Op::TopK,
             74 => {
                 if p[4] != 0 {
                     return Err(bad("flash attention n_kv_max is not supported".into()));
@@ -290,6 +296,9 @@ mod tests {
                 swapped: true,
             },
             Op::DiagMaskInf { n_past: 3 },
+            Op::MulMatId,
+            Op::AddId,
+            Op::TopK,
             Op::Clamp {
                 min: -1.0,
                 max: 1.0,
@@ -305,6 +314,11 @@ mod tests {
             0x3727_C5AC
         );
         assert_eq!(Op::Unary(UnaryOp::Silu).to_ggml_params()[0], 10);
+        // ids of b11312's `enum ggml_op` (counted in ggml.h).
+        assert_eq!(
+            [Op::AddId, Op::MulMatId, Op::TopK].map(|o| o.ggml_id()),
+            [3, 30, 70]
+        );
         assert_eq!(&Op::View { offset: 4 }.to_ggml_params()[..2], &[4, 0]);
         assert!(Op::from_ggml(95, &[0; 16]).is_err()); // CUSTOM: host pointers, refused
         assert!(Op::from_ggml(1000, &[0; 16]).is_err());

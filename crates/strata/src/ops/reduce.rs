@@ -1,10 +1,10 @@
-//! Reductions: SUM, SUM_ROWS, MEAN, ARGMAX, ARGSORT.
+//! Reductions: SUM, SUM_ROWS, MEAN, ARGMAX, ARGSORT, TOP_K.
 //! Graph builders and their shape and type inference ([`super::infer`]).
 
-use super::build::op1;
+use super::build::{make, op1};
 use super::infer::{contiguous, InferCx, Inferred};
 use super::{Op, SortOrder};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{contiguous_strides, DType, Tensor};
 use crate::Result;
 
 /// Sum of all elements, shape `[1]`.
@@ -70,4 +70,52 @@ pub(super) fn infer_argsort(cx: &InferCx<'_>) -> Result<Inferred> {
     let a = cx.get(0)?;
     cx.float(a)?;
     Ok(contiguous(DType::I32, a.ne()))
+}
+
+/// Indices of the `k` largest values of each row (ggml_top_k): I32
+/// [k, ne1, ne2, ne3]. strata lists them largest first (ties: lower index
+/// first); ggml's CPU leaves the order unspecified.
+pub fn top_k(a: &Tensor, k: usize) -> Result<Tensor> {
+    let ne = a.ne();
+    let ne = [k, ne[1], ne[2], ne[3]];
+    make(
+        Op::TopK,
+        vec![Some(a.clone())],
+        Some((ne, contiguous_strides(DType::I32, ne))),
+    )
+}
+
+/// The `k` largest values' indices as llama.cpp routes experts
+/// (ggml_argsort_top_k): a descending ARGSORT, then a view of its first `k`
+/// columns (I32 [k, ne1, ne2, ne3], rows `ne0` apart).
+pub fn argsort_top_k(a: &Tensor, k: usize) -> Result<Tensor> {
+    let sorted = argsort(a, SortOrder::Desc)?;
+    let ne = sorted.ne();
+    if k > ne[0] {
+        return Err(crate::Error::shape(
+            "ARGSORT",
+            format!("top {k} of rows of {} values", ne[0]),
+        ));
+    }
+    let nb = sorted.nb();
+    super::view(&sorted, &[k, ne[1], ne[2], ne[3]], &nb[1..], 0)
+}
+
+/// Shape and type inference of TOP_K: k (the requested shape's ne0) at most
+/// the row length, the other dims `a`'s.
+pub(super) fn infer_top_k(cx: &InferCx<'_>) -> Result<Inferred> {
+    let a = cx.get(0)?;
+    cx.float(a)?;
+    let (ne, _) = cx
+        .layout
+        .ok_or_else(|| cx.shape_err("top_k needs k (the result's shape)".into()))?;
+    let na = a.ne();
+    if ne[0] > na[0] || ne[1..] != na[1..] {
+        return Err(cx.shape_err(format!(
+            "'{}' {na:?} has no top {} of shape {ne:?}: need k <= ne0 and the other dims of a",
+            a.name(),
+            ne[0]
+        )));
+    }
+    Ok(contiguous(DType::I32, ne))
 }

@@ -1,5 +1,6 @@
-//! MUL_MAT test cases shared by `ops_matmul.rs` and `ops_matmul_float.rs`:
-//! the layouts of the activations, building them, and the f64 reference.
+//! MUL_MAT test cases shared by `ops_matmul.rs`, `ops_matmul_float.rs` and
+//! `ops_moe.rs`: the layouts of the activations, building them, the f64
+//! reference, K in whole blocks, and the bound against exact activations.
 
 use super::tensor;
 use strata::{ops, DType, Tensor};
@@ -113,5 +114,25 @@ impl Case {
             a23: [1, 1],
             b23: [1, 1],
         }
+    }
+}
+
+/// NMSE bound of a matrix product against exact (unrounded) activations:
+/// only F32 weights leave them unrounded.
+pub fn exact_tol(at: DType) -> f64 {
+    match at {
+        DType::F32 => 1e-10,
+        DType::F16 => 1e-5,
+        _ => 1e-4,
+    }
+}
+
+/// A K of `blocks32` blocks of 32 for `at`, rounded up to whole
+/// super-blocks of 256 for the K-quants and IQ4_XS.
+pub fn k_blocks(at: DType, blocks32: usize) -> usize {
+    if at.block_size() == 256 {
+        256 * blocks32.div_ceil(8)
+    } else {
+        32 * blocks32
     }
 }

@@ -23,6 +23,7 @@
 //! [`super::matmul_packed`] instead.
 
 use super::{matmul_float, Ctx, NodePlan, WorkSize};
+use crate::cpu::TView;
 use crate::quant::simd::{quantize_row_fn_for, vec_dot4_fn_for, vec_dot_fn_for};
 use crate::quant::{vec_dot_fn, vec_dot_type};
 use crate::tensor::{DType, Tensor};
@@ -39,18 +40,127 @@ pub(super) fn supports(t: &Tensor) -> bool {
     let (Some(a), Some(b)) = (t.src(0), t.src(1)) else {
         return false;
     };
+    t.dtype() == DType::F32 && b.dtype().is_float() && weight_supported(a)
+}
+
+/// True when the dot products handle `a` as a weight (MUL_MAT and
+/// MUL_MAT_ID): a float or block type other than Q8_1, rows contiguous.
+pub(super) fn weight_supported(a: &Tensor) -> bool {
     let at = a.dtype();
-    t.dtype() == DType::F32
-        && b.dtype().is_float()
-        && (at.is_float() || (at.is_quantized() && at != DType::Q8_1))
+    (at.is_float() || (at.is_quantized() && at != DType::Q8_1))
         && vec_dot_fn(at).is_some()
         && a.is_contiguous_rows()
 }
 
-/// True when `b` must be converted to the dot type first.
-fn needs_conversion(node: &NodePlan) -> bool {
-    let (a, b) = (node.src(0), node.src(1));
-    b.dtype != vec_dot_type(a.dtype) || !b.rows_contiguous()
+/// True when `b` must be converted to the dot type of `a_dtype` first.
+fn needs_conversion(a_dtype: DType, b: &TView) -> bool {
+    b.dtype != vec_dot_type(a_dtype) || !b.rows_contiguous()
+}
+
+/// The rows of an activation `b` in the dot type of a weight type:
+/// converted once into shared work memory (each thread converts its share
+/// of the rows; a barrier must follow before [`DotRows::row`] is read), or
+/// read in place when `b` already has the dot type with contiguous rows.
+pub(super) struct DotRows<'a> {
+    b: &'a TView,
+    /// The converted rows (`None`: in place).
+    base: Option<*mut u8>,
+    row_bytes: usize,
+}
+
+impl<'a> DotRows<'a> {
+    /// Shared work bytes [`DotRows::prepare`] writes for `b` and a weight of `a_dtype`.
+    pub fn shared_size(a_dtype: DType, b: &TView) -> usize {
+        if needs_conversion(a_dtype, b) {
+            vec_dot_type(a_dtype)
+                .row_size(b.ne[0])
+                .saturating_mul(b.nrows())
+        } else {
+            0
+        }
+    }
+
+    /// Converts this thread's rows of `b` (when needed) into `base`, which
+    /// holds [`DotRows::shared_size`] bytes; `tmp` holds `b.ne[0]` f32.
+    pub fn prepare(
+        a_dtype: DType,
+        b: &'a TView,
+        ctx: &Ctx<'_>,
+        base: *mut u8,
+        tmp: &mut [f32],
+    ) -> DotRows<'a> {
+        let k = b.ne[0];
+        let vdt = vec_dot_type(a_dtype);
+        let row_bytes = vdt.row_size(k);
+        if !needs_conversion(a_dtype, b) {
+            return DotRows {
+                b,
+                base: None,
+                row_bytes,
+            };
+        }
+        let quantize =
+            quantize_row_fn_for(ctx.isa, vdt).expect("dot types are float or block types");
+        for r in ctx.rows(b.nrows()) {
+            let (i1, i2, i3) = b.row_coords(r);
+            b.load_row(i1, i2, i3, tmp);
+            // SAFETY: the shared work buffer holds b.nrows() rows of row_bytes
+            // (shared_size); row r is written by this thread only, before the
+            // barrier the caller runs.
+            let out = unsafe { std::slice::from_raw_parts_mut(base.add(r * row_bytes), row_bytes) };
+            quantize(&tmp[..k], out);
+        }
+        DotRows {
+            b,
+            base: Some(base),
+            row_bytes,
+        }
+    }
+
+    /// True when the rows were converted (the caller must meet the other
+    /// threads at a barrier before reading them).
+    pub fn converted(&self) -> bool {
+        self.base.is_some()
+    }
+
+    /// Row `r` of `b` (in `b.row_coords` order) in the dot type.
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        match self.base {
+            // SAFETY: row r was written before the barrier; read-only now.
+            Some(base) => unsafe {
+                std::slice::from_raw_parts(base.add(r * self.row_bytes), self.row_bytes)
+            },
+            None => {
+                let (i1, i2, i3) = self.b.row_coords(r);
+                // SAFETY: b is a source (read-only during the op) with contiguous rows.
+                unsafe { self.b.row_bytes(i1, i2, i3) }
+            }
+        }
+    }
+}
+
+/// Writes `out` to elements `m0 .. m0 + out.len()` of row (i1, i2, i3) of `dst`.
+pub(super) fn store_outputs(
+    dst: &TView,
+    m0: usize,
+    (i1, i2, i3): (usize, usize, usize),
+    out: &[f32],
+) {
+    let Some(last) = out.len().checked_sub(1) else {
+        return;
+    };
+    let p = dst.elem_ptr(m0, i1, i2, i3);
+    if dst.nb[0] == 4 {
+        // The outputs are consecutive f32 of one dst row.
+        dst.elem_ptr(m0 + last, i1, i2, i3);
+        // SAFETY: elements m0 ..= m0 + last of this dst row are in bounds
+        // (both ends checked) and owned by the calling thread.
+        unsafe { std::ptr::copy_nonoverlapping(out.as_ptr().cast::<u8>(), p, out.len() * 4) };
+    } else {
+        for (i, &v) in out.iter().enumerate() {
+            dst.set_f32(m0 + i, i1, i2, i3, v);
+        }
+    }
 }
 
 pub(super) fn work_size(node: &NodePlan) -> WorkSize {
@@ -62,11 +172,11 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
     }
     let (a, b) = (node.src(0), node.src(1));
     let k = b.ne[0];
-    if !needs_conversion(node) {
+    if !needs_conversion(a.dtype, b) {
         return WorkSize::default();
     }
     WorkSize {
-        shared: vec_dot_type(a.dtype).row_size(k) * b.nrows(),
+        shared: DotRows::shared_size(a.dtype, b),
         per_thread: k * 4,
     }
 }
@@ -80,43 +190,19 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     }
     let (a, b, dst) = (node.src(0), node.src(1), &node.dst);
     let k = a.ne[0];
-    let vdt = vec_dot_type(a.dtype);
     let dot = vec_dot_fn_for(ctx.isa, a.dtype).expect("supports() checked the weight type");
     let a_row_bytes = a.dtype.row_size(k);
-    let b_row_bytes = vdt.row_size(k);
     let n_cols = b.nrows();
-    let convert = needs_conversion(node);
-
-    if convert {
-        let quantize =
-            quantize_row_fn_for(ctx.isa, vdt).expect("dot types are float or block types");
-        let tmp = ctx.scratch_f32(k);
-        let base = ctx.shared_ptr();
-        for r in ctx.rows(n_cols) {
-            let (i1, i2, i3) = b.row_coords(r);
-            b.load_row(i1, i2, i3, tmp);
-            // SAFETY: the shared work buffer holds n_cols rows of b_row_bytes
-            // (work_size); row r is written by this thread only, before the barrier.
-            let out =
-                unsafe { std::slice::from_raw_parts_mut(base.add(r * b_row_bytes), b_row_bytes) };
-            quantize(&tmp[..k], out);
-        }
+    let tmp: &mut [f32] = if needs_conversion(a.dtype, b) {
+        ctx.scratch_f32(k)
+    } else {
+        &mut []
+    };
+    let b_rows = DotRows::prepare(a.dtype, b, ctx, ctx.shared_ptr(), tmp);
+    if b_rows.converted() {
         ctx.w.barrier();
     }
-
-    // Row `r` of b in the dot type.
-    let b_row = |r: usize| -> &[u8] {
-        if convert {
-            // SAFETY: row r was written before the barrier above; now read-only.
-            unsafe {
-                std::slice::from_raw_parts(ctx.shared_ptr().add(r * b_row_bytes), b_row_bytes)
-            }
-        } else {
-            let (i1, i2, i3) = b.row_coords(r);
-            // SAFETY: b is a source (read-only during the op) with contiguous rows.
-            unsafe { b.row_bytes(i1, i2, i3) }
-        }
-    };
+    let b_row = |r: usize| b_rows.row(r);
 
     let m = a.ne[1];
     let r2 = b.ne[2] / a.ne[2];
@@ -130,18 +216,7 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     let dot4 = vec_dot4_fn_for(ctx.isa, a.dtype);
     // Writes outputs m0..m1 of dst column (i11, i12, i13).
     let store = |m0: usize, m1: usize, i11: usize, i12: usize, i13: usize, out: &[f32]| {
-        let p = dst.elem_ptr(m0, i11, i12, i13);
-        if dst.nb[0] == 4 {
-            // The tile's outputs are m1 - m0 consecutive f32 of one dst row.
-            dst.elem_ptr(m1 - 1, i11, i12, i13);
-            // SAFETY: elements m0..m1 of this dst row are in bounds (checked
-            // both ends) and owned by this thread's tile.
-            unsafe { std::ptr::copy_nonoverlapping(out.as_ptr().cast::<u8>(), p, (m1 - m0) * 4) };
-        } else {
-            for (i, &v) in out[..m1 - m0].iter().enumerate() {
-                dst.set_f32(m0 + i, i11, i12, i13, v);
-            }
-        }
+        store_outputs(dst, m0, (i11, i12, i13), &out[..m1 - m0]);
     };
     for tile in ctx.rows(tiles_m * tiles_n) {
         // Consecutive tiles share the same rows of a (n fastest).

@@ -12,6 +12,7 @@ mod elementwise;
 mod matmul;
 mod matmul_float;
 mod matmul_packed;
+mod moe;
 mod norm;
 mod reduce;
 mod rope;
@@ -132,7 +133,7 @@ impl<'a> Ctx<'a> {
 }
 
 /// Why the CPU cannot run `t` because of a source stored in a packed layout
-/// (see [`crate::quant::packed`]): only MUL_MAT and GET_ROWS read whole
+/// (see [`crate::quant::packed`]): only MUL_MAT, MUL_MAT_ID and GET_ROWS read whole
 /// packed weights, as their source 0; no op reads part of one.
 pub(crate) fn packed_source_refusal(t: &Tensor) -> Option<String> {
     use crate::backend::TensorLayout;
@@ -141,12 +142,14 @@ pub(crate) fn packed_source_refusal(t: &Tensor) -> Option<String> {
         let Some(buf) = s.buffer() else { continue };
         let why = match buf.tensor_layout(s) {
             TensorLayout::Plain => continue,
-            TensorLayout::Packed if i == 0 && matches!(t.op(), Op::MulMat | Op::GetRows) => {
+            TensorLayout::Packed
+                if i == 0 && matches!(t.op(), Op::MulMat | Op::MulMatId | Op::GetRows) =>
+            {
                 continue
             }
             TensorLayout::Packed => {
-                "a packed weight; only MUL_MAT and GET_ROWS read those \
-                                     (as source 0)"
+                "a packed weight; only MUL_MAT, MUL_MAT_ID and GET_ROWS read \
+                 those (as source 0)"
             }
             TensorLayout::PackedPart => "a view of part of a packed weight, which no kernel reads",
         };
@@ -205,7 +208,7 @@ macro_rules! family {
 }
 
 /// Every family, in lookup order (the first that handles an op runs it).
-static KERNELS: [OpKernel; 9] = [
+static KERNELS: [OpKernel; 10] = [
     family!(elementwise::handles, elementwise),
     family!(reduce::handles, reduce),
     family!(norm::handles, norm),
@@ -218,6 +221,10 @@ static KERNELS: [OpKernel; 9] = [
     },
     family!(copy::handles, copy),
     family!(is_flash_attn, attn),
+    OpKernel {
+        validate: rows::validate,
+        ..family!(moe::handles, moe)
+    },
 ];
 
 /// The kernels of `op`'s family; `None` for ops with nothing to compute

@@ -1,4 +1,5 @@
-//! Reductions: SUM (all elements), SUM_ROWS, MEAN, ARGMAX and ARGSORT.
+//! Reductions: SUM (all elements), SUM_ROWS, MEAN, ARGMAX, ARGSORT and
+//! TOP_K (ARGSORT's descending order, the first k).
 //!
 //! Sums accumulate in f64 in a fixed order, so results do not depend on the
 //! thread count: SUM splits the tensor into fixed-size items whose f64
@@ -17,7 +18,7 @@ const SUM_ITEM: usize = 4096;
 pub(super) fn handles(op: &Op) -> bool {
     matches!(
         op,
-        Op::Sum | Op::SumRows | Op::Mean | Op::Argmax | Op::Argsort { .. }
+        Op::Sum | Op::SumRows | Op::Mean | Op::Argmax | Op::Argsort { .. } | Op::TopK
     )
 }
 
@@ -33,7 +34,7 @@ pub(super) fn supports(t: &Tensor) -> bool {
     match t.op() {
         Op::Sum | Op::SumRows => t.dtype() == a.dtype(),
         Op::Mean => t.dtype() == DType::F32,
-        Op::Argmax | Op::Argsort { .. } => t.dtype() == DType::I32,
+        Op::Argmax | Op::Argsort { .. } | Op::TopK => t.dtype() == DType::I32,
         _ => false,
     }
 }
@@ -75,7 +76,7 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
             }
         }
         // Values, then one u64 sort key per value (+8 bytes to align them).
-        Op::Argsort { .. } => WorkSize {
+        Op::Argsort { .. } | Op::TopK => WorkSize {
             shared: 0,
             per_thread: a.ne[0] * 12 + 8,
         },
@@ -148,6 +149,7 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
         Op::SumRows | Op::Mean => sum_rows(node, ctx),
         Op::Argmax => argmax(node, ctx),
         Op::Argsort { order } => argsort(node, ctx, order),
+        Op::TopK => argsort(node, ctx, SortOrder::Desc),
         ref op => unreachable!("{} is not a reduction", op.name()),
     }
 }
@@ -260,7 +262,8 @@ fn argsort(node: &NodePlan, ctx: &Ctx<'_>, order: SortOrder) {
             *k = (key as u64) << 32 | i as u64;
         }
         keys.sort_unstable();
-        for (i0, &k) in keys.iter().enumerate() {
+        // TOP_K: the first dst.ne[0] of the descending order.
+        for (i0, &k) in keys.iter().take(dst.ne[0]).enumerate() {
             dst.set_i32(i0, i1, i2, i3, k as u32 as i32);
         }
     }

@@ -69,7 +69,8 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
 }
 
 /// Checks every index of a GET_ROWS / SET_ROWS node against the indexed
-/// dimension. Index tensors computed by the graph itself (their data does not
+/// dimension (and every expert id of a MUL_MAT_ID / ADD_ID node against the
+/// number of experts). Index tensors computed by the graph itself (their data does not
 /// exist yet) are skipped: `computed(t)` says whether `t`'s memory is written
 /// by the graph.
 pub(super) fn validate(
@@ -80,6 +81,8 @@ pub(super) fn validate(
     let (idx_tensor, idx, limit, what) = match node.op {
         Op::GetRows => (t.src(1), node.src(1), node.src(0).ne[1], "rows of"),
         Op::SetRows => (t.src(1), node.src(1), node.dst.ne[1], "rows of destination"),
+        Op::MulMatId => (t.src(2), node.src(2), node.src(0).ne[2], "experts of"),
+        Op::AddId => (t.src(2), node.src(2), node.src(1).ne[1], "biases of"),
         _ => return Ok(()),
     };
     let Some(idx_tensor) = idx_tensor else {
@@ -89,7 +92,8 @@ pub(super) fn validate(
         return Ok(());
     }
     let target = match node.op {
-        Op::GetRows => t.src(0),
+        Op::GetRows | Op::MulMatId => t.src(0),
+        Op::AddId => t.src(1),
         _ => t.src(2),
     }
     .map_or_else(|| t.name(), |s| s.name());
