@@ -487,3 +487,43 @@ fn one_handle_marks_every_buffer_of_a_multi_buffer_allocation() {
     assert_eq!(bufs.size(), bufs.iter().map(|b| b.size()).sum::<usize>());
     assert_eq!(MultiBuffer::default().usage(), None);
 }
+
+/// Issue 15 item 5: devices by type and `NAME:PARAMS` init strings
+/// (ggml_backend_dev_by_type, ggml_backend_init_by_name with params).
+#[test]
+fn devices_by_type_and_init_strings() {
+    use strata::backend::{split_spec, DeviceType};
+    let reg = Registry::with_defaults();
+    assert_eq!(reg.device_by_type(DeviceType::Cpu).unwrap().name(), "CPU");
+    let e = reg
+        .device_by_type(DeviceType::Gpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("Gpu") && e.contains("CPU"), "{e}");
+    assert_eq!(split_spec("CPU"), ("CPU", ""));
+    assert_eq!(split_spec("CPU:threads=2"), ("CPU", "threads=2"));
+    assert_eq!(
+        split_spec("RPC[127.0.0.1:50052]"),
+        ("RPC[127.0.0.1:50052]", "")
+    );
+    assert_eq!(split_spec("RPC[h:1]:x=y"), ("RPC[h:1]", "x=y"));
+    let be = reg.backend_from_spec("CPU:threads=2, isa=scalar").unwrap();
+    assert_eq!(be.name(), "CPU");
+    let cpu = strata::cpu::CpuBackend::from_params("threads=3, isa=scalar").unwrap();
+    assert_eq!((cpu.n_threads(), cpu.isa()), (3, strata::isa::Isa::Scalar));
+    assert!(reg.backend_by_type(DeviceType::Cpu, "").is_ok());
+    for bad in [
+        "CPU:threads=0",
+        "CPU:threads=x",
+        "CPU:isa=mmx",
+        "CPU:color=red",
+        "NPU:x",
+    ] {
+        let Err(e) = reg.backend_from_spec(bad) else {
+            panic!("{bad} was accepted")
+        };
+        let e = e.to_string();
+        assert!(e.contains("CPU") || e.contains("NPU"), "{bad}: {e}");
+    }
+}

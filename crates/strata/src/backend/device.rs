@@ -133,6 +133,20 @@ pub trait Device: Send + Sync {
     fn device_type(&self) -> DeviceType;
     /// Creates a backend (execution stream) on this device.
     fn init_backend(&self) -> Result<Box<dyn Backend>>;
+    /// Creates a backend configured by `params` (the part after `:` of an
+    /// init string such as `CPU:threads=4`, ggml's `ggml_backend_dev_init`
+    /// params). The default takes no parameters: an empty string is
+    /// [`Device::init_backend`], anything else an error naming the device.
+    fn init_backend_with(&self, params: &str) -> Result<Box<dyn Backend>> {
+        if params.trim().is_empty() {
+            return self.init_backend();
+        }
+        Err(Error::InvalidArgument(format!(
+            "device '{}' takes no init parameters (got '{params}'); use '{}' alone",
+            self.name(),
+            self.name()
+        )))
+    }
     /// The device's own memory.
     fn default_buffer_type(&self) -> Arc<dyn BufferType>;
     /// Host memory this device copies from fast (pinned memory), if any.
@@ -219,5 +233,49 @@ impl Registry {
     /// A new backend on the device called `name`.
     pub fn backend(&self, name: &str) -> Result<Box<dyn Backend>> {
         self.device(name)?.init_backend()
+    }
+
+    /// The first device of type `ty` (ggml_backend_dev_by_type), or an error
+    /// listing the devices there are.
+    pub fn device_by_type(&self, ty: DeviceType) -> Result<Arc<dyn Device>> {
+        let all = self.devices();
+        all.iter()
+            .find(|d| d.device_type() == ty)
+            .cloned()
+            .ok_or_else(|| {
+                let known: Vec<String> = all
+                    .iter()
+                    .map(|d| format!("{} ({:?})", d.name(), d.device_type()))
+                    .collect();
+                Error::InvalidArgument(format!(
+                    "no device of type {ty:?} (devices: {})",
+                    known.join(", ")
+                ))
+            })
+    }
+
+    /// A new backend on the first device of type `ty`, configured by
+    /// `params` (ggml_backend_init_by_type).
+    pub fn backend_by_type(&self, ty: DeviceType, params: &str) -> Result<Box<dyn Backend>> {
+        self.device_by_type(ty)?.init_backend_with(params)
+    }
+
+    /// A new backend from an init string `NAME` or `NAME:PARAMS`
+    /// (ggml_backend_init_by_name with its params), e.g. `CPU:threads=2` or
+    /// `RPC[127.0.0.1:50052]` (a `:` inside the brackets belongs to the
+    /// name).
+    pub fn backend_from_spec(&self, spec: &str) -> Result<Box<dyn Backend>> {
+        let (name, params) = split_spec(spec);
+        self.device(name)?.init_backend_with(params)
+    }
+}
+
+/// Splits an init string at the first `:` after the name's closing bracket
+/// (`RPC[h:p]:x` → `RPC[h:p]`, `x`), or at its first `:` when it has none.
+pub fn split_spec(spec: &str) -> (&str, &str) {
+    let from = spec.rfind(']').map_or(0, |i| i + 1);
+    match spec[from..].find(':') {
+        Some(i) => (&spec[..from + i], &spec[from + i + 1..]),
+        None => (spec, ""),
     }
 }

@@ -25,7 +25,8 @@ use std::sync::Arc;
 
 pub use buffer::{same_buffer_type, Buffer, BufferType, BufferUsage, TensorLayout};
 pub use device::{
-    AbortCallback, Backend, Device, DeviceMemory, DeviceProvider, DeviceType, Event, Registry,
+    split_spec, AbortCallback, Backend, Device, DeviceMemory, DeviceProvider, DeviceType, Event,
+    Registry,
 };
 
 use crate::tensor::Tensor;

@@ -124,6 +124,10 @@ impl Device for CpuDevice {
     fn init_backend(&self) -> Result<Box<dyn Backend>> {
         Ok(Box::new(CpuBackend::new(default_threads())))
     }
+    /// See [`CpuBackend::from_params`].
+    fn init_backend_with(&self, params: &str) -> Result<Box<dyn Backend>> {
+        Ok(Box::new(CpuBackend::from_params(params)?))
+    }
     fn default_buffer_type(&self) -> Arc<dyn BufferType> {
         cpu_buffer_type()
     }
@@ -223,6 +227,37 @@ impl KernelClock {
 }
 
 impl CpuBackend {
+    /// A CPU backend configured by an init string's parameters (`CPU:PARAMS`,
+    /// see [`crate::backend::Registry::backend_from_spec`]): `threads=N` and
+    /// `isa=LEVEL` (scalar, avx2, avx512, vnni, neon), comma-separated, e.g.
+    /// `threads=2,isa=avx2`; empty gives [`CpuBackend::new`] with the default
+    /// thread count.
+    pub fn from_params(params: &str) -> Result<CpuBackend> {
+        let mut be = CpuBackend::new(default_threads());
+        for kv in params.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let bad = |why: &str| {
+                Error::InvalidArgument(format!(
+                    "CPU init parameter '{kv}': {why} (known: threads=N, isa=LEVEL)"
+                ))
+            };
+            match kv.split_once('=') {
+                Some(("threads", n)) => {
+                    let n: usize = n.trim().parse().map_err(|_| bad("not a count"))?;
+                    if n == 0 || n > MAX_THREADS {
+                        return Err(bad(&format!("give 1 to {MAX_THREADS} threads")));
+                    }
+                    be.set_n_threads(n);
+                }
+                Some(("isa", level)) => {
+                    let isa: Isa = level.parse().map_err(|_| bad("unknown level"))?;
+                    be.set_isa(isa)?;
+                }
+                _ => return Err(bad("unknown parameter")),
+            }
+        }
+        Ok(be)
+    }
+
     /// A CPU backend with `n_threads` threads (at least 1).
     pub fn new(n_threads: usize) -> CpuBackend {
         CpuBackend {
