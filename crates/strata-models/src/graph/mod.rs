@@ -1,5 +1,8 @@
-//! Compute graphs of model architectures.
+//! Compute graphs of model architectures: one decoder graph
+//! ([`decoder::build`]) for the dense families (llama, qwen2, qwen3), made of
+//! the shared blocks in `blocks` (norm, attention, FFN).
 
-pub mod llama;
+mod blocks;
+pub mod decoder;
 
-pub use llama::{build, Attention, BatchGraph, BatchShape};
+pub use decoder::{build, Attention, BatchGraph, BatchShape};

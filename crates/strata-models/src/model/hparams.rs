@@ -1,8 +1,10 @@
-//! Hyperparameters of a llama-family model, read from GGUF metadata.
+//! Hyperparameters of a dense decoder model (llama, qwen2, qwen3), read from
+//! the `{arch}.*` GGUF metadata keys.
 
-use strata::gguf::GgufFile;
+use strata::gguf::{GgufFile, Metadata};
 use strata::ops::RopeMode;
 
+use super::Family;
 use crate::{ModelError, Result};
 
 /// RoPE scaling from `{arch}.rope.scaling.*`.
@@ -22,11 +24,13 @@ pub enum RopeScaling {
     },
 }
 
-/// What the llama-family graph needs to know about a model.
+/// What the decoder graph needs to know about a model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HParams {
     /// `general.architecture`.
     pub arch: String,
+    /// The family `arch` names.
+    pub family: Family,
     /// Number of transformer blocks.
     pub n_layer: usize,
     /// Embedding width.
@@ -57,11 +61,40 @@ pub struct HParams {
     pub rope_scaling: RopeScaling,
     /// Original context for YaRN (defaults to the training context).
     pub n_ctx_orig: usize,
+    /// `{arch}.rope.scaling.attn_factor`: multiplies RoPE's magnitude (1 when absent).
+    pub rope_attn_factor: f32,
 }
 
-/// Architectures built by [`crate::graph::llama`] with their RoPE mode
-/// (llama.cpp's `llama_model_rope_type`).
-const ARCHES: &[(&str, RopeMode)] = &[("llama", RopeMode::Normal)];
+/// The `{arch}.rope.scaling.*` keys strata reads (`finetuned` changes
+/// nothing in llama.cpp's computation either); any other key under that
+/// prefix is refused, since llama.cpp's llama / qwen2 / qwen3 loaders do not
+/// read it and a file carrying it expects a computation strata cannot vouch for.
+const ROPE_SCALING_KEYS: [&str; 5] = [
+    "type",
+    "factor",
+    "original_context_length",
+    "attn_factor",
+    "finetuned",
+];
+
+/// Refuses `{arch}.rope.scaling.*` keys strata does not read.
+fn check_rope_scaling_keys(m: &Metadata, arch: &str) -> Result<()> {
+    let prefix = format!("{arch}.rope.scaling.");
+    for k in m.keys() {
+        if let Some(rest) = k.strip_prefix(&prefix) {
+            if !ROPE_SCALING_KEYS.contains(&rest) {
+                return Err(meta(
+                    k,
+                    &format!(
+                        "is not supported for {arch} (strata reads rope.scaling.{{{}}})",
+                        ROPE_SCALING_KEYS.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
 
 impl HParams {
     /// Reads the hyperparameters of `f` (`{arch}.*` keys).
@@ -71,19 +104,16 @@ impl HParams {
             .get_str("general.architecture")
             .map_err(|_| meta("general.architecture", "missing"))?
             .to_string();
-        let rope_mode = ARCHES
-            .iter()
-            .find(|(a, _)| *a == arch)
-            .map(|(_, r)| *r)
-            .ok_or_else(|| {
-                meta(
-                    "general.architecture",
-                    &format!(
-                        "'{arch}' is not supported (supported: {})",
-                        ARCHES.iter().map(|a| a.0).collect::<Vec<_>>().join(", ")
-                    ),
-                )
-            })?;
+        let family = Family::from_arch(&arch).ok_or_else(|| {
+            meta(
+                "general.architecture",
+                &format!(
+                    "'{arch}' is not supported (supported: {})",
+                    Family::supported()
+                ),
+            )
+        })?;
+        let rope_mode = family.rope_mode();
         let key = |k: &str| format!("{arch}.{k}");
         let uint = |k: &str| -> Result<usize> {
             let key = key(k);
@@ -128,7 +158,10 @@ impl HParams {
                 "layer, embedding, FFN and head counts must be positive",
             ));
         }
-        if n_embd % n_head != 0 || n_head % n_head_kv != 0 {
+        // The head size defaults to n_embd / n_head; with an explicit
+        // key_length (Qwen 3) the embedding need not divide into the heads.
+        let explicit_head = m.contains_key(&key("attention.key_length"));
+        if (!explicit_head && n_embd % n_head != 0) || n_head % n_head_kv != 0 {
             return Err(meta(
                 &key("attention.head_count"),
                 &format!(
@@ -139,6 +172,19 @@ impl HParams {
         let head_dim = n_embd / n_head;
         let head_dim_k = uint_or("attention.key_length", head_dim)?;
         let head_dim_v = uint_or("attention.value_length", head_dim)?;
+        if head_dim_k == 0 || head_dim_v == 0 {
+            return Err(meta(
+                &key("attention.key_length"),
+                "head sizes must be positive",
+            ));
+        }
+        let n_expert = uint_or("expert_count", 0)?;
+        if n_expert > 0 {
+            return Err(meta(
+                &key("expert_count"),
+                &format!("{n_expert} experts: mixture-of-experts {arch} models are not supported"),
+            ));
+        }
         let n_rot = uint_or("rope.dimension_count", head_dim_k)?;
         if n_rot > head_dim_k || n_rot % 2 != 0 {
             return Err(meta(
@@ -152,23 +198,35 @@ impl HParams {
         if rope_freq_base == 0.0 {
             return Err(meta(&key("rope.freq_base"), "0 is not a RoPE base"));
         }
-        let factor = float_or("rope.scaling.factor", 0.0)?;
-        let scale_linear = float_or("rope.scale_linear", 0.0)?;
-        let rope_scaling = match m.get_str(&key("rope.scaling.type")).unwrap_or("") {
+        check_rope_scaling_keys(m, &arch)?;
+        // llama.cpp: the factor is rope.scaling.factor, else the older
+        // rope.scale_linear; the type defaults to linear.
+        let factor = if m.contains_key(&key("rope.scaling.factor")) {
+            float_or("rope.scaling.factor", 0.0)?
+        } else {
+            float_or("rope.scale_linear", 0.0)?
+        };
+        let scaled = factor > 0.0 && factor != 1.0;
+        let type_key = key("rope.scaling.type");
+        let rope_type = match m.get(&type_key) {
+            None => "linear",
+            Some(_) => m
+                .get_str(&type_key)
+                .map_err(|e| meta(&type_key, &e.to_string()))?,
+        };
+        let rope_scaling = match rope_type {
             "yarn" if factor > 0.0 => RopeScaling::Yarn { factor },
-            "linear" if factor > 0.0 => RopeScaling::Linear { factor },
-            "" if scale_linear > 0.0 && scale_linear != 1.0 => RopeScaling::Linear {
-                factor: scale_linear,
-            },
-            "" | "none" | "linear" | "yarn" => RopeScaling::None,
+            "linear" if scaled => RopeScaling::Linear { factor },
+            "none" | "linear" | "yarn" => RopeScaling::None,
             other => {
                 return Err(meta(
-                    &key("rope.scaling.type"),
+                    &type_key,
                     &format!("'{other}' is not supported (none, linear, yarn)"),
                 ))
             }
         };
         let n_ctx_orig = uint_or("rope.scaling.original_context_length", n_ctx_train)?;
+        let rope_attn_factor = float_or("rope.scaling.attn_factor", 1.0)?;
         let n_vocab = f
             .tensor("token_embd.weight")
             .map(|t| t.shape()[1])
@@ -178,6 +236,7 @@ impl HParams {
             })?;
         let hp = HParams {
             arch,
+            family,
             n_layer,
             n_embd,
             n_ff,
@@ -193,6 +252,7 @@ impl HParams {
             rope_mode,
             rope_scaling,
             n_ctx_orig,
+            rope_attn_factor,
         };
         hp.check_against_tensors(f)?;
         Ok(hp)
@@ -291,7 +351,10 @@ impl HParams {
     }
 
     /// The RoPE parameters for the graph (llama.cpp's defaults: YaRN beta 32/1,
-    /// extrapolation mix 1 only with YaRN scaling).
+    /// extrapolation mix 1 only with YaRN scaling, and llama_context's YaRN
+    /// magnitude: `mscale(factor) / (1 + 0.1 ln factor)`, which cancels the
+    /// kernel's own YaRN factor, times `rope.scaling.attn_factor`; in f32 as
+    /// llama.cpp computes it).
     pub fn rope_params(&self) -> strata::ops::RopeParams {
         let mut p = strata::ops::RopeParams::new(self.n_rot, self.rope_mode, self.rope_freq_base);
         p.n_ctx_orig = self.n_ctx_orig;
@@ -301,8 +364,16 @@ impl HParams {
             RopeScaling::Yarn { factor } => {
                 p.freq_scale = 1.0 / factor;
                 p.ext_factor = 1.0;
+                let factor = 1.0 / p.freq_scale;
+                let mscale = if factor <= 1.0 {
+                    1.0
+                } else {
+                    0.1 * factor.ln() + 1.0
+                };
+                p.attn_factor = mscale * (1.0 / (1.0 + 0.1 * factor.ln()));
             }
         }
+        p.attn_factor *= self.rope_attn_factor;
         p
     }
 }

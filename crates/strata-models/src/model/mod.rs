@@ -14,6 +14,7 @@
 //! with [`LoadOptions::no_repack`] (the CLI's `--no-repack` or
 //! `STRATA_NO_REPACK=1`).
 
+mod family;
 mod hparams;
 mod placement;
 
@@ -27,6 +28,7 @@ use strata::cpu::HostBuffer;
 use strata::gguf::{GgufFile, TensorInfo};
 use strata::{ResultExt as _, Tensor};
 
+pub use family::{Family, Need, Spec};
 pub use hparams::{HParams, RopeScaling};
 pub use placement::{layer_of, Devices, LayerMap, Override, PlacementSpec, SplitMode};
 
@@ -56,7 +58,8 @@ fn repack(opts: &LoadOptions, dtype: strata::DType, ne: [usize; 4]) -> bool {
     !opts.no_repack && packed::has_kernels(isa::active(), dtype) && packed::eligible(dtype, ne)
 }
 
-/// The weights of one transformer block.
+/// The weights of one transformer block (the optional ones as the
+/// family's [`Spec`] allows).
 #[derive(Clone, Debug)]
 pub struct Layer {
     /// Pre-attention RMS norm weight.
@@ -69,6 +72,21 @@ pub struct Layer {
     pub wv: Tensor,
     /// Attention output projection.
     pub wo: Tensor,
+    /// Query bias (Qwen 2).
+    pub bq: Option<Tensor>,
+    /// Key bias.
+    pub bk: Option<Tensor>,
+    /// Value bias.
+    pub bv: Option<Tensor>,
+    /// Attention output bias.
+    pub bo: Option<Tensor>,
+    /// Per-head RMS norm weight of the queries (Qwen 3), `[head_dim_k]`.
+    pub attn_q_norm: Option<Tensor>,
+    /// Per-head RMS norm weight of the keys (Qwen 3), `[head_dim_k]`.
+    pub attn_k_norm: Option<Tensor>,
+    /// RoPE frequency factors (`rope_freqs.weight`, Llama 3.1+), `[n_rot / 2]`:
+    /// the file's tensor, or its copy on this layer's device.
+    pub rope_freqs: Option<Tensor>,
     /// Pre-FFN RMS norm weight.
     pub ffn_norm: Tensor,
     /// FFN gate projection.
@@ -77,6 +95,46 @@ pub struct Layer {
     pub ffn_up: Tensor,
     /// FFN down projection.
     pub ffn_down: Tensor,
+    /// FFN gate bias.
+    pub ffn_gate_b: Option<Tensor>,
+    /// FFN up bias.
+    pub ffn_up_b: Option<Tensor>,
+    /// FFN down bias.
+    pub ffn_down_b: Option<Tensor>,
+}
+
+impl Layer {
+    /// Every weight of the block, the optional ones that are present included.
+    pub fn tensors(&self) -> impl Iterator<Item = &Tensor> + '_ {
+        [
+            &self.attn_norm,
+            &self.wq,
+            &self.wk,
+            &self.wv,
+            &self.wo,
+            &self.ffn_norm,
+            &self.ffn_gate,
+            &self.ffn_up,
+            &self.ffn_down,
+        ]
+        .into_iter()
+        .chain(
+            [
+                &self.bq,
+                &self.bk,
+                &self.bv,
+                &self.bo,
+                &self.attn_q_norm,
+                &self.attn_k_norm,
+                &self.rope_freqs,
+                &self.ffn_gate_b,
+                &self.ffn_up_b,
+                &self.ffn_down_b,
+            ]
+            .into_iter()
+            .flatten(),
+        )
+    }
 }
 
 /// Bytes a device needs for a model (the `--fit` report).
@@ -132,6 +190,8 @@ pub struct Model {
     pub output_norm: Tensor,
     /// Output projection (a device copy of the embedding when tied and offloaded).
     pub output: Tensor,
+    /// Output bias (`output.bias`, Qwen 2), `[n_vocab]`.
+    pub output_b: Option<Tensor>,
     /// True when the output head is the token embedding.
     pub tied_output: bool,
     /// Transformer blocks.
@@ -247,12 +307,26 @@ struct Placed<'f> {
     output_copy: Option<Tensor>,
     /// No `output.weight`: the head is the token embedding.
     tied: bool,
+    /// `rope_freqs.weight`'s device and its copies on the other devices that
+    /// hold layers (llama.cpp duplicates it per layer for the same reason: a
+    /// CPU weight would pull every offloaded layer's ROPE back to the CPU).
+    rope_freqs: Option<(usize, Vec<(usize, Tensor)>)>,
+}
+
+/// The devices holding layers other than `home` (where a tensor every layer
+/// reads lives), each once.
+fn other_layer_devices(map: &LayerMap, home: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = map.layers.iter().copied().filter(|&d| d != home).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// Creates a tensor per weight and decides its memory: mapped from the file
 /// (placed at once), repacked, or copied to its device.
 fn place<'f>(
     f: &'f GgufFile,
+    hp: &HParams,
     opts: &LoadOptions,
     devs: &Devices,
     map: &LayerMap,
@@ -278,6 +352,22 @@ fn place<'f>(
         }
         tensors.insert(info.name().to_string(), t);
     }
+    let mut rope_freqs = None;
+    let rope_info = f
+        .tensors()
+        .iter()
+        .zip(assigned)
+        .find(|(i, _)| i.name() == ROPE_FREQS);
+    if let (Some((info, &home)), true) = (rope_info, hp.family.spec().rope_freqs != Need::No) {
+        let mut copies = Vec::new();
+        for d in other_layer_devices(map, home) {
+            let name = format!("{ROPE_FREQS} (copy on {})", devs.list()[d].name());
+            let t = make(info)?.with_name(name);
+            per_dev[d].push((t.clone(), info));
+            copies.push((d, t));
+        }
+        rope_freqs = Some((home, copies));
+    }
     let tied = !tensors.contains_key("output.weight");
     let mut output_copy = None;
     if tied && map.output != devs.cpu() {
@@ -294,6 +384,7 @@ fn place<'f>(
         packed,
         output_copy,
         tied,
+        rope_freqs,
     })
 }
 
@@ -382,10 +473,25 @@ fn pack_weights(f: &GgufFile, packed: &[(Tensor, &TensorInfo)]) -> Result<Vec<Ar
     Ok(bufs.into())
 }
 
-/// The model's named weights, each checked against the shape `hp` gives:
-/// (token embedding, output norm, output head, layers).
-fn named_weights(placed: Placed<'_>, hp: &HParams) -> Result<(Tensor, Tensor, Tensor, Vec<Layer>)> {
+/// `rope_freqs.weight`: per-dimension RoPE frequency factors (Llama 3.1+).
+const ROPE_FREQS: &str = "rope_freqs.weight";
+
+/// The model's named weights.
+struct Weights {
+    tok_embd: Tensor,
+    output_norm: Tensor,
+    output: Tensor,
+    output_b: Option<Tensor>,
+    layers: Vec<Layer>,
+}
+
+/// The model's named weights, each checked against the shape `hp` gives,
+/// the optional ones as the family's [`Spec`] says. Every tensor of the file
+/// must be used (llama.cpp refuses a file with tensors it does not load,
+/// "wrong number of tensors"): an unused one is named in the error.
+fn named_weights(placed: Placed<'_>, hp: &HParams, map: &LayerMap) -> Result<Weights> {
     let tensors = &placed.tensors;
+    let used = std::cell::RefCell::new(std::collections::HashSet::new());
     let take = |name: &str, shape: &[usize]| -> Result<Tensor> {
         let t = tensors
             .get(name)
@@ -398,8 +504,17 @@ fn named_weights(placed: Placed<'_>, hp: &HParams) -> Result<(Tensor, Tensor, Te
                 format!("shape {:?}, expected {shape:?}", &ne[..t.n_dims()]),
             ));
         }
+        used.borrow_mut().insert(name.to_string());
         Ok(t)
     };
+    let maybe = |need: Need, name: &str, shape: &[usize]| -> Result<Option<Tensor>> {
+        match need {
+            Need::No => Ok(None),
+            Need::Optional if !tensors.contains_key(name) => Ok(None),
+            Need::Optional | Need::Required => take(name, shape).map(Some),
+        }
+    };
+    let spec = hp.family.spec();
     let (e, v) = (hp.n_embd, hp.n_vocab);
     let tok_embd = take("token_embd.weight", &[e, v])?;
     let output_norm = take("output_norm.weight", &[e])?;
@@ -408,6 +523,8 @@ fn named_weights(placed: Placed<'_>, hp: &HParams) -> Result<(Tensor, Tensor, Te
         None if placed.tied => tok_embd.clone(),
         None => take("output.weight", &[e, v])?,
     };
+    let output_b = maybe(spec.output_bias, "output.bias", &[v])?;
+    let rope_freqs = maybe(spec.rope_freqs, ROPE_FREQS, &[hp.n_rot / 2])?;
     let (qd, kd, vd) = (
         hp.n_head * hp.head_dim_k,
         hp.n_embd_k_gqa(),
@@ -416,19 +533,57 @@ fn named_weights(placed: Placed<'_>, hp: &HParams) -> Result<(Tensor, Tensor, Te
     let mut layers = Vec::with_capacity(hp.n_layer);
     for i in 0..hp.n_layer {
         let w = |s: &str, shape: &[usize]| take(&format!("blk.{i}.{s}.weight"), shape);
+        let opt =
+            |need: Need, s: &str, shape: &[usize]| maybe(need, &format!("blk.{i}.{s}"), shape);
+        // the layer's own copy of the frequency factors when it has one
+        let rope_freqs = rope_freqs.as_ref().map(|t| {
+            let copies = placed.rope_freqs.as_ref().map(|(_, c)| c.as_slice());
+            copies
+                .unwrap_or_default()
+                .iter()
+                .find(|(d, _)| *d == map.layers[i])
+                .map_or_else(|| t.clone(), |(_, c)| c.clone())
+        });
         layers.push(Layer {
             attn_norm: w("attn_norm", &[e])?,
             wq: w("attn_q", &[e, qd])?,
             wk: w("attn_k", &[e, kd])?,
             wv: w("attn_v", &[e, vd])?,
             wo: w("attn_output", &[hp.n_head * hp.head_dim_v, e])?,
+            bq: opt(spec.qkv_bias, "attn_q.bias", &[qd])?,
+            bk: opt(spec.qkv_bias, "attn_k.bias", &[kd])?,
+            bv: opt(spec.qkv_bias, "attn_v.bias", &[vd])?,
+            bo: opt(spec.wo_bias, "attn_output.bias", &[e])?,
+            attn_q_norm: opt(spec.qk_norm, "attn_q_norm.weight", &[hp.head_dim_k])?,
+            attn_k_norm: opt(spec.qk_norm, "attn_k_norm.weight", &[hp.head_dim_k])?,
+            rope_freqs,
             ffn_norm: w("ffn_norm", &[e])?,
             ffn_gate: w("ffn_gate", &[e, hp.n_ff])?,
             ffn_up: w("ffn_up", &[e, hp.n_ff])?,
             ffn_down: w("ffn_down", &[hp.n_ff, e])?,
+            ffn_gate_b: opt(spec.ffn_bias, "ffn_gate.bias", &[hp.n_ff])?,
+            ffn_up_b: opt(spec.ffn_bias, "ffn_up.bias", &[hp.n_ff])?,
+            ffn_down_b: opt(spec.ffn_bias, "ffn_down.bias", &[e])?,
         });
     }
-    Ok((tok_embd, output_norm, output, layers))
+    let used = used.into_inner();
+    if let Some(name) = tensors.keys().find(|n| !used.contains(*n)) {
+        return Err(tensor_err(
+            name,
+            format!(
+                "is not a tensor of a {} model (llama.cpp refuses the file too: \
+                 wrong number of tensors)",
+                hp.arch
+            ),
+        ));
+    }
+    Ok(Weights {
+        tok_embd,
+        output_norm,
+        output,
+        output_b,
+        layers,
+    })
 }
 
 impl Model {
@@ -450,6 +605,18 @@ impl Model {
             if let Some(t) = f.tensor("token_embd.weight") {
                 bytes[map.output].weights += t.size();
                 bytes[map.output].n_tensors += 1;
+            }
+        }
+        // and the RoPE frequency factors on every other device holding layers
+        let rope = f
+            .tensors()
+            .iter()
+            .zip(&assigned)
+            .find(|(t, _)| t.name() == ROPE_FREQS);
+        if let (Some((t, &home)), true) = (rope, hp.family.spec().rope_freqs != Need::No) {
+            for d in other_layer_devices(&map, home) {
+                bytes[d].weights += t.size();
+                bytes[d].n_tensors += 1;
             }
         }
         for (b, k) in bytes.iter_mut().zip(kv) {
@@ -492,19 +659,20 @@ impl Model {
         let devs = Devices::new(opts.devices.clone())?;
         let (map, assigned) = assign(&f, &hp, &opts.placement, &devs)?;
         let host = map_file(&f);
-        let placed = place(&f, opts, &devs, &map, &assigned, &host)?;
+        let placed = place(&f, &hp, opts, &devs, &map, &assigned, &host)?;
         let (buffers, repacked_bytes) = upload(&f, &placed, &devs, host, &mut progress)?;
         let tied = placed.tied;
-        let (tok_embd, output_norm, output, layers) = named_weights(placed, &hp)?;
+        let w = named_weights(placed, &hp, &map)?;
         Ok(Model {
             chat_template: crate::gguf::chat_template(&f),
             hparams: hp,
             tokenizer,
-            tok_embd,
-            output_norm,
-            output,
+            tok_embd: w.tok_embd,
+            output_norm: w.output_norm,
+            output: w.output,
+            output_b: w.output_b,
             tied_output: tied,
-            layers,
+            layers: w.layers,
             devices: devs,
             layer_map: map,
             file: f,
@@ -523,18 +691,9 @@ impl Model {
     pub fn weight_bytes(&self) -> Vec<usize> {
         let mut v = vec![0; self.devices.list().len()];
         let mut all = vec![&self.tok_embd, &self.output_norm, &self.output];
+        all.extend(&self.output_b);
         for l in &self.layers {
-            all.extend([
-                &l.attn_norm,
-                &l.wq,
-                &l.wk,
-                &l.wv,
-                &l.wo,
-                &l.ffn_norm,
-                &l.ffn_gate,
-                &l.ffn_up,
-                &l.ffn_down,
-            ]);
+            all.extend(l.tensors());
         }
         let mut seen = std::collections::HashSet::new();
         for t in all {

@@ -1,0 +1,169 @@
+//! The blocks every dense decoder family is built from: RMS norm with a
+//! weight, a projection with an optional bias, the attention block and the
+//! SwiGLU FFN. A family's differences are the optional weights of its
+//! [`Layer`] (Q/K/V biases, per-head Q/K norms, RoPE frequency factors).
+
+use strata::ops::{self, RopeParams};
+use strata::{Graph, Tensor};
+
+use super::Attention;
+use crate::kv::KvCache;
+use crate::model::{HParams, Layer};
+use crate::Result;
+
+/// Names `t` as llama.cpp's graph callback does (`name-il`).
+pub(super) fn named(t: Tensor, name: &str, il: usize) -> Tensor {
+    t.with_name(format!("{name}-{il}"))
+}
+
+/// The graph inputs the attention block reads, and how it attends.
+pub(super) struct AttnInputs<'a> {
+    /// Positions, I32 `[n_tokens]`.
+    pub positions: &'a Tensor,
+    /// Cache cells written, I64 `[n_tokens]`.
+    pub kv_idx: &'a Tensor,
+    /// Causal mask `[n_kv, n_tokens]`.
+    pub mask: &'a Tensor,
+    /// Tokens in the batch.
+    pub n_tokens: usize,
+    /// Cache cells attended to.
+    pub n_kv: usize,
+    /// FLASH_ATTN_EXT or SOFT_MAX.
+    pub kind: Attention,
+    /// RoPE parameters.
+    pub rope: RopeParams,
+}
+
+/// RMS norm of each row of `x` times `w` (broadcast), named `name-il`.
+pub(super) fn norm(x: &Tensor, w: &Tensor, eps: f32, name: &str, il: usize) -> Result<Tensor> {
+    let cur = ops::rms_norm(x, eps)?;
+    Ok(named(ops::mul(&cur, w)?, name, il))
+}
+
+/// `w · x`, plus `b` when the model has that bias.
+pub(super) fn linear(w: &Tensor, b: Option<&Tensor>, x: &Tensor) -> Result<Tensor> {
+    let y = ops::mul_mat(w, x)?;
+    Ok(match b {
+        Some(b) => ops::add(&y, b)?,
+        None => y,
+    })
+}
+
+/// RoPE of `x` at the batch's positions, with the layer's frequency factors
+/// when it has them (ggml_rope_ext's third source).
+fn rope(x: &Tensor, l: &Layer, inp: &AttnInputs<'_>) -> Result<Tensor> {
+    Ok(match &l.rope_freqs {
+        Some(ff) => ops::rope_ext(x, inp.positions, Some(ff), inp.rope)?,
+        None => ops::rope(x, inp.positions, inp.rope)?,
+    })
+}
+
+/// Self-attention of layer `il` on the normed input `x` `[n_embd, n_tokens]`:
+/// Q, K, V (with biases when present), per-head RMS norm of Q and K when the
+/// layer has their weights (applied before RoPE, as Qwen 3 does), RoPE (with
+/// the layer's frequency factors when present), the KV cache write (added
+/// to `graph` first), attention over the first `n_kv` cells and the output
+/// projection. Returns `[n_embd, n_tokens]`.
+pub(super) fn attention(
+    hp: &HParams,
+    l: &Layer,
+    kv: &KvCache,
+    il: usize,
+    x: &Tensor,
+    inp: &AttnInputs<'_>,
+    graph: &mut Graph,
+) -> Result<Tensor> {
+    let (dk, dv) = (hp.head_dim_k, hp.head_dim_v);
+    let (nh, nkv) = (hp.n_head, hp.n_head_kv);
+    let (n_tokens, n_kv) = (inp.n_tokens, inp.n_kv);
+    let kq_scale = 1.0 / (dk as f32).sqrt();
+    let q = named(linear(&l.wq, l.bq.as_ref(), x)?, "Qcur", il);
+    let k = named(linear(&l.wk, l.bk.as_ref(), x)?, "Kcur", il);
+    let v = named(linear(&l.wv, l.bv.as_ref(), x)?, "Vcur", il);
+    let mut q = ops::reshape(&q, &[dk, nh, n_tokens])?;
+    let mut k = ops::reshape(&k, &[dk, nkv, n_tokens])?;
+    if let Some(w) = &l.attn_q_norm {
+        q = norm(&q, w, hp.rms_eps, "Qcur_normed", il)?;
+    }
+    if let Some(w) = &l.attn_k_norm {
+        k = norm(&k, w, hp.rms_eps, "Kcur_normed", il)?;
+    }
+    let q = named(rope(&q, l, inp)?, "Qrope", il);
+    let k = named(rope(&k, l, inp)?, "Krope", il);
+
+    // cache writes: one row (all KV heads of a token) per cell
+    let k_rows = ops::reshape(&k, &[dk * nkv, n_tokens])?;
+    let v_rows = ops::reshape(&v, &[dv * nkv, n_tokens])?;
+    let k_all = named(
+        ops::set_rows(&kv.k[il], &k_rows, inp.kv_idx)?,
+        "k_cache_store",
+        il,
+    );
+    let v_all = named(
+        ops::set_rows(&kv.v[il], &v_rows, inp.kv_idx)?,
+        "v_cache_store",
+        il,
+    );
+    graph.expand(&k_all);
+    graph.expand(&v_all);
+    // [D, H_kv, n_kv] views of the first n_kv cells, read through the writes
+    let kb = kv.k[il].nb();
+    let vb = kv.v[il].nb();
+    let k_view = ops::view_3d(&k_all, [dk, nkv, n_kv], kb[0] * dk, kb[1], 0)?;
+    let v_view = ops::view_3d(&v_all, [dv, nkv, n_kv], vb[0] * dv, vb[1], 0)?;
+    let k_heads = ops::permute(&k_view, [0, 2, 1, 3])?; // [D, n_kv, H_kv]
+    let q_heads = ops::permute(&q, [0, 2, 1, 3])?; // [D, n_tokens, H]
+
+    let attn_out = match inp.kind {
+        Attention::Flash => {
+            let v_heads = ops::permute(&v_view, [0, 2, 1, 3])?;
+            let o = ops::flash_attn_ext(
+                &q_heads,
+                &k_heads,
+                &v_heads,
+                Some(inp.mask),
+                kq_scale,
+                0.0,
+                0.0,
+            )?;
+            // [Dv, H, n_tokens]
+            ops::reshape(&o, &[dv * nh, n_tokens])?
+        }
+        Attention::SoftMax => {
+            let kq = named(ops::mul_mat(&k_heads, &q_heads)?, "kq", il); // [n_kv, n_tokens, H]
+            let kq = named(
+                ops::soft_max_ext(&kq, Some(inp.mask), kq_scale, 0.0)?,
+                "kq_soft_max",
+                il,
+            );
+            // V transposed to [n_kv, Dv, H_kv], contiguous
+            let v_t = ops::cont(&ops::permute(&v_view, [1, 2, 0, 3])?)?;
+            let kqv = ops::mul_mat(&v_t, &kq)?; // [Dv, n_tokens, H]
+            let merged = ops::permute(&kqv, [0, 2, 1, 3])?; // [Dv, H, n_tokens]
+            ops::reshape(&ops::cont(&merged)?, &[dv * nh, n_tokens])?
+        }
+    };
+    let attn_out = named(attn_out, "kqv_out", il);
+    Ok(named(
+        linear(&l.wo, l.bo.as_ref(), &attn_out)?,
+        "attn_out",
+        il,
+    ))
+}
+
+/// The SwiGLU FFN of layer `il` on the normed input `x`: down(silu(gate(x)) ·
+/// up(x)), each projection with its bias when present.
+pub(super) fn ffn(l: &Layer, x: &Tensor, il: usize) -> Result<Tensor> {
+    let gate = named(
+        linear(&l.ffn_gate, l.ffn_gate_b.as_ref(), x)?,
+        "ffn_gate",
+        il,
+    );
+    let up = named(linear(&l.ffn_up, l.ffn_up_b.as_ref(), x)?, "ffn_up", il);
+    let act = named(ops::swiglu_split(&gate, &up)?, "ffn_swiglu", il);
+    Ok(named(
+        linear(&l.ffn_down, l.ffn_down_b.as_ref(), &act)?,
+        "ffn_out",
+        il,
+    ))
+}

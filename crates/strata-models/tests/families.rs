@@ -1,0 +1,595 @@
+//! The dense families (llama as Llama 3 has it, qwen2, qwen3) on tiny
+//! random-weight models written by `support/tiny_models.rs`, each checked
+//! against an f64 forward pass written here from the families' definitions
+//! (not from strata's graph), on a short prompt and on a prompt that takes
+//! two batches (the KV cache carries over), then one more decoded token.
+//! Always on: no model file needed.
+
+#[path = "support/tiny_models.rs"]
+mod tiny_models;
+
+use std::sync::Arc;
+
+use half::f16;
+use strata::backend::Backend;
+use strata::gguf::{GgufFile, Value};
+use strata::testkit::TestBackend;
+use strata_models::{
+    Attention, Context, ContextOptions, LoadOptions, Logits, Model, ModelError, PlacementSpec,
+};
+use tiny_models::{configs, write, write_with, Config, Fam, LayerW, Weights, N_VOCAB};
+
+// ---------------------------------------------------------------- reference
+
+fn rms(x: &[f64], w: &[f64], eps: f64) -> Vec<f64> {
+    let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+    let s = 1.0 / (ms + eps).sqrt();
+    x.iter().zip(w).map(|(a, b)| a * s * b).collect()
+}
+
+/// y = W x (+ b), W stored as ggml `[ne0 = in, ne1 = out]`.
+fn mv(w: &[f64], x: &[f64], b: Option<&Vec<f64>>) -> Vec<f64> {
+    let mut y: Vec<f64> = w
+        .chunks(x.len())
+        .map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum())
+        .collect();
+    if let Some(b) = b {
+        y.iter_mut().zip(b).for_each(|(y, b)| *y += b);
+    }
+    y
+}
+
+/// RoPE of every head of `x` at `pos`: pair i turns by
+/// pos · scale · base^(-2i/d) / factor_i; llama pairs adjacent values, the
+/// Qwen families the two halves of the head (NEOX).
+fn rope(cfg: &Config, w: &Weights, x: &mut [f64], pos: usize) {
+    let hd = cfg.head_dim;
+    let scale = cfg.rope_linear.map_or(1.0, |f| 1.0 / f as f64);
+    for h in x.chunks_mut(hd) {
+        for i in 0..hd / 2 {
+            let mut theta =
+                pos as f64 * scale * (cfg.rope_base as f64).powf(-2.0 * i as f64 / hd as f64);
+            if let Some(ff) = &w.rope_freqs {
+                theta /= ff[i];
+            }
+            let (s, c) = theta.sin_cos();
+            let (j0, j1) = match cfg.fam {
+                Fam::Llama => (2 * i, 2 * i + 1),
+                Fam::Qwen2 | Fam::Qwen3 => (i, i + hd / 2),
+            };
+            let (a, b) = (h[j0], h[j1]);
+            h[j0] = a * c - b * s;
+            h[j1] = a * s + b * c;
+        }
+    }
+}
+
+/// Per-head RMS norm (Qwen 3's Q/K norms).
+fn head_norm(x: &mut [f64], w: Option<&Vec<f64>>, hd: usize, eps: f64) {
+    if let Some(w) = w {
+        for h in x.chunks_mut(hd) {
+            let y = rms(h, w, eps);
+            h.copy_from_slice(&y);
+        }
+    }
+}
+
+fn f16r(v: &mut [f64]) {
+    for x in v {
+        *x = f16::from_f64(*x).to_f64();
+    }
+}
+
+/// One block over all positions `xs` (causal attention over them).
+fn block(cfg: &Config, w: &Weights, l: &LayerW, xs: &mut [Vec<f64>]) {
+    let (hd, nh, nkv) = (cfg.head_dim, cfg.n_head, cfg.n_head_kv);
+    let eps = cfg.eps as f64;
+    let (mut qs, mut ks, mut vs) = (Vec::new(), Vec::new(), Vec::new());
+    for (p, x) in xs.iter().enumerate() {
+        let h = rms(x, &l.attn_norm, eps);
+        let mut q = mv(&l.wq, &h, l.bq.as_ref());
+        let mut k = mv(&l.wk, &h, l.bk.as_ref());
+        let mut v = mv(&l.wv, &h, l.bv.as_ref());
+        head_norm(&mut q, l.q_norm.as_ref(), hd, eps);
+        head_norm(&mut k, l.k_norm.as_ref(), hd, eps);
+        rope(cfg, w, &mut q, p);
+        rope(cfg, w, &mut k, p);
+        f16r(&mut k); // the cache is f16
+        f16r(&mut v);
+        qs.push(q);
+        ks.push(k);
+        vs.push(v);
+    }
+    for (p, x) in xs.iter_mut().enumerate() {
+        let mut att = vec![0.0; nh * hd];
+        for h in 0..nh {
+            let kh = h / (nh / nkv);
+            let q = &qs[p][h * hd..][..hd];
+            let sc: Vec<f64> = (0..=p)
+                .map(|j| {
+                    let dot: f64 = q
+                        .iter()
+                        .zip(&ks[j][kh * hd..][..hd])
+                        .map(|(a, b)| a * b)
+                        .sum();
+                    dot / (hd as f64).sqrt()
+                })
+                .collect();
+            let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();
+            let z: f64 = e.iter().sum();
+            for (j, ej) in e.iter().enumerate() {
+                for d in 0..hd {
+                    att[h * hd + d] += ej / z * vs[j][kh * hd + d];
+                }
+            }
+        }
+        let o = mv(&l.wo, &att, None);
+        let ffn_in: Vec<f64> = o.iter().zip(x.iter()).map(|(a, b)| a + b).collect();
+        let h = rms(&ffn_in, &l.ffn_norm, eps);
+        let (g, u) = (mv(&l.gate, &h, None), mv(&l.up, &h, None));
+        let act: Vec<f64> = g
+            .iter()
+            .zip(&u)
+            .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+            .collect();
+        let d = mv(&l.down, &act, None);
+        *x = d.iter().zip(&ffn_in).map(|(a, b)| a + b).collect();
+    }
+}
+
+/// Logits of every position of `tokens`, f64.
+fn reference(cfg: &Config, w: &Weights, tokens: &[u32]) -> Vec<Vec<f64>> {
+    let e = cfg.n_embd;
+    let mut xs: Vec<Vec<f64>> = tokens
+        .iter()
+        .map(|&t| w.emb[t as usize * e..][..e].to_vec())
+        .collect();
+    for l in &w.layers {
+        block(cfg, w, l, &mut xs);
+    }
+    xs.iter()
+        .map(|x| {
+            mv(
+                &w.out,
+                &rms(x, &w.out_norm, cfg.eps as f64),
+                w.out_b.as_ref(),
+            )
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- strata
+
+fn load(bytes: &[u8], opts: &LoadOptions) -> strata_models::Result<Arc<Model>> {
+    Ok(Arc::new(Model::from_gguf(
+        GgufFile::from_bytes(bytes.to_vec())?,
+        opts,
+        None,
+    )?))
+}
+
+/// 3 tokens: one batch.
+const SHORT: [u32; 3] = [72, 105, 33];
+/// 13 tokens: two batches of `N_BATCH`.
+const LONG: [u32; 13] = [84, 104, 101, 32, 113, 117, 105, 99, 107, 256, 98, 114, 111];
+const N_BATCH: usize = 8;
+/// The token decoded after each prompt.
+const NEXT: u32 = 257;
+
+/// Every prompt position's logits, then the next token's.
+fn run(model: &Arc<Model>, attention: Attention, prompt: &[u32]) -> Vec<Vec<f32>> {
+    let mut c = Context::new(
+        model.clone(),
+        ContextOptions {
+            n_ctx: 32,
+            n_batch: N_BATCH,
+            n_threads: 2,
+            attention,
+            logits_all: true,
+        },
+    )
+    .unwrap();
+    let all = c.decode(prompt, Logits::All).unwrap();
+    let mut rows: Vec<Vec<f32>> = all.chunks(N_VOCAB).map(<[f32]>::to_vec).collect();
+    assert_eq!(rows.len(), prompt.len());
+    rows.push(c.decode(&[NEXT], Logits::Last).unwrap());
+    rows
+}
+
+/// The largest |Δ| over all rows, relative to max(1, largest |logit|).
+fn max_rel_err(got: &[Vec<f32>], want: &[Vec<f64>]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let mut worst = 0.0f64;
+    for (g, r) in got.iter().zip(want) {
+        let scale = r.iter().map(|x| x.abs()).fold(1.0, f64::max);
+        let err = g
+            .iter()
+            .zip(r)
+            .map(|(a, b)| (*a as f64 - b).abs())
+            .fold(0.0, f64::max);
+        worst = worst.max(err / scale);
+    }
+    worst
+}
+
+/// Every family's models against the f64 reference, both attention paths,
+/// one and two batches.
+///
+/// The reference rounds K and V to f16 as the cache does; what remains is
+/// the f16 rounding of activations where ggml rounds them (Q against the
+/// f16 K, the attention weights against the f16 V, the V accumulator of
+/// one-row flash attention: 2^-11 ≈ 4.9e-4 relative each, carried through
+/// 2–3 layers), the f16 rounding of K and V themselves landing on the other
+/// side of a tie than the f64 values do, and f32 arithmetic (~1e-6).
+/// Measured worst: 9.6e-4 (flash), 5.7e-4 (soft_max) of max(1, |logit|);
+/// bound 3e-3 for both. Leaving out any family feature moves the logits by
+/// more than 2e-2 (next test), so the bound does tell the features apart.
+#[test]
+fn every_family_matches_its_f64_reference() {
+    for cfg in configs() {
+        let (bytes, w) = write(&cfg);
+        let model = load(&bytes, &LoadOptions::default()).unwrap();
+        assert_eq!(model.hparams.arch, cfg.fam.arch());
+        assert_eq!(model.tied_output, cfg.tied, "{}", cfg.name);
+        for prompt in [&SHORT[..], &LONG[..]] {
+            let mut tokens = prompt.to_vec();
+            tokens.push(NEXT);
+            let want = reference(&cfg, &w, &tokens);
+            for (attention, bound) in [(Attention::Flash, 3e-3), (Attention::SoftMax, 3e-3)] {
+                let got = run(&model, attention, prompt);
+                let err = max_rel_err(&got, &want);
+                println!(
+                    "{} {attention:?} {} tokens: {err:.2e}",
+                    cfg.name,
+                    prompt.len()
+                );
+                assert!(
+                    err < bound,
+                    "{} {attention:?} {} tokens: max relative error {err:e} > {bound:e}",
+                    cfg.name,
+                    prompt.len()
+                );
+            }
+        }
+    }
+}
+
+/// The reference is sensitive to what the families differ in: dropping the
+/// frequency factors, the biases, the Q/K norms or swapping the RoPE pairing
+/// moves the logits far beyond the bounds above (so the test above would
+/// catch strata ignoring any of them).
+#[test]
+fn the_reference_sees_every_family_feature() {
+    for cfg in configs() {
+        let (_, w) = write(&cfg);
+        let want = reference(&cfg, &w, &LONG);
+        let mut variants: Vec<(&str, Config, Weights)> = Vec::new();
+        let mut no_ff = w.clone();
+        no_ff.rope_freqs = None;
+        variants.push(("no rope_freqs", cfg.clone(), no_ff));
+        let mut no_bias = w.clone();
+        no_bias.out_b = None;
+        for l in &mut no_bias.layers {
+            (l.bq, l.bk, l.bv) = (None, None, None);
+        }
+        variants.push(("no biases", cfg.clone(), no_bias));
+        let mut no_norm = w.clone();
+        for l in &mut no_norm.layers {
+            (l.q_norm, l.k_norm) = (None, None);
+        }
+        variants.push(("no q/k norms", cfg.clone(), no_norm));
+        let mut other_pairing = cfg.clone();
+        other_pairing.fam = match cfg.fam {
+            Fam::Llama => Fam::Qwen2,
+            _ => Fam::Llama,
+        };
+        variants.push(("other RoPE pairing", other_pairing, w.clone()));
+        let mut unscaled = cfg.clone();
+        unscaled.rope_linear = None;
+        variants.push(("no linear scaling", unscaled, w.clone()));
+        for (what, c, v) in variants {
+            let got = reference(&c, &v, &LONG);
+            if got == want {
+                continue; // the model does not have this feature
+            }
+            let as_f32: Vec<Vec<f32>> = got
+                .iter()
+                .map(|r| r.iter().map(|&x| x as f32).collect())
+                .collect();
+            let err = max_rel_err(&as_f32, &want);
+            assert!(err > 2e-2, "{} {what}: only {err:e}", cfg.name);
+        }
+    }
+}
+
+#[test]
+fn the_generator_writes_the_same_bytes_every_time() {
+    let all = configs();
+    for cfg in &all {
+        let (a, _) = write(cfg);
+        let (b, _) = write(cfg);
+        assert!(a == b, "{}: two writes differ", cfg.name);
+    }
+    let (a, _) = write(&all[0]);
+    let (b, _) = write(&all[1]);
+    assert!(a != b);
+}
+
+// ---------------------------------------------------------------- placement
+
+/// Layers 1.. of the Llama 3 model on a simulated device: the frequency
+/// factors are copied there (so the device's ROPEs do not read a CPU
+/// weight), `--fit` counts the copy, and the logits are bit-identical to the
+/// CPU's.
+#[test]
+fn offloaded_llama3_layers_get_their_own_rope_freqs() {
+    let cfg = &configs()[0];
+    assert!(cfg.rope_freqs);
+    let (bytes, _) = write(cfg);
+    let cpu_model = load(&bytes, &LoadOptions::default()).unwrap();
+    let cpu = run(&cpu_model, Attention::Flash, &LONG);
+    let fake = TestBackend::device("FAKE0", |_| true, 2).device();
+    let opts = LoadOptions {
+        devices: vec![fake],
+        placement: PlacementSpec {
+            n_gpu_layers: 2,
+            overrides: vec![],
+        },
+        ..Default::default()
+    };
+    let m = load(&bytes, &opts).unwrap();
+    let names: Vec<String> = m
+        .layers
+        .iter()
+        .map(|l| l.rope_freqs.as_ref().unwrap().name().to_string())
+        .collect();
+    assert_eq!(names[0], "rope_freqs.weight");
+    assert_eq!(names[1], "rope_freqs.weight (copy on FAKE0)");
+    assert!(
+        m.layers[1].rope_freqs.as_ref().unwrap().id()
+            == m.layers[2].rope_freqs.as_ref().unwrap().id()
+    );
+    assert_eq!(cpu, run(&m, Attention::Flash, &LONG));
+
+    let dir = std::env::temp_dir().join(format!("strata-families-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("llama3.gguf");
+    std::fs::write(&path, &bytes).unwrap();
+    let fit = Model::fit(&path, &opts, 32).unwrap();
+    let file_total: usize = GgufFile::open(&path)
+        .unwrap()
+        .tensors()
+        .iter()
+        .map(|t| t.size())
+        .sum();
+    let fit_total: usize = fit.bytes.iter().map(|b| b.weights).sum();
+    assert_eq!(
+        fit_total,
+        file_total + cfg.head_dim / 2 * 4,
+        "one copy of rope_freqs"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same model with all its layers on a strata RPC server on a loopback
+/// port: ROPE's third source (the frequency factors) goes through the RPC
+/// graph, and the logits are bit-identical to the CPU's.
+#[test]
+fn llama3_rope_freqs_over_rpc_give_identical_logits() {
+    use strata_rpc::server::{CpuBackendFactory, Limits, Server};
+    let (addr, _server) = Server::bind(
+        "127.0.0.1:0",
+        Arc::new(CpuBackendFactory::new(2)),
+        Limits::default(),
+    )
+    .unwrap()
+    .spawn_background()
+    .unwrap();
+    let dev: Arc<dyn strata::backend::Device> = strata_rpc::RpcProvider::new()
+        .connect(&addr.to_string())
+        .unwrap()
+        .remove(0);
+    let cfg = &configs()[0];
+    let (bytes, _) = write(cfg);
+    let cpu = run(
+        &load(&bytes, &LoadOptions::default()).unwrap(),
+        Attention::Flash,
+        &LONG,
+    );
+    let opts = LoadOptions {
+        devices: vec![dev],
+        placement: PlacementSpec {
+            n_gpu_layers: cfg.n_layer,
+            overrides: vec![],
+        },
+        ..Default::default()
+    };
+    let m = load(&bytes, &opts).unwrap();
+    assert!(m
+        .layers
+        .iter()
+        .all(|l| l.rope_freqs.as_ref().unwrap().name().contains("copy on")));
+    assert_eq!(cpu, run(&m, Attention::Flash, &LONG));
+}
+
+// ---------------------------------------------------------------- bad input
+
+/// A change to a tiny model before it is written.
+type Edit = dyn FnMut(&mut tiny_models::Parts);
+
+fn load_err(cfg: &Config, edit: &mut Edit) -> ModelError {
+    let (bytes, _) = write_with(cfg, edit);
+    load(&bytes, &LoadOptions::default()).unwrap_err()
+}
+
+fn set_meta(key: &str, v: Value) -> impl FnMut(&mut tiny_models::Parts) + '_ {
+    move |p| {
+        p.metadata.retain(|(k, _)| k != key);
+        p.metadata.push((key.to_string(), v.clone()));
+    }
+}
+
+fn metadata_key(e: &ModelError) -> &str {
+    match e {
+        ModelError::Metadata { key, .. } => key,
+        _ => panic!("not a metadata error: {e}"),
+    }
+}
+
+/// Unknown architectures, unsupported keys and inconsistent values are typed
+/// errors naming the key.
+#[test]
+fn bad_metadata_names_the_key() {
+    let all = configs();
+    let (llama, qwen2, qwen3) = (&all[0], &all[2], &all[4]);
+    let e = load_err(
+        llama,
+        &mut set_meta("general.architecture", "gemma2".into()),
+    );
+    assert_eq!(metadata_key(&e), "general.architecture");
+    assert!(e.to_string().contains("llama, qwen2, qwen3"), "{e}");
+
+    for (cfg, key, v) in [
+        (llama, "llama.rope.scaling.type", Value::from("longrope")),
+        (
+            llama,
+            "llama.rope.scaling.yarn_log_multiplier",
+            Value::F32(0.1),
+        ),
+        (qwen2, "qwen2.rope.scaling.yarn_beta_fast", Value::F32(16.0)),
+        (llama, "llama.expert_count", Value::U32(8)),
+        (qwen3, "qwen3.attention.key_length", Value::U32(16)),
+        (qwen3, "qwen3.block_count", Value::U32(3)),
+        (qwen2, "qwen2.attention.head_count_kv", Value::U32(1)),
+    ] {
+        let e = load_err(cfg, &mut set_meta(key, v.clone()));
+        assert!(
+            metadata_key(&e).contains(key.split_once('.').unwrap().1),
+            "{key} = {v:?}: {e}"
+        );
+    }
+    // honoured scaling keys load
+    for (key, v) in [
+        ("llama.rope.scaling.type", Value::from("yarn")),
+        ("llama.rope.scaling.finetuned", Value::Bool(true)),
+        ("llama.rope.scaling.original_context_length", Value::U32(64)),
+        ("llama.rope.scaling.attn_factor", Value::F32(0.5)),
+    ] {
+        let (bytes, _) = write_with(&all[1], &mut set_meta(key, v));
+        load(&bytes, &LoadOptions::default()).unwrap();
+    }
+}
+
+/// YaRN's magnitude as llama.cpp's context sets it: mscale(factor) /
+/// (1 + 0.1 ln factor) (cancelling the kernel's own factor), times
+/// rope.scaling.attn_factor; linear scaling only divides the positions.
+#[test]
+fn rope_scaling_keys_set_the_rope_parameters() {
+    let cfg = &configs()[1];
+    let hp = |set: &[(&str, Value)]| {
+        let (bytes, _) = write_with(cfg, &mut |p| {
+            for (k, v) in set {
+                set_meta(k, v.clone())(p);
+            }
+        });
+        load(&bytes, &LoadOptions::default())
+            .unwrap()
+            .hparams
+            .rope_params()
+    };
+    let p = hp(&[]);
+    assert_eq!((p.freq_scale, p.ext_factor, p.attn_factor), (0.5, 0.0, 1.0));
+    let p = hp(&[
+        ("llama.rope.scaling.type", "yarn".into()),
+        ("llama.rope.scaling.factor", Value::F32(4.0)),
+        ("llama.rope.scaling.original_context_length", Value::U32(64)),
+        ("llama.rope.scaling.attn_factor", Value::F32(0.5)),
+    ]);
+    assert_eq!((p.freq_scale, p.ext_factor, p.n_ctx_orig), (0.25, 1.0, 64));
+    let m = 1.0 + 0.1 * 4f64.ln();
+    assert!(
+        (p.attn_factor as f64 - m / m * 0.5).abs() < 1e-6,
+        "{}",
+        p.attn_factor
+    );
+    let p = hp(&[("llama.rope.scaling.type", "none".into())]);
+    assert_eq!(p.freq_scale, 1.0);
+    // the older key, without a type: linear
+    let p = hp(&[
+        ("llama.rope.scaling.type", "linear".into()),
+        ("llama.rope.scaling.factor", Value::F32(0.0)),
+        ("llama.rope.scale_linear", Value::F32(4.0)),
+    ]);
+    assert_eq!(p.freq_scale, 1.0, "rope.scaling.factor given (0): it wins");
+}
+
+/// Missing, misshapen and foreign tensors are typed errors naming them.
+#[test]
+fn bad_tensors_name_the_tensor() {
+    let all = configs();
+    let (llama, qwen2, qwen3) = (&all[0], &all[2], &all[4]);
+    let drop = |name: &'static str| {
+        move |p: &mut tiny_models::Parts| p.tensors.retain(|(n, _, _)| n != name)
+    };
+    let add = |name: &'static str, shape: Vec<usize>| {
+        move |p: &mut tiny_models::Parts| {
+            let n = shape.iter().product();
+            p.tensors
+                .push((name.to_string(), shape.clone(), vec![1.0; n]));
+        }
+    };
+    let reshape = |name: &'static str| {
+        move |p: &mut tiny_models::Parts| {
+            for (n, shape, data) in &mut p.tensors {
+                if n == name && shape.len() == 1 {
+                    data.pop();
+                    shape[0] -= 1;
+                } else if n == name {
+                    data.truncate(data.len() - shape[0]);
+                    shape[1] -= 1;
+                }
+            }
+        }
+    };
+    let cases: Vec<(&Config, &str, Box<Edit>)> = vec![
+        (
+            qwen3,
+            "blk.1.attn_k_norm.weight",
+            Box::new(drop("blk.1.attn_k_norm.weight")),
+        ),
+        (
+            qwen2,
+            "blk.0.attn_v.bias",
+            Box::new(reshape("blk.0.attn_v.bias")),
+        ),
+        (
+            llama,
+            "rope_freqs.weight",
+            Box::new(reshape("rope_freqs.weight")),
+        ),
+        (
+            qwen2,
+            "rope_freqs.weight",
+            Box::new(add("rope_freqs.weight", vec![8])),
+        ),
+        (
+            llama,
+            "blk.0.attn_q_norm.weight",
+            Box::new(add("blk.0.attn_q_norm.weight", vec![16])),
+        ),
+        (
+            qwen3,
+            "output.bias",
+            Box::new(add("output.bias", vec![N_VOCAB])),
+        ),
+    ];
+    for (cfg, name, mut edit) in cases {
+        let e = load_err(cfg, &mut *edit);
+        assert!(
+            matches!(&e, ModelError::Tensor { name: n, .. } if n == name),
+            "{} {name}: {e}",
+            cfg.name
+        );
+    }
+}

@@ -1,0 +1,395 @@
+//! Tiny random-weight models of each dense family (llama, qwen2, qwen3),
+//! written with strata's GGUF writer: a fixed-seed generator, so the same
+//! configuration gives byte-identical files every run (the llama.cpp golden
+//! logits depend on it). The weights come back as f64 too, for the tests'
+//! reference forward passes.
+
+#![allow(dead_code)]
+
+use strata::gguf::{GgufWriter, Value};
+use strata::DType;
+
+/// The family a tiny model is written as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fam {
+    /// `llama` (normal RoPE).
+    Llama,
+    /// `qwen2` (NEOX RoPE, Q/K/V biases).
+    Qwen2,
+    /// `qwen3` (NEOX RoPE, per-head Q/K RMS norms).
+    Qwen3,
+}
+
+impl Fam {
+    /// `general.architecture`.
+    pub fn arch(self) -> &'static str {
+        match self {
+            Fam::Llama => "llama",
+            Fam::Qwen2 => "qwen2",
+            Fam::Qwen3 => "qwen3",
+        }
+    }
+}
+
+/// What to write.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// File name stem (also the golden data's name).
+    pub name: &'static str,
+    /// The family.
+    pub fam: Fam,
+    /// Blocks.
+    pub n_layer: usize,
+    /// Embedding width.
+    pub n_embd: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// KV heads.
+    pub n_head_kv: usize,
+    /// Head size (written as `attention.key_length` when it is not n_embd / n_head).
+    pub head_dim: usize,
+    /// FFN width.
+    pub n_ff: usize,
+    /// `output.weight` absent: the head is the token embedding.
+    pub tied: bool,
+    /// Write `rope_freqs.weight` (llama).
+    pub rope_freqs: bool,
+    /// Write Q/K/V biases.
+    pub qkv_bias: bool,
+    /// Write `output.bias` (qwen2).
+    pub output_bias: bool,
+    /// Linear RoPE scaling factor (`rope.scaling.type = linear`), when set.
+    pub rope_linear: Option<f32>,
+    /// RoPE base.
+    pub rope_base: f32,
+    /// RMS norm epsilon.
+    pub eps: f32,
+    /// Generator seed.
+    pub seed: u64,
+}
+
+/// The byte-level vocabulary: the 256 GPT-2 byte symbols, then these.
+pub const SPECIAL: [&str; 2] = ["<|bos|>", "<|eos|>"];
+/// Vocabulary size.
+pub const N_VOCAB: usize = 256 + SPECIAL.len();
+
+/// The models the tests use: each family, tied and untied, with its
+/// family's optional tensors.
+pub fn configs() -> Vec<Config> {
+    let base = Config {
+        name: "",
+        fam: Fam::Llama,
+        n_layer: 3,
+        n_embd: 64,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 16,
+        n_ff: 96,
+        tied: false,
+        rope_freqs: false,
+        qkv_bias: false,
+        output_bias: false,
+        rope_linear: None,
+        rope_base: 10000.0,
+        eps: 1e-5,
+        seed: 1,
+    };
+    vec![
+        Config {
+            name: "llama3-untied-ropefreqs",
+            rope_freqs: true,
+            seed: 11,
+            ..base.clone()
+        },
+        Config {
+            name: "llama-tied-linear",
+            tied: true,
+            rope_linear: Some(2.0),
+            seed: 12,
+            ..base.clone()
+        },
+        Config {
+            name: "qwen2-untied-bias",
+            fam: Fam::Qwen2,
+            n_layer: 2,
+            qkv_bias: true,
+            output_bias: true,
+            rope_base: 1000000.0,
+            eps: 1e-6,
+            seed: 21,
+            ..base.clone()
+        },
+        Config {
+            name: "qwen2-tied",
+            fam: Fam::Qwen2,
+            n_layer: 2,
+            n_head: 8,
+            n_head_kv: 2,
+            head_dim: 8,
+            tied: true,
+            qkv_bias: true,
+            rope_base: 1000000.0,
+            eps: 1e-6,
+            seed: 22,
+            ..base.clone()
+        },
+        Config {
+            name: "qwen3-headdim24",
+            fam: Fam::Qwen3,
+            n_layer: 2,
+            head_dim: 24,
+            tied: true,
+            rope_base: 1000000.0,
+            eps: 1e-6,
+            seed: 31,
+            ..base.clone()
+        },
+        Config {
+            name: "qwen3-untied",
+            fam: Fam::Qwen3,
+            n_layer: 3,
+            n_head: 4,
+            n_head_kv: 4,
+            tied: false,
+            rope_base: 1000000.0,
+            eps: 1e-6,
+            seed: 32,
+            ..base
+        },
+    ]
+}
+
+/// A block's weights as f64 (matrices in ggml order: `[out][in]` rows).
+#[derive(Clone, Debug, Default)]
+pub struct LayerW {
+    pub attn_norm: Vec<f64>,
+    pub wq: Vec<f64>,
+    pub wk: Vec<f64>,
+    pub wv: Vec<f64>,
+    pub wo: Vec<f64>,
+    pub bq: Option<Vec<f64>>,
+    pub bk: Option<Vec<f64>>,
+    pub bv: Option<Vec<f64>>,
+    pub q_norm: Option<Vec<f64>>,
+    pub k_norm: Option<Vec<f64>>,
+    pub ffn_norm: Vec<f64>,
+    pub gate: Vec<f64>,
+    pub up: Vec<f64>,
+    pub down: Vec<f64>,
+}
+
+/// A model's weights as f64.
+#[derive(Clone, Debug)]
+pub struct Weights {
+    pub emb: Vec<f64>,
+    /// The head (`emb` again when tied).
+    pub out: Vec<f64>,
+    pub out_b: Option<Vec<f64>>,
+    pub out_norm: Vec<f64>,
+    pub rope_freqs: Option<Vec<f64>>,
+    pub layers: Vec<LayerW>,
+}
+
+/// xorshift64: values in [-1, 1).
+struct Rng(u64);
+impl Rng {
+    fn f(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((self.0 >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
+    }
+    fn vec(&mut self, n: usize, scale: f32, offset: f32) -> Vec<f32> {
+        (0..n).map(|_| offset + self.f() * scale).collect()
+    }
+}
+
+/// GPT-2's byte-to-symbol map (printable bytes stand for themselves, the
+/// others are shifted past 255).
+pub fn byte_symbol(b: u8) -> char {
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    if printable(b) {
+        return char::from(b);
+    }
+    let n = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + n).unwrap_or('?')
+}
+
+/// Tensors: name, shape, f32 data.
+pub type Tensors = Vec<(String, Vec<usize>, Vec<f32>)>;
+
+/// Adds tensor `name` to `ts`; returns its values as f64.
+fn keep(ts: &mut Tensors, name: String, shape: Vec<usize>, x: Vec<f32>) -> Vec<f64> {
+    let v = x.iter().map(|&a| a as f64).collect();
+    ts.push((name, shape, x));
+    v
+}
+
+/// A random `[n_in, n_out]` matrix scaled by 1/sqrt(n_in).
+fn mat(r: &mut Rng, ts: &mut Tensors, name: String, n_in: usize, n_out: usize) -> Vec<f64> {
+    let x = r.vec(n_in * n_out, 1.0 / (n_in as f32).sqrt(), 0.0);
+    keep(ts, name, vec![n_in, n_out], x)
+}
+
+/// A random vector around `offset`.
+fn vector(
+    r: &mut Rng,
+    ts: &mut Tensors,
+    name: String,
+    n: usize,
+    scale: f32,
+    offset: f32,
+) -> Vec<f64> {
+    let x = r.vec(n, scale, offset);
+    keep(ts, name, vec![n], x)
+}
+
+/// Writes `cfg` as a GGUF file; returns its bytes and the weights as f64.
+pub fn write(cfg: &Config) -> (Vec<u8>, Weights) {
+    write_with(cfg, &mut |_| {})
+}
+
+/// The pieces [`write_with`] lets a test change before the file is made.
+pub struct Parts {
+    /// Metadata, in order.
+    pub metadata: Vec<(String, Value)>,
+    /// Tensors: name, shape, f32 data.
+    pub tensors: Tensors,
+}
+
+/// [`write`], letting `edit` change the metadata and tensors first (to make
+/// broken files; the weights returned are the unedited ones).
+pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, Weights) {
+    let arch = cfg.fam.arch();
+    let k = |s: &str| format!("{arch}.{s}");
+    let u = |x: usize| Value::U32(x as u32);
+    let mut md: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), arch.into()),
+        ("general.name".into(), cfg.name.into()),
+        (k("block_count"), u(cfg.n_layer)),
+        (k("context_length"), u(256)),
+        (k("embedding_length"), u(cfg.n_embd)),
+        (k("feed_forward_length"), u(cfg.n_ff)),
+        (k("attention.head_count"), u(cfg.n_head)),
+        (k("attention.head_count_kv"), u(cfg.n_head_kv)),
+        (k("attention.layer_norm_rms_epsilon"), Value::F32(cfg.eps)),
+        (k("rope.freq_base"), Value::F32(cfg.rope_base)),
+    ];
+    if cfg.head_dim * cfg.n_head != cfg.n_embd {
+        md.push((k("attention.key_length"), u(cfg.head_dim)));
+        md.push((k("attention.value_length"), u(cfg.head_dim)));
+    }
+    if cfg.fam == Fam::Llama {
+        md.push((k("rope.dimension_count"), u(cfg.head_dim)));
+    }
+    if let Some(f) = cfg.rope_linear {
+        md.push((k("rope.scaling.type"), "linear".into()));
+        md.push((k("rope.scaling.factor"), Value::F32(f)));
+    }
+    let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_symbol(b).to_string()).collect();
+    tokens.extend(SPECIAL.iter().map(|s| s.to_string()));
+    let mut types = vec![1i32; 256];
+    types.extend([3, 3]);
+    let pre = if cfg.fam == Fam::Llama {
+        "llama-bpe"
+    } else {
+        "qwen2"
+    };
+    md.extend([
+        ("tokenizer.ggml.model".into(), "gpt2".into()),
+        ("tokenizer.ggml.pre".into(), pre.into()),
+        ("tokenizer.ggml.tokens".into(), Value::Array(tokens.into())),
+        (
+            "tokenizer.ggml.token_type".into(),
+            Value::Array(types.into()),
+        ),
+        (
+            "tokenizer.ggml.merges".into(),
+            Value::Array(Vec::<String>::new().into()),
+        ),
+        ("tokenizer.ggml.bos_token_id".into(), u(256)),
+        ("tokenizer.ggml.eos_token_id".into(), u(257)),
+        ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
+    ]);
+
+    let (e, v, ff, hd) = (cfg.n_embd, N_VOCAB, cfg.n_ff, cfg.head_dim);
+    let (qd, kvd) = (cfg.n_head * hd, cfg.n_head_kv * hd);
+    let mut r = Rng(0x9E37_79B9_7F4A_7C15 ^ cfg.seed.wrapping_mul(0x2545_F491_4F6C_DD1D));
+    let mut ts: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    let emb = mat(&mut r, &mut ts, "token_embd.weight".into(), e, v);
+    let out = if cfg.tied {
+        emb.clone()
+    } else {
+        mat(&mut r, &mut ts, "output.weight".into(), e, v)
+    };
+    let out_norm = vector(&mut r, &mut ts, "output_norm.weight".into(), e, 0.3, 1.0);
+    let out_b = cfg
+        .output_bias
+        .then(|| vector(&mut r, &mut ts, "output.bias".into(), v, 0.5, 0.0));
+    // frequency factors growing from 1 (the highest frequency) as Llama
+    // 3.1's do, but from the second pair on, so that they change angles
+    // the short test prompts reach
+    let rope_freqs = cfg.rope_freqs.then(|| {
+        let x: Vec<f32> = (0..hd / 2)
+            .map(|i| 1.0 + 3.0 * i as f32 / (hd / 2) as f32 + 0.1 * r.f().abs())
+            .collect();
+        keep(&mut ts, "rope_freqs.weight".into(), vec![hd / 2], x)
+    });
+    let mut layers = Vec::new();
+    for il in 0..cfg.n_layer {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let t = &mut ts;
+        let mut l = LayerW {
+            attn_norm: vector(&mut r, t, n("attn_norm.weight"), e, 0.3, 1.0),
+            ..LayerW::default()
+        };
+        l.wq = mat(&mut r, t, n("attn_q.weight"), e, qd);
+        l.wk = mat(&mut r, t, n("attn_k.weight"), e, kvd);
+        l.wv = mat(&mut r, t, n("attn_v.weight"), e, kvd);
+        l.wo = mat(&mut r, t, n("attn_output.weight"), qd, e);
+        if cfg.qkv_bias {
+            l.bq = Some(vector(&mut r, t, n("attn_q.bias"), qd, 0.5, 0.0));
+            l.bk = Some(vector(&mut r, t, n("attn_k.bias"), kvd, 0.5, 0.0));
+            l.bv = Some(vector(&mut r, t, n("attn_v.bias"), kvd, 0.5, 0.0));
+        }
+        if cfg.fam == Fam::Qwen3 {
+            l.q_norm = Some(vector(&mut r, t, n("attn_q_norm.weight"), hd, 0.3, 1.0));
+            l.k_norm = Some(vector(&mut r, t, n("attn_k_norm.weight"), hd, 0.3, 1.0));
+        }
+        l.ffn_norm = vector(&mut r, t, n("ffn_norm.weight"), e, 0.3, 1.0);
+        l.gate = mat(&mut r, t, n("ffn_gate.weight"), e, ff);
+        l.up = mat(&mut r, t, n("ffn_up.weight"), e, ff);
+        l.down = mat(&mut r, t, n("ffn_down.weight"), ff, e);
+        layers.push(l);
+    }
+    let mut parts = Parts {
+        metadata: md,
+        tensors: ts,
+    };
+    edit(&mut parts);
+    let mut g = GgufWriter::new();
+    for (key, val) in parts.metadata {
+        g.add_metadata(key, val).unwrap();
+    }
+    for (name, shape, data) in parts.tensors {
+        let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+        g.add_tensor(name, DType::F32, &shape, bytes).unwrap();
+    }
+    let w = Weights {
+        emb,
+        out,
+        out_b,
+        out_norm,
+        rope_freqs,
+        layers,
+    };
+    (g.to_bytes().unwrap(), w)
+}
+
+/// FNV-1a 64 of `bytes`: the golden manifest records it per model, so a
+/// test can tell that the generator still writes the files llama.cpp ran on.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
