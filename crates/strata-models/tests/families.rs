@@ -333,8 +333,9 @@ fn offloaded_llama3_layers_get_their_own_rope_freqs() {
     let opts = LoadOptions {
         devices: vec![fake],
         placement: PlacementSpec {
-            n_gpu_layers: 2,
-            overrides: vec![],
+            // llama.cpp's count: the output layer and blocks 1 and 2
+            n_gpu_layers: 3,
+            ..Default::default()
         },
         ..Default::default()
     };
@@ -400,8 +401,8 @@ fn llama3_rope_freqs_over_rpc_give_identical_logits() {
     let opts = LoadOptions {
         devices: vec![dev],
         placement: PlacementSpec {
-            n_gpu_layers: cfg.n_layer,
-            overrides: vec![],
+            n_gpu_layers: -1,
+            ..Default::default()
         },
         ..Default::default()
     };
