@@ -131,23 +131,33 @@ dispatch! {
 
 // ---- shared helpers ----
 
-/// `acc + v · s[lane]` (lane 0..4).
+/// Lane `t`: the sum of the four lanes of `p[t]`.
 #[target_feature(enable = "neon")]
 #[inline]
-fn mla_lane(acc: int32x4_t, v: int32x4_t, s: int32x4_t, lane: usize) -> int32x4_t {
-    match lane {
-        0 => vmlaq_laneq_s32::<0>(acc, v, s),
-        1 => vmlaq_laneq_s32::<1>(acc, v, s),
-        2 => vmlaq_laneq_s32::<2>(acc, v, s),
-        _ => vmlaq_laneq_s32::<3>(acc, v, s),
-    }
+fn sum4(p: [int32x4_t; 4]) -> int32x4_t {
+    vpaddq_s32(vpaddq_s32(p[0], p[1]), vpaddq_s32(p[2], p[3]))
 }
 
-/// `acc + v · scale_j`, the scales widened by [`widen8`] / [`widen16`].
+/// Four 16-element sub-blocks: lane `t` is `Σ q[t]_i y_{16t + i}` for the
+/// i8 quants `y` at `p` (64 bytes).
+///
+/// # Safety
+/// `p..p + 64` must be readable; as [`Isum::dot`] for `D`.
 #[target_feature(enable = "neon")]
 #[inline]
-fn mla_scale(acc: int32x4_t, v: int32x4_t, scales: &[int32x4_t], j: usize) -> int32x4_t {
-    mla_lane(acc, v, scales[j / 4], j % 4)
+unsafe fn group16<D: Isum>(q: [int8x16_t; 4], p: *const u8) -> int32x4_t {
+    // SAFETY: the caller's guarantees.
+    unsafe {
+        let z = vdupq_n_s32(0);
+        let (y0, y1) = i8x32(p);
+        let (y2, y3) = i8x32(p.add(32));
+        sum4([
+            D::dot(z, q[0], y0),
+            D::dot(z, q[1], y1),
+            D::dot(z, q[2], y2),
+            D::dot(z, q[3], y3),
+        ])
+    }
 }
 
 /// Eight i8 as two i32 vectors.
@@ -280,23 +290,21 @@ unsafe fn q2_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
         let summs = hsum(s);
         let scales = widen16(vreinterpretq_s8_u8(vandq_u8(sc, vdupq_n_u8(0x0f))));
         let mut acc = vdupq_n_s32(0);
-        for h in 0..2 {
+        for (g, sg) in scales.into_iter().enumerate() {
+            // Elements 64g .. 64g + 64: runs k, k + 1 of half h, sub-blocks
+            // 4g .. 4g + 4.
+            let (h, k) = (g / 2, 2 * (g % 2));
             // SAFETY: qs bytes 32h .. 32h + 32 are bytes 16 + 32h .. of the
             // super-block.
             let qs = unsafe { u8x32(bx.add(16 + 32 * h)) };
-            for k in 0..4 {
-                // Run 4h + k: elements 128h + 32k .., sub-blocks 8h + 2k, + 1.
-                let q = s8(both(qs, |v| crumb(v, k)));
-                // SAFETY: Q8_K quants 128h + 32k .. + 32 are inside the
-                // block; the caller's guarantee for D.
-                let (y0, y1) = unsafe { i8x32(by.add(4 + 128 * h + 32 * k)) };
-                let (p0, p1) = unsafe {
-                    let z = vdupq_n_s32(0);
-                    (D::dot(z, q.0, y0), D::dot(z, q.1, y1))
-                };
-                acc = mla_scale(acc, p0, &scales, 8 * h + 2 * k);
-                acc = mla_scale(acc, p1, &scales, 8 * h + 2 * k + 1);
-            }
+            let (a, b) = (
+                s8(both(qs, |v| crumb(v, k))),
+                s8(both(qs, |v| crumb(v, k + 1))),
+            );
+            // SAFETY: Q8_K quants 64g .. 64g + 64 are inside the block; the
+            // caller's guarantee for D.
+            let p = unsafe { group16::<D>([a.0, a.1, b.0, b.1], by.add(4 + 64 * g)) };
+            acc = vmlaq_s32(acc, p, sg);
         }
         let isum = hsum(acc);
         // SAFETY: d / dmin are bytes 80..84 of the super-block, d_y bytes
@@ -345,34 +353,29 @@ unsafe fn q3_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
         };
         let scales = widen16(sc);
         let mut acc = vdupq_n_s32(0);
-        for h in 0..2 {
+        for (g, sg) in scales.into_iter().enumerate() {
+            // Elements 64g .. 64g + 64: runs r, r + 1 (hmask bits), k, k + 1
+            // of half h, sub-blocks 4g .. 4g + 4.
+            let (h, k) = (g / 2, 2 * (g % 2));
+            let r = 4 * h + k;
             // SAFETY: qs bytes 32h .. 32h + 32 are bytes 32 + 32h .. of the
             // super-block.
             let qs = unsafe { u8x32(bx.add(32 + 32 * h)) };
-            for k in 0..4 {
-                // The low two bits, minus 4 where the hmask bit 4h + k is clear.
-                let r = 4 * h + k;
-                let q = (
-                    vsubq_u8(
-                        crumb(qs.0, k),
-                        vbicq_u8(vdupq_n_u8(4), bit_as(hmask.0, r, 4)),
-                    ),
-                    vsubq_u8(
-                        crumb(qs.1, k),
-                        vbicq_u8(vdupq_n_u8(4), bit_as(hmask.1, r, 4)),
-                    ),
-                );
-                let q = s8(q);
-                // SAFETY: Q8_K quants 128h + 32k .. + 32 are inside the
-                // block; the caller's guarantee for D.
-                let (y0, y1) = unsafe { i8x32(by.add(4 + 128 * h + 32 * k)) };
-                let (p0, p1) = unsafe {
-                    let z = vdupq_n_s32(0);
-                    (D::dot(z, q.0, y0), D::dot(z, q.1, y1))
-                };
-                acc = mla_scale(acc, p0, &scales, 2 * r);
-                acc = mla_scale(acc, p1, &scales, 2 * r + 1);
-            }
+            // The low two bits, minus 4 where the hmask bit is clear.
+            let q = |v: uint8x16_t, m: uint8x16_t, k: usize, r: usize| {
+                let minus = vbicq_u8(vdupq_n_u8(4), bit_as(m, r, 4));
+                vreinterpretq_s8_u8(vsubq_u8(crumb(v, k), minus))
+            };
+            let quants = [
+                q(qs.0, hmask.0, k, r),
+                q(qs.1, hmask.1, k, r),
+                q(qs.0, hmask.0, k + 1, r + 1),
+                q(qs.1, hmask.1, k + 1, r + 1),
+            ];
+            // SAFETY: Q8_K quants 64g .. 64g + 64 are inside the block; the
+            // caller's guarantee for D.
+            let p = unsafe { group16::<D>(quants, by.add(4 + 64 * g)) };
+            acc = vmlaq_s32(acc, p, sg);
         }
         // SAFETY: d is bytes 108..110 of the super-block, d_y bytes 0..4 of
         // the Q8_K block.
@@ -403,37 +406,32 @@ unsafe fn q6_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
         };
         let scales = widen16(sc);
         let mut acc = vdupq_n_s32(0);
-        for h in 0..2 {
+        for (g, sg) in scales.into_iter().enumerate() {
+            // Elements 64g .. 64g + 64: runs k, k + 1 of half h, sub-blocks
+            // 4g .. 4g + 4; their low nibbles are those of ql bytes 64h ..
+            // 64h + 64 (high nibbles for odd g), their top bits bits 2k and
+            // 2k + 2 of qh bytes 32h .. 32h + 32, moved to bits 4, 5.
+            let (h, k) = (g / 2, 2 * (g % 2));
             // SAFETY: ql bytes 64h .. 64h + 64 and qh bytes 128 + 32h .. + 32
             // are inside the super-block.
-            let (ql, qh) = unsafe {
-                let p = bx.add(64 * h);
-                ([u8x32(p), u8x32(p.add(32))], u8x32(bx.add(128 + 32 * h)))
+            let (ql, qh) = unsafe { (u8x32(bx.add(64 * h)), u8x32(bx.add(128 + 32 * h))) };
+            // SAFETY: as above.
+            let ql2 = unsafe { u8x32(bx.add(64 * h + 32)) };
+            let nib = |v: uint8x16_t| vandq_u8(vshlq_u8(v, vdupq_n_s8(-4 * (g % 2) as i8)), m4);
+            let q = |l: uint8x16_t, t: uint8x16_t, k: usize| {
+                let top_bits = vshlq_u8(t, vdupq_n_s8(4 - 2 * k as i8));
+                vreinterpretq_s8_u8(vsubq_u8(vbslq_u8(top, top_bits, nib(l)), off))
             };
-            for k in 0..4 {
-                // Run k: low nibbles of ql half k % 2 (high ones for k >= 2),
-                // bits 2k, 2k + 1 of qh as bits 4, 5.
-                let lo = if k < 2 {
-                    both(ql[k % 2], |v| vandq_u8(v, m4))
-                } else {
-                    both(ql[k % 2], |v| vshrq_n_u8::<4>(v))
-                };
-                let hi = both(qh, |v| vshlq_u8(v, vdupq_n_s8(4 - 2 * k as i8)));
-                let q = (
-                    vsubq_u8(vbslq_u8(top, hi.0, lo.0), off),
-                    vsubq_u8(vbslq_u8(top, hi.1, lo.1), off),
-                );
-                let q = s8(q);
-                // SAFETY: Q8_K quants 128h + 32k .. + 32 are inside the
-                // block; the caller's guarantee for D.
-                let (y0, y1) = unsafe { i8x32(by.add(4 + 128 * h + 32 * k)) };
-                let (p0, p1) = unsafe {
-                    let z = vdupq_n_s32(0);
-                    (D::dot(z, q.0, y0), D::dot(z, q.1, y1))
-                };
-                acc = mla_scale(acc, p0, &scales, 8 * h + 2 * k);
-                acc = mla_scale(acc, p1, &scales, 8 * h + 2 * k + 1);
-            }
+            let quants = [
+                q(ql.0, qh.0, k),
+                q(ql.1, qh.1, k),
+                q(ql2.0, qh.0, k + 1),
+                q(ql2.1, qh.1, k + 1),
+            ];
+            // SAFETY: Q8_K quants 64g .. 64g + 64 are inside the block; the
+            // caller's guarantee for D.
+            let p = unsafe { group16::<D>(quants, by.add(4 + 64 * g)) };
+            acc = vmlaq_s32(acc, p, sg);
         }
         // SAFETY: d is bytes 208..210 of the super-block, d_y bytes 0..4 of
         // the Q8_K block.
@@ -519,33 +517,35 @@ unsafe fn q45<D: Isum, const Q5: bool>(nb: usize, x: *const u8, y: *const u8) ->
         let s = vmulq_s32(vpaddlq_s16(b0), mn[0]);
         let summs = hsum(vmlaq_s32(s, vpaddlq_s16(b1), mn[1]));
         let mut acc = vdupq_n_s32(0);
-        for c in 0..4 {
-            // SAFETY: nibble bytes 32c .. 32c + 32 are inside the super-block.
-            let q = unsafe { u8x32(bx.add(qs + 32 * c)) };
-            // Sub-block 2c: the low nibbles; 2c + 1: the high ones.
-            let mut lo = both(q, |v| vandq_u8(v, m4));
-            let mut hi = both(q, |v| vshrq_n_u8::<4>(v));
-            if Q5 {
-                lo = (
-                    vorrq_u8(lo.0, bit_as(qh.0, 2 * c, 0x10)),
-                    vorrq_u8(lo.1, bit_as(qh.1, 2 * c, 0x10)),
-                );
-                hi = (
-                    vorrq_u8(hi.0, bit_as(qh.0, 2 * c + 1, 0x10)),
-                    vorrq_u8(hi.1, bit_as(qh.1, 2 * c + 1, 0x10)),
-                );
+        for (g, sg) in sc.into_iter().enumerate() {
+            // Sub-blocks 4g .. 4g + 4: the low and high nibbles of nibble
+            // bytes 64g .. 64g + 32, then of 64g + 32 .. 64g + 64.
+            let mut p = [vdupq_n_s32(0); 4];
+            for (t, pair) in p.chunks_exact_mut(2).enumerate() {
+                let c = 2 * g + t;
+                // SAFETY: nibble bytes 32c .. 32c + 32 are inside the super-block.
+                let q = unsafe { u8x32(bx.add(qs + 32 * c)) };
+                let mut lo = both(q, |v| vandq_u8(v, m4));
+                let mut hi = both(q, |v| vshrq_n_u8::<4>(v));
+                if Q5 {
+                    lo = (
+                        vorrq_u8(lo.0, bit_as(qh.0, 2 * c, 0x10)),
+                        vorrq_u8(lo.1, bit_as(qh.1, 2 * c, 0x10)),
+                    );
+                    hi = (
+                        vorrq_u8(hi.0, bit_as(qh.0, 2 * c + 1, 0x10)),
+                        vorrq_u8(hi.1, bit_as(qh.1, 2 * c + 1, 0x10)),
+                    );
+                }
+                // SAFETY: Q8_K quants 64c .. 64c + 64 are inside the block;
+                // the caller's guarantee for D.
+                unsafe {
+                    let y = by.add(4 + 64 * c);
+                    pair[0] = dot32::<D>(s8(lo), i8x32(y));
+                    pair[1] = dot32::<D>(s8(hi), i8x32(y.add(32)));
+                }
             }
-            // SAFETY: Q8_K quants 64c .. 64c + 64 are inside the block; the
-            // caller's guarantee for D.
-            let (plo, phi) = unsafe {
-                let p = by.add(4 + 64 * c);
-                (
-                    dot32::<D>(s8(lo), i8x32(p)),
-                    dot32::<D>(s8(hi), i8x32(p.add(32))),
-                )
-            };
-            acc = mla_scale(acc, plo, &sc, 2 * c);
-            acc = mla_scale(acc, phi, &sc, 2 * c + 1);
+            acc = vmlaq_s32(acc, sum4(p), sg);
         }
         // SAFETY: d / dmin are bytes 0..4 of the super-block, d_y bytes 0..4
         // of the Q8_K block.
@@ -607,17 +607,21 @@ unsafe fn iq4_xs<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
         // SAFETY: sc is eight i8.
         let scales = widen8(unsafe { vld1_s8(sc.as_ptr()) });
         let mut acc = vdupq_n_s32(0);
-        for j in 0..8 {
-            // SAFETY: sub-block j's indices are bytes 8 + 16j .. + 16 of the
-            // super-block, its Q8_K quants 32j .. 32j + 32; the caller's
-            // guarantee for D.
-            let p = unsafe {
-                dot32::<D>(
-                    iq4_values(table, bx.add(8 + 16 * j)),
-                    i8x32(by.add(4 + 32 * j)),
-                )
-            };
-            acc = mla_scale(acc, p, &scales, j);
+        for (g, sg) in scales.into_iter().enumerate() {
+            let mut p = [vdupq_n_s32(0); 4];
+            for (t, pt) in p.iter_mut().enumerate() {
+                let j = 4 * g + t;
+                // SAFETY: sub-block j's indices are bytes 8 + 16j .. + 16 of
+                // the super-block, its Q8_K quants 32j .. 32j + 32; the
+                // caller's guarantee for D.
+                *pt = unsafe {
+                    dot32::<D>(
+                        iq4_values(table, bx.add(8 + 16 * j)),
+                        i8x32(by.add(4 + 32 * j)),
+                    )
+                };
+            }
+            acc = vmlaq_s32(acc, sum4(p), sg);
         }
         // SAFETY: d is bytes 0..2 of the super-block, d_y bytes 0..4 of the
         // Q8_K block.
