@@ -15,14 +15,15 @@
 //! Per super-block the weight quants are unpacked to signed (or small
 //! unsigned) i8 lanes, 16 per register, each register one 16-element
 //! sub-block or half a 32-element one; the primitive sums a register's
-//! products with the matching Q8_K quants into four i32 lanes, and one
-//! multiply-accumulate by lane applies the sub-block scale (the scales are
-//! widened to i32 vectors once per super-block). The minimum terms of Q2_K,
+//! products with the matching Q8_K quants into four i32 lanes. Four
+//! sub-blocks' lanes are reduced to one vector (two pairwise adds, lane `t`
+//! = sub-block `t`) and scaled with one vector multiply-accumulate by their
+//! four scales (widened to i32 once per super-block). The minimum terms of Q2_K,
 //! Q4_K and Q5_K come from the Q8_K bsums, as in the scalar reference.
 
 use super::super::super::{DType, IQ4_NL_VALUES};
 use super::super::scale_at;
-use super::{BSUMS, Q8_K};
+use super::{i8s as i8x32, BSUMS, Q8_K};
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -160,6 +161,31 @@ unsafe fn group16<D: Isum>(q: [int8x16_t; 4], p: *const u8) -> int32x4_t {
     }
 }
 
+/// `Σ_j s_j Σ_i q_ji y_ji` over the sixteen 16-element sub-blocks of a
+/// super-block, exact: `scales` are the `s_j`, `quants(g)` the quants of
+/// elements 64g .. 64g + 64 (four registers), `y` the 256 Q8_K quants.
+///
+/// # Safety
+/// `y..y + 256` must be readable; as [`Isum::dot`] for `D`.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn isum16<D: Isum>(
+    scales: int8x16_t,
+    y: *const u8,
+    quants: impl Fn(usize) -> [int8x16_t; 4],
+) -> i32 {
+    let s = widen16(scales);
+    // Written out so that `g` is a constant in each `quants(g)`.
+    // SAFETY: the caller's guarantees; y + 64g .. + 64 is inside.
+    unsafe {
+        let mut acc = vmulq_s32(group16::<D>(quants(0), y), s[0]);
+        acc = vmlaq_s32(acc, group16::<D>(quants(1), y.add(64)), s[1]);
+        acc = vmlaq_s32(acc, group16::<D>(quants(2), y.add(128)), s[2]);
+        acc = vmlaq_s32(acc, group16::<D>(quants(3), y.add(192)), s[3]);
+        hsum(acc)
+    }
+}
+
 /// Eight i8 as two i32 vectors.
 #[target_feature(enable = "neon")]
 #[inline]
@@ -182,17 +208,6 @@ fn widen16(s: int8x16_t) -> [int32x4_t; 4] {
 #[inline]
 fn hsum(v: int32x4_t) -> i32 {
     vaddvq_s32(v)
-}
-
-/// The 32 i8 at `p` as two registers.
-///
-/// # Safety
-/// `p..p + 32` must be readable.
-#[target_feature(enable = "neon")]
-#[inline]
-unsafe fn i8x32(p: *const u8) -> (int8x16_t, int8x16_t) {
-    // SAFETY: the caller guarantees 32 readable bytes.
-    unsafe { (vld1q_s8(p.cast()), vld1q_s8(p.add(16).cast())) }
 }
 
 /// The 32 u8 at `p` as two registers.
@@ -288,11 +303,9 @@ unsafe fn q2_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
         let s = vmlal_high_s16(vmull_s16(vget_low_s16(b0), vget_low_s16(m0)), b0, m0);
         let s = vmlal_high_s16(vmlal_s16(s, vget_low_s16(b1), vget_low_s16(m1)), b1, m1);
         let summs = hsum(s);
-        let scales = widen16(vreinterpretq_s8_u8(vandq_u8(sc, vdupq_n_u8(0x0f))));
-        let mut acc = vdupq_n_s32(0);
-        for (g, sg) in scales.into_iter().enumerate() {
-            // Elements 64g .. 64g + 64: runs k, k + 1 of half h, sub-blocks
-            // 4g .. 4g + 4.
+        let scales = vreinterpretq_s8_u8(vandq_u8(sc, vdupq_n_u8(0x0f)));
+        // Elements 64g .. 64g + 64: runs k, k + 1 of half h.
+        let quants = |g: usize| {
             let (h, k) = (g / 2, 2 * (g % 2));
             // SAFETY: qs bytes 32h .. 32h + 32 are bytes 16 + 32h .. of the
             // super-block.
@@ -301,12 +314,11 @@ unsafe fn q2_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
                 s8(both(qs, |v| crumb(v, k))),
                 s8(both(qs, |v| crumb(v, k + 1))),
             );
-            // SAFETY: Q8_K quants 64g .. 64g + 64 are inside the block; the
-            // caller's guarantee for D.
-            let p = unsafe { group16::<D>([a.0, a.1, b.0, b.1], by.add(4 + 64 * g)) };
-            acc = vmlaq_s32(acc, p, sg);
-        }
-        let isum = hsum(acc);
+            [a.0, a.1, b.0, b.1]
+        };
+        // SAFETY: the Q8_K quants are bytes 4..260 of its block; the
+        // caller's guarantee for D.
+        let isum = unsafe { isum16::<D>(scales, by.add(4), quants) };
         // SAFETY: d / dmin are bytes 80..84 of the super-block, d_y bytes
         // 0..4 of the Q8_K block.
         let (d, dmin, dy) = unsafe { (scale_at(bx.add(80)), scale_at(bx.add(82)), q8_k_d(by)) };
@@ -351,11 +363,9 @@ unsafe fn q3_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
             let bx = x.add(i * Q3_K);
             (bx, y.add(i * Q8_K), u8x32(bx), q3_scales(bx.add(96)))
         };
-        let scales = widen16(sc);
-        let mut acc = vdupq_n_s32(0);
-        for (g, sg) in scales.into_iter().enumerate() {
-            // Elements 64g .. 64g + 64: runs r, r + 1 (hmask bits), k, k + 1
-            // of half h, sub-blocks 4g .. 4g + 4.
+        // Elements 64g .. 64g + 64: runs r, r + 1 (hmask bits), k, k + 1
+        // of half h.
+        let quants = |g: usize| {
             let (h, k) = (g / 2, 2 * (g % 2));
             let r = 4 * h + k;
             // SAFETY: qs bytes 32h .. 32h + 32 are bytes 32 + 32h .. of the
@@ -366,21 +376,20 @@ unsafe fn q3_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
                 let minus = vbicq_u8(vdupq_n_u8(4), bit_as(m, r, 4));
                 vreinterpretq_s8_u8(vsubq_u8(crumb(v, k), minus))
             };
-            let quants = [
+            [
                 q(qs.0, hmask.0, k, r),
                 q(qs.1, hmask.1, k, r),
                 q(qs.0, hmask.0, k + 1, r + 1),
                 q(qs.1, hmask.1, k + 1, r + 1),
-            ];
-            // SAFETY: Q8_K quants 64g .. 64g + 64 are inside the block; the
-            // caller's guarantee for D.
-            let p = unsafe { group16::<D>(quants, by.add(4 + 64 * g)) };
-            acc = vmlaq_s32(acc, p, sg);
-        }
+            ]
+        };
+        // SAFETY: the Q8_K quants are bytes 4..260 of its block; the
+        // caller's guarantee for D.
+        let isum = unsafe { isum16::<D>(sc, by.add(4), quants) };
         // SAFETY: d is bytes 108..110 of the super-block, d_y bytes 0..4 of
         // the Q8_K block.
         let (d, dy) = unsafe { (scale_at(bx.add(108)), q8_k_d(by)) };
-        sumf += d * dy * hsum(acc) as f32;
+        sumf += d * dy * isum as f32;
     }
     sumf
 }
@@ -404,13 +413,11 @@ unsafe fn q6_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
             let bx = x.add(i * Q6_K);
             (bx, y.add(i * Q8_K), vld1q_s8(bx.add(192).cast()))
         };
-        let scales = widen16(sc);
-        let mut acc = vdupq_n_s32(0);
-        for (g, sg) in scales.into_iter().enumerate() {
-            // Elements 64g .. 64g + 64: runs k, k + 1 of half h, sub-blocks
-            // 4g .. 4g + 4; their low nibbles are those of ql bytes 64h ..
-            // 64h + 64 (high nibbles for odd g), their top bits bits 2k and
-            // 2k + 2 of qh bytes 32h .. 32h + 32, moved to bits 4, 5.
+        // Elements 64g .. 64g + 64: runs k, k + 1 of half h; their low
+        // nibbles are those of ql bytes 64h .. 64h + 64 (high nibbles for
+        // odd g), their top bits bits 2k and 2k + 2 of qh bytes 32h ..
+        // 32h + 32, moved to bits 4, 5.
+        let quants = |g: usize| {
             let (h, k) = (g / 2, 2 * (g % 2));
             // SAFETY: ql bytes 64h .. 64h + 64 and qh bytes 128 + 32h .. + 32
             // are inside the super-block.
@@ -422,21 +429,20 @@ unsafe fn q6_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
                 let top_bits = vshlq_u8(t, vdupq_n_s8(4 - 2 * k as i8));
                 vreinterpretq_s8_u8(vsubq_u8(vbslq_u8(top, top_bits, nib(l)), off))
             };
-            let quants = [
+            [
                 q(ql.0, qh.0, k),
                 q(ql.1, qh.1, k),
                 q(ql2.0, qh.0, k + 1),
                 q(ql2.1, qh.1, k + 1),
-            ];
-            // SAFETY: Q8_K quants 64g .. 64g + 64 are inside the block; the
-            // caller's guarantee for D.
-            let p = unsafe { group16::<D>(quants, by.add(4 + 64 * g)) };
-            acc = vmlaq_s32(acc, p, sg);
-        }
+            ]
+        };
+        // SAFETY: the Q8_K quants are bytes 4..260 of its block; the
+        // caller's guarantee for D.
+        let isum = unsafe { isum16::<D>(sc, by.add(4), quants) };
         // SAFETY: d is bytes 208..210 of the super-block, d_y bytes 0..4 of
         // the Q8_K block.
         let (d, dy) = unsafe { (scale_at(bx.add(208)), q8_k_d(by)) };
-        sumf += d * dy * hsum(acc) as f32;
+        sumf += d * dy * isum as f32;
     }
     sumf
 }
