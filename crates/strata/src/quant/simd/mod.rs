@@ -19,11 +19,11 @@
 //! | `Avx2` | AVX2, FMA, F16C | `x86_avx2.rs`, `x86_avx2_k.rs` | the Q4_0 .. Q8_0, Q2_K .. Q6_K, IQ4_NL / IQ4_XS and float dot products, Q8_0 / Q8_1 / Q8_K / F16 quantize |
 //! | `Avx512` | + AVX-512 F, BW, VL | `x86_avx512.rs` | the Q4_0 .. Q8_0 and float dot products (two blocks per register, masked float tails); four-column Q4/Q5 dots |
 //! | `Vnni` | + AVX-512 VNNI | `x86_vnni.rs` | the Q4_0 .. Q8_0 dot products (`vpdpbusd`), one- and four-column |
-//! | `Neon` | aarch64 NEON | `aarch64_neon.rs` | the Q4_0 .. Q8_0 and float dot products, Q8_0 / Q8_1 quantize |
+//! | `Neon` | aarch64 NEON (+ `dotprod` where present) | `aarch64_neon/` | the Q4_0 .. Q8_0, Q2_K .. Q6_K, IQ4_NL / IQ4_XS and float dot products, Q8_0 / Q8_1 / Q8_K quantize |
 //!
 //! A level without its own kernel for a type uses the next lower level's
-//! (the AVX-512 and VNNI levels use the AVX2 K-quant and IQ4 dot products;
-//! on aarch64 those are scalar), and then that level's four-column kernel
+//! (the AVX-512 and VNNI levels use the AVX2 K-quant and IQ4 dot products),
+//! and then that level's four-column kernel
 //! too, so the two stay bit-identical. The AVX-512 and VNNI 4/5-bit kernels
 //! are one macro (`x86_avx512.rs`'s `nibble_dots`) instantiated per level
 //! with its integer-sum primitive (`vpmaddubsw` + `vpmaddwd`, or `vpdpbusd`).

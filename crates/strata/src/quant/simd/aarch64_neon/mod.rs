@@ -1,33 +1,51 @@
-//! aarch64 NEON kernels (base Advanced SIMD; no `dotprod`, whose intrinsics
-//! are not stable Rust yet — the packed kernels, `quant/packed/aarch64_neon.rs`,
-//! use `sdot` through inline assembly after detecting it).
+//! aarch64 NEON kernels: the Q4_0 .. Q8_0 and float dot products here, the
+//! K-quant and IQ4 ones in [`k`]; the Q8_0 / Q8_1 / Q8_K quantizers.
 //!
-//! The quantized dot products compute each block's integer sum with
-//! widening i8 × i8 → i16 multiplies (exact: every |product| ≤ 2^14) and
-//! pairwise i32 accumulation, then scale and accumulate the block terms in
-//! exactly the scalar reference's order, so their results equal the
-//! reference bit for bit. Float dot products use four f32x4 accumulators.
-//! The Q8 quantizers use `vmaxnm` (NaN-skipping, like `f32::max`) and
-//! `vcvta` (round to nearest, ties away: C `roundf`), bit-identical to the
-//! scalar quantizer. f32 → f16 stays scalar (Rust's `float16x4_t` is
+//! The Q4_0 .. Q8_0 dot products are base Advanced SIMD: each block's
+//! integer sum by widening i8 × i8 → i16 multiplies (exact: every
+//! |product| ≤ 2^14) and pairwise i32 accumulation, then the block terms
+//! scaled and accumulated in exactly the scalar reference's order, so their
+//! results equal the reference bit for bit. The K-quant and IQ4 ones use
+//! `sdot` where the CPU has `dotprod` (detected at run time; inline
+//! assembly, as in `quant/packed/aarch64_neon.rs`, since the intrinsic is
+//! not stable Rust) and the same widening multiplies otherwise, one generic
+//! body for both. Float dot products use four f32x4 accumulators. The Q8
+//! quantizers use `vmaxnm` (NaN-skipping, like `f32::max`) and `vcvta`
+//! (round to nearest, ties away: C `roundf`), bit-identical to the scalar
+//! quantizer; the Q8_K one takes the maximum magnitude on the integer bits
+//! (NaNs of any kind skipped) and rounds ties to even (`vcvtn`), as its
+//! scalar reference. f32 → f16 stays scalar (Rust's `float16x4_t` is
 //! unstable).
 //!
 //! NEON is mandatory on aarch64, and this level's table is only reached
 //! through [`super::kernels_for`] when [`super::Isa::Neon`] was detected;
 //! the safe wrappers it holds check the row lengths before any raw read.
 
-use super::super::{put_f16, DType, QK};
+use super::super::{put_f16, DType, QK, QK_K};
 use super::scale_at;
+use k::{
+    dot_iq4_nl_imp, dot_iq4_xs_imp, dot_q2_k_imp, dot_q3_k_imp, dot_q4_k_imp, dot_q5_k_imp,
+    dot_q6_k_imp,
+};
 use std::arch::aarch64::*;
+
+mod k;
+
+const Q8_K: usize = DType::Q8_K.type_size();
+/// Byte offset of the bsums in a Q8_K block.
+const BSUMS: usize = 4 + QK_K;
 
 super::table! {
     dot: [
         Q4_0 => dot_q4_0_imp, Q4_1 => dot_q4_1_imp, Q5_0 => dot_q5_0_imp,
         Q5_1 => dot_q5_1_imp, Q8_0 => dot_q8_0_imp,
         F32 => dot_f32_imp, F16 => dot_f16_imp, BF16 => dot_bf16_imp,
+        Q2_K => dot_q2_k_imp, Q3_K => dot_q3_k_imp, Q4_K => dot_q4_k_imp,
+        Q5_K => dot_q5_k_imp, Q6_K => dot_q6_k_imp,
+        IQ4_NL => dot_iq4_nl_imp, IQ4_XS => dot_iq4_xs_imp,
     ],
     dot4: [],
-    quantize: [Q8_0 => quantize_q8_0, Q8_1 => quantize_q8_1],
+    quantize: [Q8_0 => quantize_q8_0, Q8_1 => quantize_q8_1, Q8_K => quantize_q8_k],
 }
 
 /// Σ x_j y_j over 16 + 16 i8 pairs, exact.
@@ -298,3 +316,87 @@ quantize_q8!(quantize_q8_1, DType::Q8_1, 4, |y, d, s| {
     put_f16(y, 0, d);
     put_f16(y, 2, s as f32 * d)
 });
+
+// ---- Q8_K activation quantization ----
+
+/// f32 → Q8_K, bit-identical to the scalar `quantize_row_q8_k`.
+fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
+    super::super::debug_check_row(DType::Q8_K, src.len(), dst.len());
+    for (x, y) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q8_K)) {
+        // SAFETY: this level's table is only reached once NEON was detected;
+        // x is 256 f32, y one 292-byte block.
+        unsafe { quantize_block_q8_k(x.as_ptr(), y.as_mut_ptr()) };
+    }
+}
+
+/// One block: the signed absolute maximum (the first one on ties, NaNs
+/// skipped), `q = min(127, round_ties_even(x · (-127 / max)))` with
+/// non-finite products giving 0, the bsums, and `d = 1 / (-127 / max)`; an
+/// all-zero block is zero bytes.
+///
+/// # Safety
+/// `x..x + 256` must be readable, `y..y + 292` writable.
+#[target_feature(enable = "neon")]
+unsafe fn quantize_block_q8_k(x: *const f32, y: *mut u8) {
+    // SAFETY: the caller guarantees 256 readable f32.
+    let ld = |k: usize| unsafe { vld1q_f32(x.add(4 * k)) };
+    // |x| as bits, NaN (any payload) as 0: for the rest, the integer order
+    // is the order of the magnitudes.
+    let mag = |v: float32x4_t| {
+        let b = vandq_u32(vreinterpretq_u32_f32(v), vdupq_n_u32(0x7fff_ffff));
+        vandq_u32(b, vcleq_u32(b, vdupq_n_u32(0x7f80_0000)))
+    };
+    let mut m = vdupq_n_u32(0);
+    for k in 0..QK_K / 4 {
+        m = vmaxq_u32(m, mag(ld(k)));
+    }
+    let amax = vdupq_n_u32(vmaxvq_u32(m));
+    if vgetq_lane_u32::<0>(amax) == 0 {
+        // SAFETY: the caller guarantees the block's bytes are writable.
+        unsafe { std::ptr::write_bytes(y, 0, Q8_K) };
+        return;
+    }
+    // The first element of largest magnitude keeps its sign.
+    let mut first = 0;
+    for k in 0..QK_K / 4 {
+        let hit = vceqq_u32(mag(ld(k)), amax);
+        if vmaxvq_u32(hit) != 0 {
+            let mut lanes = [0u32; 4];
+            // SAFETY: lanes holds four u32.
+            unsafe { vst1q_u32(lanes.as_mut_ptr(), hit) };
+            first = 4 * k + lanes.iter().position(|&l| l != 0).unwrap_or(0);
+            break;
+        }
+    }
+    // SAFETY: first < 256.
+    let iscale = -127.0 / unsafe { *x.add(first) };
+    let iv = vdupq_n_f32(iscale);
+    for g in 0..QK_K / 16 {
+        let q: [int16x4_t; 4] = std::array::from_fn(|k| {
+            let r = vmulq_f32(iv, ld(4 * g + k));
+            // NaN and ±inf → 0, then round half to even (as ggml's
+            // nearest_int) and cap at 127; |r| <= 127 + rounding, so the
+            // narrowing keeps the value.
+            let finite = vcaltq_f32(r, vdupq_n_f32(f32::INFINITY));
+            let r = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(r), finite));
+            vmovn_s32(vminq_s32(vcvtnq_s32_f32(r), vdupq_n_s32(127)))
+        });
+        let q = vcombine_s8(
+            vmovn_s16(vcombine_s16(q[0], q[1])),
+            vmovn_s16(vcombine_s16(q[2], q[3])),
+        );
+        // SAFETY: quants 16g .. 16g + 16 and bsum g (bytes 260 + 2g ..
+        // 262 + 2g) lie inside the block.
+        unsafe {
+            vst1q_s8(y.add(4 + 16 * g).cast(), q);
+            y.add(BSUMS + 2 * g)
+                .cast::<[u8; 2]>()
+                .write_unaligned(vaddlvq_s8(q).to_le_bytes());
+        }
+    }
+    // SAFETY: d is the block's first four bytes.
+    unsafe {
+        y.cast::<[u8; 4]>()
+            .write_unaligned((1.0 / iscale).to_le_bytes())
+    };
+}
