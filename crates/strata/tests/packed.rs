@@ -11,7 +11,8 @@
 //!   exactly representable integer); bit-identical across 1, 2 and 3
 //!   threads and whatever columns share a tile; bit-identical to the
 //!   unpacked path at levels without packed kernels (they unpack and reuse
-//!   it).
+//!   it). The K-quants (Q4_K, Q6_K) give the scalar reference's bits on
+//!   every level (their kernels add the reference's f32 terms in its order).
 //! * The buffer: writes / reads (whole and partial), fill, clear, copies,
 //!   GET_ROWS, and refusal of every other consumer with a typed error.
 
@@ -27,6 +28,22 @@ use strata::quant::packed::{self, ROWS};
 use strata::quant::simd;
 use strata::quant::{self, QK};
 use strata::{ops, DType, Error, Graph, Tensor};
+
+/// Every packable type: the 32-wide ones and the K-quants.
+const ALL: [DType; 7] = [
+    TYPES[0],
+    TYPES[1],
+    TYPES[2],
+    TYPES[3],
+    TYPES[4],
+    DType::Q4_K,
+    DType::Q6_K,
+];
+
+/// `k` rounded up to a whole number of `t`'s blocks (256 for the K-quants).
+fn k_for(t: DType, k: usize) -> usize {
+    k.next_multiple_of(t.block_size())
+}
 
 fn levels() -> Vec<Isa> {
     Isa::ALL.into_iter().filter(|i| i.is_supported()).collect()
@@ -44,8 +61,20 @@ fn weights(rng: &mut Rng, t: DType, k: usize, rows: usize, scramble: bool) -> Ve
     let q = simd::quantize_row_fn_for(Isa::Scalar, t).unwrap();
     for row in out.chunks_exact_mut(rs) {
         q(&rng.vec(k, -1.5, 1.0), row);
-        if scramble {
+        if scramble && t.block_size() == QK {
             qblock::scramble(t, row, rng);
+        } else if scramble {
+            // K-quants: random scales and quants, the f16 header kept.
+            let body = if t == DType::Q6_K {
+                0..208
+            } else {
+                4..t.type_size()
+            };
+            for b in row.chunks_exact_mut(t.type_size()) {
+                for q in &mut b[body.clone()] {
+                    *q = rng.next_u64() as u8;
+                }
+            }
         }
     }
     out
@@ -58,14 +87,14 @@ proptest! {
 
     #[test]
     fn pack_unpack_round_trip_any_bytes(
-        ti in 0usize..5,
+        ti in 0usize..7,
         groups in 1usize..4,
         ki in 0usize..5,
         planes in 1usize..3,
         seed in any::<u64>(),
     ) {
-        let t = TYPES[ti];
-        let k = [32, 64, 96, 576, 1536][ki];
+        let t = ALL[ti];
+        let k = k_for(t, [32, 64, 96, 576, 1536][ki]);
         let ne = [k, groups * ROWS, planes, 1];
         let n = t.row_size(k) * ne[1] * planes;
         let mut rng = Rng::new(seed);
@@ -106,6 +135,12 @@ fn layout_rejects_ineligible_shapes_and_sizes() {
     assert!(!packed::eligible(DType::F16, [32, 16, 1, 1]));
     assert!(!packed::eligible(DType::Q8_1, [32, 16, 1, 1]));
     assert!(packed::eligible(t, [32, 16, 1, 1]));
+    // K-quants: whole 256-element super-blocks only; Q5_K has no layout.
+    assert!(!packed::eligible(DType::Q4_K, [128, 16, 1, 1]));
+    assert!(packed::eligible(DType::Q4_K, [256, 16, 1, 1]));
+    assert!(packed::eligible(DType::Q6_K, [512, 32, 2, 1]));
+    assert!(!packed::eligible(DType::Q6_K, [512, 8, 1, 1]));
+    assert!(!packed::eligible(DType::Q5_K, [256, 16, 1, 1]));
     let e = packed::pack(t, [32, 8, 1, 1], &d.clone(), &mut d).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
     let e = packed::pack(t, [32, 16, 1, 1], &d.clone(), &mut d).unwrap_err();
@@ -177,7 +212,8 @@ fn run_mul_mat(c: &MatCase, w: &[u8], bv: &[f32], isa: Isa, nth: usize, plain: b
     out.to_f32_vec().unwrap()
 }
 
-/// Scalar reference per output, and the bound per output.
+/// Scalar reference per output, and the bound per output (0 for the
+/// K-quants, whose kernels give the reference's bits).
 fn reference(c: &MatCase, w: &[u8], bv: &[f32]) -> (Vec<f32>, Vec<f64>) {
     let yt = quant::vec_dot_type(c.t);
     let rs = c.t.row_size(c.k);
@@ -198,7 +234,11 @@ fn reference(c: &MatCase, w: &[u8], bv: &[f32]) -> (Vec<f32>, Vec<f64>) {
                     let row = ((i3 / r3 * c.a23[0] + i2 / r2) * c.m + r) * rs;
                     let x = &w[row..row + rs];
                     got.push(dot(c.k, x, &y));
-                    bound.push((nb as f64 + 8.0) * 2.0 * U * block_magnitude(c.t, x, &y));
+                    bound.push(if c.t.block_size() == QK {
+                        (nb as f64 + 8.0) * 2.0 * U * block_magnitude(c.t, x, &y)
+                    } else {
+                        0.0
+                    });
                 }
             }
         }
@@ -303,6 +343,67 @@ fn packed_mul_mat_matches_scalar_reference_on_every_level() {
     }
 }
 
+/// The K-quants at every level: the scalar reference's bits (kernels at
+/// AVX2, the unpacking fallback elsewhere), over tile widths 1..=8 and
+/// wider, transposed and broadcast activations, scrambled scales.
+#[test]
+fn packed_k_mul_mat_is_the_scalar_reference_on_every_level() {
+    let mut rng = Rng::new(6);
+    let shapes = [
+        (16, 256, 1),
+        (32, 768, 2),
+        (48, 1536, 3),
+        (16, 512, 4),
+        (32, 256, 5),
+        (16, 768, 7),
+        (32, 512, 8),
+        (16, 256, 9),
+        (48, 256, 33),
+        (32, 512, 100),
+    ];
+    for t in [DType::Q4_K, DType::Q6_K] {
+        let mut cases: Vec<MatCase> = shapes
+            .iter()
+            .enumerate()
+            .map(|(i, &(m, k, n))| MatCase {
+                t,
+                k,
+                m,
+                n,
+                a23: [1, 1],
+                b23: [1, 1],
+                transposed: i % 3 == 1,
+            })
+            .collect();
+        cases.push(MatCase {
+            t,
+            k: 256,
+            m: 32,
+            n: 5,
+            a23: [2, 1],
+            b23: [4, 3],
+            transposed: true,
+        });
+        for (ci, c) in cases.iter().enumerate() {
+            let rows = c.m * c.a23[0] * c.a23[1];
+            let w = weights(&mut rng, t, c.k, rows, ci % 2 == 0);
+            let bv = rng.vec(c.k * c.n * c.b23[0] * c.b23[1], -2.0, 1.5);
+            let (want, _) = reference(c, &w, &bv);
+            for isa in levels() {
+                let got = run_mul_mat(c, &w, &bv, isa, 2, false);
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{isa} {t} m={} k={} n={}",
+                    c.m,
+                    c.k,
+                    c.n
+                );
+            }
+        }
+    }
+}
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
@@ -353,8 +454,9 @@ fn packed_integer_sums_are_exact_on_every_level() {
 #[test]
 fn packed_results_do_not_depend_on_threads_or_tile_width() {
     let mut rng = Rng::new(13);
-    for t in TYPES {
+    for t in ALL {
         for &(m, k, n) in &[(48, 576, 1), (32, 64, 13), (192, 576, 40), (16, 1536, 9)] {
+            let k = k_for(t, k);
             let w = weights(&mut rng, t, k, m, false);
             let bv = rng.vec(k * n, -1.0, 1.0);
             let c = MatCase {
@@ -392,9 +494,9 @@ fn packed_results_do_not_depend_on_threads_or_tile_width() {
 #[test]
 fn buffer_round_trips_whole_and_partial_writes() {
     let mut rng = Rng::new(21);
-    for t in TYPES {
-        let ne = [96, 48, 1, 1];
-        let (a, bufs) = packed_weight(t, ne, &vec![0u8; t.row_size(96) * 48]);
+    for t in ALL {
+        let ne = [k_for(t, 96), 48, 1, 1];
+        let (a, bufs) = packed_weight(t, ne, &vec![0u8; t.row_size(ne[0]) * 48]);
         // A plain neighbour in the same buffer.
         let n = a.nbytes();
         let mut shadow = random_bytes(&mut rng, n);
@@ -462,8 +564,8 @@ fn buffer_keeps_ineligible_tensors_plain() {
 #[test]
 fn get_rows_from_packed_equals_plain() {
     let mut rng = Rng::new(3);
-    for t in TYPES {
-        let (k, v) = (64, 48);
+    for t in ALL {
+        let (k, v) = (k_for(t, 64), 48);
         let w = weights(&mut rng, t, k, v, true);
         let ids: Vec<i32> = vec![0, 47, 16, 15, 31, 3, 3];
         let run = |plain: bool| -> Vec<f32> {

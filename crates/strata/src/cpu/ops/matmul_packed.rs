@@ -2,11 +2,12 @@
 //! [`crate::quant::packed`] (a weight in a `CPU_PACKED` buffer).
 //!
 //! Activations (`src1`, any float type and strides) are first quantized
-//! once per op to the weight's dot type (Q8_0 / Q8_1, bit-identical to the
-//! unpacked path's quantizer), straight into the kernels' per-block layout
-//! ([`packed::prepare_activation`]: i8 quants, f32 scale, the block's
-//! `-offset · Σq` or Q8_1 sum term) in the shared work buffer; threads split
-//! the columns, then meet at a barrier.
+//! once per op to the weight's dot type (Q8_0 / Q8_1 / Q8_K, bit-identical
+//! to the unpacked path's quantizer), straight into the kernels' per-block
+//! layout ([`packed::prepare_activation`]: i8 quants, f32 scale, the block's
+//! `-offset · Σq` or Q8_1 sum term; for the K-quants the Q8_K row as is) in
+//! the shared work buffer; threads split the columns, then meet at a
+//! barrier.
 //!
 //! The products are then computed in units of one 16-row group × a block of
 //! columns (wide enough to keep the activations of a block in L2, narrow
@@ -21,16 +22,17 @@
 //! tile width or unit, so results do not depend on the thread count.
 //!
 //! At levels without packed kernels ([`packed::has_kernels`]: scalar,
-//! NEON on a CPU without `dotprod`; Q8_0 at AVX-512 without VNNI), each
+//! NEON on a CPU without `dotprod`; Q8_0 at AVX-512 without VNNI; the
+//! K-quants above AVX2), each
 //! unit's 16 rows are unpacked
 //! into thread scratch and go through that level's ordinary dot product,
 //! bit-identical to the unpacked path at the same level.
 
 use super::{Ctx, NodePlan, WorkSize};
 use crate::backend::TensorLayout;
-use crate::quant::packed::{self, Kernels, Tile, ACT_BLOCK, ROWS};
+use crate::quant::packed::{self, Kernels, Tile, ROWS};
 use crate::quant::simd::{quantize_row_fn_for, vec_dot_fn_for};
-use crate::quant::{vec_dot_type, QK};
+use crate::quant::vec_dot_type;
 use crate::tensor::{DType, Tensor};
 
 /// Bytes of prepared activations per column block (kept in L2 while the
@@ -61,7 +63,7 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
     let (row, bytes) = scratch_bytes(a.dtype, k);
     WorkSize {
         // Either layout of the activations (kernels or fallback).
-        shared: cols * (k / QK * ACT_BLOCK).max(vec_dot_type(a.dtype).row_size(k)),
+        shared: cols * packed::act_bytes(a.dtype, k).max(vec_dot_type(a.dtype).row_size(k)),
         per_thread: row + bytes,
     }
 }
@@ -70,11 +72,11 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     let (a, b, dst) = (node.src(0), node.src(1), &node.dst);
     debug_assert!(a.packed);
     let k = a.ne[0];
-    let nb = k / QK;
+    let nb = k / a.dtype.block_size();
     let vdt = vec_dot_type(a.dtype);
     let kernels = packed::kernels_for(ctx.isa, a.dtype);
     let col_bytes = if kernels.is_some() {
-        nb * ACT_BLOCK
+        packed::act_bytes(a.dtype, k)
     } else {
         vdt.row_size(k)
     };
@@ -106,7 +108,7 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
             };
             // SAFETY: the level's features were checked (kernels_for); x holds the
             // k f32 of the row (a contiguous F32 row of b, or the scratch copy);
-            // out is the column's nb · ACT_BLOCK bytes.
+            // out is the column's act_bytes.
             unsafe { (kern.quantize)(x, nb, out.as_mut_ptr()) };
         } else {
             b.load_row(i1, i2, i3, row);

@@ -41,8 +41,8 @@
 //! CPU.
 
 use super::tags::{
-    chunk_size, has_min, is_q5, kernel_table, offsets, quantize_blocks, Q4_0, Q4_1, Q5_0, Q5_1,
-    Q8_0,
+    chunk_size, has_min, is_q5, kernel_table, offsets, quantize_blocks, tiles, Q4_0, Q4_1, Q5_0,
+    Q5_1, Q8_0,
 };
 use super::{Kernels, Tile, TileFn, ACT_BLOCK};
 use crate::tensor::DType;

@@ -1,7 +1,7 @@
 //! The repacked weight layout for quantized matmul (ggml's CPU "repack"
 //! idea), and the kernels over it.
 //!
-//! A weight of type Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 whose rows come in whole
+//! A weight of type Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K whose rows come in whole
 //! groups of [`ROWS`] (`ne[1] % 16 == 0`, contiguous) can be stored
 //! *packed*: the bytes of every 16-row group are permuted so that one
 //! 64-byte load feeds sixteen rows at once (one row per 32-bit lane of a
@@ -14,9 +14,9 @@
 //! offsets and allocators are unchanged; only the order of the bytes inside a
 //! group differs. [`pack`] and [`unpack`] are exact inverses for any bytes.
 //!
-//! Inside a group, the data is a sequence of *chunks*, one per 32-element
-//! block `b` (in block order); chunk `b` holds block `b` of the 16 rows
-//! (`16 × type_size` bytes):
+//! Inside a group, the data is a sequence of *chunks*, one per block `b`
+//! (32 elements; 256 for the K-quants; in block order); chunk `b` holds
+//! block `b` of the 16 rows (`16 × type_size` bytes):
 //!
 //! | type | chunk bytes | contents, in order |
 //! |------|-------------|--------------------|
@@ -25,6 +25,12 @@
 //! | Q5_0 | 352 | `d` × 16, fifth bits 64 B, quants 256 B (`b` even: fifth bits, quants, `d`) |
 //! | Q5_1 | 384 | `d` × 16, `m` × 16, fifth bits 64 B, quants 256 B |
 //! | Q8_0 | 544 | `d` × 16, quants 512 B (`b` even: quants, then `d`) |
+//! | Q4_K | 2304 | `d` × 16, `dmin` × 16, 35 dword lines of 64 B: 3 of the 12-byte 6-bit scales / mins, 32 of `qs` |
+//! | Q6_K | 3360 | 52 dword lines: 32 of `ql`, 16 of `qh`, 4 of the i8 `scales`; then `d` × 16 |
+//!
+//! (K-quant dword lines: byte `64 w + 4 r + t` of the lines is byte
+//! `4 w + t` of row `r`'s super-block after its header f16, ggml's bytes in
+//! ggml's order; see `k.rs`.)
 //!
 //! (The chunks of 32 mod 64 bytes move their scales behind the quants in
 //! even chunks, so that in a 64-byte aligned group every 64-byte quant load
@@ -53,6 +59,16 @@
 //! reference ([`super::vec_dot_fn`]) only by the f32 rounding of that
 //! accumulation (within the bound [`super::simd`] documents), and does not
 //! depend on how many columns or threads share the work.
+//!
+//! The K-quants Q4_K and Q6_K (rows a multiple of 256) are packed the same
+//! way per 256-element super-block (`k.rs`: the header f16 of the 16 rows
+//! side by side, the rest of each row's super-block as 64-byte dword
+//! lines). Their activations are Q8_K rows as the Q8_K quantizer writes them
+//! (f32 `d`, 256 × i8, 16 × i16 sums of 16; [`prepare_activation`] is the
+//! identity), and their kernels (AVX2 only, `x86_avx2_k.rs`) form every
+//! super-block's integer sums exactly and then the scalar reference's f32
+//! term in its order, so they return [`super::vec_dot_fn`]'s scalar result
+//! bit for bit.
 
 use crate::isa::Isa;
 use crate::tensor::DType;
@@ -61,18 +77,22 @@ use std::sync::OnceLock;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64_neon;
+mod k;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod tags;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx2_k;
 
 /// Rows per packed group.
 pub const ROWS: usize = 16;
 
 /// Bytes per block of a prepared activation column: 32 × i8 quants, f32
-/// scale, and an i32 `-offset · Σq` (offset types) or f32 `s` (Q8_1).
+/// scale, and an i32 `-offset · Σq` (offset types) or f32 `s` (Q8_1). (The
+/// K-quants' activations are Q8_K blocks, [`act_bytes`].)
 pub const ACT_BLOCK: usize = 40;
 
 const QK: usize = crate::quant::QK;
@@ -82,15 +102,16 @@ pub const fn is_packable(dtype: DType) -> bool {
     matches!(
         dtype,
         DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0
-    )
+    ) || k::layout(dtype).is_some()
 }
 
 /// True when a contiguous tensor of `dtype` and shape `ne` can be stored
-/// packed: a packable type with rows in whole groups of [`ROWS`].
+/// packed: a packable type with rows in whole groups of [`ROWS`] (and whole
+/// blocks, 256 elements for the K-quants).
 pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
     is_packable(dtype)
         && ne[0] > 0
-        && ne[0].is_multiple_of(QK)
+        && ne[0].is_multiple_of(dtype.block_size())
         && ne[1] > 0
         && ne[1].is_multiple_of(ROWS)
         && ne[2] > 0
@@ -98,11 +119,15 @@ pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
 }
 
 /// True when `isa` has kernels over the packed layout of `dtype` (AVX2,
-/// VNNI, and NEON on a CPU with `dotprod`: all packable types; AVX-512
-/// without VNNI: the 4/5-bit types). Packed weights also work at other
-/// levels (scalar, NEON without `dotprod`), through a slower path that
-/// unpacks each group.
+/// VNNI, and NEON on a CPU with `dotprod`: all 32-element packable types;
+/// AVX-512 without VNNI: the 4/5-bit types; the K-quants: AVX2 only).
+/// Packed weights also work at other levels (scalar, NEON without
+/// `dotprod`, the K-quants above AVX2), through a slower path that unpacks
+/// each group.
 pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
+    if k::layout(dtype).is_some() {
+        return isa == Isa::Avx2 && isa.is_supported();
+    }
     is_packable(dtype)
         && isa.is_supported()
         && match isa {
@@ -182,13 +207,22 @@ impl Chunk {
         }
     }
 
+    #[cfg(test)]
     fn size(&self) -> usize {
         ROWS * self.ts
     }
 }
 
+/// Bytes of one chunk (16 rows × one block) of a packable type.
+fn chunk_bytes(dtype: DType) -> usize {
+    ROWS * dtype.type_size()
+}
+
 /// Packs block `b` of the 16 ggml rows of `group` (row stride `rs`) into `chunk`.
 fn pack_chunk(dtype: DType, group: &[u8], rs: usize, b: usize, chunk: &mut [u8]) {
+    if let Some(l) = k::layout(dtype) {
+        return k::pack_chunk(l, group, rs, b, chunk);
+    }
     let c = Chunk::of(dtype, b);
     let (bm, bqh, bqs) = Chunk::block_offsets(dtype);
     let mut masks = [0u64; 8];
@@ -226,6 +260,9 @@ fn pack_chunk(dtype: DType, group: &[u8], rs: usize, b: usize, chunk: &mut [u8])
 
 /// Extracts row `r`'s block from chunk `b` of a group into the ggml block `blk`.
 fn unpack_block(dtype: DType, chunk: &[u8], b: usize, r: usize, blk: &mut [u8]) {
+    if let Some(l) = k::layout(dtype) {
+        return k::unpack_block(l, chunk, r, blk);
+    }
     let c = Chunk::of(dtype, b);
     let (bm, bqh, bqs) = Chunk::block_offsets(dtype);
     blk[..2].copy_from_slice(&chunk[c.d + 2 * r..c.d + 2 * r + 2]);
@@ -261,7 +298,8 @@ fn check(what: &str, dtype: DType, ne: [usize; 4], src: usize, dst: usize) -> Re
     if !eligible(dtype, ne) {
         return Err(Error::InvalidArgument(format!(
             "{what}: a {dtype} tensor of shape {ne:?} has no packed layout \
-             (needs Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 with ne[1] a multiple of {ROWS})"
+             (needs Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K in whole blocks, \
+             with ne[1] a multiple of {ROWS})"
         )));
     }
     let want = dtype.row_size(ne[0]) * ne[1] * ne[2] * ne[3];
@@ -281,8 +319,8 @@ fn check(what: &str, dtype: DType, ne: [usize; 4], src: usize, dst: usize) -> Re
 pub fn pack(dtype: DType, ne: [usize; 4], src: &[u8], dst: &mut [u8]) -> Result<()> {
     check("pack", dtype, ne, src.len(), dst.len())?;
     let rs = dtype.row_size(ne[0]);
-    let nb = ne[0] / QK;
-    let cs = Chunk::of(dtype, 0).size();
+    let nb = ne[0] / dtype.block_size();
+    let cs = chunk_bytes(dtype);
     for (g, d) in src
         .chunks_exact(ROWS * rs)
         .zip(dst.chunks_exact_mut(ROWS * rs))
@@ -320,11 +358,10 @@ pub(crate) fn unpack_group(dtype: DType, k: usize, group: &[u8], dst: &mut [u8])
 
 /// Row `r` of a packed 16-row group, in ggml's layout.
 fn unpack_group_row(dtype: DType, k: usize, group: &[u8], r: usize, dst: &mut [u8]) {
-    let c = Chunk::of(dtype, 0);
     for (b, (chunk, blk)) in group
-        .chunks_exact(c.size())
-        .zip(dst.chunks_exact_mut(c.ts))
-        .take(k / QK)
+        .chunks_exact(chunk_bytes(dtype))
+        .zip(dst.chunks_exact_mut(dtype.type_size()))
+        .take(k / dtype.block_size())
         .enumerate()
     {
         unpack_block(dtype, chunk, b, r, blk);
@@ -367,21 +404,21 @@ pub(crate) fn dequantize_group_row(
     r: usize,
     out: &mut [f32],
 ) {
-    let c = Chunk::of(dtype, 0);
+    let ts = dtype.type_size();
     let deq = crate::quant::dequantize_row_fn(dtype).expect("packable types dequantize");
-    let mut blk = [0u8; 34];
+    let mut blk = [0u8; DType::Q6_K.type_size()];
     for (b, (chunk, o)) in group
-        .chunks_exact(c.size())
-        .zip(out[..k].chunks_exact_mut(QK))
+        .chunks_exact(chunk_bytes(dtype))
+        .zip(out[..k].chunks_exact_mut(dtype.block_size()))
         .enumerate()
     {
-        unpack_block(dtype, chunk, b, r, &mut blk[..c.ts]);
-        deq(&blk[..c.ts], o);
+        unpack_block(dtype, chunk, b, r, &mut blk[..ts]);
+        deq(&blk[..ts], o);
     }
 }
 
 /// The operands of one tile kernel call: 16 rows (one packed group at `w`,
-/// `nb` blocks) times `nr` prepared activation columns (column `j` at
+/// `nb` blocks of the weight type) times `nr` prepared activation columns (column `j` at
 /// `a + j · a_stride`, see [`prepare_activation`]); row `r` of column `j`
 /// goes to `out + j · out_stride + 4 r` (f32; strides in bytes).
 #[derive(Clone, Copy)]
@@ -404,16 +441,17 @@ pub(crate) struct Tile {
 ///
 /// # Safety
 /// The CPU must support the kernel's level; `w` must hold `nb` chunks, each
-/// column `nb · ACT_BLOCK` bytes, each output 16 writable f32.
+/// column its [`act_bytes`], each output 16 writable f32.
 pub(crate) type TileFn = unsafe fn(t: Tile);
 
-/// An activation quantizer: `nb` blocks of 32 f32 at `x` into prepared
-/// blocks at `out`, bit-identical to quantizing with the scalar Q8_0 / Q8_1
-/// quantizer and [`prepare_activation`].
+/// An activation quantizer: `nb` blocks of the weight type (32 f32, or 256
+/// for the K-quants) at `x` into prepared blocks at `out`, bit-identical to
+/// quantizing with the scalar Q8_0 / Q8_1 / Q8_K quantizer and
+/// [`prepare_activation`].
 ///
 /// # Safety
-/// The CPU must support the level; `nb · 32` f32 readable at `x` and
-/// `nb · ACT_BLOCK` bytes writable at `out`.
+/// The CPU must support the level; the `nb` blocks' f32 readable at `x` and
+/// their [`act_bytes`] writable at `out`.
 pub(crate) type QuantizeFn = unsafe fn(x: *const f32, nb: usize, out: *mut u8);
 
 /// The kernels of one level for one type.
@@ -456,7 +494,7 @@ fn level_kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
     #[cfg(target_arch = "x86_64")]
     {
         if isa == Isa::Avx2 {
-            x86_avx2::kernels(dtype)
+            x86_avx2::kernels(dtype).or_else(|| x86_avx2_k::kernels(dtype))
         } else {
             x86::kernels(isa, dtype)
         }
@@ -471,12 +509,28 @@ fn level_kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
     }
 }
 
+/// Bytes of one prepared activation column of `k` elements for weights of
+/// `dtype`: `k / 32` blocks of [`ACT_BLOCK`], or for the K-quants the Q8_K
+/// row (`k / 256` blocks of 292 bytes).
+pub(crate) fn act_bytes(dtype: DType, k: usize) -> usize {
+    if k::layout(dtype).is_some() {
+        DType::Q8_K.row_size(k)
+    } else {
+        k / QK * ACT_BLOCK
+    }
+}
+
 /// Converts one activation row quantized to `vec_dot_type(dtype)` (Q8_0 or
 /// Q8_1 bytes `q`) into the kernels' per-block layout in `out`
-/// (`k / 32 · ACT_BLOCK` bytes): the definition the kernels' own quantizers
-/// ([`Kernels::quantize`]) are tested against.
+/// ([`act_bytes`]): the definition the kernels' own quantizers
+/// ([`Kernels::quantize`]) are tested against. For the K-quants the layout
+/// is the Q8_K row itself (a copy).
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn prepare_activation(dtype: DType, q: &[u8], out: &mut [u8]) {
+    if k::layout(dtype).is_some() {
+        out.copy_from_slice(q);
+        return;
+    }
     let off: i32 = match dtype {
         DType::Q4_0 => 8,
         DType::Q5_0 => 16,
@@ -522,10 +576,14 @@ mod tests {
         }
         #[cfg(target_arch = "x86_64")]
         if Isa::Avx2.is_supported() {
-            assert!(
-                has_kernels(Isa::Avx2, DType::Q4_0),
-                "AVX2 has packed kernels"
-            );
+            for t in [DType::Q4_0, DType::Q4_K, DType::Q6_K] {
+                assert!(has_kernels(Isa::Avx2, t), "AVX2 has packed {t} kernels");
+            }
+        }
+        for isa in [Isa::Scalar, Isa::Avx512, Isa::Vnni, Isa::Neon] {
+            for t in [DType::Q4_K, DType::Q6_K] {
+                assert!(!has_kernels(isa, t), "{isa} {t}: the per-block path");
+            }
         }
     }
 
@@ -629,20 +687,23 @@ mod tests {
                 DType::Q5_0,
                 DType::Q5_1,
                 DType::Q8_0,
+                DType::Q4_K,
+                DType::Q6_K,
             ] {
                 let Some(kern) = kernels_for(isa, t) else {
                     continue;
                 };
                 let vdt = crate::quant::vec_dot_type(t);
-                for k in [32, 96, 576] {
+                let bs = t.block_size();
+                for k in [bs, 3 * bs, 18 * bs] {
                     for row in hard_rows(k) {
                         let mut q = vec![0u8; vdt.row_size(k)];
                         quantize_row_fn_for(Isa::Scalar, vdt).unwrap()(&row, &mut q);
-                        let mut want = vec![0u8; k / QK * ACT_BLOCK];
+                        let mut want = vec![0u8; act_bytes(t, k)];
                         prepare_activation(t, &q, &mut want);
                         let mut got = vec![0u8; want.len()];
                         // SAFETY: the level is supported (kernels_for); sizes as required.
-                        unsafe { (kern.quantize)(row.as_ptr(), k / QK, got.as_mut_ptr()) };
+                        unsafe { (kern.quantize)(row.as_ptr(), k / bs, got.as_mut_ptr()) };
                         assert_eq!(got, want, "{isa} {t} k={k} row {row:?}");
                     }
                 }

@@ -17,6 +17,18 @@ pub(super) const Q5_0: u8 = 2;
 pub(super) const Q5_1: u8 = 3;
 /// Type tag: Q8_0.
 pub(super) const Q8_0: u8 = 4;
+/// Type tag: Q4_K (AVX2 only, `x86_avx2_k.rs`).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) const Q4_K: u8 = 5;
+/// Type tag: Q6_K (AVX2 only, `x86_avx2_k.rs`).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) const Q6_K: u8 = 6;
+
+/// True for the K-quant tags.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) const fn is_k(t: u8) -> bool {
+    t == Q4_K || t == Q6_K
+}
 
 /// Chunk bytes of type `t`.
 pub(super) const fn chunk_size(t: u8) -> usize {
@@ -111,16 +123,7 @@ macro_rules! kernel_table {
                     Q8_0 => quantize::<128>,
                     _ => quantize::<0>,
                 },
-                tiles: [
-                    tile::<T, 1> as TileFn,
-                    tile::<T, 2>,
-                    tile::<T, 3>,
-                    tile::<T, 4>,
-                    tile::<T, 5>,
-                    tile::<T, 6>,
-                    tile::<T, 7>,
-                    tile::<T, 8>,
-                ],
+                tiles: tiles!(tile, T),
             }
         }
 
@@ -139,3 +142,21 @@ macro_rules! kernel_table {
     };
 }
 pub(super) use kernel_table;
+
+/// The array of `$tile::<$t, 1>` ..= `$tile::<$t, 8>` as [`super::TileFn`]s
+/// (`Kernels::tiles`).
+macro_rules! tiles {
+    ($tile:ident, $t:ident) => {
+        [
+            $tile::<$t, 1> as TileFn,
+            $tile::<$t, 2>,
+            $tile::<$t, 3>,
+            $tile::<$t, 4>,
+            $tile::<$t, 5>,
+            $tile::<$t, 6>,
+            $tile::<$t, 7>,
+            $tile::<$t, 8>,
+        ]
+    };
+}
+pub(super) use tiles;

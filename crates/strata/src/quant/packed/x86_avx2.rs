@@ -39,8 +39,8 @@
 //! ([`super::has_kernels`]).
 
 use super::tags::{
-    chunk_size, has_min, is_q5, kernel_table, offsets, quantize_blocks, Q4_0, Q4_1, Q5_0, Q5_1,
-    Q8_0,
+    chunk_size, has_min, is_k, is_q5, kernel_table, offsets, quantize_blocks, tiles, Q4_0, Q4_1,
+    Q5_0, Q5_1, Q8_0,
 };
 use super::{Kernels, Tile, TileFn, ACT_BLOCK};
 use crate::tensor::DType;
@@ -103,6 +103,10 @@ unsafe fn group<const T: u8>(c: *const u8, qh: usize, qs: usize, h: usize, j: us
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
+    if is_k(T) {
+        // SAFETY: the contract, forwarded (a K-quant group).
+        return unsafe { super::x86_avx2_k::half::<T, N>(t, h) };
+    }
     let Tile {
         w,
         nb,
@@ -197,7 +201,7 @@ unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
 /// # Safety
 /// As [`TileFn`]; the CPU supports AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile<const T: u8, const NR: usize>(t: Tile) {
+pub(super) unsafe fn tile<const T: u8, const NR: usize>(t: Tile) {
     type Half = unsafe fn(Tile, usize);
     for h in 0..2 {
         let mut c = 0;

@@ -1,0 +1,130 @@
+//! The packed layout of the K-quants (Q4_K, Q6_K): one chunk per 256-element
+//! super-block of the 16 rows of a group, `16 × type_size` bytes, holding
+//! each row's f16 header fields as sixteen consecutive f16 and the rest of
+//! the row's super-block (its *body*: scales and quants, ggml's bytes in
+//! ggml's order) as dword *lines*: byte `64 w + 4 r + t` of the line area is
+//! body byte `4 w + t` of row `r`.
+//!
+//! | type | chunk bytes | header f16 ×16 | lines (body bytes) |
+//! |------|-------------|----------------|--------------------|
+//! | Q4_K | 2304 | `d` at 0, `dmin` at 32 | 35 at 64 (block bytes 4..144: scales 12 B, then `qs`) |
+//! | Q6_K | 3360 | `d` at 3328 | 52 at 0 (block bytes 0..208: `ql`, `qh`, `scales`) |
+//!
+//! A 32-byte load at `line + 32 h` gives, in its 32-bit lane `r`, body dword
+//! `w` of row `8 h + r` (the AVX2 kernels' register shape, as for the
+//! legacy types). Only bytes move, so [`pack_chunk`] and [`unpack_block`]
+//! are exact inverses for any bytes, and the chunk is the size of the 16
+//! super-blocks it holds.
+
+use super::ROWS;
+use crate::tensor::DType;
+
+/// Where a K type's bytes go inside a chunk.
+#[derive(Clone, Copy)]
+pub(super) struct Layout {
+    /// `type_size` of one super-block.
+    pub ts: usize,
+    /// Header f16 fields: (offset in the block, offset of the 16 f16 in the chunk).
+    pub heads: &'static [(usize, usize)],
+    /// Start and length (a multiple of 4) of the body inside the block.
+    pub body: (usize, usize),
+    /// Offset of line 0 in the chunk.
+    pub lines: usize,
+}
+
+/// Chunk offset of Q4_K's line 0 (its three scale lines, then 32 quant lines).
+pub(super) const Q4_K_LINES: usize = 64;
+/// Chunk offset of Q6_K's sixteen `d`.
+pub(super) const Q6_K_D: usize = 3328;
+
+/// The layout of K type `dtype`, `None` for every other type.
+pub(super) const fn layout(dtype: DType) -> Option<Layout> {
+    match dtype {
+        DType::Q4_K => Some(Layout {
+            ts: DType::Q4_K.type_size(),
+            heads: &[(0, 0), (2, 32)],
+            body: (4, 140),
+            lines: Q4_K_LINES,
+        }),
+        DType::Q6_K => Some(Layout {
+            ts: DType::Q6_K.type_size(),
+            heads: &[(208, Q6_K_D)],
+            body: (0, 208),
+            lines: 0,
+        }),
+        _ => None,
+    }
+}
+
+/// Packs super-block `b` of the 16 ggml rows of `group` (row stride `rs`)
+/// into `chunk`.
+pub(super) fn pack_chunk(l: Layout, group: &[u8], rs: usize, b: usize, chunk: &mut [u8]) {
+    for r in 0..ROWS {
+        let blk = &group[r * rs + b * l.ts..][..l.ts];
+        for &(bo, co) in l.heads {
+            chunk[co + 2 * r..co + 2 * r + 2].copy_from_slice(&blk[bo..bo + 2]);
+        }
+        let (start, len) = l.body;
+        for (w, src) in blk[start..start + len].chunks_exact(4).enumerate() {
+            chunk[l.lines + 64 * w + 4 * r..][..4].copy_from_slice(src);
+        }
+    }
+}
+
+/// Extracts row `r`'s super-block from `chunk` into the ggml block `blk`.
+pub(super) fn unpack_block(l: Layout, chunk: &[u8], r: usize, blk: &mut [u8]) {
+    for &(bo, co) in l.heads {
+        blk[bo..bo + 2].copy_from_slice(&chunk[co + 2 * r..co + 2 * r + 2]);
+    }
+    let (start, len) = l.body;
+    for (w, dst) in blk[start..start + len].chunks_exact_mut(4).enumerate() {
+        dst.copy_from_slice(&chunk[l.lines + 64 * w + 4 * r..][..4]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Header fields and lines tile the chunk exactly (the packed tensor is
+    /// ggml's size), and every line is 32-byte aligned in a 32-byte aligned
+    /// group whatever the chunk's index.
+    #[test]
+    fn regions_tile_the_chunk() {
+        for t in [DType::Q4_K, DType::Q6_K] {
+            let l = layout(t).unwrap();
+            let mut regions: Vec<(usize, usize)> =
+                l.heads.iter().map(|&(_, co)| (co, 2 * ROWS)).collect();
+            regions.push((l.lines, 16 * l.body.1));
+            regions.sort();
+            let mut at = 0;
+            for (start, len) in regions {
+                assert_eq!(start, at, "{t}: contiguous");
+                at += len;
+            }
+            assert_eq!(at, ROWS * l.ts, "{t}: fills the chunk");
+            let header: usize = l.heads.len() * 2;
+            assert_eq!(header + l.body.1, l.ts, "{t}: every block byte moves");
+            assert_eq!(l.lines % 32, 0);
+            assert_eq!((ROWS * l.ts) % 32, 0, "{t}: chunks keep lines aligned");
+        }
+    }
+
+    #[test]
+    fn q4_k_byte_positions_match_the_documented_layout() {
+        let t = DType::Q4_K;
+        let l = layout(t).unwrap();
+        let rs = 144;
+        let src: Vec<u8> = (0..ROWS * rs).map(|i| (i * 7 + i / 144) as u8).collect();
+        let mut chunk = vec![0u8; ROWS * rs];
+        pack_chunk(l, &src, rs, 0, &mut chunk);
+        for r in 0..ROWS {
+            let row = &src[r * rs..][..rs];
+            assert_eq!(chunk[2 * r..2 * r + 2], row[0..2], "d");
+            assert_eq!(chunk[32 + 2 * r..32 + 2 * r + 2], row[2..4], "dmin");
+            for w in 0..35 {
+                assert_eq!(chunk[64 + 64 * w + 4 * r..][..4], row[4 + 4 * w..][..4]);
+            }
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! AVX2 kernels over the packed K-quant layout (`k.rs`): Q4_K and Q6_K
+//! weights times Q8_K activation columns, eight rows per ymm register (one
+//! row per 32-bit lane, half `h` of a group at `line + 32 h`, as the legacy
+//! kernels of [`super::x86_avx2`], whose `tile` runs these halves in passes
+//! of four columns).
+//!
+//! Per super-block, row (lane) and column, the integer sums are exact for any
+//! weight bytes and any i8 activations:
+//! - Q4_K: per 32-element sub-block `j`, eight `vpmaddubsw` of the nibbles
+//!   (u8 ≤ 15) with a broadcast activation dword, summed in i16 (pair sums
+//!   ≤ 2 · 15 · 128 = 3840, eight of them ≤ 30720), then one `vpmaddwd` with
+//!   the sub-block's 6-bit scale in both i16 of the lane widens and scales:
+//!   `isum = Σ_j s_j Σ q a`; the minimum term
+//!   `summs = Σ_j m_j (bsums_2j + bsums_2j+1)` is a `vpmaddwd` of `(m_j, m_j)`
+//!   with the Q8_K row's bsums dword `j`.
+//! - Q6_K: per 16-element sub-block, the unsigned 6-bit quants (≤ 63) in
+//!   `vpmaddubsw`, two dwords summed in i16 (≤ 2 · 2 · 63 · 128 = 32256)
+//!   per `vpmaddwd` with the i8 scale; the `-32` offset is taken off once per
+//!   super-block as `32 · Σ_j s_j bsums_j` (`vpmaddwd` of scale pairs with
+//!   the bsums), so `isum = Σ_j s_j Σ (q - 32) a` exactly as the reference
+//!   (the Q8_K quantizer writes bsums that are the sums of its quants).
+//!
+//! The scales and mins are decoded per super-block from ggml's 12-byte form
+//! (three lines: `sc0..3 | top bits`, `m0..3 | top bits`,
+//! `low nibbles of sc4..7 | m4..7`) with byte masks and shifts, the way
+//! ggml's `kmask` trick does on one row, here on eight rows at once.
+//!
+//! The f32 epilogue is the scalar reference's ([`crate::quant::vec_dot_fn`]
+//! at `Scalar`): per super-block `(d_w d_a) · f32(isum) - (dmin_w d_a) ·
+//! f32(summs)` (Q6_K: `(d_w d_a) · f32(isum)`) with separate multiplies and
+//! subtraction, added to the row's sum in super-block order, so every output
+//! is the reference's bits whatever the tile width or thread count.
+
+use super::k::{Q4_K_LINES, Q6_K_D};
+use super::tags::{tiles, Q4_K, Q6_K};
+use super::x86_avx2::tile;
+use super::{Kernels, Tile, TileFn};
+use crate::isa::Isa;
+use crate::tensor::DType;
+use std::arch::x86_64::*;
+
+/// Bytes of a Q8_K block: f32 `d` at 0, quants at [`QS`], i16 bsums at [`BSUMS`].
+const Q8K: usize = DType::Q8_K.type_size();
+const QS: usize = 4;
+const BSUMS: usize = 4 + 256;
+
+/// Packed chunk bytes of a Q4_K / Q6_K super-block (16 rows).
+const Q4_K_CHUNK: usize = 16 * DType::Q4_K.type_size();
+const Q6_K_CHUNK: usize = 16 * DType::Q6_K.type_size();
+
+/// The activation dword `i` (bytes `4i..4i+4` from `p`) in every lane.
+///
+/// # Safety
+/// `p + 4 i .. p + 4 i + 4` must be readable.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn bcast(p: *const u8, i: usize) -> __m256i {
+    // SAFETY: the caller guarantees the four bytes.
+    _mm256_set1_epi32(unsafe { p.add(4 * i).cast::<i32>().read_unaligned() })
+}
+
+/// 32 bytes at `p` (half of a line).
+///
+/// # Safety
+/// `p .. p + 32` must be readable.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn load(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees the 32 bytes.
+    unsafe { _mm256_loadu_si256(p.cast()) }
+}
+
+/// Per dword lane of `v`, the i16 pair `(byte a, byte b)` of that dword
+/// (`a`, `b` < 4): zero-extended, or (`signed`) sign-extended.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn pair(v: __m256i, a: u32, b: u32, signed: bool) -> __m256i {
+    // pshufb control per dword; bytes with the top bit set give 0, which
+    // adding 4p (the dword's position in its 128-bit lane) keeps.
+    let base = if signed {
+        0x80 | (a << 8) | (0x80 << 16) | (b << 24)
+    } else {
+        a | (0x80 << 8) | (b << 16) | (0x80 << 24)
+    };
+    let d = |p: u32| (base + p * 0x0404_0404) as i32;
+    let ctl = _mm256_setr_epi32(d(0), d(1), d(2), d(3), d(0), d(1), d(2), d(3));
+    let x = _mm256_shuffle_epi8(v, ctl);
+    if signed {
+        _mm256_srai_epi16(x, 8)
+    } else {
+        x
+    }
+}
+
+/// The f32 `d` of the Q8_K block at `p` in every lane.
+///
+/// # Safety
+/// `p .. p + 4` must be readable.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q8_k_d(p: *const u8) -> __m256 {
+    // SAFETY: the caller guarantees the four bytes.
+    _mm256_set1_ps(unsafe { p.cast::<f32>().read_unaligned() })
+}
+
+/// Columns `0 .. N` (`N ≤ 4`) of half `h` of one K-quant group of type `T`
+/// (the [`TileFn`] contract for rows `8h .. 8h + 8`).
+///
+/// # Safety
+/// As [`TileFn`] (the columns are Q8_K rows of `t.nb` blocks made by the
+/// Q8_K quantizer); the CPU supports AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
+    let mut acc = [_mm256_setzero_ps(); N];
+    for b in 0..t.nb {
+        // SAFETY: chunk b and block b of every column are in bounds (contract).
+        let cols: [*const u8; N] =
+            std::array::from_fn(|i| unsafe { t.a.add(i * t.a_stride + b * Q8K) });
+        let terms = if T == Q4_K {
+            // SAFETY: as above.
+            unsafe { q4_k::<N>(t.w.add(b * Q4_K_CHUNK), h, cols) }
+        } else {
+            // SAFETY: as above.
+            unsafe { q6_k::<N>(t.w.add(b * Q6_K_CHUNK), h, cols) }
+        };
+        for (acc, t) in acc.iter_mut().zip(terms) {
+            *acc = _mm256_add_ps(*acc, t);
+        }
+    }
+    for (i, acc) in acc.iter().enumerate() {
+        // SAFETY: rows 8h .. 8h + 8 of column i are writable (contract).
+        unsafe { _mm256_storeu_ps(t.out.add(i * t.out_stride + 32 * h).cast(), *acc) };
+    }
+}
+
+/// One Q4_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
+/// `cols`: per column the eight rows' f32 terms.
+///
+/// # Safety
+/// The chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q4_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> [__m256; N] {
+    let line = |w: usize| c.wrapping_add(Q4_K_LINES + 64 * w + 32 * h);
+    let m4 = _mm256_set1_epi8(0x0f);
+    let (m6, top) = (_mm256_set1_epi8(0x3f), _mm256_set1_epi8(0x30));
+    // SAFETY: the three scale lines are inside the chunk.
+    let (a, bm, cc) = unsafe { (load(line(0)), load(line(1)), load(line(2))) };
+    // Lane bytes: scales 0..4, 4..8, mins 0..4, 4..8 of the lane's row.
+    let sc = [
+        _mm256_and_si256(a, m6),
+        _mm256_or_si256(
+            _mm256_and_si256(cc, m4),
+            _mm256_and_si256(_mm256_srli_epi32(a, 2), top),
+        ),
+    ];
+    let mn = [
+        _mm256_and_si256(bm, m6),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi32(cc, 4), m4),
+            _mm256_and_si256(_mm256_srli_epi32(bm, 2), top),
+        ),
+    ];
+    let mut isum = [_mm256_setzero_si256(); N];
+    let mut summs = [_mm256_setzero_si256(); N];
+    for j in 0..8 {
+        let k = (j % 4) as u32;
+        // Sub-block j: low nibbles of quant lines 8(j/2) .. + 8 for even j,
+        // high nibbles for odd j; activation dwords 8j .. 8j + 8.
+        let mut s16 = [_mm256_setzero_si256(); N];
+        for tq in 0..8 {
+            // SAFETY: quant line 8(j/2) + tq is inside the chunk.
+            let x = unsafe { load(line(3 + 8 * (j / 2) + tq)) };
+            let x = if j % 2 == 0 {
+                x
+            } else {
+                _mm256_srli_epi16(x, 4)
+            };
+            let q = _mm256_and_si256(x, m4);
+            for (s, &p) in s16.iter_mut().zip(&cols) {
+                // SAFETY: quant dword 8j + tq of the block.
+                let y = unsafe { bcast(p.add(QS), 8 * j + tq) };
+                *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(q, y));
+            }
+        }
+        let (scale, m) = (pair(sc[j / 4], k, k, false), pair(mn[j / 4], k, k, false));
+        for i in 0..N {
+            isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s16[i], scale));
+            // SAFETY: bsums dword j (bsums 2j, 2j + 1) of the block.
+            let y = unsafe { bcast(cols[i].add(BSUMS), j) };
+            summs[i] = _mm256_add_epi32(summs[i], _mm256_madd_epi16(m, y));
+        }
+    }
+    // SAFETY: the 8 f16 `d` and `dmin` of half h are inside the chunk.
+    let (d, dmin) = unsafe {
+        (
+            _mm256_cvtph_ps(_mm_loadu_si128(c.add(16 * h).cast())),
+            _mm256_cvtph_ps(_mm_loadu_si128(c.add(32 + 16 * h).cast())),
+        )
+    };
+    std::array::from_fn(|i| {
+        // SAFETY: the block's f32 d is its first four bytes.
+        let dy = unsafe { q8_k_d(cols[i]) };
+        let t = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[i]));
+        let m = _mm256_mul_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(summs[i]));
+        _mm256_sub_ps(t, m)
+    })
+}
+
+/// One Q6_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
+/// `cols`: per column the eight rows' f32 terms.
+///
+/// # Safety
+/// The chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> [__m256; N] {
+    let line = |w: usize| c.wrapping_add(64 * w + 32 * h);
+    let (m4, m30) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x30));
+    // SAFETY: the four scale lines (body dwords 48..52) are inside the chunk.
+    let sc: [__m256i; 4] = std::array::from_fn(|p| unsafe { load(line(48 + p)) });
+    let mut isum = [_mm256_setzero_si256(); N];
+    let mut corr = [_mm256_setzero_si256(); N];
+    // Element 128 hh + 32 k + l: low nibble in ql dword 16 hh + 8 (k % 2) + l / 4
+    // (high nibbles for k ≥ 2), top bits 2k, 2k + 1 of qh dword 8 hh + l / 4.
+    for hh in 0..2 {
+        for k in 0..4 {
+            for e in 0..2 {
+                let j = 8 * hh + 2 * k + e;
+                let scale = pair(sc[j / 4], (j % 4) as u32, (j % 4) as u32, true);
+                for half_sb in 0..2 {
+                    let mut s16 = [_mm256_setzero_si256(); N];
+                    for tq in 4 * e + 2 * half_sb..4 * e + 2 * half_sb + 2 {
+                        // SAFETY: ql line 16hh + 8(k%2) + tq and qh line
+                        // 32 + 8hh + tq are inside the chunk.
+                        let (ql, qh) = unsafe {
+                            (
+                                load(line(16 * hh + 8 * (k % 2) + tq)),
+                                load(line(32 + 8 * hh + tq)),
+                            )
+                        };
+                        let lo = if k < 2 { ql } else { _mm256_srli_epi16(ql, 4) };
+                        let hi = match k {
+                            0 => _mm256_slli_epi16(qh, 4),
+                            1 => _mm256_slli_epi16(qh, 2),
+                            2 => qh,
+                            _ => _mm256_srli_epi16(qh, 2),
+                        };
+                        let q =
+                            _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30));
+                        for (s, &p) in s16.iter_mut().zip(&cols) {
+                            // SAFETY: quant dword 32hh + 8k + tq of the block.
+                            let y = unsafe { bcast(p.add(QS), 32 * hh + 8 * k + tq) };
+                            *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(q, y));
+                        }
+                    }
+                    for (acc, s16) in isum.iter_mut().zip(s16) {
+                        *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(s16, scale));
+                    }
+                }
+            }
+        }
+    }
+    // 32 · Σ_j s_j bsums_j, from the scale pairs (s_2i, s_2i+1).
+    for i in 0..8 {
+        let a = 2 * (i % 2) as u32;
+        let scales = pair(sc[i / 2], a, a + 1, true);
+        for (corr, &p) in corr.iter_mut().zip(&cols) {
+            // SAFETY: bsums dword i (bsums 2i, 2i + 1) of the block.
+            let y = unsafe { bcast(p.add(BSUMS), i) };
+            *corr = _mm256_add_epi32(*corr, _mm256_madd_epi16(scales, y));
+        }
+    }
+    // SAFETY: the 8 f16 `d` of half h are inside the chunk.
+    let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(Q6_K_D + 16 * h).cast()) });
+    std::array::from_fn(|i| {
+        let isum = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(corr[i], 5));
+        // SAFETY: the block's f32 d is its first four bytes.
+        let dy = unsafe { q8_k_d(cols[i]) };
+        _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum))
+    })
+}
+
+/// Quantizes `nb` blocks of 256 f32 at `x` to Q8_K at `out` with the AVX2
+/// row quantizer (bit-identical to the scalar one): the K kernels' columns.
+///
+/// # Safety
+/// `nb · 256` f32 readable at `x`, `nb · 292` bytes writable at `out`; the
+/// CPU supports AVX2, FMA and F16C.
+unsafe fn quantize_q8_k(x: *const f32, nb: usize, out: *mut u8) {
+    // SAFETY: the contract.
+    let (x, out) = unsafe {
+        (
+            std::slice::from_raw_parts(x, 256 * nb),
+            std::slice::from_raw_parts_mut(out, Q8K * nb),
+        )
+    };
+    match crate::quant::simd::quantize_row_fn_for(Isa::Avx2, DType::Q8_K) {
+        Some(q) => q(x, out),
+        None => crate::quant::quantize_row_q8_k(x, out),
+    }
+}
+
+/// The kernels of type tag `T`.
+fn table<const T: u8>() -> Kernels {
+    Kernels {
+        quantize: quantize_q8_k,
+        tiles: tiles!(tile, T),
+    }
+}
+
+/// The AVX2 kernels for the K-quant `dtype` (the caller checked
+/// `has_kernels`).
+pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
+    Some(match dtype {
+        DType::Q4_K => table::<Q4_K>(),
+        DType::Q6_K => table::<Q6_K>(),
+        _ => return None,
+    })
+}
