@@ -209,15 +209,35 @@ impl Registry {
                 return Ok(d);
             }
         }
-        let known: Vec<String> = self.devices().iter().map(|d| d.name()).collect();
-        Err(Error::InvalidArgument(format!(
-            "no device named '{name}' (known: {})",
-            known.join(", ")
-        )))
+        Err(Error::UnknownDevice {
+            name: name.into(),
+            known: self.devices().iter().map(|d| d.name()).collect(),
+        })
     }
 
     /// A new backend on the device called `name`.
     pub fn backend(&self, name: &str) -> Result<Box<dyn Backend>> {
         self.device(name)?.init_backend()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_device_lists_the_known_ones() {
+        let mut reg = Registry::new();
+        reg.register(Arc::new(crate::cpu::CpuProvider));
+        assert_eq!(reg.device("CPU").unwrap().name(), "CPU");
+        let e = reg.device("NPU9").err().unwrap();
+        assert!(
+            matches!(&e, Error::UnknownDevice { name, known } if name == "NPU9" && *known == ["CPU"]),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "no device named 'NPU9' (known: CPU); give one of those names"
+        );
     }
 }

@@ -102,15 +102,19 @@ pub fn tensor_memset(tensor: &Tensor, offset: usize, len: usize, value: u8) -> R
 /// source's bytes as they were before the copy).
 pub fn tensor_copy(src: &Tensor, dst: &Tensor) -> Result<()> {
     if src.dtype() != dst.dtype() || src.ne() != dst.ne() || src.nbytes() != dst.nbytes() {
-        return Err(Error::InvalidArgument(format!(
-            "tensor_copy: '{}' ({} {:?}) and '{}' ({} {:?}) differ in layout",
-            src.name(),
-            src.dtype(),
-            src.ne(),
-            dst.name(),
-            dst.dtype(),
-            dst.ne()
-        )));
+        return Err(Error::shape(
+            "tensor_copy",
+            format!(
+                "'{}' ({} {:?}) and '{}' ({} {:?}) differ in layout; copy between tensors of \
+                 one type and shape",
+                src.name(),
+                src.dtype(),
+                src.ne(),
+                dst.name(),
+                dst.dtype(),
+                dst.ne()
+            ),
+        ));
     }
     let n = src.nbytes();
     let (sst, sabs) = checked_range(src, 0, n)?;
