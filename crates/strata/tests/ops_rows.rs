@@ -140,7 +140,7 @@ fn get_rows_rejects_bad_indices_with_a_named_error() {
         };
         assert_eq!((*index, *len), (i64::from(bad), 7), "{msg}");
         assert!(
-            what.starts_with("get_rows: index tensor 'token_ids' at [2, 0, 0]"),
+            what.starts_with("GET_ROWS: index tensor 'token_ids' at [2, 0, 0]"),
             "{msg}"
         );
         assert!(
