@@ -96,9 +96,11 @@ pub fn run(a: Args) -> crate::common::CliResult {
         "seed" => false,
         "seed-weights" => true,
         g => {
-            return Err(strata::Error::InvalidArgument(format!(
-                "unknown example graph '{g}' (seed, seed-weights)"
-            ))
+            return Err(strata::Error::BadValue {
+                arg: "--graph (example graph)".into(),
+                value: format!("'{g}'"),
+                expected: "seed or seed-weights".into(),
+            }
             .into())
         }
     };

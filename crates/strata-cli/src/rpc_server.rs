@@ -55,24 +55,27 @@ pub fn run(args: Args) -> Result<()> {
     if !args.host.is_loopback() {
         eprintln!("{}", WARNING.replace("{HOST}", &args.host.to_string()));
     }
+    let bad = |arg: &str, value: String, expected: &str| Error::BadValue {
+        arg: arg.into(),
+        value,
+        expected: expected.into(),
+    };
     let limits = match args.mem {
-        Some(0) => {
-            return Err(Error::InvalidArgument(
-                "--mem must be at least 1 MiB".into(),
-            ))
+        Some(mib) => {
+            Limits::with_mem(mib.checked_mul(1 << 20).filter(|&b| b > 0).ok_or_else(|| {
+                bad(
+                    "--mem",
+                    format!("{mib} (MiB)"),
+                    "at least 1 and less than 2^44 MiB",
+                )
+            })?)
         }
-        Some(mib) => Limits::with_mem(
-            mib.checked_mul(1 << 20)
-                .ok_or_else(|| Error::InvalidArgument(format!("--mem {mib} MiB is too large")))?,
-        ),
         None => Limits::default(),
     };
     let mut limits = limits;
     if let Some(n) = args.max_graph_nodes {
         if n == 0 {
-            return Err(Error::InvalidArgument(
-                "--max-graph-nodes must be at least 1".into(),
-            ));
+            return Err(bad("--max-graph-nodes", "0".into(), "at least 1"));
         }
         limits.max_graph_nodes = n;
     }
@@ -82,9 +85,11 @@ pub fn run(args: Args) -> Result<()> {
                 .ok()
                 .filter(|d| !d.is_zero())
                 .ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "--compute-timeout {secs}: give a positive number of seconds"
-                    ))
+                    bad(
+                        "--compute-timeout",
+                        secs.to_string(),
+                        "a positive number of seconds",
+                    )
                 })?,
         );
     }

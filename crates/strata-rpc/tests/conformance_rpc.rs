@@ -20,9 +20,10 @@ fn rpc_loopback() -> strata::Result<UnderTest> {
     let (addr, handle) = server.spawn_background()?;
     let provider = RpcProvider::new();
     let Some(dev) = provider.connect(&addr.to_string())?.into_iter().next() else {
-        return Err(strata::Error::InvalidArgument(format!(
-            "the server at {addr} lists no device"
-        )));
+        return Err(strata::Error::Backend {
+            backend: "RPC".into(),
+            msg: format!("the server at {addr} lists no device"),
+        });
     };
     Ok(UnderTest::boxed(dev.init_backend()?).keeping((handle, provider)))
 }

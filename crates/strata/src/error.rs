@@ -78,9 +78,86 @@ pub enum Error {
     #[error("computation aborted by the abort callback")]
     Aborted,
 
-    /// A caller-supplied argument was invalid.
+    /// A caller-supplied argument was invalid (the one-offs that fit no
+    /// structured variant).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    /// A slice, buffer, list or tensor holds another number of elements,
+    /// bytes or entries than the call needs.
+    #[error("{what}: got {got}, needs {expected}")]
+    Length {
+        /// The call and the argument, with the unit counted.
+        what: String,
+        /// The length the call needs.
+        expected: usize,
+        /// The length given.
+        got: usize,
+    },
+
+    /// An index (a row id, a backend, buffer or device number) outside the
+    /// range it must lie in.
+    #[error("{what}: index {index} is outside 0..{len}; give an index below {len}")]
+    IndexOutOfRange {
+        /// The call and what the index selects.
+        what: String,
+        /// The index given (negative ones too).
+        index: i64,
+        /// How many there are to select from.
+        len: usize,
+    },
+
+    /// An argument or setting (an environment variable, a command-line flag,
+    /// a configuration field, a name or a value) the call does not accept.
+    #[error("{arg}: {value} is not accepted; expected {expected}")]
+    BadValue {
+        /// The argument or setting, with the call it is given to.
+        arg: String,
+        /// The value given.
+        value: String,
+        /// What is accepted instead (a noun phrase: "one of ...", "a
+        /// multiple of ...").
+        expected: String,
+    },
+
+    /// No device has the name given.
+    #[error("no device named '{name}' (known: {}); give one of those names", known.join(", "))]
+    UnknownDevice {
+        /// The name given.
+        name: String,
+        /// The names of the devices there are.
+        known: Vec<String>,
+    },
+
+    /// A tensor the call cannot use as it is.
+    #[error("{op}: tensor '{tensor}' {problem}")]
+    BadTensor {
+        /// The call.
+        op: &'static str,
+        /// Name of the tensor.
+        tensor: String,
+        /// What is wrong with it, and what to do.
+        problem: TensorProblem,
+    },
+
+    /// A write into a read-only buffer (one that maps a file).
+    #[error("{what}: buffer '{buffer}' is read-only (it maps a file); write to a copy in a writable buffer")]
+    ReadOnly {
+        /// The buffer.
+        buffer: String,
+        /// The write refused, naming the tensor when there is one.
+        what: String,
+    },
+
+    /// A ggml op id, or op_params, strata does not implement or accept (in
+    /// a graph from an RPC client or a file).
+    #[error("ggml op {id}: {msg}")]
+    GgmlOp {
+        /// The ggml op id.
+        id: u32,
+        /// What is not supported, naming the op and parameter.
+        msg: String,
+    },
 
     /// A configured runtime limit was exceeded.
     #[error("limit exceeded: {what} ({value} > {limit}); raise it with {knob}")]
@@ -159,6 +236,31 @@ pub enum Error {
     },
 }
 
+/// What makes a tensor unusable for a call ([`Error::BadTensor`]); its
+/// text says what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TensorProblem {
+    /// The tensor is a view of `base`, which holds its storage.
+    #[error("is a view: use its base tensor '{base}' instead")]
+    View {
+        /// Name of the tensor holding the storage.
+        base: String,
+    },
+    /// The tensor already has a buffer.
+    #[error("already has a buffer: give a tensor without one")]
+    HasBuffer,
+    /// The tensor's elements are not contiguous.
+    #[error("is not contiguous: use its base tensor or a contiguous copy")]
+    NotContiguous,
+    /// The tensor is not in a buffer of `owner` (another device's, or none).
+    #[error("is not in a buffer of {owner}: allocate it with {owner}'s buffer type")]
+    ForeignBuffer {
+        /// The device or buffer the call needs it in.
+        owner: String,
+    },
+}
+
 impl Error {
     /// Shorthand for [`Error::Shape`].
     pub fn shape(op: &'static str, msg: impl Into<String>) -> Error {
@@ -174,6 +276,16 @@ impl Error {
             op,
             dtype,
             msg: msg.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::IndexOutOfRange`] with an unsigned index
+    /// (saturated at `i64::MAX`).
+    pub fn index(what: impl Into<String>, index: usize, len: usize) -> Error {
+        Error::IndexOutOfRange {
+            what: what.into(),
+            index: i64::try_from(index).unwrap_or(i64::MAX),
+            len,
         }
     }
 
@@ -231,5 +343,65 @@ impl<T> ResultExt<T> for Result<T> {
 
     fn with_context<C: Into<String>>(self, f: impl FnOnce() -> C) -> Result<T> {
         self.map_err(|e| e.context(f()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The structured variants' text names what was wrong and what to give.
+    #[test]
+    fn structured_errors_read_as_sentences() {
+        let e = Error::Length {
+            what: "f16_to_f32_row: 16-bit row bytes (two per f32)".into(),
+            expected: 6,
+            got: 4,
+        };
+        assert_eq!(
+            e.to_string(),
+            "f16_to_f32_row: 16-bit row bytes (two per f32): got 4, needs 6"
+        );
+        let e = Error::index("set_tensor_backend: backend for tensor 'x'", 3, 2);
+        assert!(matches!(
+            e,
+            Error::IndexOutOfRange {
+                index: 3,
+                len: 2,
+                ..
+            }
+        ));
+        assert_eq!(
+            e.to_string(),
+            "set_tensor_backend: backend for tensor 'x': index 3 is outside 0..2; give an index \
+             below 2"
+        );
+        let e = Error::index("huge", usize::MAX, 1);
+        assert!(matches!(
+            e,
+            Error::IndexOutOfRange {
+                index: i64::MAX,
+                ..
+            }
+        ));
+        let e = Error::BadValue {
+            arg: "--max-graph-nodes".into(),
+            value: "0".into(),
+            expected: "at least 1".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "--max-graph-nodes: 0 is not accepted; expected at least 1"
+        );
+        let e = Error::GgmlOp {
+            id: 95,
+            msg: "op not supported by strata".into(),
+        }
+        .context("node 'out'");
+        assert_eq!(
+            e.to_string(),
+            "node 'out': ggml op 95: op not supported by strata"
+        );
+        assert!(matches!(e.root(), Error::GgmlOp { id: 95, .. }));
     }
 }

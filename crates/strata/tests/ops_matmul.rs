@@ -178,7 +178,18 @@ fn unsupported_simd_levels_are_refused() {
     let before = cpu.isa();
     for isa in Isa::ALL.into_iter().filter(|i| !i.is_supported()) {
         let e = cpu.set_isa(isa).unwrap_err();
-        assert!(matches!(e, strata::Error::InvalidArgument(_)), "{e}");
+        let strata::Error::BadValue {
+            arg,
+            value,
+            expected,
+        } = &e
+        else {
+            panic!("{isa}: {e}");
+        };
+        assert_eq!(arg, "CpuBackend::set_isa: instruction-set level");
+        assert_eq!(value, isa.name());
+        let up_to = format!("up to {}", strata::isa::detected());
+        assert!(expected.ends_with(&up_to), "{e}");
         assert!(e.to_string().contains(isa.name()), "{e}");
         assert_eq!(cpu.isa(), before);
     }

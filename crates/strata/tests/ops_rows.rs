@@ -135,7 +135,14 @@ fn get_rows_rejects_bad_indices_with_a_named_error() {
         )
         .unwrap_err();
         let msg = err.to_string();
-        assert!(matches!(err, Error::InvalidArgument(_)), "{msg}");
+        let Error::IndexOutOfRange { what, index, len } = &err else {
+            panic!("{msg}");
+        };
+        assert_eq!((*index, *len), (i64::from(bad), 7), "{msg}");
+        assert!(
+            what.starts_with("GET_ROWS: index tensor 'token_ids' at [2, 0, 0]"),
+            "{msg}"
+        );
         assert!(
             msg.contains("token_ids") && msg.contains(&bad.to_string()),
             "{msg}"
@@ -293,7 +300,11 @@ fn set_rows_bad_index_is_an_error_and_writes_nothing() {
         .unwrap_err();
         let msg = err.to_string();
         assert!(untouched, "destination written despite the error: {msg}");
-        assert!(matches!(err, Error::InvalidArgument(_)), "{msg}");
+        let Error::IndexOutOfRange { what, index, len } = &err else {
+            panic!("{msg}");
+        };
+        assert_eq!((*index, *len), (bad, 4), "{msg}");
+        assert!(what.contains("index tensor 'slots' at [1, 0, 0]"), "{msg}");
         assert!(
             msg.contains("slots") && msg.contains(&bad.to_string()),
             "{msg}"

@@ -142,9 +142,51 @@ fn layout_rejects_ineligible_shapes_and_sizes() {
     assert!(!packed::eligible(DType::Q6_K, [512, 8, 1, 1]));
     assert!(!packed::eligible(DType::Q5_K, [256, 16, 1, 1]));
     let e = packed::pack(t, [32, 8, 1, 1], &d.clone(), &mut d).unwrap_err();
-    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(
+        matches!(&e, Error::BadValue { arg, value, .. }
+            if arg == "pack: tensor" && value == "q4_0 [32, 8, 1, 1]"),
+        "{e}"
+    );
     let e = packed::pack(t, [32, 16, 1, 1], &d.clone(), &mut d).unwrap_err();
+    assert!(
+        matches!(&e, Error::Length { what, expected: 288, got: 144 }
+            if what.starts_with("pack: input bytes")),
+        "{e}"
+    );
     assert!(e.to_string().contains("bytes"), "{e}");
+    let big = vec![0u8; 2 * d.len()];
+    let e = packed::unpack(t, [32, 16, 1, 1], &big, &mut d).unwrap_err();
+    assert!(
+        matches!(&e, Error::Length { what, expected: 288, got: 144 }
+            if what.starts_with("unpack: output bytes")),
+        "{e}"
+    );
+    let mut row = vec![0u8; t.row_size(32)];
+    let e = packed::unpack_row(t, [32, 16, 1, 1], &big, 16, &mut row).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::IndexOutOfRange {
+                index: 16,
+                len: 16,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = packed::unpack_row(t, [32, 16, 1, 1], &big, 3, &mut big[..4].to_vec()).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::Length {
+                expected: 18,
+                got: 4,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    packed::unpack_row(t, [32, 16, 1, 1], &big, 15, &mut row).unwrap();
 }
 
 // ---------------------------------------------------------------- kernels

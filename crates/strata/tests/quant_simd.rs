@@ -277,7 +277,11 @@ fn strata_isa_values_parse_and_resolve() {
     }
     for bad in ["", "sse", "avx-512", "avx512vnni", "native"] {
         let e = bad.parse::<Isa>().unwrap_err();
-        assert!(matches!(e, strata::Error::InvalidArgument(_)), "{bad}");
+        assert!(
+            matches!(&e, strata::Error::BadValue { arg, value, .. }
+                if arg == "STRATA_ISA" && *value == format!("{bad:?}")),
+            "{bad}: {e}"
+        );
         assert!(e.to_string().contains("STRATA_ISA"), "{e}");
     }
     use isa::resolve;
@@ -290,6 +294,11 @@ fn strata_isa_values_parse_and_resolve() {
     // A level above the CPU's, or of another architecture, is refused.
     let e = resolve(Some("vnni"), Isa::Avx2).unwrap_err();
     assert!(e.to_string().contains("avx2"), "{e}");
+    assert!(
+        matches!(&e, strata::Error::BadValue { arg, value, expected }
+            if arg == "STRATA_ISA" && value == "\"vnni\"" && expected.ends_with("up to avx2")),
+        "{e}"
+    );
     assert!(resolve(Some("neon"), Isa::Vnni).is_err());
     assert!(resolve(Some("avx2"), Isa::Neon).is_err());
     assert!(resolve(Some("avx2"), Isa::Scalar).is_err());

@@ -344,7 +344,15 @@ fn row_functions_refuse_mismatched_lengths() {
     let mut h = [0u8; 4];
     assert!(matches!(
         vector::f16_to_f32_row(isa, &[0u8; 4], &mut w),
-        Err(strata::Error::InvalidArgument(_))
+        Err(strata::Error::Length { what, expected: 6, got: 4 }) if what.starts_with("f16_to_f32_row")
+    ));
+    assert!(matches!(
+        vector::f32_to_bf16_row(isa, &[1.0; 3], &mut h),
+        Err(strata::Error::Length {
+            expected: 6,
+            got: 4,
+            ..
+        })
     ));
     assert!(vector::bf16_to_f32_row(isa, &[0u8; 7], &mut w).is_err());
     assert!(vector::f32_to_f16_row(isa, &[1.0; 3], &mut h).is_err());

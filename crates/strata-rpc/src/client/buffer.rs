@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use strata::backend::{Buffer, BufferType, BufferUsage};
+use strata::error::TensorProblem;
 use strata::ops::Op;
 use strata::{Error, Result, Tensor};
 
@@ -191,11 +192,13 @@ impl RpcBuffer {
         let rec = record(&self.conn, tensor, false, None)?;
         let st = tensor.storage_or_err()?;
         if rec.buffer != self.handle || offset < st.offset {
-            return Err(Error::InvalidArgument(format!(
-                "tensor '{}' is not in RPC buffer {:#x}",
-                tensor.name(),
-                self.handle
-            )));
+            return Err(Error::BadTensor {
+                op: "RPC buffer access",
+                tensor: tensor.name(),
+                problem: TensorProblem::ForeignBuffer {
+                    owner: format!("RPC buffer {:#x}", self.handle),
+                },
+            });
         }
         Ok((rec, (offset - st.offset) as u64))
     }

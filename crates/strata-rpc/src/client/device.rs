@@ -7,6 +7,7 @@ use std::sync::Arc;
 use strata::backend::{
     same_buffer_type, Backend, BufferType, Device, DeviceMemory, DeviceType, Event,
 };
+use strata::error::TensorProblem;
 use strata::{Error, Graph, Result, Tensor};
 
 use super::buffer::RpcBufferType;
@@ -151,11 +152,13 @@ impl RpcBackend {
         for n in graph.nodes() {
             let rec = record(&self.conn, n, true, Some(graph))?;
             if rec.buffer == 0 && !n.is_view() {
-                return Err(Error::InvalidArgument(format!(
-                    "node '{}' is not allocated in a buffer of {}: allocate the graph with this device's buffer type",
-                    n.name(),
-                    self.device.name
-                )));
+                return Err(Error::BadTensor {
+                    op: "RPC graph_compute",
+                    tensor: n.name(),
+                    problem: TensorProblem::ForeignBuffer {
+                        owner: self.device.name.clone(),
+                    },
+                });
             }
             msg.nodes.push(n.id().get());
             stack.push(n.clone());
@@ -166,11 +169,13 @@ impl RpcBackend {
                 let is_node = nodes.contains(&t.id());
                 let rec = record(&self.conn, &t, is_node, Some(graph))?;
                 if rec.buffer == 0 {
-                    return Err(Error::InvalidArgument(format!(
-                        "tensor '{}' used by the graph is not in a buffer of {}",
-                        t.name(),
-                        self.device.name
-                    )));
+                    return Err(Error::BadTensor {
+                        op: "RPC graph_compute",
+                        tensor: t.name(),
+                        problem: TensorProblem::ForeignBuffer {
+                            owner: self.device.name.clone(),
+                        },
+                    });
                 }
                 msg.tensors.push(rec);
                 stack.extend(graph.srcs(&t).cloned());

@@ -165,11 +165,15 @@ impl DeviceProvider for RpcProvider {
     fn device(&self, name: &str) -> Result<Option<Arc<dyn Device>>> {
         let Some((index, endpoint)) = parse_device_name(name) else {
             if name.starts_with("RPC") && name.contains('[') {
-                return Err(Error::InvalidArgument(format!(
-                    "'{name}' is not an RPC device name: write RPC[host:port] (or RPC<n>[host:port] \
-                     for device n of the server), e.g. RPC[127.0.0.1:{}]",
-                    crate::proto::DEFAULT_PORT
-                )));
+                return Err(Error::BadValue {
+                    arg: "RPC device name".into(),
+                    value: format!("'{name}'"),
+                    expected: format!(
+                        "RPC[host:port] (or RPC<n>[host:port] for device n of the server), \
+                         e.g. RPC[127.0.0.1:{}]",
+                        crate::proto::DEFAULT_PORT
+                    ),
+                });
             }
             return Ok(None);
         };
@@ -177,10 +181,11 @@ impl DeviceProvider for RpcProvider {
         let i = index.unwrap_or(0) as usize;
         match devices.get(i) {
             Some(d) => Ok(Some(d.clone())),
-            None => Err(Error::InvalidArgument(format!(
-                "{name}: the server at {endpoint} has {} device(s)",
-                devices.len()
-            ))),
+            None => Err(Error::index(
+                format!("{name}: device of the server at {endpoint}"),
+                i,
+                devices.len(),
+            )),
         }
     }
 }

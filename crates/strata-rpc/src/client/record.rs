@@ -6,11 +6,10 @@ use super::conn::Conn;
 use crate::proto::{RpcTensor, FLAG_COMPUTE};
 
 fn u32_field(t: &Tensor, what: &str, v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| {
-        Error::InvalidArgument(format!(
-            "tensor '{}': {what} {v} does not fit the RPC protocol's 32-bit fields",
-            t.name()
-        ))
+    u32::try_from(v).map_err(|_| Error::BadValue {
+        arg: format!("RPC: tensor '{}': {what}", t.name()),
+        value: v.to_string(),
+        expected: format!("at most {} (the protocol's fields are 32-bit)", u32::MAX),
     })
 }
 

@@ -257,9 +257,11 @@ impl Session {
         };
         let buffer = match (base, usize::try_from(size)) {
             (Some(_), Ok(sz)) => buft.alloc_buffer(sz),
-            _ => Err(strata::Error::InvalidArgument(
-                "address space exhausted".into(),
-            )),
+            _ => Err(strata::Error::OutOfMemory {
+                buffer_type: buft.name(),
+                requested: usize::try_from(size).unwrap_or(usize::MAX),
+                msg: "the server's address space for buffers is exhausted".into(),
+            }),
         };
         match (buffer, base) {
             (Ok(buffer), Some(base)) => {

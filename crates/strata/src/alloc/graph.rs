@@ -29,9 +29,11 @@ impl Planner {
     /// the default [`Strategy`].
     pub fn new(buffer_types: &[Arc<dyn BufferType>]) -> Result<Planner> {
         if buffer_types.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a graph planner needs at least one buffer type".into(),
-            ));
+            return Err(Error::BadValue {
+                arg: "Planner::new: buffer types".into(),
+                value: "an empty list".into(),
+                expected: "at least one buffer type".into(),
+            });
         }
         let mut arenas: Vec<Arc<dyn BufferType>> = Vec::new();
         let mut arena_of = Vec::with_capacity(buffer_types.len());
@@ -210,20 +212,22 @@ impl Planner {
             return Ok(vec![0; n]);
         };
         if ids.len() != n {
-            return Err(Error::InvalidArgument(format!(
-                "{} {what} buffer ids given for a graph with {n} {what}s",
-                ids.len()
-            )));
+            return Err(Error::Length {
+                what: format!("graph planner: {what} buffer ids (one per {what})"),
+                expected: n,
+                got: ids.len(),
+            });
         }
         if let Some((i, &id)) = ids
             .iter()
             .enumerate()
             .find(|(_, &id)| id >= self.bufts.len())
         {
-            return Err(Error::InvalidArgument(format!(
-                "{what} {i} has buffer id {id}, but the planner has {} buffer types",
-                self.bufts.len()
-            )));
+            return Err(Error::index(
+                format!("graph planner: buffer id of {what} {i} (a buffer type)"),
+                id,
+                self.bufts.len(),
+            ));
         }
         Ok(ids.to_vec())
     }
@@ -475,11 +479,11 @@ impl GraphAllocator {
 
     fn place(&mut self, plan: &Plan, graph: &Graph) -> Result<()> {
         if plan.buffers.len() != self.buffers.len() {
-            return Err(Error::InvalidArgument(format!(
-                "the plan has {} buffers, this allocator {}",
-                plan.buffers.len(),
-                self.buffers.len()
-            )));
+            return Err(Error::Length {
+                what: "graph allocator: buffers of the plan (one per allocator buffer)".into(),
+                expected: self.buffers.len(),
+                got: plan.buffers.len(),
+            });
         }
         for (a, bp) in plan.buffers.iter().enumerate() {
             let size = self.buffers[a].as_ref().map(|b| b.size());

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::backend::{align_up, Buffer};
+use crate::error::TensorProblem;
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -66,17 +67,20 @@ impl LinearAllocator {
     /// already has storage, or does not fit in what is left of the buffer.
     pub fn alloc(&mut self, tensor: &Tensor) -> Result<()> {
         if tensor.is_view() {
-            return Err(Error::InvalidArgument(format!(
-                "linear allocator: tensor '{}' is a view; allocate its base '{}' instead",
-                tensor.name(),
-                tensor.storage_owner().name()
-            )));
+            return Err(Error::BadTensor {
+                op: "linear allocator",
+                tensor: tensor.name(),
+                problem: TensorProblem::View {
+                    base: tensor.storage_owner().name(),
+                },
+            });
         }
         if tensor.is_allocated() {
-            return Err(Error::InvalidArgument(format!(
-                "linear allocator: tensor '{}' already has a buffer",
-                tensor.name()
-            )));
+            return Err(Error::BadTensor {
+                op: "linear allocator",
+                tensor: tensor.name(),
+                problem: TensorProblem::HasBuffer,
+            });
         }
         let buft = self.buffer.buffer_type();
         let size = align_up(buft.alloc_size(tensor), self.alignment);
@@ -99,5 +103,37 @@ impl LinearAllocator {
         self.buffer.init_tensor(tensor)?;
         self.offset = end;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::cpu_buffer_type;
+    use crate::{ops, DType};
+
+    #[test]
+    fn views_and_placed_tensors_are_refused_by_name() {
+        let mut lin = LinearAllocator::new(cpu_buffer_type().alloc_buffer(256).unwrap());
+        let a = Tensor::new(DType::F32, &[8]).unwrap().with_name("a");
+        lin.alloc(&a).unwrap();
+        let e = lin.alloc(&a).unwrap_err();
+        assert!(
+            matches!(&e, Error::BadTensor { op: "linear allocator", tensor, problem: TensorProblem::HasBuffer }
+                if tensor == "a"),
+            "{e}"
+        );
+        let v = ops::view_1d(&a, 4, 0).unwrap().with_name("v");
+        let e = lin.alloc(&v).unwrap_err();
+        assert!(
+            matches!(&e, Error::BadTensor { op: "linear allocator", tensor, problem: TensorProblem::View { base } }
+                if tensor == "v" && base == "a"),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "linear allocator: tensor 'v' is a view: use its base tensor 'a' instead"
+        );
+        assert_eq!(lin.used(), 64, "nothing placed by the refusals");
     }
 }

@@ -141,11 +141,11 @@ pub trait Device: Send + Sync {
         if params.trim().is_empty() {
             return self.init_backend();
         }
-        Err(Error::InvalidArgument(format!(
-            "device '{}' takes no init parameters (got '{params}'); use '{}' alone",
-            self.name(),
-            self.name()
-        )))
+        Err(Error::BadValue {
+            arg: format!("init parameters of device '{}'", self.name()),
+            value: format!("'{params}'"),
+            expected: format!("none: this device takes none, use '{}' alone", self.name()),
+        })
     }
     /// The device's own memory.
     fn default_buffer_type(&self) -> Arc<dyn BufferType>;
@@ -223,11 +223,10 @@ impl Registry {
                 return Ok(d);
             }
         }
-        let known: Vec<String> = self.devices().iter().map(|d| d.name()).collect();
-        Err(Error::InvalidArgument(format!(
-            "no device named '{name}' (known: {})",
-            known.join(", ")
-        )))
+        Err(Error::UnknownDevice {
+            name: name.into(),
+            known: self.devices().iter().map(|d| d.name()).collect(),
+        })
     }
 
     /// A new backend on the device called `name`.
@@ -247,10 +246,11 @@ impl Registry {
                     .iter()
                     .map(|d| format!("{} ({:?})", d.name(), d.device_type()))
                     .collect();
-                Error::InvalidArgument(format!(
-                    "no device of type {ty:?} (devices: {})",
-                    known.join(", ")
-                ))
+                Error::BadValue {
+                    arg: "device type".into(),
+                    value: format!("{ty:?}"),
+                    expected: format!("the type of a device there is: {}", known.join(", ")),
+                }
             })
     }
 
@@ -277,5 +277,26 @@ pub fn split_spec(spec: &str) -> (&str, &str) {
     match spec[from..].find(':') {
         Some(i) => (&spec[..from + i], &spec[from + i + 1..]),
         None => (spec, ""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_device_lists_the_known_ones() {
+        let mut reg = Registry::new();
+        reg.register(Arc::new(crate::cpu::CpuProvider));
+        assert_eq!(reg.device("CPU").unwrap().name(), "CPU");
+        let e = reg.device("NPU9").err().unwrap();
+        assert!(
+            matches!(&e, Error::UnknownDevice { name, known } if name == "NPU9" && *known == ["CPU"]),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "no device named 'NPU9' (known: CPU); give one of those names"
+        );
     }
 }

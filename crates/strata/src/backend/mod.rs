@@ -109,19 +109,22 @@ pub fn tensor_copy(src: &Tensor, dst: &Tensor) -> Result<()> {
         || src.nb() != dst.nb()
         || src.nbytes() != dst.nbytes()
     {
-        return Err(Error::InvalidArgument(format!(
-            "tensor_copy: '{}' ({} {:?} strides {:?}) and '{}' ({} {:?} strides {:?}) differ in \
-             layout: a byte copy needs the same type, shape and strides; copy element by \
-             element with ops::cpy in a graph",
-            src.name(),
-            src.dtype(),
-            src.ne(),
-            src.nb(),
-            dst.name(),
-            dst.dtype(),
-            dst.ne(),
-            dst.nb()
-        )));
+        return Err(Error::shape(
+            "tensor_copy",
+            format!(
+                "'{}' ({} {:?} strides {:?}) and '{}' ({} {:?} strides {:?}) differ in layout: \
+                 a byte copy needs one type, shape and strides; copy element by element with \
+                 ops::cpy in a graph",
+                src.name(),
+                src.dtype(),
+                src.ne(),
+                src.nb(),
+                dst.name(),
+                dst.dtype(),
+                dst.ne(),
+                dst.nb()
+            ),
+        ));
     }
     let n = src.nbytes();
     let (sst, sabs) = checked_range(src, 0, n)?;

@@ -192,10 +192,10 @@ impl HostBuffer {
 
     fn check_writable(&self, tensor: &Tensor) -> Result<()> {
         if self.read_only {
-            return Err(Error::InvalidArgument(format!(
-                "tensor '{}' lives in a read-only buffer (a mapped file); copy it to a writable buffer first",
-                tensor.name()
-            )));
+            return Err(Error::ReadOnly {
+                buffer: self.name(),
+                what: format!("writing tensor '{}'", tensor.name()),
+            });
         }
         Ok(())
     }
@@ -287,12 +287,41 @@ impl Buffer for HostBuffer {
     }
     fn clear(&self, value: u8) -> Result<()> {
         if self.read_only {
-            return Err(Error::InvalidArgument(
-                "cannot clear a read-only host buffer".into(),
-            ));
+            return Err(Error::ReadOnly {
+                buffer: self.name(),
+                what: "clear".into(),
+            });
         }
         // SAFETY: the whole buffer is ours.
         unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), value, self.size) }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::DType;
+
+    #[test]
+    fn read_only_buffers_name_the_refused_write() {
+        let keep = vec![0u8; 64];
+        let ptr = NonNull::new(keep.as_ptr() as *mut u8).unwrap();
+        // SAFETY: `keep` is moved into the buffer as its owner and never written.
+        let buf: Arc<dyn Buffer> =
+            Arc::new(unsafe { HostBuffer::from_raw_parts(ptr, 64, Box::new(keep), true) });
+        let w = Tensor::new(DType::F32, &[4]).unwrap().with_name("w");
+        w.set_storage(buf.clone(), 0).unwrap();
+        let e = w.write_bytes(0, &[0u8; 16]).unwrap_err();
+        assert!(
+            matches!(&e, Error::ReadOnly { buffer, what }
+                if *buffer == buf.name() && what == "writing tensor 'w'"),
+            "{e}"
+        );
+        let e = buf.clear(0).unwrap_err();
+        assert!(
+            matches!(&e, Error::ReadOnly { buffer, what } if *buffer == buf.name() && what == "clear"),
+            "{e}"
+        );
     }
 }

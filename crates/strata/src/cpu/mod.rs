@@ -235,10 +235,10 @@ impl CpuBackend {
     pub fn from_params(params: &str) -> Result<CpuBackend> {
         let mut be = CpuBackend::new(default_threads());
         for kv in params.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let bad = |why: &str| {
-                Error::InvalidArgument(format!(
-                    "CPU init parameter '{kv}': {why} (known: threads=N, isa=LEVEL)"
-                ))
+            let bad = |why: &str| Error::BadValue {
+                arg: "CPU init parameter".into(),
+                value: format!("'{kv}'"),
+                expected: format!("threads=N or isa=LEVEL ({why})"),
             };
             match kv.split_once('=') {
                 Some(("threads", n)) => {
@@ -287,15 +287,15 @@ impl CpuBackend {
     /// Runs the SIMD kernels at level `isa` (e.g. [`Isa::Scalar`] to compare
     /// with the reference in one process).
     ///
-    /// Errors: [`Error::InvalidArgument`] if this CPU cannot run `isa`
+    /// Errors: [`Error::BadValue`] if this CPU cannot run `isa`
     /// (see [`isa::detected`]); the level is left unchanged.
     pub fn set_isa(&mut self, isa: Isa) -> Result<()> {
         if !isa.is_supported() {
-            return Err(Error::InvalidArgument(format!(
-                "CPU backend: instruction-set level {isa} is not supported by this CPU \
-                 (it supports up to {})",
-                isa::detected()
-            )));
+            return Err(Error::BadValue {
+                arg: "CpuBackend::set_isa: instruction-set level".into(),
+                value: isa.name().into(),
+                expected: format!("a level this CPU supports, up to {}", isa::detected()),
+            });
         }
         self.isa = isa;
         Ok(())

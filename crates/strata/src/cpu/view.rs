@@ -44,11 +44,10 @@ impl TView {
             ),
         })?;
         if writable && st.buffer.is_read_only() {
-            return Err(Error::InvalidArgument(format!(
-                "tensor '{}' would be computed into read-only buffer '{}'",
-                t.name(),
-                st.buffer.name()
-            )));
+            return Err(Error::ReadOnly {
+                buffer: st.buffer.name(),
+                what: format!("computing tensor '{}'", t.name()),
+            });
         }
         let packed = match st.buffer.tensor_layout(t) {
             TensorLayout::Plain => false,

@@ -234,14 +234,18 @@ impl GgufFile {
             .map_err(|e| Error::io(format!("reading metadata of {source}"), e))?;
         if !meta.is_file() {
             // Mapping a directory fails with "No such device (os error 19)".
-            return Err(Error::InvalidArgument(format!(
-                "{source} is {}, not a GGUF file: give the path of a .gguf file",
-                if meta.is_dir() {
-                    "a directory"
-                } else {
-                    "not a regular file"
-                }
-            )));
+            return Err(Error::BadValue {
+                arg: "GgufFile::open: path".into(),
+                value: format!(
+                    "{source} (it is {})",
+                    if meta.is_dir() {
+                        "a directory"
+                    } else {
+                        "not a regular file"
+                    }
+                ),
+                expected: "the path of a .gguf file".into(),
+            });
         }
         let len = meta.len();
         let bytes = if len == 0 {

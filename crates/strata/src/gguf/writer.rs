@@ -62,8 +62,14 @@ impl Default for GgufWriter<'_> {
     }
 }
 
-fn invalid(msg: String) -> Error {
-    Error::InvalidArgument(msg)
+/// A value the writer refuses: it would make a malformed file. `field`
+/// names the key or tensor as the reader's errors do.
+fn invalid(field: impl Into<String>, msg: impl Into<String>) -> Error {
+    Error::Format {
+        source_name: "GGUF writer".into(),
+        field: field.into(),
+        msg: msg.into(),
+    }
 }
 
 impl<'a> GgufWriter<'a> {
@@ -83,7 +89,12 @@ impl<'a> GgufWriter<'a> {
         let a = u32::try_from(alignment)
             .ok()
             .filter(|a| a.is_power_of_two())
-            .ok_or_else(|| invalid(format!("alignment {alignment} is not a u32 power of two")))?;
+            .ok_or_else(|| {
+                invalid(
+                    "alignment",
+                    format!("{alignment} is not a u32 power of two"),
+                )
+            })?;
         self.alignment = alignment;
         self.metadata
             .insert(ALIGNMENT_KEY.to_owned(), Value::U32(a), true)
@@ -101,24 +112,26 @@ impl<'a> GgufWriter<'a> {
         let key = key.into();
         let value = value.into();
         if self.metadata.contains_key(&key) {
-            return Err(invalid(format!("metadata key '{key}' added twice")));
+            return Err(invalid(format!("metadata key '{key}'"), "added twice"));
         }
         if let Value::Array(a) = &value {
             if array_depth(a) > MAX_ARRAY_DEPTH {
-                return Err(invalid(format!(
-                    "metadata key '{key}': arrays nested deeper than {MAX_ARRAY_DEPTH} levels \
-                     cannot be read back"
-                )));
+                return Err(invalid(
+                    format!("metadata key '{key}'"),
+                    format!(
+                        "arrays nested deeper than {MAX_ARRAY_DEPTH} levels cannot be read back"
+                    ),
+                ));
             }
         }
         if key == ALIGNMENT_KEY {
             match value {
                 Value::U32(a) if a.is_power_of_two() => self.alignment = a as usize,
                 _ => {
-                    return Err(invalid(format!(
-                        "{ALIGNMENT_KEY} must be a u32 power of two, got {}",
-                        value.summary()
-                    )))
+                    return Err(invalid(
+                        format!("metadata key '{ALIGNMENT_KEY}'"),
+                        format!("must be a u32 power of two, got {}", value.summary()),
+                    ))
                 }
             }
         }
@@ -144,10 +157,13 @@ impl<'a> GgufWriter<'a> {
         let data = data.into();
         let size = self.check_tensor(&name, dtype, dims)?;
         if data.len() != size {
-            return Err(invalid(format!(
-                "tensor '{name}': {} bytes given, a {dtype} tensor of shape {dims:?} takes {size}",
-                data.len()
-            )));
+            return Err(invalid(
+                format!("tensor '{name}'"),
+                format!(
+                    "{} bytes given, a {dtype} tensor of shape {dims:?} takes {size}",
+                    data.len()
+                ),
+            ));
         }
         self.push_tensor(name, dtype, dims, size, Some(data));
         Ok(())
@@ -191,39 +207,47 @@ impl<'a> GgufWriter<'a> {
     /// Checks a new tensor's name, shape and type; returns its byte size.
     fn check_tensor(&self, name: &str, dtype: DType, dims: &[usize]) -> Result<usize> {
         if name.is_empty() {
-            return Err(invalid("tensor name is empty".into()));
+            return Err(invalid("tensor name", "empty: give every tensor a name"));
         }
         if self.names.contains(name) {
-            return Err(invalid(format!("tensor '{name}' added twice")));
+            return Err(invalid(format!("tensor '{name}'"), "added twice"));
         }
         if dims.is_empty() || dims.len() > MAX_DIMS || dims.contains(&0) {
-            return Err(invalid(format!(
-                "tensor '{name}': shape {dims:?} must have 1 to {MAX_DIMS} non-zero dimensions"
-            )));
+            return Err(invalid(
+                format!("tensor '{name}'"),
+                format!("shape {dims:?} must have 1 to {MAX_DIMS} non-zero dimensions"),
+            ));
         }
         if !dims[0].is_multiple_of(dtype.block_size()) {
-            return Err(invalid(format!(
-                "tensor '{name}': ne[0] = {} is not a multiple of the {dtype} block size {}",
-                dims[0],
-                dtype.block_size()
-            )));
+            return Err(invalid(
+                format!("tensor '{name}'"),
+                format!(
+                    "ne[0] = {} is not a multiple of the {dtype} block size {}",
+                    dims[0],
+                    dtype.block_size()
+                ),
+            ));
         }
         let size = dims[1..]
             .iter()
             .try_fold(dims[0] / dtype.block_size(), |acc, &d| acc.checked_mul(d))
             .and_then(|blocks| blocks.checked_mul(dtype.type_size()))
-            .ok_or_else(|| invalid(format!("tensor '{name}': size of {dims:?} overflows")))?;
+            .ok_or_else(|| {
+                invalid(
+                    format!("tensor '{name}'"),
+                    format!("size of {dims:?} overflows"),
+                )
+            })?;
         Ok(size)
     }
 
     /// Refuses a writer with tensors declared without bytes.
     fn check_complete(&self) -> Result<()> {
         match self.tensors.iter().find(|t| t.data.is_none()) {
-            Some(t) => Err(invalid(format!(
-                "tensor '{}' was declared without its bytes (add_tensor_info): stream the \
-                 file with stream_to",
-                t.name
-            ))),
+            Some(t) => Err(invalid(
+                format!("tensor '{}'", t.name),
+                "declared without its bytes (add_tensor_info): stream the file with stream_to",
+            )),
             None => Ok(()),
         }
     }
@@ -370,19 +394,24 @@ impl<'a, W: Write> GgufStream<'a, W> {
     /// run past the end of the current tensor.
     pub fn write_data(&mut self, bytes: &[u8]) -> Result<()> {
         let Some(t) = self.tensors.get(self.current) else {
-            return Err(invalid(format!(
-                "{} bytes given after the last tensor was written",
-                bytes.len()
-            )));
+            return Err(invalid(
+                "tensor data",
+                format!(
+                    "{} bytes given after the last tensor was written",
+                    bytes.len()
+                ),
+            ));
         };
         if bytes.len() > t.size - self.written {
-            return Err(invalid(format!(
-                "tensor '{}': {} bytes given, {} of its {} bytes are left",
-                t.name,
-                bytes.len(),
-                t.size - self.written,
-                t.size
-            )));
+            return Err(invalid(
+                format!("tensor '{}'", t.name),
+                format!(
+                    "{} bytes given, {} of its {} bytes are left",
+                    bytes.len(),
+                    t.size - self.written,
+                    t.size
+                ),
+            ));
         }
         self.w
             .write_all(bytes)
@@ -427,10 +456,13 @@ impl<'a, W: Write> GgufStream<'a, W> {
     /// underlying writer.
     pub fn finish(mut self) -> Result<W> {
         if let Some(t) = self.tensors.get(self.current) {
-            return Err(invalid(format!(
-                "tensor '{}': {} of its {} bytes written when the stream was finished",
-                t.name, self.written, t.size
-            )));
+            return Err(invalid(
+                format!("tensor '{}'", t.name),
+                format!(
+                    "{} of its {} bytes written when the stream was finished",
+                    self.written, t.size
+                ),
+            ));
         }
         self.w.flush().map_err(|e| Error::io("writing GGUF", e))?;
         Ok(self.w)

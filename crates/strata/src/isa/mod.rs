@@ -103,11 +103,12 @@ impl std::str::FromStr for Isa {
         Isa::ALL
             .into_iter()
             .find(|i| i.name().eq_ignore_ascii_case(t))
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "STRATA_ISA: unknown instruction-set level {s:?}; expected one of \
-                     scalar, avx2, avx512, vnni, neon"
-                ))
+            .ok_or_else(|| Error::BadValue {
+                arg: "STRATA_ISA".into(),
+                value: format!("{s:?}"),
+                expected: "an instruction-set level: one of scalar, avx2, avx512, vnni, \
+                               neon"
+                    .into(),
             })
     }
 }
@@ -151,8 +152,8 @@ fn detect() -> Isa {
 /// The level to use given the detected level and an optional `STRATA_ISA`
 /// value: the requested level if the CPU supports it, else the detected one.
 ///
-/// Errors: [`Error::InvalidArgument`] for an unknown name, or for a level
-/// this CPU cannot run (naming both).
+/// Errors: [`Error::BadValue`] for an unknown name, or for a level this CPU
+/// cannot run (naming both).
 pub fn resolve(requested: Option<&str>, detected: Isa) -> Result<Isa> {
     let Some(s) = requested else {
         return Ok(detected);
@@ -161,10 +162,11 @@ pub fn resolve(requested: Option<&str>, detected: Isa) -> Result<Isa> {
     if want <= detected && want.same_arch(detected) {
         Ok(want)
     } else {
-        Err(Error::InvalidArgument(format!(
-            "STRATA_ISA={s}: this CPU supports up to {detected}; \
-             choose a level at or below it"
-        )))
+        Err(Error::BadValue {
+            arg: "STRATA_ISA".into(),
+            value: format!("{s:?}"),
+            expected: format!("a level this CPU supports, up to {detected}"),
+        })
     }
 }
 

@@ -16,8 +16,11 @@ fn f(x: f32) -> i32 {
 fn fl(x: i32) -> f32 {
     f32::from_bits(x as u32)
 }
-fn nonneg(op: &str, what: &str, x: i32) -> Result<usize> {
-    usize::try_from(x).map_err(|_| Error::InvalidArgument(format!("{op}: {what} {x} is negative")))
+fn nonneg(id: u32, op: &str, what: &str, x: i32) -> Result<usize> {
+    usize::try_from(x).map_err(|_| Error::GgmlOp {
+        id,
+        msg: format!("{op} {what} {x} is negative"),
+    })
 }
 
 impl Op {
@@ -135,7 +138,7 @@ impl Op {
     /// The typed op for ggml's (op id, op_params); an error for ops strata
     /// does not implement or parameters it cannot accept.
     pub fn from_ggml(id: u32, p: &OpParams) -> Result<Op> {
-        let bad = |msg: String| Error::InvalidArgument(format!("ggml op {id}: {msg}"));
+        let bad = |msg: String| Error::GgmlOp { id, msg };
         Ok(match id {
             0 => Op::None,
             1 => Op::Dup,
@@ -154,7 +157,7 @@ impl Op {
             18 => Op::Argmax,
             20 => Op::Repeat,
             22 => Op::Concat {
-                dim: nonneg("CONCAT", "dim", p[0])?,
+                dim: nonneg(id, "CONCAT", "dim", p[0])?,
             },
             24 => Op::Norm { eps: fl(p[0]) },
             25 => Op::RmsNorm { eps: fl(p[0]) },
@@ -178,7 +181,7 @@ impl Op {
             38 => {
                 let mut axes = [0; 4];
                 for i in 0..4 {
-                    axes[i] = nonneg("PERMUTE", "axis", p[i])?;
+                    axes[i] = nonneg(id, "PERMUTE", "axis", p[i])?;
                 }
                 Op::Permute { axes }
             }
@@ -186,7 +189,7 @@ impl Op {
             40 => Op::GetRows,
             42 => Op::SetRows,
             44 => Op::DiagMaskInf {
-                n_past: nonneg("DIAG_MASK_INF", "n_past", p[0])?,
+                n_past: nonneg(id, "DIAG_MASK_INF", "n_past", p[0])?,
             },
             46 => Op::SoftMax {
                 scale: fl(p[0]),
@@ -206,9 +209,9 @@ impl Op {
                     return Err(bad("rope sections / offsets are not supported".into()));
                 }
                 Op::Rope(RopeParams {
-                    n_dims: nonneg("ROPE", "n_dims", p[1])?,
+                    n_dims: nonneg(id, "ROPE", "n_dims", p[1])?,
                     mode,
-                    n_ctx_orig: nonneg("ROPE", "n_ctx_orig", p[4])?,
+                    n_ctx_orig: nonneg(id, "ROPE", "n_ctx_orig", p[4])?,
                     freq_base: fl(p[5]),
                     freq_scale: fl(p[6]),
                     ext_factor: fl(p[7]),
@@ -320,9 +323,19 @@ mod tests {
             [3, 30, 70]
         );
         assert_eq!(&Op::View { offset: 4 }.to_ggml_params()[..2], &[4, 0]);
-        assert!(Op::from_ggml(95, &[0; 16]).is_err()); // CUSTOM: host pointers, refused
-        assert!(Op::from_ggml(1000, &[0; 16]).is_err());
-        assert!(Op::from_ggml(91, &[99; 16]).is_err());
-        assert!(Op::from_ggml(38, &[-1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_err());
+        let refused = |id: u32, p: &OpParams, want: &str| match Op::from_ggml(id, p) {
+            Err(Error::GgmlOp { id: got, msg }) => {
+                assert_eq!(got, id);
+                assert_eq!(msg, want);
+            }
+            r => panic!("ggml op {id}: {r:?}"),
+        };
+        // CUSTOM: host pointers, refused
+        refused(95, &[0; 16], "op not supported by strata");
+        refused(1000, &[0; 16], "unknown op id");
+        refused(91, &[99; 16], "unary op 99 is not supported");
+        let mut p = [0; 16];
+        p[2] = -1;
+        refused(38, &p, "PERMUTE axis -1 is negative");
     }
 }

@@ -242,15 +242,19 @@ fn whole_blocks(dtype: DType, n: usize) -> bool {
 fn check_row(op: &'static str, dtype: DType, n: usize, bytes: usize) -> Result<()> {
     let bs = dtype.block_size();
     if !whole_blocks(dtype, n) {
-        return Err(Error::InvalidArgument(format!(
-            "{op} {dtype}: {n} elements is not a multiple of the block size {bs}"
-        )));
+        return Err(Error::BadValue {
+            arg: format!("{op} {dtype}: element count"),
+            value: n.to_string(),
+            expected: format!("a multiple of the block size {bs}"),
+        });
     }
     let want = dtype.row_size(n);
     if bytes != want {
-        return Err(Error::InvalidArgument(format!(
-            "{op} {dtype}: {n} elements need {want} bytes, got a buffer of {bytes}"
-        )));
+        return Err(Error::Length {
+            what: format!("{op} {dtype}: bytes for {n} elements"),
+            expected: want,
+            got: bytes,
+        });
     }
     Ok(())
 }
@@ -277,21 +281,24 @@ const fn searches_scales(dtype: DType) -> bool {
 /// on every CPU.
 ///
 /// Accepts F32 (a little-endian copy), F16, BF16 and every block format.
-/// Errors: [`Error::Type`] for the integer types, [`Error::InvalidArgument`]
-/// if `src.len()` is not a multiple of the block size,
-/// `dst.len() != dtype.row_size(src.len())`, or (K-quants, Q8_K, IQ4_NL,
-/// IQ4_XS) `src` holds a NaN or an infinity; `dst` is left untouched on
+/// Errors: [`Error::Type`] for the integer types, [`Error::BadValue`] if
+/// `src.len()` is not a multiple of the block size or (K-quants, Q8_K,
+/// IQ4_NL, IQ4_XS) `src` holds a NaN or an infinity, [`Error::Length`] if
+/// `dst.len() != dtype.row_size(src.len())`; `dst` is left untouched on
 /// error.
 pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
     let f = quantize_row_fn(dtype).ok_or_else(|| unsupported("quantize_row", dtype))?;
     check_row("quantize_row", dtype, src.len(), dst.len())?;
     if searches_scales(dtype) {
         if let Some(i) = src.iter().position(|v| !v.is_finite()) {
-            return Err(Error::InvalidArgument(format!(
-                "quantize_row {dtype}: element {i} is {}; {dtype} cannot represent \
-                 NaN or infinity (its scales are searched from the values)",
-                src[i]
-            )));
+            return Err(Error::BadValue {
+                arg: format!("quantize_row {dtype}: element {i}"),
+                value: src[i].to_string(),
+                expected: format!(
+                    "a finite value ({dtype} searches its scales from the values and cannot \
+                     represent NaN or infinity)"
+                ),
+            });
         }
     }
     f(src, dst);
@@ -301,8 +308,8 @@ pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
 /// Dequantizes (or converts) the `dtype` row `src` into the f32 row `dst`.
 ///
 /// `dst.len()` is the element count. Errors: [`Error::Type`] for the integer
-/// types, [`Error::InvalidArgument`] if `dst.len()` is not a multiple of the
-/// block size or `src.len() != dtype.row_size(dst.len())`.
+/// types, [`Error::BadValue`] if `dst.len()` is not a multiple of the block
+/// size, [`Error::Length`] if `src.len() != dtype.row_size(dst.len())`.
 pub fn dequantize_row(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
     let f = dequantize_row_fn(dtype).ok_or_else(|| unsupported("dequantize_row", dtype))?;
     check_row("dequantize_row", dtype, dst.len(), src.len())?;
@@ -317,7 +324,8 @@ pub fn dequantize_row(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
 /// f32 products summed in f64 for the float types).
 ///
 /// Errors: [`Error::Type`] if `dtype` has no dot product (Q8_1, Q8_K,
-/// integer types), [`Error::InvalidArgument`] on a length mismatch.
+/// integer types), [`Error::BadValue`] if `n` is not a multiple of the block
+/// size, [`Error::Length`] if a row's bytes do not match `n`.
 pub fn vec_dot(dtype: DType, n: usize, x: &[u8], y: &[u8]) -> Result<f32> {
     let f = vec_dot_fn(dtype).ok_or_else(|| {
         Error::dtype(
@@ -448,17 +456,30 @@ mod tests {
             dequantize_row(DType::I8, &b[..64], &mut y),
             Err(Error::Type { .. })
         ));
-        assert!(matches!(
-            quantize_row(DType::Q4_0, &x[..40], &mut b[..18]),
-            Err(Error::InvalidArgument(_))
-        ));
+        match quantize_row(DType::Q4_0, &x[..40], &mut b[..18]) {
+            Err(Error::BadValue {
+                arg,
+                value,
+                expected,
+            }) => {
+                assert_eq!(arg, "quantize_row q4_0: element count");
+                assert_eq!(value, "40");
+                assert_eq!(expected, "a multiple of the block size 32");
+            }
+            r => panic!("{r:?}"),
+        }
         assert!(matches!(
             quantize_row(DType::Q4_0, &x, &mut b[..35]),
-            Err(Error::InvalidArgument(_))
+            Err(Error::Length { what, expected: 36, got: 35 })
+                if what == "quantize_row q4_0: bytes for 64 elements"
         ));
         assert!(matches!(
             dequantize_row(DType::Q8_0, &b[..67], &mut y),
-            Err(Error::InvalidArgument(_))
+            Err(Error::Length {
+                expected: 68,
+                got: 67,
+                ..
+            })
         ));
         assert!(matches!(
             vec_dot(DType::Q8_1, 64, &b[..72], &b[..72]),
@@ -466,7 +487,8 @@ mod tests {
         ));
         assert!(matches!(
             vec_dot(DType::Q4_1, 64, &b[..40], &b[..68]),
-            Err(Error::InvalidArgument(_))
+            Err(Error::Length { what, expected: 72, got: 68 })
+                if what == "vec_dot q8_1: bytes for 64 elements"
         ));
         quantize_row(DType::Q4_0, &x, &mut b[..36]).unwrap();
         assert_eq!(vec_dot(DType::F32, 0, &[], &[]).unwrap(), 0.0);
@@ -489,8 +511,11 @@ mod tests {
                 let r = quantize_row(t, &x, &mut q);
                 if searches_scales(t) {
                     let e = r.unwrap_err();
-                    assert!(matches!(e, Error::InvalidArgument(_)), "{t}: {e}");
-                    assert!(e.to_string().contains(&format!("element {}", n - 3)), "{e}");
+                    let Error::BadValue { arg, value, .. } = &e else {
+                        panic!("{t}: {e}");
+                    };
+                    assert_eq!(arg, &format!("quantize_row {t}: element {}", n - 3));
+                    assert_eq!(value, &bad.to_string());
                     assert_eq!(q, before, "{t}: dst untouched");
                 } else {
                     r.unwrap();

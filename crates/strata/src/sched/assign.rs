@@ -271,9 +271,11 @@ impl State<'_> {
 /// Runs the five passes over `graph`.
 pub(crate) fn assign(graph: &Graph, env: &Env<'_>) -> Result<Assignment> {
     if env.backends.is_empty() {
-        return Err(Error::InvalidArgument(
-            "the scheduler has no backends".into(),
-        ));
+        return Err(Error::BadValue {
+            arg: "scheduler: backends".into(),
+            value: "an empty list".into(),
+            expected: "at least one backend, the CPU last".into(),
+        });
     }
     let mut st = State {
         env,

@@ -128,9 +128,11 @@ impl Scheduler {
         config: SchedConfig,
     ) -> Result<Scheduler> {
         if backends.is_empty() {
-            return Err(Error::InvalidArgument(
-                "the scheduler needs at least one backend (the CPU last)".into(),
-            ));
+            return Err(Error::BadValue {
+                arg: "Scheduler::new: backends".into(),
+                value: "an empty list".into(),
+                expected: "at least one backend, the CPU last".into(),
+            });
         }
         if backends.len() > config.max_backends {
             return Err(Error::Limit {
@@ -140,26 +142,35 @@ impl Scheduler {
                 knob: "SchedConfig::max_backends",
             });
         }
-        if config.n_copies == 0 || config.max_split_inputs == 0 || config.max_splits == 0 {
-            return Err(Error::InvalidArgument(
-                "n_copies, max_splits and max_split_inputs must be at least 1".into(),
-            ));
+        for (arg, value) in [
+            ("SchedConfig::n_copies", config.n_copies),
+            ("SchedConfig::max_splits", config.max_splits),
+            ("SchedConfig::max_split_inputs", config.max_split_inputs),
+        ] {
+            if value == 0 {
+                return Err(Error::BadValue {
+                    arg: arg.into(),
+                    value: "0".into(),
+                    expected: "at least 1".into(),
+                });
+            }
         }
         config.policy.check(backends.len())?;
         let last = backends.last().expect("non-empty");
         if last.device().device_type() != DeviceType::Cpu {
-            return Err(Error::InvalidArgument(format!(
-                "the last backend must be the CPU (the fallback), got '{}'",
-                last.name()
-            )));
+            return Err(Error::BadValue {
+                arg: "Scheduler::new: last backend".into(),
+                value: format!("'{}'", last.name()),
+                expected: "the CPU (the fallback)".into(),
+            });
         }
         let bufts = match bufts {
             Some(b) if b.len() != backends.len() => {
-                return Err(Error::InvalidArgument(format!(
-                    "{} buffer types for {} backends",
-                    b.len(),
-                    backends.len()
-                )))
+                return Err(Error::Length {
+                    what: "Scheduler::new: buffer types (one per backend)".into(),
+                    expected: backends.len(),
+                    got: b.len(),
+                })
             }
             Some(b) => b,
             None => backends.iter().map(|b| b.default_buffer_type()).collect(),
@@ -286,10 +297,11 @@ impl Scheduler {
     /// kept until [`Scheduler::reset`].
     pub fn set_tensor_backend(&mut self, tensor: &Tensor, backend: BackendId) -> Result<()> {
         if backend.index() >= self.backends.len() {
-            return Err(Error::InvalidArgument(format!(
-                "backend index {backend} out of range 0..{}",
-                self.backends.len()
-            )));
+            return Err(Error::index(
+                format!("set_tensor_backend: backend for tensor '{}'", tensor.name()),
+                backend.index(),
+                self.backends.len(),
+            ));
         }
         self.user.insert(tensor.id(), backend);
         self.run.invalidate();

@@ -33,8 +33,11 @@ impl PlacementPolicy {
     /// Ops whose result name matches `pattern` run on backend `backend`
     /// (unless their result is already allocated elsewhere). First match wins.
     pub fn rule(mut self, pattern: &str, backend: BackendId) -> Result<PlacementPolicy> {
-        let re = Regex::new(pattern)
-            .map_err(|e| Error::InvalidArgument(format!("placement rule '{pattern}': {e}")))?;
+        let re = Regex::new(pattern).map_err(|e| Error::BadValue {
+            arg: "placement rule".into(),
+            value: format!("'{pattern}'"),
+            expected: format!("a regular expression ({e})"),
+        })?;
         self.rules.push((re, backend));
         Ok(self)
     }
@@ -77,9 +80,11 @@ impl PlacementPolicy {
     pub(crate) fn check(&self, n_backends: usize) -> Result<()> {
         for (re, b) in &self.rules {
             if b.index() >= n_backends {
-                return Err(Error::InvalidArgument(format!(
-                    "placement rule '{re}' names backend {b} of {n_backends}"
-                )));
+                return Err(Error::index(
+                    format!("placement rule '{re}': backend"),
+                    b.index(),
+                    n_backends,
+                ));
             }
         }
         Ok(())

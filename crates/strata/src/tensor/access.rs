@@ -4,7 +4,8 @@ use half::{bf16, f16};
 
 use super::{DType, Tensor};
 use crate::backend::{tensor_get, tensor_set};
-use crate::{Error, Result};
+use crate::error::TensorProblem;
+use crate::{Error, Result, ResultExt};
 
 impl Tensor {
     /// Writes raw bytes at byte `offset` of the tensor (see [`crate::backend::tensor_set`]).
@@ -19,19 +20,20 @@ impl Tensor {
         Ok(out)
     }
 
-    fn check_contiguous_len(&self, what: &str, n: usize) -> Result<()> {
+    fn check_contiguous_len(&self, op: &'static str, n: usize) -> Result<()> {
         if !self.is_contiguous() {
-            return Err(Error::InvalidArgument(format!(
-                "{what}: tensor '{}' is not contiguous; write its base tensor or a contiguous copy",
-                self.name()
-            )));
+            return Err(Error::BadTensor {
+                op,
+                tensor: self.name(),
+                problem: TensorProblem::NotContiguous,
+            });
         }
         if n != self.nelements() {
-            return Err(Error::InvalidArgument(format!(
-                "{what}: tensor '{}' has {} elements, got {n}",
-                self.name(),
-                self.nelements()
-            )));
+            return Err(Error::Length {
+                what: format!("{op}: values for tensor '{}'", self.name()),
+                expected: self.nelements(),
+                got: n,
+            });
         }
         Ok(())
     }
@@ -40,9 +42,8 @@ impl Tensor {
     /// block-quantized type); the tensor must be contiguous.
     pub fn write_f32(&self, values: &[f32]) -> Result<()> {
         self.check_contiguous_len("write_f32", values.len())?;
-        let bytes = encode_f32(self.dtype(), values).map_err(|e| {
-            Error::InvalidArgument(format!("write_f32: tensor '{}': {e}", self.name()))
-        })?;
+        let bytes = encode_f32(self.dtype(), values)
+            .with_context(|| format!("write_f32: tensor '{}'", self.name()))?;
         tensor_set(self, 0, &bytes)
     }
 
@@ -56,10 +57,11 @@ impl Tensor {
                 .flat_map(|&v| (v as i64).to_le_bytes())
                 .collect(),
             t => {
-                return Err(Error::InvalidArgument(format!(
-                    "write_i32: tensor '{}' has type {t}",
-                    self.name()
-                )))
+                return Err(Error::dtype(
+                    "write_i32",
+                    t,
+                    format!("tensor '{}' must be I32 or I64", self.name()),
+                ))
             }
         };
         tensor_set(self, 0, &bytes)
@@ -95,11 +97,11 @@ impl Tensor {
     /// Reads an I32 tensor in logical order.
     pub fn to_i32_vec(&self) -> Result<Vec<i32>> {
         if self.dtype() != DType::I32 {
-            return Err(Error::InvalidArgument(format!(
-                "to_i32_vec: tensor '{}' has type {}",
-                self.name(),
-                self.dtype()
-            )));
+            return Err(Error::dtype(
+                "to_i32_vec",
+                self.dtype(),
+                format!("tensor '{}' must be I32", self.name()),
+            ));
         }
         Ok(self
             .to_f32_or_int_bytes()?

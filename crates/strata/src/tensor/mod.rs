@@ -19,6 +19,7 @@ pub(crate) use id::id_newtype;
 pub use id::TensorId;
 
 use crate::backend::Buffer;
+use crate::error::TensorProblem;
 use crate::ops::Op;
 use crate::{Error, Result};
 
@@ -487,11 +488,13 @@ impl Tensor {
     /// Views cannot be placed (they follow their base); the range must fit the buffer.
     pub fn set_storage(&self, buffer: Arc<dyn Buffer>, offset: usize) -> Result<()> {
         if self.is_view() {
-            return Err(Error::InvalidArgument(format!(
-                "tensor '{}' is a view: place its base tensor '{}' instead",
-                self.name(),
-                self.storage_owner().name()
-            )));
+            return Err(Error::BadTensor {
+                op: "set_storage",
+                tensor: self.name(),
+                problem: TensorProblem::View {
+                    base: self.storage_owner().name(),
+                },
+            });
         }
         let end = offset.saturating_add(self.nbytes());
         if end > buffer.size() {

@@ -102,13 +102,17 @@ pub(super) fn validate(
             for i0 in 0..idx.ne[0] {
                 let v = idx.get_i64(i0, i1, i2, 0);
                 if v < 0 || v as u64 >= limit as u64 {
-                    return Err(Error::InvalidArgument(format!(
-                        "{}: index tensor '{}' has {v} at [{i0}, {i1}, {i2}], outside the {limit} \
-                         {what} '{target}' (tensor '{}'); indices must be in 0..{limit}",
-                        node.op.name(),
-                        idx_tensor.name(),
-                        t.name()
-                    )));
+                    return Err(Error::IndexOutOfRange {
+                        what: format!(
+                            "{}: index tensor '{}' at [{i0}, {i1}, {i2}], selecting {what} \
+                             '{target}' (tensor '{}')",
+                            node.op.name(),
+                            idx_tensor.name(),
+                            t.name()
+                        ),
+                        index: v,
+                        len: limit,
+                    });
                 }
             }
         }

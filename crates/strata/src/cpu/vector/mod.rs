@@ -29,17 +29,19 @@ fn check_len(what: &str, got: usize, want: usize) -> crate::Result<()> {
     if got == want {
         Ok(())
     } else {
-        Err(crate::Error::InvalidArgument(format!(
-            "{what}: {got} elements where the other slice needs {want}"
-        )))
+        Err(crate::Error::Length {
+            what: format!("{what}: 16-bit row bytes (two per f32)"),
+            expected: want,
+            got,
+        })
     }
 }
 
 /// Widens little-endian f16 values (`src.len() == 2 * dst.len()`) to f32, exactly.
 ///
-/// Errors: [`crate::Error::InvalidArgument`] when the lengths disagree.
+/// Errors: [`crate::Error::Length`] when the lengths disagree.
 pub fn f16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) -> crate::Result<()> {
-    check_len("f16 row", src.len(), 2 * dst.len())?;
+    check_len("f16_to_f32_row", src.len(), 2 * dst.len())?;
     // The kernel's extents: the lengths match (checked).
     simd!(
         isa,
@@ -53,7 +55,7 @@ pub fn f16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) -> crate::Result<()
 
 /// Widens little-endian bf16 values (`src.len() == 2 * dst.len()`) to f32, exactly.
 pub fn bf16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) -> crate::Result<()> {
-    check_len("bf16 row", src.len(), 2 * dst.len())?;
+    check_len("bf16_to_f32_row", src.len(), 2 * dst.len())?;
     // The kernel's extents: the lengths match (checked).
     simd!(
         isa,
@@ -69,7 +71,7 @@ pub fn bf16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) -> crate::Result<(
 /// bit-identical to `half::f16::from_f32` (round to nearest even; a group
 /// holding a NaN goes through `half` so NaN payloads match it too).
 pub fn f32_to_f16_row(isa: Isa, src: &[f32], dst: &mut [u8]) -> crate::Result<()> {
-    check_len("f16 row", dst.len(), 2 * src.len())?;
+    check_len("f32_to_f16_row", dst.len(), 2 * src.len())?;
     // The kernel's extents: the lengths match (checked).
     let done = simd!(
         isa,
@@ -83,7 +85,7 @@ pub fn f32_to_f16_row(isa: Isa, src: &[f32], dst: &mut [u8]) -> crate::Result<()
 /// Rounds f32 values to little-endian bf16 (`dst.len() == 2 * src.len()`),
 /// bit-identical to [`crate::quant::f32_to_bf16`] (ggml's rounding).
 pub fn f32_to_bf16_row(isa: Isa, src: &[f32], dst: &mut [u8]) -> crate::Result<()> {
-    check_len("bf16 row", dst.len(), 2 * src.len())?;
+    check_len("f32_to_bf16_row", dst.len(), 2 * src.len())?;
     let done = match isa.f32_level() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: f32_level() checked AVX-512; the lengths match (checked).

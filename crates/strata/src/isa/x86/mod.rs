@@ -148,18 +148,20 @@ pub(crate) unsafe fn widen16<L: Lanes, const BF: bool>(src: *const u16, n: usize
 /// `fn name<...>(args) -> ret`, the modules `avx512` and `avx2` get a
 /// `#[target_feature]` function `name` calling `super::name::<L512, ..>` /
 /// `super::name::<L256, ..>` (the generic's first parameter is the lanes).
+/// Attributes written before an entry (`#[cfg(test)]`) go on both
+/// instances.
 ///
 /// # Safety (of the generated functions)
 /// The caller has checked the level's CPU features and meets the generic
 /// kernel's own contract.
 macro_rules! per_level {
-    ($(fn $name:ident $(<$(const $c:ident: $ct:ty),*>)? ($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)?;)*) => {
+    ($($(#[$at:meta])* fn $name:ident $(<$(const $c:ident: $ct:ty),*>)? ($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)?;)*) => {
         $crate::isa::x86::per_level!(@level avx512, $crate::isa::x86::L512, "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
-            $(fn $name $(<$(const $c: $ct),*>)? ($($a: $t),*) $(-> $r)?;)*);
+            $($(#[$at])* fn $name $(<$(const $c: $ct),*>)? ($($a: $t),*) $(-> $r)?;)*);
         $crate::isa::x86::per_level!(@level avx2, $crate::isa::x86::L256, "avx2,fma,f16c",
-            $(fn $name $(<$(const $c: $ct),*>)? ($($a: $t),*) $(-> $r)?;)*);
+            $($(#[$at])* fn $name $(<$(const $c: $ct),*>)? ($($a: $t),*) $(-> $r)?;)*);
     };
-    (@level $m:ident, $l:ty, $feat:literal, $(fn $name:ident $(<$(const $c:ident: $ct:ty),*>)? ($($a:ident: $t:ty),*) $(-> $r:ty)?;)*) => {
+    (@level $m:ident, $l:ty, $feat:literal, $($(#[$at:meta])* fn $name:ident $(<$(const $c:ident: $ct:ty),*>)? ($($a:ident: $t:ty),*) $(-> $r:ty)?;)*) => {
         /// The kernels instantiated at one level (see `per_level!`).
         pub(crate) mod $m {
             #[allow(unused_imports)]
@@ -169,6 +171,7 @@ macro_rules! per_level {
                 ///
                 /// # Safety
                 /// The level's CPU features; the generic kernel's contract.
+                $(#[$at])*
                 #[target_feature(enable = $feat)]
                 #[allow(clippy::too_many_arguments)]
                 pub(crate) unsafe fn $name $(<$(const $c: $ct),*>)? ($($a: $t),*) $(-> $r)? {

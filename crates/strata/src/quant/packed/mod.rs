@@ -296,17 +296,24 @@ fn unpack_block(dtype: DType, chunk: &[u8], b: usize, r: usize, blk: &mut [u8]) 
 
 fn check(what: &str, dtype: DType, ne: [usize; 4], src: usize, dst: usize) -> Result<()> {
     if !eligible(dtype, ne) {
-        return Err(Error::InvalidArgument(format!(
-            "{what}: a {dtype} tensor of shape {ne:?} has no packed layout \
-             (needs Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K in whole blocks, \
-             with ne[1] a multiple of {ROWS})"
-        )));
+        return Err(Error::BadValue {
+            arg: format!("{what}: tensor"),
+            value: format!("{dtype} {ne:?}"),
+            expected: format!(
+                "a tensor with a packed layout: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K in whole \
+                 blocks, with ne[1] a multiple of {ROWS}"
+            ),
+        });
     }
     let want = dtype.row_size(ne[0]) * ne[1] * ne[2] * ne[3];
-    if src != want || dst != want {
-        return Err(Error::InvalidArgument(format!(
-            "{what}: {dtype} {ne:?} is {want} bytes, got {src} in and {dst} out"
-        )));
+    for (side, got) in [("input", src), ("output", dst)] {
+        if got != want {
+            return Err(Error::Length {
+                what: format!("{what}: {side} bytes of a {dtype} {ne:?} tensor"),
+                expected: want,
+                got,
+            });
+        }
     }
     Ok(())
 }
@@ -314,8 +321,8 @@ fn check(what: &str, dtype: DType, ne: [usize; 4], src: usize, dst: usize) -> Re
 /// Packs the contiguous ggml-layout tensor `src` (type `dtype`, shape `ne`)
 /// into `dst` (same size).
 ///
-/// Errors: [`Error::InvalidArgument`] if the tensor is not [`eligible`] or a
-/// buffer is not exactly the tensor's size.
+/// Errors: [`Error::BadValue`] if the tensor is not [`eligible`],
+/// [`Error::Length`] if a buffer is not exactly the tensor's size.
 pub fn pack(dtype: DType, ne: [usize; 4], src: &[u8], dst: &mut [u8]) -> Result<()> {
     check("pack", dtype, ne, src.len(), dst.len())?;
     let rs = dtype.row_size(ne[0]);
@@ -372,8 +379,9 @@ fn unpack_group_row(dtype: DType, k: usize, group: &[u8], r: usize, dst: &mut [u
 /// `src` (type `dtype`, shape `ne`) into `dst` in ggml's layout (one row,
 /// `row_size(ne[0])` bytes) — GET_ROWS from packed weights.
 ///
-/// Errors: [`Error::InvalidArgument`] for a non-[`eligible`] shape, a wrong
-/// buffer size or a row out of range.
+/// Errors: [`Error::BadValue`] for a non-[`eligible`] shape,
+/// [`Error::Length`] for a wrong buffer size, [`Error::IndexOutOfRange`] for
+/// a row out of range.
 pub fn unpack_row(
     dtype: DType,
     ne: [usize; 4],
@@ -384,11 +392,19 @@ pub fn unpack_row(
     let rs = dtype.row_size(ne[0]);
     check("unpack_row", dtype, ne, src.len(), src.len())?;
     let rows = ne[1] * ne[2] * ne[3];
-    if row >= rows || dst.len() != rs {
-        return Err(Error::InvalidArgument(format!(
-            "unpack_row: row {row} of {rows} into {} bytes (a row is {rs})",
-            dst.len()
-        )));
+    if row >= rows {
+        return Err(Error::index(
+            format!("unpack_row: row of a {dtype} {ne:?} tensor"),
+            row,
+            rows,
+        ));
+    }
+    if dst.len() != rs {
+        return Err(Error::Length {
+            what: "unpack_row: output bytes (one row)".into(),
+            expected: rs,
+            got: dst.len(),
+        });
     }
     let g = &src[row / ROWS * ROWS * rs..][..ROWS * rs];
     unpack_group_row(dtype, ne[0], g, row % ROWS, dst);

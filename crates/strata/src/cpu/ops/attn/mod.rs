@@ -43,9 +43,9 @@
 //!   Unlike ggml on aarch64 (which takes this path only for `Dv % 4 == 0`),
 //!   strata takes it for every Dv on every architecture.
 //!
-//! The hot loops dispatch once per op on the backend's instruction-set level
-//! ([`crate::isa::Isa`]): AVX-512 and AVX2 (+FMA, F16C) kernels in
-//! `x86` (x86-64 only), the portable scalar ones here (also used for NEON,
+//! The hot loops run at the backend's instruction-set level
+//! ([`crate::isa::Isa`]), chosen once per op: AVX-512 and AVX2 (+FMA, F16C)
+//! kernels in `x86` (x86-64 only; instantiated per level by `per_level!`), the portable scalar ones here (also used for NEON,
 //! and for the one-chunk path with f16 K and f32 V or the reverse). At the
 //! scalar level the one-chunk path is the reference: it performs exactly the
 //! arithmetic of strata's original row-by-row kernel (sequential f32 dot
@@ -72,8 +72,6 @@ use half::f16;
 use super::softmax::alibi_slope;
 use super::{Ctx, NodePlan, WorkSize};
 use crate::cpu::TView;
-#[cfg(target_arch = "x86_64")]
-use crate::isa::Isa;
 use crate::ops::Op;
 use crate::tensor::{DType, Tensor};
 
@@ -466,18 +464,8 @@ pub(crate) trait Kernels: Copy {
 pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     let p = Params::new(node);
     #[cfg(target_arch = "x86_64")]
-    match ctx.isa {
-        Isa::Avx512 | Isa::Vnni => {
-            if let Some(kn) = x86::Avx512::new() {
-                return run(kn, &p, ctx);
-            }
-        }
-        Isa::Avx2 => {
-            if let Some(kn) = x86::Avx2::new() {
-                return run(kn, &p, ctx);
-            }
-        }
-        _ => {}
+    if let Some(kn) = x86::Simd::new(ctx.isa) {
+        return run(kn, &p, ctx);
     }
     run(Scalar, &p, ctx)
 }

@@ -15,14 +15,15 @@
 //!   the register block it falls in, so results do not depend on the tile
 //!   shapes or on which thread computes them.
 //!
-//! Every `unsafe fn` here requires the CPU features of its level; the level
-//! types ([`Avx512`], [`Avx2`]) can only be built after checking them
-//! ([`Isa::is_supported`]), and their safe [`Kernels`] methods check slice
-//! lengths and row bounds before any raw access.
+//! Every `unsafe fn` here requires the CPU features of its level; the
+//! generic kernels are instantiated per level by `per_level!` (modules
+//! `avx512` and `avx2`), and reached only through [`Simd`], which is built
+//! for a level this CPU runs ([`Isa::f32_level`]) and whose safe [`Kernels`]
+//! methods check slice lengths and row bounds before any raw access.
 
 use super::{ChunkJob, Kernels, RowState, Scalar};
-use crate::isa::x86::{exp, load16_part, load_part, widen16, Lanes, L256, L512};
-use crate::isa::Isa;
+use crate::isa::x86::{exp, load16_part, load_part, per_level, widen16, Lanes, L256, L512};
+use crate::isa::{simd, Isa};
 use crate::tensor::DType;
 
 /// Elements `off .. off + n` (n ≤ W) of a K/V row (f16 when `H`) as f32
@@ -531,220 +532,316 @@ fn chunk_args<const G: usize>(
     }
 }
 
-/// Defines a level: its kernel entry points (`#[target_feature]`) and its
-/// [`Kernels`] type with the checked safe wrappers.
-macro_rules! level {
-    ($(#[$doc:meta])* $name:ident, $entry:ident, $lanes:ty, $isa:expr, $feat:literal,
-     qk: ($qm:literal, $qn:literal), pv: ($pm:literal, $pn:literal)) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy)]
-        pub(crate) struct $name(());
-
-        impl $name {
-            /// The level's kernels, if this CPU supports it.
-            pub(crate) fn new() -> Option<$name> {
-                $isa.is_supported().then_some($name(()))
-            }
+/// `C = A·B` (or `diag(cs)·C + A·B`) with the level's register block
+/// ([`gemm`]): 4 rows × 4 vectors at AVX-512, 4 × 2 at AVX2 — the QK and
+/// PV products alike.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_level<L: Lanes>(
+    m: usize,
+    nv: usize,
+    kd: usize,
+    a: *const f32,
+    a_rs: usize,
+    a_ks: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    cs: *const f32,
+) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        if L::W == 16 {
+            gemm::<L, 4, 4>(m, nv, kd, a, a_rs, a_ks, b, ldb, c, ldc, cs)
+        } else {
+            gemm::<L, 4, 2>(m, nv, kd, a, a_rs, a_ks, b, ldb, c, ldc, cs)
         }
-
-        mod $entry {
-            use super::*;
-
-            #[target_feature(enable = $feat)]
-            pub(super) unsafe fn to_f32_h(src: *const u8, half: bool, n: usize, dst: *mut f32) {
-                // SAFETY: forwarded contract.
-                unsafe { super::to_f32::<$lanes>(src, half, n, dst) }
-            }
-
-            #[target_feature(enable = $feat)]
-            pub(super) unsafe fn qk(kf: *const f32, d: usize, kvn: usize, qt: *const f32, np: usize, kq: *mut f32) {
-                // SAFETY: forwarded contract: A = kf (kvn × d), B = qt (d × np), C = kq (kvn × np).
-                unsafe {
-                    gemm::<$lanes, $qm, $qn>(kvn, np / <$lanes>::W, d, kf, d, 1, qt, np, kq, np, std::ptr::null())
-                }
-            }
-
-            #[target_feature(enable = $feat)]
-            #[allow(clippy::too_many_arguments)]
-            pub(super) unsafe fn pv(p: *const f32, np: usize, rows: usize, kvn: usize, vf: *const f32, dvp: usize, ms: *const f32, vkq: *mut f32) {
-                // SAFETY: forwarded contract: A = pᵀ (rows × kvn, stride np), B = vf (kvn × dvp), C = vkq, rows scales ms.
-                unsafe {
-                    gemm::<$lanes, $pm, $pn>(rows, dvp / <$lanes>::W, kvn, p, 1, np, vf, dvp, vkq, dvp, ms)
-                }
-            }
-
-            #[target_feature(enable = $feat)]
-            #[allow(clippy::too_many_arguments)]
-            pub(super) unsafe fn softmax(kq: *mut f32, kvn: usize, np: usize, scale: f32, mt: *const f32, m: *mut f32, s: *mut f32, ms: *mut f32) {
-                // SAFETY: forwarded contract.
-                unsafe { softmax_cols::<$lanes>(kq, kvn, np, scale, mt, m, s, ms) }
-            }
-
-            #[target_feature(enable = $feat)]
-            pub(super) unsafe fn one_chunk_k<const H: bool, const G: usize>(a: &mut ChunkArgs<G>) {
-                // SAFETY: forwarded contract.
-                unsafe { super::one_chunk::<$lanes, H, G>(a) }
-            }
-
-            #[cfg(test)]
-            #[target_feature(enable = $feat)]
-            pub(super) unsafe fn exp_k(x: *mut f32, n: usize) {
-                let mut i = 0;
-                while i + <$lanes>::W <= n {
-                    // SAFETY: n f32 at x (forwarded contract).
-                    unsafe {
-                        let p = x.add(i);
-                        <$lanes>::store(p, exp::<$lanes>(<$lanes>::load(p)));
-                    }
-                    i += <$lanes>::W;
-                }
-            }
-
-            #[cfg(test)]
-            #[target_feature(enable = $feat)]
-            pub(super) unsafe fn round_h_k(x: *mut f32, n: usize) {
-                let mut i = 0;
-                while i + <$lanes>::W <= n {
-                    // SAFETY: n f32 at x (forwarded contract).
-                    unsafe {
-                        let p = x.add(i);
-                        <$lanes>::store(p, <$lanes>::round_h(<$lanes>::load(p)));
-                    }
-                    i += <$lanes>::W;
-                }
-            }
-        }
-
-        impl $name {
-            /// `e^x` in place for the leading multiple of the width (tests).
-            #[cfg(test)]
-            fn exp_in_place(self, x: &mut [f32]) {
-                // SAFETY: features checked by new(); x.len() f32 at x.
-                unsafe { $entry::exp_k(x.as_mut_ptr(), x.len()) }
-            }
-
-            /// The f16 round trip in place for the leading multiple of the width (tests).
-            #[cfg(test)]
-            fn round_h_in_place(self, x: &mut [f32]) {
-                // SAFETY: features checked by new(); x.len() f32 at x.
-                unsafe { $entry::round_h_k(x.as_mut_ptr(), x.len()) }
-            }
-
-            fn run_chunk<const H: bool, const G: usize>(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>], k: *const u8, v: *const u8) {
-                let mut a = chunk_args::<G>(job, rows, k, v);
-                // SAFETY: features checked by new(); one_chunk() checked every
-                // extent (queries, masks, accumulators, K/V rows c0..c1).
-                unsafe { $entry::one_chunk_k::<H, G>(&mut a) };
-                for (g, r) in rows.iter_mut().enumerate() {
-                    r.m = a.m[g];
-                    r.s = a.s[g];
-                }
-            }
-        }
-
-        impl Kernels for $name {
-            fn width(self) -> usize {
-                <$lanes>::W
-            }
-
-            fn to_f32(self, src: &[u8], dt: DType, dst: &mut [f32]) {
-                let n = src.len() / dt.type_size();
-                assert!(n <= dst.len() && matches!(dt, DType::F16 | DType::F32));
-                // SAFETY: features checked by new(); n values in src and dst.
-                unsafe { $entry::to_f32_h(src.as_ptr(), dt == DType::F16, n, dst.as_mut_ptr()) };
-                dst[n..].fill(0.0);
-            }
-
-            fn qk(self, kf: &[f32], d: usize, qt: &[f32], np: usize, kq: &mut [f32]) {
-                assert!(np > 0 && np % <$lanes>::W == 0 && kq.len() % np == 0);
-                let kvn = kq.len() / np;
-                assert!(kf.len() >= kvn * d && qt.len() >= d * np);
-                // SAFETY: features checked by new(); extents checked above.
-                unsafe { $entry::qk(kf.as_ptr(), d, kvn, qt.as_ptr(), np, kq.as_mut_ptr()) }
-            }
-
-            fn softmax_cols(self, kq: &mut [f32], np: usize, scale: f32, mt: Option<&[f32]>, m: &mut [f32], s: &mut [f32], ms: &mut [f32]) {
-                assert!(np > 0 && np % <$lanes>::W == 0 && kq.len() % np == 0);
-                assert!(m.len() >= np && s.len() >= np && ms.len() >= np);
-                assert!(mt.is_none_or(|t| t.len() >= kq.len()));
-                let kvn = kq.len() / np;
-                let mt = mt.map_or(std::ptr::null(), |t| t.as_ptr());
-                // SAFETY: features checked by new(); extents checked above.
-                unsafe {
-                    $entry::softmax(kq.as_mut_ptr(), kvn, np, scale, mt, m.as_mut_ptr(), s.as_mut_ptr(), ms.as_mut_ptr())
-                }
-            }
-
-            fn pv(self, p: &[f32], np: usize, rows: usize, vf: &[f32], dvp: usize, ms: &[f32], vkq: &mut [f32]) {
-                if dvp == 0 {
-                    return;
-                }
-                assert!(dvp % <$lanes>::W == 0 && vf.len() % dvp == 0 && rows <= np);
-                let kvn = vf.len() / dvp;
-                assert!(p.len() >= kvn * np && vkq.len() >= rows * dvp && ms.len() >= rows);
-                // SAFETY: features checked by new(); extents checked above.
-                unsafe { $entry::pv(p.as_ptr(), np, rows, kvn, vf.as_ptr(), dvp, ms.as_ptr(), vkq.as_mut_ptr()) }
-            }
-
-            fn one_chunk(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]) {
-                let (kt, vt) = (job.k.dtype, job.v.dtype);
-                if kt != vt || !matches!(kt, DType::F16 | DType::F32) {
-                    return Scalar.one_chunk(job, rows);
-                }
-                if job.c0 >= job.c1 || rows.is_empty() {
-                    return;
-                }
-                let (d, dv, n) = (job.k.ne[0], job.v.ne[0], job.c1 - job.c0);
-                let w = <$lanes>::W;
-                for r in rows.iter() {
-                    assert!(r.q.len() >= d.next_multiple_of(w) && r.acc.len() >= dv.next_multiple_of(w));
-                    assert!(r.mask.is_none_or(|m| m.len() >= n));
-                }
-                assert!(job.k.rows_contiguous() && job.v.rows_contiguous());
-                // Rows c0 and c1 - 1 in bounds (row_ptr checks), hence all between.
-                let k = job.k.row_ptr(job.c0, job.ik2, job.ik3).cast_const();
-                let v = job.v.row_ptr(job.c0, job.ik2, job.ik3).cast_const();
-                job.k.row_ptr(job.c1 - 1, job.ik2, job.ik3);
-                job.v.row_ptr(job.c1 - 1, job.ik2, job.ik3);
-                let half = kt == DType::F16;
-                for group in rows.chunks_mut(4) {
-                    match (half, group.len()) {
-                        (true, 1) => self.run_chunk::<true, 1>(job, group, k, v),
-                        (true, 2) => self.run_chunk::<true, 2>(job, group, k, v),
-                        (true, 3) => self.run_chunk::<true, 3>(job, group, k, v),
-                        (true, _) => self.run_chunk::<true, 4>(job, group, k, v),
-                        (false, 1) => self.run_chunk::<false, 1>(job, group, k, v),
-                        (false, 2) => self.run_chunk::<false, 2>(job, group, k, v),
-                        (false, 3) => self.run_chunk::<false, 3>(job, group, k, v),
-                        (false, _) => self.run_chunk::<false, 4>(job, group, k, v),
-                    }
-                }
-            }
-        }
-    };
+    }
 }
 
-level!(
-    /// The AVX-512 (F, BW, VL + AVX2, FMA, F16C) kernels; also the VNNI level's.
-    Avx512,
-    entry512,
-    L512,
-    Isa::Avx512,
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
-    qk: (4, 4),
-    pv: (4, 4)
-);
+/// [`Kernels::qk`] on raw pointers: `kq = kf · qt`.
+#[inline(always)]
+unsafe fn qk<L: Lanes>(
+    kf: *const f32,
+    d: usize,
+    kvn: usize,
+    qt: *const f32,
+    np: usize,
+    kq: *mut f32,
+) {
+    // SAFETY: forwarded contract: A = kf (kvn × d), B = qt (d × np), C = kq (kvn × np).
+    unsafe {
+        gemm_level::<L>(
+            kvn,
+            np / L::W,
+            d,
+            kf,
+            d,
+            1,
+            qt,
+            np,
+            kq,
+            np,
+            std::ptr::null(),
+        )
+    }
+}
 
-level!(
-    /// The AVX2 + FMA + F16C kernels.
-    Avx2,
-    entry256,
-    L256,
-    Isa::Avx2,
-    "avx2,fma,f16c",
-    qk: (4, 2),
-    pv: (4, 2)
-);
+/// [`Kernels::pv`] on raw pointers: `vkq = diag(ms)·vkq + pᵀ·vf`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pv<L: Lanes>(
+    p: *const f32,
+    np: usize,
+    rows: usize,
+    kvn: usize,
+    vf: *const f32,
+    dvp: usize,
+    ms: *const f32,
+    vkq: *mut f32,
+) {
+    // SAFETY: forwarded contract: A = pᵀ (rows × kvn, stride np), B = vf (kvn × dvp), C = vkq, rows scales ms.
+    unsafe { gemm_level::<L>(rows, dvp / L::W, kvn, p, 1, np, vf, dvp, vkq, dvp, ms) }
+}
+
+/// `e^x` in place for the leading multiple of the width of the `n` f32 at
+/// `x` (tests).
+#[cfg(test)]
+#[inline(always)]
+unsafe fn exp_k<L: Lanes>(x: *mut f32, n: usize) {
+    let mut i = 0;
+    while i + L::W <= n {
+        // SAFETY: n f32 at x (forwarded contract).
+        unsafe {
+            let p = x.add(i);
+            L::store(p, exp::<L>(L::load(p)));
+        }
+        i += L::W;
+    }
+}
+
+/// The f16 round trip in place for the leading multiple of the width of
+/// the `n` f32 at `x` (tests).
+#[cfg(test)]
+#[inline(always)]
+unsafe fn round_h_k<L: Lanes>(x: *mut f32, n: usize) {
+    let mut i = 0;
+    while i + L::W <= n {
+        // SAFETY: n f32 at x (forwarded contract).
+        unsafe {
+            let p = x.add(i);
+            L::store(p, L::round_h(L::load(p)));
+        }
+        i += L::W;
+    }
+}
+
+per_level! {
+    fn to_f32(src: *const u8, half: bool, n: usize, dst: *mut f32);
+    fn qk(kf: *const f32, d: usize, kvn: usize, qt: *const f32, np: usize, kq: *mut f32);
+    fn pv(p: *const f32, np: usize, rows: usize, kvn: usize, vf: *const f32, dvp: usize, ms: *const f32, vkq: *mut f32);
+    fn softmax_cols(kq: *mut f32, kvn: usize, np: usize, scale: f32, mt: *const f32, m: *mut f32, s: *mut f32, ms: *mut f32);
+    fn one_chunk<const H: bool, const G: usize>(a: &mut ChunkArgs<G>);
+    #[cfg(test)]
+    fn exp_k(x: *mut f32, n: usize);
+    #[cfg(test)]
+    fn round_h_k(x: *mut f32, n: usize);
+}
+
+/// The kernels of one x86 level, [`Isa::Avx512`] (also the VNNI level's)
+/// or [`Isa::Avx2`], as `per_level!` instantiated them; built only for a
+/// level this CPU runs, so each method's `simd!` dispatch finds its level
+/// (the scalar kernels stand in otherwise).
+#[derive(Clone, Copy)]
+pub(crate) struct Simd {
+    level: Isa,
+}
+
+impl Simd {
+    /// The kernels running `isa`, if it has f32 lanes on this CPU.
+    pub(crate) fn new(isa: Isa) -> Option<Simd> {
+        let level = isa.f32_level();
+        (level != Isa::Scalar).then_some(Simd { level })
+    }
+
+    /// `e^x` in place for the leading multiple of the width (tests).
+    #[cfg(test)]
+    pub(super) fn exp_in_place(self, x: &mut [f32]) {
+        // The kernel's extents: x.len() f32 at x.
+        simd!(
+            self.level,
+            self::exp_k(x.as_mut_ptr(), x.len()),
+            unreachable!()
+        );
+    }
+
+    /// The f16 round trip in place for the leading multiple of the width (tests).
+    #[cfg(test)]
+    pub(super) fn round_h_in_place(self, x: &mut [f32]) {
+        // The kernel's extents: x.len() f32 at x.
+        simd!(
+            self.level,
+            self::round_h_k(x.as_mut_ptr(), x.len()),
+            unreachable!()
+        );
+    }
+
+    fn run_chunk<const H: bool, const G: usize>(
+        self,
+        job: &ChunkJob<'_>,
+        rows: &mut [RowState<'_>],
+        k: *const u8,
+        v: *const u8,
+    ) {
+        let mut a = chunk_args::<G>(job, rows, k, v);
+        // The kernel's extents: one_chunk() checked every extent (queries,
+        // masks, accumulators, K/V rows c0..c1).
+        simd!(
+            self.level,
+            self::one_chunk::<H, G>(&mut a),
+            return Scalar.one_chunk(job, rows)
+        );
+        for (g, r) in rows.iter_mut().enumerate() {
+            r.m = a.m[g];
+            r.s = a.s[g];
+        }
+    }
+}
+
+impl Kernels for Simd {
+    fn width(self) -> usize {
+        if self.level == Isa::Avx512 {
+            L512::W
+        } else {
+            L256::W
+        }
+    }
+
+    fn to_f32(self, src: &[u8], dt: DType, dst: &mut [f32]) {
+        let n = src.len() / dt.type_size();
+        assert!(n <= dst.len() && matches!(dt, DType::F16 | DType::F32));
+        // The kernel's extents: n values in src and dst.
+        simd!(
+            self.level,
+            self::to_f32(src.as_ptr(), dt == DType::F16, n, dst.as_mut_ptr()),
+            return Scalar.to_f32(src, dt, dst)
+        );
+        dst[n..].fill(0.0);
+    }
+
+    fn qk(self, kf: &[f32], d: usize, qt: &[f32], np: usize, kq: &mut [f32]) {
+        assert!(np > 0 && np.is_multiple_of(self.width()) && kq.len().is_multiple_of(np));
+        let kvn = kq.len() / np;
+        assert!(kf.len() >= kvn * d && qt.len() >= d * np);
+        // The kernel's extents: checked above.
+        simd!(
+            self.level,
+            self::qk(kf.as_ptr(), d, kvn, qt.as_ptr(), np, kq.as_mut_ptr()),
+            Scalar.qk(kf, d, qt, np, kq)
+        )
+    }
+
+    fn softmax_cols(
+        self,
+        kq: &mut [f32],
+        np: usize,
+        scale: f32,
+        mt: Option<&[f32]>,
+        m: &mut [f32],
+        s: &mut [f32],
+        ms: &mut [f32],
+    ) {
+        assert!(np > 0 && np.is_multiple_of(self.width()) && kq.len().is_multiple_of(np));
+        assert!(m.len() >= np && s.len() >= np && ms.len() >= np);
+        assert!(mt.is_none_or(|t| t.len() >= kq.len()));
+        let kvn = kq.len() / np;
+        let mtp = mt.map_or(std::ptr::null(), |t| t.as_ptr());
+        // The kernel's extents: checked above.
+        simd!(
+            self.level,
+            self::softmax_cols(
+                kq.as_mut_ptr(),
+                kvn,
+                np,
+                scale,
+                mtp,
+                m.as_mut_ptr(),
+                s.as_mut_ptr(),
+                ms.as_mut_ptr()
+            ),
+            Scalar.softmax_cols(kq, np, scale, mt, m, s, ms)
+        )
+    }
+
+    fn pv(
+        self,
+        p: &[f32],
+        np: usize,
+        rows: usize,
+        vf: &[f32],
+        dvp: usize,
+        ms: &[f32],
+        vkq: &mut [f32],
+    ) {
+        if dvp == 0 {
+            return;
+        }
+        assert!(dvp.is_multiple_of(self.width()) && vf.len().is_multiple_of(dvp) && rows <= np);
+        let kvn = vf.len() / dvp;
+        assert!(p.len() >= kvn * np && vkq.len() >= rows * dvp && ms.len() >= rows);
+        // The kernel's extents: checked above.
+        simd!(
+            self.level,
+            self::pv(
+                p.as_ptr(),
+                np,
+                rows,
+                kvn,
+                vf.as_ptr(),
+                dvp,
+                ms.as_ptr(),
+                vkq.as_mut_ptr()
+            ),
+            Scalar.pv(p, np, rows, vf, dvp, ms, vkq)
+        )
+    }
+
+    fn one_chunk(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]) {
+        let (kt, vt) = (job.k.dtype, job.v.dtype);
+        if kt != vt || !matches!(kt, DType::F16 | DType::F32) {
+            return Scalar.one_chunk(job, rows);
+        }
+        if job.c0 >= job.c1 || rows.is_empty() {
+            return;
+        }
+        let (d, dv, n) = (job.k.ne[0], job.v.ne[0], job.c1 - job.c0);
+        let w = self.width();
+        for r in rows.iter() {
+            assert!(r.q.len() >= d.next_multiple_of(w) && r.acc.len() >= dv.next_multiple_of(w));
+            assert!(r.mask.is_none_or(|m| m.len() >= n));
+        }
+        assert!(job.k.rows_contiguous() && job.v.rows_contiguous());
+        // Rows c0 and c1 - 1 in bounds (row_ptr checks), hence all between.
+        let k = job.k.row_ptr(job.c0, job.ik2, job.ik3).cast_const();
+        let v = job.v.row_ptr(job.c0, job.ik2, job.ik3).cast_const();
+        job.k.row_ptr(job.c1 - 1, job.ik2, job.ik3);
+        job.v.row_ptr(job.c1 - 1, job.ik2, job.ik3);
+        let half = kt == DType::F16;
+        for group in rows.chunks_mut(4) {
+            match (half, group.len()) {
+                (true, 1) => self.run_chunk::<true, 1>(job, group, k, v),
+                (true, 2) => self.run_chunk::<true, 2>(job, group, k, v),
+                (true, 3) => self.run_chunk::<true, 3>(job, group, k, v),
+                (true, _) => self.run_chunk::<true, 4>(job, group, k, v),
+                (false, 1) => self.run_chunk::<false, 1>(job, group, k, v),
+                (false, 2) => self.run_chunk::<false, 2>(job, group, k, v),
+                (false, 3) => self.run_chunk::<false, 3>(job, group, k, v),
+                (false, _) => self.run_chunk::<false, 4>(job, group, k, v),
+            }
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests;

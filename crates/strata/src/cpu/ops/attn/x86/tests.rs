@@ -77,20 +77,20 @@ fn attention_exp_is_the_soft_max_exp() {
             assert_eq!(g.to_bits(), w.to_bits(), "{isa} exp({x:e}): {g:e} vs {w:e}");
         }
     };
-    if let Some(k) = Avx512::new() {
+    if let Some(k) = Simd::new(Isa::Avx512) {
         check(Isa::Avx512, &|x| k.exp_in_place(x));
     }
-    if let Some(k) = Avx2::new() {
+    if let Some(k) = Simd::new(Isa::Avx2) {
         check(Isa::Avx2, &|x| k.exp_in_place(x));
     }
 }
 
 #[test]
 fn vector_exp_relative_error_is_below_1_2e7() {
-    if let Some(k) = Avx512::new() {
+    if let Some(k) = Simd::new(Isa::Avx512) {
         check_exp(|x| k.exp_in_place(x));
     }
-    if let Some(k) = Avx2::new() {
+    if let Some(k) = Simd::new(Isa::Avx2) {
         check_exp(|x| k.exp_in_place(x));
     }
 }
@@ -143,10 +143,10 @@ fn f16_round_trip_matches_half_bit_for_bit() {
             assert_eq!(g.to_bits(), w, "round trip of {x:e}");
         }
     };
-    if let Some(k) = Avx512::new() {
+    if let Some(k) = Simd::new(Isa::Avx512) {
         check(&|x| k.round_h_in_place(x));
     }
-    if let Some(k) = Avx2::new() {
+    if let Some(k) = Simd::new(Isa::Avx2) {
         check(&|x| k.round_h_in_place(x));
     }
 }
@@ -211,10 +211,10 @@ fn check_tiles<K: Kernels>(k: K) {
 
 #[test]
 fn tile_kernels_match_the_scalar_ones() {
-    if let Some(k) = Avx512::new() {
+    if let Some(k) = Simd::new(Isa::Avx512) {
         check_tiles(k);
     }
-    if let Some(k) = Avx2::new() {
+    if let Some(k) = Simd::new(Isa::Avx2) {
         check_tiles(k);
     }
 }
@@ -240,10 +240,10 @@ fn to_f32_converts_exactly() {
                     .zip(&want)
                     .all(|(a, b)| a.to_bits() == b.to_bits()));
             };
-            if let Some(k) = Avx512::new() {
+            if let Some(k) = Simd::new(Isa::Avx512) {
                 check(&|o| k.to_f32(src, dt, o));
             }
-            if let Some(k) = Avx2::new() {
+            if let Some(k) = Simd::new(Isa::Avx2) {
                 check(&|o| k.to_f32(src, dt, o));
             }
         }
