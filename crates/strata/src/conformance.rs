@@ -19,7 +19,7 @@
 use std::any::Any;
 use std::fmt;
 
-use crate::backend::{alloc_tensors, Backend};
+use crate::backend::{alloc_graph, Backend};
 use crate::cpu::CpuBackend;
 use crate::graph::Graph;
 use crate::isa::Isa;
@@ -503,8 +503,7 @@ fn compute_on(case: &OpCase, backend: &mut dyn Backend, seed: u64) -> Result<Opt
         return Ok(None);
     }
     let g = Graph::build(&[out.clone()]);
-    let all: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
-    let _bufs = alloc_tensors(&all, &backend.default_buffer_type())?;
+    let _bufs = alloc_graph(&g, &backend.default_buffer_type())?;
     let mut rng = Rng::new(seed);
     for (t, fill) in &inputs {
         let vals = fill_values(t, *fill, &mut rng);

@@ -26,7 +26,9 @@
 
 mod common;
 
-use common::matmul::{exact_tol as tol, k_blocks, make_b, reference, Case, Layout, LAYOUTS};
+use common::matmul::{
+    assert_emulated, exact_tol as tol, k_blocks, make_b, reference, Case, Layout, LAYOUTS,
+};
 use common::{assert_close, cpu_round_trip, cpu_round_trip_at, run, tensor, Rng};
 use proptest::prelude::*;
 use strata::backend::Backend;
@@ -45,22 +47,7 @@ struct Outcome {
 
 impl Outcome {
     fn check(&self, what: &str, at: DType) {
-        let bound = if strata::quant::vec_dot_type(at) == DType::Q8_1 {
-            1e-7
-        } else {
-            1e-12
-        };
-        let (mut err, mut norm) = (0.0, 0.0);
-        for ((&g, &w), &m) in self.got.iter().zip(&self.emulated).zip(&self.magnitude) {
-            assert!(g.is_finite(), "{what}: non-finite output {g}");
-            err += (g as f64 - w) * (g as f64 - w);
-            norm += m * m;
-        }
-        let e = if norm > 0.0 { err / norm } else { err };
-        assert!(
-            e <= bound,
-            "{what}: error vs dot-type activations {e:e} > {bound:e}"
-        );
+        assert_emulated(what, at, &self.got, &self.emulated, &self.magnitude);
         if self.got.len() >= 16 {
             assert_close(
                 &format!("{what} (vs exact activations)"),

@@ -11,8 +11,8 @@
 
 mod common;
 
-use common::matmul::{exact_tol, k_blocks};
-use common::{assert_close, cpu_round_trip, run, tensor, Rng};
+use common::matmul::{assert_emulated, exact_tol, k_blocks};
+use common::{assert_close, cpu_round_trip, run, tensor, write_input, Rng};
 use proptest::prelude::*;
 use strata::conformance::WEIGHT_TYPES;
 use strata::{cpu, ops, DType, Graph, Tensor};
@@ -111,18 +111,7 @@ fn check(c: &Moe, nth: usize, seed: u64) -> Vec<f32> {
         .collect();
     let emulated = reference(c, &a_stored, &b_rounded, &ids, |x| x);
     let magnitude = reference(c, &a_stored, &b_rounded, &ids, f64::abs);
-    let bound = if vdt == DType::Q8_1 { 1e-7 } else { 1e-12 };
-    let (mut err, mut norm) = (0.0, 0.0);
-    for ((&g, &w), &mg) in got.iter().zip(&emulated).zip(&magnitude) {
-        assert!(g.is_finite(), "{c:?}: non-finite output {g}");
-        err += (g as f64 - w) * (g as f64 - w);
-        norm += mg * mg;
-    }
-    let e = if norm > 0.0 { err / norm } else { err };
-    assert!(
-        e <= bound,
-        "{c:?}: error vs dot-type activations {e:e} > {bound:e}"
-    );
+    assert_emulated(&format!("{c:?}"), c.at, &got, &emulated, &magnitude);
     if got.len() >= 16 {
         let exact = reference(c, &a_stored, &b_logical, &ids, |x| x);
         let what = format!("{c:?} (vs exact activations)");
@@ -219,8 +208,7 @@ fn run_on(
     nth: usize,
 ) -> strata::Result<Vec<Vec<f32>>> {
     let g = Graph::build(outs);
-    let all: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
-    let _bufs = strata::backend::alloc_tensors(&all, buft)?;
+    let _bufs = strata::backend::alloc_graph(&g, buft)?;
     for (t, v) in inputs {
         if t.dtype() == DType::I32 {
             t.write_i32(&v.iter().map(|&x| x as i32).collect::<Vec<_>>())?;
@@ -249,15 +237,9 @@ fn on_buffer(
     let iv: Vec<f32> = (0..2 * n_tok).map(|_| rng.below(n_exp) as f32).collect();
     let ins = [(&a, &av[..]), (&b, &bv[..]), (&ids, &iv[..])];
     let g = Graph::build(&[out.clone()]);
-    let all: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
-    let _bufs = strata::backend::alloc_tensors(&all, buft).unwrap();
+    let _bufs = strata::backend::alloc_graph(&g, buft).unwrap();
     for (t, v) in ins {
-        if t.dtype() == DType::I32 {
-            t.write_i32(&v.iter().map(|&x| x as i32).collect::<Vec<_>>())
-                .unwrap();
-        } else {
-            t.write_f32(v).unwrap();
-        }
+        write_input(t, v);
     }
     cpu::compute(&g, 3).unwrap();
     let layout = a.buffer().unwrap().tensor_layout(&a);

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{assert_close, tensor, Rng};
+use common::{assert_close, tensor, write_input, Rng};
 use strata::backend::Backend;
 use strata::cpu::{alloc_graph_host, vector, CpuBackend};
 use strata::isa::Isa;
@@ -189,12 +189,7 @@ fn run_levels(isa: Isa, out: &Tensor, inputs: &[(&Tensor, Vec<f32>)]) -> Vec<f32
     let mut first: Option<Vec<f32>> = None;
     for nth in [1, 2, 3] {
         for (t, v) in inputs {
-            if t.dtype() == DType::I32 {
-                t.write_i32(&v.iter().map(|&x| x as i32).collect::<Vec<_>>())
-                    .unwrap();
-            } else {
-                t.write_f32(v).unwrap();
-            }
+            write_input(t, v);
         }
         let mut cpu = CpuBackend::new(nth);
         cpu.set_isa(isa).unwrap();

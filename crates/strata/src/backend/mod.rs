@@ -176,6 +176,14 @@ pub fn align_up(x: usize, align: usize) -> usize {
     (x + align - 1) & !(align - 1)
 }
 
+/// [`alloc_tensors`] for every leaf and node of `graph` (leafs first), into
+/// buffers of `buft`. Sources outside the graph (graph views) are the
+/// caller's business.
+pub fn alloc_graph(graph: &crate::Graph, buft: &Arc<dyn BufferType>) -> Result<MultiBuffer> {
+    let all: Vec<Tensor> = graph.leafs().iter().chain(graph.nodes()).cloned().collect();
+    alloc_tensors(&all, buft)
+}
+
 /// Allocates every tensor of `tensors` that has no storage and is not a view
 /// into as few buffers of `buft` as its max size allows
 /// (ggml_backend_alloc_ctx_tensors_from_buft). Views are skipped (they follow

@@ -523,9 +523,8 @@ impl Backend for CpuBackend {
 /// assert_eq!(b.to_f32_vec().unwrap(), vec![3.0, -6.0]);
 /// ```
 pub fn alloc_graph_host(graph: &Graph) -> Result<Vec<Arc<dyn crate::backend::Buffer>>> {
-    let all: Vec<Tensor> = graph.leafs().iter().chain(graph.nodes()).cloned().collect();
     // Sources outside the graph (graph views) are the caller's business.
-    crate::backend::alloc_tensors(&all, &cpu_buffer_type()).map(Vec::from)
+    crate::backend::alloc_graph(graph, &cpu_buffer_type()).map(Vec::from)
 }
 
 /// Computes `graph` on a new CPU backend with `n_threads` threads.

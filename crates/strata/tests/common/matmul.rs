@@ -117,6 +117,29 @@ impl Case {
     }
 }
 
+/// Asserts a product of `at` weights matches `emulated`, the reference with
+/// activations rounded to the weight's dot type: every output finite, and
+/// the squared error over the squared `magnitude` (the reference of
+/// |products|) at most 1e-7 for Q8_1 dot types, 1e-12 otherwise.
+pub fn assert_emulated(what: &str, at: DType, got: &[f32], emulated: &[f64], magnitude: &[f64]) {
+    let bound = if strata::quant::vec_dot_type(at) == DType::Q8_1 {
+        1e-7
+    } else {
+        1e-12
+    };
+    let (mut err, mut norm) = (0.0, 0.0);
+    for ((&g, &w), &m) in got.iter().zip(emulated).zip(magnitude) {
+        assert!(g.is_finite(), "{what}: non-finite output {g}");
+        err += (g as f64 - w) * (g as f64 - w);
+        norm += m * m;
+    }
+    let e = if norm > 0.0 { err / norm } else { err };
+    assert!(
+        e <= bound,
+        "{what}: error vs dot-type activations {e:e} > {bound:e}"
+    );
+}
+
 /// NMSE bound of a matrix product against exact (unrounded) activations:
 /// only F32 weights leave them unrounded.
 pub fn exact_tol(at: DType) -> f64 {

@@ -24,15 +24,21 @@ pub fn run(outputs: &[Tensor], inputs: &[(&Tensor, &[f32])], nth: usize) -> Vec<
     let g = Graph::build(outputs);
     let _bufs = cpu::alloc_graph_host(&g).unwrap();
     for (t, v) in inputs {
-        if t.dtype() == DType::I32 {
-            let ints: Vec<i32> = v.iter().map(|&x| x as i32).collect();
-            t.write_i32(&ints).unwrap();
-        } else {
-            t.write_f32(v).unwrap();
-        }
+        write_input(t, v);
     }
     cpu::compute(&g, nth).unwrap();
     outputs.iter().map(|t| t.to_f32_vec().unwrap()).collect()
+}
+
+/// Writes `v` into allocated tensor `t`, converted to its type (I32 tensors
+/// get the values truncated to integers, every other type as f32).
+pub fn write_input(t: &Tensor, v: &[f32]) {
+    if t.dtype() == DType::I32 {
+        let ints: Vec<i32> = v.iter().map(|&x| x as i32).collect();
+        t.write_i32(&ints).unwrap();
+    } else {
+        t.write_f32(v).unwrap();
+    }
 }
 
 /// The values `v` as stored in `dtype` and read back (rounding of f16/bf16/quant).
