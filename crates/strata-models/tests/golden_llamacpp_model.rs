@@ -220,15 +220,7 @@ fn rpc_offload_gives_identical_logits() {
     if support::require_model("the RPC offload test").is_none() {
         return;
     }
-    use strata_rpc::server::{CpuBackendFactory, Limits, Server};
-    let (addr, _server) = Server::bind(
-        "127.0.0.1:0",
-        Arc::new(CpuBackendFactory::new(2)),
-        Limits::default(),
-    )
-    .unwrap()
-    .spawn_background()
-    .unwrap();
+    let (addr, _server) = strata_rpc::server::spawn_loopback_cpu(2).unwrap();
     let provider = strata_rpc::RpcProvider::new();
     let dev: Arc<dyn strata::backend::Device> =
         provider.connect(&addr.to_string()).unwrap().remove(0);

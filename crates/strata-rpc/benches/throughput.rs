@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use strata::backend::{alloc_tensors, tensor_get, tensor_set, Backend, Buffer, Device};
+use strata::backend::{
+    alloc_graph, alloc_tensors, tensor_get, tensor_set, Backend, Buffer, Device,
+};
 use strata::{ops, DType, Graph, Tensor};
-use strata_rpc::server::{CpuBackendFactory, Limits, Server};
+use strata_rpc::server::{spawn_loopback_cpu, CpuBackendFactory, Limits, Server};
 use strata_rpc::ClientOptions;
 use strata_rpc::RpcProvider;
 
@@ -80,14 +82,7 @@ fn transfers(c: &mut Criterion) {
 }
 
 fn graph_latency(c: &mut Criterion) {
-    let (addr, _server) = Server::bind(
-        "127.0.0.1:0",
-        Arc::new(CpuBackendFactory::new(2)),
-        Limits::default(),
-    )
-    .unwrap()
-    .spawn_background()
-    .unwrap();
+    let (addr, _server) = spawn_loopback_cpu(2).unwrap();
     let mut group = c.benchmark_group("rpc_graph_roundtrip");
     for recompute in [false, true] {
         let p = RpcProvider::with_options(ClientOptions {
@@ -99,8 +94,7 @@ fn graph_latency(c: &mut Criterion) {
         let b = Tensor::new(DType::F32, &[256]).unwrap();
         let out = ops::silu(&ops::add(&a, &b).unwrap()).unwrap();
         let g = Graph::build(std::slice::from_ref(&out));
-        let all: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
-        let _bufs = alloc_tensors(&all, &dev.default_buffer_type()).unwrap();
+        let _bufs = alloc_graph(&g, &dev.default_buffer_type()).unwrap();
         let mut backend = dev.rpc_backend();
         let name = if recompute {
             "recompute_2_nodes"

@@ -13,7 +13,7 @@ use strata::backend::{alloc_tensors, Backend, BufferUsage, Registry};
 use strata::cpu::{cpu_buffer_type, CpuBackend};
 use strata::sched::{SchedConfig, Scheduler};
 use strata::{ops, DType, Graph, Result, Tensor};
-use strata_rpc::server::{CpuBackendFactory, Limits, Server};
+use strata_rpc::server::spawn_loopback_cpu;
 use strata_rpc::RpcProvider;
 
 const A: [f32; 8] = [2.0, 8.0, 5.0, 1.0, 4.0, 2.0, 8.0, 6.0];
@@ -77,12 +77,7 @@ fn cpu_only() -> Vec<f32> {
 }
 
 fn main() -> Result<()> {
-    let (addr, _server) = Server::bind(
-        "127.0.0.1:0",
-        Arc::new(CpuBackendFactory::new(1)),
-        Limits::default(),
-    )?
-    .spawn_background()?;
+    let (addr, _server) = spawn_loopback_cpu(1)?;
     let mut reg = Registry::with_defaults();
     reg.register(Arc::new(RpcProvider::new()));
     let device = format!("RPC[{addr}]");
@@ -112,14 +107,7 @@ mod tests {
 
     #[test]
     fn weights_mark_decides_the_split_count() {
-        let (addr, _server) = Server::bind(
-            "127.0.0.1:0",
-            Arc::new(CpuBackendFactory::new(2)),
-            Limits::default(),
-        )
-        .unwrap()
-        .spawn_background()
-        .unwrap();
+        let (addr, _server) = spawn_loopback_cpu(2).unwrap();
         let mut reg = Registry::with_defaults();
         reg.register(Arc::new(RpcProvider::new()));
         let device = format!("RPC[{addr}]");

@@ -534,6 +534,19 @@ impl Server {
     }
 }
 
+/// Serves `threads`-thread CPU devices with default [`Limits`] on a free
+/// loopback port (`127.0.0.1:0`) in the background: the setup tests,
+/// examples and benchmarks share. Returns the address and the handle (the
+/// server stops when the handle drops).
+pub fn spawn_loopback_cpu(threads: usize) -> Result<(SocketAddr, ServerHandle)> {
+    Server::bind(
+        "127.0.0.1:0",
+        Arc::new(CpuBackendFactory::new(threads)),
+        Limits::default(),
+    )?
+    .spawn_background()
+}
+
 fn serve_connection(state: Arc<State>, mut stream: TcpStream, peer: String, id: usize) {
     tracing::info!(peer, "client connected");
     // Last resort: a bug that panics ends this connection (its buffers are
