@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use strata::backend::{alloc_tensors, Backend, BufferUsage, Device, DeviceProvider, Registry};
+use strata::backend::{
+    alloc_graph, alloc_tensors, Backend, BufferUsage, Device, DeviceProvider, Registry,
+};
 use strata::ops::{self, GluOp, UnaryOp};
 use strata::{cpu, DType, Graph, Tensor};
 use strata_rpc::server::{CpuBackendFactory, Limits, Server};
@@ -253,8 +255,7 @@ fn run_remote(case: &Case, vals: &[Vec<f32>], dev: &Arc<dyn Device>) -> Vec<u8> 
     let x = inputs(case);
     let out = (case.build)(&x).unwrap();
     let g = Graph::build(std::slice::from_ref(&out));
-    let all: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
-    let _b = alloc_tensors(&all, &dev.default_buffer_type()).unwrap();
+    let _b = alloc_graph(&g, &dev.default_buffer_type()).unwrap();
     for (t, v) in x.iter().zip(vals) {
         t.write_f32(v).unwrap();
     }
@@ -376,8 +377,7 @@ fn multi_layer_graph_and_recompute() {
     let (w, b, x) = mk();
     let out = build(&w, &b, &x);
     let g = Graph::build(std::slice::from_ref(&out));
-    let all: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
-    let _bufs2 = alloc_tensors(&all, &dev2.default_buffer_type()).unwrap();
+    let _bufs2 = alloc_graph(&g, &dev2.default_buffer_type()).unwrap();
     for l in 0..3 {
         w[l].write_f32(&wv[l]).unwrap();
         b[l].write_f32(&bv[l]).unwrap();

@@ -10,46 +10,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use strata::backend::{alloc_tensors, Backend, Device};
-use strata::cpu::{cpu_device, CpuBackend};
+use strata::backend::{alloc_graph, Device};
+
 use strata::{ops, DType, Error, Graph, Tensor};
-use strata_rpc::server::{BackendFactory, Limits};
+use strata_rpc::server::Limits;
 use strata_rpc::ClientOptions;
 
-/// A CPU backend that sleeps before each graph: a long computation.
-struct Slow {
-    inner: CpuBackend,
-    delay: Duration,
-}
-
-impl Backend for Slow {
-    fn name(&self) -> String {
-        "SLOW".into()
-    }
-    fn device(&self) -> Arc<dyn Device> {
-        cpu_device()
-    }
-    fn graph_compute(&mut self, graph: &Graph) -> strata::Result<()> {
-        std::thread::sleep(self.delay);
-        self.inner.graph_compute(graph)
-    }
-}
-
-struct SlowFactory(Duration);
-
-impl BackendFactory for SlowFactory {
-    fn device_count(&self) -> usize {
-        1
-    }
-    fn device(&self, _: usize) -> Arc<dyn Device> {
-        cpu_device()
-    }
-    fn backend(&self, _: usize) -> strata::Result<Box<dyn Backend>> {
-        Ok(Box::new(Slow {
-            inner: CpuBackend::new(1),
-            delay: self.0,
-        }))
-    }
+/// A server whose every graph computation takes 10 s (a CPU backend that
+/// sleeps first).
+fn slow_server() -> (std::net::SocketAddr, strata_rpc::ServerHandle) {
+    let factory = HookedCpuFactory {
+        name: "SLOW",
+        before: Arc::new(|| std::thread::sleep(Duration::from_secs(10))),
+    };
+    server_with(Arc::new(factory), Limits::default())
 }
 
 /// A graph c = a + b allocated on `dev` with inputs written.
@@ -58,8 +32,7 @@ fn graph_on(dev: &Arc<dyn Device>) -> (Graph, Tensor, Vec<Arc<dyn strata::backen
     let b = Tensor::new(DType::F32, &[64]).unwrap();
     let c = ops::add(&a, &b).unwrap();
     let g = Graph::build(std::slice::from_ref(&c));
-    let all: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
-    let bufs = alloc_tensors(&all, &dev.default_buffer_type()).unwrap();
+    let bufs = alloc_graph(&g, &dev.default_buffer_type()).unwrap();
     a.write_f32(&[1.0; 64]).unwrap();
     b.write_f32(&[2.0; 64]).unwrap();
     (g, c, bufs.into())
@@ -71,10 +44,7 @@ fn is_backend_error(e: &Error) -> bool {
 
 #[test]
 fn server_dropping_connections_mid_compute() {
-    let (addr, server) = server_with(
-        Arc::new(SlowFactory(Duration::from_secs(10))),
-        Limits::default(),
-    );
+    let (addr, server) = slow_server();
     let (p, dev) = device(addr);
     let dev: Arc<dyn Device> = dev;
     let (g, c, _bufs) = graph_on(&dev);
@@ -112,10 +82,7 @@ fn server_dropping_connections_mid_compute() {
 
 #[test]
 fn server_shut_down_mid_compute() {
-    let (addr, server) = server_with(
-        Arc::new(SlowFactory(Duration::from_secs(10))),
-        Limits::default(),
-    );
+    let (addr, server) = slow_server();
     let (_p, dev) = device(addr);
     let dev: Arc<dyn Device> = dev;
     let (g, _c, _bufs) = graph_on(&dev);
@@ -138,10 +105,7 @@ fn server_shut_down_mid_compute() {
 
 #[test]
 fn stalled_server_times_out() {
-    let (addr, _server) = server_with(
-        Arc::new(SlowFactory(Duration::from_secs(10))),
-        Limits::default(),
-    );
+    let (addr, _server) = slow_server();
     let opts = ClientOptions {
         timeout: Duration::from_secs(1),
         ..ClientOptions::default()

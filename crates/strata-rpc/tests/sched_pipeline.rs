@@ -11,51 +11,25 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use strata::backend::{alloc_tensors, Backend, BufferUsage, Device};
-use strata::cpu::{cpu_device, CpuBackend};
+use strata::cpu::CpuBackend;
 use strata::sched::{SchedConfig, Scheduler};
 use strata::Graph;
 use strata::{ops, DType, Tensor};
-use strata_rpc::server::{BackendFactory, Limits};
+use strata_rpc::server::Limits;
 
 type Gate = Arc<(Mutex<bool>, Condvar)>;
 
-struct Gated {
-    inner: CpuBackend,
-    gate: Gate,
-}
-
-impl Backend for Gated {
-    fn name(&self) -> String {
-        "GATED".into()
-    }
-    fn device(&self) -> Arc<dyn Device> {
-        cpu_device()
-    }
-    fn graph_compute(&mut self, graph: &Graph) -> strata::Result<()> {
-        let (open, cv) = &*self.gate;
-        let mut g = open.lock().unwrap();
-        while !*g {
-            g = cv.wait(g).unwrap();
-        }
-        drop(g);
-        self.inner.graph_compute(graph)
-    }
-}
-
-struct GatedFactory(Gate);
-
-impl BackendFactory for GatedFactory {
-    fn device_count(&self) -> usize {
-        1
-    }
-    fn device(&self, _: usize) -> Arc<dyn Device> {
-        cpu_device()
-    }
-    fn backend(&self, _: usize) -> strata::Result<Box<dyn Backend>> {
-        Ok(Box::new(Gated {
-            inner: CpuBackend::new(1),
-            gate: self.0.clone(),
-        }))
+/// A one-CPU factory whose backends wait for `gate` to open before each graph.
+fn gated_factory(gate: Gate) -> common::HookedCpuFactory {
+    common::HookedCpuFactory {
+        name: "GATED",
+        before: Arc::new(move || {
+            let (open, cv) = &*gate;
+            let mut g = open.lock().unwrap();
+            while !*g {
+                g = cv.wait(g).unwrap();
+            }
+        }),
     }
 }
 
@@ -63,7 +37,7 @@ impl BackendFactory for GatedFactory {
 fn compute_async_returns_while_the_remote_split_runs() {
     let gate: Gate = Arc::new((Mutex::new(false), Condvar::new()));
     let (addr, _server) =
-        common::server_with(Arc::new(GatedFactory(gate.clone())), Limits::default());
+        common::server_with(Arc::new(gated_factory(gate.clone())), Limits::default());
     let (_p, dev) = common::device(addr);
     let dev: Arc<dyn Device> = dev;
     // weights on the remote device; x is a CPU input scaled on the CPU first

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use strata::backend::{alloc_tensors, Device};
+use strata::backend::{alloc_graph, Device};
 use strata::{ops, DType, Graph, Tensor};
 use strata_rpc::proto::{Command, Request};
 use strata_rpc::server::Limits;
@@ -53,9 +53,7 @@ fn session(addr: SocketAddr, seed: u64) -> Result<(), String> {
     let c =
         ops::add(&ops::mul(&a, &b).map_err(|e| e.to_string())?, &a).map_err(|e| e.to_string())?;
     let g = Graph::build(std::slice::from_ref(&c));
-    let all: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
-    let _bufs =
-        alloc_tensors(&all, &dev.default_buffer_type()).map_err(|e| format!("alloc: {e}"))?;
+    let _bufs = alloc_graph(&g, &dev.default_buffer_type()).map_err(|e| format!("alloc: {e}"))?;
     let x: Vec<f32> = (0..n).map(|i| ((i as u64 + seed) % 97) as f32).collect();
     let y: Vec<f32> = (0..n)
         .map(|i| ((i as u64 * 7 + seed) % 13) as f32)

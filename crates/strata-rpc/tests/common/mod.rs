@@ -7,7 +7,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use strata::backend::Device;
+use strata::backend::{Backend, Device};
+use strata::cpu::{cpu_device, CpuBackend};
+use strata::Graph;
 use strata_rpc::client::RpcDevice;
 use strata_rpc::proto::{
     GraphMsg, Request, RpcTensor, SetTensorHeader, CONN_CAPS_SIZE, FLAG_COMPUTE,
@@ -26,6 +28,53 @@ pub fn server_with(factory: Arc<dyn BackendFactory>, limits: Limits) -> (SocketA
         .unwrap()
         .spawn_background()
         .unwrap()
+}
+
+/// What a [`HookedCpuFactory`] backend runs before each graph.
+pub type Hook = Arc<dyn Fn() + Send + Sync>;
+
+/// Serves one CPU device whose backends (1 thread each) call `before` ahead
+/// of every graph: a slow remote device, or one gated by the test.
+pub struct HookedCpuFactory {
+    /// The backends' name.
+    pub name: &'static str,
+    /// Runs before each graph computation.
+    pub before: Hook,
+}
+
+struct HookedCpu {
+    inner: CpuBackend,
+    name: &'static str,
+    before: Hook,
+}
+
+impl Backend for HookedCpu {
+    fn name(&self) -> String {
+        self.name.into()
+    }
+    fn device(&self) -> Arc<dyn Device> {
+        cpu_device()
+    }
+    fn graph_compute(&mut self, graph: &Graph) -> strata::Result<()> {
+        (self.before)();
+        self.inner.graph_compute(graph)
+    }
+}
+
+impl BackendFactory for HookedCpuFactory {
+    fn device_count(&self) -> usize {
+        1
+    }
+    fn device(&self, _: usize) -> Arc<dyn Device> {
+        cpu_device()
+    }
+    fn backend(&self, _: usize) -> strata::Result<Box<dyn Backend>> {
+        Ok(Box::new(HookedCpu {
+            inner: CpuBackend::new(1),
+            name: self.name,
+            before: self.before.clone(),
+        }))
+    }
 }
 
 /// The first device of the server at `addr`, through a fresh provider.
@@ -109,6 +158,14 @@ impl Raw {
 
     /// True when the server has closed the connection (reads EOF/reset
     /// within the timeout, after pushing a probe).
+    /// Whether the server closes this connection unprompted: a read, waiting
+    /// at most `wait`, ends (EOF) or fails.
+    pub fn closed_within(&mut self, wait: Duration) -> bool {
+        self.s.set_read_timeout(Some(wait)).unwrap();
+        let mut b = [0u8; 1];
+        matches!(self.s.read(&mut b), Ok(0) | Err(_))
+    }
+
     pub fn is_closed(&mut self) -> bool {
         // A probe with a response: a live server answers, a closed one does not.
         let _ = self.s.write_all(&Request::DeviceCount.encode());
