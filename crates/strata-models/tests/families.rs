@@ -17,7 +17,7 @@ use strata::testkit::TestBackend;
 use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, ModelError, PlacementSpec,
 };
-use tiny_models::{configs, write, write_with, Config, Fam, LayerW, Weights, N_VOCAB};
+use tiny_models::{configs, load, write, write_with, Config, Fam, LayerW, Weights, N_VOCAB};
 
 // ---------------------------------------------------------------- reference
 
@@ -160,14 +160,6 @@ fn reference(cfg: &Config, w: &Weights, tokens: &[u32]) -> Vec<Vec<f64>> {
 }
 
 // ---------------------------------------------------------------- strata
-
-fn load(bytes: &[u8], opts: &LoadOptions) -> strata_models::Result<Arc<Model>> {
-    Ok(Arc::new(Model::from_gguf(
-        GgufFile::from_bytes(bytes.to_vec())?,
-        opts,
-        None,
-    )?))
-}
 
 /// 3 tokens: one batch.
 const SHORT: [u32; 3] = [72, 105, 33];
@@ -378,15 +370,7 @@ fn offloaded_llama3_layers_get_their_own_rope_freqs() {
 /// graph, and the logits are bit-identical to the CPU's.
 #[test]
 fn llama3_rope_freqs_over_rpc_give_identical_logits() {
-    use strata_rpc::server::{CpuBackendFactory, Limits, Server};
-    let (addr, _server) = Server::bind(
-        "127.0.0.1:0",
-        Arc::new(CpuBackendFactory::new(2)),
-        Limits::default(),
-    )
-    .unwrap()
-    .spawn_background()
-    .unwrap();
+    let (addr, _server) = strata_rpc::server::spawn_loopback_cpu(2).unwrap();
     let dev: Arc<dyn strata::backend::Device> = strata_rpc::RpcProvider::new()
         .connect(&addr.to_string())
         .unwrap()

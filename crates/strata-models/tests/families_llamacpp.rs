@@ -12,11 +12,9 @@
 mod tiny_models;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use strata::gguf::GgufFile;
-use strata_models::{Attention, Context, ContextOptions, LoadOptions, Logits, Model};
-use tiny_models::{configs, fnv1a64, write, N_VOCAB};
+use strata_models::{Attention, Context, ContextOptions, LoadOptions, Logits};
+use tiny_models::{configs, fnv1a64, load, write, N_VOCAB};
 
 fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/families")
@@ -62,14 +60,7 @@ fn tiny_family_models_match_llamacpp() {
              (rerun scripts/llamacpp_family_goldens.sh)",
             cfg.name
         );
-        let model = Arc::new(
-            Model::from_gguf(
-                GgufFile::from_bytes(bytes).unwrap(),
-                &LoadOptions::default(),
-                None,
-            )
-            .unwrap(),
-        );
+        let model = load(&bytes, &LoadOptions::default()).unwrap();
         for p in ["short", "long"] {
             let tokens = prompt(p);
             for (fa, attention) in [(0, Attention::SoftMax), (1, Attention::Flash)] {

@@ -3,6 +3,9 @@
 //! scheduler, compared with a straightforward f64 forward pass written here.
 //! Always on: no model file needed.
 
+#[path = "support/tiny_models.rs"]
+mod tiny_models;
+
 use std::sync::Arc;
 
 use half::f16;
@@ -14,6 +17,7 @@ use strata_models::model::Override;
 use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, ModelError, PlacementSpec,
 };
+use tiny_models::{load, Rng};
 
 const N_EMBD: usize = 32;
 const N_HEAD: usize = 4;
@@ -24,19 +28,6 @@ const N_VOCAB: usize = 40;
 const N_LAYER: usize = 2;
 const EPS: f64 = 1e-5;
 const BASE: f64 = 10000.0;
-
-struct Rng(u64);
-impl Rng {
-    fn f(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.f() * scale).collect()
-    }
-}
 
 /// Weights as f64 (after the rounding the file stores).
 struct W {
@@ -109,7 +100,7 @@ fn write_model_with(drop: Option<&str>, set: &[(&str, Value)]) -> (Vec<u8>, W) {
     .unwrap();
     let mut r = Rng(0x1234_5678_9abc_def1);
     let emb16: Vec<f16> = r
-        .vec(N_EMBD * N_VOCAB, 1.0)
+        .vec(N_EMBD * N_VOCAB, 1.0, 0.0)
         .iter()
         .map(|&x| f16::from_f32(x))
         .collect();
@@ -124,11 +115,7 @@ fn write_model_with(drop: Option<&str>, set: &[(&str, Value)]) -> (Vec<u8>, W) {
             .collect::<Vec<u8>>(),
     )
     .unwrap();
-    let out_norm = r
-        .vec(N_EMBD, 0.5)
-        .iter()
-        .map(|x| 1.0 + x)
-        .collect::<Vec<f32>>();
+    let out_norm = r.vec(N_EMBD, 0.5, 1.0);
     g.add_tensor(
         "output_norm.weight",
         DType::F32,
@@ -141,9 +128,9 @@ fn write_model_with(drop: Option<&str>, set: &[(&str, Value)]) -> (Vec<u8>, W) {
         let mut ws: Vec<Vec<f64>> = Vec::new();
         for (name, ne0, ne1) in NAMES {
             let v: Vec<f32> = if ne1 == 1 {
-                r.vec(ne0, 0.3).iter().map(|x| 1.0 + x).collect()
+                r.vec(ne0, 0.3, 1.0)
             } else {
-                r.vec(ne0 * ne1, 1.0 / (ne0 as f32).sqrt())
+                r.vec(ne0 * ne1, 1.0 / (ne0 as f32).sqrt(), 0.0)
             };
             let full = format!("blk.{il}.{name}.weight");
             if drop != Some(full.as_str()) {
@@ -256,14 +243,6 @@ fn reference(w: &W, tokens: &[u32]) -> Vec<Vec<f64>> {
     xs.iter()
         .map(|x| mv(&w.emb, &rms(x, &w.out_norm)))
         .collect()
-}
-
-fn load(bytes: &[u8], opts: &LoadOptions) -> strata_models::Result<Arc<Model>> {
-    Ok(Arc::new(Model::from_gguf(
-        GgufFile::from_bytes(bytes.to_vec())?,
-        opts,
-        None,
-    )?))
 }
 
 fn ctx(model: &Arc<Model>, attention: Attention, threads: usize) -> Context {

@@ -6,8 +6,11 @@
 
 #![allow(dead_code)]
 
-use strata::gguf::{GgufWriter, Value};
+use std::sync::Arc;
+
+use strata::gguf::{GgufFile, GgufWriter, Value};
 use strata::DType;
+use strata_models::{LoadOptions, Model};
 
 /// The family a tiny model is written as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,15 +194,17 @@ pub struct Weights {
 }
 
 /// xorshift64: values in [-1, 1).
-struct Rng(u64);
+pub struct Rng(pub u64);
 impl Rng {
-    fn f(&mut self) -> f32 {
+    /// The next value.
+    pub fn f(&mut self) -> f32 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         ((self.0 >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
     }
-    fn vec(&mut self, n: usize, scale: f32, offset: f32) -> Vec<f32> {
+    /// `n` values `offset + f() · scale`.
+    pub fn vec(&mut self, n: usize, scale: f32, offset: f32) -> Vec<f32> {
         (0..n).map(|_| offset + self.f() * scale).collect()
     }
 }
@@ -242,6 +247,15 @@ fn vector(
 ) -> Vec<f64> {
     let x = r.vec(n, scale, offset);
     keep(ts, name, vec![n], x)
+}
+
+/// Loads a model from GGUF `bytes` with `opts`.
+pub fn load(bytes: &[u8], opts: &LoadOptions) -> strata_models::Result<Arc<Model>> {
+    Ok(Arc::new(Model::from_gguf(
+        GgufFile::from_bytes(bytes.to_vec())?,
+        opts,
+        None,
+    )?))
 }
 
 /// Writes `cfg` as a GGUF file; returns its bytes and the weights as f64.
