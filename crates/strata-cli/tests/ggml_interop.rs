@@ -3,18 +3,13 @@
 //! from llama-cpp-python 0.3.36's vendored llama.cpp with -DGGML_RPC=ON).
 //! strata's client drives ggml's server through the whole conformance suite.
 
+mod common;
+
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::Killed;
 
 #[test]
 fn strata_test_ops_against_ggml_rpc_server() {
@@ -43,12 +38,7 @@ fn strata_test_ops_against_ggml_rpc_server() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["test-ops", "--device", &format!("RPC[127.0.0.1:{port}]")])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let text = common::test_ops(&format!("RPC[127.0.0.1:{port}]"));
     let summary = text.lines().last().unwrap();
     assert_eq!(
         summary,

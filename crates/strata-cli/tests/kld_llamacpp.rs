@@ -138,14 +138,10 @@ fn strata(model: &Path, isa: Option<&str>, args: &[&str]) -> String {
     if let Some(isa) = isa {
         cmd.env("STRATA_ISA", isa);
     }
-    let out = cmd.output().expect("strata runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "strata perplexity {args:?} (STRATA_ISA={isa:?}) failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    common::stdout_of(
+        &mut cmd,
+        &format!("perplexity {args:?} (STRATA_ISA={isa:?})"),
+    )
 }
 
 fn kld(model: &Path, isa: Option<&str>, base: &Path, extra: &[&str]) -> Kld {

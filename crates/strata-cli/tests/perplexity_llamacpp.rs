@@ -78,11 +78,7 @@ fn perplexity_within_half_a_percent_of_llama_perplexity() {
     let Some(m) = common::q4_1_model("perplexity vs llama.cpp") else {
         return;
     };
-    eprintln!(
-        "strata at ISA level {} on {}",
-        strata::isa::active(),
-        strata::cpu::cpu_model()
-    );
+    common::print_isa();
     for (extra, flash) in [(&[][..], true), (&["--no-flash-attn"][..], false)] {
         let got = common::strata_ppl(&m, extra);
         let (lo, hi, what) = bounds(flash);

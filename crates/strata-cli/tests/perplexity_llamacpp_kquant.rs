@@ -81,17 +81,10 @@ fn bounds(model: &str, flash: bool) -> (f64, f64, String) {
 }
 
 fn strata(args: &[&std::ffi::OsStr]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(args)
-        .output()
-        .expect("strata runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "strata {args:?} failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    common::stdout_of(
+        Command::new(env!("CARGO_BIN_EXE_strata")).args(args),
+        &format!("{args:?}"),
+    )
 }
 
 /// `strata quantize --allow-requantize` of the Q4_1 model to `ftype`.
@@ -116,11 +109,7 @@ fn k_quant_perplexity_within_half_a_percent_of_llama_perplexity() {
     let Some(src) = common::q4_1_model("K-quant perplexity vs llama.cpp") else {
         return;
     };
-    eprintln!(
-        "strata at ISA level {} on {}",
-        strata::isa::active(),
-        strata::cpu::cpu_model()
-    );
+    common::print_isa();
     for ftype in ["Q4_K_M", "Q6_K"] {
         let model = quantized(&src, ftype);
         for (extra, flash) in [(&[][..], true), (&["--no-flash-attn"][..], false)] {

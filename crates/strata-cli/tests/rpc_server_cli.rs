@@ -1,21 +1,15 @@
 //! `strata rpc-server` as a user runs it: a real process on a loopback
 //! port, driven by strata's RPC client, then killed.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use strata::backend::{alloc_tensors, Registry};
+use common::Killed;
+use strata::backend::{alloc_graph, Registry};
 use strata::{ops, DType, Graph, Tensor};
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn start(args: &[&str]) -> (Killed, Vec<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
@@ -66,8 +60,7 @@ fn serves_a_client_and_a_killed_server_is_a_typed_error() {
     let b = Tensor::new(DType::F32, &[3]).unwrap();
     let c = ops::mul(&a, &b).unwrap();
     let g = Graph::build(std::slice::from_ref(&c));
-    let all: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
-    let _bufs = alloc_tensors(&all, &dev.default_buffer_type()).unwrap();
+    let _bufs = alloc_graph(&g, &dev.default_buffer_type()).unwrap();
     a.write_f32(&[1.0, 2.0, 3.0]).unwrap();
     b.write_f32(&[4.0, 5.0, 6.0]).unwrap();
     let mut backend = reg.backend(&format!("RPC[{ep}]")).unwrap();
@@ -172,12 +165,7 @@ fn graph_limits_are_options() {
 fn test_ops_against_a_strata_rpc_server() {
     let (_child, lines) = start(&["--port", "0", "--threads", "2"]);
     let ep = endpoint(&lines);
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["test-ops", "--device", &format!("RPC[{ep}]")])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let text = common::test_ops(&format!("RPC[{ep}]"));
     let summary = text.lines().last().unwrap();
     assert!(summary.ends_with("0 failed (0 not supported)"), "{summary}");
     let passed: usize = summary.split_whitespace().next().unwrap().parse().unwrap();
