@@ -16,14 +16,38 @@ use strata::{ops, DType, Error, Graph, Tensor};
 use strata_rpc::server::Limits;
 use strata_rpc::ClientOptions;
 
-/// A server whose every graph computation takes 10 s (a CPU backend that
-/// sleeps first).
-fn slow_server() -> (std::net::SocketAddr, strata_rpc::ServerHandle) {
+/// What the mid-compute fault tests start from: a server whose every graph
+/// computation takes 10 s (a CPU backend that sleeps first), its first
+/// device through a fresh provider, and [`graph_on`] that device.
+struct SlowRun {
+    addr: std::net::SocketAddr,
+    server: strata_rpc::ServerHandle,
+    provider: Arc<strata_rpc::RpcProvider>,
+    dev: Arc<dyn Device>,
+    graph: Graph,
+    out: Tensor,
+    bufs: Vec<Arc<dyn strata::backend::Buffer>>,
+}
+
+/// A [`SlowRun`] whose client uses `opts`.
+fn slow_run(opts: ClientOptions) -> SlowRun {
     let factory = HookedCpuFactory {
         name: "SLOW",
         before: Arc::new(|| std::thread::sleep(Duration::from_secs(10))),
     };
-    server_with(Arc::new(factory), Limits::default())
+    let (addr, server) = server_with(Arc::new(factory), Limits::default());
+    let (provider, dev) = device_opts(addr, opts);
+    let dev: Arc<dyn Device> = dev;
+    let (graph, out, bufs) = graph_on(&dev);
+    SlowRun {
+        addr,
+        server,
+        provider,
+        dev,
+        graph,
+        out,
+        bufs,
+    }
 }
 
 /// A graph c = a + b allocated on `dev` with inputs written.
@@ -44,10 +68,15 @@ fn is_backend_error(e: &Error) -> bool {
 
 #[test]
 fn server_dropping_connections_mid_compute() {
-    let (addr, server) = slow_server();
-    let (p, dev) = device(addr);
-    let dev: Arc<dyn Device> = dev;
-    let (g, c, _bufs) = graph_on(&dev);
+    let SlowRun {
+        addr,
+        server,
+        provider: p,
+        dev,
+        graph: g,
+        out: c,
+        bufs: _bufs,
+    } = slow_run(ClientOptions::default());
     let start = Instant::now();
     let worker = std::thread::spawn(move || {
         let mut backend = dev.init_backend().unwrap();
@@ -82,10 +111,15 @@ fn server_dropping_connections_mid_compute() {
 
 #[test]
 fn server_shut_down_mid_compute() {
-    let (addr, server) = slow_server();
-    let (_p, dev) = device(addr);
-    let dev: Arc<dyn Device> = dev;
-    let (g, _c, _bufs) = graph_on(&dev);
+    let SlowRun {
+        addr,
+        server,
+        provider: _p,
+        dev,
+        graph: g,
+        out: _c,
+        bufs: _bufs,
+    } = slow_run(ClientOptions::default());
     let worker = std::thread::spawn(move || {
         let mut b = dev.init_backend().unwrap();
         b.graph_compute(&g).and_then(|()| b.synchronize())
@@ -105,14 +139,18 @@ fn server_shut_down_mid_compute() {
 
 #[test]
 fn stalled_server_times_out() {
-    let (addr, _server) = slow_server();
-    let opts = ClientOptions {
+    let SlowRun {
+        server: _server,
+        provider: _p,
+        dev,
+        graph: g,
+        out: _c,
+        bufs: _bufs,
+        ..
+    } = slow_run(ClientOptions {
         timeout: Duration::from_secs(1),
         ..ClientOptions::default()
-    };
-    let (_p, dev) = device_opts(addr, opts);
-    let dev: Arc<dyn Device> = dev;
-    let (g, _c, _bufs) = graph_on(&dev);
+    });
     let start = Instant::now();
     let mut b = dev.init_backend().unwrap();
     let e = b
