@@ -10,14 +10,15 @@ mod tiny_models;
 
 use std::sync::Arc;
 
-use half::f16;
 use strata::backend::Backend;
 use strata::gguf::{GgufFile, Value};
 use strata::testkit::TestBackend;
 use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, ModelError, PlacementSpec,
 };
-use tiny_models::{configs, load, write, write_with, Config, Fam, LayerW, Weights, N_VOCAB};
+use tiny_models::{
+    causal_attention, configs, f16r, load, write, write_with, Config, Fam, LayerW, Weights, N_VOCAB,
+};
 
 // ---------------------------------------------------------------- reference
 
@@ -74,12 +75,6 @@ fn head_norm(x: &mut [f64], w: Option<&Vec<f64>>, hd: usize, eps: f64) {
     }
 }
 
-fn f16r(v: &mut [f64]) {
-    for x in v {
-        *x = f16::from_f64(*x).to_f64();
-    }
-}
-
 /// One block over all positions `xs` (causal attention over them).
 fn block(cfg: &Config, w: &Weights, l: &LayerW, xs: &mut [Vec<f64>]) {
     let (hd, nh, nkv) = (cfg.head_dim, cfg.n_head, cfg.n_head_kv);
@@ -101,29 +96,7 @@ fn block(cfg: &Config, w: &Weights, l: &LayerW, xs: &mut [Vec<f64>]) {
         vs.push(v);
     }
     for (p, x) in xs.iter_mut().enumerate() {
-        let mut att = vec![0.0; nh * hd];
-        for h in 0..nh {
-            let kh = h / (nh / nkv);
-            let q = &qs[p][h * hd..][..hd];
-            let sc: Vec<f64> = (0..=p)
-                .map(|j| {
-                    let dot: f64 = q
-                        .iter()
-                        .zip(&ks[j][kh * hd..][..hd])
-                        .map(|(a, b)| a * b)
-                        .sum();
-                    dot / (hd as f64).sqrt()
-                })
-                .collect();
-            let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let e: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();
-            let z: f64 = e.iter().sum();
-            for (j, ej) in e.iter().enumerate() {
-                for d in 0..hd {
-                    att[h * hd + d] += ej / z * vs[j][kh * hd + d];
-                }
-            }
-        }
+        let att = causal_attention(&qs, &ks, &vs, p, (nh, nkv, hd));
         let o = mv(&l.wo, &att, None);
         let ffn_in: Vec<f64> = o.iter().zip(x.iter()).map(|(a, b)| a + b).collect();
         let h = rms(&ffn_in, &l.ffn_norm, eps);

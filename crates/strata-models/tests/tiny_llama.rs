@@ -17,7 +17,7 @@ use strata_models::model::Override;
 use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, ModelError, PlacementSpec,
 };
-use tiny_models::{load, Rng};
+use tiny_models::{causal_attention, f16r, load, Rng};
 
 const N_EMBD: usize = 32;
 const N_HEAD: usize = 4;
@@ -177,12 +177,6 @@ fn rope(x: &mut [f64], pos: usize) {
     }
 }
 
-fn f16r(v: &mut [f64]) {
-    for x in v {
-        *x = f16::from_f64(*x).to_f64();
-    }
-}
-
 /// Logits of every position of `tokens`, f64.
 fn reference(w: &W, tokens: &[u32]) -> Vec<Vec<f64>> {
     let mut xs: Vec<Vec<f64>> = tokens
@@ -205,28 +199,7 @@ fn reference(w: &W, tokens: &[u32]) -> Vec<Vec<f64>> {
             vs.push(v);
         }
         for (p, x) in xs.iter_mut().enumerate() {
-            let mut att = vec![0.0; N_EMBD];
-            for h in 0..N_HEAD {
-                let kh = h / (N_HEAD / N_KV);
-                let q = &qs[p][h * HD..][..HD];
-                let sc: Vec<f64> = (0..=p)
-                    .map(|j| {
-                        q.iter()
-                            .zip(&ks[j][kh * HD..][..HD])
-                            .map(|(a, b)| a * b)
-                            .sum::<f64>()
-                            / (HD as f64).sqrt()
-                    })
-                    .collect();
-                let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();
-                let z: f64 = e.iter().sum();
-                for (j, ej) in e.iter().enumerate() {
-                    for d in 0..HD {
-                        att[h * HD + d] += ej / z * vs[j][kh * HD + d];
-                    }
-                }
-            }
+            let att = causal_attention(&qs, &ks, &vs, p, (N_HEAD, N_KV, HD));
             let o = mv(&l[4], &att);
             let ffn_in: Vec<f64> = o.iter().zip(x.iter()).map(|(a, b)| a + b).collect();
             let h = rms(&ffn_in, &l[5]);

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use half::f16;
 use strata::gguf::{GgufFile, GgufWriter, Value};
 use strata::DType;
 use strata_models::{LoadOptions, Model};
@@ -247,6 +248,50 @@ fn vector(
 ) -> Vec<f64> {
     let x = r.vec(n, scale, offset);
     keep(ts, name, vec![n], x)
+}
+
+/// Rounds every value through f16 (what an f16 KV cache keeps).
+pub fn f16r(v: &mut [f64]) {
+    for x in v {
+        *x = f16::from_f64(*x).to_f64();
+    }
+}
+
+/// The reference forward passes' causal attention at position `p`, in f64:
+/// each of `nh` query heads of `hd` values attends with softmax(q·k / √hd)
+/// to the rows of positions `0..=p`, reading KV head `h / (nh / nkv)`.
+/// `qs`, `ks`, `vs`: one row per position. Returns the `nh · hd` outputs.
+pub fn causal_attention(
+    qs: &[Vec<f64>],
+    ks: &[Vec<f64>],
+    vs: &[Vec<f64>],
+    p: usize,
+    (nh, nkv, hd): (usize, usize, usize),
+) -> Vec<f64> {
+    let mut att = vec![0.0; nh * hd];
+    for h in 0..nh {
+        let kh = h / (nh / nkv);
+        let q = &qs[p][h * hd..][..hd];
+        let sc: Vec<f64> = (0..=p)
+            .map(|j| {
+                let dot: f64 = q
+                    .iter()
+                    .zip(&ks[j][kh * hd..][..hd])
+                    .map(|(a, b)| a * b)
+                    .sum();
+                dot / (hd as f64).sqrt()
+            })
+            .collect();
+        let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();
+        let z: f64 = e.iter().sum();
+        for (j, ej) in e.iter().enumerate() {
+            for d in 0..hd {
+                att[h * hd + d] += ej / z * vs[j][kh * hd + d];
+            }
+        }
+    }
+    att
 }
 
 /// Loads a model from GGUF `bytes` with `opts`.
