@@ -17,7 +17,7 @@ use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, ModelError, PlacementSpec,
 };
 use tiny_models::{
-    causal_attention, configs, f16r, load, write, write_with, Config, Fam, LayerW, Weights, N_VOCAB,
+    configs, load, write, write_with, Config, Fam, LayerW, QkvRows, Weights, N_VOCAB,
 };
 
 // ---------------------------------------------------------------- reference
@@ -79,24 +79,20 @@ fn head_norm(x: &mut [f64], w: Option<&Vec<f64>>, hd: usize, eps: f64) {
 fn block(cfg: &Config, w: &Weights, l: &LayerW, xs: &mut [Vec<f64>]) {
     let (hd, nh, nkv) = (cfg.head_dim, cfg.n_head, cfg.n_head_kv);
     let eps = cfg.eps as f64;
-    let (mut qs, mut ks, mut vs) = (Vec::new(), Vec::new(), Vec::new());
+    let mut rows = QkvRows::default();
     for (p, x) in xs.iter().enumerate() {
         let h = rms(x, &l.attn_norm, eps);
         let mut q = mv(&l.wq, &h, l.bq.as_ref());
         let mut k = mv(&l.wk, &h, l.bk.as_ref());
-        let mut v = mv(&l.wv, &h, l.bv.as_ref());
+        let v = mv(&l.wv, &h, l.bv.as_ref());
         head_norm(&mut q, l.q_norm.as_ref(), hd, eps);
         head_norm(&mut k, l.k_norm.as_ref(), hd, eps);
         rope(cfg, w, &mut q, p);
         rope(cfg, w, &mut k, p);
-        f16r(&mut k); // the cache is f16
-        f16r(&mut v);
-        qs.push(q);
-        ks.push(k);
-        vs.push(v);
+        rows.push(q, k, v);
     }
     for (p, x) in xs.iter_mut().enumerate() {
-        let att = causal_attention(&qs, &ks, &vs, p, (nh, nkv, hd));
+        let att = rows.attention(p, (nh, nkv, hd));
         let o = mv(&l.wo, &att, None);
         let ffn_in: Vec<f64> = o.iter().zip(x.iter()).map(|(a, b)| a + b).collect();
         let h = rms(&ffn_in, &l.ffn_norm, eps);

@@ -17,7 +17,7 @@ use strata_models::model::Override;
 use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, ModelError, PlacementSpec,
 };
-use tiny_models::{causal_attention, f16r, load, Rng};
+use tiny_models::{load, QkvRows, Rng};
 
 const N_EMBD: usize = 32;
 const N_HEAD: usize = 4;
@@ -184,22 +184,16 @@ fn reference(w: &W, tokens: &[u32]) -> Vec<Vec<f64>> {
         .map(|&t| w.emb[t as usize * N_EMBD..][..N_EMBD].to_vec())
         .collect();
     for l in &w.layers {
-        let mut ks = Vec::new();
-        let mut vs = Vec::new();
-        let mut qs = Vec::new();
+        let mut rows = QkvRows::default();
         for (p, x) in xs.iter().enumerate() {
             let h = rms(x, &l[0]);
-            let (mut q, mut k, mut v) = (mv(&l[1], &h), mv(&l[2], &h), mv(&l[3], &h));
+            let (mut q, mut k, v) = (mv(&l[1], &h), mv(&l[2], &h), mv(&l[3], &h));
             rope(&mut q, p);
             rope(&mut k, p);
-            f16r(&mut k); // the cache is f16
-            f16r(&mut v);
-            qs.push(q);
-            ks.push(k);
-            vs.push(v);
+            rows.push(q, k, v);
         }
         for (p, x) in xs.iter_mut().enumerate() {
-            let att = causal_attention(&qs, &ks, &vs, p, (N_HEAD, N_KV, HD));
+            let att = rows.attention(p, (N_HEAD, N_KV, HD));
             let o = mv(&l[4], &att);
             let ffn_in: Vec<f64> = o.iter().zip(x.iter()).map(|(a, b)| a + b).collect();
             let h = rms(&ffn_in, &l[5]);

@@ -257,6 +257,31 @@ pub fn f16r(v: &mut [f64]) {
     }
 }
 
+/// The reference forward passes' per-position Q, K and V rows, K and V
+/// rounded to f16 as the KV cache keeps them.
+#[derive(Default)]
+pub struct QkvRows {
+    qs: Vec<Vec<f64>>,
+    ks: Vec<Vec<f64>>,
+    vs: Vec<Vec<f64>>,
+}
+
+impl QkvRows {
+    /// Appends the next position's rows (rounding `k` and `v` to f16).
+    pub fn push(&mut self, q: Vec<f64>, mut k: Vec<f64>, mut v: Vec<f64>) {
+        f16r(&mut k);
+        f16r(&mut v);
+        self.qs.push(q);
+        self.ks.push(k);
+        self.vs.push(v);
+    }
+
+    /// [`causal_attention`] of position `p` over these rows.
+    pub fn attention(&self, p: usize, dims: (usize, usize, usize)) -> Vec<f64> {
+        causal_attention(&self.qs, &self.ks, &self.vs, p, dims)
+    }
+}
+
 /// The reference forward passes' causal attention at position `p`, in f64:
 /// each of `nh` query heads of `hd` values attends with softmax(q·k / √hd)
 /// to the rows of positions `0..=p`, reading KV head `h / (nh / nkv)`.
