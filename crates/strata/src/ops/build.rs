@@ -43,16 +43,7 @@ pub fn make_inplace(op: Op, src: Vec<Option<Tensor>>) -> Result<Tensor> {
             ),
         ));
     }
-    let view = match a.view_of() {
-        Some(v) => ViewOf {
-            src: v.src.clone(),
-            offset: v.offset,
-        },
-        None => ViewOf {
-            src: a.clone(),
-            offset: 0,
-        },
-    };
+    let view = ViewOf::alias_of(&a);
     Ok(Tensor::from_parts(
         a.dtype(),
         a.ne(),

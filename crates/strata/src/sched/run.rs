@@ -436,23 +436,13 @@ fn make_copies(
 /// view's consumers ran, and nothing consumes the dependency, so a VIEW here
 /// would keep every split input alive to the end of the graph.
 fn input_dependency(input: &Tensor) -> Tensor {
-    let base = match input.view_of() {
-        Some(v) => ViewOf {
-            src: v.src.clone(),
-            offset: v.offset,
-        },
-        None => ViewOf {
-            src: input.clone(),
-            offset: 0,
-        },
-    };
     Tensor::from_parts(
         input.dtype(),
         input.ne(),
         input.nb(),
         Op::None,
         vec![Some(input.clone())],
-        Some(base),
+        Some(ViewOf::alias_of(input)),
     )
     .with_name(format!("{}#dep", input.name()))
 }

@@ -69,6 +69,23 @@ pub struct ViewOf {
     pub offset: usize,
 }
 
+impl ViewOf {
+    /// What a tensor aliasing all of `t` is a view of: `t`'s own base and
+    /// offset when `t` is a view, else `t` itself at offset 0.
+    pub fn alias_of(t: &Tensor) -> ViewOf {
+        match t.view_of() {
+            Some(v) => ViewOf {
+                src: v.src.clone(),
+                offset: v.offset,
+            },
+            None => ViewOf {
+                src: t.clone(),
+                offset: 0,
+            },
+        }
+    }
+}
+
 pub(crate) struct Inner {
     id: u64,
     dtype: DType,
