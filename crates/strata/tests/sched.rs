@@ -445,6 +445,35 @@ fn offload_threshold_decides_where_cpu_weight_ops_run() {
     assert_eq!(sched.assign(&g).unwrap().nodes[0], on(1, Cause::Weight(0)));
 }
 
+/// The offload threshold counts a MUL_MAT_ID's tokens (ne[2]), not the
+/// experts used per token (ne[1]), as ggml's offload rule does.
+#[test]
+fn offload_threshold_counts_the_tokens_of_an_expert_matmul() {
+    let experts = Tensor::new(DType::F32, &[16, 8, 4])
+        .unwrap()
+        .with_name("ffn_up_exps");
+    let bufs = alloc_tensors(&[experts.clone()], &cpu_buffer_type()).unwrap();
+    bufs.set_usage(BufferUsage::Weights);
+    let b = Tensor::new(DType::F32, &[16, 1, 40]).unwrap();
+    b.set_input();
+    let ids = Tensor::new(DType::I32, &[2, 40]).unwrap();
+    ids.set_input();
+    let y = ops::mul_mat_id(&experts, &b, &ids).unwrap();
+    y.set_output();
+    assert_eq!(y.ne()[..3], [8, 2, 40]);
+    let g = Graph::build(&[y]);
+    let with_min = |n: usize| {
+        let policy = strata::sched::PlacementPolicy::new().offload_min_batch(BackendId(0), n);
+        let sched = dev_cpu(SchedConfig {
+            policy,
+            ..SchedConfig::default()
+        });
+        sched.assign(&g).unwrap().nodes[0]
+    };
+    assert_eq!(with_min(32), on(0, Cause::Offload), "40 tokens >= 32");
+    assert_eq!(with_min(64), on(1, Cause::Weight(0)), "40 tokens < 64");
+}
+
 #[test]
 fn name_rules_place_ops_and_bad_rules_are_errors() {
     let (g, _w, x, z, _b) = weights_on_cpu(4);

@@ -73,7 +73,7 @@ impl PlacementPolicy {
         self.offload_min_batch
             .iter()
             .find(|(b, _)| b.index() == backend)
-            .is_none_or(|(_, n)| t.ne()[1] >= *n)
+            .is_none_or(|(_, n)| batch_size(t) >= *n)
     }
 
     /// Checks every rule names an existing backend.
@@ -88,5 +88,15 @@ impl PlacementPolicy {
             }
         }
         Ok(())
+    }
+}
+
+/// The batch an op works on, as ggml's offload rule counts it: the tokens
+/// of a MUL_MAT_ID are its third dimension (experts used per token are the
+/// second), of every other weight op the second.
+fn batch_size(t: &Tensor) -> usize {
+    match t.op() {
+        crate::ops::Op::MulMatId => t.ne()[2],
+        _ => t.ne()[1],
     }
 }
