@@ -166,11 +166,7 @@ impl PlacementSpec {
             }
             let frac = (il - start) as f32 / n_off as f32;
             // the first device whose cumulative share passes this layer
-            bounds
-                .iter()
-                .position(|&b| frac < b)
-                .unwrap_or(n_dev - 1)
-                .min(n_dev - 1)
+            bounds.iter().position(|&b| frac < b).unwrap_or(n_dev - 1)
         };
         Ok(LayerMap {
             layers: (0..n_layer).map(place).collect(),
