@@ -1,0 +1,256 @@
+//! The GPU backend: a graph is planned node by node into dispatches,
+//! recorded into one compute pass and submitted once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use strata::backend::{Backend, BufferType, Device, Event};
+use strata::graph::Graph;
+use strata::{Error, Result, Tensor};
+
+use crate::context::{GpuContext, PARAMS_BYTES, STORAGE_SLOTS};
+use crate::ops;
+use crate::GpuDevice;
+
+/// An execution stream on one GPU.
+pub struct GpuBackend {
+    dev: Arc<GpuDevice>,
+    ctx: Arc<GpuContext>,
+    params: Option<wgpu::Buffer>,
+    bind_groups: HashMap<[u64; STORAGE_SLOTS], wgpu::BindGroup>,
+}
+
+impl GpuBackend {
+    pub(crate) fn new(dev: Arc<GpuDevice>) -> GpuBackend {
+        GpuBackend {
+            ctx: dev.ctx.clone(),
+            dev,
+            params: None,
+            bind_groups: HashMap::new(),
+        }
+    }
+
+    /// The opened device.
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+
+    fn stride(&self) -> u64 {
+        PARAMS_BYTES.next_multiple_of(self.ctx.limits.min_uniform_buffer_offset_alignment as u64)
+    }
+
+    /// The base address of the buffer `t` lives in, checked to be this device's.
+    fn base_of(&self, t: &Tensor, node: &Tensor) -> Result<u64> {
+        let st = t.storage_or_err()?;
+        let base = st.buffer.base();
+        if self.ctx.buffer(base).is_none() {
+            return Err(Error::BadTensor {
+                op: node.op().name(),
+                tensor: t.name(),
+                problem: strata::error::TensorProblem::ForeignBuffer {
+                    owner: format!("{} (it is in '{}')", self.ctx.name, st.buffer.name()),
+                },
+            });
+        }
+        Ok(base)
+    }
+
+    fn bind_group(&mut self, key: [u64; STORAGE_SLOTS]) -> Result<()> {
+        if self.bind_groups.contains_key(&key) {
+            return Ok(());
+        }
+        let params = self
+            .params
+            .as_ref()
+            .expect("params buffer made before binding");
+        let bufs: Vec<wgpu::Buffer> = key
+            .iter()
+            .map(|b| {
+                self.ctx.buffer(*b).ok_or_else(|| Error::Backend {
+                    backend: self.ctx.name.clone(),
+                    msg: "a buffer was freed while a graph using it was being recorded".into(),
+                })
+            })
+            .collect::<Result<_>>()?;
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: params,
+                offset: 0,
+                size: wgpu::BufferSize::new(PARAMS_BYTES),
+            }),
+        }];
+        for (k, b) in bufs.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: k as u32 + 1,
+                resource: b.as_entire_binding(),
+            });
+        }
+        let bg = self
+            .ctx
+            .device
+            .create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &self.ctx.layout,
+                entries: &entries,
+            });
+        self.bind_groups.insert(key, bg);
+        Ok(())
+    }
+
+    fn ensure_params(&mut self, bytes: u64) {
+        if self.params.as_ref().is_some_and(|p| p.size() >= bytes) {
+            return;
+        }
+        let size = bytes.next_power_of_two().max(64 * 1024);
+        self.params = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("strata params"),
+            size,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        }));
+        // every bind group names the old parameter buffer
+        self.bind_groups.clear();
+    }
+}
+
+impl Backend for GpuBackend {
+    fn name(&self) -> String {
+        self.ctx.name.clone()
+    }
+
+    fn device(&self) -> Arc<dyn Device> {
+        self.dev.clone()
+    }
+
+    fn default_buffer_type(&self) -> Arc<dyn BufferType> {
+        self.dev.buft.clone()
+    }
+
+    fn synchronize(&mut self) -> Result<()> {
+        self.ctx.wait()?;
+        self.ctx.take_error("a copy")
+    }
+
+    fn cpy_tensor_async(&mut self, src: &Tensor, dst: &Tensor) -> Result<bool> {
+        match (src.storage(), dst.storage()) {
+            (Some(_), Some(d)) if self.ctx.buffer(d.buffer.base()).is_some() => {
+                d.buffer.copy_from(src, dst)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn graph_compute(&mut self, graph: &Graph) -> Result<()> {
+        self.ctx.check_alive()?;
+        for b in self.ctx.take_dropped() {
+            self.bind_groups.retain(|k, _| !k.contains(&b));
+        }
+        let mut dispatches = Vec::new();
+        for node in graph.nodes() {
+            match ops::plan(&self.ctx, node)? {
+                Some(d) => dispatches.extend(d),
+                None => return Err(ops::unsupported(&self.ctx, node)),
+            }
+        }
+        if dispatches.is_empty() {
+            return Ok(());
+        }
+        let stride = self.stride();
+        self.ensure_params(stride * dispatches.len() as u64);
+        let mut bytes = vec![0u8; (stride as usize) * dispatches.len()];
+        let mut keys = Vec::with_capacity(dispatches.len());
+        for (i, d) in dispatches.iter().enumerate() {
+            let at = i * stride as usize;
+            for (k, w) in d.params.w.iter().enumerate() {
+                bytes[at + 4 * k..at + 4 * k + 4].copy_from_slice(&w.to_le_bytes());
+            }
+            let node = d.slots[4]
+                .as_ref()
+                .expect("every dispatch has a destination");
+            let dst = self.base_of(node, node)?;
+            let mut key = [dst; STORAGE_SLOTS];
+            for (k, t) in d.slots.iter().enumerate() {
+                if let Some(t) = t {
+                    key[k] = self.base_of(t, node)?;
+                }
+            }
+            keys.push(key);
+        }
+        for key in &keys {
+            self.bind_group(*key)?;
+        }
+        let params = self.params.as_ref().expect("made above");
+        self.ctx.queue.write_buffer(params, 0, &bytes);
+        let mut enc = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("strata graph"),
+            });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("strata graph"),
+                timestamp_writes: None,
+            });
+            for (i, (d, key)) in dispatches.iter().zip(&keys).enumerate() {
+                pass.set_pipeline(&d.pipeline);
+                pass.set_bind_group(0, &self.bind_groups[key], &[(i as u64 * stride) as u32]);
+                let [x, y, z] = d.groups;
+                pass.dispatch_workgroups(x, y, z);
+            }
+        }
+        self.ctx.queue.submit([enc.finish()]);
+        self.ctx.wait()?;
+        self.ctx.take_error(&format!(
+            "a graph of {} nodes ({} dispatches)",
+            graph.nodes().len(),
+            dispatches.len()
+        ))
+    }
+
+    fn supports_op(&self, op: &Tensor) -> bool {
+        ops::supported(&self.ctx, op)
+    }
+
+    fn event_record(&mut self, event: &Arc<dyn Event>) -> Result<()> {
+        let Some(slot) = self.ctx.event_slot(event.key()) else {
+            return Err(Error::Unsupported {
+                backend: self.name(),
+                what: "an event of another device".into(),
+            });
+        };
+        let idx = self.ctx.queue.submit([]);
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(idx);
+        Ok(())
+    }
+}
+
+/// A point in a GPU's queue (a submission index).
+pub struct GpuEvent {
+    pub(crate) ctx: Arc<GpuContext>,
+    pub(crate) index: crate::context::EventSlot,
+}
+
+impl Event for GpuEvent {
+    fn synchronize(&self) -> Result<()> {
+        let idx = self.index.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(idx) = idx {
+            self.ctx
+                .device
+                .poll(wgpu::PollType::Wait {
+                    submission_index: Some(idx),
+                    timeout: None,
+                })
+                .map_err(|e| Error::Backend {
+                    backend: self.ctx.name.clone(),
+                    msg: format!("waiting for an event failed: {e}"),
+                })?;
+        }
+        self.ctx.check_alive()
+    }
+
+    fn key(&self) -> usize {
+        Arc::as_ptr(&self.index) as usize
+    }
+}

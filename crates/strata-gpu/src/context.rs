@@ -1,0 +1,394 @@
+//! One opened wgpu device: its queue, limits, pipelines and the registry of
+//! its buffers (a tensor's buffer is found by its base address).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use strata::{Error, Result};
+
+/// Bytes of one dispatch's parameter block (see `ops::Params`).
+pub(crate) const PARAMS_BYTES: u64 = 256;
+
+/// Storage bindings every pipeline has: four sources and the destination.
+pub(crate) const STORAGE_SLOTS: usize = 5;
+
+/// Where an event keeps the submission it was recorded after.
+pub(crate) type EventSlot = Arc<Mutex<Option<wgpu::SubmissionIndex>>>;
+
+/// An opened adapter: the wgpu device and queue and what strata keeps about it.
+pub struct GpuContext {
+    pub(crate) name: String,
+    pub(crate) info: wgpu::AdapterInfo,
+    pub(crate) limits: wgpu::Limits,
+    pub(crate) features: wgpu::Features,
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) layout: wgpu::BindGroupLayout,
+    pipeline_layout: wgpu::PipelineLayout,
+    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    /// Buffers by base address.
+    buffers: Mutex<HashMap<u64, wgpu::Buffer>>,
+    /// Bases of buffers dropped since a backend last looked (its bind-group
+    /// cache must forget them).
+    dropped: Mutex<Vec<u64>>,
+    next_base: AtomicU64,
+    allocated: AtomicUsize,
+    lost: Arc<AtomicBool>,
+    /// Errors no scope caught (recorded instead of wgpu's default panic).
+    uncaptured: Arc<Mutex<Vec<String>>>,
+    /// This device's events by key (the address of their slot).
+    events: Mutex<HashMap<usize, std::sync::Weak<Mutex<Option<wgpu::SubmissionIndex>>>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl GpuContext {
+    /// Opens `adapter` with its own limits and the optional features it has.
+    pub(crate) fn open(name: String, adapter: &wgpu::Adapter) -> Result<GpuContext> {
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let features = adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("strata"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| Error::Backend {
+            backend: name.clone(),
+            msg: format!("cannot open adapter '{}': {e}", info.name),
+        })?;
+        let lost = Arc::new(AtomicBool::new(false));
+        let flag = lost.clone();
+        device.set_device_lost_callback(move |_reason, _msg| flag.store(true, Ordering::SeqCst));
+        let uncaptured = Arc::new(Mutex::new(Vec::new()));
+        let sink = uncaptured.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            tracing::error!("GPU error: {e}");
+            lock(&sink).push(e.to_string());
+        }));
+        let storage = |binding| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only: false },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let mut entries = vec![wgpu::BindGroupLayoutEntry {
+            binding: 0,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: true,
+                min_binding_size: wgpu::BufferSize::new(PARAMS_BYTES),
+            },
+            count: None,
+        }];
+        entries.extend((1..=STORAGE_SLOTS as u32).map(storage));
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("strata op"),
+            entries: &entries,
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("strata op"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        Ok(GpuContext {
+            name,
+            info,
+            limits,
+            features,
+            device,
+            queue,
+            layout,
+            pipeline_layout,
+            pipelines: Mutex::new(HashMap::new()),
+            buffers: Mutex::new(HashMap::new()),
+            dropped: Mutex::new(Vec::new()),
+            next_base: AtomicU64::new(0x1000),
+            allocated: AtomicUsize::new(0),
+            lost,
+            uncaptured,
+            events: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The device's name (`GPU0`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The adapter's own description.
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.info
+    }
+
+    /// The limits the device was opened with (the adapter's).
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.limits
+    }
+
+    /// Whether the device has 16-bit float arithmetic in shaders.
+    pub fn has_f16(&self) -> bool {
+        self.features.contains(wgpu::Features::SHADER_F16)
+    }
+
+    /// Whether the device has subgroup operations.
+    pub fn has_subgroups(&self) -> bool {
+        self.features.contains(wgpu::Features::SUBGROUP)
+    }
+
+    /// The largest buffer one tensor set may live in: a buffer is bound
+    /// whole, so it may not exceed the largest storage binding.
+    pub fn max_buffer_size(&self) -> usize {
+        let m = self
+            .limits
+            .max_buffer_size
+            .min(self.limits.max_storage_buffer_binding_size as u64);
+        // a whole binding is addressed in bytes by u32 arithmetic in the shaders
+        m.min(u32::MAX as u64 & !255) as usize
+    }
+
+    /// Bytes held by buffers now.
+    pub fn allocated(&self) -> usize {
+        self.allocated.load(Ordering::Relaxed)
+    }
+
+    /// An error when the device was lost (driver reset, removal).
+    pub(crate) fn check_alive(&self) -> Result<()> {
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(Error::Backend {
+                backend: self.name.clone(),
+                msg: format!(
+                    "the device '{}' was lost (driver reset or removal); its buffers are gone: \
+                     reload the model",
+                    self.info.name
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// An error for the first uncaptured device error since the last call.
+    pub(crate) fn take_error(&self, during: &str) -> Result<()> {
+        let errs = std::mem::take(&mut *lock(&self.uncaptured));
+        match errs.first() {
+            None => Ok(()),
+            Some(e) => Err(Error::Backend {
+                backend: self.name.clone(),
+                msg: format!("{during} failed on the device: {e}"),
+            }),
+        }
+    }
+
+    /// Remembers a new event's slot, so backends can find it by key.
+    pub(crate) fn register_event(&self, slot: &EventSlot) {
+        let mut ev = lock(&self.events);
+        ev.retain(|_, w| w.strong_count() > 0);
+        ev.insert(Arc::as_ptr(slot) as usize, Arc::downgrade(slot));
+    }
+
+    /// The slot of this device's live event with `key`.
+    pub(crate) fn event_slot(&self, key: usize) -> Option<EventSlot> {
+        lock(&self.events).get(&key).and_then(|w| w.upgrade())
+    }
+
+    /// Creates a storage buffer of `size` bytes (rounded up to 4), registers
+    /// it and returns its base address; allocation failures are typed.
+    pub(crate) fn create_buffer(&self, size: usize, label: &str) -> Result<(u64, wgpu::Buffer)> {
+        self.check_alive()?;
+        let max = self.max_buffer_size();
+        let oom = |msg: String| Error::OutOfMemory {
+            buffer_type: self.name.clone(),
+            requested: size,
+            msg,
+        };
+        if size > max {
+            return Err(oom(format!(
+                "larger than the device's largest buffer ({max} bytes, the adapter's storage \
+                 binding limit): allocate in smaller buffers (alloc_tensors splits by max_size)"
+            )));
+        }
+        let padded = size.max(4).next_multiple_of(4) as u64;
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let vscope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: padded,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let verr = pollster::block_on(vscope.pop());
+        let err = pollster::block_on(scope.pop());
+        if let Some(e) = err.or(verr) {
+            return Err(oom(format!("the device refused it: {e}")));
+        }
+        let base = self
+            .next_base
+            .fetch_add(padded.next_multiple_of(4096) + 4096, Ordering::Relaxed);
+        lock(&self.buffers).insert(base, buf.clone());
+        self.allocated.fetch_add(padded as usize, Ordering::Relaxed);
+        Ok((base, buf))
+    }
+
+    /// Forgets the buffer at `base` (its last handle is being dropped).
+    pub(crate) fn release_buffer(&self, base: u64) {
+        if let Some(b) = lock(&self.buffers).remove(&base) {
+            self.allocated
+                .fetch_sub(b.size() as usize, Ordering::Relaxed);
+            // dropping the last handle frees the memory once the work that
+            // uses it has run (wgpu keeps it alive until then)
+            drop(b);
+        }
+        lock(&self.dropped).push(base);
+    }
+
+    /// The wgpu buffer at `base`, if it is this device's.
+    pub(crate) fn buffer(&self, base: u64) -> Option<wgpu::Buffer> {
+        lock(&self.buffers).get(&base).cloned()
+    }
+
+    /// The bases dropped since the last call.
+    pub(crate) fn take_dropped(&self) -> Vec<u64> {
+        std::mem::take(&mut *lock(&self.dropped))
+    }
+
+    /// The compute pipeline `key`, compiled from `source()` the first time.
+    pub(crate) fn pipeline(
+        &self,
+        key: &str,
+        source: impl FnOnce() -> String,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
+        if let Some(p) = lock(&self.pipelines).get(key) {
+            return Ok(p.clone());
+        }
+        let src = source();
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(key),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            });
+        let p = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(key),
+                layout: Some(&self.pipeline_layout),
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Backend {
+                backend: self.name.clone(),
+                msg: format!("shader '{key}' did not compile: {e}"),
+            });
+        }
+        let p = Arc::new(p);
+        lock(&self.pipelines).insert(key.to_string(), p.clone());
+        Ok(p)
+    }
+
+    /// Blocks until everything submitted so far has run.
+    pub(crate) fn wait(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Backend {
+                backend: self.name.clone(),
+                msg: format!("waiting for the device failed: {e}"),
+            })?;
+        self.check_alive()
+    }
+
+    /// Reads `len` bytes of `buf` from `offset` into `out` (any alignment),
+    /// after all submitted work.
+    pub(crate) fn read(&self, buf: &wgpu::Buffer, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.check_alive()?;
+        let start = offset & !3;
+        let end = (offset + out.len() as u64).next_multiple_of(4);
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("strata read"),
+            size: end - start,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(buf, start, &staging, 0, end - start);
+        self.queue.submit([enc.finish()]);
+        let slice = staging.slice(..);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.wait()?;
+        let mapped = rx
+            .recv()
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()))
+            .map_err(|e| Error::Backend {
+                backend: self.name.clone(),
+                msg: format!("reading device memory failed: {e}"),
+            })?;
+        let () = mapped;
+        {
+            let view = slice.get_mapped_range().map_err(|e| Error::Backend {
+                backend: self.name.clone(),
+                msg: format!("reading device memory failed: {e}"),
+            })?;
+            let skip = (offset - start) as usize;
+            out.copy_from_slice(&view[skip..skip + out.len()]);
+        }
+        staging.unmap();
+        staging.destroy();
+        Ok(())
+    }
+
+    /// Writes `data` into `buf` at `offset` (any alignment: unaligned edges
+    /// are read back and merged). Queued before the next submission.
+    pub(crate) fn write(&self, buf: &wgpu::Buffer, offset: u64, data: &[u8]) -> Result<()> {
+        self.check_alive()?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let end = offset + data.len() as u64;
+        if offset % 4 == 0 && end % 4 == 0 {
+            self.queue.write_buffer(buf, offset, data);
+            return Ok(());
+        }
+        let start = offset & !3;
+        let aend = end.next_multiple_of(4);
+        let mut merged = vec![0u8; (aend - start) as usize];
+        // the first and last words hold bytes outside `data`: keep them
+        self.read(buf, start, &mut merged[..4])?;
+        let n = merged.len();
+        if n > 4 {
+            let mut last = [0u8; 4];
+            self.read(buf, aend - 4, &mut last)?;
+            merged[n - 4..].copy_from_slice(&last);
+        }
+        let skip = (offset - start) as usize;
+        merged[skip..skip + data.len()].copy_from_slice(data);
+        self.queue.write_buffer(buf, start, &merged);
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for GpuContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuContext")
+            .field("name", &self.name)
+            .field("adapter", &self.info.name)
+            .finish()
+    }
+}

@@ -1,0 +1,191 @@
+//! strata's GPU backend, on wgpu: one code base for Vulkan, Metal and DX12
+//! devices, compute shaders in WGSL.
+//!
+//! Every adapter wgpu finds (the GL backend aside) is a device named `GPU0`,
+//! `GPU1`, … in wgpu's order; [`GpuProvider`] puts them in a
+//! [`strata::backend::Registry`]. A device's memory is a buffer type whose
+//! `is_host` is false, with alignment and max size from the adapter's limits;
+//! tensor reads and writes go through the queue. A graph is recorded as one
+//! compute pass and submitted once.
+//!
+//! ```no_run
+//! use strata::backend::Registry;
+//! let mut reg = Registry::with_defaults();
+//! reg.register(std::sync::Arc::new(strata_gpu::GpuProvider));
+//! for d in reg.devices() {
+//!     println!("{}: {}", d.name(), d.description());
+//! }
+//! ```
+
+mod backend;
+mod buffer;
+mod context;
+mod ops;
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use strata::backend::{
+    same_buffer_type, Backend, BufferType, Device, DeviceMemory, DeviceProvider, DeviceType, Event,
+};
+use strata::{Result, Tensor};
+
+pub use backend::{GpuBackend, GpuEvent};
+pub use buffer::{GpuBuffer, GpuBufferType};
+pub use context::GpuContext;
+
+/// The GPU devices of this process, opened on first use (wgpu's adapters in
+/// its order; an adapter that cannot be opened is left out with a warning).
+pub fn devices() -> &'static [Arc<GpuDevice>] {
+    static DEVICES: OnceLock<Vec<Arc<GpuDevice>>> = OnceLock::new();
+    DEVICES.get_or_init(|| {
+        let backends = wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12;
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends,
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
+        });
+        let adapters = pollster::block_on(instance.enumerate_adapters(backends));
+        let mut out = Vec::new();
+        for a in adapters {
+            let name = format!("GPU{}", out.len());
+            match GpuContext::open(name, &a) {
+                Ok(ctx) => out.push(GpuDevice::new(Arc::new(ctx))),
+                Err(e) => tracing::warn!("{e}"),
+            }
+        }
+        out
+    })
+}
+
+/// The first GPU, or why there is none.
+pub fn first_device() -> std::result::Result<Arc<GpuDevice>, String> {
+    devices().first().cloned().ok_or_else(|| {
+        "no GPU adapter: wgpu found no Vulkan, Metal or DX12 device (on Linux without a GPU, \
+         install Mesa's software driver: apt-get install mesa-vulkan-drivers)"
+            .to_string()
+    })
+}
+
+/// The family of GPU devices for a [`strata::backend::Registry`].
+pub struct GpuProvider;
+
+impl DeviceProvider for GpuProvider {
+    fn name(&self) -> String {
+        "GPU".into()
+    }
+
+    fn devices(&self) -> Vec<Arc<dyn Device>> {
+        devices()
+            .iter()
+            .map(|d| d.clone() as Arc<dyn Device>)
+            .collect()
+    }
+}
+
+/// One GPU.
+pub struct GpuDevice {
+    pub(crate) ctx: Arc<GpuContext>,
+    pub(crate) buft: Arc<GpuBufferType>,
+    this: std::sync::Weak<GpuDevice>,
+}
+
+impl GpuDevice {
+    fn new(ctx: Arc<GpuContext>) -> Arc<GpuDevice> {
+        Arc::new_cyclic(|this| GpuDevice {
+            buft: Arc::new(GpuBufferType { ctx: ctx.clone() }),
+            ctx,
+            this: this.clone(),
+        })
+    }
+
+    /// The opened device.
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+
+    /// A backend on this device.
+    pub fn backend(&self) -> GpuBackend {
+        GpuBackend::new(self.this.upgrade().expect("a device outlives its calls"))
+    }
+}
+
+impl Device for GpuDevice {
+    fn name(&self) -> String {
+        self.ctx.name.clone()
+    }
+
+    fn description(&self) -> String {
+        let i = &self.ctx.info;
+        let driver = if i.driver_info.is_empty() {
+            i.driver.clone()
+        } else {
+            format!("{} {}", i.driver, i.driver_info)
+        };
+        format!(
+            "{} ({:?}, {:?}, driver {driver}{}{})",
+            i.name,
+            i.backend,
+            i.device_type,
+            if self.ctx.has_f16() { ", f16" } else { "" },
+            if self.ctx.has_subgroups() {
+                ", subgroups"
+            } else {
+                ""
+            }
+        )
+    }
+
+    fn memory(&self) -> Result<DeviceMemory> {
+        // wgpu reports no heap sizes: the total is the largest buffer the
+        // adapter allows, the free part what strata has not taken of it
+        let total = self.ctx.limits.max_buffer_size.min(usize::MAX as u64) as usize;
+        Ok(DeviceMemory {
+            total,
+            free: total.saturating_sub(self.ctx.allocated()),
+        })
+    }
+
+    fn device_type(&self) -> DeviceType {
+        match self.ctx.info.device_type {
+            wgpu::DeviceType::IntegratedGpu => DeviceType::IGpu,
+            _ => DeviceType::Gpu,
+        }
+    }
+
+    fn init_backend(&self) -> Result<Box<dyn Backend>> {
+        self.ctx.check_alive()?;
+        Ok(Box::new(self.backend()))
+    }
+
+    fn default_buffer_type(&self) -> Arc<dyn BufferType> {
+        self.buft.clone()
+    }
+
+    fn supports_op(&self, op: &Tensor) -> bool {
+        ops::supported(&self.ctx, op)
+    }
+
+    fn supports_buft(&self, buft: &Arc<dyn BufferType>) -> bool {
+        let own: Arc<dyn BufferType> = self.buft.clone();
+        same_buffer_type(&own, buft)
+    }
+
+    fn offload_op(&self, op: &Tensor) -> bool {
+        // as ggml's GPU backends: batches of 32 or more are worth moving host
+        // weights for
+        let batch = match op.op() {
+            strata::ops::Op::GetRows => return false,
+            strata::ops::Op::MulMatId => op.ne()[2],
+            _ => op.ne()[1],
+        };
+        batch >= 32
+    }
+
+    fn event_new(&self) -> Option<Arc<dyn Event>> {
+        let index = Arc::new(Mutex::new(None));
+        self.ctx.register_event(&index);
+        Some(Arc::new(GpuEvent {
+            ctx: self.ctx.clone(),
+            index,
+        }))
+    }
+}
