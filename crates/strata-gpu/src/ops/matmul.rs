@@ -1,4 +1,4 @@
-//! (not yet implemented: every node is refused, so the scheduler runs it on the CPU)
+//! MUL_MAT, MUL_MAT_ID, GET_ROWS (not yet implemented: every node is refused, so the scheduler runs it on the CPU)
 
 use strata::{Result, Tensor};
 

@@ -1,4 +1,4 @@
-//! (not yet implemented: every node is refused, so the scheduler runs it on the CPU)
+//! SUM, SUM_ROWS, MEAN, ARGMAX, ARGSORT, TOP_K, REPEAT, CONCAT, ADD_ID (not yet implemented: every node is refused, so the scheduler runs it on the CPU)
 
 use strata::{Result, Tensor};
 

@@ -8,6 +8,7 @@
 //! tensors by byte offset and stride, so views, permutations and broadcasts
 //! need no copies; loads and stores are typed by the tensor's `DType`.
 
+mod attn;
 mod elementwise;
 mod matmul;
 mod misc;
@@ -295,9 +296,14 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Option<Vec<Dispatc
         return Ok(None);
     }
     let d = match node.op() {
-        Op::MulMat | Op::MulMatId => matmul::plan(ctx, node)?,
+        Op::MulMat | Op::MulMatId | Op::GetRows => matmul::plan(ctx, node)?,
         Op::RmsNorm { .. } | Op::Norm { .. } => norm::plan(ctx, node)?,
-        Op::GetRows | Op::SetRows | Op::Cpy | Op::Cont | Op::Dup => rows::plan(ctx, node)?,
+        Op::SoftMax { .. }
+        | Op::Rope(_)
+        | Op::FlashAttnExt { .. }
+        | Op::DiagMaskInf { .. }
+        | Op::Glu { .. } => attn::plan(ctx, node)?,
+        Op::SetRows | Op::Cpy | Op::Cont | Op::Dup => rows::plan(ctx, node)?,
         op if elementwise::handles(op) => elementwise::plan(ctx, node)?,
         _ => misc::plan(ctx, node)?,
     };
@@ -325,9 +331,14 @@ pub(crate) fn supported(ctx: &GpuContext, node: &Tensor) -> bool {
         return false;
     }
     match node.op() {
-        Op::MulMat | Op::MulMatId => matmul::supports(ctx, node),
+        Op::MulMat | Op::MulMatId | Op::GetRows => matmul::supports(ctx, node),
         Op::RmsNorm { .. } | Op::Norm { .. } => norm::supports(node),
-        Op::GetRows | Op::SetRows | Op::Cpy | Op::Cont | Op::Dup => rows::supports(node),
+        Op::SoftMax { .. }
+        | Op::Rope(_)
+        | Op::FlashAttnExt { .. }
+        | Op::DiagMaskInf { .. }
+        | Op::Glu { .. } => attn::supports(node),
+        Op::SetRows | Op::Cpy | Op::Cont | Op::Dup => rows::supports(node),
         op if elementwise::handles(op) => elementwise::supports(node),
         _ => misc::supports(node),
     }

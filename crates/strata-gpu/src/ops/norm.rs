@@ -1,4 +1,4 @@
-//! (not yet implemented: every node is refused, so the scheduler runs it on the CPU)
+//! RMS_NORM, NORM (not yet implemented: every node is refused, so the scheduler runs it on the CPU)
 
 use strata::{Result, Tensor};
 

@@ -1,4 +1,4 @@
-//! (not yet implemented: every node is refused, so the scheduler runs it on the CPU)
+//! SET_ROWS, CPY, CONT, DUP (not yet implemented: every node is refused, so the scheduler runs it on the CPU)
 
 use strata::{Result, Tensor};
 
