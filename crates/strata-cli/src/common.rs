@@ -53,7 +53,7 @@ pub struct ModelArgs {
     /// The device (index into --device) that takes every offloaded layer with -sm none.
     #[arg(long = "mg", visible_alias = "main-gpu", default_value_t = 0)]
     pub main_gpu: usize,
-    /// Device to offload to (e.g. RPC[host:port]; FAKEn = a simulated device). Repeatable.
+    /// Device to offload to (GPU0, RPC[host:port]; FAKEn = a simulated device; `strata devices` lists them). Repeatable.
     #[arg(long)]
     pub device: Vec<String>,
     /// Override placement of tensors whose name matches: REGEX=DEVICE (repeatable), e.g. 'ffn_.*=CPU'.

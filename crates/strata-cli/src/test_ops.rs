@@ -7,7 +7,7 @@ use strata::conformance::{run_suite, Outcome};
 /// Arguments of `strata test-ops`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Device to test, e.g. `CPU` or `RPC[127.0.0.1:50052]`.
+    /// Device to test, e.g. `CPU`, `GPU0` or `RPC[127.0.0.1:50052]`.
     #[arg(long, default_value = "CPU")]
     pub device: String,
     /// Only cases whose name contains this text (e.g. `MUL_MAT`).
@@ -18,9 +18,11 @@ pub struct Args {
     pub seed: u64,
 }
 
-/// The registry the CLI knows: the CPU and remote devices (`RPC[host:port]`).
+/// The registry the CLI knows: the CPU, the GPUs wgpu finds (`GPU0`, …)
+/// and remote devices (`RPC[host:port]`).
 pub fn registry() -> Registry {
     let mut reg = Registry::with_defaults();
+    reg.register(std::sync::Arc::new(strata_gpu::GpuProvider));
     reg.register(std::sync::Arc::new(strata_rpc::RpcProvider::new()));
     reg
 }

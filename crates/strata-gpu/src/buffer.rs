@@ -139,7 +139,7 @@ impl Buffer for GpuBuffer {
         }
         let n = src.nbytes() as u64;
         let (so, doff) = (s.offset as u64, d.offset as u64);
-        if so % 4 != 0 || doff % 4 != 0 || n % 4 != 0 {
+        if so % 4 != 0 || doff % 4 != 0 || !n.is_multiple_of(4) {
             return Ok(false);
         }
         let mut enc = self.ctx.device.create_command_encoder(&Default::default());
@@ -181,7 +181,7 @@ fn fill(ctx: &GpuContext, buf: &wgpu::Buffer, offset: usize, len: usize, value: 
     if len == 0 {
         return Ok(());
     }
-    if value == 0 && offset % 4 == 0 && len % 4 == 0 {
+    if value == 0 && offset.is_multiple_of(4) && len.is_multiple_of(4) {
         let mut enc = ctx.device.create_command_encoder(&Default::default());
         enc.clear_buffer(buf, offset as u64, Some(len as u64));
         ctx.queue.submit([enc.finish()]);

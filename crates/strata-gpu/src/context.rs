@@ -151,7 +151,7 @@ impl GpuContext {
         let m = self
             .limits
             .max_buffer_size
-            .min(self.limits.max_storage_buffer_binding_size as u64);
+            .min(self.limits.max_storage_buffer_binding_size);
         // a whole binding is addressed in bytes by u32 arithmetic in the shaders
         m.min(u32::MAX as u64 & !255) as usize
     }
@@ -332,15 +332,14 @@ impl GpuContext {
             let _ = tx.send(r);
         });
         self.wait()?;
-        let mapped = rx
-            .recv()
+        rx.recv()
             .map_err(|e| e.to_string())
             .and_then(|r| r.map_err(|e| e.to_string()))
             .map_err(|e| Error::Backend {
                 backend: self.name.clone(),
                 msg: format!("reading device memory failed: {e}"),
             })?;
-        let () = mapped;
+        let () = ();
         {
             let view = slice.get_mapped_range().map_err(|e| Error::Backend {
                 backend: self.name.clone(),
@@ -362,7 +361,7 @@ impl GpuContext {
             return Ok(());
         }
         let end = offset + data.len() as u64;
-        if offset % 4 == 0 && end % 4 == 0 {
+        if offset.is_multiple_of(4) && end.is_multiple_of(4) {
             self.queue.write_buffer(buf, offset, data);
             return Ok(());
         }

@@ -65,6 +65,23 @@ pub fn first_device() -> std::result::Result<Arc<GpuDevice>, String> {
     })
 }
 
+/// The first GPU for a test or an example that can do without one:
+/// `Ok(None)` (after printing why on stderr) when there is none, but an error
+/// when the environment says a GPU must be there (`STRATA_REQUIRE_GPU=1`,
+/// which CI sets so that a broken driver cannot skip the GPU tests).
+pub fn device_or_skip() -> std::result::Result<Option<Arc<GpuDevice>>, String> {
+    match first_device() {
+        Ok(d) => Ok(Some(d)),
+        Err(why) if std::env::var("STRATA_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            Err(format!("STRATA_REQUIRE_GPU=1 but {why}"))
+        }
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            Ok(None)
+        }
+    }
+}
+
 /// The family of GPU devices for a [`strata::backend::Registry`].
 pub struct GpuProvider;
 

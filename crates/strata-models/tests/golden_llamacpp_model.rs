@@ -231,6 +231,32 @@ fn rpc_offload_gives_identical_logits() {
     }
 }
 
+/// Offloaded to the first GPU (on CI Mesa's software Vulkan device), all
+/// layers (`-ngl 99`) or a CPU/GPU split (`-ngl 10`): llama.cpp's logits
+/// within the same KL bound as the CPU (1e-2) and its greedy continuations
+/// (issue #14's bars), with the split the placement asks for.
+#[test]
+fn gpu_offload_meets_the_llama_cpp_bars() {
+    if support::require_model("the GPU offload test").is_none() {
+        return;
+    }
+    let Some(gpu) = strata_gpu::device_or_skip().unwrap() else {
+        return;
+    };
+    let dev: Arc<dyn strata::backend::Device> = gpu;
+    println!("GPU: {}", dev.description());
+    for ngl in [99, 10] {
+        let model = load_on(first_layers(ngl), vec![dev.clone()], false);
+        let (_, splits) = run_steps(&model);
+        println!("-ngl {ngl}: {splits} splits");
+        assert!(
+            splits >= 2,
+            "-ngl {ngl}: the CPU keeps the token embeddings"
+        );
+        check_prompts(&model, Attention::Flash, 1e-2);
+    }
+}
+
 /// The last `ngl` of the 31 layers (30 blocks + output) on the other device (`-ngl`).
 fn first_layers(ngl: i32) -> PlacementSpec {
     PlacementSpec {

@@ -31,6 +31,7 @@ pub(crate) struct Params {
     pub(crate) w: [u32; (PARAMS_BYTES / 4) as usize],
 }
 
+#[allow(dead_code)] // `int` and `shape` serve the op families as they land
 impl Params {
     /// Shapes, strides and offsets of `node`'s sources and of `node`.
     pub(crate) fn of(node: &Tensor) -> Params {
@@ -361,7 +362,7 @@ pub(crate) fn aligned(t: &Tensor) -> bool {
     let off = t
         .storage()
         .map_or_else(|| t.view_of().map_or(0, |v| v.offset), |s| s.offset);
-    off % es == 0 && t.nb().iter().all(|&b| b % es == 0)
+    off.is_multiple_of(es) && t.nb().iter().all(|&b| b % es == 0)
 }
 
 /// An error for a node the planner was asked for but cannot run.

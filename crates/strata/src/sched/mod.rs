@@ -29,6 +29,7 @@
 //! ```
 
 mod assign;
+pub mod experiment;
 mod policy;
 mod report;
 mod run;
