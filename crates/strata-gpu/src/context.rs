@@ -161,6 +161,11 @@ impl GpuContext {
         self.allocated.load(Ordering::Relaxed)
     }
 
+    /// Records that the device is gone (the lost callback may come later).
+    pub(crate) fn mark_lost(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+    }
+
     /// An error when the device was lost (driver reset, removal).
     pub(crate) fn check_alive(&self) -> Result<()> {
         if self.lost.load(Ordering::SeqCst) {

@@ -33,27 +33,58 @@ pub use backend::{GpuBackend, GpuEvent};
 pub use buffer::{GpuBuffer, GpuBufferType};
 pub use context::GpuContext;
 
-/// The GPU devices of this process, opened on first use (wgpu's adapters in
-/// its order; an adapter that cannot be opened is left out with a warning).
-pub fn devices() -> &'static [Arc<GpuDevice>] {
-    static DEVICES: OnceLock<Vec<Arc<GpuDevice>>> = OnceLock::new();
-    DEVICES.get_or_init(|| {
+/// wgpu's adapters (the GL backend aside), in its order.
+fn adapters() -> &'static [wgpu::Adapter] {
+    static ADAPTERS: OnceLock<Vec<wgpu::Adapter>> = OnceLock::new();
+    ADAPTERS.get_or_init(|| {
         let backends = wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12;
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
             backends,
             ..wgpu::InstanceDescriptor::new_without_display_handle()
         });
-        let adapters = pollster::block_on(instance.enumerate_adapters(backends));
+        pollster::block_on(instance.enumerate_adapters(backends))
+    })
+}
+
+/// The GPU devices of this process, opened on first use (wgpu's adapters in
+/// its order; an adapter that cannot be opened is left out with a warning).
+pub fn devices() -> &'static [Arc<GpuDevice>] {
+    static DEVICES: OnceLock<Vec<Arc<GpuDevice>>> = OnceLock::new();
+    DEVICES.get_or_init(|| {
         let mut out = Vec::new();
-        for a in adapters {
+        for a in adapters() {
             let name = format!("GPU{}", out.len());
-            match GpuContext::open(name, &a) {
+            match GpuContext::open(name, a) {
                 Ok(ctx) => out.push(GpuDevice::new(Arc::new(ctx))),
                 Err(e) => tracing::warn!("{e}"),
             }
         }
         out
     })
+}
+
+/// Opens the adapter of device `name` (`GPU0`, …) once more, as a device of
+/// its own: its own queue, buffers and pipelines, sharing nothing with the
+/// process-wide one (to isolate work that may break its device).
+pub fn open_private(name: &str) -> Result<Arc<GpuDevice>> {
+    let known = || devices().iter().map(|d| d.ctx.name.clone()).collect();
+    let i = devices()
+        .iter()
+        .position(|d| d.ctx.name == name)
+        .ok_or_else(|| strata::Error::UnknownDevice {
+            name: name.into(),
+            known: known(),
+        })?;
+    // `devices` skips adapters that fail to open: find this one by its info
+    let info = &devices()[i].ctx.info;
+    let a = adapters()
+        .iter()
+        .find(|a| &a.get_info() == info)
+        .ok_or_else(|| strata::Error::UnknownDevice {
+            name: name.into(),
+            known: known(),
+        })?;
+    Ok(GpuDevice::new(Arc::new(GpuContext::open(name.into(), a)?)))
 }
 
 /// The first GPU, or why there is none.
@@ -117,6 +148,14 @@ impl GpuDevice {
     /// The opened device.
     pub fn context(&self) -> &Arc<GpuContext> {
         &self.ctx
+    }
+
+    /// Destroys the device, as a driver reset or a removed card would: its
+    /// buffers' contents are gone and every later use is a typed error
+    /// saying the device was lost.
+    pub fn destroy(&self) {
+        self.ctx.device.destroy();
+        self.ctx.mark_lost();
     }
 
     /// A backend on this device.
