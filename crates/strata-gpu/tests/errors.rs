@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use strata::backend::{alloc_tensors, Backend, BufferType, Device};
+use strata::backend::{alloc_tensors, Backend, Device};
 use strata::cpu::cpu_buffer_type;
 use strata::{ops, DType, Error, Graph, Tensor};
 
@@ -31,7 +31,7 @@ fn a_tensor_larger_than_a_buffer_is_named() {
     let buft = dev.default_buffer_type();
     let n = buft.max_size() / 4 + 1;
     let t = Tensor::new(DType::F32, &[n]).unwrap().with_name("huge");
-    let e = alloc_tensors(&[t], &buft).err().expect("refused");
+    let e = alloc_tensors(&[t], &buft).expect_err("refused");
     assert!(
         matches!(&e, Error::OutOfMemory { .. }) && e.to_string().contains("'huge'"),
         "{e}"
