@@ -19,6 +19,8 @@ pub(crate) type EventSlot = Arc<Mutex<Option<wgpu::SubmissionIndex>>>;
 /// An opened adapter: the wgpu device and queue and what strata keeps about it.
 pub struct GpuContext {
     pub(crate) name: String,
+    /// Bytes of the largest device-local memory heap, where the API says.
+    pub(crate) heap: Option<u64>,
     pub(crate) info: wgpu::AdapterInfo,
     pub(crate) limits: wgpu::Limits,
     pub(crate) features: wgpu::Features,
@@ -101,6 +103,7 @@ impl GpuContext {
             immediate_size: 0,
         });
         Ok(GpuContext {
+            heap: vulkan_heap(adapter),
             name,
             info,
             limits,
@@ -385,6 +388,24 @@ impl GpuContext {
         merged[skip..skip + data.len()].copy_from_slice(data);
         self.queue.write_buffer(buf, start, &merged);
         Ok(())
+    }
+}
+
+/// The size of the largest device-local heap of a Vulkan adapter.
+fn vulkan_heap(adapter: &wgpu::Adapter) -> Option<u64> {
+    use ash::vk;
+    // SAFETY: the hal adapter is only read (its instance and physical-device
+    // handles, valid while `adapter` lives) by a query without side effects.
+    unsafe {
+        let hal = adapter.as_hal::<wgpu::hal::api::Vulkan>()?;
+        let instance = hal.shared_instance().raw_instance();
+        let props = instance.get_physical_device_memory_properties(hal.raw_physical_device());
+        props
+            .memory_heaps_as_slice()
+            .iter()
+            .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+            .map(|h| h.size)
+            .max()
     }
 }
 

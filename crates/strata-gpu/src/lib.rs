@@ -191,9 +191,13 @@ impl Device for GpuDevice {
     }
 
     fn memory(&self) -> Result<DeviceMemory> {
-        // wgpu reports no heap sizes: the total is the largest buffer the
-        // adapter allows, the free part what strata has not taken of it
-        let total = self.ctx.limits.max_buffer_size.min(usize::MAX as u64) as usize;
+        // the device-local heap where Vulkan reports it, else the largest
+        // buffer the adapter allows; free is what strata has not taken of it
+        let total = self
+            .ctx
+            .heap
+            .unwrap_or(self.ctx.limits.max_buffer_size)
+            .min(usize::MAX as u64) as usize;
         Ok(DeviceMemory {
             total,
             free: total.saturating_sub(self.ctx.allocated()),
