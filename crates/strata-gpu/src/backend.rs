@@ -148,9 +148,18 @@ impl Backend for GpuBackend {
         }
         let mut dispatches = Vec::new();
         for node in graph.nodes() {
-            match ops::plan(&self.ctx, node)? {
-                Some(d) => dispatches.extend(d),
-                None => return Err(ops::unsupported(&self.ctx, node)),
+            let Some(planned) = ops::plan(&self.ctx, node)? else {
+                return Err(ops::unsupported(&self.ctx, node));
+            };
+            // sources the scheduler substituted (its copies of split inputs)
+            let subs: Vec<(&Tensor, &Tensor)> = node
+                .srcs()
+                .map(|s| (s, graph.effective(node, s)))
+                .filter(|(s, e)| !s.ptr_eq(e))
+                .collect();
+            for mut d in planned {
+                substitute(&mut d, &subs)?;
+                dispatches.push(d);
             }
         }
         if dispatches.is_empty() {
@@ -224,6 +233,27 @@ impl Backend for GpuBackend {
         *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(idx);
         Ok(())
     }
+}
+
+/// Binds `subs`' replacements (same type and layout, other memory) where a
+/// dispatch binds the source they replace, moving the slot's byte offset
+/// by the difference of the two tensors' offsets.
+fn substitute(d: &mut ops::Dispatch, subs: &[(&Tensor, &Tensor)]) -> Result<()> {
+    if subs.is_empty() {
+        return Ok(());
+    }
+    for k in 0..4 {
+        let Some(t) = &d.slots[k] else { continue };
+        let Some((_, e)) = subs.iter().find(|(s, _)| s.ptr_eq(t)) else {
+            continue;
+        };
+        let from = t.storage_or_err()?.offset as i64;
+        let to = e.storage_or_err()?.offset as i64;
+        let w = &mut d.params.w[40 + k];
+        *w = (*w as i64 + to - from) as u32;
+        d.slots[k] = Some((*e).clone());
+    }
+    Ok(())
 }
 
 /// A point in a GPU's queue (a submission index).
