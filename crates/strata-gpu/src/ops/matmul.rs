@@ -4,7 +4,8 @@
 //!
 //! Few columns (and MUL_MAT_ID, whose columns each pick an expert) run the
 //! matrix-vector kernel: a workgroup per few rows of one column, invocations
-//! striding over K, weights dequantized in registers. Batches run the tiled
+//! striding over K, two rows per invocation, weights dequantized in
+//! registers. Batches run the tiled
 //! kernel: 64 × 64 output tiles, K through workgroup memory.
 
 mod dequant;
@@ -18,8 +19,6 @@ use crate::context::GpuContext;
 /// Invocations per output row of the matrix-vector kernel (a power of two
 /// dividing its workgroup of 64).
 const TPR: u32 = 16;
-/// Rows each invocation of the matrix-vector kernel computes.
-const NR: u32 = 2;
 /// Up to this many columns (dst ne1) MUL_MAT runs the matrix-vector kernel.
 const MATVEC_MAX_N: usize = 4;
 /// Rows and columns of a tile of the tiled kernel.
@@ -91,7 +90,7 @@ fn matvec_fits(a: &Tensor, node: &Tensor, max: usize) -> bool {
 }
 
 fn rows_per_group() -> usize {
-    (64 / TPR * NR) as usize
+    (64 / TPR * 2) as usize
 }
 
 /// The dispatches computing `node`.
@@ -138,7 +137,6 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
             let k = Kernel::new("mul_mat_vec", include_str!("../shaders/matvec.wgsl"), node)
                 .def("COLMAP", colmap)
                 .def("TPR", format!("{TPR}u"))
-                .def("NR", NR)
                 .def("MAXY", format!("{max}u"))
                 .def("DEQUANT", dq());
             let rows = a.ne()[1].div_ceil(rows_per_group()) as u32;

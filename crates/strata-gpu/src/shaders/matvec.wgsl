@@ -1,7 +1,7 @@
 // Matrix × few vectors: dst[:, c] = s0-matrix(c) · s1-column(c), one
-// workgroup per 64 / TPR × NR rows of one column c, TPR invocations per NR
+// workgroup per 64 / TPR × 2 rows of one column c, TPR invocations per 2
 // rows striding over K in groups of 8 (weights dequantized in registers, the
-// activations loaded once for NR rows), partial sums reduced in workgroup
+// activations loaded once for 2 rows), partial sums reduced in workgroup
 // memory. COLMAP picks the column mapping: MUL_MAT
 // (broadcast over dims 2, 3) or MUL_MAT_ID (the expert from the ids in s2).
 DEQUANT
@@ -29,40 +29,47 @@ fn col_id(c: u32) -> vec4<u32> {
     return vec4<u32>(a, addr(1u, 0u, s % P.ne[1].y, t, 0u), addr(4u, 0u, s, t, 0u), select(0u, 1u, ok));
 }
 
-var<workgroup> red: array<f32, 64 * NR>;
+var<workgroup> red0: array<f32, 64>;
+var<workgroup> red1: array<f32, 64>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let t = lid % TPR;
-    let r0 = (wid.x * (64u / TPR) + lid / TPR) * NRu;
+    let r0 = (wid.x * (64u / TPR) + lid / TPR) * 2u;
     let c = wid.y + wid.z * MAXY;
     if (c >= P.dn.y) { return; }
     let cm = COLMAP(c);
     let m = P.ne[0].y;
     let nb1 = P.nb[0].y;
     let groups = (P.ne[0].x + 7u) / 8u;
-    // rows past m re-read the last row and are not stored
-    let nr = min(m - min(r0, m), NRu);
-    var acc: array<f32, NR>;
-    if (nr > 0u && cm.w == 1u) {
-        let ar = cm.x + r0 * nb1;
+    // the second row past m re-reads the first and is not stored; the
+    // accumulators are plain variables (private arrays indexed at run time
+    // live in memory on some drivers)
+    var acc0 = 0.0;
+    var acc1 = 0.0;
+    if (r0 < m && cm.w == 1u) {
+        let ar0 = cm.x + r0 * nb1;
+        let ar1 = select(ar0, ar0 + nb1, r0 + 1u < m);
         for (var g = t; g < groups; g += TPR) {
             let y = dq_s1(cm.y, g);
-            for (var r = 0u; r < NRu; r++) {
-                let w = dq_s0(ar + min(r, nr - 1u) * nb1, g);
-                acc[r] += dot(w.a, y.a) + dot(w.b, y.b);
-            }
+            let w0 = dq_s0(ar0, g);
+            let w1 = dq_s0(ar1, g);
+            acc0 += dot(w0.a, y.a) + dot(w0.b, y.b);
+            acc1 += dot(w1.a, y.a) + dot(w1.b, y.b);
         }
     }
-    for (var r = 0u; r < NRu; r++) { red[r * 64u + lid] = acc[r]; }
+    red0[lid] = acc0;
+    red1[lid] = acc1;
     workgroupBarrier();
     for (var s = TPR / 2u; s > 0u; s >>= 1u) {
         if (t < s) {
-            for (var r = 0u; r < NRu; r++) { red[r * 64u + lid] += red[r * 64u + lid + s]; }
+            red0[lid] += red0[lid + s];
+            red1[lid] += red1[lid + s];
         }
         workgroupBarrier();
     }
-    if (t == 0u) {
-        for (var r = 0u; r < nr; r++) { ST(cm.z + (r0 + r) * P.nb[4].x, red[r * 64u + lid]); }
+    if (t == 0u && r0 < m) {
+        ST(cm.z + r0 * P.nb[4].x, red0[lid]);
+        if (r0 + 1u < m) { ST(cm.z + (r0 + 1u) * P.nb[4].x, red1[lid]); }
     }
 }
