@@ -1,11 +1,11 @@
 //@ common
-// Dequantizers: `dq_SLOT(row, g)` returns elements 8g..8g+7 of the row that
-// starts at byte `row` of slot SLOT (index SLOTI), as two vec4s. The Rust
-// side (`ops/matmul/dequant.rs`) includes this section once, then the section
-// of each slot's type with SLOT/SLOTI substituted; for block types it appends
-// `dq_SLOT`, which finds the block (TS bytes, GPB groups of 8) and calls
-// `dqb_SLOT(block byte, group in block)`. Blocks are not word aligned: words
-// are assembled from two loads where needed.
+// Dequantizers: `dq_sK(row, g)` returns elements 8g..8g+7 of the row that
+// starts at byte `row` of slot sK, as two vec4s. The Rust side
+// (`ops/matmul/dequant.rs`) includes this section once, then for each slot
+// the sections of its type with the slot's name and index substituted for
+// the placeholders; for block types it appends `dq_sK`, which finds the
+// block and calls `dqb_sK(block byte, group in block)`. Blocks are not word
+// aligned: words are assembled from two loads where needed.
 struct V8 { a: vec4<f32>, b: vec4<f32> }
 
 // The four bytes of `x` as floats (unsigned; signed).
@@ -58,51 +58,45 @@ fn scale_min_SLOT(s: u32, j: u32) -> vec2<f32> {
     return vec2<f32>(f32(sc), f32(mn));
 }
 
-//@ f32
-// Float rows: any element stride, elements past ne0 read as 0.
+//@ float
+// Float rows: any element stride, elements past ne0 read as 0; whole words
+// when the type's section says the 8 elements are contiguous (`fast_SLOT`).
 fn dq_SLOT(row: u32, g: u32) -> V8 {
     let e = g * 8u;
     let nb = P.nb[SLOTI].x;
     let k = P.ne[SLOTI].x;
-    if (nb == 4u && e + 8u <= k) {
-        let w = (row >> 2u) + g * 8u;
-        return V8(bitcast<vec4<f32>>(vec4<u32>(SLOT[w], SLOT[w + 1u], SLOT[w + 2u], SLOT[w + 3u])),
-                  bitcast<vec4<f32>>(vec4<u32>(SLOT[w + 4u], SLOT[w + 5u], SLOT[w + 6u], SLOT[w + 7u])));
-    }
+    if (fast_SLOT(row, nb, e + 8u <= k)) { return dqf_SLOT(row, g); }
     var v: array<f32, 8>;
     for (var i = 0u; i < 8u; i++) {
-        v[i] = select(0.0, ld_f32_SLOT(row + (e + i) * nb), e + i < k);
+        v[i] = select(0.0, ld_FTY_SLOT(row + (e + i) * nb), e + i < k);
     }
     return V8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+}
+
+//@ f32
+fn fast_SLOT(row: u32, nb: u32, whole: bool) -> bool { return nb == 4u && whole; }
+fn dqf_SLOT(row: u32, g: u32) -> V8 {
+    let w = (row >> 2u) + g * 8u;
+    return V8(bitcast<vec4<f32>>(vec4<u32>(SLOT[w], SLOT[w + 1u], SLOT[w + 2u], SLOT[w + 3u])),
+              bitcast<vec4<f32>>(vec4<u32>(SLOT[w + 4u], SLOT[w + 5u], SLOT[w + 6u], SLOT[w + 7u])));
 }
 
 //@ f16
-fn dq_SLOT(row: u32, g: u32) -> V8 {
-    let e = g * 8u;
-    let nb = P.nb[SLOTI].x;
-    let k = P.ne[SLOTI].x;
-    if (nb == 2u && e + 8u <= k && (row & 3u) == 0u) {
-        let w = (row >> 2u) + g * 4u;
-        return V8(vec4<f32>(unpack2x16float(SLOT[w]), unpack2x16float(SLOT[w + 1u])),
-                  vec4<f32>(unpack2x16float(SLOT[w + 2u]), unpack2x16float(SLOT[w + 3u])));
-    }
-    var v: array<f32, 8>;
-    for (var i = 0u; i < 8u; i++) {
-        v[i] = select(0.0, ld_f16_SLOT(row + (e + i) * nb), e + i < k);
-    }
-    return V8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+fn fast_SLOT(row: u32, nb: u32, whole: bool) -> bool { return nb == 2u && whole && (row & 3u) == 0u; }
+fn dqf_SLOT(row: u32, g: u32) -> V8 {
+    let w = (row >> 2u) + g * 4u;
+    return V8(vec4<f32>(unpack2x16float(SLOT[w]), unpack2x16float(SLOT[w + 1u])),
+              vec4<f32>(unpack2x16float(SLOT[w + 2u]), unpack2x16float(SLOT[w + 3u])));
 }
 
 //@ bf16
-fn dq_SLOT(row: u32, g: u32) -> V8 {
-    let e = g * 8u;
-    let nb = P.nb[SLOTI].x;
-    let k = P.ne[SLOTI].x;
-    var v: array<f32, 8>;
-    for (var i = 0u; i < 8u; i++) {
-        v[i] = select(0.0, ld_bf16_SLOT(row + (e + i) * nb), e + i < k);
-    }
-    return V8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+fn fast_SLOT(row: u32, nb: u32, whole: bool) -> bool { return nb == 2u && whole && (row & 3u) == 0u; }
+fn dqf_SLOT(row: u32, g: u32) -> V8 {
+    let w = (row >> 2u) + g * 4u;
+    let x = vec4<u32>(SLOT[w], SLOT[w + 1u], SLOT[w + 2u], SLOT[w + 3u]);
+    let lo = bitcast<vec4<f32>>(x << vec4<u32>(16u));
+    let hi = bitcast<vec4<f32>>(x & vec4<u32>(0xffff0000u));
+    return V8(vec4<f32>(lo.x, hi.x, lo.y, hi.y), vec4<f32>(lo.z, hi.z, lo.w, hi.w));
 }
 
 //@ q4_0

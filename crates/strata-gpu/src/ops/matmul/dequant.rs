@@ -64,6 +64,7 @@ pub(crate) fn source(slots: &[(usize, DType)]) -> String {
                 ts = t.type_size()
             ));
         } else {
+            text.push_str(&section("float").replace("FTY", name));
             text.push_str(section(name));
         }
         s.push_str(
