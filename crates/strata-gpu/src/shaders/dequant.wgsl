@@ -57,6 +57,10 @@ fn scale_min_SLOT(s: u32, j: u32) -> vec2<f32> {
     let mn = (q >> 4u) | ((b_SLOT(s + j) >> 6u) << 4u);
     return vec2<f32>(f32(sc), f32(mn));
 }
+// (scale, min) of the group-g elements of the Q4_K / Q5_K block at b.
+fn k_scale_SLOT(b: u32, g: u32) -> vec2<f32> {
+    return unpack2x16float(w_SLOT(b)) * scale_min_SLOT(b + 4u, g >> 2u);
+}
 
 //@ float
 // Float rows: any element stride, elements past ne0 read as 0; whole words
@@ -193,15 +197,12 @@ fn dqb_SLOT(b: u32, g: u32) -> V8 {
 // (element e: byte 32 (e / 64) + e % 32, high nibble when (e / 32) is odd).
 fn dqb_SLOT(b: u32, g: u32) -> V8 {
     let e = g * 8u;
-    let dm = unpack2x16float(w_SLOT(b));
-    let sm = scale_min_SLOT(b + 4u, g >> 2u);
-    let dl = dm.x * sm.x;
-    let ml = dm.y * sm.y;
+    let s = k_scale_SLOT(b, g);
     let o = b + 16u + 32u * (e >> 6u) + (e & 31u);
     let sh = 4u * ((e >> 5u) & 1u);
     let x = (w_SLOT(o) >> sh) & 0x0f0f0f0fu;
     let y = (w_SLOT(o + 4u) >> sh) & 0x0f0f0f0fu;
-    return V8(u4(x) * dl - ml, u4(y) * dl - ml);
+    return V8(u4(x) * s.x - s.y, u4(y) * s.x - s.y);
 }
 
 //@ q5_k
@@ -209,17 +210,14 @@ fn dqb_SLOT(b: u32, g: u32) -> V8 {
 // before the 128 B of nibbles.
 fn dqb_SLOT(b: u32, g: u32) -> V8 {
     let e = g * 8u;
-    let dm = unpack2x16float(w_SLOT(b));
-    let sm = scale_min_SLOT(b + 4u, g >> 2u);
-    let dl = dm.x * sm.x;
-    let ml = dm.y * sm.y;
+    let s = k_scale_SLOT(b, g);
     let o = b + 48u + 32u * (e >> 6u) + (e & 31u);
     let sh = 4u * ((e >> 5u) & 1u);
     let m = b + 16u + (e & 31u);
     let hs = e >> 5u;
     let x = ((w_SLOT(o) >> sh) & 0x0f0f0f0fu) | (((w_SLOT(m) >> hs) & 0x01010101u) << 4u);
     let y = ((w_SLOT(o + 4u) >> sh) & 0x0f0f0f0fu) | (((w_SLOT(m + 4u) >> hs) & 0x01010101u) << 4u);
-    return V8(u4(x) * dl - ml, u4(y) * dl - ml);
+    return V8(u4(x) * s.x - s.y, u4(y) * s.x - s.y);
 }
 
 //@ q6_k
