@@ -1,17 +1,157 @@
-//! MUL_MAT, MUL_MAT_ID, GET_ROWS (not yet implemented: every node is refused, so the scheduler runs it on the CPU)
+//! MUL_MAT, MUL_MAT_ID and GET_ROWS over weights of every type the
+//! dequantizers read (F32, F16, BF16, the legacy quants, the K-quants,
+//! IQ4_NL, IQ4_XS), activations of any float type and layout.
+//!
+//! Few columns (and MUL_MAT_ID, whose columns each pick an expert) run the
+//! matrix-vector kernel: a workgroup per few rows of one column, invocations
+//! striding over K, two rows per invocation, weights dequantized in
+//! registers. Batches run the tiled
+//! kernel: 64 × 64 output tiles, K through workgroup memory.
 
-use strata::{Result, Tensor};
+mod dequant;
 
-use super::Dispatch;
+use strata::ops::Op;
+use strata::{DType, Result, Tensor};
+
+use super::{aligned, is_float, per_item, slots_of, Dispatch, Kernel, Params};
 use crate::context::GpuContext;
 
+/// Invocations per output row of the matrix-vector kernel (a power of two
+/// dividing its workgroup of 64).
+const TPR: u32 = 16;
+/// Up to this many columns (dst ne1) MUL_MAT runs the matrix-vector kernel.
+const MATVEC_MAX_N: usize = 4;
+/// Rows and columns of a tile of the tiled kernel.
+const TILE: usize = 64;
+
+/// Whether the dequantizers read `a` as weights: a float type, element
+/// aligned, or a block type with contiguous blocks along each row.
+fn weights_ok(a: &Tensor) -> bool {
+    let t = a.dtype();
+    if !dequant::has(t) {
+        return false;
+    }
+    if t.is_quantized() {
+        a.nb()[0] == t.type_size() && a.ne()[0].is_multiple_of(t.block_size())
+    } else {
+        aligned(a)
+    }
+}
+
+/// Whether `t` is a float tensor the loads read.
+fn float_ok(t: &Tensor) -> bool {
+    is_float(t) && aligned(t)
+}
+
 /// Whether the GPU computes `node`.
-pub(crate) fn supports(_ctx: &GpuContext, node: &Tensor) -> bool {
-    let _ = node;
-    false
+pub(crate) fn supports(ctx: &GpuContext, node: &Tensor) -> bool {
+    let max = ctx.limits.max_compute_workgroups_per_dimension as usize;
+    let (Some(a), Some(b)) = (node.src(0), node.src(1)) else {
+        return false;
+    };
+    if !weights_ok(a) || !aligned(node) {
+        return false;
+    }
+    let d = node.ne();
+    match node.op() {
+        Op::GetRows => {
+            b.dtype() == DType::I32
+                && aligned(b)
+                && node.dtype() == DType::F32
+                && d[0].div_ceil(8) * d[1] * d[2] * d[3] <= u32::MAX as usize
+        }
+        Op::MulMat => {
+            if !float_ok(b) || node.dtype() != DType::F32 {
+                return false;
+            }
+            if d[1] <= MATVEC_MAX_N {
+                matvec_fits(a, node, max)
+            } else {
+                d[0].div_ceil(TILE) <= max && d[1].div_ceil(TILE) <= max && d[2] * d[3] <= max
+            }
+        }
+        Op::MulMatId => {
+            let Some(ids) = node.src(2) else { return false };
+            float_ok(b)
+                && node.dtype() == DType::F32
+                && ids.dtype() == DType::I32
+                && aligned(ids)
+                && matvec_fits(a, node, max)
+        }
+        _ => false,
+    }
+}
+
+/// Whether the matrix-vector grid fits the device's workgroup limits.
+fn matvec_fits(a: &Tensor, node: &Tensor, max: usize) -> bool {
+    let d = node.ne();
+    let cols = d[1] * d[2] * d[3];
+    a.ne()[1].div_ceil(rows_per_group()) <= max && cols.div_ceil(max) <= max
+}
+
+fn rows_per_group() -> usize {
+    (64 / TPR * 2) as usize
 }
 
 /// The dispatches computing `node`.
 pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
-    Err(super::unsupported(ctx, node))
+    let (Some(a), Some(b)) = (node.src(0), node.src(1)) else {
+        return Err(super::unsupported(ctx, node));
+    };
+    let dq = || dequant::source(&[(0, a.dtype()), (1, b.dtype())]);
+    let p = Params::of(node);
+    let max = ctx.limits.max_compute_workgroups_per_dimension;
+    let d = node.ne();
+    match node.op() {
+        Op::GetRows => {
+            let k = Kernel::new("get_rows", include_str!("../shaders/getrows.wgsl"), node)
+                .def("DEQUANT", dequant::source(&[(0, a.dtype())]));
+            let items = d[0].div_ceil(8) * d[1] * d[2] * d[3];
+            Ok(vec![per_item(ctx, k, node, p, items)?])
+        }
+        Op::MulMat if d[1] > MATVEC_MAX_N => {
+            let k = Kernel::new(
+                "mul_mat_tiled",
+                include_str!("../shaders/matmul_tiled.wgsl"),
+                node,
+            )
+            .def("DEQUANT", dq());
+            Ok(vec![Dispatch {
+                pipeline: k.pipeline(ctx)?,
+                params: p,
+                slots: slots_of(node),
+                groups: [
+                    d[0].div_ceil(TILE) as u32,
+                    d[1].div_ceil(TILE) as u32,
+                    (d[2] * d[3]) as u32,
+                ],
+            }])
+        }
+        Op::MulMat | Op::MulMatId => {
+            let colmap = if matches!(node.op(), Op::MulMat) {
+                "col_mm"
+            } else {
+                "col_id"
+            };
+            let cols = (d[1] * d[2] * d[3]) as u32;
+            let k = Kernel::new("mul_mat_vec", include_str!("../shaders/matvec.wgsl"), node)
+                .def("COLMAP", colmap)
+                .def("TPR", format!("{TPR}u"))
+                .def("MAXY", format!("{max}u"))
+                .def("DEQUANT", dq());
+            let rows = a.ne()[1].div_ceil(rows_per_group()) as u32;
+            let groups = if cols <= max {
+                [rows, cols, 1]
+            } else {
+                [rows, max, cols.div_ceil(max)]
+            };
+            Ok(vec![Dispatch {
+                pipeline: k.pipeline(ctx)?,
+                params: p.items(cols),
+                slots: slots_of(node),
+                groups,
+            }])
+        }
+        _ => Err(super::unsupported(ctx, node)),
+    }
 }
