@@ -83,19 +83,13 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
             row_dispatch(ctx, k, node, alibi(p.float(0, scale), max_bias, heads))
         }
         &Op::DiagMaskInf { n_past } => {
-            let k = Kernel::new(
-                "diag_mask_inf",
-                include_str!("../shaders/diag_mask.wgsl"),
-                node,
-            );
-            let n = node.nelements();
-            Ok(vec![per_item(
-                ctx,
-                k,
-                node,
-                p.int(0, n_past.min(u32::MAX as usize) as u32),
-                n,
-            )?])
+            // the element-wise kernel: -inf (bits in int 5) above the diagonal
+            let e = "select(x, bitcast<f32>(P.i.w), c.x > P.dn.z + c.y)";
+            let k = Kernel::new("diag_mask_inf", include_str!("../shaders/unary.wgsl"), node)
+                .def("EXPR", e);
+            let n_past = n_past.min(u32::MAX as usize) as u32;
+            let p = p.int(0, n_past).int(5, f32::NEG_INFINITY.to_bits());
+            Ok(vec![per_item(ctx, k, node, p, node.nelements())?])
         }
         &Op::Glu { op, swapped } => glu(ctx, node, p, op, swapped),
         Op::Rope(rp) => rope(ctx, node, p, rp),
@@ -126,6 +120,9 @@ fn alibi(p: Params, max_bias: f32, n_head: usize) -> Params {
         .int(2, n as u32)
 }
 
+/// GLU on the binary element-wise kernel: `a` is the gate, `b` the up
+/// operand; the fused form binds its one source to both, each slot starting
+/// at its half (gate first unless `swapped`).
 fn glu(
     ctx: &GpuContext,
     node: &Tensor,
@@ -134,24 +131,30 @@ fn glu(
     swapped: bool,
 ) -> Result<Vec<Dispatch>> {
     let act = match op {
-        GluOp::Reglu => "max(g, 0.0)",
-        GluOp::Geglu => "gelu_tanh(g)",
-        GluOp::Swiglu => "g / (1.0 + exp(-g))",
+        GluOp::Reglu => "max(a, 0.0) * b",
+        GluOp::Geglu => {
+            "0.5 * a * (1.0 + tanh(clamp(0.7978845608 * a * (1.0 + 0.044715 * a * a), -15.0, 15.0))) * b"
+        }
+        GluOp::Swiglu => "a / (1.0 + exp(-a)) * b",
     };
-    let n0 = node.ne()[0] as u32;
-    // (the up operand's type and slot, gate and up offsets along dim 0)
-    let (up, slot, offs) = match (node.src(1), node.src(0)) {
-        (Some(b), _) => (b.dtype(), 1, (0, 0)),
-        (None, Some(a)) if swapped => (a.dtype(), 0, (n0, 0)),
-        (None, Some(a)) => (a.dtype(), 0, (0, n0)),
-        (None, None) => return Err(super::unsupported(ctx, node)),
-    };
-    let k = Kernel::new("glu", include_str!("../shaders/glu.wgsl"), node)
-        .def("ACT", act)
-        .def("UPLD", format!("ld_{}_s{slot}", ty_name(up)))
-        .def("UPK", format!("{slot}u"));
-    let p = p.int(0, offs.0).int(1, offs.1);
-    Ok(vec![per_item(ctx, k, node, p, node.nelements())?])
+    let a = node.src(0).ok_or_else(|| super::unsupported(ctx, node))?;
+    let mut kernel =
+        Kernel::new("glu", include_str!("../shaders/binary.wgsl"), node).def("OPER", act);
+    let mut slots = slots_of(node);
+    let mut p = p;
+    if node.src(1).is_none() {
+        let half = (node.ne()[0] * a.nb()[0]) as u32;
+        let (gate, up) = if swapped { (half, 0) } else { (0, half) };
+        let base = p.w[40];
+        p = p.shape(0, node.ne(), a.nb()).shape(1, node.ne(), a.nb());
+        p.w[40] = base + gate;
+        p.w[41] = base + up;
+        kernel.src_types[1] = Some(a.dtype());
+        slots[1] = Some(a.clone());
+    }
+    let mut d = per_item(ctx, kernel, node, p, node.nelements())?;
+    d.slots = slots;
+    Ok(vec![d])
 }
 
 /// YaRN's constants as the CPU's ROPE computes them, and the split

@@ -15,17 +15,14 @@ const DV_PER: u32 = 8u;
 var<workgroup> qs: array<f32, 512>;
 var<workgroup> ps: array<f32, WGS>;
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let r = group_index(wid, nwg);
-    if (r >= P.dn.y) { return; }
+// dst rows are (h, iq, iq3)
+fn row_main(rc: vec3<u32>, lid: u32) {
+    let h = rc.x;
+    let iq = rc.y;
+    let iq3 = rc.z;
     let nq = P.ne[0];
     let nk = P.ne[1];
     let n_head = nq.z;
-    let h = r % n_head;
-    let iq = (r / n_head) % nq.y;
-    let iq3 = r / (n_head * nq.y);
     let d = nq.x;
     let dv = P.ne[2].x;
     let n_kv = nk.y;

@@ -3,16 +3,11 @@
 // Each invocation writes only the elements it read, so dst may alias s0.
 const WGS: u32 = 256u;
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let r = group_index(wid, nwg);
-    if (r >= P.dn.y) { return; }
-    let ne = P.ne[4];
-    let i1 = r % ne.y;
-    let i2 = (r / ne.y) % ne.z;
-    let i3 = r / (ne.y * ne.z);
-    let n = ne.x;
+fn row_main(rc: vec3<u32>, lid: u32) {
+    let i1 = rc.x;
+    let i2 = rc.y;
+    let i3 = rc.z;
+    let n = P.ne[4].x;
     var mean = 0.0;
     if (CENTER) {
         var s = 0.0;

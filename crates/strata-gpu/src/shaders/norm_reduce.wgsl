@@ -1,7 +1,18 @@
 
-// Workgroup reductions over WGS invocations (the including shader defines
-// `const WGS: u32`, a power of two). The result is uniform across the
-// workgroup, so callers may branch on it around barriers.
+// The row kernels' entry point and workgroup reductions: one workgroup of
+// WGS invocations (the including shader defines `const WGS: u32`, a power of
+// two) per row (i1, i2, i3) of the destination, P.dn.y rows; the including
+// shader defines `fn row_main(rc: vec3<u32>, lid: u32)`. Reductions return
+// a value uniform across the workgroup, so callers may branch on it around
+// barriers.
+@compute @workgroup_size(WGS)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let r = group_index(wid, nwg);
+    if (r >= P.dn.y) { return; }
+    row_main(row_coords(r, P.ne[4]), lid);
+}
+
 var<workgroup> red: array<f32, WGS>;
 
 fn wg_sum(lid: u32, v: f32) -> f32 {
@@ -29,6 +40,11 @@ fn wg_max(lid: u32, v: f32) -> f32 {
 // The workgroup's linear index in a grid of (x, y, z) workgroups.
 fn group_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return (wid.z * nwg.y + wid.y) * nwg.x + wid.x;
+}
+
+// (i1, i2, i3) of row `r` of shape `ne`.
+fn row_coords(r: u32, ne: vec4<u32>) -> vec3<u32> {
+    return vec3<u32>(r % ne.y, (r / ne.y) % ne.z, r / (ne.y * ne.z));
 }
 
 // Whether `x` is -inf (a masked logit); -FLT_MAX and below count as masked.

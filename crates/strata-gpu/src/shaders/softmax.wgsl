@@ -13,16 +13,11 @@ fn logit(i: u32, i1: u32, i2: u32, i3: u32, slope: f32) -> f32 {
     return x;
 }
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let r = group_index(wid, nwg);
-    if (r >= P.dn.y) { return; }
-    let ne = P.ne[0];
-    let i1 = r % ne.y;
-    let i2 = (r / ne.y) % ne.z;
-    let i3 = r / (ne.y * ne.z);
-    let n = ne.x;
+fn row_main(rc: vec3<u32>, lid: u32) {
+    let i1 = rc.x;
+    let i2 = rc.y;
+    let i3 = rc.z;
+    let n = P.ne[0].x;
     let slope = alibi_slope(i2);
     var m = -3.4028234663852886e38;
     for (var i = lid; i < n; i += WGS) {
