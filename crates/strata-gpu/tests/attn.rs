@@ -138,10 +138,16 @@ fn soft_max_with_llama_masks_alibi_and_long_rows() {
 
 #[test]
 fn diag_mask_inf_and_glu() {
-    ok(check("DIAG_MASK_INF(n_past=3)", 0.0, || {
-        let a = t(DType::F32, &[10, 7, 3])?;
-        Ok((vec![(a.clone(), U)], ops::diag_mask_inf(&a, 3)?))
-    }));
+    for n_past in [0, 3, usize::MAX] {
+        ok(check(
+            &format!("DIAG_MASK_INF(n_past={n_past})"),
+            0.0,
+            move || {
+                let a = t(DType::F32, &[10, 7, 3])?;
+                Ok((vec![(a.clone(), U)], ops::diag_mask_inf(&a, n_past)?))
+            },
+        ));
+    }
     for g in [GluOp::Reglu, GluOp::Geglu, GluOp::Swiglu] {
         ok(check(&format!("GLU({g:?},split,f16)"), 1e-6, move || {
             let a = t(DType::F16, &[301, 5])?;

@@ -87,7 +87,8 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
             let e = "select(x, bitcast<f32>(P.i.w), c.x > P.dn.z + c.y)";
             let k = Kernel::new("diag_mask_inf", include_str!("../shaders/unary.wgsl"), node)
                 .def("EXPR", e);
-            let n_past = n_past.min(u32::MAX as usize) as u32;
+            // past ne0 nothing is masked (and n_past + i1 stays in u32)
+            let n_past = n_past.min(node.ne()[0]) as u32;
             let p = p.int(0, n_past).int(5, f32::NEG_INFINITY.to_bits());
             Ok(vec![per_item(ctx, k, node, p, node.nelements())?])
         }
