@@ -7,9 +7,9 @@
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
+    let ne = P.ne[0];
     let t = item_id(wid, nwg, lid, 256u);
     if (t >= P.dn.y) { return; }
-    let ne = P.ne[0];
     let c = coords(t, vec4<u32>(ne.x / BLOCK_Nu, ne.y, ne.z, ne.w));
     let r = row_id(c.y, c.z, c.w);
     if (r == 0xffffffffu) { return; }
