@@ -98,6 +98,50 @@ impl GpuBackend {
         Ok(())
     }
 
+    /// Runs every dispatch alone (submit and wait) and prints the time per
+    /// op and shape, slowest first (`STRATA_GPU_PROFILE=1`).
+    fn profile(
+        &self,
+        dispatches: &[ops::Dispatch],
+        keys: &[[u64; STORAGE_SLOTS]],
+        stride: u64,
+    ) -> Result<()> {
+        type Row = (u32, std::time::Duration);
+        let mut per: HashMap<String, Row> = HashMap::new();
+        for (i, (d, key)) in dispatches.iter().zip(keys).enumerate() {
+            let mut enc = self.ctx.device.create_command_encoder(&Default::default());
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&d.pipeline);
+                pass.set_bind_group(0, &self.bind_groups[key], &[(i as u64 * stride) as u32]);
+                let [x, y, z] = d.groups;
+                pass.dispatch_workgroups(x, y, z);
+            }
+            let t = std::time::Instant::now();
+            self.ctx.queue.submit([enc.finish()]);
+            self.ctx.wait()?;
+            let Some(node) = d.slots[4].as_ref() else {
+                continue;
+            };
+            let what = format!(
+                "{} {} {:?} -> {:?}",
+                node.op().name(),
+                node.src(0).map_or("-".into(), |s| s.dtype().to_string()),
+                node.src(0).map_or([0; 4], |s| s.ne()),
+                node.ne()
+            );
+            let e = per.entry(what).or_default();
+            e.0 += 1;
+            e.1 += t.elapsed();
+        }
+        let mut rows: Vec<(String, Row)> = per.into_iter().collect();
+        rows.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
+        for (what, (n, t)) in rows {
+            eprintln!("{t:>12.3?} {n:>5}x {what}");
+        }
+        Ok(())
+    }
+
     fn ensure_params(&mut self, bytes: u64) {
         if self.params.as_ref().is_some_and(|p| p.size() >= bytes) {
             return;
@@ -146,6 +190,7 @@ impl Backend for GpuBackend {
         for b in self.ctx.take_dropped() {
             self.bind_groups.retain(|k, _| !k.contains(&b));
         }
+        let t0 = std::time::Instant::now();
         let mut dispatches = Vec::new();
         for node in graph.nodes() {
             let Some(planned) = ops::plan(&self.ctx, node)? else {
@@ -209,8 +254,22 @@ impl Backend for GpuBackend {
                 pass.dispatch_workgroups(x, y, z);
             }
         }
+        if profiling() {
+            self.profile(&dispatches, &keys, stride)?;
+        }
+        let t1 = std::time::Instant::now();
         self.ctx.queue.submit([enc.finish()]);
         self.ctx.wait()?;
+        if profiling() {
+            eprintln!(
+                "{}: {} nodes, {} dispatches: recorded in {:?}, ran in {:?}",
+                self.ctx.name,
+                graph.nodes().len(),
+                dispatches.len(),
+                t1 - t0,
+                t1.elapsed()
+            );
+        }
         self.ctx.take_error(&format!(
             "a graph of {} nodes ({} dispatches)",
             graph.nodes().len(),
@@ -233,6 +292,11 @@ impl Backend for GpuBackend {
         *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(idx);
         Ok(())
     }
+}
+
+/// Whether `STRATA_GPU_PROFILE=1` asks for per-op times.
+fn profiling() -> bool {
+    std::env::var("STRATA_GPU_PROFILE").is_ok_and(|v| v == "1")
 }
 
 /// Binds `subs`' replacements (same type and layout, other memory) where a

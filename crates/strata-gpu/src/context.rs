@@ -281,12 +281,11 @@ impl GpuContext {
         }
         let src = source();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(key),
-                source: wgpu::ShaderSource::Wgsl(src.into()),
-            });
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(key),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
+        };
+        let module = self.device.create_shader_module(desc);
         let p = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {

@@ -399,7 +399,7 @@ proptest! {
             let (a, da) = leaf(FLOATS[src], &ne, 20)?;
             let p = ops::permute(&a, axes(perm))?;
             // the destination: the same count in another shape
-            let d0 = if n % split == 0 { n / split } else { n };
+            let d0 = if n.is_multiple_of(split) { n / split } else { n };
             let b = Tensor::new(FLOATS[dst], &[d0, n / d0])?;
             Ok(Case {
                 out: ops::cpy(&p, &b)?,

@@ -17,8 +17,16 @@ use super::{aligned, is_float, per_item, slots_of, Dispatch, Kernel, Params};
 use crate::context::GpuContext;
 
 /// Invocations per output row of the matrix-vector kernel (a power of two
-/// dividing its workgroup of 64).
-const TPR: u32 = 16;
+/// dividing its workgroup of 64): 16 on GPUs, whose invocations share the
+/// weight rows' loads; 1 on a CPU device (llvmpipe), where the shared-memory
+/// reduction's barriers cost more than a whole row's dot product.
+fn tpr(ctx: &GpuContext) -> u32 {
+    if ctx.info.device_type == wgpu::DeviceType::Cpu {
+        1
+    } else {
+        16
+    }
+}
 /// Up to this many columns (dst ne1) MUL_MAT runs the matrix-vector kernel.
 const MATVEC_MAX_N: usize = 4;
 /// Rows and columns of a tile of the tiled kernel.
@@ -65,7 +73,7 @@ pub(crate) fn supports(ctx: &GpuContext, node: &Tensor) -> bool {
                 return false;
             }
             if d[1] <= MATVEC_MAX_N {
-                matvec_fits(a, node, max)
+                matvec_fits(ctx, a, node, max)
             } else {
                 d[0].div_ceil(TILE) <= max && d[1].div_ceil(TILE) <= max && d[2] * d[3] <= max
             }
@@ -76,21 +84,21 @@ pub(crate) fn supports(ctx: &GpuContext, node: &Tensor) -> bool {
                 && node.dtype() == DType::F32
                 && ids.dtype() == DType::I32
                 && aligned(ids)
-                && matvec_fits(a, node, max)
+                && matvec_fits(ctx, a, node, max)
         }
         _ => false,
     }
 }
 
 /// Whether the matrix-vector grid fits the device's workgroup limits.
-fn matvec_fits(a: &Tensor, node: &Tensor, max: usize) -> bool {
+fn matvec_fits(ctx: &GpuContext, a: &Tensor, node: &Tensor, max: usize) -> bool {
     let d = node.ne();
     let cols = d[1] * d[2] * d[3];
-    a.ne()[1].div_ceil(rows_per_group()) <= max && cols.div_ceil(max) <= max
+    a.ne()[1].div_ceil(rows_per_group(ctx)) <= max && cols.div_ceil(max) <= max
 }
 
-fn rows_per_group() -> usize {
-    (64 / TPR * 2) as usize
+fn rows_per_group(ctx: &GpuContext) -> usize {
+    (64 / tpr(ctx) * 2) as usize
 }
 
 /// The dispatches computing `node`.
@@ -136,10 +144,10 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
             let cols = (d[1] * d[2] * d[3]) as u32;
             let k = Kernel::new("mul_mat_vec", include_str!("../shaders/matvec.wgsl"), node)
                 .def("COLMAP", colmap)
-                .def("TPR", format!("{TPR}u"))
+                .def("TPR", format!("{}u", tpr(ctx)))
                 .def("MAXY", format!("{max}u"))
                 .def("DEQUANT", dq());
-            let rows = a.ne()[1].div_ceil(rows_per_group()) as u32;
+            let rows = a.ne()[1].div_ceil(rows_per_group(ctx)) as u32;
             let groups = if cols <= max {
                 [rows, cols, 1]
             } else {
