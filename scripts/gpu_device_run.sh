@@ -16,7 +16,7 @@ S="$BUNDLE/strata"
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$OUT/nvidia-smi.txt"
-if [ ! -f /tmp/ll/status ]; then
+if [ ! -d /tmp/ll ]; then
     (mkdir -p /tmp/ll && cd /tmp/ll && tar xJf "$BUNDLE/llama-src.tar.xz" &&
         cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
             -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
