@@ -32,6 +32,8 @@ use strata::{Result, Tensor};
 pub use backend::{GpuBackend, GpuEvent};
 pub use buffer::{GpuBuffer, GpuBufferType};
 pub use context::GpuContext;
+/// The kind of adapter (`GpuContext::adapter_info().device_type`).
+pub use wgpu::DeviceType as AdapterType;
 
 /// wgpu's adapters (the GL backend aside), in its order.
 fn adapters() -> &'static [wgpu::Adapter] {

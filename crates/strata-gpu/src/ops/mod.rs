@@ -339,7 +339,7 @@ pub(crate) fn supported(ctx: &GpuContext, node: &Tensor) -> bool {
         | Op::FlashAttnExt { .. }
         | Op::DiagMaskInf { .. }
         | Op::Glu { .. } => attn::supports(node),
-        Op::SetRows | Op::Cpy | Op::Cont | Op::Dup => rows::supports(node),
+        Op::SetRows | Op::Cpy | Op::Cont | Op::Dup => rows::supports(ctx, node),
         op if elementwise::handles(op) => elementwise::supports(node),
         _ => misc::supports(node),
     }

@@ -79,8 +79,16 @@ fn aligned_to(t: &Tensor, n: usize) -> bool {
 }
 
 /// A block-quantized destination the shaders write whole blocks of.
-fn quant_dst(t: &Tensor) -> bool {
-    quantizer(t.dtype()).is_some() && t.is_contiguous_rows() && aligned_to(t, 2)
+///
+/// Q4_K and Q5_K only on CPU devices (llvmpipe): their scale search
+/// (a minimum-error search over candidate scales) lands on other scales when
+/// NVIDIA's compiler builds it — NMSE 6.4e-4 (Q4_K) and 4.5e-4 (Q5_K)
+/// against the CPU on an H200, above the suite's 1e-4 — so until the cause
+/// is found they run on the CPU there.
+fn quant_dst(ctx: &GpuContext, t: &Tensor) -> bool {
+    let search_ok = !matches!(t.dtype(), DType::Q4_K | DType::Q5_K)
+        || ctx.info.device_type == wgpu::DeviceType::Cpu;
+    search_ok && quantizer(t.dtype()).is_some() && t.is_contiguous_rows() && aligned_to(t, 2)
 }
 
 /// The raw load (slot `k`) and store functions moving elements of `t`
@@ -103,7 +111,7 @@ pub(super) fn float_name(t: DType) -> &'static str {
 }
 
 /// Whether the GPU computes `node`.
-pub(crate) fn supports(node: &Tensor) -> bool {
+pub(crate) fn supports(ctx: &GpuContext, node: &Tensor) -> bool {
     let Some(a) = node.src(0) else { return false };
     if !aligned(a) {
         return false;
@@ -116,7 +124,7 @@ pub(crate) fn supports(node: &Tensor) -> bool {
             } else if is_float(a) && is_float(node) {
                 aligned(node)
             } else {
-                node.op() == &Op::Cpy && is_float(a) && quant_dst(node)
+                node.op() == &Op::Cpy && is_float(a) && quant_dst(ctx, node)
             }
         }
         Op::SetRows => {
@@ -129,7 +137,7 @@ pub(crate) fn supports(node: &Tensor) -> bool {
             let dst_ok = if is_float(node) {
                 aligned(node)
             } else {
-                quant_dst(node)
+                quant_dst(ctx, node)
             };
             ids_ok && is_float(a) && dst_ok
         }
