@@ -55,14 +55,10 @@ impl GpuBackend {
         Ok(base)
     }
 
-    fn bind_group(&mut self, key: [u64; STORAGE_SLOTS]) -> Result<()> {
+    fn bind_group(&mut self, key: [u64; STORAGE_SLOTS], params: &wgpu::Buffer) -> Result<()> {
         if self.bind_groups.contains_key(&key) {
             return Ok(());
         }
-        let params = self
-            .params
-            .as_ref()
-            .expect("params buffer made before binding");
         let bufs: Vec<wgpu::Buffer> = key
             .iter()
             .map(|b| {
@@ -98,6 +94,20 @@ impl GpuBackend {
         Ok(())
     }
 
+    /// Records `d` into `pass`, its parameters at byte `params_at`.
+    fn record(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        d: &ops::Dispatch,
+        key: &[u64; STORAGE_SLOTS],
+        params_at: u64,
+    ) {
+        pass.set_pipeline(&d.pipeline);
+        pass.set_bind_group(0, &self.bind_groups[key], &[params_at as u32]);
+        let [x, y, z] = d.groups;
+        pass.dispatch_workgroups(x, y, z);
+    }
+
     /// Runs every dispatch alone (submit and wait) and prints the time per
     /// op and shape, slowest first (`STRATA_GPU_PROFILE=1`).
     fn profile(
@@ -110,13 +120,12 @@ impl GpuBackend {
         let mut per: HashMap<String, Row> = HashMap::new();
         for (i, (d, key)) in dispatches.iter().zip(keys).enumerate() {
             let mut enc = self.ctx.device.create_command_encoder(&Default::default());
-            {
-                let mut pass = enc.begin_compute_pass(&Default::default());
-                pass.set_pipeline(&d.pipeline);
-                pass.set_bind_group(0, &self.bind_groups[key], &[(i as u64 * stride) as u32]);
-                let [x, y, z] = d.groups;
-                pass.dispatch_workgroups(x, y, z);
-            }
+            self.record(
+                &mut enc.begin_compute_pass(&Default::default()),
+                d,
+                key,
+                i as u64 * stride,
+            );
             let t = std::time::Instant::now();
             self.ctx.queue.submit([enc.finish()]);
             self.ctx.wait()?;
@@ -142,19 +151,22 @@ impl GpuBackend {
         Ok(())
     }
 
-    fn ensure_params(&mut self, bytes: u64) {
-        if self.params.as_ref().is_some_and(|p| p.size() >= bytes) {
-            return;
+    /// The parameter buffer, grown to at least `bytes`.
+    fn ensure_params(&mut self, bytes: u64) -> wgpu::Buffer {
+        if let Some(p) = self.params.as_ref().filter(|p| p.size() >= bytes) {
+            return p.clone();
         }
         let size = bytes.next_power_of_two().max(64 * 1024);
-        self.params = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        let p = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("strata params"),
             size,
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
-        }));
+        });
         // every bind group names the old parameter buffer
         self.bind_groups.clear();
+        self.params = Some(p.clone());
+        p
     }
 }
 
@@ -211,7 +223,7 @@ impl Backend for GpuBackend {
             return Ok(());
         }
         let stride = self.stride();
-        self.ensure_params(stride * dispatches.len() as u64);
+        let params = self.ensure_params(stride * dispatches.len() as u64);
         let mut bytes = vec![0u8; (stride as usize) * dispatches.len()];
         let mut keys = Vec::with_capacity(dispatches.len());
         for (i, d) in dispatches.iter().enumerate() {
@@ -219,9 +231,12 @@ impl Backend for GpuBackend {
             for (k, w) in d.params.w.iter().enumerate() {
                 bytes[at + 4 * k..at + 4 * k + 4].copy_from_slice(&w.to_le_bytes());
             }
-            let node = d.slots[4]
-                .as_ref()
-                .expect("every dispatch has a destination");
+            let Some(node) = d.slots[4].as_ref() else {
+                return Err(Error::Backend {
+                    backend: self.ctx.name.clone(),
+                    msg: "a dispatch without a destination tensor".into(),
+                });
+            };
             let dst = self.base_of(node, node)?;
             let mut key = [dst; STORAGE_SLOTS];
             for (k, t) in d.slots.iter().enumerate() {
@@ -232,10 +247,9 @@ impl Backend for GpuBackend {
             keys.push(key);
         }
         for key in &keys {
-            self.bind_group(*key)?;
+            self.bind_group(*key, &params)?;
         }
-        let params = self.params.as_ref().expect("made above");
-        self.ctx.queue.write_buffer(params, 0, &bytes);
+        self.ctx.queue.write_buffer(&params, 0, &bytes);
         let mut enc = self
             .ctx
             .device
@@ -248,10 +262,7 @@ impl Backend for GpuBackend {
                 timestamp_writes: None,
             });
             for (i, (d, key)) in dispatches.iter().zip(&keys).enumerate() {
-                pass.set_pipeline(&d.pipeline);
-                pass.set_bind_group(0, &self.bind_groups[key], &[(i as u64 * stride) as u32]);
-                let [x, y, z] = d.groups;
-                pass.dispatch_workgroups(x, y, z);
+                self.record(&mut pass, d, key, i as u64 * stride);
             }
         }
         if profiling() {

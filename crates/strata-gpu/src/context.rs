@@ -346,7 +346,6 @@ impl GpuContext {
                 backend: self.name.clone(),
                 msg: format!("reading device memory failed: {e}"),
             })?;
-        let () = ();
         {
             let view = slice.get_mapped_range().map_err(|e| Error::Backend {
                 backend: self.name.clone(),

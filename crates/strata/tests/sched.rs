@@ -10,6 +10,7 @@ use proptest::prelude::*;
 use strata::backend::{alloc_tensors, Backend, BufferUsage};
 use strata::cpu::{cpu_buffer_type, CpuBackend};
 use strata::ops::{self, UnaryOp};
+use strata::sched::experiment::expected;
 use strata::sched::{Assigned, BackendId, Cause, SchedConfig, Scheduler};
 use strata::testkit::TestBackend;
 use strata::{DType, Error, Graph, Tensor};
@@ -61,16 +62,6 @@ fn seed(cpu_weights: bool) -> Seed {
         sched,
         _keep: vec![buf_ab, buf_cd],
     }
-}
-
-fn expected() -> Vec<f32> {
-    let mm = [
-        60.0, 55.0, 50.0, 110.0, 90.0, 54.0, 54.0, 126.0, 42.0, 29.0, 28.0, 64.0,
-    ];
-    mm.iter()
-        .enumerate()
-        .map(|(i, v)| v + (i + 1) as f32 + 0.5)
-        .collect()
 }
 
 #[test]

@@ -358,11 +358,17 @@ pub(crate) fn aligned(t: &Tensor) -> bool {
         DType::F16 | DType::BF16 => 2,
         _ => 1,
     };
-    // before allocation a view's offset in its base (bases are aligned)
+    aligned_to(t, es)
+}
+
+/// True when `t`'s byte offset and strides are multiples of `n` bytes.
+/// Before allocation the offset is a view's offset in its base (bases are
+/// aligned by the buffer type).
+pub(crate) fn aligned_to(t: &Tensor, n: usize) -> bool {
     let off = t
         .storage()
         .map_or_else(|| t.view_of().map_or(0, |v| v.offset), |s| s.offset);
-    off.is_multiple_of(es) && t.nb().iter().all(|&b| b % es == 0)
+    off.is_multiple_of(n) && t.nb().iter().all(|b| b.is_multiple_of(n))
 }
 
 /// An error for a node the planner was asked for but cannot run.

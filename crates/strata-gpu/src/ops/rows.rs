@@ -8,7 +8,7 @@
 use strata::ops::Op;
 use strata::{DType, Result, Tensor};
 
-use super::{aligned, is_float, per_item, Dispatch, Kernel, Params};
+use super::{aligned, aligned_to, is_float, per_item, Dispatch, Kernel, Params};
 use crate::context::GpuContext;
 
 /// The quantized destinations the shaders write: the quantizer's name
@@ -66,16 +66,6 @@ fn quant_kernel(name: &str, bodies: [&'static str; 2], node: &Tensor) -> Option<
             .def("BLOCK_N", t.block_size())
             .def("BLOCK_BYTES", t.type_size()),
     )
-}
-
-/// True when `t`'s byte offset and strides are multiples of `n` bytes
-/// (2: every f16 block scale is one aligned half-word; 4: 64-bit indices
-/// read as two words).
-fn aligned_to(t: &Tensor, n: usize) -> bool {
-    let off = t
-        .storage()
-        .map_or_else(|| t.view_of().map_or(0, |v| v.offset), |s| s.offset);
-    off.is_multiple_of(n) && t.nb().iter().all(|b| b.is_multiple_of(n))
 }
 
 /// A block-quantized destination the shaders write whole blocks of.
