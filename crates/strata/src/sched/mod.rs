@@ -319,19 +319,22 @@ impl Scheduler {
     /// Plans `graph` (a worst-case graph) and sizes the compute buffers for it.
     pub fn reserve(&mut self, graph: &Graph) -> Result<()> {
         let assignment = self.assign(graph)?;
-        self.synchronize()?;
         self.run
-            .install(graph, assignment, &self.backends, &self.config, false)
+            .install(graph, assignment, &mut self.backends, &self.config, false)
     }
 
     /// Plans `graph` and places all its tensors (re-planning memory when the
-    /// assignment changed or the graph no longer fits).
+    /// assignment changed or the graph no longer fits). With
+    /// [`SchedConfig::n_copies`] > 1 each call takes the next pipeline copy:
+    /// split inputs and the graph's INPUT leafs have one place per copy, so
+    /// the inputs of this batch can be written while the previous batch
+    /// still runs. Running work is waited for only before a re-plan, as
+    /// ggml's `ggml_backend_sched_alloc_graph` does.
     pub fn alloc_graph(&mut self, graph: &Graph) -> Result<()> {
         let assignment = self.assign(graph)?;
-        // re-allocation may move split inputs: let running work finish first
-        self.synchronize()?;
+        // waits for running work only when it must re-plan memory
         self.run
-            .install(graph, assignment, &self.backends, &self.config, true)?;
+            .install(graph, assignment, &mut self.backends, &self.config, true)?;
         if self.config.debug > 0 {
             eprint!("{}", self.report_for(graph)?.to_text(self.config.debug > 1));
         }
@@ -362,10 +365,7 @@ impl Scheduler {
 
     /// Waits for every backend.
     pub fn synchronize(&mut self) -> Result<()> {
-        for b in &mut self.backends {
-            b.synchronize()?;
-        }
-        Ok(())
+        run::synchronize_all(&mut self.backends)
     }
 
     /// Forgets user assignments and the current allocation (ggml_backend_sched_reset).

@@ -41,7 +41,14 @@ pub(crate) struct RunState {
     copies: IdMap<(TensorId, BackendId), Vec<Tensor>>,
     assigned: IdMap<TensorId, BackendId>,
     prev_ids: Option<(Vec<usize>, Vec<usize>)>,
+    /// With pipeline copies, the places of each INPUT leaf (ggml's graph
+    /// inputs): one per copy on the leaf's backend, the leaf itself in slot
+    /// `cur_copy` (see [`rotated_inputs`]).
+    rotated: Vec<(BackendId, Vec<Tensor>)>,
+    /// The pipeline copy the allocated graph uses (chosen by `install`).
     cur_copy: usize,
+    /// The copy the next allocation takes.
+    next_copy: usize,
     /// The graph each backend runs for (split index, pipeline copy), built at
     /// the first compute after an assignment is adopted and reused until the
     /// next one (a reused decode graph costs no rebuilding per token).
@@ -58,7 +65,9 @@ impl RunState {
             copies: IdMap::default(),
             assigned: IdMap::default(),
             prev_ids: None,
+            rotated: Vec::new(),
             cur_copy: 0,
+            next_copy: 0,
             split_graphs: IdMap::default(),
         })
     }
@@ -97,7 +106,8 @@ impl RunState {
         self.galloc.buffer_size(backend)
     }
 
-    /// Creates the copies of every split input (and pipeline copies).
+    /// Creates the copies of every split input (and pipeline copies), and
+    /// the pipeline places of the graph's inputs.
     fn make_copies(
         &mut self,
         graph: &Graph,
@@ -106,6 +116,7 @@ impl RunState {
         n_copies: usize,
     ) {
         self.copies = make_copies(graph, p, backends, n_copies);
+        self.rotated = rotated_inputs(graph, p, backends, n_copies, self.cur_copy);
         self.split_graphs.clear();
     }
 
@@ -126,7 +137,9 @@ impl RunState {
             copies: make_copies(graph, p, backends, n_copies),
             assigned: IdMap::default(),
             prev_ids: None,
+            rotated: rotated_inputs(graph, p, backends, n_copies, 0),
             cur_copy: 0,
+            next_copy: 0,
             split_graphs: IdMap::default(),
         };
         let (ag, node_ids, leaf_ids) = probe.alloc_graph(graph, p, n_copies)?;
@@ -199,6 +212,16 @@ impl RunState {
             }
             overrides.extend(self.overrides(graph, split, self.cur_copy));
         }
+        // the pipeline places come first, so they take the same offsets at
+        // every allocation and the inputs move between them
+        let mut placed = crate::graph::IdSet::default();
+        for (backend, places) in &self.rotated {
+            for t in places {
+                placed.insert(t.id());
+                leafs.push(t.clone());
+                leaf_ids.push(backend.index());
+            }
+        }
         if n_copies > 1 {
             for split in &p.splits {
                 for &slot in &split.inputs {
@@ -210,6 +233,9 @@ impl RunState {
             }
         }
         for (i, leaf) in graph.leafs().iter().enumerate() {
+            if placed.contains(&leaf.id()) {
+                continue;
+            }
             leafs.push(leaf.clone());
             leaf_ids.push(p.leafs[i].backend.index());
         }
@@ -236,23 +262,35 @@ impl RunState {
     }
 
     /// Adopts `p`: makes its split-input copies and plans memory for the
-    /// graph the planner sees. With `allocate`, also places every tensor,
-    /// re-planning when a tensor moved to a backend with another buffer type
-    /// (ggml's backend_ids_changed) or the graph no longer fits; otherwise
-    /// only reserves (sizes the buffers).
+    /// graph the planner sees. With `allocate`, also places every tensor in
+    /// the next pipeline copy, re-planning when a tensor moved to a backend
+    /// with another buffer type (ggml's backend_ids_changed) or the graph no
+    /// longer fits; otherwise only reserves (sizes the buffers).
+    ///
+    /// Backends are waited for only before a re-plan (which may move memory
+    /// that queued work still uses), as ggml does: placing a graph in the
+    /// buffers as planned leaves running work alone, since every split input
+    /// and graph input of this allocation has its own pipeline copy.
     pub(crate) fn install(
         &mut self,
         graph: &Graph,
         p: Assignment,
-        backends: &[Box<dyn Backend>],
+        backends: &mut [Box<dyn Backend>],
         config: &SchedConfig,
         allocate: bool,
     ) -> Result<()> {
+        let n_copies = config.n_copies.max(1);
+        if allocate {
+            self.cur_copy = self.next_copy % n_copies;
+            self.next_copy = (self.cur_copy + 1) % n_copies;
+        }
         self.make_copies(graph, &p, backends, config.n_copies);
         let (ag, node_ids, leaf_ids) = self.alloc_graph(graph, &p, config.n_copies)?;
         if !allocate {
+            synchronize_all(backends)?;
             self.galloc.reserve_n(&ag, &node_ids, &leaf_ids)?;
         } else if self.moved(&node_ids, &leaf_ids) || self.galloc.alloc_graph(&ag).is_err() {
+            synchronize_all(backends)?;
             self.galloc.reserve_n(&ag, &node_ids, &leaf_ids)?;
             self.galloc.alloc_graph(&ag)?;
         }
@@ -286,9 +324,9 @@ impl RunState {
         mut eval: Option<&mut EvalCallback>,
     ) -> Result<()> {
         let n_copies = events.first().map_or(1, Vec::len).max(1);
+        // the copy chosen when the graph was allocated (a graph computed again
+        // without a new allocation uses the same one)
         let copy = self.cur_copy % n_copies;
-        // the next compute uses the next pipeline copy, whatever happens below
-        self.cur_copy = (copy + 1) % n_copies;
         let p = self
             .assignment
             .as_ref()
@@ -359,6 +397,14 @@ impl RunState {
     }
 }
 
+/// Waits for every backend.
+pub(crate) fn synchronize_all(backends: &mut [Box<dyn Backend>]) -> Result<()> {
+    for b in backends {
+        b.synchronize()?;
+    }
+    Ok(())
+}
+
 /// What a failed copy of a split input was doing.
 fn copy_context(input: &Tensor, cpy: &Tensor, split: usize) -> String {
     format!(
@@ -427,6 +473,51 @@ fn make_copies(
         }
     }
     copies
+}
+
+/// The pipeline places of `graph`'s INPUT leafs (ggml's graph inputs,
+/// pass 6 of its split): with `n_copies > 1`, `n_copies` tensors per input
+/// leaf on the leaf's backend, the leaf itself in slot `cur` and layout
+/// duplicates named `<backend>#<leaf>#<copy>` elsewhere, all kept for the
+/// whole graph. Allocated first, in slot order, they take the same places at
+/// every allocation, so the leaf moves from one to the next as the copies
+/// rotate: the caller writes the next batch's inputs into memory the
+/// previous batch (maybe still running on an asynchronous backend) does not
+/// read. Every INPUT leaf counts, consumed or not, so the planned graph does
+/// not depend on which inputs a batch uses. None with one copy.
+fn rotated_inputs(
+    graph: &Graph,
+    p: &Assignment,
+    backends: &[Box<dyn Backend>],
+    n_copies: usize,
+    cur: usize,
+) -> Vec<(BackendId, Vec<Tensor>)> {
+    if n_copies <= 1 {
+        return Vec::new();
+    }
+    let keep = Flags(Flags::INPUT.0 | Flags::OUTPUT.0);
+    graph
+        .leafs()
+        .iter()
+        .zip(&p.leafs)
+        .filter(|(leaf, _)| leaf.flags().contains(Flags::INPUT))
+        .map(|(leaf, a)| {
+            let bname = backends[a.backend.index()].name();
+            let places = (0..n_copies)
+                .map(|c| {
+                    let t = if c == cur {
+                        leaf.clone()
+                    } else {
+                        leaf.dup_layout()
+                            .with_name(format!("{bname}#{}#{c}", leaf.name()))
+                    };
+                    t.set_flags(Flags(t.flags().0 | keep.0));
+                    t
+                })
+                .collect();
+            (a.backend, places)
+        })
+        .collect()
 }
 
 /// The planner's dependency node for a split input (ggml's `input_dep`,
