@@ -103,3 +103,55 @@ fn compute_async_returns_while_the_remote_split_runs() {
         .collect();
     assert_eq!(out, want);
 }
+
+#[test]
+fn async_writes_and_reads_queue_behind_the_running_graph() {
+    let gate: Gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let (addr, _server) =
+        common::server_with(Arc::new(gated_factory(gate.clone())), Limits::default());
+    let (_p, dev) = common::device(addr);
+    let dev: Arc<dyn Device> = dev;
+    let a = Tensor::new(DType::F32, &[4]).unwrap().with_name("a");
+    let b = ops::scale(&a, 2.0).unwrap().with_name("b");
+    let g = Graph::build(&[b.clone()]);
+    let _bufs = strata::backend::alloc_graph(&g, &dev.default_buffer_type()).unwrap();
+    a.write_f32(&[1.0; 4]).unwrap();
+    let host = Tensor::new(DType::F32, &[4]).unwrap().with_name("host");
+    let _hb = alloc_tensors(&[host.clone()], &strata::cpu::cpu_buffer_type()).unwrap();
+    let mut backend = dev.init_backend().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let b2 = b.clone();
+    let worker = std::thread::spawn(move || {
+        let b = b2;
+        backend.graph_compute(&g).unwrap();
+        // queued behind the graph the server cannot finish yet
+        let fives: Vec<u8> = [5.0f32; 4].iter().flat_map(|x| x.to_le_bytes()).collect();
+        backend.set_tensor_async(&a, 0, &fives).unwrap();
+        // a tensor in host memory goes through its own buffer
+        backend.set_tensor_async(&host, 4, &fives[..4]).unwrap();
+        tx.send(()).unwrap();
+        // answered after the graph: it read a = 1
+        let mut out = [0u8; 16];
+        backend.get_tensor_async(&b, 0, &mut out).unwrap();
+        let first: Vec<f32> = out
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        backend.graph_compute(&g).unwrap();
+        backend.synchronize().unwrap();
+        (first, b.to_f32_vec().unwrap(), host.to_f32_vec().unwrap())
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("set_tensor_async waited for the remote graph");
+    assert!(!*gate.0.lock().unwrap());
+    *gate.0.lock().unwrap() = true;
+    gate.1.notify_all();
+    let (first, second, host) = worker.join().unwrap();
+    assert_eq!(first, vec![2.0; 4]);
+    assert_eq!(second, vec![10.0; 4]);
+    assert_eq!(host[1], 5.0);
+    // out-of-range asynchronous writes are refused, typed
+    let mut backend = dev.init_backend().unwrap();
+    let err = backend.set_tensor_async(&b, 12, &[0u8; 8]).unwrap_err();
+    assert!(matches!(err, strata::Error::OutOfBounds { .. }), "{err}");
+}

@@ -5,7 +5,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use strata::backend::{
-    same_buffer_type, Backend, BufferType, Device, DeviceMemory, DeviceType, Event,
+    checked_range, same_buffer_type, tensor_get, tensor_set, Backend, BufferType, Device,
+    DeviceMemory, DeviceType, Event,
 };
 use strata::error::TensorProblem;
 use strata::{Error, Graph, Result, Tensor};
@@ -13,7 +14,7 @@ use strata::{Error, Graph, Result, Tensor};
 use super::buffer::RpcBufferType;
 use super::conn::Conn;
 use super::record::record;
-use crate::proto::{decode_pair, Command, GraphMsg, Request};
+use crate::proto::{decode_pair, Command, GraphMsg, Request, SetTensorHeader};
 
 /// One device of a remote server.
 pub struct RpcDevice {
@@ -272,5 +273,50 @@ impl Backend for RpcBackend {
 
     fn copies_are_ordered(&self) -> bool {
         true
+    }
+
+    /// SET_TENSOR has no response: the write is queued on the connection
+    /// behind the graphs sent before and this returns at once (no hash
+    /// lookup: asynchronous writes are a graph's data, not weights).
+    /// Tensors outside this server's memory are written through their own
+    /// buffer.
+    fn set_tensor_async(&mut self, tensor: &Tensor, offset: usize, data: &[u8]) -> Result<()> {
+        checked_range(tensor, offset, data.len())?;
+        let rec = record(&self.conn, tensor, false, None)?;
+        if rec.buffer == 0 {
+            return tensor_set(tensor, offset, data);
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let header = SetTensorHeader {
+            tensor: rec,
+            cache_flag: 0,
+            offset: offset as u64,
+        };
+        self.conn
+            .call(&Request::SetTensor { header, data }, None)
+            .map(|_| ())
+    }
+
+    /// GET_TENSOR answers after everything queued before it on the
+    /// connection: the read sees the graphs sent before, without a separate
+    /// synchronize. Tensors outside this server's memory are read through
+    /// their own buffer.
+    fn get_tensor_async(&mut self, tensor: &Tensor, offset: usize, out: &mut [u8]) -> Result<()> {
+        checked_range(tensor, offset, out.len())?;
+        let rec = record(&self.conn, tensor, false, None)?;
+        if rec.buffer == 0 {
+            return tensor_get(tensor, offset, out);
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        let req = Request::GetTensor {
+            tensor: rec,
+            offset: offset as u64,
+            size: out.len() as u64,
+        };
+        self.conn.call_into(&req, out).map(|_| ())
     }
 }

@@ -23,6 +23,68 @@ pub trait Event: Send + Sync {
 /// stops it ([`crate::Error::Aborted`]).
 pub type AbortCallback = Box<dyn Fn() -> bool + Send + Sync>;
 
+/// A graph prepared once for one backend and computed many times (ggml's
+/// `ggml_backend_graph_plan_t`): made by [`Backend::graph_plan_create`], run
+/// by [`Backend::graph_plan_compute`], freed by dropping it. It keeps the
+/// graph (and so the memory of its tensors) alive; what a backend resolved
+/// ahead (the CPU: every node's kernel and addresses) is checked against the
+/// graph at each compute, so a plan whose tensors were placed elsewhere since
+/// is refused, typed, instead of reading stale memory.
+pub struct GraphPlan {
+    graph: Graph,
+    backend: String,
+    state: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl GraphPlan {
+    /// A plan of `graph` for the backend named `backend`, with what that
+    /// backend resolved ahead (`None`: nothing, the graph is computed as is).
+    pub fn new(
+        graph: Graph,
+        backend: String,
+        state: Option<Box<dyn std::any::Any + Send>>,
+    ) -> Self {
+        GraphPlan {
+            graph,
+            backend,
+            state,
+        }
+    }
+    /// The planned graph.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+    /// The backend the plan was made for.
+    pub fn backend(&self) -> &str {
+        &self.backend
+    }
+    /// What the backend resolved ahead, if it is a `T`.
+    pub fn state<T: 'static>(&self) -> Option<&T> {
+        self.state.as_ref()?.downcast_ref()
+    }
+    /// Refuses a plan made for another backend than `backend`.
+    pub fn check_backend(&self, backend: &str) -> Result<()> {
+        if self.backend == backend {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "graph plan made for backend '{}' computed on '{backend}': make the plan with \
+             the backend that computes it",
+            self.backend
+        )))
+    }
+}
+
+impl std::fmt::Debug for GraphPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphPlan")
+            .field("backend", &self.backend)
+            .field("nodes", &self.graph.nodes().len())
+            .field("resolved", &self.state.is_some())
+            .finish()
+    }
+}
+
 /// An execution stream on a device (ggml's backend).
 ///
 /// Everything but compute has a default: synchronous copies through the
@@ -55,6 +117,17 @@ pub trait Backend: Send {
     /// Computes every node of `graph` (all tensors must be allocated in memory
     /// this backend can use).
     fn graph_compute(&mut self, graph: &Graph) -> Result<()>;
+    /// Prepares `graph` for repeated computes ([`GraphPlan`]). By default
+    /// nothing is resolved ahead and the plan computes the graph as
+    /// [`Backend::graph_compute`] does; the CPU resolves every node once.
+    fn graph_plan_create(&mut self, graph: &Graph) -> Result<GraphPlan> {
+        Ok(GraphPlan::new(graph.clone(), self.name(), None))
+    }
+    /// Computes a plan made by this backend's [`Backend::graph_plan_create`].
+    fn graph_plan_compute(&mut self, plan: &GraphPlan) -> Result<()> {
+        plan.check_backend(&self.name())?;
+        self.graph_compute(plan.graph())
+    }
     /// True when this backend can compute `op` (the tensor it produces).
     fn supports_op(&self, op: &Tensor) -> bool {
         self.device().supports_op(op)

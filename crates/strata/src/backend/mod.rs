@@ -26,15 +26,16 @@ use std::sync::Arc;
 pub use buffer::{same_buffer_type, Buffer, BufferType, BufferUsage, TensorLayout};
 pub use device::{
     split_spec, AbortCallback, Backend, Device, DeviceMemory, DeviceProvider, DeviceType, Event,
-    Registry,
+    GraphPlan, Registry,
 };
 
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
 /// Checks `offset..offset+len` lies inside the tensor and the tensor inside its
-/// buffer; returns the storage and the absolute buffer offset.
-fn checked_range(
+/// buffer; returns the storage and the absolute buffer offset (what
+/// [`tensor_set`] / [`tensor_get`] check, for backends writing their own way).
+pub fn checked_range(
     tensor: &Tensor,
     offset: usize,
     len: usize,

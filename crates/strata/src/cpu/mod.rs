@@ -36,7 +36,9 @@ pub use packed_buffer::{packed_buffer_type, PackedBufferType};
 pub use pool::{ThreadPool, WorkerCtx, MAX_THREADS};
 pub use view::TView;
 
-use crate::backend::{Backend, BufferType, Device, DeviceMemory, DeviceProvider, DeviceType};
+use crate::backend::{
+    Backend, BufferType, Device, DeviceMemory, DeviceProvider, DeviceType, GraphPlan,
+};
 use crate::graph::Graph;
 use crate::isa::{self, Isa};
 use crate::tensor::{Tensor, MAX_SRC};
@@ -172,6 +174,30 @@ struct PlanCache {
     nth: usize,
     /// Work memory of each plan for `nth` threads.
     works: Vec<WorkSize>,
+}
+
+impl PlanCache {
+    /// Resolves `graph` for `nth` threads.
+    fn new(graph: &Graph, key: Vec<u64>, nth: usize) -> Result<PlanCache> {
+        let (plans, written) = CpuBackend::resolve(graph)?;
+        let works = plans.iter().map(|(_, p)| ops::work_size(p, nth)).collect();
+        Ok(PlanCache {
+            key,
+            plans,
+            written,
+            nth,
+            works,
+        })
+    }
+
+    /// The data-dependent checks (row indices), run before every compute.
+    fn validate(&self, graph: &Graph) -> Result<()> {
+        let computed = |t: &Tensor| self.written.contains(&t.storage_owner().id().get());
+        for (i, plan) in &self.plans {
+            ops::validate(&graph.nodes()[*i], plan, &computed)?;
+        }
+        Ok(())
+    }
 }
 
 /// Writes the cache key of `graph` into `key`: what its nodes are and what
@@ -350,22 +376,78 @@ impl CpuBackend {
         if !hit {
             self.cache = None;
             self.plan_resolutions += 1;
-            let (plans, written) = Self::resolve(graph)?;
-            let works = plans.iter().map(|(_, p)| ops::work_size(p, nth)).collect();
-            self.cache = Some(PlanCache {
-                key: self.key.clone(),
-                plans,
-                written,
-                nth,
-                works,
-            });
+            self.cache = Some(PlanCache::new(graph, self.key.clone(), nth)?);
         }
         let c = self.cache.as_ref().expect("filled above");
-        let computed = |t: &Tensor| c.written.contains(&t.storage_owner().id().get());
-        for (i, plan) in &c.plans {
-            ops::validate(&graph.nodes()[*i], plan, &computed)?;
-        }
+        c.validate(graph)?;
         Ok(c)
+    }
+
+    /// Runs resolved plans (sized for `cache.nth` threads when that is the
+    /// pool's count, re-sized otherwise).
+    fn run(&mut self, cache: &PlanCache) -> Result<()> {
+        let nth = self.pool.n_threads();
+        let resized: Vec<WorkSize>;
+        let works = if cache.nth == nth {
+            &cache.works
+        } else {
+            resized = cache
+                .plans
+                .iter()
+                .map(|(_, p)| ops::work_size(p, nth))
+                .collect();
+            &resized
+        };
+        let plans = &cache.plans;
+        let need = works.iter().map(|w| w.total(nth)).max().unwrap_or(0);
+        if self.work.len() * 8 < need {
+            let oom = |msg: String| Error::OutOfMemory {
+                buffer_type: "CPU work buffer".into(),
+                requested: need,
+                msg,
+            };
+            if let Some(max) = self.max_work.filter(|&m| need > m) {
+                return Err(oom(format!(
+                    "the graph needs {need} bytes of work memory, above this backend's limit of {max}"
+                )));
+            }
+            self.work = zeroed_words(need.div_ceil(8))
+                .ok_or_else(|| oom("the allocator refused it".into()))?;
+        }
+        let wdata = self.work.as_mut_ptr().cast::<u8>();
+        let wdata_addr = wdata as usize;
+        let aborted = AtomicBool::new(false);
+        let abort = self.abort.as_ref();
+        let isa = self.isa;
+        let t0 = Instant::now();
+        let ok = self.pool.run(&|w| {
+            for ((_, plan), work) in plans.iter().zip(works) {
+                let ctx = Ctx::new(w, wdata_addr as *mut u8, *work, isa);
+                ops::forward(plan, &ctx);
+                if w.ith == 0 {
+                    if let Some(cb) = abort {
+                        if cb() {
+                            aborted.store(true, Ordering::Release);
+                        }
+                    }
+                }
+                w.barrier();
+                if aborted.load(Ordering::Acquire) {
+                    break;
+                }
+            }
+        });
+        self.clock.add(t0.elapsed());
+        if !ok {
+            return Err(Error::Backend {
+                backend: "CPU".into(),
+                msg: "a kernel panicked (internal error)".into(),
+            });
+        }
+        if aborted.load(Ordering::Acquire) {
+            return Err(Error::Aborted);
+        }
+        Ok(())
     }
 
     /// Resolves every non-view node of `graph` to host memory.
@@ -452,59 +534,41 @@ impl Backend for CpuBackend {
         cpu_device()
     }
     fn graph_compute(&mut self, graph: &Graph) -> Result<()> {
-        let nth = self.pool.n_threads();
         self.plan(graph)?;
-        let cache = self.cache.as_ref().expect("planned above");
-        let (plans, works) = (&cache.plans, &cache.works);
-        let need = works.iter().map(|w| w.total(nth)).max().unwrap_or(0);
-        if self.work.len() * 8 < need {
-            let oom = |msg: String| Error::OutOfMemory {
-                buffer_type: "CPU work buffer".into(),
-                requested: need,
-                msg,
-            };
-            if let Some(max) = self.max_work.filter(|&m| need > m) {
-                return Err(oom(format!(
-                    "the graph needs {need} bytes of work memory, above this backend's limit of {max}"
-                )));
-            }
-            self.work = zeroed_words(need.div_ceil(8))
-                .ok_or_else(|| oom("the allocator refused it".into()))?;
+        let cache = self.cache.take().expect("planned above");
+        let r = self.run(&cache);
+        self.cache = Some(cache);
+        r
+    }
+    /// Resolves every node once: computing the plan skips the cache lookup
+    /// and resolution [`Backend::graph_compute`] does.
+    fn graph_plan_create(&mut self, graph: &Graph) -> Result<GraphPlan> {
+        let mut key = Vec::new();
+        plan_key(graph, &mut key);
+        let cache = PlanCache::new(graph, key, self.pool.n_threads())?;
+        Ok(GraphPlan::new(
+            graph.clone(),
+            self.name(),
+            Some(Box::new(cache)),
+        ))
+    }
+    /// Refuses, typed, a plan whose tensors were placed elsewhere (or
+    /// changed) since it was made: create it again.
+    fn graph_plan_compute(&mut self, plan: &GraphPlan) -> Result<()> {
+        plan.check_backend(&self.name())?;
+        let Some(cache) = plan.state::<PlanCache>() else {
+            return self.graph_compute(plan.graph());
+        };
+        plan_key(plan.graph(), &mut self.key);
+        if self.key != cache.key {
+            return Err(Error::InvalidArgument(
+                "CPU graph plan is stale: a tensor of its graph was placed elsewhere since the \
+                 plan was made; create the plan again (graph_plan_create)"
+                    .into(),
+            ));
         }
-        let wdata = self.work.as_mut_ptr().cast::<u8>();
-        let wdata_addr = wdata as usize;
-        let aborted = AtomicBool::new(false);
-        let abort = self.abort.as_ref();
-        let isa = self.isa;
-        let t0 = Instant::now();
-        let ok = self.pool.run(&|w| {
-            for ((_, plan), work) in plans.iter().zip(works) {
-                let ctx = Ctx::new(w, wdata_addr as *mut u8, *work, isa);
-                ops::forward(plan, &ctx);
-                if w.ith == 0 {
-                    if let Some(cb) = abort {
-                        if cb() {
-                            aborted.store(true, Ordering::Release);
-                        }
-                    }
-                }
-                w.barrier();
-                if aborted.load(Ordering::Acquire) {
-                    break;
-                }
-            }
-        });
-        self.clock.add(t0.elapsed());
-        if !ok {
-            return Err(Error::Backend {
-                backend: "CPU".into(),
-                msg: "a kernel panicked (internal error)".into(),
-            });
-        }
-        if aborted.load(Ordering::Acquire) {
-            return Err(Error::Aborted);
-        }
-        Ok(())
+        cache.validate(plan.graph())?;
+        self.run(cache)
     }
 }
 
