@@ -27,9 +27,13 @@ pub struct ModelArgs {
     /// Context size (KV cache cells).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 2048)]
     pub ctx_size: usize,
-    /// Tokens per graph when processing prompts.
+    /// Tokens per batch when processing prompts.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch_size: usize,
+    /// Tokens per graph (llama.cpp's micro-batch): a batch runs as graphs of this many tokens,
+    /// queued without waiting, so devices holding different layers work at once.
+    #[arg(long = "ub", visible_alias = "ubatch-size", default_value_t = 512)]
+    pub ubatch_size: usize,
     /// Layers to put on the --device(s), counted as llama.cpp does: the output layer first, then
     /// blocks from the last (n_layer + 1 in all; negative: all).
     #[arg(
@@ -56,6 +60,10 @@ pub struct ModelArgs {
     /// Device to offload to (GPU0, RPC[host:port]; FAKEn = a simulated device; `strata devices` lists them). Repeatable.
     #[arg(long)]
     pub device: Vec<String>,
+    /// RPC servers to offload to, llama.cpp's spelling: `--rpc HOST:PORT,HOST:PORT` is
+    /// `--device RPC[HOST:PORT] --device RPC[HOST:PORT]` (after any --device).
+    #[arg(long, value_delimiter = ',')]
+    pub rpc: Vec<String>,
     /// Override placement of tensors whose name matches: REGEX=DEVICE (repeatable), e.g. 'ffn_.*=CPU'.
     #[arg(long = "ot", visible_alias = "override-tensor")]
     pub ot: Vec<String>,
@@ -135,7 +143,7 @@ pub fn parse_split_mode(s: &str) -> Result<SplitMode, String> {
 }
 
 /// Turns llama.cpp's single-dash long options (`-ngl`, `-ot`, `-ts`, `-sm`,
-/// `-mg`) into clap's `--` form, and `-ts 3/1` into `3,1`.
+/// `-mg`, `-ub`) into clap's `--` form, and `-ts 3/1` into `3,1`.
 pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for a in args {
@@ -149,6 +157,7 @@ pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
             "-ts" => "--ts".into(),
             "-sm" => "--sm".into(),
             "-mg" => "--mg".into(),
+            "-ub" => "--ub".into(),
             _ if after_ts => a.replace('/', ","),
             _ => a,
         });
@@ -199,9 +208,21 @@ impl ModelArgs {
         }
     }
 
+    /// The devices named by `--device` and `--rpc`, in that order.
+    pub fn device_names(&self) -> Vec<String> {
+        let mut names = self.device.clone();
+        names.extend(
+            self.rpc
+                .iter()
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| format!("RPC[{}]", s.trim())),
+        );
+        names
+    }
+
     /// Devices and placement.
     pub fn load_options(&self) -> Result<LoadOptions, Box<dyn std::error::Error>> {
-        let mut names = self.device.clone();
+        let mut names = self.device_names();
         let overrides = self
             .ot
             .iter()
@@ -253,6 +274,7 @@ impl ModelArgs {
         ContextOptions {
             n_ctx: self.ctx_size,
             n_batch: self.batch_size,
+            n_ubatch: self.ubatch_size,
             n_threads: self
                 .threads
                 .first()

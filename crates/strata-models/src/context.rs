@@ -20,8 +20,13 @@ use crate::{ModelError, Result};
 pub struct ContextOptions {
     /// KV cache cells (`-c`); 0 means the model's training context.
     pub n_ctx: usize,
-    /// Tokens per graph (`-b`); prompts are processed in chunks of this size.
+    /// Tokens per batch (`-b`); prompts are processed in chunks of this size.
     pub n_batch: usize,
+    /// Tokens per graph (`-ub`, llama.cpp's micro-batch; 0: `n_batch`). A
+    /// batch runs as graphs of at most this many tokens queued one after
+    /// another without waiting in between, so that with the layers over
+    /// several devices (pipeline parallelism) they all work at once.
+    pub n_ubatch: usize,
     /// CPU threads (`-t`).
     pub n_threads: usize,
     /// Attention implementation.
@@ -35,6 +40,7 @@ impl Default for ContextOptions {
         ContextOptions {
             n_ctx: 2048,
             n_batch: 512,
+            n_ubatch: 512,
             n_threads: strata::cpu::default_threads(),
             attention: Attention::Flash,
             logits_all: false,
@@ -108,6 +114,10 @@ impl DecodeTimings {
     }
 }
 
+/// Pipeline copies when the layers span several devices (ggml's
+/// `GGML_SCHED_MAX_COPIES`, what llama.cpp asks for).
+pub const PIPELINE_COPIES: usize = 4;
+
 /// A model with a KV cache and a scheduler.
 pub struct Context {
     model: Arc<Model>,
@@ -147,10 +157,22 @@ impl Context {
             ));
         }
         opts.n_batch = opts.n_batch.min(opts.n_ctx);
+        if opts.n_ubatch == 0 || opts.n_ubatch > opts.n_batch {
+            opts.n_ubatch = opts.n_batch;
+        }
         let mut backends: Vec<Box<dyn Backend>> = Vec::new();
         let devs = model.devices.list();
         for d in &devs[..devs.len() - 1] {
             backends.push(d.init_backend()?);
+        }
+        // llama.cpp's pipeline parallelism: copies of every split input so
+        // one micro-batch's inputs are written while the last one runs
+        let mut sched_config = sched_config;
+        let evented = devs[..devs.len() - 1]
+            .iter()
+            .all(|d| d.event_new().is_some());
+        if sched_config.n_copies == 1 && evented && model.layer_map.pipelines(model.devices.cpu()) {
+            sched_config.n_copies = PIPELINE_COPIES;
         }
         let cpu = CpuBackend::new(opts.n_threads);
         let clock = cpu.kernel_clock();
@@ -158,9 +180,9 @@ impl Context {
         let mut sched = Scheduler::new(backends, None, sched_config)?;
         let kv = KvCache::new(&model, opts.n_ctx)?;
         let shape = BatchShape {
-            n_tokens: opts.n_batch,
+            n_tokens: opts.n_ubatch,
             n_kv: opts.n_ctx,
-            n_outputs: if opts.logits_all { opts.n_batch } else { 1 },
+            n_outputs: if opts.logits_all { opts.n_ubatch } else { 1 },
         };
         let worst = graph::build(&model, &kv, shape, opts.attention)?;
         sched.reserve(&worst.graph)?;
@@ -200,6 +222,12 @@ impl Context {
     /// Positions already in the cache.
     pub fn n_past(&self) -> usize {
         self.n_past
+    }
+
+    /// Pipeline copies the scheduler keeps (1: no pipeline parallelism;
+    /// [`PIPELINE_COPIES`] when the layers span several devices).
+    pub fn n_copies(&self) -> usize {
+        self.sched.n_copies()
     }
 
     /// Number of splits of the last graph run (1 when everything is on one backend).
@@ -244,8 +272,9 @@ impl Context {
         Ok(())
     }
 
-    /// Appends `tokens` at the next positions, in chunks of `n_batch`, and
-    /// returns the wanted logits (`n_vocab` per row).
+    /// Appends `tokens` at the next positions, in graphs of `n_ubatch`
+    /// tokens, and returns the wanted logits (`n_vocab` per row). Graphs
+    /// whose logits are not wanted are queued without waiting for them.
     pub fn decode(&mut self, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
         if tokens.is_empty() {
             return Err(ModelError::Invalid(
@@ -269,9 +298,10 @@ impl Context {
             )));
         }
         let mut out = Vec::new();
-        let n_chunks = tokens.len().div_ceil(self.opts.n_batch);
-        for (ci, chunk) in tokens.chunks(self.opts.n_batch).enumerate() {
-            let off = ci * self.opts.n_batch;
+        let step = self.opts.n_ubatch;
+        let n_chunks = tokens.len().div_ceil(step);
+        for (ci, chunk) in tokens.chunks(step).enumerate() {
+            let off = ci * step;
             let n = chunk.len();
             let rows: Vec<usize> = match want {
                 Logits::Last if ci + 1 == n_chunks => vec![n - 1],
@@ -279,17 +309,26 @@ impl Context {
                 Logits::All => (0..n).collect(),
                 Logits::From(k) => (k.max(off).min(off + n) - off..n).collect(),
             };
-            if rows.is_empty() {
-                self.decode_chunk(chunk, &[n - 1])?; // logits not wanted
-            } else {
-                out.extend_from_slice(&self.decode_chunk(chunk, &rows)?);
+            let read = !rows.is_empty();
+            let rows = if read { rows } else { vec![n - 1] }; // logits not wanted
+            match self.decode_chunk(chunk, &rows, read) {
+                Ok(logits) => out.extend_from_slice(&logits),
+                Err(e) => {
+                    // queued graphs may still run: let them end before the error
+                    let _ = self.sched.synchronize();
+                    return Err(e);
+                }
             }
         }
+        // nothing stays queued past the call (a batch whose logits were not wanted)
+        self.sched.synchronize()?;
         Ok(out)
     }
 
-    /// Decodes one batch; returns the logits of `rows` (ascending indices into the batch).
-    fn decode_chunk(&mut self, tokens: &[u32], rows: &[usize]) -> Result<Vec<f32>> {
+    /// Decodes one micro-batch; with `read`, waits for it and returns the
+    /// logits of `rows` (ascending indices into the batch), otherwise
+    /// queues it and returns nothing.
+    fn decode_chunk(&mut self, tokens: &[u32], rows: &[usize], read: bool) -> Result<Vec<f32>> {
         let n = tokens.len();
         let n_used = self.n_past + n;
         // Attend over a padded number of cells (see KV_PAD); the padding is masked.
@@ -313,7 +352,8 @@ impl Context {
             }
         };
         let t1 = Instant::now();
-        if !self.sched.is_allocated_for(&g.graph) {
+        // with pipeline copies every micro-batch takes the next one
+        if !self.sched.is_allocated_for(&g.graph) || self.sched.n_copies() > 1 {
             self.sched.alloc_graph(&g.graph)?;
         }
         let t2 = Instant::now();
@@ -346,11 +386,18 @@ impl Context {
         }
         let t3 = Instant::now();
         let k0 = self.clock.elapsed();
-        self.sched.compute(&g.graph)?;
+        self.sched.compute_async(&g.graph)?;
+        if read {
+            self.sched.synchronize()?;
+        }
         let t4 = Instant::now();
         let kernels = self.clock.elapsed().saturating_sub(k0);
         self.n_past = n_used;
-        let logits = g.logits.to_f32_vec()?;
+        let logits = if read {
+            g.logits.to_f32_vec()?
+        } else {
+            Vec::new()
+        };
         self.last = Some(g);
         let t = &mut self.timings;
         t.tokens += n;

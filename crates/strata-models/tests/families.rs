@@ -145,6 +145,7 @@ fn run(model: &Arc<Model>, attention: Attention, prompt: &[u32]) -> Vec<Vec<f32>
         ContextOptions {
             n_ctx: 32,
             n_batch: N_BATCH,
+            n_ubatch: N_BATCH,
             n_threads: 2,
             attention,
             logits_all: true,

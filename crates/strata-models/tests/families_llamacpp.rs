@@ -76,6 +76,7 @@ fn tiny_family_models_match_llamacpp() {
                     ContextOptions {
                         n_ctx: 64,
                         n_batch,
+                        n_ubatch: n_batch,
                         n_threads: 2,
                         attention,
                         logits_all: false,

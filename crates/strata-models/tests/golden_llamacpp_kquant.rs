@@ -155,6 +155,7 @@ fn check_prompts(name: &str, model: &Arc<Model>, layout: &str, max_kl: f64) {
         ContextOptions {
             n_ctx: 256,
             n_batch: 64,
+            n_ubatch: 64,
             n_threads: 2,
             attention: Attention::Flash,
             logits_all: false,

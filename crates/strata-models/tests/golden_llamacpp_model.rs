@@ -68,11 +68,22 @@ fn golden_logits(file: &str) -> Vec<f32> {
 }
 
 fn context(model: &Arc<Model>, attention: Attention, threads: usize) -> Context {
+    context_ub(model, attention, threads, 64)
+}
+
+/// [`context`] with micro-batches of `n_ubatch` tokens.
+fn context_ub(
+    model: &Arc<Model>,
+    attention: Attention,
+    threads: usize,
+    n_ubatch: usize,
+) -> Context {
     Context::new(
         model.clone(),
         ContextOptions {
             n_ctx: 256,
             n_batch: 64,
+            n_ubatch,
             n_threads: threads,
             attention,
             logits_all: false,
@@ -231,6 +242,52 @@ fn rpc_offload_gives_identical_logits() {
     }
 }
 
+/// Every layer over two RPC servers (issue #15 item 8): llama.cpp's rule
+/// turns pipeline parallelism on (4 copies), the prompt runs as micro-batches
+/// of 4 tokens queued without waiting, and the logits are bit-identical to
+/// the CPU's with the same micro-batches.
+#[test]
+fn rpc_pipeline_over_two_servers_gives_identical_logits() {
+    if support::require_model("the RPC pipeline test").is_none() {
+        return;
+    }
+    let servers: Vec<_> = (0..2)
+        .map(|_| strata_rpc::server::spawn_loopback_cpu(1).unwrap())
+        .collect();
+    let provider = strata_rpc::RpcProvider::new();
+    let devs: Vec<Arc<dyn strata::backend::Device>> = servers
+        .iter()
+        .map(|(addr, _)| {
+            let d: Arc<dyn strata::backend::Device> =
+                provider.connect(&addr.to_string()).unwrap().remove(0);
+            d
+        })
+        .collect();
+    let (cpu, _, cpu_copies) = run_steps_ub(&load(PlacementSpec::default(), true), 4);
+    assert_eq!(cpu_copies, 1, "no pipeline on the CPU alone");
+    let model = load_on(first_layers(31), devs, true);
+    let (got, splits, copies) = run_steps_ub(&model, 4);
+    println!("two RPC servers: {splits} splits, {copies} copies");
+    assert_eq!(copies, strata_models::context::PIPELINE_COPIES);
+    assert!(splits >= 3, "CPU, then each server: {splits} splits");
+    for (step, (a, b)) in cpu.iter().zip(&got).enumerate() {
+        assert!(
+            a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "step {step}: logits differ"
+        );
+    }
+    // one server with every layer: no pipeline
+    let one = load_on(
+        first_layers(31),
+        vec![provider
+            .connect(&servers[0].0.to_string())
+            .unwrap()
+            .remove(0)],
+        true,
+    );
+    assert_eq!(run_steps_ub(&one, 4).2, 1);
+}
+
 /// Offloaded to the first GPU (on CI Mesa's software Vulkan device), all
 /// layers (`-ngl 99`) or a CPU/GPU split (`-ngl 10`): llama.cpp's logits
 /// within the same KL bound as the CPU (1e-2) and its greedy continuations
@@ -312,14 +369,32 @@ fn run_steps(model: &Arc<Model>) -> (Vec<Vec<f32>>, usize) {
     run_decode(model, 3, |_, logits| argmax(logits))
 }
 
+/// [`run_steps`] in micro-batches of `n_ubatch` tokens; also the context's
+/// pipeline copies.
+fn run_steps_ub(model: &Arc<Model>, n_ubatch: usize) -> (Vec<Vec<f32>>, usize, usize) {
+    let mut ctx = context_ub(model, Attention::Flash, 2, n_ubatch);
+    let (out, splits) = decode_steps(&mut ctx, 3, |_, logits| argmax(logits));
+    (out, splits, ctx.n_copies())
+}
+
 /// Logits of a prompt, then of `steps` decode steps, each of the token
 /// `next(step, last logits)`; and the context's split count.
 fn run_decode(
     model: &Arc<Model>,
     steps: usize,
-    mut next: impl FnMut(usize, &[f32]) -> u32,
+    next: impl FnMut(usize, &[f32]) -> u32,
 ) -> (Vec<Vec<f32>>, usize) {
     let mut ctx = context(model, Attention::Flash, 2);
+    decode_steps(&mut ctx, steps, next)
+}
+
+/// [`run_decode`] on a given context.
+fn decode_steps(
+    ctx: &mut Context,
+    steps: usize,
+    mut next: impl FnMut(usize, &[f32]) -> u32,
+) -> (Vec<Vec<f32>>, usize) {
+    let model = ctx.model().clone();
     let ids = model
         .tokenizer
         .encode(

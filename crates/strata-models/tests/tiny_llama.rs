@@ -218,6 +218,7 @@ fn ctx(model: &Arc<Model>, attention: Attention, threads: usize) -> Context {
         ContextOptions {
             n_ctx: 16,
             n_batch: 3,
+            n_ubatch: 3,
             n_threads: threads,
             attention,
             logits_all: true,

@@ -147,6 +147,23 @@ pub struct LayerMap {
     pub output: usize,
     /// Device of the token embedding (always the CPU unless overridden).
     pub input: usize,
+    /// Tensors are placed by `-ot` rules besides the layers.
+    pub tensor_overrides: bool,
+}
+
+impl LayerMap {
+    /// llama.cpp's rule for pipeline parallelism: the layers span several
+    /// devices, every block and the output are off the CPU (`-ngl` above
+    /// the block count), and no `-ot` rule moves tensors back and forth.
+    /// The devices must also have events (checked where the backends are).
+    pub fn pipelines(&self, cpu: usize) -> bool {
+        let mut used: Vec<usize> = self.layers.clone();
+        used.push(self.output);
+        let all_off = used.iter().all(|&d| d != cpu);
+        used.sort_unstable();
+        used.dedup();
+        all_off && used.len() > 1 && !self.tensor_overrides
+    }
 }
 
 impl PlacementSpec {
@@ -172,6 +189,7 @@ impl PlacementSpec {
             layers: (0..n_layer).map(place).collect(),
             output: place(n_layer),
             input: cpu,
+            tensor_overrides: !self.overrides.is_empty(),
         })
     }
 
