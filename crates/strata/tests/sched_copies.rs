@@ -115,7 +115,13 @@ fn input(batch: usize) -> Vec<f32> {
 
 #[test]
 fn alloc_graph_waits_only_when_it_must_replan() {
-    let mut s = setup(1);
+    for n_copies in [1, 2] {
+        waits_only_to_replan(n_copies);
+    }
+}
+
+fn waits_only_to_replan(n_copies: usize) {
+    let mut s = setup(n_copies);
     s.sched.alloc_graph(&s.graph).unwrap();
     // the first allocation plans the buffers: everything was waited for
     assert!(s.syncs.load(Ordering::SeqCst) > 0);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::assign::{Assignment, BackendId, Split};
 use super::{EvalCallback, SchedConfig};
 use crate::alloc::GraphAllocator;
-use crate::backend::{tensor_copy, Backend, BufferType, Event};
+use crate::backend::{tensor_copy, Backend, Buffer, BufferType, Event};
 use crate::graph::{Graph, Slot};
 use crate::ops::Op;
 use crate::tensor::{Flags, Tensor, TensorId, ViewOf};
@@ -32,6 +32,9 @@ fn slot_tensor(graph: &Graph, slot: Slot) -> &Tensor {
     }
 }
 
+/// A buffer of pipeline copies and the aligned sizes it was laid out for.
+type PipeBuffer = (Arc<dyn Buffer>, Vec<usize>);
+
 pub(crate) struct RunState {
     galloc: GraphAllocator,
     assignment: Option<Assignment>,
@@ -45,6 +48,14 @@ pub(crate) struct RunState {
     /// inputs): one per copy on the leaf's backend, the leaf itself in slot
     /// `cur_copy` (see [`rotated_inputs`]).
     rotated: Vec<(BackendId, Vec<Tensor>)>,
+    /// The layout duplicates standing in the other slots, per input leaf
+    /// (kept across allocations, as are the split-input copies, so their
+    /// ids and places stay put).
+    dups: IdMap<TensorId, Vec<Tensor>>,
+    /// With pipeline copies, per backend: the buffer holding its copies and
+    /// input places, and the aligned sizes it was laid out for (kept while
+    /// they stay the same, see [`RunState::place_pipeline`]).
+    pipe: Vec<Option<PipeBuffer>>,
     /// The pipeline copy the allocated graph uses (chosen by `install`).
     cur_copy: usize,
     /// The copy the next allocation takes.
@@ -66,6 +77,8 @@ impl RunState {
             assigned: IdMap::default(),
             prev_ids: None,
             rotated: Vec::new(),
+            dups: IdMap::default(),
+            pipe: Vec::new(),
             cur_copy: 0,
             next_copy: 0,
             split_graphs: IdMap::default(),
@@ -102,8 +115,15 @@ impl RunState {
             .collect()
     }
 
+    /// Compute bytes of backend `backend`: its planned buffer and, with
+    /// pipeline copies, the buffer holding them.
     pub(crate) fn buffer_size(&self, backend: usize) -> usize {
-        self.galloc.buffer_size(backend)
+        let pipe = self
+            .pipe
+            .get(backend)
+            .and_then(Option::as_ref)
+            .map_or(0, |(b, _)| b.size());
+        self.galloc.buffer_size(backend) + pipe
     }
 
     /// Creates the copies of every split input (and pipeline copies), and
@@ -115,9 +135,107 @@ impl RunState {
         backends: &[Box<dyn Backend>],
         n_copies: usize,
     ) {
-        self.copies = make_copies(graph, p, backends, n_copies);
-        self.rotated = rotated_inputs(graph, p, backends, n_copies, self.cur_copy);
+        let mut fresh = make_copies(graph, p, backends, n_copies);
+        // the same input on the same backend keeps its copies (stable ids:
+        // plan caches and RPC graph re-runs keep hitting)
+        for (k, v) in fresh.iter_mut() {
+            if let Some(old) = self.copies.get(k) {
+                if old.len() == v.len() && old[0].same_layout(&v[0]) {
+                    *v = old.clone();
+                }
+            }
+        }
+        self.copies = fresh;
+        let pipe: Vec<Arc<dyn Buffer>> =
+            self.pipe.iter().flatten().map(|(b, _)| b.clone()).collect();
+        // inputs the caller placed in memory of its own stay where they are
+        let managed = |t: &Tensor| {
+            t.storage().is_none_or(|st| {
+                pipe.iter()
+                    .any(|b| std::ptr::addr_eq(Arc::as_ptr(b), Arc::as_ptr(&st.buffer)))
+            })
+        };
+        self.rotated = rotated_inputs(
+            graph,
+            p,
+            backends,
+            n_copies,
+            self.cur_copy,
+            &managed,
+            &mut self.dups,
+        );
         self.split_graphs.clear();
+    }
+
+    /// With pipeline copies, places every split-input copy and every input
+    /// place in one buffer per backend, in a fixed order, so each keeps its
+    /// place from one allocation to the next and the memory planner, seeing
+    /// them as memory it does not own, keeps one plan whatever the current
+    /// copy (ggml's allocator plans them with the graph; here a plan is
+    /// replayed only for a graph of the same structure). The buffer is kept
+    /// while the sizes stay the same; a new one is made, after waiting for
+    /// running work, when they change (another batch shape).
+    fn place_pipeline(
+        &mut self,
+        graph: &Graph,
+        p: &Assignment,
+        backends: &mut [Box<dyn Backend>],
+    ) -> Result<()> {
+        let bufts: Vec<Arc<dyn BufferType>> = self.galloc.planner().buffer_types().to_vec();
+        let mut lists: Vec<Vec<Tensor>> = vec![Vec::new(); bufts.len()];
+        for split in &p.splits {
+            for &slot in &split.inputs {
+                let input = slot_tensor(graph, slot);
+                lists[split.backend.index()]
+                    .extend(self.copies[&(input.id(), split.backend)].iter().cloned());
+            }
+        }
+        for (b, places) in &self.rotated {
+            lists[b.index()].extend(places.iter().cloned());
+        }
+        self.pipe.resize(bufts.len(), None);
+        let mut waited = false;
+        for (bi, list) in lists.iter().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            let buft = &bufts[bi];
+            let align = buft.alignment().max(1);
+            let sizes: Vec<usize> = list
+                .iter()
+                .map(|t| buft.alloc_size(t).div_ceil(align) * align)
+                .collect();
+            if !matches!(&self.pipe[bi], Some((_, s)) if *s == sizes) {
+                if !waited {
+                    synchronize_all(backends)?;
+                    waited = true;
+                }
+                self.pipe[bi] = None;
+                let total = sizes.iter().sum::<usize>().max(align);
+                let buf = buft
+                    .clone()
+                    .alloc_buffer(total)
+                    .with_context(|| format!("pipeline copies on backend {bi}"))?;
+                self.pipe[bi] = Some((buf, sizes.clone()));
+            }
+            let buf = match &self.pipe[bi] {
+                Some((b, _)) => b.clone(),
+                None => continue,
+            };
+            let mut off = 0;
+            for (t, sz) in list.iter().zip(&sizes) {
+                let there = t.storage().is_some_and(|st| {
+                    std::ptr::addr_eq(Arc::as_ptr(&st.buffer), Arc::as_ptr(&buf))
+                        && st.offset == off
+                });
+                if !there {
+                    t.set_storage(buf.clone(), off)?;
+                    buf.init_tensor(t)?;
+                }
+                off += sz;
+            }
+        }
+        Ok(())
     }
 
     /// Planned compute bytes per buffer id for `graph` under `p`, without
@@ -137,12 +255,22 @@ impl RunState {
             copies: make_copies(graph, p, backends, n_copies),
             assigned: IdMap::default(),
             prev_ids: None,
-            rotated: rotated_inputs(graph, p, backends, n_copies, 0),
+            rotated: rotated_inputs(
+                graph,
+                p,
+                backends,
+                n_copies,
+                0,
+                &|t: &Tensor| !t.is_allocated(),
+                &mut IdMap::default(),
+            ),
+            dups: IdMap::default(),
+            pipe: Vec::new(),
             cur_copy: 0,
             next_copy: 0,
             split_graphs: IdMap::default(),
         };
-        let (ag, node_ids, leaf_ids) = probe.alloc_graph(graph, p, n_copies)?;
+        let (ag, node_ids, leaf_ids) = probe.alloc_graph(graph, p, n_copies, false)?;
         let ours = self.own_buffers();
         let external = |t: &Tensor| {
             t.storage_owner().buffer().is_some_and(|b| {
@@ -185,11 +313,15 @@ impl RunState {
     /// input's copy (allocated at the split's start), then the split's nodes
     /// reading the copies; leafs last. Returns it with per-node and per-leaf
     /// backend ids.
+    /// With `pipelined`, the pipeline copies live in [`RunState::pipe`]
+    /// (memory the planner does not own) and are left out; otherwise, with
+    /// `n_copies > 1` (the fit dry run), they are planned as leafs.
     fn alloc_graph(
         &self,
         graph: &Graph,
         p: &Assignment,
         n_copies: usize,
+        pipelined: bool,
     ) -> Result<(Graph, Vec<usize>, Vec<usize>)> {
         let mut nodes = Vec::new();
         let mut node_ids = Vec::new();
@@ -215,14 +347,14 @@ impl RunState {
         // the pipeline places come first, so they take the same offsets at
         // every allocation and the inputs move between them
         let mut placed = crate::graph::IdSet::default();
-        for (backend, places) in &self.rotated {
+        for (backend, places) in self.rotated.iter().filter(|_| !pipelined) {
             for t in places {
                 placed.insert(t.id());
                 leafs.push(t.clone());
                 leaf_ids.push(backend.index());
             }
         }
-        if n_copies > 1 {
+        if n_copies > 1 && !pipelined {
             for split in &p.splits {
                 for &slot in &split.inputs {
                     for c in &self.copies[&(slot_tensor(graph, slot).id(), split.backend)] {
@@ -285,7 +417,11 @@ impl RunState {
             self.next_copy = (self.cur_copy + 1) % n_copies;
         }
         self.make_copies(graph, &p, backends, config.n_copies);
-        let (ag, node_ids, leaf_ids) = self.alloc_graph(graph, &p, config.n_copies)?;
+        let pipelined = n_copies > 1;
+        if pipelined {
+            self.place_pipeline(graph, &p, backends)?;
+        }
+        let (ag, node_ids, leaf_ids) = self.alloc_graph(graph, &p, config.n_copies, pipelined)?;
         if !allocate {
             synchronize_all(backends)?;
             self.galloc.reserve_n(&ag, &node_ids, &leaf_ids)?;
@@ -491,33 +627,41 @@ fn rotated_inputs(
     backends: &[Box<dyn Backend>],
     n_copies: usize,
     cur: usize,
+    managed: &dyn Fn(&Tensor) -> bool,
+    dups: &mut IdMap<TensorId, Vec<Tensor>>,
 ) -> Vec<(BackendId, Vec<Tensor>)> {
     if n_copies <= 1 {
         return Vec::new();
     }
     let keep = Flags(Flags::INPUT.0 | Flags::OUTPUT.0);
-    graph
-        .leafs()
-        .iter()
-        .zip(&p.leafs)
-        .filter(|(leaf, _)| leaf.flags().contains(Flags::INPUT))
-        .map(|(leaf, a)| {
-            let bname = backends[a.backend.index()].name();
-            let places = (0..n_copies)
+    let mut out = Vec::new();
+    let mut kept = IdMap::default();
+    for (leaf, a) in graph.leafs().iter().zip(&p.leafs) {
+        if !leaf.flags().contains(Flags::INPUT) || leaf.is_view() || !managed(leaf) {
+            continue;
+        }
+        let bname = backends[a.backend.index()].name();
+        let d = match dups.remove(&leaf.id()) {
+            Some(d) if d.len() == n_copies && d[0].same_layout(leaf) => d,
+            _ => (0..n_copies)
                 .map(|c| {
-                    let t = if c == cur {
-                        leaf.clone()
-                    } else {
-                        leaf.dup_layout()
-                            .with_name(format!("{bname}#{}#{c}", leaf.name()))
-                    };
-                    t.set_flags(Flags(t.flags().0 | keep.0));
-                    t
+                    leaf.dup_layout()
+                        .with_name(format!("{bname}#{}#{c}", leaf.name()))
                 })
-                .collect();
-            (a.backend, places)
-        })
-        .collect()
+                .collect(),
+        };
+        let places = (0..n_copies)
+            .map(|c| {
+                let t = if c == cur { leaf.clone() } else { d[c].clone() };
+                t.set_flags(Flags(t.flags().0 | keep.0));
+                t
+            })
+            .collect();
+        kept.insert(leaf.id(), d);
+        out.push((a.backend, places));
+    }
+    *dups = kept;
+    out
 }
 
 /// The planner's dependency node for a split input (ggml's `input_dep`,
