@@ -106,13 +106,18 @@ fn block() -> (Graph, MultiBuffer) {
     (g, bufs)
 }
 
-fn compare(target: &mut dyn Backend, tolerance: f64) -> Comparison {
+/// [`block`] on the CPU (one thread) and on `target`.
+fn compare_with(target: &mut dyn Backend, opts: CompareOptions) -> Comparison {
     let (g, _bufs) = block();
+    compare_graph_backend(&mut CpuBackend::new(1), target, &g, &opts).unwrap()
+}
+
+fn compare(target: &mut dyn Backend, tolerance: f64) -> Comparison {
     let opts = CompareOptions {
         tolerance,
-        stop_at_first: false,
+        ..CompareOptions::default()
     };
-    compare_graph_backend(&mut CpuBackend::new(1), target, &g, &opts).unwrap()
+    compare_with(target, opts)
 }
 
 fn names(c: &Comparison) -> Vec<&str> {
@@ -182,6 +187,30 @@ fn the_first_perturbed_mul_is_named_and_nothing_before_it() {
 }
 
 #[test]
+fn isolated_nodes_show_only_their_own_error() {
+    let isolate = CompareOptions {
+        isolate: true,
+        ..CompareOptions::default()
+    };
+    let c = compare_with(&mut Perturb::new(Which::FirstOp("MUL"), 1e-2), isolate);
+    // the nodes after the perturbed one get the reference's inputs: exact
+    let off: Vec<&str> = c
+        .nodes
+        .iter()
+        .filter(|n| n.beyond(0.0))
+        .map(|n| n.name.as_str())
+        .collect();
+    assert_eq!(off, ["attn_norm"]);
+    // without isolation the error travels to every later node
+    let c = compare(&mut Perturb::new(Which::FirstOp("MUL"), 1e-2), 1e-6);
+    assert!(
+        c.nodes[1..].iter().all(|n| n.beyond(0.0)),
+        "{}",
+        c.to_text()
+    );
+}
+
+#[test]
 fn a_perturbed_node_late_in_the_graph_is_named() {
     let mut target = Perturb::new(Which::Named("probs"), 1e-2);
     let c = compare(&mut target, 1e-6);
@@ -196,14 +225,13 @@ fn a_perturbed_node_late_in_the_graph_is_named() {
 
 #[test]
 fn stop_at_first_and_the_callback_end_the_comparison() {
-    let (g, _bufs) = block();
-    let opts = CompareOptions {
-        tolerance: 1e-6,
+    let first = CompareOptions {
         stop_at_first: true,
+        ..CompareOptions::default()
     };
-    let mut target = Perturb::new(Which::Named("act"), 1e-2);
-    let c = compare_graph_backend(&mut CpuBackend::new(1), &mut target, &g, &opts).unwrap();
+    let c = compare_with(&mut Perturb::new(Which::Named("act"), 1e-2), first);
     assert_eq!(c.nodes.last().unwrap().name, "act");
+    let (g, _bufs) = block();
     let mut seen = Vec::new();
     let c = compare_graph_backend_with(
         &mut CpuBackend::new(1),
@@ -391,6 +419,7 @@ proptest! {
         n in 1usize..5,
         m in 1usize..6,
         seed in any::<u64>(),
+        isolate in any::<bool>(),
     ) {
         let k = blocks * wt.block_size().max(32);
         let n = 2 * n;
@@ -427,7 +456,8 @@ proptest! {
         }
         // and node by node: no difference at all
         let (g, _bufs) = varied(wt, k, n, m, seed);
-        let cmp = compare_graph_backend(&mut CpuBackend::new(1), &mut fake, &g, &CompareOptions { tolerance: 0.0, stop_at_first: false }).unwrap();
+        let opts = CompareOptions { tolerance: 0.0, isolate, ..CompareOptions::default() };
+        let cmp = compare_graph_backend(&mut CpuBackend::new(1), &mut fake, &g, &opts).unwrap();
         prop_assert!(cmp.first_beyond().is_none(), "{}", cmp.to_text());
     }
 }

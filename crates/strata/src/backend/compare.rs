@@ -15,6 +15,11 @@
 //! (VIEW, RESHAPE, PERMUTE, TRANSPOSE) compute nothing and are not
 //! reported, as in ggml.
 //!
+//! With [`CompareOptions::isolate`], the target's copy of every computed
+//! source gets the reference's result before a node runs, so each node's
+//! figures measure its own op (test-backend-ops' situation, whose graphs
+//! read only leafs) instead of everything accumulated before it.
+//!
 //! A node the target cannot compute (`Backend::supports_op` of its twin is
 //! false) is not an error: it is reported as [`NodeOutcome::Unsupported`]
 //! and the reference's result is copied into its twin, so the nodes after
@@ -316,6 +321,11 @@ pub struct CompareOptions {
     /// Stop after the first node beyond the tolerance (the later ones then
     /// go unreported).
     pub stop_at_first: bool,
+    /// Before the target computes a node, give the twins of its computed
+    /// sources the reference's results, so each node's figures are its own
+    /// op's error rather than the error accumulated along the graph (ggml
+    /// compares accumulated errors: `false`).
+    pub isolate: bool,
 }
 
 impl Default for CompareOptions {
@@ -323,6 +333,7 @@ impl Default for CompareOptions {
         CompareOptions {
             tolerance: 1e-7,
             stop_at_first: false,
+            isolate: false,
         }
     }
 }
@@ -586,19 +597,30 @@ pub fn compare_graph_backend_with(
         tolerance: opts.tolerance,
         nodes: Vec::with_capacity(computing.len()),
     };
+    // memory the graph writes: node results and the bases of views written
+    // through (a cache written by SET_ROWS)
+    let written: IdMap<TensorId, ()> = computing
+        .iter()
+        .map(|&i| (graph.nodes()[i].storage_owner().id(), ()))
+        .collect();
     for &i in &computing {
         let (node, twin) = (&graph.nodes()[i], &twins[i]);
         compute_one(reference, graph, i)?;
         let outcome = if target.supports_op(twin) {
+            if opts.isolate {
+                for s in graph.srcs(node) {
+                    let owner = s.storage_owner();
+                    if written.contains_key(&owner.id()) {
+                        bridge(owner, &copy)?;
+                    }
+                }
+            }
             compute_one(target, copy.graph(), i)?;
             let want = read(&*reference, node)?;
             let got = read(&*target, twin)?;
             NodeOutcome::Compared(Figures::measure(&want, &got))
         } else {
-            tensor_copy(node, twin).map_err(|source| CompareError::Copy {
-                tensor: node.name(),
-                source: Box::new(source),
-            })?;
+            bridge(node, &copy)?;
             NodeOutcome::Unsupported
         };
         let report = NodeReport {
@@ -618,6 +640,22 @@ pub fn compare_graph_backend_with(
         }
     }
     Ok(cmp)
+}
+
+/// Copies the reference's bytes of `t` into its twin.
+fn bridge(t: &Tensor, copy: &GraphCopy) -> Result<(), CompareError> {
+    let twin = copy.twin(t).ok_or_else(|| CompareError::Copy {
+        tensor: t.name(),
+        source: Box::new(Error::BadValue {
+            arg: "tensor".into(),
+            value: t.name(),
+            expected: "a tensor of the copied graph".into(),
+        }),
+    })?;
+    tensor_copy(t, twin).map_err(|source| CompareError::Copy {
+        tensor: t.name(),
+        source: Box::new(source),
+    })
 }
 
 /// Computes node `i` of `graph` alone on `backend` and waits for it.
