@@ -4,6 +4,7 @@
 mod bench;
 mod chat;
 mod common;
+mod compare;
 mod devices;
 mod eval;
 mod explain;
@@ -54,6 +55,8 @@ enum Command {
     Devices(devices::Args),
     /// Run the op conformance suite on a device against the local CPU.
     TestOps(test_ops::Args),
+    /// Run a model's graph on a device and on the CPU node by node; name the first node that differs.
+    Compare(compare::Args),
     /// Show how the scheduler places a graph (an example, or a model's with -m).
     Explain(explain::Args),
     /// Serve this machine's CPU to RPC clients (ggml RPC protocol 7.0.0).
@@ -89,6 +92,7 @@ fn main() {
         Command::Quantize(a) => quantize::run(a).map_err(Into::into),
         Command::TestOps(a) => test_ops::run(a).map_err(Into::into),
         Command::Explain(a) => explain::run(a),
+        Command::Compare(a) => compare::run(a),
         Command::RpcServer(a) => rpc_server::run(a).map(|()| 0).map_err(Into::into),
     };
     match result {

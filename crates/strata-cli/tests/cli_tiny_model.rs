@@ -590,3 +590,74 @@ fn a_closed_stdout_pipe_is_not_a_panic() {
     assert!(!err.contains("panicked"), "{err}");
     assert_ne!(out.status.code(), Some(101), "{err}");
 }
+
+/// Issue 15 item 6: `strata compare` runs the model's graph on a device and
+/// on the CPU node by node. The CPU and the simulated FAKE0 device (the
+/// CPU's kernels in memory the CPU backend cannot see) agree exactly, node
+/// by node from the CPU's inputs or chained, so even `--tolerance 0` passes; the table names the model's nodes; the
+/// GPU (when there is one) agrees within the default tolerance; mistakes
+/// are typed errors.
+#[test]
+fn compare_on_a_tiny_model() {
+    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-cmp-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let model = tiny_model(&dir.0);
+    let m = model.to_str().unwrap();
+    let base = ["compare", "-m", m, "-p", "abcab", "-c", "32", "-t", "1"];
+    for (device, mode) in [("CPU", "--isolated"), ("FAKE0", "--chained")] {
+        let mut args = vec!["--device", device, "--tolerance", "0"];
+        args.extend((mode == "--chained").then_some(mode));
+        let o = strata(&[&base[..], &args[..]].concat());
+        let out = stdout(&o);
+        assert!(
+            out.contains("no node differs beyond the tolerance 0.0e0"),
+            "{out}"
+        );
+        for (name, op) in [
+            ("inp_embd", "GET_ROWS"),
+            ("result_norm", "MUL"),
+            ("result_output", "MUL_MAT"),
+        ] {
+            let row = out
+                .lines()
+                .find(|l| l.split_whitespace().nth(1) == Some(name))
+                .unwrap_or_else(|| panic!("no row for {name}: {out}"));
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(cols[2], op, "{row}");
+            assert_eq!(&cols[cols.len() - 2..], ["0.000e0", "0.000e0"], "{row}");
+        }
+        // the logits' row: 40 of them for the last token
+        assert!(out.contains("[40]"), "{out}");
+    }
+    if let Ok(Some(_)) = strata_gpu::device_or_skip() {
+        let o = strata(&[&base[..], &["--device", "GPU0"]].concat());
+        let out = stdout(&o);
+        assert!(
+            out.contains("no node differs beyond the tolerance"),
+            "{out}"
+        );
+        // at tolerance 0 either the GPU agrees to the bit or the first
+        // difference is named, with exit code 1
+        let o = strata(&[&base[..], &["--device", "GPU0", "--tolerance", "0"]].concat());
+        if !o.status.success() {
+            let err = failure(&o);
+            assert!(err.contains("is the first to differ"), "{err}");
+        }
+    }
+    for (args, wants) in [
+        (
+            vec!["--device", "CPU", "--device", "FAKE0"],
+            "exactly one device",
+        ),
+        (vec![], "exactly one device"),
+        (
+            vec!["--device", "FAKE0", "-ngl", "1"],
+            "keeps the model on the CPU",
+        ),
+        (vec!["--device", "CPU", "--tolerance", "-1"], "--tolerance"),
+        (vec!["--device", "NPU3"], "NPU3"),
+    ] {
+        let err = failure(&strata(&[&base[..], &args[..]].concat()));
+        assert!(err.contains(wants), "{args:?}: {err}");
+    }
+}

@@ -19,11 +19,16 @@
 //! ```
 
 mod buffer;
+mod compare;
 mod device;
 
 use std::sync::Arc;
 
 pub use buffer::{same_buffer_type, Buffer, BufferType, BufferUsage, TensorLayout};
+pub use compare::{
+    compare_graph_backend, compare_graph_backend_with, graph_copy, CompareError, CompareOptions,
+    Comparison, Figures, GraphCopy, NodeOutcome, NodeReport,
+};
 pub use device::{
     split_spec, AbortCallback, Backend, Device, DeviceMemory, DeviceProvider, DeviceType, Event,
     GraphPlan, Registry,
