@@ -168,13 +168,18 @@ fn close(a: &[u8], b: &[u8]) {
     }
 }
 
+/// A repacking server and one keeping ggml's layout, each with a client
+/// holding W (`w`) and x.
+fn pair(w: &[u8]) -> (ServerHandle, ServerHandle, (Raw, Buf), (Raw, Buf)) {
+    let (a_addr, a_srv) = server(true);
+    let (p_addr, p_srv) = server(false);
+    (a_srv, p_srv, setup(a_addr, w), setup(p_addr, w))
+}
+
 #[test]
 fn repacked_weights_read_back_exactly_and_compute_as_unpacked() {
     let w = q8_bytes(1);
-    let (a_addr, a_srv) = server(true);
-    let (p_addr, _p_srv) = server(false);
-    let (mut a, ab) = setup(a_addr, &w);
-    let (mut p, pb) = setup(p_addr, &w);
+    let (a_srv, _p_srv, (mut a, ab), (mut p, pb)) = pair(&w);
     let y = compute(&mut p, &pb.matmul(ROWS), &pb, ROWS);
     let ya = compute(&mut a, &ab.matmul(ROWS), &ab, ROWS);
     assert_eq!(
@@ -253,10 +258,7 @@ fn repacked_weights_read_back_exactly_and_compute_as_unpacked() {
 #[test]
 fn other_uses_unpack_and_recompute_follows_layout_changes() {
     let w = q8_bytes(3);
-    let (a_addr, a_srv) = server(true);
-    let (p_addr, _p) = server(false);
-    let (mut a, ab) = setup(a_addr, &w);
-    let (mut p, pb) = setup(p_addr, &w);
+    let (a_srv, _p_srv, (mut a, ab), (mut p, pb)) = pair(&w);
     let full = local(&w, ROWS);
     let half = local(&w, 16);
     close(&full, &compute(&mut p, &pb.matmul(ROWS), &pb, ROWS));
