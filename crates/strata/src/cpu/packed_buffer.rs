@@ -217,12 +217,7 @@ impl PackedBuffer {
 
     /// Rewrites the groups of the tensor at `start` group by group with
     /// `f(dtype, shape, from, to)` (pack or unpack), through one group of scratch.
-    fn convert(
-        &self,
-        start: usize,
-        e: &Entry,
-        f: Convert,
-    ) -> Result<()> {
+    fn convert(&self, start: usize, e: &Entry, f: Convert) -> Result<()> {
         let gs = e.group();
         let mut tmp = vec![0u8; gs];
         for g in (start..start + e.len).step_by(gs) {
