@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use strata::{Error, Result};
-use strata_rpc::server::{BackendFactory, CpuBackendFactory, Limits, Server};
+use strata_rpc::server::{BackendFactory, CpuBackendFactory, Limits, Preload, Server};
 
 /// Options of `strata rpc-server`.
 #[derive(clap::Args, Debug)]
@@ -37,6 +37,15 @@ pub struct Args {
     /// Directory caching large weight uploads by hash (SET_TENSOR_HASH).
     #[arg(long, value_name = "DIR")]
     cache: Option<PathBuf>,
+    /// GGUF file (or directory of .gguf files) whose large tensors clients
+    /// need not upload: their SET_TENSOR_HASH is served from the mapped file
+    /// (repeatable).
+    #[arg(long, value_name = "PATH")]
+    preload: Vec<PathBuf>,
+    /// Keep received weights in ggml's layout (no repacking for the packed
+    /// kernels); also `STRATA_NO_REPACK=1`.
+    #[arg(long)]
+    no_repack: bool,
 }
 
 const WARNING: &str = "\
@@ -93,7 +102,8 @@ pub fn run(args: Args) -> Result<()> {
                 })?,
         );
     }
-    let factory = Arc::new(CpuBackendFactory::new(threads));
+    let repack = !(args.no_repack || crate::settings::no_repack_env());
+    let factory = Arc::new(CpuBackendFactory::new(threads).with_repack(repack));
     let mut server = Server::bind(
         SocketAddr::new(args.host, args.port),
         factory.clone(),
@@ -101,6 +111,19 @@ pub fn run(args: Args) -> Result<()> {
     )?;
     if let Some(dir) = &args.cache {
         server = server.with_cache_dir(dir)?;
+    }
+    let mut preloaded = String::from("n/a");
+    if !args.preload.is_empty() {
+        let t0 = std::time::Instant::now();
+        let p = Preload::open(&args.preload, strata_rpc::proto::HASH_THRESHOLD)?;
+        preloaded = format!(
+            "{} tensors, {} MiB mapped from {} file(s), hashed in {:.2} s",
+            p.len(),
+            p.bytes() >> 20,
+            p.files(),
+            t0.elapsed().as_secs_f64()
+        );
+        server = server.with_preload(p);
     }
     let addr = server.local_addr()?;
     let mut out = std::io::stdout().lock();
@@ -112,6 +135,16 @@ pub fn run(args: Args) -> Result<()> {
         args.cache
             .as_ref()
             .map_or("n/a".into(), |d| d.display().to_string())
+    );
+    let _ = writeln!(out, "  preload        : {preloaded}");
+    let _ = writeln!(
+        out,
+        "  weights        : {}",
+        if repack {
+            "repacked for the packed kernels on first use"
+        } else {
+            "ggml's layout (--no-repack)"
+        }
     );
     let _ = writeln!(out, "  threads        : {threads}");
     let _ = writeln!(

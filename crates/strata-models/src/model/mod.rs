@@ -416,6 +416,9 @@ fn upload(
         }
         buffers.extend(bufs);
     }
+    // Each device's weights are written by a thread of its own, so that
+    // uploads to several remote devices overlap; progress is reported here.
+    let mut lists = Vec::new();
     for (d, list) in placed.per_dev.iter().enumerate() {
         if list.is_empty() {
             continue;
@@ -425,16 +428,37 @@ fn upload(
         for b in &bufs {
             b.set_usage(BufferUsage::Weights);
         }
-        for (t, info) in list {
-            tensor_set(t, 0, f.tensor_data(info))
-                .with_context(|| format!("loading tensor '{}'", t.name()))?;
-            done += info.size();
+        buffers.extend(bufs);
+        lists.push(list);
+    }
+    let (tx, rx) = std::sync::mpsc::channel::<usize>();
+    std::thread::scope(|s| -> Result<()> {
+        let handles: Vec<_> = lists
+            .iter()
+            .map(|list| {
+                let tx = tx.clone();
+                s.spawn(move || -> Result<()> {
+                    for (t, info) in list.iter() {
+                        tensor_set(t, 0, f.tensor_data(info))
+                            .with_context(|| format!("loading tensor '{}'", t.name()))?;
+                        let _ = tx.send(info.size());
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        drop(tx);
+        for n in rx {
+            done += n;
             if let Some(p) = progress.as_mut() {
                 p(done, total);
             }
         }
-        buffers.extend(bufs);
-    }
+        for h in handles {
+            h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+        }
+        Ok(())
+    })?;
     Ok((buffers, repacked_bytes))
 }
 

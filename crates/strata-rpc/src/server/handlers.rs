@@ -70,6 +70,21 @@ impl Session {
                 true
             })
         };
+        let fail = |e: strata::Error| Refusal::ComputeFailed {
+            device,
+            why: e.to_string(),
+        };
+        let packed = super::layout::prepare(graph, &self.buffers).map_err(fail)?;
+        if packed > 0 {
+            self.state.repacked.fetch_add(packed, Ordering::Relaxed);
+            tracing::debug!(peer = %self.peer, "repacked {packed} weights for the packed kernels");
+        }
+        let now = super::layout::changes(&self.buffers);
+        if now != self.layout_seen[device] {
+            // Plans the backend kept for this graph may predate the change.
+            super::layout::replace_storage(graph).map_err(fail)?;
+            self.layout_seen[device] = now;
+        }
         let backend = self.backend(device)?;
         let armed = backend.set_abort_callback(Some(cb));
         let res = backend.graph_compute(graph);
@@ -161,6 +176,20 @@ impl Session {
                 offset,
                 hash,
             } => {
+                if let Some(p) = state.preloaded() {
+                    if let Some(bytes) = p.get(hash) {
+                        let t = placed_range(&self.buffers, &tensor, offset, bytes.len() as u64)?;
+                        tensor_set(&t, offset as usize, bytes)?;
+                        state.preload_hits.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(
+                            peer = %self.peer,
+                            "preload: hit {hash:016x}: {} bytes into '{}'",
+                            bytes.len(),
+                            t.name()
+                        );
+                        return Ok(Reply::Bytes(vec![1]));
+                    }
+                }
                 let Some((bytes, _held)) = state.cache_load(hash) else {
                     return Ok(Reply::Bytes(vec![0]));
                 };
@@ -255,7 +284,13 @@ impl Session {
         } else {
             state.next_base(size, buft.alignment() as u64)
         };
+        let lazy = state.factory.repacks(device);
+        let mut packer = None;
         let buffer = match (base, usize::try_from(size)) {
+            (Some(_), Ok(sz)) if lazy => strata::cpu::PackedBuffer::lazy(sz).map(|p| {
+                packer = Some(p.clone());
+                p as Arc<dyn strata::backend::Buffer>
+            }),
             (Some(_), Ok(sz)) => buft.alloc_buffer(sz),
             _ => Err(strata::Error::OutOfMemory {
                 buffer_type: buft.name(),
@@ -267,8 +302,15 @@ impl Session {
             (Ok(buffer), Some(base)) => {
                 let handle = state.next_handle.fetch_add(1, Ordering::Relaxed);
                 state.live_buffers.fetch_add(1, Ordering::SeqCst);
-                self.buffers
-                    .insert(handle, RemoteBuf { buffer, base, size });
+                self.buffers.insert(
+                    handle,
+                    RemoteBuf {
+                        buffer,
+                        packer,
+                        base,
+                        size,
+                    },
+                );
                 (handle, size)
             }
             (res, _) => {

@@ -19,6 +19,8 @@
 mod conns;
 mod graph;
 mod handlers;
+mod layout;
+mod preload;
 mod refusal;
 mod session;
 mod validate;
@@ -36,6 +38,7 @@ use strata::backend::{Backend, Device};
 use strata::cpu::{cpu_device, CpuBackend};
 use strata::{Error, Result};
 
+pub use preload::Preload;
 pub use session::{Session, SessionEnd, StatsHandle};
 
 use crate::proto::fnv1a;
@@ -145,6 +148,12 @@ pub trait BackendFactory: Send + Sync {
     fn device(&self, index: usize) -> Arc<dyn Device>;
     /// A new backend (execution stream) on device `index`, one per connection.
     fn backend(&self, index: usize) -> Result<Box<dyn Backend>>;
+    /// True when buffers of device `index` are lazy `CPU_PACKED` buffers
+    /// ([`strata::cpu::PackedBuffer::lazy`]): the weights graphs read only
+    /// as MUL_MAT weights are repacked in place before they run.
+    fn repacks(&self, _index: usize) -> bool {
+        false
+    }
 }
 
 /// Serves the CPU: `devices` copies of the CPU device (normally 1), each
@@ -153,6 +162,7 @@ pub trait BackendFactory: Send + Sync {
 pub struct CpuBackendFactory {
     threads: usize,
     devices: usize,
+    repack: bool,
 }
 
 impl CpuBackendFactory {
@@ -161,7 +171,15 @@ impl CpuBackendFactory {
         CpuBackendFactory {
             threads: threads.max(1),
             devices: 1,
+            repack: true,
         }
+    }
+    /// Whether received MUL_MAT weights are repacked for the CPU's packed
+    /// kernels (default: yes; see [`BackendFactory::repacks`]). Clients read
+    /// back the same bytes either way.
+    pub fn with_repack(mut self, repack: bool) -> CpuBackendFactory {
+        self.repack = repack;
+        self
     }
     /// Exposes the CPU as `n` devices (at least 1): for multi-device clients and tests.
     pub fn with_devices(mut self, n: usize) -> CpuBackendFactory {
@@ -179,6 +197,9 @@ impl BackendFactory for CpuBackendFactory {
     }
     fn backend(&self, _index: usize) -> Result<Box<dyn Backend>> {
         Ok(Box::new(CpuBackend::new(self.threads)))
+    }
+    fn repacks(&self, _index: usize) -> bool {
+        self.repack
     }
 }
 
@@ -203,6 +224,10 @@ pub struct ServerStats {
     pub inflight_bytes: u64,
     /// Computations stopped midway: client gone, time limit, shutdown.
     pub aborted_computations: usize,
+    /// SET_TENSOR_HASH requests served from preloaded files (`--preload`).
+    pub preload_hits: usize,
+    /// Weights repacked in place for the CPU's packed kernels.
+    pub repacked_tensors: usize,
 }
 
 /// State shared by the connections of one server.
@@ -210,6 +235,9 @@ pub(crate) struct State {
     factory: Arc<dyn BackendFactory>,
     limits: Limits,
     cache_dir: Mutex<Option<PathBuf>>,
+    preload: Mutex<Option<Arc<Preload>>>,
+    preload_hits: AtomicUsize,
+    repacked: AtomicUsize,
     next_handle: AtomicU64,
     next_addr: AtomicU64,
     used: AtomicU64,
@@ -253,6 +281,9 @@ impl State {
             factory,
             limits,
             cache_dir: Mutex::new(None),
+            preload: Mutex::new(None),
+            preload_hits: AtomicUsize::new(0),
+            repacked: AtomicUsize::new(0),
             next_handle: AtomicU64::new(0x5000_0001),
             next_addr: AtomicU64::new(ADDR_START),
             used: AtomicU64::new(0),
@@ -284,6 +315,8 @@ impl State {
             allocated_bytes: self.used.load(Ordering::SeqCst),
             inflight_bytes: *self.inflight.lock().unwrap_or_else(|e| e.into_inner()),
             aborted_computations: self.aborted.load(Ordering::SeqCst),
+            preload_hits: self.preload_hits.load(Ordering::SeqCst),
+            repacked_tensors: self.repacked.load(Ordering::SeqCst),
         }
     }
 
@@ -345,6 +378,14 @@ impl State {
             .ok()?;
         let a = align.max(1).next_power_of_two().max(4096);
         Some(start.div_ceil(a) * a)
+    }
+
+    /// The preloaded files, when the server has any.
+    fn preloaded(&self) -> Option<Arc<Preload>> {
+        self.preload
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn cache_enabled(&self) -> bool {
@@ -422,6 +463,13 @@ impl Server {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(dir);
         Ok(self)
+    }
+
+    /// Serves SET_TENSOR_HASH from `preload`'s files (see [`Preload`]),
+    /// before the file cache.
+    pub fn with_preload(self, preload: Preload) -> Server {
+        *self.state.preload.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(preload));
+        self
     }
 
     /// The address the server listens on.

@@ -83,6 +83,9 @@ pub struct Session {
     /// Per device: the last graph, for GRAPH_RECOMPUTE, with the message
     /// memory it holds.
     pub(super) graphs: Vec<Option<(Graph, Inflight)>>,
+    /// Per device: the buffers' layout changes when it last computed
+    /// (`layout::changes`); a different count re-places a recomputed graph.
+    pub(super) layout_seen: Vec<u64>,
     pub(super) greeted: bool,
     pub(super) peer: String,
     scratch: Vec<u8>,
@@ -105,6 +108,7 @@ impl Session {
             buffers: HashMap::new(),
             backends: (0..n).map(|_| None).collect(),
             graphs: (0..n).map(|_| None).collect(),
+            layout_seen: vec![0; n],
             greeted: false,
             peer,
             scratch: Vec::new(),

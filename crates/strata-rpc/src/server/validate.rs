@@ -17,6 +17,8 @@ pub(crate) use super::refusal::Refusal;
 /// A buffer this connection allocated.
 pub(crate) struct RemoteBuf {
     pub buffer: Arc<dyn Buffer>,
+    /// The same buffer when it is a lazy `CPU_PACKED` one (see `layout`).
+    pub packer: Option<Arc<strata::cpu::PackedBuffer>>,
     pub base: u64,
     pub size: u64,
 }

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use buffer::{cpu_buffer_type, HostBuffer, HostBufferType, HOST_ALIGNMENT, LAZY_COMMIT_MIN};
-pub use packed_buffer::{packed_buffer_type, PackedBufferType};
+pub use packed_buffer::{packed_buffer_type, PackedBuffer, PackedBufferType};
 pub use pool::{ThreadPool, WorkerCtx, MAX_THREADS};
 pub use view::TView;
 

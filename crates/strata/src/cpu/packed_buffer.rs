@@ -34,6 +34,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use super::buffer::{cpu_buffer_type, HOST_ALIGNMENT};
@@ -58,19 +59,7 @@ impl BufferType for PackedBufferType {
         "CPU_PACKED".into()
     }
     fn alloc_buffer(self: Arc<Self>, size: usize) -> Result<Arc<dyn Buffer>> {
-        let inner = cpu_buffer_type().alloc_buffer(size).map_err(|e| match e {
-            Error::OutOfMemory { requested, msg, .. } => Error::OutOfMemory {
-                buffer_type: "CPU_PACKED".into(),
-                requested,
-                msg,
-            },
-            e => e,
-        })?;
-        Ok(Arc::new(PackedBuffer {
-            inner,
-            packed: RwLock::new(BTreeMap::new()),
-            buft: self,
-        }))
+        Ok(PackedBuffer::alloc(self, size, false)?)
     }
     fn alignment(&self) -> usize {
         HOST_ALIGNMENT
@@ -79,6 +68,9 @@ impl BufferType for PackedBufferType {
         true
     }
 }
+
+/// `packed::pack` or `packed::unpack`: (type, shape, from, to).
+type Convert = fn(DType, [usize; 4], &[u8], &mut [u8]) -> Result<()>;
 
 /// A packed tensor's place in the buffer.
 #[derive(Clone, Copy, Debug)]
@@ -96,11 +88,22 @@ impl Entry {
 }
 
 /// A `CPU_PACKED` buffer: host memory plus the offsets of its packed tensors.
-struct PackedBuffer {
+///
+/// Buffers of [`packed_buffer_type`] pack every eligible tensor placed in
+/// them ([`Buffer::init_tensor`]). A *lazy* one ([`PackedBuffer::lazy`],
+/// what the RPC server allocates) stores everything plain until its owner
+/// packs a tensor in place ([`PackedBuffer::pack_tensor`]) and converts it
+/// back ([`PackedBuffer::unpack_range`]) when it is used otherwise; reads
+/// and writes see ggml's bytes either way.
+pub struct PackedBuffer {
     inner: Arc<dyn Buffer>,
     /// Packed tensors by buffer offset (disjoint ranges).
     packed: RwLock<BTreeMap<usize, Entry>>,
     buft: Arc<PackedBufferType>,
+    /// Packs only on request (see the type's docs).
+    lazy: bool,
+    /// Counts the tensors packed or unpacked in place (lazy buffers).
+    changes: AtomicU64,
 }
 
 /// One piece of a byte range: plain bytes, or bytes `lo..hi` of one group.
@@ -118,6 +121,117 @@ enum Piece {
 }
 
 impl PackedBuffer {
+    fn alloc(buft: Arc<PackedBufferType>, size: usize, lazy: bool) -> Result<Arc<PackedBuffer>> {
+        let inner = cpu_buffer_type().alloc_buffer(size).map_err(|e| match e {
+            Error::OutOfMemory { requested, msg, .. } => Error::OutOfMemory {
+                buffer_type: "CPU_PACKED".into(),
+                requested,
+                msg,
+            },
+            e => e,
+        })?;
+        Ok(Arc::new(PackedBuffer {
+            inner,
+            packed: RwLock::new(BTreeMap::new()),
+            buft,
+            lazy,
+            changes: AtomicU64::new(0),
+        }))
+    }
+
+    /// A lazy `CPU_PACKED` buffer of `size` bytes: every tensor stays plain
+    /// until [`pack_tensor`](Self::pack_tensor) packs it in place.
+    pub fn lazy(size: usize) -> Result<Arc<PackedBuffer>> {
+        static BUFT: OnceLock<Arc<PackedBufferType>> = OnceLock::new();
+        let buft = BUFT.get_or_init(|| Arc::new(PackedBufferType)).clone();
+        PackedBuffer::alloc(buft, size, true)
+    }
+
+    /// Packs `tensor` (placed in this buffer) in place when it is a whole,
+    /// contiguous, [`packed::eligible`] weight whose type has packed kernels
+    /// at the active level; packed tensors it overlaps are unpacked first.
+    /// Returns whether its layout changed. Its bytes read back unchanged.
+    pub fn pack_tensor(&self, tensor: &Tensor) -> Result<bool> {
+        let (dtype, ne) = (tensor.dtype(), tensor.ne());
+        let Some(st) = tensor.storage() else {
+            return Ok(false);
+        };
+        if tensor.is_view()
+            || !tensor.is_contiguous()
+            || !packed::eligible(dtype, ne)
+            || !packed::has_kernels(crate::isa::active(), dtype)
+        {
+            return Ok(false);
+        }
+        let len = tensor.nbytes();
+        self.check(st.offset, len)?;
+        let entry = Entry { dtype, ne, len };
+        {
+            let map = self.packed.read().unwrap_or_else(|e| e.into_inner());
+            if map
+                .get(&st.offset)
+                .is_some_and(|e| e.dtype == dtype && e.ne == ne && e.len == len)
+            {
+                return Ok(false);
+            }
+        }
+        self.unpack_range(st.offset, len)?;
+        let mut map = self.packed.write().unwrap_or_else(|e| e.into_inner());
+        self.convert(st.offset, &entry, packed::pack)?;
+        map.insert(st.offset, entry);
+        self.changes.fetch_add(1, Ordering::AcqRel);
+        Ok(true)
+    }
+
+    /// Unpacks in place every packed tensor overlapping `offset..offset +
+    /// len` (their bytes read back unchanged); returns whether any was.
+    pub fn unpack_range(&self, offset: usize, len: usize) -> Result<bool> {
+        let end = offset.saturating_add(len.max(1));
+        let mut map = self.packed.write().unwrap_or_else(|e| e.into_inner());
+        let hit: Vec<(usize, Entry)> = map
+            .range(..end)
+            .filter(|(&k, e)| k + e.len > offset)
+            .map(|(&k, &e)| (k, e))
+            .collect();
+        for (start, e) in &hit {
+            self.convert(*start, e, packed::unpack)?;
+            map.remove(start);
+        }
+        if !hit.is_empty() {
+            self.changes.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(!hit.is_empty())
+    }
+
+    /// How many times tensors of this buffer were packed or unpacked in
+    /// place: plans resolved before a change must be rebuilt.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+
+    /// Bytes of this buffer stored packed now.
+    pub fn packed_bytes(&self) -> usize {
+        let map = self.packed.read().unwrap_or_else(|e| e.into_inner());
+        map.values().map(|e| e.len).sum()
+    }
+
+    /// Rewrites the groups of the tensor at `start` group by group with
+    /// `f(dtype, shape, from, to)` (pack or unpack), through one group of scratch.
+    fn convert(&self, start: usize, e: &Entry, f: Convert) -> Result<()> {
+        let gs = e.group();
+        let mut tmp = vec![0u8; gs];
+        for g in (start..start + e.len).step_by(gs) {
+            // SAFETY: g..g + gs is a whole group of a tensor inside the buffer
+            // (bounds checked when it was placed or registered); the caller
+            // holds the map's write lock, so no reader or writer of this
+            // buffer's packed bytes runs meanwhile.
+            let group = unsafe { std::slice::from_raw_parts_mut(self.base().add(g), gs) };
+            tmp.copy_from_slice(group);
+            f(e.dtype, [e.ne[0], ROWS, 1, 1], &tmp, group)?;
+        }
+        Ok(())
+    }
+
     fn check(&self, offset: usize, len: usize) -> Result<()> {
         let end = offset.saturating_add(len);
         if end > self.inner.size() {
@@ -316,6 +430,13 @@ impl Buffer for PackedBuffer {
         }
     }
     fn init_tensor(&self, tensor: &Tensor) -> Result<()> {
+        if self.lazy {
+            // Only the owner packs; bytes under a new tensor stay as written.
+            return match tensor.storage() {
+                Some(st) => self.unpack_range(st.offset, tensor.nbytes()).map(|_| ()),
+                None => Ok(()),
+            };
+        }
         if tensor.is_view() {
             return Ok(());
         }
@@ -378,6 +499,10 @@ impl Buffer for PackedBuffer {
         Ok(())
     }
     fn reset(&self) {
+        if self.lazy {
+            // Keep the bytes as they read: unpack before forgetting.
+            let _ = self.unpack_range(0, self.inner.size());
+        }
         self.packed
             .write()
             .unwrap_or_else(|e| e.into_inner())
