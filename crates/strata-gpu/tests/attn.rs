@@ -321,7 +321,12 @@ proptest! {
         half in 1usize..65, extra in 0usize..9, heads in 1usize..5, tokens in 1usize..6,
         neox in prop::bool::ANY, yarn in prop::bool::ANY, f16 in prop::bool::ANY,
     ) {
-        let r = check("ROPE(prop)", if f16 { 1e-6 } else { 1e-7 }, move || {
+        // Positions go up to 20000 here: the shader's f32 angle (the CPU's is
+        // f64) is off by up to ~20000 * 2^-24 rad there, and the NMSE of a few
+        // short rows reached 1.3e-7 on llvmpipe (CI, 2026-11-26), beyond
+        // ggml's default 1e-7, which the conformance suite (positions < 100)
+        // keeps.
+        let r = check("ROPE(prop)", 1e-6, move || {
             let dt = if f16 { DType::F16 } else { DType::F32 };
             let a = t(dt, &[2 * half + extra, heads, tokens])?;
             let pos = t(DType::I32, &[tokens])?;
