@@ -14,7 +14,7 @@ use strata::{Error, Graph, Result, Tensor};
 use super::buffer::RpcBufferType;
 use super::conn::Conn;
 use super::record::record;
-use crate::proto::{decode_pair, Command, GraphMsg, Request, SetTensorHeader};
+use crate::proto::{decode_pair, Command, GraphMsg, Request, RpcTensor, SetTensorHeader};
 
 /// One device of a remote server.
 pub struct RpcDevice {
@@ -137,6 +137,21 @@ impl RpcBackend {
     /// Graphs re-run by reference (GRAPH_RECOMPUTE).
     pub fn graphs_recomputed(&self) -> usize {
         self.graphs_recomputed
+    }
+
+    /// The record of `tensor` when `len` bytes from `offset` (checked
+    /// against the tensor and its buffer) are a non-empty range in this
+    /// server's memory; `None` sends the access through the tensor's own
+    /// buffer (another server's or the host's, or nothing to move).
+    fn on_this_server(
+        &self,
+        tensor: &Tensor,
+        offset: usize,
+        len: usize,
+    ) -> Result<Option<RpcTensor>> {
+        checked_range(tensor, offset, len)?;
+        let rec = record(&self.conn, tensor, false, None)?;
+        Ok((rec.buffer != 0 && len > 0).then_some(rec))
     }
 
     /// The GRAPH_COMPUTE message for `graph`: every node, and every tensor
@@ -281,14 +296,9 @@ impl Backend for RpcBackend {
     /// Tensors outside this server's memory are written through their own
     /// buffer.
     fn set_tensor_async(&mut self, tensor: &Tensor, offset: usize, data: &[u8]) -> Result<()> {
-        checked_range(tensor, offset, data.len())?;
-        let rec = record(&self.conn, tensor, false, None)?;
-        if rec.buffer == 0 {
+        let Some(rec) = self.on_this_server(tensor, offset, data.len())? else {
             return tensor_set(tensor, offset, data);
-        }
-        if data.is_empty() {
-            return Ok(());
-        }
+        };
         let header = SetTensorHeader {
             tensor: rec,
             cache_flag: 0,
@@ -304,14 +314,9 @@ impl Backend for RpcBackend {
     /// synchronize. Tensors outside this server's memory are read through
     /// their own buffer.
     fn get_tensor_async(&mut self, tensor: &Tensor, offset: usize, out: &mut [u8]) -> Result<()> {
-        checked_range(tensor, offset, out.len())?;
-        let rec = record(&self.conn, tensor, false, None)?;
-        if rec.buffer == 0 {
+        let Some(rec) = self.on_this_server(tensor, offset, out.len())? else {
             return tensor_get(tensor, offset, out);
-        }
-        if out.is_empty() {
-            return Ok(());
-        }
+        };
         let req = Request::GetTensor {
             tensor: rec,
             offset: offset as u64,
