@@ -15,7 +15,7 @@ fn main() -> std::io::Result<()> {
     };
     let dir = std::path::PathBuf::from(dir);
     std::fs::create_dir_all(&dir)?;
-    for cfg in tiny_models::configs() {
+    for cfg in tiny_models::golden_configs() {
         let (bytes, _) = tiny_models::write(&cfg);
         let path = dir.join(format!("{}.gguf", cfg.name));
         std::fs::write(&path, &bytes)?;

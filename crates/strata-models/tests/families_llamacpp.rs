@@ -1,8 +1,10 @@
-//! The tiny family models (`support/tiny_models.rs`: llama as Llama 3 has
-//! it, qwen2, qwen3; F32 weights) against llama.cpp's own logits on them
-//! (`tests/data/families/`, made by `scripts/llamacpp_family_goldens.sh`
-//! from the vendored llama.cpp b11312): KL(llama.cpp ‖ strata) ≤ 1e-3 for
-//! the last position of a one-batch and a two-batch prompt, with flash
+//! The tiny family models (`support/tiny_models.rs`' `golden_configs`: every
+//! family in F32, again in Q8_0, and widened to 256 in Q4_K_M) against
+//! llama.cpp's own logits on them (`tests/data/families/`, made by
+//! `scripts/llamacpp_family_goldens.sh` from the vendored llama.cpp b11312):
+//! KL(llama.cpp ‖ strata) ≤ 1e-3 (F32) or ≤ 1e-2 (quantized) for the last
+//! position of a 3-token prompt and of a 600-token one decoded as two
+//! batches of 512 (so the second reads the first's KV cache), with flash
 //! attention and with soft_max, and the same argmax where llama.cpp's top
 //! two logits are 0.5 or more apart. The models are generated here, never
 //! committed: the manifest's hash of each proves the generator still
@@ -14,7 +16,7 @@ mod tiny_models;
 use std::path::PathBuf;
 
 use strata_models::{Attention, Context, ContextOptions, LoadOptions, Logits};
-use tiny_models::{configs, fnv1a64, load, write, N_VOCAB};
+use tiny_models::{fnv1a64, golden_configs, load, write, WType, N_VOCAB};
 
 fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/families")
@@ -51,7 +53,8 @@ fn tiny_family_models_match_llamacpp() {
             .collect()
     };
     let mut worst = 0.0f64;
-    for cfg in configs() {
+    for cfg in golden_configs() {
+        let bar = if cfg.wtype == WType::F32 { 1e-3 } else { 1e-2 };
         let (bytes, _) = write(&cfg);
         assert_eq!(
             manifest["models"][cfg.name].as_str(),
@@ -74,7 +77,7 @@ fn tiny_family_models_match_llamacpp() {
                 let mut c = Context::new(
                     model.clone(),
                     ContextOptions {
-                        n_ctx: 64,
+                        n_ctx: 1024,
                         n_batch,
                         n_ubatch: n_batch,
                         n_threads: 2,
@@ -95,7 +98,7 @@ fn tiny_family_models_match_llamacpp() {
                     cfg.name
                 );
                 worst = worst.max(k);
-                assert!(k <= 1e-3, "{} {p} fa{fa}: KL {k:e}", cfg.name);
+                assert!(k <= bar, "{} {p} fa{fa}: KL {k:e} > {bar:e}", cfg.name);
                 let top = argmax(&want);
                 let second = (0..want.len())
                     .filter(|&i| i != top)

@@ -70,6 +70,48 @@ pub struct Config {
     pub eps: f32,
     /// Generator seed.
     pub seed: u64,
+    /// How the matrices are stored.
+    pub wtype: WType,
+}
+
+/// How a tiny model's matrices (2-D and 3-D `.weight` tensors) are stored;
+/// norms, biases and factors stay F32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WType {
+    /// As generated.
+    F32,
+    /// Every matrix Q8_0 (rows must be a multiple of 32).
+    Q8_0,
+    /// As llama-quantize's Q4_K_M mixes them: Q4_K, with Q6_K for the head
+    /// and for `attn_v` / `ffn_down` of every other layer. A matrix whose
+    /// rows are not a multiple of 256 falls back to Q8_0, then F32.
+    Q4KM,
+}
+
+impl WType {
+    /// The type a matrix `name` with rows of `n` values is stored as.
+    pub fn dtype(self, name: &str, n: usize) -> DType {
+        let k = match self {
+            WType::F32 => return DType::F32,
+            WType::Q8_0 => DType::Q8_0,
+            WType::Q4KM => {
+                let layer: Option<usize> = name
+                    .strip_prefix("blk.")
+                    .and_then(|r| r.split('.').next())
+                    .and_then(|i| i.parse().ok());
+                let more_bits = name.contains("attn_v.") || name.contains("ffn_down");
+                if name == "output.weight" || (more_bits && layer.is_some_and(|l| l % 2 == 0)) {
+                    DType::Q6_K
+                } else {
+                    DType::Q4_K
+                }
+            }
+        };
+        [k, DType::Q8_0]
+            .into_iter()
+            .find(|d| n.is_multiple_of(d.block_size()))
+            .unwrap_or(DType::F32)
+    }
 }
 
 /// The byte-level vocabulary: the 256 GPT-2 byte symbols, then these.
@@ -97,6 +139,7 @@ pub fn configs() -> Vec<Config> {
         rope_base: 10000.0,
         eps: 1e-5,
         seed: 1,
+        wtype: WType::F32,
     };
     vec![
         Config {
@@ -161,6 +204,45 @@ pub fn configs() -> Vec<Config> {
             ..base
         },
     ]
+}
+
+/// The models llama.cpp's goldens cover: [`configs`] (F32), each of them
+/// again as Q8_0 (`NAME-q8_0`), and per family its first model widened to
+/// 256 (the K-quants' row size) as Q4_K_M (`NAME-q4km`).
+pub fn golden_configs() -> Vec<Config> {
+    let all = configs();
+    let mut out = all.clone();
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    for c in &all {
+        out.push(Config {
+            name: leak(format!("{}-q8_0", c.name)),
+            wtype: WType::Q8_0,
+            ..c.clone()
+        });
+    }
+    let mut seen = Vec::new();
+    for c in &all {
+        if seen.contains(&c.fam) {
+            continue;
+        }
+        seen.push(c.fam);
+        out.push(widen(c));
+    }
+    out
+}
+
+/// `c` at width 256 (4 heads of 64, 2 KV heads, FFN 512) as Q4_K_M.
+pub fn widen(c: &Config) -> Config {
+    Config {
+        name: Box::leak(format!("{}-q4km", c.name).into_boxed_str()),
+        n_embd: 256,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 64,
+        n_ff: 512,
+        wtype: WType::Q4KM,
+        ..c.clone()
+    }
 }
 
 /// A block's weights as f64 (matrices in ggml order: `[out][in]` rows).
@@ -456,8 +538,22 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         g.add_metadata(key, val).unwrap();
     }
     for (name, shape, data) in parts.tensors {
-        let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
-        g.add_tensor(name, DType::F32, &shape, bytes).unwrap();
+        let dtype = if shape.len() >= 2 && name.ends_with(".weight") {
+            cfg.wtype.dtype(&name, shape[0])
+        } else {
+            DType::F32
+        };
+        let bytes: Vec<u8> = if dtype == DType::F32 {
+            data.iter().flat_map(|x| x.to_le_bytes()).collect()
+        } else {
+            let row = dtype.row_size(shape[0]);
+            let mut q = vec![0u8; row * (data.len() / shape[0])];
+            for (src, dst) in data.chunks(shape[0]).zip(q.chunks_mut(row)) {
+                strata::quant::quantize_row(dtype, src, dst).unwrap();
+            }
+            q
+        };
+        g.add_tensor(name, dtype, &shape, bytes).unwrap();
     }
     let w = Weights {
         emb,
