@@ -72,6 +72,9 @@ pub struct Config {
     pub seed: u64,
     /// How the matrices are stored.
     pub wtype: WType,
+    /// Unused tokens appended to the vocabulary (a realistic head size for
+    /// benchmarks; 0 in the tests' models).
+    pub n_pad_vocab: usize,
 }
 
 /// How a tiny model's matrices (2-D and 3-D `.weight` tensors) are stored;
@@ -140,6 +143,7 @@ pub fn configs() -> Vec<Config> {
         eps: 1e-5,
         seed: 1,
         wtype: WType::F32,
+        n_pad_vocab: 0,
     };
     vec![
         Config {
@@ -227,6 +231,34 @@ pub fn golden_configs() -> Vec<Config> {
         }
         seen.push(c.fam);
         out.push(widen(c));
+    }
+    out
+}
+
+/// Per family, a model of realistic width for `strata bench` against
+/// `llama-bench` (`examples/write_tiny_models.rs --bench`): 8 layers of
+/// 1024 (16 heads of 64, 4 KV heads), FFN 2816, a 32000-token vocabulary,
+/// Q4_K_M. Random weights: speed only, the text is noise.
+pub fn bench_configs() -> Vec<Config> {
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for c in configs() {
+        if seen.contains(&c.fam) {
+            continue;
+        }
+        seen.push(c.fam);
+        out.push(Config {
+            name: Box::leak(format!("bench-{}", c.fam.arch()).into_boxed_str()),
+            n_layer: 8,
+            n_embd: 1024,
+            n_head: 16,
+            n_head_kv: 4,
+            head_dim: 64,
+            n_ff: 2816,
+            wtype: WType::Q4KM,
+            n_pad_vocab: 32000 - N_VOCAB,
+            ..c
+        });
     }
     out
 }
@@ -454,8 +486,10 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
     }
     let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_symbol(b).to_string()).collect();
     tokens.extend(SPECIAL.iter().map(|s| s.to_string()));
+    tokens.extend((0..cfg.n_pad_vocab).map(|i| format!("<unused{i}>")));
     let mut types = vec![1i32; 256];
     types.extend([3, 3]);
+    types.extend(std::iter::repeat_n(5, cfg.n_pad_vocab));
     let pre = if cfg.fam == Fam::Llama {
         "llama-bpe"
     } else {
@@ -478,7 +512,12 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
     ]);
 
-    let (e, v, ff, hd) = (cfg.n_embd, N_VOCAB, cfg.n_ff, cfg.head_dim);
+    let (e, v, ff, hd) = (
+        cfg.n_embd,
+        N_VOCAB + cfg.n_pad_vocab,
+        cfg.n_ff,
+        cfg.head_dim,
+    );
     let (qd, kvd) = (cfg.n_head * hd, cfg.n_head_kv * hd);
     let mut r = Rng(0x9E37_79B9_7F4A_7C15 ^ cfg.seed.wrapping_mul(0x2545_F491_4F6C_DD1D));
     let mut ts: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
