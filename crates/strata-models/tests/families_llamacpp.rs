@@ -98,6 +98,13 @@ fn tiny_family_models_match_llamacpp() {
                     cfg.name
                 );
                 worst = worst.max(k);
+                if cfg.wtype == WType::F32
+                    && tiny_models::rope_configs()
+                        .iter()
+                        .any(|r| r.name == cfg.name)
+                {
+                    assert!(k < 1e-8, "{} {p} fa{fa}: KL {k:e}", cfg.name);
+                }
                 assert!(k <= bar, "{} {p} fa{fa}: KL {k:e} > {bar:e}", cfg.name);
                 let top = argmax(&want);
                 let second = (0..want.len())
@@ -111,4 +118,50 @@ fn tiny_family_models_match_llamacpp() {
         }
     }
     println!("worst KL {worst:.2e}");
+}
+
+/// The YaRN golden tells the feature apart: the same
+/// weights without it miss llama.cpp's long-prompt logits by a KL over
+/// 1e-6, where with it every F32 model stays under 1e-8. (Random tiny
+/// models are dominated by their residual path, so a RoPE change moves the
+/// last logits less than the 1e-3 bar; this test is the one that
+/// would catch it.)
+#[test]
+fn the_yarn_golden_fails_without_yarn() {
+    for mut cfg in tiny_models::rope_configs() {
+        let name = cfg.name;
+        cfg.rope_yarn = None;
+        let (bytes, _) = write(&cfg);
+        let model = load(&bytes, &LoadOptions::default()).unwrap();
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(data_dir().join("manifest.json")).unwrap())
+                .unwrap();
+        let tokens: Vec<u32> = manifest["prompts"]["long"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect();
+        let want: Vec<f32> = std::fs::read(data_dir().join(format!("{name}.long.fa1.f32")))
+            .unwrap()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let mut c = Context::new(
+            model,
+            ContextOptions {
+                n_ctx: 1024,
+                n_batch: 512,
+                n_ubatch: 512,
+                n_threads: 2,
+                attention: Attention::Flash,
+                logits_all: false,
+            },
+        )
+        .unwrap();
+        let got = c.decode(&tokens, Logits::Last).unwrap();
+        let k = kl(&want, &got);
+        println!("{name} without its RoPE feature: KL {k:.2e}");
+        assert!(k > 1e-6, "{name}: KL {k:e} without the feature");
+    }
 }

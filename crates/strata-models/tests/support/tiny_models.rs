@@ -64,6 +64,12 @@ pub struct Config {
     pub output_bias: bool,
     /// Linear RoPE scaling factor (`rope.scaling.type = linear`), when set.
     pub rope_linear: Option<f32>,
+    /// YaRN scaling (`rope.scaling.type = yarn`): the factor and
+    /// `rope.scaling.original_context_length`.
+    pub rope_yarn: Option<(f32, usize)>,
+    /// Rotated dimensions per head (`rope.dimension_count`) when fewer than
+    /// the head size (partial rotary).
+    pub n_rot: Option<usize>,
     /// RoPE base.
     pub rope_base: f32,
     /// RMS norm epsilon.
@@ -139,6 +145,8 @@ pub fn configs() -> Vec<Config> {
         qkv_bias: false,
         output_bias: false,
         rope_linear: None,
+        rope_yarn: None,
+        n_rot: None,
         rope_base: 10000.0,
         eps: 1e-5,
         seed: 1,
@@ -216,6 +224,7 @@ pub fn configs() -> Vec<Config> {
 pub fn golden_configs() -> Vec<Config> {
     let all = configs();
     let mut out = all.clone();
+    out.extend(rope_configs());
     let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
     for c in &all {
         out.push(Config {
@@ -233,6 +242,22 @@ pub fn golden_configs() -> Vec<Config> {
         out.push(widen(c));
     }
     out
+}
+
+/// Models checked against llama.cpp only (the f64 reference of
+/// `tests/families.rs` has no YaRN): YaRN scaling with the long prompt past
+/// the original context. (Partial rotary dimensions are no case here:
+/// llama.cpp b11312 refuses them for llama, qwen2 and qwen3, and so does
+/// strata.)
+pub fn rope_configs() -> Vec<Config> {
+    let base = configs();
+    let of = |name: &str| base.iter().find(|c| c.name == name).unwrap().clone();
+    vec![Config {
+        name: "qwen2-yarn",
+        rope_yarn: Some((16.0, 32)),
+        seed: 23,
+        ..of("qwen2-untied-bias")
+    }]
 }
 
 /// Per family, a model of realistic width for `strata bench` against
@@ -477,8 +502,15 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         md.push((k("attention.key_length"), u(cfg.head_dim)));
         md.push((k("attention.value_length"), u(cfg.head_dim)));
     }
-    if cfg.fam == Fam::Llama {
+    if let Some(n) = cfg.n_rot {
+        md.push((k("rope.dimension_count"), u(n)));
+    } else if cfg.fam == Fam::Llama {
         md.push((k("rope.dimension_count"), u(cfg.head_dim)));
+    }
+    if let Some((f, orig)) = cfg.rope_yarn {
+        md.push((k("rope.scaling.type"), "yarn".into()));
+        md.push((k("rope.scaling.factor"), Value::F32(f)));
+        md.push((k("rope.scaling.original_context_length"), u(orig)));
     }
     if let Some(f) = cfg.rope_linear {
         md.push((k("rope.scaling.type"), "linear".into()));
@@ -534,11 +566,12 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
     // frequency factors growing from 1 (the highest frequency) as Llama
     // 3.1's do, but from the second pair on, so that they change angles
     // the short test prompts reach
+    let n_pairs = cfg.n_rot.unwrap_or(hd) / 2;
     let rope_freqs = cfg.rope_freqs.then(|| {
-        let x: Vec<f32> = (0..hd / 2)
-            .map(|i| 1.0 + 3.0 * i as f32 / (hd / 2) as f32 + 0.1 * r.f().abs())
+        let x: Vec<f32> = (0..n_pairs)
+            .map(|i| 1.0 + 3.0 * i as f32 / n_pairs as f32 + 0.1 * r.f().abs())
             .collect();
-        keep(&mut ts, "rope_freqs.weight".into(), vec![hd / 2], x)
+        keep(&mut ts, "rope_freqs.weight".into(), vec![n_pairs], x)
     });
     let mut layers = Vec::new();
     for il in 0..cfg.n_layer {
