@@ -39,6 +39,9 @@ use crate::isa::Isa;
 use crate::tensor::DType;
 use std::arch::x86_64::*;
 
+/// Chunks a first half prefetches ahead of the one it computes.
+const PF: usize = 2;
+
 /// Bytes of a Q8_K block: f32 `d` at 0, quants at [`QS`], i16 bsums at [`BSUMS`].
 const Q8K: usize = DType::Q8_K.type_size();
 const QS: usize = 4;
@@ -113,7 +116,11 @@ unsafe fn q8_k_d(p: *const u8) -> __m256 {
 #[inline]
 pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
     let mut acc = [_mm256_setzero_ps(); N];
+    let chunk = if T == Q4_K { Q4_K_CHUNK } else { Q6_K_CHUNK };
     for b in 0..t.nb {
+        if h == 0 {
+            super::x86_avx2::prefetch_ahead(t.w, b, chunk, PF * chunk);
+        }
         // SAFETY: chunk b and block b of every column are in bounds (contract).
         let cols: [*const u8; N] =
             std::array::from_fn(|i| unsafe { t.a.add(i * t.a_stride + b * Q8K) });
@@ -122,7 +129,13 @@ pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
             unsafe { q4_k::<N>(t.w.add(b * Q4_K_CHUNK), h, cols) }
         } else {
             // SAFETY: as above.
-            unsafe { q6_k::<N>(t.w.add(b * Q6_K_CHUNK), h, cols) }
+            unsafe {
+                if N <= 2 {
+                    q6_k_narrow::<N>(t.w.add(b * Q6_K_CHUNK), h, cols)
+                } else {
+                    q6_k::<N>(t.w.add(b * Q6_K_CHUNK), h, cols)
+                }
+            }
         };
         for (acc, t) in acc.iter_mut().zip(terms) {
             *acc = _mm256_add_ps(*acc, t);
@@ -221,7 +234,6 @@ unsafe fn q6_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> 
     // SAFETY: the four scale lines (body dwords 48..52) are inside the chunk.
     let sc: [__m256i; 4] = std::array::from_fn(|p| unsafe { load(line(48 + p)) });
     let mut isum = [_mm256_setzero_si256(); N];
-    let mut corr = [_mm256_setzero_si256(); N];
     // Element 128 hh + 32 k + l: low nibble in ql dword 16 hh + 8 (k % 2) + l / 4
     // (high nibbles for k ≥ 2), top bits 2k, 2k + 1 of qh dword 8 hh + l / 4.
     for hh in 0..2 {
@@ -262,7 +274,102 @@ unsafe fn q6_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> 
             }
         }
     }
-    // 32 · Σ_j s_j bsums_j, from the scale pairs (s_2i, s_2i+1).
+    // SAFETY: as above.
+    unsafe { q6_k_finish(c, h, &sc, cols, isum) }
+}
+
+/// [`q6_k`] for one or two columns (the GEMV and its neighbour), in the
+/// order that decodes each quant line once: per dword group `tq`, the two
+/// `ql` lines and the `qh` line give the quants of all four `k` (the low and
+/// high nibbles of each `ql` line, the four bit pairs of `qh`), so 3 loads
+/// feed 4 multiplies where [`q6_k`] loads 2 per multiply; the eight i16
+/// sums (4 `k` × `N` columns) stay in registers, which [`q6_k`]'s wider
+/// tiles could not afford. Same integer sums, so the same bits.
+///
+/// # Safety
+/// As [`q6_k`].
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6_k_narrow<const N: usize>(
+    c: *const u8,
+    h: usize,
+    cols: [*const u8; N],
+) -> [__m256; N] {
+    let line = |w: usize| c.wrapping_add(64 * w + 32 * h);
+    let (m4, m30) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x30));
+    // SAFETY: the four scale lines (body dwords 48..52) are inside the chunk.
+    let sc: [__m256i; 4] = std::array::from_fn(|p| unsafe { load(line(48 + p)) });
+    let mut isum = [_mm256_setzero_si256(); N];
+    for hh in 0..2 {
+        for e in 0..2 {
+            for half_sb in 0..2 {
+                // s16[k][i]: sub-block 8hh + 2k + e, column i, this pair of tq.
+                let mut s16 = [[_mm256_setzero_si256(); N]; 4];
+                for tq in 4 * e + 2 * half_sb..4 * e + 2 * half_sb + 2 {
+                    // SAFETY: ql lines 16hh + tq, 16hh + 8 + tq and qh line
+                    // 32 + 8hh + tq are inside the chunk.
+                    let (ql0, ql1, qh) = unsafe {
+                        (
+                            load(line(16 * hh + tq)),
+                            load(line(16 * hh + 8 + tq)),
+                            load(line(32 + 8 * hh + tq)),
+                        )
+                    };
+                    let q = [
+                        _mm256_or_si256(
+                            _mm256_and_si256(ql0, m4),
+                            _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(ql1, m4),
+                            _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                            _mm256_and_si256(qh, m30),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
+                        ),
+                    ];
+                    for (k, q) in q.iter().enumerate() {
+                        for (s, &p) in s16[k].iter_mut().zip(&cols) {
+                            // SAFETY: quant dword 32hh + 8k + tq of the block.
+                            let y = unsafe { bcast(p.add(QS), 32 * hh + 8 * k + tq) };
+                            *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(*q, y));
+                        }
+                    }
+                }
+                for (k, s16) in s16.iter().enumerate() {
+                    let j = 8 * hh + 2 * k + e;
+                    let scale = pair(sc[j / 4], (j % 4) as u32, (j % 4) as u32, true);
+                    for (acc, s) in isum.iter_mut().zip(s16) {
+                        *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(*s, scale));
+                    }
+                }
+            }
+        }
+    }
+    // SAFETY: as above.
+    unsafe { q6_k_finish(c, h, &sc, cols, isum) }
+}
+
+/// The Q6_K epilogue shared by [`q6_k`] and [`q6_k_narrow`]: takes off the
+/// `-32` offset (`32 · Σ_j s_j bsums_j`, from the scale pairs) and scales.
+///
+/// # Safety
+/// As [`q6_k`]; `sc` are the chunk's four scale lines of half `h`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6_k_finish<const N: usize>(
+    c: *const u8,
+    h: usize,
+    sc: &[__m256i; 4],
+    cols: [*const u8; N],
+    isum: [__m256i; N],
+) -> [__m256; N] {
+    let mut corr = [_mm256_setzero_si256(); N];
     for i in 0..8 {
         let a = 2 * (i % 2) as u32;
         let scales = pair(sc[i / 2], a, a + 1, true);
