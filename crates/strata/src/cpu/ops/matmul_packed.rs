@@ -34,6 +34,7 @@ use crate::quant::packed::{self, Kernels, Tile, ROWS};
 use crate::quant::simd::{quantize_row_fn_for, vec_dot_fn_for};
 use crate::quant::vec_dot_type;
 use crate::tensor::{DType, Tensor};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Bytes of prepared activations per column block (kept in L2 while the
 /// weight groups stream past).
@@ -62,10 +63,18 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
     let cols = b.nrows();
     let (row, bytes) = scratch_bytes(a.dtype, k);
     WorkSize {
-        // Either layout of the activations (kernels or fallback).
-        shared: cols * packed::act_bytes(a.dtype, k).max(vec_dot_type(a.dtype).row_size(k)),
+        // Either layout of the activations (kernels or fallback), then the
+        // units' claim counter on its own cache line.
+        shared: counter_offset(a.dtype, k, cols) + 64,
         per_thread: row + bytes,
     }
+}
+
+/// Where the claim counter of phase 2 sits in the shared work memory: after
+/// the activations of `cols` columns, 64-byte aligned.
+fn counter_offset(a_dtype: DType, k: usize, cols: usize) -> usize {
+    (cols * packed::act_bytes(a_dtype, k).max(vec_dot_type(a_dtype).row_size(k)))
+        .next_multiple_of(64)
 }
 
 pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
@@ -115,6 +124,21 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
             quantize(&row[..k], out);
         }
     }
+    // SAFETY: the counter's 8 bytes are inside the shared work memory
+    // (work_size reserves a line for it), 8-aligned (the work memory is u64
+    // words and the offset a multiple of 64), and only ever accessed as this
+    // atomic, by this node's threads; the barrier after every node keeps the
+    // previous node's claims from reaching it.
+    let counter = unsafe {
+        &*shared
+            .add(counter_offset(a.dtype, k, n_cols))
+            .cast::<AtomicUsize>()
+            .cast_const()
+    };
+    let nth = ctx.w.nth.max(1);
+    if ctx.w.ith == 0 {
+        counter.store(nth, Ordering::Relaxed);
+    }
     ctx.w.barrier();
 
     // Phase 2: units of one group × a block of columns of one plane.
@@ -126,50 +150,63 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     let blocks = n_plane.div_ceil(width);
     let direct = dst.nb[0] == 4;
     let mut tmp = [[0f32; ROWS]; Kernels::NR];
-    for u in ctx.rows(planes * blocks * groups) {
-        let g = u % groups;
-        let (cb, p) = ((u / groups) % blocks, u / groups / blocks);
-        let (i12, i13) = (p % b.ne[2], p / b.ne[2]);
-        let w = a.row_ptr(g * ROWS, i12 / r2, i13 / r3);
-        let (n0, n1) = (cb * width, ((cb + 1) * width).min(n_plane));
-        // SAFETY (all uses): columns p·n_plane + n0 .. n1 were written before the barrier.
-        let act = |c: usize| unsafe { shared.add((p * n_plane + c) * col_bytes) };
-        let Some(kern) = kernels else {
-            fallback(a, w, act, n0, n1, bytes, ctx, |c, out| {
-                store(dst, g, c, i12, i13, out)
-            });
-            continue;
-        };
-        let tile = |a, out, out_stride| Tile {
-            w,
-            nb,
-            a,
-            a_stride: col_bytes,
-            out,
-            out_stride,
-        };
-        let mut c = n0;
-        while c < n1 {
-            let nr = (n1 - c).min(Kernels::NR);
-            let f = kern.tiles[nr - 1];
-            if direct {
-                // The tile's 16 outputs per column are consecutive f32 of dst.
-                dst.elem_ptr(g * ROWS + ROWS - 1, c + nr - 1, i12, i13);
-                let out = dst.elem_ptr(g * ROWS, c, i12, i13);
-                // SAFETY: the level's CPU features were checked (kernels_for); the
-                // group has nb chunks (a is a whole packed tensor); nr prepared
-                // columns follow act(c); dst rows g·16 .. g·16+16 of columns
-                // c .. c+nr are in bounds (both corners checked) and owned by
-                // this unit.
-                unsafe { f(tile(act(c), out, dst.nb[1])) };
-            } else {
-                // SAFETY: as above, into the local tile.
-                unsafe { f(tile(act(c), tmp.as_mut_ptr().cast(), ROWS * 4)) };
-                for (j, out) in tmp[..nr].iter().enumerate() {
-                    store(dst, g, c + j, i12, i13, out);
+    // Units are claimed in chunks, each thread's first by its index, the
+    // rest from the shared counter (as ggml's mul_mat does): a thread that
+    // is slowed (another process on its core, a slower core) takes fewer
+    // chunks instead of holding the others at the barrier. A unit's result
+    // does not depend on which thread computes it.
+    let units = planes * blocks * groups;
+    let step = (units / (8 * nth)).max(1);
+    let n_chunks = units.div_ceil(step);
+    let mut chunk = ctx.w.ith;
+    while chunk < n_chunks {
+        let claimed = chunk * step..((chunk + 1) * step).min(units);
+        chunk = counter.fetch_add(1, Ordering::Relaxed);
+        for u in claimed {
+            let g = u % groups;
+            let (cb, p) = ((u / groups) % blocks, u / groups / blocks);
+            let (i12, i13) = (p % b.ne[2], p / b.ne[2]);
+            let w = a.row_ptr(g * ROWS, i12 / r2, i13 / r3);
+            let (n0, n1) = (cb * width, ((cb + 1) * width).min(n_plane));
+            // SAFETY (all uses): columns p·n_plane + n0 .. n1 were written before the barrier.
+            let act = |c: usize| unsafe { shared.add((p * n_plane + c) * col_bytes) };
+            let Some(kern) = kernels else {
+                fallback(a, w, act, n0, n1, bytes, ctx, |c, out| {
+                    store(dst, g, c, i12, i13, out)
+                });
+                continue;
+            };
+            let tile = |a, out, out_stride| Tile {
+                w,
+                nb,
+                a,
+                a_stride: col_bytes,
+                out,
+                out_stride,
+            };
+            let mut c = n0;
+            while c < n1 {
+                let nr = (n1 - c).min(Kernels::NR);
+                let f = kern.tiles[nr - 1];
+                if direct {
+                    // The tile's 16 outputs per column are consecutive f32 of dst.
+                    dst.elem_ptr(g * ROWS + ROWS - 1, c + nr - 1, i12, i13);
+                    let out = dst.elem_ptr(g * ROWS, c, i12, i13);
+                    // SAFETY: the level's CPU features were checked (kernels_for); the
+                    // group has nb chunks (a is a whole packed tensor); nr prepared
+                    // columns follow act(c); dst rows g·16 .. g·16+16 of columns
+                    // c .. c+nr are in bounds (both corners checked) and owned by
+                    // this unit.
+                    unsafe { f(tile(act(c), out, dst.nb[1])) };
+                } else {
+                    // SAFETY: as above, into the local tile.
+                    unsafe { f(tile(act(c), tmp.as_mut_ptr().cast(), ROWS * 4)) };
+                    for (j, out) in tmp[..nr].iter().enumerate() {
+                        store(dst, g, c + j, i12, i13, out);
+                    }
                 }
+                c += nr;
             }
-            c += nr;
         }
     }
 }

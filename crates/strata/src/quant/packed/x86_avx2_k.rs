@@ -290,11 +290,7 @@ unsafe fn q6_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> 
 /// As [`q6_k`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn q6_k_narrow<const N: usize>(
-    c: *const u8,
-    h: usize,
-    cols: [*const u8; N],
-) -> [__m256; N] {
+unsafe fn q6_k_narrow<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> [__m256; N] {
     let line = |w: usize| c.wrapping_add(64 * w + 32 * h);
     let (m4, m30) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x30));
     // SAFETY: the four scale lines (body dwords 48..52) are inside the chunk.
