@@ -352,10 +352,32 @@ pub fn bench_configs() -> Vec<Config> {
             n_ff: 2816,
             wtype: WType::Q4KM,
             n_pad_vocab: 32000 - N_VOCAB,
-            ..c
+            ..bench_gemma(c)
         });
     }
     out
+}
+
+/// A Gemma model's window and caps as the real ones have them (Gemma 2:
+/// 4096 on every other layer, caps 50 and 30; Gemma 3: 512 on five layers
+/// of six, no cap), not the tests' small ones; other families unchanged.
+fn bench_gemma(c: Config) -> Config {
+    match c.fam {
+        Fam::Gemma2 => Config {
+            n_swa: Some(4096),
+            swa_pattern: None,
+            attn_softcap: None,
+            final_softcap: None,
+            ..c
+        },
+        Fam::Gemma3 => Config {
+            n_swa: Some(512),
+            swa_pattern: None,
+            final_softcap: None,
+            ..c
+        },
+        _ => c,
+    }
 }
 
 /// `c` at width 256 (4 heads of 64, 2 KV heads, FFN 512) as Q4_K_M.
