@@ -109,17 +109,8 @@ pub fn run(a: Args) -> CliResult {
     g.tokens.write_i32(&ids)?;
     g.positions.write_i32(&positions)?;
     g.kv_idx.write_i32(&positions)?;
-    // causal: token i sees cells 0..=i
-    let causal: Vec<f32> = (0..n * n_kv)
-        .map(|k| {
-            if k % n_kv <= k / n_kv {
-                0.0
-            } else {
-                f32::NEG_INFINITY
-            }
-        })
-        .collect();
-    g.mask.write_f32(&causal)?;
+    // causal (and windowed in sliding-window layers): token i sees cells 0..=i
+    g.write_masks(model.hparams.swa.as_ref(), 0)?;
     if let Some(out) = &g.out_ids {
         out.write_i32(&[n as i32 - 1])?;
     }

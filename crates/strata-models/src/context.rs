@@ -4,11 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use half::f16;
 use strata::backend::Backend;
 use strata::cpu::{CpuBackend, KernelClock};
 use strata::sched::{Report, SchedConfig, Scheduler};
-use strata::DType;
 
 use crate::graph::{self, Attention, BatchGraph, BatchShape};
 use crate::kv::KvCache;
@@ -365,21 +363,7 @@ impl Context {
             .flat_map(|p| (p as i64).to_le_bytes())
             .collect();
         g.kv_idx.write_bytes(0, &idx)?;
-        let mut mask = Vec::with_capacity(n * n_kv);
-        for i in 0..n {
-            let p = self.n_past + i;
-            mask.extend((0..n_kv).map(|j| if j <= p { 0.0f32 } else { f32::NEG_INFINITY }));
-        }
-        match g.mask.dtype() {
-            DType::F16 => {
-                let b: Vec<u8> = mask
-                    .iter()
-                    .flat_map(|&x| f16::from_f32(x).to_le_bytes())
-                    .collect();
-                g.mask.write_bytes(0, &b)?;
-            }
-            _ => g.mask.write_f32(&mask)?,
-        }
+        g.write_masks(self.model.hparams.swa.as_ref(), self.n_past)?;
         if let Some(o) = &g.out_ids {
             let ids: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
             o.write_i32(&ids)?;

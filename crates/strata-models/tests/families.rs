@@ -1,4 +1,5 @@
-//! The dense families (llama as Llama 3 has it, qwen2, qwen3) on tiny
+//! The dense families (llama as Llama 3 has it, qwen2, qwen3, gemma2,
+//! gemma3) on tiny
 //! random-weight models written by `support/tiny_models.rs`, each checked
 //! against an f64 forward pass written here from the families' definitions
 //! (not from strata's graph), on a short prompt and on a prompt that takes
@@ -40,23 +41,47 @@ fn mv(w: &[f64], x: &[f64], b: Option<&Vec<f64>>) -> Vec<f64> {
     y
 }
 
-/// RoPE of every head of `x` at `pos`: pair i turns by
+/// The window of layer `il` when it is a sliding-window layer (Gemma, with
+/// llama.cpp's defaults: Gemma 2 a window of 4096 on every other layer,
+/// Gemma 3 one only when given, on five layers of six).
+fn window(cfg: &Config, il: usize) -> Option<usize> {
+    let (n_swa, pattern) = match cfg.fam {
+        Fam::Gemma2 => (cfg.n_swa.unwrap_or(4096), 2),
+        Fam::Gemma3 => (cfg.n_swa.filter(|&n| n > 0)?, 6),
+        _ => return None,
+    };
+    let n = cfg.swa_pattern.unwrap_or(pattern);
+    (n == 0 || il % n < n - 1).then_some(n_swa)
+}
+
+/// RoPE of every head of `x` at `pos` in layer `il`: pair i turns by
 /// pos · scale · base^(-2i/d) / factor_i; llama pairs adjacent values, the
-/// Qwen families the two halves of the head (NEOX).
-fn rope(cfg: &Config, w: &Weights, x: &mut [f64], pos: usize) {
+/// Qwen and Gemma families the two halves of the head (NEOX). Gemma's
+/// window layers have their own base (Gemma 3: 10000 and no scaling unless
+/// given; Gemma 2: the global one unless given).
+fn rope(cfg: &Config, w: &Weights, x: &mut [f64], pos: usize, il: usize) {
     let hd = cfg.head_dim;
-    let scale = cfg.rope_linear.map_or(1.0, |f| 1.0 / f as f64);
+    let mut scale = cfg.rope_linear.map_or(1.0, |f| 1.0 / f as f64);
+    let mut base = cfg.rope_base as f64;
+    if window(cfg, il).is_some() {
+        let default = if cfg.fam == Fam::Gemma3 {
+            scale = 1.0;
+            10000.0
+        } else {
+            cfg.rope_base
+        };
+        base = cfg.rope_base_swa.unwrap_or(default) as f64;
+    }
     for h in x.chunks_mut(hd) {
         for i in 0..hd / 2 {
-            let mut theta =
-                pos as f64 * scale * (cfg.rope_base as f64).powf(-2.0 * i as f64 / hd as f64);
+            let mut theta = pos as f64 * scale * base.powf(-2.0 * i as f64 / hd as f64);
             if let Some(ff) = &w.rope_freqs {
                 theta /= ff[i];
             }
             let (s, c) = theta.sin_cos();
             let (j0, j1) = match cfg.fam {
                 Fam::Llama => (2 * i, 2 * i + 1),
-                Fam::Qwen2 | Fam::Qwen3 => (i, i + hd / 2),
+                Fam::Qwen2 | Fam::Qwen3 | Fam::Gemma2 | Fam::Gemma3 => (i, i + hd / 2),
             };
             let (a, b) = (h[j0], h[j1]);
             h[j0] = a * c - b * s;
@@ -75,8 +100,35 @@ fn head_norm(x: &mut [f64], w: Option<&Vec<f64>>, hd: usize, eps: f64) {
     }
 }
 
-/// One block over all positions `xs` (causal attention over them).
-fn block(cfg: &Config, w: &Weights, l: &LayerW, xs: &mut [Vec<f64>]) {
+/// GELU, tanh form.
+fn gelu(x: f64) -> f64 {
+    0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// `x`, RMS-normed with `w` when given.
+fn post_norm(x: Vec<f64>, w: Option<&Vec<f64>>, eps: f64) -> Vec<f64> {
+    match w {
+        Some(w) => rms(&x, w, eps),
+        None => x,
+    }
+}
+
+/// Gemma 2's attention soft-cap (50 unless given).
+fn attn_softcap(cfg: &Config) -> Option<f64> {
+    (cfg.fam == Fam::Gemma2).then(|| cfg.attn_softcap.unwrap_or(50.0) as f64)
+}
+
+/// Gemma's final soft-cap (Gemma 2: 30 unless given; Gemma 3: when given).
+fn final_softcap(cfg: &Config) -> Option<f64> {
+    match cfg.fam {
+        Fam::Gemma2 => Some(cfg.final_softcap.unwrap_or(30.0) as f64),
+        Fam::Gemma3 => cfg.final_softcap.map(f64::from),
+        _ => None,
+    }
+}
+
+/// One block (layer `il`) over all positions `xs` (causal attention over them).
+fn block(cfg: &Config, w: &Weights, l: &LayerW, il: usize, xs: &mut [Vec<f64>]) {
     let (hd, nh, nkv) = (cfg.head_dim, cfg.n_head, cfg.n_head_kv);
     let eps = cfg.eps as f64;
     let mut rows = QkvRows::default();
@@ -87,22 +139,28 @@ fn block(cfg: &Config, w: &Weights, l: &LayerW, xs: &mut [Vec<f64>]) {
         let v = mv(&l.wv, &h, l.bv.as_ref());
         head_norm(&mut q, l.q_norm.as_ref(), hd, eps);
         head_norm(&mut k, l.k_norm.as_ref(), hd, eps);
-        rope(cfg, w, &mut q, p);
-        rope(cfg, w, &mut k, p);
+        rope(cfg, w, &mut q, p, il);
+        rope(cfg, w, &mut k, p, il);
         rows.push(q, k, v);
     }
     for (p, x) in xs.iter_mut().enumerate() {
-        let att = rows.attention(p, (nh, nkv, hd));
-        let o = mv(&l.wo, &att, None);
+        let att = rows.attention_with(p, (nh, nkv, hd), window(cfg, il), attn_softcap(cfg));
+        let o = post_norm(mv(&l.wo, &att, None), l.post_attn_norm.as_ref(), eps);
         let ffn_in: Vec<f64> = o.iter().zip(x.iter()).map(|(a, b)| a + b).collect();
         let h = rms(&ffn_in, &l.ffn_norm, eps);
         let (g, u) = (mv(&l.gate, &h, None), mv(&l.up, &h, None));
         let act: Vec<f64> = g
             .iter()
             .zip(&u)
-            .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+            .map(|(&g, u)| {
+                if cfg.fam.is_gemma() {
+                    gelu(g) * u
+                } else {
+                    g / (1.0 + (-g).exp()) * u
+                }
+            })
             .collect();
-        let d = mv(&l.down, &act, None);
+        let d = post_norm(mv(&l.down, &act, None), l.post_ffn_norm.as_ref(), eps);
         *x = d.iter().zip(&ffn_in).map(|(a, b)| a + b).collect();
     }
 }
@@ -110,20 +168,34 @@ fn block(cfg: &Config, w: &Weights, l: &LayerW, xs: &mut [Vec<f64>]) {
 /// Logits of every position of `tokens`, f64.
 fn reference(cfg: &Config, w: &Weights, tokens: &[u32]) -> Vec<Vec<f64>> {
     let e = cfg.n_embd;
+    let scale = if cfg.fam.is_gemma() {
+        (e as f64).sqrt()
+    } else {
+        1.0
+    };
     let mut xs: Vec<Vec<f64>> = tokens
         .iter()
-        .map(|&t| w.emb[t as usize * e..][..e].to_vec())
+        .map(|&t| {
+            w.emb[t as usize * e..][..e]
+                .iter()
+                .map(|v| v * scale)
+                .collect()
+        })
         .collect();
-    for l in &w.layers {
-        block(cfg, w, l, &mut xs);
+    for (il, l) in w.layers.iter().enumerate() {
+        block(cfg, w, l, il, &mut xs);
     }
     xs.iter()
         .map(|x| {
-            mv(
+            let y = mv(
                 &w.out,
                 &rms(x, &w.out_norm, cfg.eps as f64),
                 w.out_b.as_ref(),
-            )
+            );
+            match final_softcap(cfg) {
+                Some(c) => y.iter().map(|v| c * (v / c).tanh()).collect(),
+                None => y,
+            }
         })
         .collect()
 }
@@ -175,6 +247,19 @@ fn max_rel_err(got: &[Vec<f32>], want: &[Vec<f64>]) -> f64 {
     worst
 }
 
+/// The Gemma models with a window of 4 positions, so that the test prompts
+/// reach past it (the goldens' models have 64, for llama.cpp's long prompt).
+fn small_windows() -> Vec<Config> {
+    configs()
+        .into_iter()
+        .filter(|c| c.fam.is_gemma())
+        .map(|mut c| {
+            c.n_swa = Some(4);
+            c
+        })
+        .collect()
+}
+
 /// Every family's models against the f64 reference, both attention paths,
 /// one and two batches.
 ///
@@ -184,12 +269,12 @@ fn max_rel_err(got: &[Vec<f32>], want: &[Vec<f64>]) -> f64 {
 /// one-row flash attention: 2^-11 ≈ 4.9e-4 relative each, carried through
 /// 2–3 layers), the f16 rounding of K and V themselves landing on the other
 /// side of a tie than the f64 values do, and f32 arithmetic (~1e-6).
-/// Measured worst: 9.6e-4 (flash), 5.7e-4 (soft_max) of max(1, |logit|);
+/// Measured worst: 1.5e-3 (flash, gemma2), 7.9e-4 (soft_max) of max(1, |logit|);
 /// bound 3e-3 for both. Leaving out any family feature moves the logits by
 /// more than 2e-2 (next test), so the bound does tell the features apart.
 #[test]
 fn every_family_matches_its_f64_reference() {
-    for cfg in configs() {
+    for cfg in configs().into_iter().chain(small_windows()) {
         let (bytes, w) = write(&cfg);
         let model = load(&bytes, &LoadOptions::default()).unwrap();
         assert_eq!(model.hparams.arch, cfg.fam.arch());
@@ -223,7 +308,7 @@ fn every_family_matches_its_f64_reference() {
 /// catch strata ignoring any of them).
 #[test]
 fn the_reference_sees_every_family_feature() {
-    for cfg in configs() {
+    for cfg in configs().into_iter().chain(small_windows()) {
         let (_, w) = write(&cfg);
         let want = reference(&cfg, &w, &LONG);
         let mut variants: Vec<(&str, Config, Weights)> = Vec::new();
@@ -250,6 +335,23 @@ fn the_reference_sees_every_family_feature() {
         let mut unscaled = cfg.clone();
         unscaled.rope_linear = None;
         variants.push(("no linear scaling", unscaled, w.clone()));
+        let mut no_post = w.clone();
+        for l in &mut no_post.layers {
+            (l.post_attn_norm, l.post_ffn_norm) = (None, None);
+        }
+        variants.push(("no post-norms", cfg.clone(), no_post));
+        let mut uncapped = cfg.clone();
+        uncapped.attn_softcap = Some(1e9);
+        variants.push(("no attention soft-cap", uncapped, w.clone()));
+        let mut uncapped = cfg.clone();
+        uncapped.final_softcap = cfg.final_softcap.map(|_| 1e9);
+        variants.push(("no final soft-cap", uncapped, w.clone()));
+        let mut unwindowed = cfg.clone();
+        unwindowed.n_swa = cfg.n_swa.map(|_| 1 << 20);
+        variants.push(("no window", unwindowed, w.clone()));
+        let mut same_base = cfg.clone();
+        same_base.rope_base_swa = Some(cfg.rope_base);
+        variants.push(("global RoPE base in window layers", same_base, w.clone()));
         for (what, c, v) in variants {
             let got = reference(&c, &v, &LONG);
             if got == want {
@@ -398,12 +500,13 @@ fn metadata_key(e: &ModelError) -> &str {
 fn bad_metadata_names_the_key() {
     let all = configs();
     let (llama, qwen2, qwen3) = (&all[0], &all[2], &all[4]);
-    let e = load_err(
-        llama,
-        &mut set_meta("general.architecture", "gemma2".into()),
-    );
+    let e = load_err(llama, &mut set_meta("general.architecture", "gemma".into()));
     assert_eq!(metadata_key(&e), "general.architecture");
-    assert!(e.to_string().contains("llama, qwen2, qwen3"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("llama, qwen2, qwen3, gemma2, gemma3"),
+        "{e}"
+    );
 
     for (cfg, key, v) in [
         (llama, "llama.rope.scaling.type", Value::from("longrope")),
@@ -550,4 +653,144 @@ fn bad_tensors_name_the_tensor() {
             cfg.name
         );
     }
+}
+
+// ---------------------------------------------------------------- gemma
+
+fn gemma(name: &str) -> Config {
+    configs().into_iter().find(|c| c.name == name).unwrap()
+}
+
+/// Gemma's hyperparameters as llama.cpp b11312 loads them: the window
+/// layers by pattern (Gemma 2: even layers, unless given; Gemma 3: five of
+/// six, here 3 given), their RoPE base and scale, the query scale
+/// 1/√head_dim, the soft-caps (Gemma 2's defaults 50 and 30 when the keys
+/// are missing; Gemma 3 none unless given), no window for a Gemma 3 file
+/// without `sliding_window`.
+#[test]
+fn gemma_hyperparameters_follow_llamacpp() {
+    let hp = |cfg: &Config, edit: &mut Edit| {
+        let (bytes, _) = write_with(cfg, edit);
+        load(&bytes, &LoadOptions::default())
+            .unwrap()
+            .hparams
+            .clone()
+    };
+    let g2 = gemma("gemma2-swa-softcap");
+    let h = hp(&g2, &mut |_| {});
+    let swa = h.swa.as_ref().unwrap();
+    assert_eq!(
+        (swa.n_swa, swa.layers.clone()),
+        (64, vec![true, false, true])
+    );
+    assert_eq!(h.shaping.attn_softcap, Some(1.5));
+    assert_eq!(h.shaping.final_softcap, Some(4.0));
+    assert_eq!(h.shaping.q_scale, Some(0.25));
+    assert_eq!(h.shaping.embd_scale, Some(8.0));
+    let h = hp(&g2, &mut |p| {
+        p.metadata
+            .retain(|(k, _)| !k.ends_with("softcapping") && k != "gemma2.attention.sliding_window")
+    });
+    assert_eq!(h.shaping.attn_softcap, Some(50.0));
+    assert_eq!(h.shaping.final_softcap, Some(30.0));
+    assert_eq!(h.swa.as_ref().unwrap().n_swa, 4096);
+    let h = hp(
+        &g2,
+        &mut set_meta(
+            "gemma2.attention.sliding_window_pattern",
+            Value::from(vec![false, true, false]),
+        ),
+    );
+    assert_eq!(h.swa.unwrap().layers, vec![false, true, false]);
+
+    let g3 = gemma("gemma3-swa-untied");
+    let h = hp(&g3, &mut |_| {});
+    assert_eq!(h.swa.as_ref().unwrap().layers, vec![true, true, false]);
+    assert_eq!(h.shaping.attn_softcap, None);
+    assert_eq!(h.shaping.final_softcap, None);
+    assert_eq!(h.shaping.q_scale, Some(1.0 / 24f32.sqrt()));
+    let (local, global) = (h.rope_params_for(0), h.rope_params_for(2));
+    assert_eq!((local.freq_base, local.freq_scale), (10000.0, 1.0));
+    assert_eq!((global.freq_base, global.freq_scale), (1e6, 0.125));
+    let h = hp(&g3, &mut |p| {
+        p.metadata.retain(|(k, _)| !k.contains("sliding_window"))
+    });
+    assert!(h.swa.is_none());
+    assert_eq!(h.rope_params_for(0).freq_base, 1e6);
+}
+
+/// Bad Gemma files: a missing post-norm, Q/K norm or a foreign output head
+/// name the tensor; a window of 0 with window layers, a non-positive
+/// soft-cap, a per-layer pattern of the wrong length name the key.
+#[test]
+fn bad_gemma_files_are_typed_errors() {
+    let (g2, g3) = (gemma("gemma2-swa-softcap"), gemma("gemma3-swa-untied"));
+    let drop = |name: &'static str| {
+        move |p: &mut tiny_models::Parts| p.tensors.retain(|(n, _, _)| n != name)
+    };
+    for (cfg, name, mut edit) in [
+        (
+            &g2,
+            "blk.1.post_ffw_norm.weight",
+            Box::new(drop("blk.1.post_ffw_norm.weight")) as Box<Edit>,
+        ),
+        (
+            &g3,
+            "blk.0.post_attention_norm.weight",
+            Box::new(drop("blk.0.post_attention_norm.weight")),
+        ),
+        (
+            &g3,
+            "blk.2.attn_q_norm.weight",
+            Box::new(drop("blk.2.attn_q_norm.weight")),
+        ),
+        (
+            &g2,
+            "output.weight",
+            Box::new(|p: &mut tiny_models::Parts| {
+                p.tensors.push((
+                    "output.weight".into(),
+                    vec![64, N_VOCAB],
+                    vec![0.0; 64 * N_VOCAB],
+                ))
+            }),
+        ),
+    ] {
+        let e = load_err(cfg, &mut *edit);
+        assert!(
+            matches!(&e, ModelError::Tensor { name: n, .. } if n == name),
+            "{} {name}: {e}",
+            cfg.name
+        );
+    }
+    for (cfg, key, v) in [
+        (&g2, "gemma2.attention.sliding_window", Value::U32(0)),
+        (&g2, "gemma2.attn_logit_softcapping", Value::F32(0.0)),
+        (&g2, "gemma2.final_logit_softcapping", Value::F32(-30.0)),
+        (&g3, "gemma3.final_logit_softcapping", Value::F32(f32::NAN)),
+        (&g3, "gemma3.rope.freq_base_swa", Value::F32(0.0)),
+        (
+            &g3,
+            "gemma3.attention.sliding_window_pattern",
+            Value::from(vec![true, false]),
+        ),
+        (
+            &g3,
+            "gemma3.attention.sliding_window_pattern",
+            Value::from("6"),
+        ),
+    ] {
+        let e = load_err(cfg, &mut set_meta(key, v.clone()));
+        assert_eq!(metadata_key(&e), key, "{key} = {v:?}: {e}");
+    }
+    // a Gemma 3 window of 0 is llama.cpp's "no window", not an error
+    let (bytes, _) = write_with(
+        &g3,
+        &mut set_meta("gemma3.attention.sliding_window", Value::U32(0)),
+    );
+    assert!(load(&bytes, &LoadOptions::default())
+        .unwrap()
+        .hparams
+        .swa
+        .is_none());
 }

@@ -6,7 +6,8 @@
 //! position of a 3-token prompt and of a 600-token one decoded as two
 //! batches of 512 (so the second reads the first's KV cache), with flash
 //! attention and with soft_max, and the same argmax where llama.cpp's top
-//! two logits are 0.5 or more apart. The models are generated here, never
+//! two logits are 0.5 or more apart (every family: llama, qwen2, qwen3,
+//! gemma2, gemma3). The models are generated here, never
 //! committed: the manifest's hash of each proves the generator still
 //! writes the file llama.cpp ran on.
 
@@ -120,6 +121,46 @@ fn tiny_family_models_match_llamacpp() {
     println!("worst KL {worst:.2e}");
 }
 
+/// The long golden prompt (600 tokens).
+fn long_prompt() -> Vec<u32> {
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data_dir().join("manifest.json")).unwrap()).unwrap();
+    manifest["prompts"]["long"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// llama.cpp's last logits of model `name` on the long prompt, flash attention.
+fn long_golden(name: &str) -> Vec<f32> {
+    std::fs::read(data_dir().join(format!("{name}.long.fa1.f32")))
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// KL(`want` ‖ strata) of the model in `bytes` on `tokens` (batches of 512,
+/// flash attention).
+fn long_kl(bytes: &[u8], tokens: &[u32], want: &[f32]) -> f64 {
+    let model = load(bytes, &LoadOptions::default()).unwrap();
+    let mut c = Context::new(
+        model,
+        ContextOptions {
+            n_ctx: 1024,
+            n_batch: 512,
+            n_ubatch: 512,
+            n_threads: 2,
+            attention: Attention::Flash,
+            logits_all: false,
+        },
+    )
+    .unwrap();
+    kl(want, &c.decode(tokens, Logits::Last).unwrap())
+}
+
 /// The YaRN golden tells the feature apart: the same
 /// weights without it miss llama.cpp's long-prompt logits by a KL over
 /// 1e-6, where with it every F32 model stays under 1e-8. (Random tiny
@@ -132,36 +173,74 @@ fn the_yarn_golden_fails_without_yarn() {
         let name = cfg.name;
         cfg.rope_yarn = None;
         let (bytes, _) = write(&cfg);
-        let model = load(&bytes, &LoadOptions::default()).unwrap();
-        let manifest: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(data_dir().join("manifest.json")).unwrap())
-                .unwrap();
-        let tokens: Vec<u32> = manifest["prompts"]["long"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect();
-        let want: Vec<f32> = std::fs::read(data_dir().join(format!("{name}.long.fa1.f32")))
-            .unwrap()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        let mut c = Context::new(
-            model,
-            ContextOptions {
-                n_ctx: 1024,
-                n_batch: 512,
-                n_ubatch: 512,
-                n_threads: 2,
-                attention: Attention::Flash,
-                logits_all: false,
-            },
-        )
-        .unwrap();
-        let got = c.decode(&tokens, Logits::Last).unwrap();
-        let k = kl(&want, &got);
+        let k = long_kl(&bytes, &long_prompt(), &long_golden(name));
         println!("{name} without its RoPE feature: KL {k:.2e}");
         assert!(k > 1e-6, "{name}: KL {k:e} without the feature");
+    }
+}
+
+/// The Gemma goldens tell each Gemma feature apart: the same weights with
+/// one feature switched off through the metadata (the window made longer
+/// than the prompt, a soft-cap made 1e9, the window layers given the global
+/// RoPE base) miss llama.cpp's long-prompt logits by a KL far above what
+/// the model with the feature gets (the measured figures print; the bound
+/// is 100× the model's own KL and at least 1e-7).
+#[test]
+fn the_gemma_goldens_fail_without_each_feature() {
+    use strata::gguf::Value;
+    let tokens = long_prompt();
+    let cases: [(&str, &str, &str, Value); 5] = [
+        (
+            "gemma2-swa-softcap",
+            "no window",
+            "gemma2.attention.sliding_window",
+            Value::U32(1 << 20),
+        ),
+        (
+            "gemma2-swa-softcap",
+            "no attention soft-cap",
+            "gemma2.attn_logit_softcapping",
+            Value::F32(1e9),
+        ),
+        (
+            "gemma2-swa-softcap",
+            "no final soft-cap",
+            "gemma2.final_logit_softcapping",
+            Value::F32(1e9),
+        ),
+        (
+            "gemma3-swa-untied",
+            "no window",
+            "gemma3.attention.sliding_window",
+            Value::U32(1 << 20),
+        ),
+        (
+            "gemma3-swa-untied",
+            "global RoPE base in window layers",
+            "gemma3.rope.freq_base_swa",
+            Value::F32(1e6),
+        ),
+    ];
+    for (name, what, key, v) in cases {
+        let cfg = tiny_models::configs()
+            .into_iter()
+            .find(|c| c.name == name)
+            .unwrap();
+        let want = long_golden(name);
+        let run = |edit: bool| {
+            let (bytes, _) = tiny_models::write_with(&cfg, &mut |p| {
+                if edit {
+                    p.metadata.retain(|(k, _)| k != key);
+                    p.metadata.push((key.to_string(), v.clone()));
+                }
+            });
+            long_kl(&bytes, &tokens, &want)
+        };
+        let (with, without) = (run(false), run(true));
+        println!("{name}: KL {with:.2e}; {what}: KL {without:.2e}");
+        assert!(
+            without > (100.0 * with).max(1e-7),
+            "{name} {what}: KL {without:e} against {with:e} with it"
+        );
     }
 }

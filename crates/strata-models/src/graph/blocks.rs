@@ -1,7 +1,9 @@
 //! The blocks every dense decoder family is built from: RMS norm with a
-//! weight, a projection with an optional bias, the attention block and the
-//! SwiGLU FFN. A family's differences are the optional weights of its
-//! [`Layer`] (Q/K/V biases, per-head Q/K norms, RoPE frequency factors).
+//! weight, a projection with an optional bias, the attention block, the
+//! gated FFN (SwiGLU or GeGLU) and soft-capping. A family's differences are
+//! the optional weights of its [`Layer`] (Q/K/V biases, per-head Q/K norms,
+//! RoPE frequency factors, post-norms) and its [`HParams`] (query scale,
+//! attention soft-cap, FFN gate activation).
 
 use strata::ops::{self, RopeParams};
 use strata::{Graph, Tensor};
@@ -22,7 +24,8 @@ pub(super) struct AttnInputs<'a> {
     pub positions: &'a Tensor,
     /// Cache cells written, I64 `[n_tokens]`.
     pub kv_idx: &'a Tensor,
-    /// Causal mask `[n_kv, n_tokens]`.
+    /// The layer's mask `[n_kv, n_tokens]` (causal, or causal and windowed
+    /// for a sliding-window layer).
     pub mask: &'a Tensor,
     /// Tokens in the batch.
     pub n_tokens: usize,
@@ -30,8 +33,15 @@ pub(super) struct AttnInputs<'a> {
     pub n_kv: usize,
     /// FLASH_ATTN_EXT or SOFT_MAX.
     pub kind: Attention,
-    /// RoPE parameters.
+    /// The layer's RoPE parameters.
     pub rope: RopeParams,
+}
+
+/// `cap · tanh(x / cap)` (ggml_scale → ggml_tanh → ggml_scale, as
+/// llama.cpp builds attention and final logit soft-capping).
+pub(super) fn softcap(x: &Tensor, cap: f32) -> Result<Tensor> {
+    let t = ops::unary(&ops::scale(x, 1.0 / cap)?, ops::UnaryOp::Tanh)?;
+    Ok(ops::scale(&t, cap)?)
 }
 
 /// RMS norm of each row of `x` times `w` (broadcast), named `name-il`.
@@ -76,7 +86,12 @@ pub(super) fn attention(
     let (dk, dv) = (hp.head_dim_k, hp.head_dim_v);
     let (nh, nkv) = (hp.n_head, hp.n_head_kv);
     let (n_tokens, n_kv) = (inp.n_tokens, inp.n_kv);
-    let kq_scale = 1.0 / (dk as f32).sqrt();
+    // Gemma scales the queries (after RoPE) and attends with a scale of 1
+    let kq_scale = match hp.shaping.q_scale {
+        Some(_) => 1.0,
+        None => 1.0 / (dk as f32).sqrt(),
+    };
+    let attn_softcap = hp.shaping.attn_softcap;
     let q = named(linear(&l.wq, l.bq.as_ref(), x)?, "Qcur", il);
     let k = named(linear(&l.wk, l.bk.as_ref(), x)?, "Kcur", il);
     let v = named(linear(&l.wv, l.bv.as_ref(), x)?, "Vcur", il);
@@ -88,8 +103,11 @@ pub(super) fn attention(
     if let Some(w) = &l.attn_k_norm {
         k = norm(&k, w, hp.rms_eps, "Kcur_normed", il)?;
     }
-    let q = named(rope(&q, l, inp)?, "Qrope", il);
+    let mut q = named(rope(&q, l, inp)?, "Qrope", il);
     let k = named(rope(&k, l, inp)?, "Krope", il);
+    if let Some(s) = hp.shaping.q_scale {
+        q = named(ops::scale(&q, s)?, "Qscaled", il);
+    }
 
     // cache writes: one row (all KV heads of a token) per cell
     let k_rows = ops::reshape(&k, &[dk * nkv, n_tokens])?;
@@ -124,13 +142,16 @@ pub(super) fn attention(
                 Some(inp.mask),
                 kq_scale,
                 0.0,
-                0.0,
+                attn_softcap.unwrap_or(0.0),
             )?;
             // [Dv, H, n_tokens]
             ops::reshape(&o, &[dv * nh, n_tokens])?
         }
         Attention::SoftMax => {
-            let kq = named(ops::mul_mat(&k_heads, &q_heads)?, "kq", il); // [n_kv, n_tokens, H]
+            let mut kq = named(ops::mul_mat(&k_heads, &q_heads)?, "kq", il); // [n_kv, n_tokens, H]
+            if let Some(cap) = attn_softcap {
+                kq = named(softcap(&kq, cap)?, "kq_capped", il);
+            }
             let kq = named(
                 ops::soft_max_ext(&kq, Some(inp.mask), kq_scale, 0.0)?,
                 "kq_soft_max",
@@ -151,16 +172,22 @@ pub(super) fn attention(
     ))
 }
 
-/// The SwiGLU FFN of layer `il` on the normed input `x`: down(silu(gate(x)) ·
-/// up(x)), each projection with its bias when present.
-pub(super) fn ffn(l: &Layer, x: &Tensor, il: usize) -> Result<Tensor> {
+/// The gated FFN of layer `il` on the normed input `x`: down(act(gate(x)) ·
+/// up(x)) with the family's activation (SiLU, or Gemma's GELU), each
+/// projection with its bias when present.
+pub(super) fn ffn(hp: &HParams, l: &Layer, x: &Tensor, il: usize) -> Result<Tensor> {
     let gate = named(
         linear(&l.ffn_gate, l.ffn_gate_b.as_ref(), x)?,
         "ffn_gate",
         il,
     );
     let up = named(linear(&l.ffn_up, l.ffn_up_b.as_ref(), x)?, "ffn_up", il);
-    let act = named(ops::swiglu_split(&gate, &up)?, "ffn_swiglu", il);
+    let glu = hp.family.ffn_glu();
+    let name = match glu {
+        ops::GluOp::Geglu => "ffn_geglu",
+        _ => "ffn_swiglu",
+    };
+    let act = named(ops::glu_split(&gate, &up, glu)?, name, il);
     Ok(named(
         linear(&l.ffn_down, l.ffn_down_b.as_ref(), &act)?,
         "ffn_out",

@@ -1,22 +1,27 @@
-//! The dense decoder graph, as llama.cpp's `llm_build_llama`,
-//! `llm_build_qwen2` and `llm_build_qwen3` build it: token embedding → per
-//! layer (RMS norm → attention (`blocks::attention`: Q, K, V with optional
-//! biases → optional per-head Q/K RMS norm → RoPE with optional frequency
-//! factors → KV cache write (SET_ROWS, f16) → grouped-query attention
-//! (FLASH_ATTN_EXT, or SOFT_MAX with a causal mask) → output projection) →
-//! residual → RMS norm → SwiGLU FFN (`blocks::ffn`) → residual) → final norm
-//! → output projection (+ optional bias). Only the rows whose logits are
-//! wanted go through the last layer's FFN and the head (llama.cpp's
+//! The dense decoder graph, as llama.cpp's `llm_build_llama`, `qwen2`,
+//! `qwen3`, `gemma2` and `gemma3` build it: token embedding (× √n_embd for
+//! Gemma) → per layer (RMS norm → attention (`blocks::attention`: Q, K, V
+//! with optional biases → optional per-head Q/K RMS norm → RoPE with
+//! optional frequency factors, the layer's base → optional query scale → KV
+//! cache write (SET_ROWS, f16) → grouped-query attention (FLASH_ATTN_EXT, or
+//! SOFT_MAX with a causal mask; optional soft-capping; a windowed mask in
+//! sliding-window layers) → output projection) → optional RMS post-norm →
+//! residual → RMS norm → gated FFN (`blocks::ffn`: SwiGLU or GeGLU) →
+//! optional RMS post-norm → residual) → final norm → output projection (+
+//! optional bias) → optional final soft-capping. Only the rows whose logits
+//! are wanted go through the last layer's FFN and the head (llama.cpp's
 //! `inp_out_ids`). What a family has is in its weights
 //! ([`crate::model::Layer`]'s optional tensors, as [`crate::model::Family`]
-//! allows them), so the families share this one builder.
+//! allows them) and in its [`crate::model::HParams`], so the families share
+//! this one builder.
 
+use half::f16;
 use strata::ops;
 use strata::{DType, Graph, Tensor};
 
 use super::blocks::{self, named, AttnInputs};
 use crate::kv::KvCache;
-use crate::model::Model;
+use crate::model::{Model, Swa};
 use crate::{ModelError, Result};
 
 /// How attention is computed.
@@ -53,12 +58,61 @@ pub struct BatchGraph {
     pub kv_idx: Tensor,
     /// Attention mask `[n_kv, n_tokens]` (f16 for flash attention, else f32): 0 or -inf.
     pub mask: Tensor,
+    /// The sliding-window layers' mask (same type and shape), when the
+    /// model has such layers: also -inf outside the window.
+    pub mask_swa: Option<Tensor>,
     /// Rows whose logits are computed, I32 `[n_outputs]` (absent when all rows are).
     pub out_ids: Option<Tensor>,
     /// Logits, F32 `[n_vocab, n_outputs]`.
     pub logits: Tensor,
     /// The sizes.
     pub shape: BatchShape,
+}
+
+impl BatchGraph {
+    /// Writes the mask inputs for this batch's tokens at positions
+    /// `n_past..` (cache cell j holds position j): 0 where the token at p
+    /// may see cell j (j <= p; in the sliding-window mask also inside the
+    /// window `swa` gives), -inf elsewhere.
+    pub fn write_masks(&self, swa: Option<&Swa>, n_past: usize) -> Result<()> {
+        write_mask(&self.mask, &self.shape, n_past, |_, _| false)?;
+        if let (Some(m), Some(swa)) = (&self.mask_swa, swa) {
+            write_mask(m, &self.shape, n_past, |j, p| swa.is_masked(j, p))?;
+        }
+        Ok(())
+    }
+}
+
+/// One mask input: see [`BatchGraph::write_masks`]; f16 or f32 as `t` is.
+fn write_mask(
+    t: &Tensor,
+    shape: &BatchShape,
+    n_past: usize,
+    masked: impl Fn(usize, usize) -> bool,
+) -> Result<()> {
+    let n_kv = shape.n_kv;
+    let mut mask = Vec::with_capacity(shape.n_tokens * n_kv);
+    for i in 0..shape.n_tokens {
+        let p = n_past + i;
+        mask.extend((0..n_kv).map(|j| {
+            if j <= p && !masked(j, p) {
+                0.0f32
+            } else {
+                f32::NEG_INFINITY
+            }
+        }));
+    }
+    match t.dtype() {
+        DType::F16 => {
+            let b: Vec<u8> = mask
+                .iter()
+                .flat_map(|&x| f16::from_f32(x).to_le_bytes())
+                .collect();
+            t.write_bytes(0, &b)?;
+        }
+        _ => t.write_f32(&mask)?,
+    }
+    Ok(())
 }
 
 /// Builds the graph for one batch. The cache must have room for `n_kv` cells.
@@ -93,6 +147,12 @@ pub fn build(
         Attention::SoftMax => DType::F32,
     };
     let mask = Tensor::new(mask_type, &[n_kv, n_tokens])?.with_name("inp_kq_mask");
+    let any_swa = hp.swa.as_ref().is_some_and(|s| s.layers.iter().any(|&w| w));
+    let mask_swa = if any_swa {
+        Some(Tensor::new(mask_type, &[n_kv, n_tokens])?.with_name("inp_kq_mask_swa"))
+    } else {
+        None
+    };
     let out_ids = if n_outputs < n_tokens {
         Some(Tensor::new(DType::I32, &[n_outputs])?.with_name("inp_out_ids"))
     } else {
@@ -100,23 +160,31 @@ pub fn build(
     };
     for t in [&tokens, &positions, &kv_idx, &mask]
         .into_iter()
+        .chain(mask_swa.as_ref())
         .chain(out_ids.as_ref())
     {
         t.set_input();
     }
 
     let mut graph = Graph::new();
-    let inputs = AttnInputs {
-        positions: &positions,
-        kv_idx: &kv_idx,
-        mask: &mask,
-        n_tokens,
-        n_kv,
-        kind: attn,
-        rope: hp.rope_params(),
-    };
     let mut inp = ops::get_rows(&model.tok_embd, &tokens)?.with_name("inp_embd");
+    if let Some(s) = hp.shaping.embd_scale {
+        inp = ops::scale(&inp, s)?.with_name("inp_scaled");
+    }
     for (il, l) in model.layers.iter().enumerate() {
+        let swa_layer = hp.swa.as_ref().is_some_and(|s| s.is_swa(il));
+        let inputs = AttnInputs {
+            positions: &positions,
+            kv_idx: &kv_idx,
+            mask: match &mask_swa {
+                Some(m) if swa_layer => m,
+                _ => &mask,
+            },
+            n_tokens,
+            n_kv,
+            kind: attn,
+            rope: hp.rope_params_for(il),
+        };
         let cur = blocks::norm(&inp, &l.attn_norm, hp.rms_eps, "attn_norm", il)?;
         let mut cur = blocks::attention(hp, l, kv, il, &cur, &inputs, &mut graph)?;
         let mut inp_sa = inp;
@@ -126,15 +194,24 @@ pub fn build(
                 inp_sa = ops::get_rows(&inp_sa, ids)?;
             }
         }
+        if let Some(w) = &l.attn_post_norm {
+            cur = blocks::norm(&cur, w, hp.rms_eps, "attn_post_norm", il)?;
+        }
         let ffn_inp = named(ops::add(&cur, &inp_sa)?, "ffn_inp", il);
         let cur = blocks::norm(&ffn_inp, &l.ffn_norm, hp.rms_eps, "ffn_norm", il)?;
-        let down = blocks::ffn(l, &cur, il)?;
+        let mut down = blocks::ffn(hp, l, &cur, il)?;
+        if let Some(w) = &l.ffn_post_norm {
+            down = blocks::norm(&down, w, hp.rms_eps, "ffn_post_norm", il)?;
+        }
         inp = named(ops::add(&down, &ffn_inp)?, "l_out", il);
     }
     let cur = ops::rms_norm(&inp, hp.rms_eps)?;
     let cur = ops::mul(&cur, &model.output_norm)?.with_name("result_norm");
-    let logits =
-        blocks::linear(&model.output, model.output_b.as_ref(), &cur)?.with_name("result_output");
+    let mut logits = blocks::linear(&model.output, model.output_b.as_ref(), &cur)?;
+    if let Some(cap) = hp.shaping.final_softcap {
+        logits = blocks::softcap(&logits, cap)?;
+    }
+    let logits = logits.with_name("result_output");
     logits.set_output();
     graph.expand(&logits);
     Ok(BatchGraph {
@@ -143,6 +220,7 @@ pub fn build(
         positions,
         kv_idx,
         mask,
+        mask_swa,
         out_ids,
         logits,
         shape,

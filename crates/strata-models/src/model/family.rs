@@ -1,13 +1,15 @@
 //! The dense decoder families strata builds, and what each one's GGUF holds.
 //!
-//! Llama, Qwen 2 and Qwen 3 share one graph (`crate::graph`): RMS norm →
-//! attention → residual → RMS norm → SwiGLU FFN → residual. They differ in
-//! the RoPE pairing and in optional tensors, which this table records as
-//! llama.cpp's loaders (`src/models/{llama,qwen2,qwen3}.cpp`) declare them:
+//! Llama, Qwen 2/3 and Gemma 2/3 share one graph (`crate::graph`): RMS norm →
+//! attention → [RMS norm →] residual → RMS norm → gated FFN → [RMS norm →]
+//! residual. They differ in the RoPE pairing, the FFN's gate activation
+//! (SwiGLU, Gemma's GeGLU) and in optional tensors, which this table records
+//! as llama.cpp's loaders (`src/models/{llama,qwen2,qwen3,gemma2,gemma3}.cpp`)
+//! declare them:
 //! a tensor a family does not load is left unused, and an unused tensor is a
 //! load error (llama.cpp's "wrong number of tensors").
 
-use strata::ops::RopeMode;
+use strata::ops::{GluOp, RopeMode};
 
 /// A model family (`general.architecture`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -19,6 +21,15 @@ pub enum Family {
     Qwen2,
     /// `qwen3`: Qwen 3 (dense): NEOX RoPE, per-head RMS norm of Q and K before RoPE.
     Qwen3,
+    /// `gemma2`: Gemma 2: NEOX RoPE, embedding scaled by √n_embd, norms after
+    /// attention and FFN, GeGLU, attention and final logit soft-capping,
+    /// sliding-window attention on every other layer; the head is always the
+    /// token embedding.
+    Gemma2,
+    /// `gemma3`: Gemma 3 (text): as Gemma 2 with per-head Q/K RMS norms, no
+    /// attention soft-capping, five sliding-window layers to one global
+    /// layer, and their own RoPE base for the sliding-window layers.
+    Gemma3,
 }
 
 /// Whether a family's file holds a tensor.
@@ -48,11 +59,22 @@ pub struct Spec {
     pub rope_freqs: Need,
     /// `output.bias`.
     pub output_bias: Need,
+    /// `output.weight` (absent: the head is the token embedding).
+    pub output: Need,
+    /// `blk.N.post_attention_norm.weight` and `blk.N.post_ffw_norm.weight`
+    /// (RMS norms of the attention and FFN outputs before their residuals).
+    pub post_norms: Need,
 }
 
 impl Family {
     /// Every family, in the order error messages list them.
-    pub const ALL: [Family; 3] = [Family::Llama, Family::Qwen2, Family::Qwen3];
+    pub const ALL: [Family; 5] = [
+        Family::Llama,
+        Family::Qwen2,
+        Family::Qwen3,
+        Family::Gemma2,
+        Family::Gemma3,
+    ];
 
     /// The family of `general.architecture = arch`.
     pub fn from_arch(arch: &str) -> Option<Family> {
@@ -65,6 +87,17 @@ impl Family {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
+            Family::Gemma2 => "gemma2",
+            Family::Gemma3 => "gemma3",
+        }
+    }
+
+    /// The FFN's gate activation (llama.cpp's `LLM_FFN_SILU` / `LLM_FFN_GELU`
+    /// with a parallel gate: ggml's SwiGLU / GeGLU, GELU's tanh form).
+    pub fn ffn_glu(self) -> GluOp {
+        match self {
+            Family::Llama | Family::Qwen2 | Family::Qwen3 => GluOp::Swiglu,
+            Family::Gemma2 | Family::Gemma3 => GluOp::Geglu,
         }
     }
 
@@ -72,7 +105,7 @@ impl Family {
     pub fn rope_mode(self) -> RopeMode {
         match self {
             Family::Llama => RopeMode::Normal,
-            Family::Qwen2 | Family::Qwen3 => RopeMode::Neox,
+            Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Gemma3 => RopeMode::Neox,
         }
     }
 
@@ -87,6 +120,8 @@ impl Family {
                 ffn_bias: Optional,
                 rope_freqs: Optional,
                 output_bias: No,
+                output: Optional,
+                post_norms: No,
             },
             Family::Qwen2 => Spec {
                 qkv_bias: Optional,
@@ -95,6 +130,8 @@ impl Family {
                 ffn_bias: No,
                 rope_freqs: No,
                 output_bias: Optional,
+                output: Optional,
+                post_norms: No,
             },
             Family::Qwen3 => Spec {
                 qkv_bias: Optional,
@@ -103,6 +140,19 @@ impl Family {
                 ffn_bias: No,
                 rope_freqs: No,
                 output_bias: No,
+                output: Optional,
+                post_norms: No,
+            },
+            Family::Gemma2 | Family::Gemma3 => Spec {
+                qkv_bias: No,
+                wo_bias: No,
+                qk_norm: if self == Family::Gemma3 { Required } else { No },
+                ffn_bias: No,
+                rope_freqs: No,
+                output_bias: No,
+                // gemma2 always ties the head to the embedding
+                output: if self == Family::Gemma3 { Optional } else { No },
+                post_norms: Required,
             },
         }
     }
@@ -130,7 +180,7 @@ mod tests {
         for f in Family::ALL {
             assert_eq!(Family::from_arch(f.arch()), Some(f));
         }
-        assert_eq!(Family::from_arch("gemma2"), None);
-        assert_eq!(Family::supported(), "llama, qwen2, qwen3");
+        assert_eq!(Family::from_arch("gemma"), None);
+        assert_eq!(Family::supported(), "llama, qwen2, qwen3, gemma2, gemma3");
     }
 }

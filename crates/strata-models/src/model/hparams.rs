@@ -1,9 +1,10 @@
-//! Hyperparameters of a dense decoder model (llama, qwen2, qwen3), read from
-//! the `{arch}.*` GGUF metadata keys.
+//! Hyperparameters of a dense decoder model (llama, qwen2, qwen3, gemma2,
+//! gemma3), read from the `{arch}.*` GGUF metadata keys.
 
 use strata::gguf::{GgufFile, Metadata};
 use strata::ops::RopeMode;
 
+use super::extras::{self, GlobalRope, Shaping, Swa};
 use super::Family;
 use crate::{ModelError, Result};
 
@@ -63,6 +64,10 @@ pub struct HParams {
     pub n_ctx_orig: usize,
     /// `{arch}.rope.scaling.attn_factor`: multiplies RoPE's magnitude (1 when absent).
     pub rope_attn_factor: f32,
+    /// Sliding-window attention (Gemma), when some layers use it.
+    pub swa: Option<Swa>,
+    /// Embedding / query scales and soft-capping (Gemma; none otherwise).
+    pub shaping: Shaping,
 }
 
 /// The `{arch}.rope.scaling.*` keys strata reads (`finetuned` changes
@@ -236,6 +241,18 @@ impl HParams {
         };
         let n_ctx_orig = uint_or("rope.scaling.original_context_length", n_ctx_train)?;
         let rope_attn_factor = float_or("rope.scaling.attn_factor", 1.0)?;
+        let (swa, shaping) = extras::read(
+            m,
+            family,
+            n_layer,
+            n_embd,
+            n_head,
+            head_dim_k,
+            GlobalRope {
+                freq_base: rope_freq_base,
+                freq_scale: if factor == 0.0 { 1.0 } else { 1.0 / factor },
+            },
+        )?;
         let n_vocab = f
             .tensor("token_embd.weight")
             .map(|t| t.shape()[1])
@@ -262,6 +279,8 @@ impl HParams {
             rope_scaling,
             n_ctx_orig,
             rope_attn_factor,
+            swa,
+            shaping,
         };
         hp.check_against_tensors(f)?;
         Ok(hp)
@@ -383,6 +402,18 @@ impl HParams {
             }
         }
         p.attn_factor *= self.rope_attn_factor;
+        p
+    }
+
+    /// [`HParams::rope_params`] of layer `il`: a sliding-window layer has
+    /// its own base and frequency scale (llama.cpp's `get_rope_freq_base`
+    /// / `get_rope_freq_scale`).
+    pub fn rope_params_for(&self, il: usize) -> strata::ops::RopeParams {
+        let mut p = self.rope_params();
+        if let Some(swa) = self.swa.as_ref().filter(|s| s.is_swa(il)) {
+            p.freq_base = swa.rope_freq_base;
+            p.freq_scale = swa.rope_freq_scale;
+        }
         p
     }
 }

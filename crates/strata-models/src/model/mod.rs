@@ -14,6 +14,7 @@
 //! with [`LoadOptions::no_repack`] (the CLI's `--no-repack` or
 //! `STRATA_NO_REPACK=1`).
 
+mod extras;
 mod family;
 mod hparams;
 mod placement;
@@ -28,6 +29,7 @@ use strata::cpu::HostBuffer;
 use strata::gguf::{GgufFile, TensorInfo};
 use strata::{ResultExt as _, Tensor};
 
+pub use extras::{Shaping, Swa};
 pub use family::{Family, Need, Spec};
 pub use hparams::{HParams, RopeScaling};
 pub use placement::{layer_of, Devices, LayerMap, Override, PlacementSpec, SplitMode};
@@ -101,6 +103,10 @@ pub struct Layer {
     pub ffn_up_b: Option<Tensor>,
     /// FFN down bias.
     pub ffn_down_b: Option<Tensor>,
+    /// RMS norm weight of the attention output (Gemma's `post_attention_norm`).
+    pub attn_post_norm: Option<Tensor>,
+    /// RMS norm weight of the FFN output (Gemma's `post_ffw_norm`).
+    pub ffn_post_norm: Option<Tensor>,
 }
 
 impl Layer {
@@ -130,6 +136,8 @@ impl Layer {
                 &self.ffn_gate_b,
                 &self.ffn_up_b,
                 &self.ffn_down_b,
+                &self.attn_post_norm,
+                &self.ffn_post_norm,
             ]
             .into_iter()
             .flatten(),
@@ -368,7 +376,7 @@ fn place<'f>(
         }
         rope_freqs = Some((home, copies));
     }
-    let tied = !tensors.contains_key("output.weight");
+    let tied = hp.family.spec().output == Need::No || !tensors.contains_key("output.weight");
     let mut output_copy = None;
     if tied && map.output != devs.cpu() {
         let info = f
@@ -588,6 +596,8 @@ fn named_weights(placed: Placed<'_>, hp: &HParams, map: &LayerMap) -> Result<Wei
             ffn_gate_b: opt(spec.ffn_bias, "ffn_gate.bias", &[hp.n_ff])?,
             ffn_up_b: opt(spec.ffn_bias, "ffn_up.bias", &[hp.n_ff])?,
             ffn_down_b: opt(spec.ffn_bias, "ffn_down.bias", &[e])?,
+            attn_post_norm: opt(spec.post_norms, "post_attention_norm.weight", &[e])?,
+            ffn_post_norm: opt(spec.post_norms, "post_ffw_norm.weight", &[e])?,
         });
     }
     let used = used.into_inner();

@@ -1,4 +1,5 @@
-//! Tiny random-weight models of each dense family (llama, qwen2, qwen3),
+//! Tiny random-weight models of each dense family (llama, qwen2, qwen3,
+//! gemma2, gemma3),
 //! written with strata's GGUF writer: a fixed-seed generator, so the same
 //! configuration gives byte-identical files every run (the llama.cpp golden
 //! logits depend on it). The weights come back as f64 too, for the tests'
@@ -22,6 +23,11 @@ pub enum Fam {
     Qwen2,
     /// `qwen3` (NEOX RoPE, per-head Q/K RMS norms).
     Qwen3,
+    /// `gemma2` (NEOX RoPE, post-norms, GeGLU, soft-capping, sliding window
+    /// on even layers, tied head).
+    Gemma2,
+    /// `gemma3` (as gemma2 with per-head Q/K norms, no attention soft-cap).
+    Gemma3,
 }
 
 impl Fam {
@@ -31,7 +37,14 @@ impl Fam {
             Fam::Llama => "llama",
             Fam::Qwen2 => "qwen2",
             Fam::Qwen3 => "qwen3",
+            Fam::Gemma2 => "gemma2",
+            Fam::Gemma3 => "gemma3",
         }
+    }
+
+    /// Gemma 2 or 3.
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Fam::Gemma2 | Fam::Gemma3)
     }
 }
 
@@ -74,6 +87,16 @@ pub struct Config {
     pub rope_base: f32,
     /// RMS norm epsilon.
     pub eps: f32,
+    /// `attention.sliding_window` (gemma), when written.
+    pub n_swa: Option<usize>,
+    /// `attention.sliding_window_pattern` (gemma), when written.
+    pub swa_pattern: Option<usize>,
+    /// `rope.freq_base_swa` (gemma), when written.
+    pub rope_base_swa: Option<f32>,
+    /// `attn_logit_softcapping` (gemma2), when written.
+    pub attn_softcap: Option<f32>,
+    /// `final_logit_softcapping` (gemma), when written.
+    pub final_softcap: Option<f32>,
     /// Generator seed.
     pub seed: u64,
     /// How the matrices are stored.
@@ -149,6 +172,11 @@ pub fn configs() -> Vec<Config> {
         n_rot: None,
         rope_base: 10000.0,
         eps: 1e-5,
+        n_swa: None,
+        swa_pattern: None,
+        rope_base_swa: None,
+        attn_softcap: None,
+        final_softcap: None,
         seed: 1,
         wtype: WType::F32,
         n_pad_vocab: 0,
@@ -213,6 +241,48 @@ pub fn configs() -> Vec<Config> {
             rope_base: 1000000.0,
             eps: 1e-6,
             seed: 32,
+            ..base.clone()
+        },
+        // Gemma 2: layers 0 and 2 attend to a window of 64 (pattern 2, not
+        // written), small caps so that soft-capping changes the logits
+        Config {
+            name: "gemma2-swa-softcap",
+            fam: Fam::Gemma2,
+            n_layer: 3,
+            tied: true,
+            n_swa: Some(64),
+            attn_softcap: Some(1.5),
+            final_softcap: Some(4.0),
+            eps: 1e-6,
+            seed: 41,
+            ..base.clone()
+        },
+        // Gemma 3: window layers 0 and 1, global layer 2 (pattern 3) with
+        // linear RoPE scaling; the window layers' own RoPE base
+        Config {
+            name: "gemma3-swa-untied",
+            fam: Fam::Gemma3,
+            n_layer: 3,
+            head_dim: 24,
+            n_swa: Some(64),
+            swa_pattern: Some(3),
+            rope_base: 1000000.0,
+            rope_base_swa: Some(10000.0),
+            rope_linear: Some(8.0),
+            eps: 1e-6,
+            seed: 51,
+            ..base.clone()
+        },
+        Config {
+            name: "gemma3-tied-finalcap",
+            fam: Fam::Gemma3,
+            n_layer: 2,
+            tied: true,
+            n_swa: Some(64),
+            swa_pattern: Some(2),
+            final_softcap: Some(5.0),
+            eps: 1e-6,
+            seed: 52,
             ..base
         },
     ]
@@ -282,10 +352,32 @@ pub fn bench_configs() -> Vec<Config> {
             n_ff: 2816,
             wtype: WType::Q4KM,
             n_pad_vocab: 32000 - N_VOCAB,
-            ..c
+            ..bench_gemma(c)
         });
     }
     out
+}
+
+/// A Gemma model's window and caps as the real ones have them (Gemma 2:
+/// 4096 on every other layer, caps 50 and 30; Gemma 3: 512 on five layers
+/// of six, no cap), not the tests' small ones; other families unchanged.
+fn bench_gemma(c: Config) -> Config {
+    match c.fam {
+        Fam::Gemma2 => Config {
+            n_swa: Some(4096),
+            swa_pattern: None,
+            attn_softcap: None,
+            final_softcap: None,
+            ..c
+        },
+        Fam::Gemma3 => Config {
+            n_swa: Some(512),
+            swa_pattern: None,
+            final_softcap: None,
+            ..c
+        },
+        _ => c,
+    }
 }
 
 /// `c` at width 256 (4 heads of 64, 2 KV heads, FFN 512) as Q4_K_M.
@@ -315,6 +407,8 @@ pub struct LayerW {
     pub bv: Option<Vec<f64>>,
     pub q_norm: Option<Vec<f64>>,
     pub k_norm: Option<Vec<f64>>,
+    pub post_attn_norm: Option<Vec<f64>>,
+    pub post_ffn_norm: Option<Vec<f64>>,
     pub ffn_norm: Vec<f64>,
     pub gate: Vec<f64>,
     pub up: Vec<f64>,
@@ -419,6 +513,17 @@ impl QkvRows {
     pub fn attention(&self, p: usize, dims: (usize, usize, usize)) -> Vec<f64> {
         causal_attention(&self.qs, &self.ks, &self.vs, p, dims)
     }
+
+    /// [`windowed_attention`] of position `p` over these rows.
+    pub fn attention_with(
+        &self,
+        p: usize,
+        dims: (usize, usize, usize),
+        window: Option<usize>,
+        softcap: Option<f64>,
+    ) -> Vec<f64> {
+        windowed_attention(&self.qs, &self.ks, &self.vs, p, dims, window, softcap)
+    }
 }
 
 /// The reference forward passes' causal attention at position `p`, in f64:
@@ -430,26 +535,43 @@ pub fn causal_attention(
     ks: &[Vec<f64>],
     vs: &[Vec<f64>],
     p: usize,
-    (nh, nkv, hd): (usize, usize, usize),
+    dims: (usize, usize, usize),
 ) -> Vec<f64> {
+    windowed_attention(qs, ks, vs, p, dims, None, None)
+}
+
+/// [`causal_attention`] over the last `window` positions only (all when
+/// `None`), with the scores soft-capped (`cap · tanh(s / cap)`) when
+/// `softcap` is given.
+pub fn windowed_attention(
+    qs: &[Vec<f64>],
+    ks: &[Vec<f64>],
+    vs: &[Vec<f64>],
+    p: usize,
+    (nh, nkv, hd): (usize, usize, usize),
+    window: Option<usize>,
+    softcap: Option<f64>,
+) -> Vec<f64> {
+    let first = window.map_or(0, |w| (p + 1).saturating_sub(w));
     let mut att = vec![0.0; nh * hd];
     for h in 0..nh {
         let kh = h / (nh / nkv);
         let q = &qs[p][h * hd..][..hd];
-        let sc: Vec<f64> = (0..=p)
+        let sc: Vec<f64> = (first..=p)
             .map(|j| {
                 let dot: f64 = q
                     .iter()
                     .zip(&ks[j][kh * hd..][..hd])
                     .map(|(a, b)| a * b)
                     .sum();
-                dot / (hd as f64).sqrt()
+                let s = dot / (hd as f64).sqrt();
+                softcap.map_or(s, |c| c * (s / c).tanh())
             })
             .collect();
         let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let e: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();
         let z: f64 = e.iter().sum();
-        for (j, ej) in e.iter().enumerate() {
+        for (j, ej) in (first..=p).zip(&e) {
             for d in 0..hd {
                 att[h * hd + d] += ej / z * vs[j][kh * hd + d];
             }
@@ -515,6 +637,21 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
     if let Some(f) = cfg.rope_linear {
         md.push((k("rope.scaling.type"), "linear".into()));
         md.push((k("rope.scaling.factor"), Value::F32(f)));
+    }
+    if let Some(n) = cfg.n_swa {
+        md.push((k("attention.sliding_window"), u(n)));
+    }
+    if let Some(n) = cfg.swa_pattern {
+        md.push((k("attention.sliding_window_pattern"), u(n)));
+    }
+    if let Some(b) = cfg.rope_base_swa {
+        md.push((k("rope.freq_base_swa"), Value::F32(b)));
+    }
+    if let Some(c) = cfg.attn_softcap {
+        md.push((k("attn_logit_softcapping"), Value::F32(c)));
+    }
+    if let Some(c) = cfg.final_softcap {
+        md.push((k("final_logit_softcapping"), Value::F32(c)));
     }
     let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_symbol(b).to_string()).collect();
     tokens.extend(SPECIAL.iter().map(|s| s.to_string()));
@@ -590,14 +727,22 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
             l.bk = Some(vector(&mut r, t, n("attn_k.bias"), kvd, 0.5, 0.0));
             l.bv = Some(vector(&mut r, t, n("attn_v.bias"), kvd, 0.5, 0.0));
         }
-        if cfg.fam == Fam::Qwen3 {
+        if matches!(cfg.fam, Fam::Qwen3 | Fam::Gemma3) {
             l.q_norm = Some(vector(&mut r, t, n("attn_q_norm.weight"), hd, 0.3, 1.0));
             l.k_norm = Some(vector(&mut r, t, n("attn_k_norm.weight"), hd, 0.3, 1.0));
+        }
+        if cfg.fam.is_gemma() {
+            let w = vector(&mut r, t, n("post_attention_norm.weight"), e, 0.3, 1.0);
+            l.post_attn_norm = Some(w);
         }
         l.ffn_norm = vector(&mut r, t, n("ffn_norm.weight"), e, 0.3, 1.0);
         l.gate = mat(&mut r, t, n("ffn_gate.weight"), e, ff);
         l.up = mat(&mut r, t, n("ffn_up.weight"), e, ff);
         l.down = mat(&mut r, t, n("ffn_down.weight"), ff, e);
+        if cfg.fam.is_gemma() {
+            let w = vector(&mut r, t, n("post_ffw_norm.weight"), e, 0.3, 1.0);
+            l.post_ffn_norm = Some(w);
+        }
         layers.push(l);
     }
     let mut parts = Parts {
