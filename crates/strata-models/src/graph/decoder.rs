@@ -1,10 +1,11 @@
-//! The dense decoder graph, as llama.cpp's `llm_build_llama`,
-//! `llm_build_qwen2` and `llm_build_qwen3` build it: token embedding → per
+//! The decoder graph, as llama.cpp's `llm_build_llama`, `llm_build_qwen2`,
+//! `llm_build_qwen3` and `llm_build_qwen3moe` build it: token embedding → per
 //! layer (RMS norm → attention (`blocks::attention`: Q, K, V with optional
 //! biases → optional per-head Q/K RMS norm → RoPE with optional frequency
 //! factors → KV cache write (SET_ROWS, f16) → grouped-query attention
 //! (FLASH_ATTN_EXT, or SOFT_MAX with a causal mask) → output projection) →
-//! residual → RMS norm → SwiGLU FFN (`blocks::ffn`) → residual) → final norm
+//! residual → RMS norm → SwiGLU FFN (`blocks::ffn`, or the mixture of
+//! experts of `blocks::moe_ffn` when the layer has a router) → residual) → final norm
 //! → output projection (+ optional bias). Only the rows whose logits are
 //! wanted go through the last layer's FFN and the head (llama.cpp's
 //! `inp_out_ids`). What a family has is in its weights
@@ -128,7 +129,10 @@ pub fn build(
         }
         let ffn_inp = named(ops::add(&cur, &inp_sa)?, "ffn_inp", il);
         let cur = blocks::norm(&ffn_inp, &l.ffn_norm, hp.rms_eps, "ffn_norm", il)?;
-        let down = blocks::ffn(l, &cur, il)?;
+        let down = match &l.ffn_gate_inp {
+            Some(router) => blocks::moe_ffn(hp, l, router, &cur, il, &mut graph)?,
+            None => blocks::ffn(l, &cur, il)?,
+        };
         inp = named(ops::add(&down, &ffn_inp)?, "l_out", il);
     }
     let cur = ops::rms_norm(&inp, hp.rms_eps)?;

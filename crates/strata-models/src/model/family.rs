@@ -1,9 +1,10 @@
-//! The dense decoder families strata builds, and what each one's GGUF holds.
+//! The decoder families strata builds, and what each one's GGUF holds.
 //!
-//! Llama, Qwen 2 and Qwen 3 share one graph (`crate::graph`): RMS norm →
-//! attention → residual → RMS norm → SwiGLU FFN → residual. They differ in
-//! the RoPE pairing and in optional tensors, which this table records as
-//! llama.cpp's loaders (`src/models/{llama,qwen2,qwen3}.cpp`) declare them:
+//! Llama, Qwen 2, Qwen 3 and Qwen 3 MoE share one graph (`crate::graph`):
+//! RMS norm → attention → residual → RMS norm → SwiGLU FFN (or its
+//! mixture of experts) → residual. They differ in the RoPE pairing and in
+//! optional tensors, which this table records as llama.cpp's loaders
+//! (`src/models/{llama,qwen2,qwen3,qwen3moe}.cpp`) declare them:
 //! a tensor a family does not load is left unused, and an unused tensor is a
 //! load error (llama.cpp's "wrong number of tensors").
 
@@ -19,6 +20,10 @@ pub enum Family {
     Qwen2,
     /// `qwen3`: Qwen 3 (dense): NEOX RoPE, per-head RMS norm of Q and K before RoPE.
     Qwen3,
+    /// `qwen3moe`: Qwen 3 mixture of experts (Qwen3-30B-A3B): Qwen 3's
+    /// attention, every FFN a mixture of experts (softmax routing, top-k
+    /// weights normalised to sum 1).
+    Qwen3Moe,
 }
 
 /// Whether a family's file holds a tensor.
@@ -48,11 +53,20 @@ pub struct Spec {
     pub rope_freqs: Need,
     /// `output.bias`.
     pub output_bias: Need,
+    /// Mixture-of-experts FFNs (`blk.N.ffn_gate_inp.weight` and
+    /// `blk.N.ffn_{gate,up,down}_exps.weight` instead of the dense FFN):
+    /// `Optional` means when `{arch}.expert_count` is above 0.
+    pub moe: Need,
 }
 
 impl Family {
     /// Every family, in the order error messages list them.
-    pub const ALL: [Family; 3] = [Family::Llama, Family::Qwen2, Family::Qwen3];
+    pub const ALL: [Family; 4] = [
+        Family::Llama,
+        Family::Qwen2,
+        Family::Qwen3,
+        Family::Qwen3Moe,
+    ];
 
     /// The family of `general.architecture = arch`.
     pub fn from_arch(arch: &str) -> Option<Family> {
@@ -65,6 +79,7 @@ impl Family {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
+            Family::Qwen3Moe => "qwen3moe",
         }
     }
 
@@ -72,7 +87,7 @@ impl Family {
     pub fn rope_mode(self) -> RopeMode {
         match self {
             Family::Llama => RopeMode::Normal,
-            Family::Qwen2 | Family::Qwen3 => RopeMode::Neox,
+            Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => RopeMode::Neox,
         }
     }
 
@@ -87,6 +102,7 @@ impl Family {
                 ffn_bias: Optional,
                 rope_freqs: Optional,
                 output_bias: No,
+                moe: Optional,
             },
             Family::Qwen2 => Spec {
                 qkv_bias: Optional,
@@ -95,6 +111,7 @@ impl Family {
                 ffn_bias: No,
                 rope_freqs: No,
                 output_bias: Optional,
+                moe: No,
             },
             Family::Qwen3 => Spec {
                 qkv_bias: Optional,
@@ -103,6 +120,16 @@ impl Family {
                 ffn_bias: No,
                 rope_freqs: No,
                 output_bias: No,
+                moe: No,
+            },
+            Family::Qwen3Moe => Spec {
+                qkv_bias: Optional,
+                wo_bias: No,
+                qk_norm: Required,
+                ffn_bias: No,
+                rope_freqs: No,
+                output_bias: No,
+                moe: Required,
             },
         }
     }
@@ -123,6 +150,6 @@ mod tests {
             assert_eq!(Family::from_arch(f.arch()), Some(f));
         }
         assert_eq!(Family::from_arch("gemma2"), None);
-        assert_eq!(Family::supported(), "llama, qwen2, qwen3");
+        assert_eq!(Family::supported(), "llama, qwen2, qwen3, qwen3moe");
     }
 }

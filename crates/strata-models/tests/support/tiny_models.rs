@@ -1,4 +1,5 @@
-//! Tiny random-weight models of each dense family (llama, qwen2, qwen3),
+//! Tiny random-weight models of each family (llama, qwen2, qwen3, and the
+//! mixture-of-experts qwen3moe and Mixtral-style llama),
 //! written with strata's GGUF writer: a fixed-seed generator, so the same
 //! configuration gives byte-identical files every run (the llama.cpp golden
 //! logits depend on it). The weights come back as f64 too, for the tests'
@@ -22,6 +23,8 @@ pub enum Fam {
     Qwen2,
     /// `qwen3` (NEOX RoPE, per-head Q/K RMS norms).
     Qwen3,
+    /// `qwen3moe` (qwen3's attention, mixture-of-experts FFNs).
+    Qwen3Moe,
 }
 
 impl Fam {
@@ -31,7 +34,18 @@ impl Fam {
             Fam::Llama => "llama",
             Fam::Qwen2 => "qwen2",
             Fam::Qwen3 => "qwen3",
+            Fam::Qwen3Moe => "qwen3moe",
         }
+    }
+
+    /// NEOX RoPE (the two halves of a head pair up).
+    pub fn neox(self) -> bool {
+        self != Fam::Llama
+    }
+
+    /// Per-head Q/K RMS norms.
+    pub fn qk_norm(self) -> bool {
+        matches!(self, Fam::Qwen3 | Fam::Qwen3Moe)
     }
 }
 
@@ -52,8 +66,12 @@ pub struct Config {
     pub n_head_kv: usize,
     /// Head size (written as `attention.key_length` when it is not n_embd / n_head).
     pub head_dim: usize,
-    /// FFN width.
+    /// FFN width (of each expert in a mixture-of-experts model).
     pub n_ff: usize,
+    /// Experts per FFN (0: dense FFNs).
+    pub n_expert: usize,
+    /// Experts each token is routed to.
+    pub n_expert_used: usize,
     /// `output.weight` absent: the head is the token embedding.
     pub tied: bool,
     /// Write `rope_freqs.weight` (llama).
@@ -89,6 +107,8 @@ pub fn configs() -> Vec<Config> {
         n_head_kv: 2,
         head_dim: 16,
         n_ff: 96,
+        n_expert: 0,
+        n_expert_used: 0,
         tied: false,
         rope_freqs: false,
         qkv_bias: false,
@@ -158,6 +178,30 @@ pub fn configs() -> Vec<Config> {
             rope_base: 1000000.0,
             eps: 1e-6,
             seed: 32,
+            ..base.clone()
+        },
+        Config {
+            name: "qwen3moe-8x2",
+            fam: Fam::Qwen3Moe,
+            n_layer: 2,
+            n_ff: 32,
+            n_expert: 8,
+            n_expert_used: 2,
+            tied: false,
+            rope_base: 1000000.0,
+            eps: 1e-6,
+            seed: 41,
+            ..base.clone()
+        },
+        Config {
+            name: "llama-moe-4x2",
+            fam: Fam::Llama,
+            n_layer: 2,
+            n_ff: 48,
+            n_expert: 4,
+            n_expert_used: 2,
+            tied: true,
+            seed: 42,
             ..base
         },
     ]
@@ -177,6 +221,10 @@ pub struct LayerW {
     pub q_norm: Option<Vec<f64>>,
     pub k_norm: Option<Vec<f64>>,
     pub ffn_norm: Vec<f64>,
+    /// The expert router (`[n_expert][n_embd]`) of a mixture-of-experts
+    /// block, whose `gate`, `up` and `down` then hold every expert's matrix,
+    /// one after the other.
+    pub router: Option<Vec<f64>>,
     pub gate: Vec<f64>,
     pub up: Vec<f64>,
     pub down: Vec<f64>,
@@ -235,6 +283,19 @@ fn keep(ts: &mut Tensors, name: String, shape: Vec<usize>, x: Vec<f32>) -> Vec<f
 fn mat(r: &mut Rng, ts: &mut Tensors, name: String, n_in: usize, n_out: usize) -> Vec<f64> {
     let x = r.vec(n_in * n_out, 1.0 / (n_in as f32).sqrt(), 0.0);
     keep(ts, name, vec![n_in, n_out], x)
+}
+
+/// `n_expert` random `[n_in, n_out]` matrices stacked along ne2.
+fn experts(
+    r: &mut Rng,
+    ts: &mut Tensors,
+    name: String,
+    n_in: usize,
+    n_out: usize,
+    n_expert: usize,
+) -> Vec<f64> {
+    let x = r.vec(n_in * n_out * n_expert, 1.0 / (n_in as f32).sqrt(), 0.0);
+    keep(ts, name, vec![n_in, n_out, n_expert], x)
 }
 
 /// A random vector around `offset`.
@@ -366,6 +427,13 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
     if cfg.fam == Fam::Llama {
         md.push((k("rope.dimension_count"), u(cfg.head_dim)));
     }
+    if cfg.n_expert > 0 {
+        md.push((k("expert_count"), u(cfg.n_expert)));
+        md.push((k("expert_used_count"), u(cfg.n_expert_used)));
+    }
+    if cfg.fam == Fam::Qwen3Moe {
+        md.push((k("expert_feed_forward_length"), u(cfg.n_ff)));
+    }
     if let Some(f) = cfg.rope_linear {
         md.push((k("rope.scaling.type"), "linear".into()));
         md.push((k("rope.scaling.factor"), Value::F32(f)));
@@ -436,14 +504,25 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
             l.bk = Some(vector(&mut r, t, n("attn_k.bias"), kvd, 0.5, 0.0));
             l.bv = Some(vector(&mut r, t, n("attn_v.bias"), kvd, 0.5, 0.0));
         }
-        if cfg.fam == Fam::Qwen3 {
+        if cfg.fam.qk_norm() {
             l.q_norm = Some(vector(&mut r, t, n("attn_q_norm.weight"), hd, 0.3, 1.0));
             l.k_norm = Some(vector(&mut r, t, n("attn_k_norm.weight"), hd, 0.3, 1.0));
         }
         l.ffn_norm = vector(&mut r, t, n("ffn_norm.weight"), e, 0.3, 1.0);
-        l.gate = mat(&mut r, t, n("ffn_gate.weight"), e, ff);
-        l.up = mat(&mut r, t, n("ffn_up.weight"), e, ff);
-        l.down = mat(&mut r, t, n("ffn_down.weight"), ff, e);
+        if cfg.n_expert > 0 {
+            // router logits spread wide (scale 4) so that no two experts'
+            // probabilities are near a tie that rounding could flip
+            let ne = cfg.n_expert;
+            let x = r.vec(e * ne, 4.0 / (e as f32).sqrt(), 0.0);
+            l.router = Some(keep(t, n("ffn_gate_inp.weight"), vec![e, ne], x));
+            l.gate = experts(&mut r, t, n("ffn_gate_exps.weight"), e, ff, ne);
+            l.up = experts(&mut r, t, n("ffn_up_exps.weight"), e, ff, ne);
+            l.down = experts(&mut r, t, n("ffn_down_exps.weight"), ff, e, ne);
+        } else {
+            l.gate = mat(&mut r, t, n("ffn_gate.weight"), e, ff);
+            l.up = mat(&mut r, t, n("ffn_up.weight"), e, ff);
+            l.down = mat(&mut r, t, n("ffn_down.weight"), ff, e);
+        }
         layers.push(l);
     }
     let mut parts = Parts {
