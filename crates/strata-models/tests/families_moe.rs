@@ -114,9 +114,10 @@ fn placed(report: &strata::sched::Report, prefix: &str) -> Vec<(String, String, 
 /// (cause `1.wgt0`: the device does not offload, as ggml's RPC device
 /// does not), the rest on the device; the logits equal CPU-only ones.
 ///
-/// The split count is the one ggml's scheduler gives on the same placement
-/// (llama.cpp b11312 with ggml-rpc-server as the device, `-ngl 99 -ot
-/// exps=CPU`: see PERFORMANCE.md): per layer, the device runs attention and
+/// The splits are the ones ggml's scheduler makes on the same placement:
+/// llama.cpp b11312 with ggml-rpc-server as the device (`llama-bench -ngl
+/// 99 -ot exps=CPU -p 32`, GGML_SCHED_DEBUG=2) reports 6 splits for this
+/// model, with the same ops on each side and the same split inputs: per layer, the device runs attention and
 /// routing, the CPU the experts' up, gate and down matmuls, and the device
 /// again their weighting and sum, so each layer adds two splits, the
 /// embedding lookup (CPU) and the head one each.
@@ -173,6 +174,33 @@ fn experts_on_the_cpu_with_the_rest_on_a_device() {
         // CPU, then the head (device)
         assert_eq!(report.splits.len(), 2 * cfg.n_layer + 2, "splits");
     }
+}
+
+/// The same placement over a strata RPC server on a loopback port (the
+/// device's later splits read tensors its earlier splits computed from CPU
+/// inputs): the logits match the CPU's.
+#[test]
+fn experts_on_the_cpu_with_the_rest_over_rpc() {
+    let (addr, _server) = strata_rpc::server::spawn_loopback_cpu(2).unwrap();
+    let dev: Arc<dyn Device> = strata_rpc::RpcProvider::new()
+        .connect(&addr.to_string())
+        .unwrap()
+        .remove(0);
+    let cfg = qwen3moe();
+    let (bytes, _) = write(&cfg);
+    let cpu = run(&load(&bytes, &LoadOptions::default()).unwrap());
+    let opts = LoadOptions {
+        devices: vec![dev],
+        placement: PlacementSpec {
+            n_gpu_layers: 99,
+            overrides: vec![Override::parse("exps=CPU").unwrap()],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let got = run(&load(&bytes, &opts).unwrap());
+    let kl = worst_kl(&cpu, &got);
+    assert!(kl <= 1e-3, "KL {kl:e}");
 }
 
 /// `--n-cpu-moe 1`: only block 0's experts stay on the CPU.
