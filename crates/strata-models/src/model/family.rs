@@ -122,14 +122,10 @@ impl Family {
                 output_bias: No,
                 moe: No,
             },
+            // Qwen 3's attention, every FFN a mixture of experts
             Family::Qwen3Moe => Spec {
-                qkv_bias: Optional,
-                wo_bias: No,
-                qk_norm: Required,
-                ffn_bias: No,
-                rope_freqs: No,
-                output_bias: No,
                 moe: Required,
+                ..Family::Qwen3.spec()
             },
         }
     }
