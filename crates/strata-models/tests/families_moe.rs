@@ -229,6 +229,9 @@ fn n_cpu_moe_keeps_the_first_blocks_experts() {
 
 // ---------------------------------------------------------------- bad input
 
+/// A change to a tiny model before it is written.
+type Edit = dyn FnMut(&mut tiny_models::Parts);
+
 fn load_err(cfg: &Config, edit: &mut dyn FnMut(&mut tiny_models::Parts)) -> ModelError {
     let (bytes, _) = write_with(cfg, edit);
     load(&bytes, &LoadOptions::default()).unwrap_err()
@@ -251,7 +254,7 @@ fn bad_expert_metadata_names_the_key() {
     for cfg in [qwen3moe(), llama_moe()] {
         let arch = cfg.fam.arch();
         let k = |s: &str| format!("{arch}.{s}");
-        let mut cases: Vec<(String, Box<dyn FnMut(&mut tiny_models::Parts)>)> = vec![
+        let mut cases: Vec<(String, Box<Edit>)> = vec![
             (
                 k("expert_used_count"),
                 Box::new(set_meta(k("expert_used_count"), Value::U32(9))),
@@ -332,7 +335,7 @@ fn bad_expert_tensors_name_the_tensor() {
             }
         }
     };
-    let cases: Vec<(&str, Box<dyn FnMut(&mut tiny_models::Parts)>)> = vec![
+    let cases: Vec<(&str, Box<Edit>)> = vec![
         (
             "blk.1.ffn_down_exps.weight",
             Box::new(drop("blk.1.ffn_down_exps.weight")),
