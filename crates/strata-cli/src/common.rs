@@ -67,6 +67,14 @@ pub struct ModelArgs {
     /// Override placement of tensors whose name matches: REGEX=DEVICE (repeatable), e.g. 'ffn_.*=CPU'.
     #[arg(long = "ot", visible_alias = "override-tensor")]
     pub ot: Vec<String>,
+    /// Keep every mixture-of-experts weight (`ffn_*_exps`) on the CPU (llama.cpp's
+    /// `--cpu-moe`; after the -ot rules).
+    #[arg(long = "cpu-moe")]
+    pub cpu_moe: bool,
+    /// Keep the mixture-of-experts weights of the first N blocks on the CPU (llama.cpp's
+    /// `--n-cpu-moe`; after the -ot rules).
+    #[arg(long = "n-cpu-moe", default_value_t = 0)]
+    pub n_cpu_moe: usize,
     /// Attention with SOFT_MAX and a causal mask instead of FLASH_ATTN_EXT.
     #[arg(long)]
     pub no_flash_attn: bool,
@@ -143,7 +151,7 @@ pub fn parse_split_mode(s: &str) -> Result<SplitMode, String> {
 }
 
 /// Turns llama.cpp's single-dash long options (`-ngl`, `-ot`, `-ts`, `-sm`,
-/// `-mg`, `-ub`) into clap's `--` form, and `-ts 3/1` into `3,1`.
+/// `-mg`, `-ub`, `-cmoe`, `-ncmoe`) into clap's `--` form, and `-ts 3/1` into `3,1`.
 pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for a in args {
@@ -158,11 +166,27 @@ pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
             "-sm" => "--sm".into(),
             "-mg" => "--mg".into(),
             "-ub" => "--ub".into(),
+            "-cmoe" => "--cpu-moe".into(),
+            "-ncmoe" => "--n-cpu-moe".into(),
             _ if after_ts => a.replace('/', ","),
             _ => a,
         });
     }
     out
+}
+
+/// The rules of `--cpu-moe` and `--n-cpu-moe N` (llama.cpp appends them
+/// to the `-ot` rules in command-line order; strata after all of them).
+pub fn moe_overrides(
+    cpu_moe: bool,
+    n_cpu_moe: usize,
+) -> Result<Vec<Override>, strata_models::ModelError> {
+    let mut v = Vec::new();
+    if cpu_moe {
+        v.push(Override::cpu_moe()?);
+    }
+    v.extend(Override::n_cpu_moe(n_cpu_moe)?);
+    Ok(v)
 }
 
 /// Parses `-n`/`--n-predict`: a count, or `-1` for "until the model ends
@@ -223,11 +247,12 @@ impl ModelArgs {
     /// Devices and placement.
     pub fn load_options(&self) -> Result<LoadOptions, Box<dyn std::error::Error>> {
         let mut names = self.device_names();
-        let overrides = self
+        let mut overrides = self
             .ot
             .iter()
             .map(|s| Override::parse(s))
             .collect::<Result<Vec<_>, _>>()?;
+        overrides.extend(moe_overrides(self.cpu_moe, self.n_cpu_moe)?);
         for o in &overrides {
             if o.device != "CPU" && !names.contains(&o.device) {
                 names.push(o.device.clone());

@@ -1,5 +1,5 @@
-//! The dense families (llama as Llama 3 has it, qwen2, qwen3, gemma2,
-//! gemma3) on tiny
+//! The families (llama as Llama 3 has it, qwen2, qwen3, gemma2, gemma3, the
+//! mixture-of-experts qwen3moe and Mixtral-style llama) on tiny
 //! random-weight models written by `support/tiny_models.rs`, each checked
 //! against an f64 forward pass written here from the families' definitions
 //! (not from strata's graph), on a short prompt and on a prompt that takes
@@ -79,9 +79,9 @@ fn rope(cfg: &Config, w: &Weights, x: &mut [f64], pos: usize, il: usize) {
                 theta /= ff[i];
             }
             let (s, c) = theta.sin_cos();
-            let (j0, j1) = match cfg.fam {
-                Fam::Llama => (2 * i, 2 * i + 1),
-                Fam::Qwen2 | Fam::Qwen3 | Fam::Gemma2 | Fam::Gemma3 => (i, i + hd / 2),
+            let (j0, j1) = match cfg.fam.neox() {
+                false => (2 * i, 2 * i + 1),
+                true => (i, i + hd / 2),
             };
             let (a, b) = (h[j0], h[j1]);
             h[j0] = a * c - b * s;
@@ -148,21 +148,56 @@ fn block(cfg: &Config, w: &Weights, l: &LayerW, il: usize, xs: &mut [Vec<f64>]) 
         let o = post_norm(mv(&l.wo, &att, None), l.post_attn_norm.as_ref(), eps);
         let ffn_in: Vec<f64> = o.iter().zip(x.iter()).map(|(a, b)| a + b).collect();
         let h = rms(&ffn_in, &l.ffn_norm, eps);
-        let (g, u) = (mv(&l.gate, &h, None), mv(&l.up, &h, None));
-        let act: Vec<f64> = g
-            .iter()
-            .zip(&u)
-            .map(|(&g, u)| {
-                if cfg.fam.is_gemma() {
-                    gelu(g) * u
-                } else {
-                    g / (1.0 + (-g).exp()) * u
-                }
-            })
-            .collect();
-        let d = post_norm(mv(&l.down, &act, None), l.post_ffn_norm.as_ref(), eps);
+        let d = match &l.router {
+            Some(router) => moe_ffn(cfg, l, router, &h),
+            None if cfg.fam.is_gemma() => {
+                let (g, u) = (mv(&l.gate, &h, None), mv(&l.up, &h, None));
+                let act: Vec<f64> = g.iter().zip(&u).map(|(&g, u)| gelu(g) * u).collect();
+                mv(&l.down, &act, None)
+            }
+            None => swiglu_ffn(&l.gate, &l.up, &l.down, &h),
+        };
+        let d = post_norm(d, l.post_ffn_norm.as_ref(), eps);
         *x = d.iter().zip(&ffn_in).map(|(a, b)| a + b).collect();
     }
+}
+
+/// down(silu(gate h) · up h).
+fn swiglu_ffn(gate: &[f64], up: &[f64], down: &[f64], h: &[f64]) -> Vec<f64> {
+    let (g, u) = (mv(gate, h, None), mv(up, h, None));
+    let act: Vec<f64> = g
+        .iter()
+        .zip(&u)
+        .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+        .collect();
+    mv(down, &act, None)
+}
+
+/// A mixture of experts as Mixtral and Qwen 3 MoE define it: softmax of the
+/// router's logits, the `n_expert_used` most probable experts, their
+/// probabilities renormalised to sum 1 weighting their SwiGLU FFNs' outputs.
+fn moe_ffn(cfg: &Config, l: &LayerW, router: &[f64], h: &[f64]) -> Vec<f64> {
+    let logits = mv(router, h, None);
+    let m = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let p: Vec<f64> = logits.iter().map(|z| (z - m).exp()).collect();
+    let mut order: Vec<usize> = (0..p.len()).collect();
+    order.sort_by(|&a, &b| p[b].total_cmp(&p[a]));
+    let chosen = &order[..cfg.n_expert_used];
+    let total: f64 = chosen.iter().map(|&i| p[i]).sum();
+    let (e, ff) = (cfg.n_embd, cfg.n_ff);
+    let mut out = vec![0.0; e];
+    for &i in chosen {
+        let y = swiglu_ffn(
+            &l.gate[i * e * ff..][..e * ff],
+            &l.up[i * e * ff..][..e * ff],
+            &l.down[i * e * ff..][..e * ff],
+            h,
+        );
+        out.iter_mut()
+            .zip(&y)
+            .for_each(|(o, y)| *o += p[i] / total * y);
+    }
+    out
 }
 
 /// Logits of every position of `tokens`, f64.
@@ -332,6 +367,9 @@ fn the_reference_sees_every_family_feature() {
             _ => Fam::Llama,
         };
         variants.push(("other RoPE pairing", other_pairing, w.clone()));
+        let mut fewer_experts = cfg.clone();
+        fewer_experts.n_expert_used = cfg.n_expert_used.saturating_sub(1).max(1);
+        variants.push(("fewer experts used", fewer_experts, w.clone()));
         let mut unscaled = cfg.clone();
         unscaled.rope_linear = None;
         variants.push(("no linear scaling", unscaled, w.clone()));
@@ -502,11 +540,13 @@ fn bad_metadata_names_the_key() {
     let (llama, qwen2, qwen3) = (&all[0], &all[2], &all[4]);
     let e = load_err(llama, &mut set_meta("general.architecture", "gemma".into()));
     assert_eq!(metadata_key(&e), "general.architecture");
-    assert!(
-        e.to_string()
-            .contains("llama, qwen2, qwen3, gemma2, gemma3"),
-        "{e}"
-    );
+    for arch in ["llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3"] {
+        assert!(
+            e.to_string().contains(&format!(" {arch},"))
+                || e.to_string().contains(&format!(" {arch})")),
+            "{arch}: {e}"
+        );
+    }
 
     for (cfg, key, v) in [
         (llama, "llama.rope.scaling.type", Value::from("longrope")),
@@ -516,7 +556,8 @@ fn bad_metadata_names_the_key() {
             Value::F32(0.1),
         ),
         (qwen2, "qwen2.rope.scaling.yarn_beta_fast", Value::F32(16.0)),
-        (llama, "llama.expert_count", Value::U32(8)),
+        // experts used without experts (MoE itself: the MoE tests below)
+        (llama, "llama.expert_used_count", Value::U32(2)),
         (qwen3, "qwen3.attention.key_length", Value::U32(16)),
         (qwen3, "qwen3.block_count", Value::U32(3)),
         (qwen2, "qwen2.attention.head_count_kv", Value::U32(1)),

@@ -1,9 +1,10 @@
-//! The blocks every dense decoder family is built from: RMS norm with a
-//! weight, a projection with an optional bias, the attention block, the
-//! gated FFN (SwiGLU or GeGLU) and soft-capping. A family's differences are
-//! the optional weights of its [`Layer`] (Q/K/V biases, per-head Q/K norms,
-//! RoPE frequency factors, post-norms) and its [`HParams`] (query scale,
-//! attention soft-cap, FFN gate activation).
+//! The blocks every decoder family is built from: RMS norm with a weight, a
+//! projection with an optional bias, the attention block, the gated FFN
+//! (SwiGLU or GeGLU), its mixture of experts, and soft-capping. A family's
+//! differences are the optional weights of its [`Layer`] (Q/K/V biases,
+//! per-head Q/K norms, RoPE frequency factors, post-norms, the expert
+//! router) and its [`HParams`] (query scale, attention soft-cap, FFN gate
+//! activation).
 
 use strata::ops::{self, RopeParams};
 use strata::{Graph, Tensor};
@@ -193,4 +194,79 @@ pub(super) fn ffn(hp: &HParams, l: &Layer, x: &Tensor, il: usize) -> Result<Tens
         "ffn_out",
         il,
     ))
+}
+
+/// The mixture-of-experts FFN of layer `il` on the normed input `x`
+/// `[n_embd, n_tokens]`, in the op order of llama.cpp's `build_moe_ffn` for
+/// the softmax-gated, weight-normalising families (llama, qwen3moe): router
+/// logits → SOFT_MAX → the `n_expert_used` best (a descending ARGSORT and a
+/// view, `argsort_top_k`) → GET_ROWS of their probabilities → divided by
+/// their sum (clamped below at 2^-14) → MUL_MAT_ID through the chosen
+/// experts' up and gate matrices → SwiGLU → MUL_MAT_ID through their down
+/// matrices → times the weights → the experts' rows added in order.
+/// The weights are expanded into `graph` first and the expert views before
+/// their sum, as llama.cpp does, so the node order matches ggml's.
+pub(super) fn moe_ffn(
+    hp: &HParams,
+    l: &Layer,
+    router: &Tensor,
+    x: &Tensor,
+    il: usize,
+    graph: &mut Graph,
+) -> Result<Tensor> {
+    let (n_embd, n_tokens) = (x.ne()[0], x.ne()[1]);
+    let (n_expert, k) = (hp.n_expert, hp.n_expert_used);
+    let logits = named(ops::mul_mat(router, x)?, "ffn_moe_logits", il);
+    let probs = named(ops::soft_max(&logits)?, "ffn_moe_probs", il);
+    let selected = named(ops::argsort_top_k(&probs, k)?, "ffn_moe_topk", il);
+    let probs = ops::reshape(&probs, &[1, n_expert, n_tokens])?;
+    let weights = named(ops::get_rows(&probs, &selected)?, "ffn_moe_weights", il);
+    let weights = ops::reshape(&weights, &[k, n_tokens])?;
+    let sum = named(ops::sum_rows(&weights)?, "ffn_moe_weights_sum", il);
+    // no division by 0: the smallest normal f16, as llama.cpp
+    let sum = named(
+        ops::clamp(&sum, 6.103_515_6e-5, f32::INFINITY)?,
+        "ffn_moe_weights_sum_clamped",
+        il,
+    );
+    let weights = named(ops::div(&weights, &sum)?, "ffn_moe_weights_norm", il);
+    let weights = ops::reshape(&weights, &[1, k, n_tokens])?;
+    graph.expand(&weights);
+
+    let cur = ops::reshape(x, &[n_embd, 1, n_tokens])?;
+    let up = named(
+        ops::mul_mat_id(&l.ffn_up, &cur, &selected)?,
+        "ffn_moe_up",
+        il,
+    );
+    let gate = named(
+        ops::mul_mat_id(&l.ffn_gate, &cur, &selected)?,
+        "ffn_moe_gate",
+        il,
+    );
+    let act = named(ops::swiglu_split(&gate, &up)?, "ffn_moe_swiglu", il);
+    let down = named(
+        ops::mul_mat_id(&l.ffn_down, &act, &selected)?,
+        "ffn_moe_down",
+        il,
+    );
+    let experts = named(ops::mul(&down, &weights)?, "ffn_moe_weighted", il);
+    graph.expand(&experts);
+    let nb = experts.nb();
+    let mut views = Vec::with_capacity(k);
+    for i in 0..k {
+        let v = ops::view_2d(&experts, n_embd, n_tokens, nb[2], i * nb[1])?;
+        graph.expand(&v);
+        views.push(v);
+    }
+    let mut out = views[0].clone();
+    for v in &views[1..] {
+        out = ops::add(&out, v)?;
+        graph.expand(&out);
+    }
+    if k == 1 {
+        // not a strided view: the residual add wants a plain tensor
+        out = ops::cont(&out)?;
+    }
+    Ok(named(out, "ffn_moe_out", il))
 }

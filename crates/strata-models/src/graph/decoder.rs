@@ -1,12 +1,13 @@
-//! The dense decoder graph, as llama.cpp's `llm_build_llama`, `qwen2`,
-//! `qwen3`, `gemma2` and `gemma3` build it: token embedding (× √n_embd for
+//! The decoder graph, as llama.cpp's `llm_build_llama`, `qwen2`,
+//! `qwen3`, `qwen3moe`, `gemma2` and `gemma3` build it: token embedding (× √n_embd for
 //! Gemma) → per layer (RMS norm → attention (`blocks::attention`: Q, K, V
 //! with optional biases → optional per-head Q/K RMS norm → RoPE with
 //! optional frequency factors, the layer's base → optional query scale → KV
 //! cache write (SET_ROWS, f16) → grouped-query attention (FLASH_ATTN_EXT, or
 //! SOFT_MAX with a causal mask; optional soft-capping; a windowed mask in
 //! sliding-window layers) → output projection) → optional RMS post-norm →
-//! residual → RMS norm → gated FFN (`blocks::ffn`: SwiGLU or GeGLU) →
+//! residual → RMS norm → gated FFN (`blocks::ffn`: SwiGLU or GeGLU; `blocks::moe_ffn`'s mixture of
+//! experts when the layer has a router) →
 //! optional RMS post-norm → residual) → final norm → output projection (+
 //! optional bias) → optional final soft-capping. Only the rows whose logits
 //! are wanted go through the last layer's FFN and the head (llama.cpp's
@@ -199,7 +200,10 @@ pub fn build(
         }
         let ffn_inp = named(ops::add(&cur, &inp_sa)?, "ffn_inp", il);
         let cur = blocks::norm(&ffn_inp, &l.ffn_norm, hp.rms_eps, "ffn_norm", il)?;
-        let mut down = blocks::ffn(hp, l, &cur, il)?;
+        let mut down = match &l.ffn_gate_inp {
+            Some(router) => blocks::moe_ffn(hp, l, router, &cur, il, &mut graph)?,
+            None => blocks::ffn(hp, l, &cur, il)?,
+        };
         if let Some(w) = &l.ffn_post_norm {
             down = blocks::norm(&down, w, hp.rms_eps, "ffn_post_norm", il)?;
         }

@@ -137,7 +137,9 @@ pub(super) fn read(
     let arch = family.arch();
     let key = |k: &str| format!("{arch}.{k}");
     let (swa, big) = match family {
-        Family::Llama | Family::Qwen2 | Family::Qwen3 => return Ok((None, Shaping::default())),
+        Family::Llama | Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => {
+            return Ok((None, Shaping::default()))
+        }
         // llama.cpp: Gemma 2 always has a window (4096 unless given), on
         // every other layer; its window layers share the global RoPE unless
         // freq_base_swa is given

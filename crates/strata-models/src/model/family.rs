@@ -1,11 +1,11 @@
-//! The dense decoder families strata builds, and what each one's GGUF holds.
+//! The decoder families strata builds, and what each one's GGUF holds.
 //!
-//! Llama, Qwen 2/3 and Gemma 2/3 share one graph (`crate::graph`): RMS norm →
-//! attention → [RMS norm →] residual → RMS norm → gated FFN → [RMS norm →]
-//! residual. They differ in the RoPE pairing, the FFN's gate activation
-//! (SwiGLU, Gemma's GeGLU) and in optional tensors, which this table records
-//! as llama.cpp's loaders (`src/models/{llama,qwen2,qwen3,gemma2,gemma3}.cpp`)
-//! declare them:
+//! Llama, Qwen 2/3, Qwen 3 MoE and Gemma 2/3 share one graph (`crate::graph`):
+//! RMS norm → attention → [RMS norm →] residual → RMS norm → gated FFN (or
+//! its mixture of experts) → [RMS norm →] residual. They differ in the RoPE
+//! pairing, the FFN's gate activation (SwiGLU, Gemma's GeGLU) and in optional
+//! tensors, which this table records as llama.cpp's loaders
+//! (`src/models/{llama,qwen2,qwen3,qwen3moe,gemma2,gemma3}.cpp`) declare them:
 //! a tensor a family does not load is left unused, and an unused tensor is a
 //! load error (llama.cpp's "wrong number of tensors").
 
@@ -21,6 +21,10 @@ pub enum Family {
     Qwen2,
     /// `qwen3`: Qwen 3 (dense): NEOX RoPE, per-head RMS norm of Q and K before RoPE.
     Qwen3,
+    /// `qwen3moe`: Qwen 3 mixture of experts (Qwen3-30B-A3B): Qwen 3's
+    /// attention, every FFN a mixture of experts (softmax routing, top-k
+    /// weights normalised to sum 1).
+    Qwen3Moe,
     /// `gemma2`: Gemma 2: NEOX RoPE, embedding scaled by √n_embd, norms after
     /// attention and FFN, GeGLU, attention and final logit soft-capping,
     /// sliding-window attention on every other layer; the head is always the
@@ -64,14 +68,19 @@ pub struct Spec {
     /// `blk.N.post_attention_norm.weight` and `blk.N.post_ffw_norm.weight`
     /// (RMS norms of the attention and FFN outputs before their residuals).
     pub post_norms: Need,
+    /// Mixture-of-experts FFNs (`blk.N.ffn_gate_inp.weight` and
+    /// `blk.N.ffn_{gate,up,down}_exps.weight` instead of the dense FFN):
+    /// `Optional` means when `{arch}.expert_count` is above 0.
+    pub moe: Need,
 }
 
 impl Family {
     /// Every family, in the order error messages list them.
-    pub const ALL: [Family; 5] = [
+    pub const ALL: [Family; 6] = [
         Family::Llama,
         Family::Qwen2,
         Family::Qwen3,
+        Family::Qwen3Moe,
         Family::Gemma2,
         Family::Gemma3,
     ];
@@ -87,6 +96,7 @@ impl Family {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
+            Family::Qwen3Moe => "qwen3moe",
             Family::Gemma2 => "gemma2",
             Family::Gemma3 => "gemma3",
         }
@@ -96,7 +106,7 @@ impl Family {
     /// with a parallel gate: ggml's SwiGLU / GeGLU, GELU's tanh form).
     pub fn ffn_glu(self) -> GluOp {
         match self {
-            Family::Llama | Family::Qwen2 | Family::Qwen3 => GluOp::Swiglu,
+            Family::Llama | Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => GluOp::Swiglu,
             Family::Gemma2 | Family::Gemma3 => GluOp::Geglu,
         }
     }
@@ -105,7 +115,9 @@ impl Family {
     pub fn rope_mode(self) -> RopeMode {
         match self {
             Family::Llama => RopeMode::Normal,
-            Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Gemma3 => RopeMode::Neox,
+            Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe | Family::Gemma2 | Family::Gemma3 => {
+                RopeMode::Neox
+            }
         }
     }
 
@@ -122,6 +134,7 @@ impl Family {
                 output_bias: No,
                 output: Optional,
                 post_norms: No,
+                moe: Optional,
             },
             Family::Qwen2 => Spec {
                 qkv_bias: Optional,
@@ -132,6 +145,7 @@ impl Family {
                 output_bias: Optional,
                 output: Optional,
                 post_norms: No,
+                moe: No,
             },
             Family::Qwen3 => Spec {
                 qkv_bias: Optional,
@@ -142,6 +156,12 @@ impl Family {
                 output_bias: No,
                 output: Optional,
                 post_norms: No,
+                moe: No,
+            },
+            // Qwen 3's attention, every FFN a mixture of experts
+            Family::Qwen3Moe => Spec {
+                moe: Required,
+                ..Family::Qwen3.spec()
             },
             Family::Gemma2 | Family::Gemma3 => Spec {
                 qkv_bias: No,
@@ -153,6 +173,7 @@ impl Family {
                 // gemma2 always ties the head to the embedding
                 output: if self == Family::Gemma3 { Optional } else { No },
                 post_norms: Required,
+                moe: No,
             },
         }
     }
@@ -160,9 +181,12 @@ impl Family {
     /// Whether RoPE must rotate the whole head (`rope.dimension_count` equal
     /// to the head size): llama.cpp b11312 refuses partial rotary for these
     /// (`invalid n_rot` at load for llama, an assertion in the graph for
-    /// qwen2 and qwen3).
+    /// qwen2, qwen3 and qwen3moe).
     pub fn full_rotary_only(self) -> bool {
-        matches!(self, Family::Llama | Family::Qwen2 | Family::Qwen3)
+        matches!(
+            self,
+            Family::Llama | Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe
+        )
     }
 
     /// The supported architecture names, comma-separated.
@@ -181,6 +205,9 @@ mod tests {
             assert_eq!(Family::from_arch(f.arch()), Some(f));
         }
         assert_eq!(Family::from_arch("gemma"), None);
-        assert_eq!(Family::supported(), "llama, qwen2, qwen3, gemma2, gemma3");
+        assert_eq!(
+            Family::supported(),
+            "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3"
+        );
     }
 }

@@ -1,10 +1,11 @@
-//! Hyperparameters of a dense decoder model (llama, qwen2, qwen3, gemma2,
-//! gemma3), read from the `{arch}.*` GGUF metadata keys.
+//! Hyperparameters of a decoder model (llama, qwen2, qwen3, qwen3moe,
+//! gemma2, gemma3), read from the `{arch}.*` GGUF metadata keys.
 
 use strata::gguf::{GgufFile, Metadata};
 use strata::ops::RopeMode;
 
 use super::extras::{self, GlobalRope, Shaping, Swa};
+use super::moe::Experts;
 use super::Family;
 use crate::{ModelError, Result};
 
@@ -36,8 +37,16 @@ pub struct HParams {
     pub n_layer: usize,
     /// Embedding width.
     pub n_embd: usize,
-    /// FFN hidden width.
+    /// FFN hidden width (`feed_forward_length`; of a Mixtral-style llama's
+    /// experts too; 0 when a qwen3moe file leaves it out).
     pub n_ff: usize,
+    /// Experts per MoE FFN (`expert_count`; 0: dense FFNs).
+    pub n_expert: usize,
+    /// Experts each token is routed to (`expert_used_count`; 0 when dense).
+    pub n_expert_used: usize,
+    /// Hidden width of each expert (qwen3moe: `expert_feed_forward_length`,
+    /// else `n_ff / n_expert_used` as llama.cpp; llama: `n_ff`; 0 when dense).
+    pub n_ff_exp: usize,
     /// Query heads.
     pub n_head: usize,
     /// Key/value heads (grouped-query attention when fewer than `n_head`).
@@ -122,13 +131,7 @@ impl HParams {
         let key = |k: &str| format!("{arch}.{k}");
         let uint = |k: &str| -> Result<usize> {
             let key = key(k);
-            match m.get(&key) {
-                None => Err(meta(&key, "missing")),
-                Some(v) => v
-                    .to_u64()
-                    .and_then(|x| usize::try_from(x).ok())
-                    .ok_or_else(|| meta(&key, "expected an unsigned integer")),
-            }
+            get_uint(m, &key)?.ok_or_else(|| meta(&key, "missing"))
         };
         let uint_or = |k: &str, d: usize| -> Result<usize> {
             if m.contains_key(&key(k)) {
@@ -154,13 +157,17 @@ impl HParams {
         };
         let n_layer = uint("block_count")?;
         let n_embd = uint("embedding_length")?;
-        let n_ff = uint("feed_forward_length")?;
+        // llama.cpp's qwen3moe loader does not need feed_forward_length
+        let n_ff = match family {
+            Family::Qwen3Moe => uint_or("feed_forward_length", 0)?,
+            _ => uint("feed_forward_length")?,
+        };
         let n_head = uint("attention.head_count")?;
         let n_head_kv = uint_or("attention.head_count_kv", n_head)?;
-        if n_layer == 0 || n_embd == 0 || n_head == 0 || n_head_kv == 0 || n_ff == 0 {
+        if n_layer == 0 || n_embd == 0 || n_head == 0 || n_head_kv == 0 {
             return Err(meta(
                 &key("*"),
-                "layer, embedding, FFN and head counts must be positive",
+                "layer, embedding and head counts must be positive",
             ));
         }
         // The head size defaults to n_embd / n_head; with an explicit
@@ -183,12 +190,9 @@ impl HParams {
                 "head sizes must be positive",
             ));
         }
-        let n_expert = uint_or("expert_count", 0)?;
-        if n_expert > 0 {
-            return Err(meta(
-                &key("expert_count"),
-                &format!("{n_expert} experts: mixture-of-experts {arch} models are not supported"),
-            ));
+        let experts = Experts::read(m, family, n_ff)?;
+        if experts.n_expert == 0 && n_ff == 0 {
+            return Err(meta(&key("feed_forward_length"), "must be positive"));
         }
         let n_rot = uint_or("rope.dimension_count", head_dim_k)?;
         if n_rot > head_dim_k || n_rot % 2 != 0 {
@@ -257,6 +261,9 @@ impl HParams {
             n_layer,
             n_embd,
             n_ff,
+            n_expert: experts.n_expert,
+            n_expert_used: experts.n_expert_used,
+            n_ff_exp: experts.n_ff_exp,
             n_head,
             n_head_kv,
             head_dim_k,
@@ -350,14 +357,35 @@ impl HParams {
                 heads(self.n_head_kv, self.head_dim_v),
                 format!("{} KV heads x {}", self.n_head_kv, self.head_dim_v),
             ),
+        ];
+        let ffn_check = if self.n_expert == 0 {
             (
                 "feed_forward_length",
                 "blk.0.ffn_up.weight",
                 1,
                 self.n_ff,
                 format!("{}", self.n_ff),
-            ),
-        ];
+            )
+        } else {
+            (
+                super::moe::ff_exp_key(self.family),
+                "blk.0.ffn_up_exps.weight",
+                1,
+                self.n_ff_exp,
+                format!("{}", self.n_ff_exp),
+            )
+        };
+        let mut checks = Vec::from(checks);
+        checks.push(ffn_check);
+        if self.n_expert > 0 {
+            checks.push((
+                "expert_count",
+                "blk.0.ffn_gate_inp.weight",
+                1,
+                self.n_expert,
+                format!("{} experts", self.n_expert),
+            ));
+        }
         for (keys, tensor, axis, want, says) in checks {
             let got = width(tensor, axis)?;
             if got != want {
@@ -421,7 +449,19 @@ impl HParams {
     }
 }
 
-fn meta(key: &str, msg: &str) -> ModelError {
+/// The unsigned integer at `key`, `None` when absent; a typed error naming
+/// the key when it holds something else.
+pub(super) fn get_uint(m: &Metadata, key: &str) -> Result<Option<usize>> {
+    m.get(key)
+        .map(|v| {
+            v.to_u64()
+                .and_then(|x| usize::try_from(x).ok())
+                .ok_or_else(|| meta(key, "expected an unsigned integer"))
+        })
+        .transpose()
+}
+
+pub(super) fn meta(key: &str, msg: &str) -> ModelError {
     ModelError::Metadata {
         key: key.to_string(),
         msg: msg.to_string(),

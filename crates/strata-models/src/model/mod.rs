@@ -17,6 +17,7 @@
 mod extras;
 mod family;
 mod hparams;
+mod moe;
 mod placement;
 
 use std::collections::BTreeMap;
@@ -32,6 +33,7 @@ use strata::{ResultExt as _, Tensor};
 pub use extras::{Shaping, Swa};
 pub use family::{Family, Need, Spec};
 pub use hparams::{HParams, RopeScaling};
+pub use moe::MAX_EXPERTS;
 pub use placement::{layer_of, Devices, LayerMap, Override, PlacementSpec, SplitMode};
 
 use crate::tokenizer::Tokenizer;
@@ -91,11 +93,15 @@ pub struct Layer {
     pub rope_freqs: Option<Tensor>,
     /// Pre-FFN RMS norm weight.
     pub ffn_norm: Tensor,
-    /// FFN gate projection.
+    /// Mixture-of-experts router (`ffn_gate_inp`), `[n_embd, n_expert]`:
+    /// when present, `ffn_gate`, `ffn_up` and `ffn_down` are the experts'
+    /// stacks (`ffn_{gate,up,down}_exps`, one matrix per expert along ne2).
+    pub ffn_gate_inp: Option<Tensor>,
+    /// FFN gate projection (`[n_embd, n_ff_exp, n_expert]` in a MoE layer).
     pub ffn_gate: Tensor,
-    /// FFN up projection.
+    /// FFN up projection (`[n_embd, n_ff_exp, n_expert]` in a MoE layer).
     pub ffn_up: Tensor,
-    /// FFN down projection.
+    /// FFN down projection (`[n_ff_exp, n_embd, n_expert]` in a MoE layer).
     pub ffn_down: Tensor,
     /// FFN gate bias.
     pub ffn_gate_b: Option<Tensor>,
@@ -133,6 +139,7 @@ impl Layer {
                 &self.attn_q_norm,
                 &self.attn_k_norm,
                 &self.rope_freqs,
+                &self.ffn_gate_inp,
                 &self.ffn_gate_b,
                 &self.ffn_up_b,
                 &self.ffn_down_b,
@@ -562,6 +569,19 @@ fn named_weights(placed: Placed<'_>, hp: &HParams, map: &LayerMap) -> Result<Wei
         hp.n_embd_k_gqa(),
         hp.n_embd_v_gqa(),
     );
+    // a MoE layer's FFN: the router and the experts' stacks, no biases
+    let moe = hp.n_expert > 0;
+    let (exps, ffn_bias) = if moe {
+        ("_exps", Need::No)
+    } else {
+        ("", spec.ffn_bias)
+    };
+    let (ffn_in, ffn_out) = if moe {
+        let (f, n) = (hp.n_ff_exp, hp.n_expert);
+        (vec![e, f, n], vec![f, e, n])
+    } else {
+        (vec![e, hp.n_ff], vec![hp.n_ff, e])
+    };
     let mut layers = Vec::with_capacity(hp.n_layer);
     for i in 0..hp.n_layer {
         let w = |s: &str, shape: &[usize]| take(&format!("blk.{i}.{s}.weight"), shape);
@@ -590,12 +610,15 @@ fn named_weights(placed: Placed<'_>, hp: &HParams, map: &LayerMap) -> Result<Wei
             attn_k_norm: opt(spec.qk_norm, "attn_k_norm.weight", &[hp.head_dim_k])?,
             rope_freqs,
             ffn_norm: w("ffn_norm", &[e])?,
-            ffn_gate: w("ffn_gate", &[e, hp.n_ff])?,
-            ffn_up: w("ffn_up", &[e, hp.n_ff])?,
-            ffn_down: w("ffn_down", &[hp.n_ff, e])?,
-            ffn_gate_b: opt(spec.ffn_bias, "ffn_gate.bias", &[hp.n_ff])?,
-            ffn_up_b: opt(spec.ffn_bias, "ffn_up.bias", &[hp.n_ff])?,
-            ffn_down_b: opt(spec.ffn_bias, "ffn_down.bias", &[e])?,
+            ffn_gate_inp: moe
+                .then(|| w("ffn_gate_inp", &[e, hp.n_expert]))
+                .transpose()?,
+            ffn_gate: w(&format!("ffn_gate{exps}"), &ffn_in)?,
+            ffn_up: w(&format!("ffn_up{exps}"), &ffn_in)?,
+            ffn_down: w(&format!("ffn_down{exps}"), &ffn_out)?,
+            ffn_gate_b: opt(ffn_bias, "ffn_gate.bias", &[hp.n_ff])?,
+            ffn_up_b: opt(ffn_bias, "ffn_up.bias", &[hp.n_ff])?,
+            ffn_down_b: opt(ffn_bias, "ffn_down.bias", &[e])?,
             attn_post_norm: opt(spec.post_norms, "post_attention_norm.weight", &[e])?,
             ffn_post_norm: opt(spec.post_norms, "post_ffw_norm.weight", &[e])?,
         });

@@ -40,6 +40,31 @@ impl Override {
     }
 }
 
+/// llama.cpp's pattern of the expert tensors (`LLM_FFN_EXPS_REGEX`), which
+/// `--cpu-moe` and `--n-cpu-moe` keep on the CPU.
+pub const EXPS_PATTERN: &str = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps";
+
+/// The most blocks `--n-cpu-moe` names (llama.cpp's `LLAMA_MAX_LAYERS`: no
+/// model it loads has more), so a huge N costs no more than this.
+pub const MAX_CPU_MOE_LAYERS: usize = 512;
+
+impl Override {
+    /// `--cpu-moe`: every expert tensor on the CPU (llama.cpp's
+    /// `llm_ffn_exps_cpu_override`).
+    pub fn cpu_moe() -> Result<Override> {
+        Override::parse(&format!("{EXPS_PATTERN}=CPU"))
+    }
+
+    /// `--n-cpu-moe N`: the expert tensors of blocks `0..N` on the CPU, one
+    /// rule per block as llama.cpp adds them (`blk\.I` + the expert
+    /// pattern); N beyond [`MAX_CPU_MOE_LAYERS`] counts as that many.
+    pub fn n_cpu_moe(n: usize) -> Result<Vec<Override>> {
+        (0..n.min(MAX_CPU_MOE_LAYERS))
+            .map(|i| Override::parse(&format!(r"blk\.{i}{EXPS_PATTERN}=CPU")))
+            .collect()
+    }
+}
+
 /// How layers are spread over several devices (`-sm`, llama.cpp's split mode).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SplitMode {

@@ -1,5 +1,5 @@
-//! Tiny random-weight models of each dense family (llama, qwen2, qwen3,
-//! gemma2, gemma3),
+//! Tiny random-weight models of each family (llama, qwen2, qwen3, gemma2,
+//! gemma3, and the mixture-of-experts qwen3moe and Mixtral-style llama),
 //! written with strata's GGUF writer: a fixed-seed generator, so the same
 //! configuration gives byte-identical files every run (the llama.cpp golden
 //! logits depend on it). The weights come back as f64 too, for the tests'
@@ -28,6 +28,8 @@ pub enum Fam {
     Gemma2,
     /// `gemma3` (as gemma2 with per-head Q/K norms, no attention soft-cap).
     Gemma3,
+    /// `qwen3moe` (qwen3's attention, mixture-of-experts FFNs).
+    Qwen3Moe,
 }
 
 impl Fam {
@@ -39,12 +41,23 @@ impl Fam {
             Fam::Qwen3 => "qwen3",
             Fam::Gemma2 => "gemma2",
             Fam::Gemma3 => "gemma3",
+            Fam::Qwen3Moe => "qwen3moe",
         }
     }
 
     /// Gemma 2 or 3.
     pub fn is_gemma(self) -> bool {
         matches!(self, Fam::Gemma2 | Fam::Gemma3)
+    }
+
+    /// NEOX RoPE (the two halves of a head pair up).
+    pub fn neox(self) -> bool {
+        self != Fam::Llama
+    }
+
+    /// Per-head Q/K RMS norms.
+    pub fn qk_norm(self) -> bool {
+        matches!(self, Fam::Qwen3 | Fam::Qwen3Moe | Fam::Gemma3)
     }
 }
 
@@ -65,8 +78,12 @@ pub struct Config {
     pub n_head_kv: usize,
     /// Head size (written as `attention.key_length` when it is not n_embd / n_head).
     pub head_dim: usize,
-    /// FFN width.
+    /// FFN width (of each expert in a mixture-of-experts model).
     pub n_ff: usize,
+    /// Experts per FFN (0: dense FFNs).
+    pub n_expert: usize,
+    /// Experts each token is routed to.
+    pub n_expert_used: usize,
     /// `output.weight` absent: the head is the token embedding.
     pub tied: bool,
     /// Write `rope_freqs.weight` (llama).
@@ -163,6 +180,8 @@ pub fn configs() -> Vec<Config> {
         n_head_kv: 2,
         head_dim: 16,
         n_ff: 96,
+        n_expert: 0,
+        n_expert_used: 0,
         tied: false,
         rope_freqs: false,
         qkv_bias: false,
@@ -257,6 +276,19 @@ pub fn configs() -> Vec<Config> {
             seed: 41,
             ..base.clone()
         },
+        Config {
+            name: "qwen3moe-8x2",
+            fam: Fam::Qwen3Moe,
+            n_layer: 2,
+            n_ff: 32,
+            n_expert: 8,
+            n_expert_used: 2,
+            tied: false,
+            rope_base: 1000000.0,
+            eps: 1e-6,
+            seed: 41,
+            ..base.clone()
+        },
         // Gemma 3: window layers 0 and 1, global layer 2 (pattern 3) with
         // linear RoPE scaling; the window layers' own RoPE base
         Config {
@@ -283,6 +315,17 @@ pub fn configs() -> Vec<Config> {
             final_softcap: Some(5.0),
             eps: 1e-6,
             seed: 52,
+            ..base.clone()
+        },
+        Config {
+            name: "llama-moe-4x2",
+            fam: Fam::Llama,
+            n_layer: 2,
+            n_ff: 48,
+            n_expert: 4,
+            n_expert_used: 2,
+            tied: true,
+            seed: 42,
             ..base
         },
     ]
@@ -349,7 +392,11 @@ pub fn bench_configs() -> Vec<Config> {
             n_head: 16,
             n_head_kv: 4,
             head_dim: 64,
-            n_ff: 2816,
+            // experts as Qwen3-30B-A3B has them: 768 wide, 8 of 16 used
+            // there; here 16 experts, 4 used
+            n_ff: if c.n_expert > 0 { 768 } else { 2816 },
+            n_expert: if c.n_expert > 0 { 16 } else { 0 },
+            n_expert_used: if c.n_expert > 0 { 4 } else { 0 },
             wtype: WType::Q4KM,
             n_pad_vocab: 32000 - N_VOCAB,
             ..bench_gemma(c)
@@ -410,6 +457,10 @@ pub struct LayerW {
     pub post_attn_norm: Option<Vec<f64>>,
     pub post_ffn_norm: Option<Vec<f64>>,
     pub ffn_norm: Vec<f64>,
+    /// The expert router (`[n_expert][n_embd]`) of a mixture-of-experts
+    /// block, whose `gate`, `up` and `down` then hold every expert's matrix,
+    /// one after the other.
+    pub router: Option<Vec<f64>>,
     pub gate: Vec<f64>,
     pub up: Vec<f64>,
     pub down: Vec<f64>,
@@ -468,6 +519,19 @@ fn keep(ts: &mut Tensors, name: String, shape: Vec<usize>, x: Vec<f32>) -> Vec<f
 fn mat(r: &mut Rng, ts: &mut Tensors, name: String, n_in: usize, n_out: usize) -> Vec<f64> {
     let x = r.vec(n_in * n_out, 1.0 / (n_in as f32).sqrt(), 0.0);
     keep(ts, name, vec![n_in, n_out], x)
+}
+
+/// `n_expert` random `[n_in, n_out]` matrices stacked along ne2.
+fn experts(
+    r: &mut Rng,
+    ts: &mut Tensors,
+    name: String,
+    n_in: usize,
+    n_out: usize,
+    n_expert: usize,
+) -> Vec<f64> {
+    let x = r.vec(n_in * n_out * n_expert, 1.0 / (n_in as f32).sqrt(), 0.0);
+    keep(ts, name, vec![n_in, n_out, n_expert], x)
 }
 
 /// A random vector around `offset`.
@@ -629,6 +693,13 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
     } else if cfg.fam == Fam::Llama {
         md.push((k("rope.dimension_count"), u(cfg.head_dim)));
     }
+    if cfg.n_expert > 0 {
+        md.push((k("expert_count"), u(cfg.n_expert)));
+        md.push((k("expert_used_count"), u(cfg.n_expert_used)));
+    }
+    if cfg.fam == Fam::Qwen3Moe {
+        md.push((k("expert_feed_forward_length"), u(cfg.n_ff)));
+    }
     if let Some((f, orig)) = cfg.rope_yarn {
         md.push((k("rope.scaling.type"), "yarn".into()));
         md.push((k("rope.scaling.factor"), Value::F32(f)));
@@ -727,7 +798,7 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
             l.bk = Some(vector(&mut r, t, n("attn_k.bias"), kvd, 0.5, 0.0));
             l.bv = Some(vector(&mut r, t, n("attn_v.bias"), kvd, 0.5, 0.0));
         }
-        if matches!(cfg.fam, Fam::Qwen3 | Fam::Gemma3) {
+        if cfg.fam.qk_norm() {
             l.q_norm = Some(vector(&mut r, t, n("attn_q_norm.weight"), hd, 0.3, 1.0));
             l.k_norm = Some(vector(&mut r, t, n("attn_k_norm.weight"), hd, 0.3, 1.0));
         }
@@ -736,9 +807,20 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
             l.post_attn_norm = Some(w);
         }
         l.ffn_norm = vector(&mut r, t, n("ffn_norm.weight"), e, 0.3, 1.0);
-        l.gate = mat(&mut r, t, n("ffn_gate.weight"), e, ff);
-        l.up = mat(&mut r, t, n("ffn_up.weight"), e, ff);
-        l.down = mat(&mut r, t, n("ffn_down.weight"), ff, e);
+        if cfg.n_expert > 0 {
+            // router logits spread wide (scale 4) so that no two experts'
+            // probabilities are near a tie that rounding could flip
+            let ne = cfg.n_expert;
+            let x = r.vec(e * ne, 4.0 / (e as f32).sqrt(), 0.0);
+            l.router = Some(keep(t, n("ffn_gate_inp.weight"), vec![e, ne], x));
+            l.gate = experts(&mut r, t, n("ffn_gate_exps.weight"), e, ff, ne);
+            l.up = experts(&mut r, t, n("ffn_up_exps.weight"), e, ff, ne);
+            l.down = experts(&mut r, t, n("ffn_down_exps.weight"), ff, e, ne);
+        } else {
+            l.gate = mat(&mut r, t, n("ffn_gate.weight"), e, ff);
+            l.up = mat(&mut r, t, n("ffn_up.weight"), e, ff);
+            l.down = mat(&mut r, t, n("ffn_down.weight"), ff, e);
+        }
         if cfg.fam.is_gemma() {
             let w = vector(&mut r, t, n("post_ffw_norm.weight"), e, 0.3, 1.0);
             l.post_ffn_norm = Some(w);
@@ -755,7 +837,8 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         g.add_metadata(key, val).unwrap();
     }
     for (name, shape, data) in parts.tensors {
-        let dtype = if shape.len() >= 2 && name.ends_with(".weight") {
+        // the expert router stays F32, as llama-quantize leaves it
+        let dtype = if shape.len() >= 2 && name.ends_with(".weight") && !name.contains("gate_inp") {
             cfg.wtype.dtype(&name, shape[0])
         } else {
             DType::F32

@@ -183,7 +183,13 @@ impl RpcBackend {
                     continue;
                 }
                 let is_node = nodes.contains(&t.id());
-                let rec = record(&self.conn, &t, is_node, Some(graph))?;
+                let mut rec = record(&self.conn, &t, is_node, Some(graph))?;
+                if !is_node {
+                    // computed before (an earlier split) or a leaf: its bytes
+                    // are all the server reads, and its sources may live on
+                    // other backends, so they are not sent
+                    rec.src = Default::default();
+                }
                 if rec.buffer == 0 {
                     return Err(Error::BadTensor {
                         op: "RPC graph_compute",
@@ -194,7 +200,9 @@ impl RpcBackend {
                     });
                 }
                 msg.tensors.push(rec);
-                stack.extend(graph.srcs(&t).cloned());
+                if is_node {
+                    stack.extend(graph.srcs(&t).cloned());
+                }
                 if let Some(v) = t.view_of() {
                     stack.push(v.src.clone());
                 }
