@@ -220,51 +220,109 @@ fn run_on(
     outs.iter().map(|t| t.to_f32_vec()).collect()
 }
 
-/// MUL_MAT_ID of `at` experts [64, 32, 4] for 6 tokens with its inputs on
-/// `buft`: the result, and how the buffer holds the experts.
-fn on_buffer(
-    at: DType,
-    buft: &std::sync::Arc<dyn strata::backend::BufferType>,
-) -> (Vec<f32>, strata::backend::TensorLayout) {
-    let (k, m, n_exp, n_tok) = (64, 32, 4, 6);
-    let a = tensor("experts", at, &[k, m, n_exp]);
-    let b = tensor("b", DType::F32, &[k, 1, n_tok]);
-    let ids = tensor("ids", DType::I32, &[2, n_tok]);
-    let out = ops::mul_mat_id(&a, &b, &ids).unwrap();
+/// The shapes of [`on_buffer`]: experts [K, M, N_EXP], N_TOK tokens, two
+/// experts each (K = 256 so that the K-quants pack too).
+const PK: (usize, usize, usize, usize) = (256, 32, 4, 6);
+
+/// The inputs of [`on_buffer`]: experts, activations, ids.
+fn packed_inputs() -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (k, m, n_exp, n_tok) = PK;
     let mut rng = Rng::new(5);
     let av = rng.vec(k * m * n_exp, -1.0, 1.0);
     let bv = rng.vec(k * n_tok, -1.0, 1.0);
     let iv: Vec<f32> = (0..2 * n_tok).map(|_| rng.below(n_exp) as f32).collect();
+    (av, bv, iv)
+}
+
+/// MUL_MAT_ID of `at` experts ([`PK`]) with its inputs on `buft`, on `nth`
+/// threads: the result, and how the buffer holds the experts.
+fn on_buffer(
+    at: DType,
+    buft: &std::sync::Arc<dyn strata::backend::BufferType>,
+    nth: usize,
+) -> (Vec<f32>, strata::backend::TensorLayout) {
+    let (k, m, n_exp, n_tok) = PK;
+    let a = tensor("experts", at, &[k, m, n_exp]);
+    let b = tensor("b", DType::F32, &[k, 1, n_tok]);
+    let ids = tensor("ids", DType::I32, &[2, n_tok]);
+    let out = ops::mul_mat_id(&a, &b, &ids).unwrap();
+    let (av, bv, iv) = packed_inputs();
     let ins = [(&a, &av[..]), (&b, &bv[..]), (&ids, &iv[..])];
     let g = Graph::build(&[out.clone()]);
     let _bufs = strata::backend::alloc_graph(&g, buft).unwrap();
     for (t, v) in ins {
         write_input(t, v);
     }
-    cpu::compute(&g, 3).unwrap();
+    cpu::compute(&g, nth).unwrap();
     let layout = a.buffer().unwrap().tensor_layout(&a);
     (out.to_f32_vec().unwrap(), layout)
 }
 
-/// Packed experts (`CPU_PACKED`) give the plain result bit for bit.
+/// MUL_MAT of expert `e` alone (a [K, M] weight on `buft`) with every
+/// token's activations: [M, N_TOK].
+fn one_expert(
+    at: DType,
+    e: usize,
+    buft: &std::sync::Arc<dyn strata::backend::BufferType>,
+) -> Vec<f32> {
+    let (k, m, _, n_tok) = PK;
+    let (av, bv, _) = packed_inputs();
+    let a = tensor("expert", at, &[k, m]);
+    let b = tensor("b", DType::F32, &[k, n_tok]);
+    let out = ops::mul_mat(&a, &b).unwrap();
+    let g = Graph::build(&[out.clone()]);
+    let _bufs = strata::backend::alloc_graph(&g, buft).unwrap();
+    write_input(&a, &av[e * k * m..(e + 1) * k * m]);
+    write_input(&b, &bv);
+    cpu::compute(&g, 2).unwrap();
+    out.to_f32_vec().unwrap()
+}
+
+/// Packed experts (`CPU_PACKED`) give, for every (slot, token), a packed
+/// MUL_MAT of the chosen expert bit for bit (the tile kernels where this
+/// level has them; otherwise the plain dot products, so also the plain
+/// result bit for bit), on any thread count; and stay within MUL_MAT's
+/// bounds of plain memory.
 #[test]
-fn packed_experts_match_plain_memory() {
+fn packed_experts_match_a_packed_mul_mat() {
     use strata::backend::TensorLayout;
+    let (_, m, n_exp, n_tok) = PK;
+    let (_, _, iv) = packed_inputs();
+    let packed_buft = cpu::packed_buffer_type();
     for at in [
         DType::Q4_0,
         DType::Q4_1,
         DType::Q5_0,
         DType::Q5_1,
         DType::Q8_0,
+        DType::Q4_K,
+        DType::Q6_K,
     ] {
-        let (plain, l0) = on_buffer(at, &cpu::cpu_buffer_type());
-        let (packed, l1) = on_buffer(at, &cpu::packed_buffer_type());
+        let (plain, l0) = on_buffer(at, &cpu::cpu_buffer_type(), 2);
+        let (packed, l1) = on_buffer(at, &packed_buft, 3);
         assert_eq!(
             (l0, l1),
             (TensorLayout::Plain, TensorLayout::Packed),
             "{at}"
         );
-        assert_eq!(plain, packed, "{at}");
+        assert_eq!(
+            packed,
+            on_buffer(at, &packed_buft, 1).0,
+            "{at}: 1 vs 3 threads"
+        );
+        let per: Vec<Vec<f32>> = (0..n_exp)
+            .map(|e| one_expert(at, e, &packed_buft))
+            .collect();
+        for t in 0..n_tok {
+            for s in 0..2 {
+                let e = iv[2 * t + s] as usize;
+                let got = &packed[(2 * t + s) * m..(2 * t + s + 1) * m];
+                assert_eq!(got, &per[e][t * m..(t + 1) * m], "{at}: slot {s} token {t}");
+            }
+        }
+        // the same products, summed in another order
+        let plain: Vec<f64> = plain.iter().map(|&x| f64::from(x)).collect();
+        assert_close(&format!("{at}: packed vs plain"), &packed, &plain, 1e-10);
     }
 }
 

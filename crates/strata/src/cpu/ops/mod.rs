@@ -13,6 +13,7 @@ mod matmul;
 mod matmul_float;
 mod matmul_packed;
 mod moe;
+mod moe_packed;
 mod norm;
 mod reduce;
 mod rope;

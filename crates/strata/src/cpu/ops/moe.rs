@@ -22,9 +22,10 @@
 //!    MUL_MAT's of the same expert bit for bit; float weights: MUL_MAT
 //!    takes the GEMM of [`super::matmul_float`] instead).
 //!
-//! A packed weight (`CPU_PACKED`) is read through the same dot products:
-//! each 16-row group is unpacked into thread scratch once per item, which
-//! is bit-identical to the unpacked path (not the packed tile kernels).
+//! A packed weight (`CPU_PACKED`) goes through the packed tile kernels
+//! ([`super::moe_packed`]) at levels that have them; at the others it is
+//! read through the same dot products: each 16-row group is unpacked into
+//! thread scratch once per item, bit-identical to the unpacked path.
 //!
 //! An id outside `0..n_expert` is refused before compute when `ids` is an
 //! input ([`super::rows::validate`]); a computed one gives a zero column.
@@ -64,7 +65,7 @@ pub(super) fn supports(t: &Tensor) -> bool {
 
 /// Rounds up to a multiple of 64 bytes (saturating: received graphs may
 /// claim absurd sizes, which the backend then refuses).
-fn up64(x: usize) -> usize {
+pub(super) fn up64(x: usize) -> usize {
     x.saturating_add(63) & !63
 }
 
@@ -87,9 +88,18 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
         };
     }
     let ids = node.src(2);
-    let words = (a.ne[2] + 1).saturating_add(ids.ne[0].saturating_mul(ids.ne[1]));
+    let n_pairs = ids.ne[0].saturating_mul(ids.ne[1]);
+    let words = (a.ne[2] + 1).saturating_add(n_pairs);
+    let unpacked = up64(DotRows::shared_size(a.dtype, b)).saturating_add(words.saturating_mul(8));
+    // A packed weight may take the tile kernels' path (at levels that
+    // have them), which lays the shared memory out its own way.
+    let packed = if a.packed {
+        super::moe_packed::shared_size(a, n_pairs)
+    } else {
+        0
+    };
     WorkSize {
-        shared: up64(DotRows::shared_size(a.dtype, b)).saturating_add(words.saturating_mul(8)),
+        shared: unpacked.max(packed),
         per_thread: (a.ne[0] + group_f32(a)).saturating_mul(4),
     }
 }
@@ -113,7 +123,7 @@ fn expert(ids: &TView, s: usize, t: usize, n: usize) -> Option<usize> {
 /// Groups the pairs `j = t · n_used + s` by expert: on return, expert `e`'s
 /// pairs are `pairs[offsets[e] .. offsets[e + 1]]`, in increasing `j`.
 /// Pairs with an out-of-range id get a zero column in `dst` instead.
-fn group_by_expert(
+pub(super) fn group_by_expert(
     ids: &TView,
     n_exp: usize,
     offsets: &mut [usize],
@@ -156,6 +166,9 @@ fn group_by_expert(
 }
 
 fn mul_mat_id(node: &NodePlan, ctx: &Ctx<'_>) {
+    if super::moe_packed::applies(node, ctx) {
+        return super::moe_packed::mul_mat_id(node, ctx);
+    }
     let (a, b, ids, dst) = (node.src(0), node.src(1), node.src(2), &node.dst);
     let (k, m, n_exp) = (a.ne[0], a.ne[1], a.ne[2]);
     let (n_used, n_tok, n_b) = (ids.ne[0], ids.ne[1], b.ne[1]);
