@@ -168,13 +168,27 @@ pub(super) fn mul_mat_id(node: &NodePlan, ctx: &Ctx<'_>) {
                 // follow tile.a; tmp holds NR columns of 16 f32.
                 unsafe { (kern.tiles[nr - 1])(tile) };
                 for (out, &j) in tmp[..nr].iter().zip(&pairs[p..p + nr]) {
-                    let (s, t) = (j % n_used, j / n_used);
-                    for (r, &v) in out.iter().enumerate() {
-                        dst.set_f32(g * ROWS + r, s, t, 0, v);
-                    }
+                    store(dst, g * ROWS, j % n_used, j / n_used, out);
                 }
                 p += nr;
             }
         }
     }
+}
+
+/// Writes the 16 outputs of rows `r0..r0 + 16` of column (`s`, `t`).
+fn store(dst: &TView, r0: usize, s: usize, t: usize, out: &[f32; ROWS]) {
+    if dst.nb[0] != 4 {
+        for (r, &v) in out.iter().enumerate() {
+            dst.set_f32(r0 + r, s, t, 0, v);
+        }
+        return;
+    }
+    // Both ends are bounds-checked by elem_ptr.
+    dst.elem_ptr(r0 + ROWS - 1, s, t, 0);
+    let p = dst.elem_ptr(r0, s, t, 0);
+    // SAFETY: dst is F32 (supports()) with consecutive elements along ne0,
+    // so the 16 outputs are 64 bytes from p, in bounds (both ends checked);
+    // this unit is the only writer of these outputs; byte copy, any alignment.
+    unsafe { std::ptr::copy_nonoverlapping(out.as_ptr().cast::<u8>(), p, ROWS * 4) };
 }
