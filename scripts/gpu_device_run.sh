@@ -2,57 +2,119 @@
 # The GPU figures of PERFORMANCE.md on a machine with a real GPU and no Rust
 # toolchain (the device tool's NVIDIA machines): everything it needs comes in
 # BUNDLE (a directory), built on the development machine:
-#   strata, sched_priority   release binaries (cargo build --release -p strata-cli;
-#                            cargo build --release -p strata-gpu --example sched_priority)
-#   model.gguf               SmolLM2-135M-Instruct Q4_1 (the default model)
-#   llama-src.tar.xz         llama.cpp b11312's sources (llama-cpp-python 0.3.36's vendor tree)
-# and writes its logs into OUT. Vulkan's loader must be installed (the device
-# README's .gl packages). ggml is built with CUDA (this machine's nvcc) in the
-# background while strata runs, then benchmarked on the same model.
+#   strata, sched_priority, write_tiny_models   release binaries, stripped
+#       (cargo build --release -p strata-cli;
+#        cargo build --release -p strata-gpu --example sched_priority;
+#        cargo build --release -p strata-models --example write_tiny_models)
+#   ggml/    llama.cpp b11312 built with -DGGML_VULKAN=ON (llama-bench and its
+#            shared libraries, stripped, by their sonames; *.xz ones are
+#            unpacked first), the reference on the same Vulkan device
+# and writes its logs into OUT. The models are generated there (the benchmark
+# models of tests/support/tiny_models.rs: 8 x 1024, Q4_K_M, and the tests'
+# qwen3moe-8x2), so nothing large travels. Vulkan's loader must be installed
+# (the device README's .gl packages).
 set -u
 BUNDLE=${1:?usage: gpu_device_run.sh BUNDLE OUT}
 OUT=${2:?usage: gpu_device_run.sh BUNDLE OUT}
 S="$BUNDLE/strata"
+LB="$BUNDLE/ggml/llama-bench"
+export LD_LIBRARY_PATH="/tmp/ggml-libs:$BUNDLE/ggml${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+T=${THREADS:-8}
+# smaller runs for a smoke test on a software device: PP=8 NG=4 REPS=1 TESTOPS=0
+PP=${PP:-512} NG=${NG:-64} REPS=${REPS:-3} TESTOPS=${TESTOPS:-1}
+M=/tmp/models
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+quiet() { grep -v -E 'XDG_RUNTIME|^$'; }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$OUT/nvidia-smi.txt"
-if [ ! -d /tmp/ll ]; then
-    (mkdir -p /tmp/ll && cd /tmp/ll && tar xJf "$BUNDLE/llama-src.tar.xz" &&
-        cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-            -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
-            >/tmp/ll/cmake.log 2>&1 &&
-        cmake --build build -j 14 --target llama-bench >/tmp/ll/build.log 2>&1
-     echo "$?" >/tmp/ll/status) &
-fi
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee -a "$OUT/summary.txt"
+grep -m1 'model name' /proc/cpuinfo | tee -a "$OUT/summary.txt"
+mkdir -p "$M"
+# libraries may travel xz-compressed (the device tool's size limit)
+mkdir -p /tmp/ggml-libs
+for z in "$BUNDLE"/ggml/*.xz; do
+    [ -f "$z" ] && python3 -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.open(sys.argv[1]).read())' \
+        "$z" "/tmp/ggml-libs/$(basename "${z%.xz}")"
+done
+# the models are generated on the CPU while the GPU runs the suite
+(
+    "$BUNDLE/write_tiny_models" "$M" --tests qwen3moe-8x2
+    "$BUNDLE/write_tiny_models" "$M" --bench bench-llama bench-qwen3moe
+    "$S" quantize --allow-requantize "$M/bench-llama.gguf" "$M/bench-llama-q4_1.gguf" Q4_1 >/dev/null 2>&1
+) >"$OUT/models.txt" 2>&1 &
+GEN=$!
 
 log "strata devices"
-"$S" devices 2>&1 | grep -v XDG_RUNTIME | tee -a "$OUT/summary.txt"
+"$S" devices 2>&1 | quiet | tee -a "$OUT/summary.txt"
+if [ "$TESTOPS" = 1 ]; then
 log "conformance suite on GPU0"
-timeout 240 "$S" test-ops --device GPU0 >"$OUT/test-ops.txt" 2>&1
+timeout 180 "$S" test-ops --device GPU0 >"$OUT/test-ops.txt" 2>&1
 tail -1 "$OUT/test-ops.txt" | tee -a "$OUT/summary.txt"
 grep -E "FAIL" "$OUT/test-ops.txt" | head -20 | tee -a "$OUT/summary.txt"
+fi
 log "the seeds' experiment on GPU0"
 timeout 60 "$BUNDLE/sched_priority" >"$OUT/seeds.txt" 2>&1
 grep -E "split|device" "$OUT/seeds.txt" | tee -a "$OUT/summary.txt"
-"$S" quantize --allow-requantize "$BUNDLE/model.gguf" /tmp/q4km.gguf Q4_K_M >/dev/null 2>&1
-for m in "$BUNDLE/model.gguf" /tmp/q4km.gguf; do
-    log "strata bench -ngl 99 --device GPU0 $(basename "$m")"
-    timeout 180 "$S" bench -m "$m" -ngl 99 --device GPU0 -p 512 -n 64 -r 3 -t 8 2>&1 | grep -v XDG_RUNTIME | tee -a "$OUT/summary.txt"
+
+wait "$GEN"
+log "the models (generated meanwhile)"
+cat "$OUT/models.txt" >>"$OUT/summary.txt"
+ls -la "$M" | tee -a "$OUT/summary.txt"
+
+# the same logits on the GPU as on the CPU: the dense model, and the MoE
+# model with its experts on the CPU (-ot exps=CPU) and on the GPU
+kl() { python3 - "$@" <<'EOF' | tee -a "$OUT/summary.txt"
+import math, sys
+from array import array
+def read(path):
+    a = array("f")
+    with open(path, "rb") as f:
+        a.frombytes(f.read())
+    return list(a)
+def log_softmax(x):
+    m = max(x)
+    z = math.log(sum(math.exp(v - m) for v in x))
+    return [v - m - z for v in x]
+p, q = read(sys.argv[1]), read(sys.argv[2])
+lp, lq = log_softmax(p), log_softmax(q)
+kl = sum(math.exp(a) * (a - b) for a, b in zip(lp, lq))
+d = max(abs(a - b) for a, b in zip(p, q))
+print(f"KL(cpu||{sys.argv[3]}) = {kl:.3e}, argmax {p.index(max(p))} / {q.index(max(q))}, max |dlogit| {d:.3e}")
+EOF
+}
+P="The quick brown fox jumps over the lazy dog, and then it runs far away into the forest"
+for m in bench-llama qwen3moe-8x2; do
+    log "strata eval $m: CPU vs GPU0"
+    "$S" eval -m "$M/$m.gguf" -p "$P" --logits-out "/tmp/$m.cpu" -t "$T" 2>&1 | quiet | tail -2
+    "$S" eval -m "$M/$m.gguf" -p "$P" --logits-out "/tmp/$m.gpu" -t "$T" -ngl 99 --device GPU0 2>&1 | quiet | tail -2
+    kl "/tmp/$m.cpu" "/tmp/$m.gpu" "GPU0 -ngl 99"
 done
-log "strata run -ngl 99 --device GPU0 --temp 0 (and the CPU)"
-for dev in "-ngl 99 --device GPU0" ""; do
-    timeout 60 "$S" run -m "$BUNDLE/model.gguf" $dev --temp 0 -n 24 -p "The capital of France is" 2>/dev/null | tee -a "$OUT/summary.txt"
-    echo | tee -a "$OUT/summary.txt"
+"$S" eval -m "$M/qwen3moe-8x2.gguf" -p "$P" --logits-out /tmp/moe.ot -t "$T" -ngl 99 --device GPU0 --ot exps=CPU 2>&1 | quiet | tail -2
+kl /tmp/qwen3moe-8x2.cpu /tmp/moe.ot "GPU0 -ngl 99 --ot exps=CPU"
+log "strata explain qwen3moe-8x2 -ngl 99 --device GPU0 --ot exps=CPU (batch 128 and 1)"
+for b in 128 1; do
+    timeout 60 "$S" explain -m "$M/qwen3moe-8x2.gguf" -ngl 99 --device GPU0 --ot exps=CPU -b "$b" \
+        >"$OUT/explain-moe-b$b.txt" 2>&1
+    grep -E 'splits,|^## SPLIT' "$OUT/explain-moe-b$b.txt" | tee -a "$OUT/summary.txt"
+done
+log "ggml's scheduler on the same placement (GGML_SCHED_DEBUG=2, Vulkan0)"
+for p in 128 1; do
+    GGML_SCHED_DEBUG=2 timeout 60 "$LB" -v -m "$M/qwen3moe-8x2.gguf" -ngl 99 -ot exps=CPU -p "$p" -n 0 -r 1 -t "$T" \
+        >"$OUT/ggml-sched-$p.txt" 2>&1
+    # the splits of the last graph ggml printed (one SPLIT #0 starts each graph)
+    echo "batch $p:" | tee -a "$OUT/summary.txt"
+    awk '/^## SPLIT #0:/{n=0; s=""} /^## SPLIT/{n++; s=s $0 "\n"} END{printf "%s  %d splits\n", s, n}' \
+        "$OUT/ggml-sched-$p.txt" | tee -a "$OUT/summary.txt"
 done
 
-log "ggml (CUDA) build"
-for _ in $(seq 1 150); do [ -f /tmp/ll/status ] && break; sleep 2; done
-cat /tmp/ll/status 2>/dev/null | tee -a "$OUT/summary.txt"
-tail -3 /tmp/ll/build.log 2>/dev/null | tee -a "$OUT/summary.txt"
-B=/tmp/ll/build/bin/llama-bench
-if [ -x "$B" ]; then
-    for m in "$BUNDLE/model.gguf" /tmp/q4km.gguf; do
-        log "llama-bench -ngl 99 $(basename "$m")"
-        timeout 120 "$B" -m "$m" -ngl 99 -p 512 -n 64 -r 3 -t 8 2>&1 | tail -5 | tee -a "$OUT/summary.txt"
-    done
-fi
+for m in bench-llama-q4_1 bench-llama; do
+    log "strata bench -ngl 99 --device GPU0 $m"
+    timeout 150 "$S" bench -m "$M/$m.gguf" -ngl 99 --device GPU0 -p "$PP" -n "$NG" -r "$REPS" -t "$T" 2>&1 | quiet | tee -a "$OUT/summary.txt"
+    log "llama-bench (Vulkan) -ngl 99 $m"
+    timeout 120 "$LB" -m "$M/$m.gguf" -ngl 99 -p "$PP" -n "$NG" -r "$REPS" -t "$T" 2>&1 | tail -5 | tee -a "$OUT/summary.txt"
+done
+log "MoE: bench-qwen3moe, experts on the CPU (--ot exps=CPU) and all on the GPU"
+for ot in "--ot exps=CPU" ""; do
+    timeout 150 "$S" bench -m "$M/bench-qwen3moe.gguf" -ngl 99 --device GPU0 $ot -p "$PP" -n "$NG" -r "$REPS" -t "$T" 2>&1 | quiet | tee -a "$OUT/summary.txt"
+    timeout 120 "$LB" -m "$M/bench-qwen3moe.gguf" -ngl 99 ${ot/--ot/-ot} -p "$PP" -n "$NG" -r "$REPS" -t "$T" 2>&1 | tail -4 | tee -a "$OUT/summary.txt"
+done
+log "done"

@@ -9,24 +9,30 @@
 //! PERFORMANCE.md's family table benchmarks (`tiny_models::bench_configs`):
 //!
 //!     cargo run --release -p strata-models --example write_tiny_models -- DIR --bench
+//!
+//! Names after the mode keep only those models (`DIR --bench bench-llama`).
 
 #[path = "../tests/support/tiny_models.rs"]
 mod tiny_models;
 
 fn main() -> std::io::Result<()> {
     let Some(dir) = std::env::args_os().nth(1) else {
-        eprintln!("usage: write_tiny_models DIR [--bench]");
+        eprintln!("usage: write_tiny_models DIR [--bench|--tests] [NAME ...]");
         std::process::exit(2);
     };
     let dir = std::path::PathBuf::from(dir);
     std::fs::create_dir_all(&dir)?;
     let bench = std::env::args().nth(2).as_deref() == Some("--bench");
+    let only: Vec<String> = std::env::args().skip(3).collect();
     let configs = if bench {
         tiny_models::bench_configs()
     } else {
         tiny_models::golden_configs()
     };
     for cfg in configs {
+        if !only.is_empty() && !only.iter().any(|n| n == cfg.name) {
+            continue;
+        }
         let (bytes, _) = tiny_models::write(&cfg);
         let path = dir.join(format!("{}.gguf", cfg.name));
         std::fs::write(&path, &bytes)?;
