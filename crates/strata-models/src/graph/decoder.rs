@@ -114,6 +114,7 @@ pub fn build(
         n_kv,
         kind: attn,
         rope: hp.rope_params(),
+        long_ctx: hp.long_context(kv.n_ctx()),
     };
     let mut inp = ops::get_rows(&model.tok_embd, &tokens)?.with_name("inp_embd");
     for (il, l) in model.layers.iter().enumerate() {

@@ -19,6 +19,12 @@ pub enum Family {
     Qwen2,
     /// `qwen3`: Qwen 3 (dense): NEOX RoPE, per-head RMS norm of Q and K before RoPE.
     Qwen3,
+    /// `phi3`: Phi-3 / Phi-3.5 / Phi-4-mini: fused `attn_qkv` (or separate
+    /// Q/K/V), fused gate+up `ffn_up`, NEOX RoPE with LongRoPE factors
+    /// (`rope_factors_{long,short}`), Q scaled by 1/√head_dim before attention.
+    /// `phi3.attention.sliding_window` is read by nobody: llama.cpp b11312
+    /// turns Phi's sliding window off, and strata does the same.
+    Phi3,
 }
 
 /// Whether a family's file holds a tensor.
@@ -48,11 +54,41 @@ pub struct Spec {
     pub rope_freqs: Need,
     /// `output.bias`.
     pub output_bias: Need,
+    /// `blk.N.attn_qkv.weight` (Q, K and V rows fused, in that order) in
+    /// place of `attn_{q,k,v}.weight` (with `attn_qkv.bias` or the separate
+    /// biases). `No`: separate Q/K/V only.
+    pub fused_qkv: Need,
+    /// `blk.N.ffn_up.weight` is `[n_embd, 2·n_ff]`, gate rows first, and
+    /// there is no `ffn_gate` (llama.cpp's `ggml_swiglu` on the fused rows).
+    pub fused_gate_up: bool,
+    /// `rope_factors_long.weight` / `rope_factors_short.weight` (LongRoPE:
+    /// long when the context is longer than `rope.scaling.original_context_length`).
+    pub rope_factors: Need,
+    /// Q is scaled by 1/√head_dim before attention, which then scales by 1
+    /// (phi3.cpp's order; the same product, rounded differently).
+    pub prescale_q: bool,
+}
+
+impl Spec {
+    /// The llama layout's answers to the fields that only some families
+    /// change (no fused weights, no LongRoPE factors, scaling in attention).
+    pub const DENSE: Spec = Spec {
+        qkv_bias: Need::No,
+        wo_bias: Need::No,
+        qk_norm: Need::No,
+        ffn_bias: Need::No,
+        rope_freqs: Need::No,
+        output_bias: Need::No,
+        fused_qkv: Need::No,
+        fused_gate_up: false,
+        rope_factors: Need::No,
+        prescale_q: false,
+    };
 }
 
 impl Family {
     /// Every family, in the order error messages list them.
-    pub const ALL: [Family; 3] = [Family::Llama, Family::Qwen2, Family::Qwen3];
+    pub const ALL: [Family; 4] = [Family::Llama, Family::Qwen2, Family::Qwen3, Family::Phi3];
 
     /// The family of `general.architecture = arch`.
     pub fn from_arch(arch: &str) -> Option<Family> {
@@ -65,6 +101,7 @@ impl Family {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
+            Family::Phi3 => "phi3",
         }
     }
 
@@ -72,7 +109,7 @@ impl Family {
     pub fn rope_mode(self) -> RopeMode {
         match self {
             Family::Llama => RopeMode::Normal,
-            Family::Qwen2 | Family::Qwen3 => RopeMode::Neox,
+            Family::Qwen2 | Family::Qwen3 | Family::Phi3 => RopeMode::Neox,
         }
     }
 
@@ -87,6 +124,7 @@ impl Family {
                 ffn_bias: Optional,
                 rope_freqs: Optional,
                 output_bias: No,
+                ..Spec::DENSE
             },
             Family::Qwen2 => Spec {
                 qkv_bias: Optional,
@@ -95,6 +133,7 @@ impl Family {
                 ffn_bias: No,
                 rope_freqs: No,
                 output_bias: Optional,
+                ..Spec::DENSE
             },
             Family::Qwen3 => Spec {
                 qkv_bias: Optional,
@@ -103,6 +142,21 @@ impl Family {
                 ffn_bias: No,
                 rope_freqs: No,
                 output_bias: No,
+                ..Spec::DENSE
+            },
+            // phi3.cpp: create_tensor_qkv (fused or separate, biases
+            // optional), no output bias, one rope_factors pair for all layers
+            Family::Phi3 => Spec {
+                qkv_bias: Optional,
+                wo_bias: No,
+                qk_norm: No,
+                ffn_bias: No,
+                rope_freqs: No,
+                output_bias: No,
+                fused_qkv: Optional,
+                fused_gate_up: true,
+                rope_factors: Optional,
+                prescale_q: true,
             },
         }
     }
@@ -123,6 +177,6 @@ mod tests {
             assert_eq!(Family::from_arch(f.arch()), Some(f));
         }
         assert_eq!(Family::from_arch("gemma2"), None);
-        assert_eq!(Family::supported(), "llama, qwen2, qwen3");
+        assert_eq!(Family::supported(), "llama, qwen2, qwen3, phi3");
     }
 }

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use strata::backend::{alloc_tensors, tensor_set, Buffer, BufferUsage, Device};
 use strata::cpu::HostBuffer;
 use strata::gguf::{GgufFile, TensorInfo};
-use strata::{ResultExt as _, Tensor};
+use strata::{ops, ResultExt as _, Tensor};
 
 pub use family::{Family, Need, Spec};
 pub use hparams::{HParams, RopeScaling};
@@ -64,12 +64,17 @@ fn repack(opts: &LoadOptions, dtype: strata::DType, ne: [usize; 4]) -> bool {
 pub struct Layer {
     /// Pre-attention RMS norm weight.
     pub attn_norm: Tensor,
-    /// Query projection.
+    /// Query projection (a view of `wqkv`'s first rows when the file fuses them).
     pub wq: Tensor,
-    /// Key projection.
+    /// Key projection (a view of `wqkv` when fused).
     pub wk: Tensor,
-    /// Value projection.
+    /// Value projection (a view of `wqkv` when fused).
     pub wv: Tensor,
+    /// Fused Q, K, V projection (`attn_qkv`, Phi-3): the graph multiplies by
+    /// it once and splits the result by views, as llama.cpp does.
+    pub wqkv: Option<Tensor>,
+    /// Fused Q, K, V bias (`attn_qkv.bias`).
+    pub bqkv: Option<Tensor>,
     /// Attention output projection.
     pub wo: Tensor,
     /// Query bias (Qwen 2).
@@ -87,11 +92,17 @@ pub struct Layer {
     /// RoPE frequency factors (`rope_freqs.weight`, Llama 3.1+), `[n_rot / 2]`:
     /// the file's tensor, or its copy on this layer's device.
     pub rope_freqs: Option<Tensor>,
+    /// LongRoPE factors for contexts longer than the original training
+    /// context (`rope_factors_long.weight`, Phi-3), `[n_rot / 2]`, on this
+    /// layer's device.
+    pub rope_long: Option<Tensor>,
+    /// LongRoPE factors for the other contexts (`rope_factors_short.weight`).
+    pub rope_short: Option<Tensor>,
     /// Pre-FFN RMS norm weight.
     pub ffn_norm: Tensor,
-    /// FFN gate projection.
-    pub ffn_gate: Tensor,
-    /// FFN up projection.
+    /// FFN gate projection (absent when `ffn_up` holds gate and up fused).
+    pub ffn_gate: Option<Tensor>,
+    /// FFN up projection (`[n_embd, 2·n_ff]`, gate rows first, when fused: Phi-3).
     pub ffn_up: Tensor,
     /// FFN down projection.
     pub ffn_down: Tensor,
@@ -106,20 +117,27 @@ pub struct Layer {
 impl Layer {
     /// Every weight of the block, the optional ones that are present included.
     pub fn tensors(&self) -> impl Iterator<Item = &Tensor> + '_ {
+        // a fused model's wq/wk/wv are views of wqkv, not weights of their own
+        let separate = match self.wqkv {
+            None => [Some(&self.wq), Some(&self.wk), Some(&self.wv)],
+            Some(_) => [None; 3],
+        };
         [
             &self.attn_norm,
-            &self.wq,
-            &self.wk,
-            &self.wv,
             &self.wo,
             &self.ffn_norm,
-            &self.ffn_gate,
             &self.ffn_up,
             &self.ffn_down,
         ]
         .into_iter()
+        .chain(separate.into_iter().flatten())
         .chain(
             [
+                &self.wqkv,
+                &self.bqkv,
+                &self.ffn_gate,
+                &self.rope_long,
+                &self.rope_short,
                 &self.bq,
                 &self.bk,
                 &self.bv,
@@ -307,10 +325,28 @@ struct Placed<'f> {
     output_copy: Option<Tensor>,
     /// No `output.weight`: the head is the token embedding.
     tied: bool,
-    /// `rope_freqs.weight`'s device and its copies on the other devices that
-    /// hold layers (llama.cpp duplicates it per layer for the same reason: a
-    /// CPU weight would pull every offloaded layer's ROPE back to the CPU).
-    rope_freqs: Option<(usize, Vec<(usize, Tensor)>)>,
+    /// The copies of each tensor every layer reads (`rope_freqs.weight`,
+    /// the LongRoPE factors) on the devices holding layers other than its
+    /// own (llama.cpp duplicates them per layer for the same reason: a CPU
+    /// weight would pull every offloaded layer's ROPE back to the CPU).
+    shared: Vec<(&'static str, Vec<(usize, Tensor)>)>,
+}
+
+/// `rope_factors_long.weight` (LongRoPE, Phi-3).
+const ROPE_LONG: &str = "rope_factors_long.weight";
+/// `rope_factors_short.weight`.
+const ROPE_SHORT: &str = "rope_factors_short.weight";
+
+/// The tensors outside the blocks that every layer of a `spec` model reads.
+fn shared_names(spec: Spec) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if spec.rope_freqs != Need::No {
+        v.push(ROPE_FREQS);
+    }
+    if spec.rope_factors != Need::No {
+        v.extend([ROPE_LONG, ROPE_SHORT]);
+    }
+    v
 }
 
 /// The devices holding layers other than `home` (where a tensor every layer
@@ -352,21 +388,24 @@ fn place<'f>(
         }
         tensors.insert(info.name().to_string(), t);
     }
-    let mut rope_freqs = None;
-    let rope_info = f
-        .tensors()
-        .iter()
-        .zip(assigned)
-        .find(|(i, _)| i.name() == ROPE_FREQS);
-    if let (Some((info, &home)), true) = (rope_info, hp.family.spec().rope_freqs != Need::No) {
+    let mut shared = Vec::new();
+    for wanted in shared_names(hp.family.spec()) {
+        let Some((info, &home)) = f
+            .tensors()
+            .iter()
+            .zip(assigned)
+            .find(|(i, _)| i.name() == wanted)
+        else {
+            continue;
+        };
         let mut copies = Vec::new();
         for d in other_layer_devices(map, home) {
-            let name = format!("{ROPE_FREQS} (copy on {})", devs.list()[d].name());
+            let name = format!("{wanted} (copy on {})", devs.list()[d].name());
             let t = make(info)?.with_name(name);
             per_dev[d].push((t.clone(), info));
             copies.push((d, t));
         }
-        rope_freqs = Some((home, copies));
+        shared.push((wanted, copies));
     }
     let tied = !tensors.contains_key("output.weight");
     let mut output_copy = None;
@@ -384,7 +423,7 @@ fn place<'f>(
         packed,
         output_copy,
         tied,
-        rope_freqs,
+        shared,
     })
 }
 
@@ -549,6 +588,25 @@ fn named_weights(placed: Placed<'_>, hp: &HParams, map: &LayerMap) -> Result<Wei
     };
     let output_b = maybe(spec.output_bias, "output.bias", &[v])?;
     let rope_freqs = maybe(spec.rope_freqs, ROPE_FREQS, &[hp.n_rot / 2])?;
+    let rope_long = maybe(spec.rope_factors, ROPE_LONG, &[hp.n_rot / 2])?;
+    let rope_short = maybe(spec.rope_factors, ROPE_SHORT, &[hp.n_rot / 2])?;
+    // layer i's copy of a tensor every layer reads, when its device has one
+    let on_layer = |t: &Option<Tensor>, name: &str, i: usize| -> Option<Tensor> {
+        let t = t.as_ref()?;
+        let copies = placed
+            .shared
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, c)| c.as_slice());
+        Some(
+            copies
+                .unwrap_or_default()
+                .iter()
+                .find(|(d, _)| *d == map.layers[i])
+                .map_or_else(|| t.clone(), |(_, c)| c.clone()),
+        )
+    };
+    let fused_qkv = spec.fused_qkv != Need::No && tensors.contains_key("blk.0.attn_qkv.weight");
     let (qd, kd, vd) = (
         hp.n_head * hp.head_dim_k,
         hp.n_embd_k_gqa(),
@@ -559,31 +617,60 @@ fn named_weights(placed: Placed<'_>, hp: &HParams, map: &LayerMap) -> Result<Wei
         let w = |s: &str, shape: &[usize]| take(&format!("blk.{i}.{s}.weight"), shape);
         let opt =
             |need: Need, s: &str, shape: &[usize]| maybe(need, &format!("blk.{i}.{s}"), shape);
-        // the layer's own copy of the frequency factors when it has one
-        let rope_freqs = rope_freqs.as_ref().map(|t| {
-            let copies = placed.rope_freqs.as_ref().map(|(_, c)| c.as_slice());
-            copies
-                .unwrap_or_default()
-                .iter()
-                .find(|(d, _)| *d == map.layers[i])
-                .map_or_else(|| t.clone(), |(_, c)| c.clone())
-        });
+        let (wq, wk, wv, wqkv, bqkv) = if fused_qkv {
+            let name = format!("blk.{i}.attn_qkv.weight");
+            let t = take(&name, &[e, qd + kd + vd])?;
+            let rows = |n: usize, at: usize| {
+                ops::view_2d(&t, e, n, t.nb()[1], at * t.nb()[1])
+                    .map_err(|err| tensor_err(&name, err.to_string()))
+            };
+            let b = opt(spec.qkv_bias, "attn_qkv.bias", &[qd + kd + vd])?;
+            (rows(qd, 0)?, rows(kd, qd)?, rows(vd, qd + kd)?, Some(t), b)
+        } else {
+            let q = w("attn_q", &[e, qd])?;
+            (
+                q,
+                w("attn_k", &[e, kd])?,
+                w("attn_v", &[e, vd])?,
+                None,
+                None,
+            )
+        };
+        // separate Q/K/V biases: with a fused weight only when there is no fused bias
+        let sep_bias = if bqkv.is_some() {
+            Need::No
+        } else {
+            spec.qkv_bias
+        };
+        let ff_up = if spec.fused_gate_up {
+            2 * hp.n_ff
+        } else {
+            hp.n_ff
+        };
         layers.push(Layer {
             attn_norm: w("attn_norm", &[e])?,
-            wq: w("attn_q", &[e, qd])?,
-            wk: w("attn_k", &[e, kd])?,
-            wv: w("attn_v", &[e, vd])?,
+            wq,
+            wk,
+            wv,
+            wqkv,
+            bqkv,
             wo: w("attn_output", &[hp.n_head * hp.head_dim_v, e])?,
-            bq: opt(spec.qkv_bias, "attn_q.bias", &[qd])?,
-            bk: opt(spec.qkv_bias, "attn_k.bias", &[kd])?,
-            bv: opt(spec.qkv_bias, "attn_v.bias", &[vd])?,
+            bq: opt(sep_bias, "attn_q.bias", &[qd])?,
+            bk: opt(sep_bias, "attn_k.bias", &[kd])?,
+            bv: opt(sep_bias, "attn_v.bias", &[vd])?,
             bo: opt(spec.wo_bias, "attn_output.bias", &[e])?,
             attn_q_norm: opt(spec.qk_norm, "attn_q_norm.weight", &[hp.head_dim_k])?,
             attn_k_norm: opt(spec.qk_norm, "attn_k_norm.weight", &[hp.head_dim_k])?,
-            rope_freqs,
+            rope_freqs: on_layer(&rope_freqs, ROPE_FREQS, i),
+            rope_long: on_layer(&rope_long, ROPE_LONG, i),
+            rope_short: on_layer(&rope_short, ROPE_SHORT, i),
             ffn_norm: w("ffn_norm", &[e])?,
-            ffn_gate: w("ffn_gate", &[e, hp.n_ff])?,
-            ffn_up: w("ffn_up", &[e, hp.n_ff])?,
+            ffn_gate: if spec.fused_gate_up {
+                None
+            } else {
+                Some(w("ffn_gate", &[e, hp.n_ff])?)
+            },
+            ffn_up: w("ffn_up", &[e, ff_up])?,
             ffn_down: w("ffn_down", &[hp.n_ff, e])?,
             ffn_gate_b: opt(spec.ffn_bias, "ffn_gate.bias", &[hp.n_ff])?,
             ffn_up_b: opt(spec.ffn_bias, "ffn_up.bias", &[hp.n_ff])?,
@@ -631,16 +718,18 @@ impl Model {
                 bytes[map.output].n_tensors += 1;
             }
         }
-        // and the RoPE frequency factors on every other device holding layers
-        let rope = f
-            .tensors()
-            .iter()
-            .zip(&assigned)
-            .find(|(t, _)| t.name() == ROPE_FREQS);
-        if let (Some((t, &home)), true) = (rope, hp.family.spec().rope_freqs != Need::No) {
-            for d in other_layer_devices(&map, home) {
-                bytes[d].weights += t.size();
-                bytes[d].n_tensors += 1;
+        // and the RoPE factors on every other device holding layers
+        for wanted in shared_names(hp.family.spec()) {
+            let found = f
+                .tensors()
+                .iter()
+                .zip(&assigned)
+                .find(|(t, _)| t.name() == wanted);
+            if let Some((t, &home)) = found {
+                for d in other_layer_devices(&map, home) {
+                    bytes[d].weights += t.size();
+                    bytes[d].n_tensors += 1;
+                }
             }
         }
         for (b, k) in bytes.iter_mut().zip(kv) {

@@ -1,4 +1,4 @@
-//! Tiny random-weight models of each dense family (llama, qwen2, qwen3),
+//! Tiny random-weight models of each dense family (llama, qwen2, qwen3, phi3),
 //! written with strata's GGUF writer: a fixed-seed generator, so the same
 //! configuration gives byte-identical files every run (the llama.cpp golden
 //! logits depend on it). The weights come back as f64 too, for the tests'
@@ -22,6 +22,12 @@ pub enum Fam {
     Qwen2,
     /// `qwen3` (NEOX RoPE, per-head Q/K RMS norms).
     Qwen3,
+    /// `phi3` (NEOX RoPE, fused gate+up FFN, Q scaled before attention,
+    /// `attention.sliding_window` written but off, as llama.cpp has it).
+    /// Named `tinyphi-*`: a `general.name` containing `phi3` makes llama.cpp
+    /// set attributes on SentencePiece tokens (`</s>`, `<unk>`...) this
+    /// byte-level vocabulary lacks, and refuse it.
+    Phi3,
 }
 
 impl Fam {
@@ -31,6 +37,7 @@ impl Fam {
             Fam::Llama => "llama",
             Fam::Qwen2 => "qwen2",
             Fam::Qwen3 => "qwen3",
+            Fam::Phi3 => "phi3",
         }
     }
 }
@@ -64,6 +71,14 @@ pub struct Config {
     pub output_bias: bool,
     /// Linear RoPE scaling factor (`rope.scaling.type = linear`), when set.
     pub rope_linear: Option<f32>,
+    /// Write Q, K and V as one `attn_qkv.weight` (phi3).
+    pub fused_qkv: bool,
+    /// LongRoPE (phi3): write `rope_factors_{long,short}.weight`,
+    /// `rope.scaling.original_context_length` = this and the
+    /// `rope.scaling.attn_factor` the converter computes for it. Below 256
+    /// every test context is longer (the long factors apply), above 8192
+    /// none is (the short ones).
+    pub longrope: Option<usize>,
     /// RoPE base.
     pub rope_base: f32,
     /// RMS norm epsilon.
@@ -94,6 +109,8 @@ pub fn configs() -> Vec<Config> {
         qkv_bias: false,
         output_bias: false,
         rope_linear: None,
+        fused_qkv: false,
+        longrope: None,
         rope_base: 10000.0,
         eps: 1e-5,
         seed: 1,
@@ -158,9 +175,43 @@ pub fn configs() -> Vec<Config> {
             rope_base: 1000000.0,
             eps: 1e-6,
             seed: 32,
+            ..base.clone()
+        },
+        Config {
+            name: "tinyphi-fused-longrope",
+            fam: Fam::Phi3,
+            n_layer: 2,
+            fused_qkv: true,
+            longrope: Some(64),
+            seed: 41,
+            ..base.clone()
+        },
+        Config {
+            name: "tinyphi-separate-shortrope",
+            fam: Fam::Phi3,
+            n_layer: 2,
+            n_head_kv: 4,
+            tied: true,
+            longrope: Some(8192),
+            seed: 42,
             ..base
         },
     ]
+}
+
+/// The context length the tiny models declare (`{arch}.context_length`).
+pub const N_CTX_TRAIN: usize = 256;
+
+/// `rope.scaling.attn_factor` as llama.cpp's Phi-3 converter computes it
+/// for LongRoPE: √(1 + ln(s) / ln(original context)), s = context /
+/// original context, 1 when s ≤ 1.
+pub fn longrope_attn_factor(orig: usize) -> f32 {
+    let s = N_CTX_TRAIN as f64 / orig as f64;
+    if s > 1.0 {
+        (1.0 + s.ln() / (orig as f64).ln()).sqrt() as f32
+    } else {
+        1.0
+    }
 }
 
 /// A block's weights as f64 (matrices in ggml order: `[out][in]` rows).
@@ -190,7 +241,11 @@ pub struct Weights {
     pub out: Vec<f64>,
     pub out_b: Option<Vec<f64>>,
     pub out_norm: Vec<f64>,
+    /// The frequency factors RoPE divides by: `rope_freqs`, or the LongRoPE
+    /// factors a test context picks.
     pub rope_freqs: Option<Vec<f64>>,
+    /// What RoPE multiplies its output by (`rope.scaling.attn_factor`).
+    pub rope_mscale: f64,
     pub layers: Vec<LayerW>,
 }
 
@@ -235,6 +290,16 @@ fn keep(ts: &mut Tensors, name: String, shape: Vec<usize>, x: Vec<f32>) -> Vec<f
 fn mat(r: &mut Rng, ts: &mut Tensors, name: String, n_in: usize, n_out: usize) -> Vec<f64> {
     let x = r.vec(n_in * n_out, 1.0 / (n_in as f32).sqrt(), 0.0);
     keep(ts, name, vec![n_in, n_out], x)
+}
+
+/// Replaces the last `n` matrices of `ts` (same input width) by one named
+/// `name` holding their rows in order (a fused projection).
+fn fuse(ts: &mut Tensors, name: &str, n: usize) {
+    let parts = ts.split_off(ts.len() - n);
+    let n_in = parts[0].1[0];
+    let rows: usize = parts.iter().map(|p| p.1[1]).sum();
+    let data = parts.into_iter().flat_map(|p| p.2).collect();
+    ts.push((name.to_string(), vec![n_in, rows], data));
 }
 
 /// A random vector around `offset`.
@@ -351,7 +416,7 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         ("general.architecture".into(), arch.into()),
         ("general.name".into(), cfg.name.into()),
         (k("block_count"), u(cfg.n_layer)),
-        (k("context_length"), u(256)),
+        (k("context_length"), u(N_CTX_TRAIN)),
         (k("embedding_length"), u(cfg.n_embd)),
         (k("feed_forward_length"), u(cfg.n_ff)),
         (k("attention.head_count"), u(cfg.n_head)),
@@ -363,8 +428,19 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         md.push((k("attention.key_length"), u(cfg.head_dim)));
         md.push((k("attention.value_length"), u(cfg.head_dim)));
     }
-    if cfg.fam == Fam::Llama {
+    if cfg.fam == Fam::Llama || cfg.fam == Fam::Phi3 {
         md.push((k("rope.dimension_count"), u(cfg.head_dim)));
+    }
+    if cfg.fam == Fam::Phi3 {
+        // shorter than the prompts: applied, it would change the logits
+        md.push((k("attention.sliding_window"), u(4)));
+    }
+    if let Some(orig) = cfg.longrope {
+        md.push((k("rope.scaling.original_context_length"), u(orig)));
+        md.push((
+            k("rope.scaling.attn_factor"),
+            Value::F32(longrope_attn_factor(orig)),
+        ));
     }
     if let Some(f) = cfg.rope_linear {
         md.push((k("rope.scaling.type"), "linear".into()));
@@ -419,6 +495,30 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
             .collect();
         keep(&mut ts, "rope_freqs.weight".into(), vec![hd / 2], x)
     });
+    // LongRoPE: long factors from 1 to ~8, short ones near 1
+    let rope_freqs = match cfg.longrope {
+        None => rope_freqs,
+        Some(orig) => {
+            let long: Vec<f32> = (0..hd / 2)
+                .map(|i| 1.0 + 7.0 * i as f32 / (hd / 2) as f32 + 0.2 * r.f().abs())
+                .collect();
+            let short: Vec<f32> = (0..hd / 2).map(|_| 1.0 + 0.5 * r.f().abs()).collect();
+            let long = keep(
+                &mut ts,
+                "rope_factors_long.weight".into(),
+                vec![hd / 2],
+                long,
+            );
+            let short = keep(
+                &mut ts,
+                "rope_factors_short.weight".into(),
+                vec![hd / 2],
+                short,
+            );
+            Some(if orig < N_CTX_TRAIN { long } else { short })
+        }
+    };
+    let rope_mscale = cfg.longrope.map_or(1.0, |o| longrope_attn_factor(o) as f64);
     let mut layers = Vec::new();
     for il in 0..cfg.n_layer {
         let n = |s: &str| format!("blk.{il}.{s}");
@@ -430,6 +530,9 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         l.wq = mat(&mut r, t, n("attn_q.weight"), e, qd);
         l.wk = mat(&mut r, t, n("attn_k.weight"), e, kvd);
         l.wv = mat(&mut r, t, n("attn_v.weight"), e, kvd);
+        if cfg.fused_qkv {
+            fuse(t, &n("attn_qkv.weight"), 3);
+        }
         l.wo = mat(&mut r, t, n("attn_output.weight"), qd, e);
         if cfg.qkv_bias {
             l.bq = Some(vector(&mut r, t, n("attn_q.bias"), qd, 0.5, 0.0));
@@ -443,6 +546,9 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         l.ffn_norm = vector(&mut r, t, n("ffn_norm.weight"), e, 0.3, 1.0);
         l.gate = mat(&mut r, t, n("ffn_gate.weight"), e, ff);
         l.up = mat(&mut r, t, n("ffn_up.weight"), e, ff);
+        if cfg.fam == Fam::Phi3 {
+            fuse(t, &n("ffn_up.weight"), 2);
+        }
         l.down = mat(&mut r, t, n("ffn_down.weight"), ff, e);
         layers.push(l);
     }
@@ -465,6 +571,7 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         out_b,
         out_norm,
         rope_freqs,
+        rope_mscale,
         layers,
     };
     (g.to_bytes().unwrap(), w)
