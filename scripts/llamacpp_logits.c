@@ -41,8 +41,8 @@ int main(int argc, char ** argv) {
     const int n_batch = atoi(argv[3]);
     const int flash = atoi(argv[4]);
     const int n_tokens = argc - 5;
-    if (n_batch <= 0) {
-        fprintf(stderr, "N_BATCH must be positive\n");
+    if (n_batch <= 0 || n_tokens > 1024) {
+        fprintf(stderr, "N_BATCH must be positive and the prompt at most 1024 tokens (n_ctx)\n");
         return 2;
     }
     llama_token * tokens = malloc(sizeof(llama_token) * (size_t) n_tokens);
@@ -64,7 +64,7 @@ int main(int argc, char ** argv) {
         return 1;
     }
     struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 256;
+    cp.n_ctx = 1024;
     cp.n_batch = (uint32_t) n_batch;
     cp.n_ubatch = (uint32_t) n_batch;
     cp.n_threads = 1;

@@ -148,7 +148,7 @@ fn diag_mask_inf_and_glu() {
             },
         ));
     }
-    for g in [GluOp::Reglu, GluOp::Geglu, GluOp::Swiglu] {
+    for g in GluOp::ALL {
         ok(check(&format!("GLU({g:?},split,f16)"), 1e-6, move || {
             let a = t(DType::F16, &[301, 5])?;
             let b = t(DType::F16, &[301, 5])?;

@@ -418,6 +418,9 @@ fn bad_metadata_names_the_key() {
         (qwen3, "qwen3.attention.key_length", Value::U32(16)),
         (qwen3, "qwen3.block_count", Value::U32(3)),
         (qwen2, "qwen2.attention.head_count_kv", Value::U32(1)),
+        // partial rotary, refused as llama.cpp refuses it for these families
+        (llama, "llama.rope.dimension_count", Value::U32(8)),
+        (qwen2, "qwen2.rope.dimension_count", Value::U32(8)),
     ] {
         let e = load_err(cfg, &mut set_meta(key, v.clone()));
         assert!(
@@ -675,7 +678,7 @@ fn phi3_longrope_follows_the_context_length() {
     let all = configs();
     let cfg = all
         .iter()
-        .find(|c| c.name == "tinyphi-fused-longrope")
+        .find(|c| c.name == "phi3-fused-longrope")
         .unwrap();
     let (bytes, _) = write_with(
         cfg,

@@ -267,7 +267,7 @@ pub fn cases() -> Vec<OpCase> {
             ))
         }));
     }
-    for g in [GluOp::Reglu, GluOp::Geglu, GluOp::Swiglu] {
+    for g in GluOp::ALL {
         v.push(case(format!("GLU({g:?},split)"), 1e-6, move || {
             let a = t(DType::F32, &[24, 3])?;
             let b = t(DType::F32, &[24, 3])?;

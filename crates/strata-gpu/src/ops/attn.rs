@@ -137,6 +137,7 @@ fn glu(
             "0.5 * a * (1.0 + tanh(clamp(0.7978845608 * a * (1.0 + 0.044715 * a * a), -15.0, 15.0))) * b"
         }
         GluOp::Swiglu => "a / (1.0 + exp(-a)) * b",
+        GluOp::GegluErf => "0.5 * a * (1.0 + erf_approx(a * 0.70710678118654752)) * b",
     };
     let a = node.src(0).ok_or_else(|| super::unsupported(ctx, node))?;
     let mut kernel =

@@ -41,6 +41,7 @@ fn unary(op: &Op) -> Option<&'static str> {
             UnaryOp::GeluQuick => "x * sigmoid(1.702 * x)",
             UnaryOp::Silu => "x * sigmoid(x)",
             UnaryOp::Exp => "exp(x)",
+            UnaryOp::GeluErf => "0.5 * x * (1.0 + erf_approx(x * 0.70710678118654752))",
         },
         _ => return None,
     })

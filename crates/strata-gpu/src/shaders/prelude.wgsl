@@ -58,3 +58,13 @@ fn f16_of(w: u32, b: u32) -> f32 {
 fn bf16_of(w: u32, b: u32) -> f32 {
     return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (b & 2u) != 0u));
 }
+
+// erf(x), Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7; WGSL has no erf),
+// for the exact GELU (GELU_ERF, GEGLU_ERF).
+fn erf_approx(x: f32) -> f32 {
+    let a = abs(x);
+    let t = 1.0 / (1.0 + 0.3275911 * a);
+    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741
+        + t * (-1.453152027 + t * 1.061405429))));
+    return sign(x) * (1.0 - poly * exp(-a * a));
+}

@@ -161,6 +161,14 @@ impl Family {
         }
     }
 
+    /// Whether RoPE must rotate the whole head (`rope.dimension_count` equal
+    /// to the head size): llama.cpp b11312 refuses partial rotary for these
+    /// (`invalid n_rot` at load for llama, an assertion in the graph for
+    /// qwen2 and qwen3).
+    pub fn full_rotary_only(self) -> bool {
+        matches!(self, Family::Llama | Family::Qwen2 | Family::Qwen3)
+    }
+
     /// The supported architecture names, comma-separated.
     pub fn supported() -> String {
         Family::ALL.map(Family::arch).join(", ")

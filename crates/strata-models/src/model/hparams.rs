@@ -192,6 +192,15 @@ impl HParams {
                 "must be even and at most the head size",
             ));
         }
+        if family.full_rotary_only() && n_rot != head_dim_k {
+            return Err(meta(
+                &key("rope.dimension_count"),
+                &format!(
+                    "{n_rot} rotated dimensions of {head_dim_k}: {arch} rotates the whole head \
+                     (llama.cpp refuses partial rotary for it too)"
+                ),
+            ));
+        }
         let n_ctx_train = uint_or("context_length", 2048)?;
         let rms_eps = float_or("attention.layer_norm_rms_epsilon", 1e-5)?;
         let rope_freq_base = float_or("rope.freq_base", 10000.0)?;

@@ -24,9 +24,6 @@ pub enum Fam {
     Qwen3,
     /// `phi3` (NEOX RoPE, fused gate+up FFN, Q scaled before attention,
     /// `attention.sliding_window` written but off, as llama.cpp has it).
-    /// Named `tinyphi-*`: a `general.name` containing `phi3` makes llama.cpp
-    /// set attributes on SentencePiece tokens (`</s>`, `<unk>`...) this
-    /// byte-level vocabulary lacks, and refuse it.
     Phi3,
 }
 
@@ -79,12 +76,63 @@ pub struct Config {
     /// every test context is longer (the long factors apply), above 8192
     /// none is (the short ones).
     pub longrope: Option<usize>,
+    /// YaRN scaling (`rope.scaling.type = yarn`): the factor and
+    /// `rope.scaling.original_context_length`.
+    pub rope_yarn: Option<(f32, usize)>,
+    /// Rotated dimensions per head (`rope.dimension_count`) when fewer than
+    /// the head size (partial rotary).
+    pub n_rot: Option<usize>,
     /// RoPE base.
     pub rope_base: f32,
     /// RMS norm epsilon.
     pub eps: f32,
     /// Generator seed.
     pub seed: u64,
+    /// How the matrices are stored.
+    pub wtype: WType,
+    /// Unused tokens appended to the vocabulary (a realistic head size for
+    /// benchmarks; 0 in the tests' models).
+    pub n_pad_vocab: usize,
+}
+
+/// How a tiny model's matrices (2-D and 3-D `.weight` tensors) are stored;
+/// norms, biases and factors stay F32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WType {
+    /// As generated.
+    F32,
+    /// Every matrix Q8_0 (rows must be a multiple of 32).
+    Q8_0,
+    /// As llama-quantize's Q4_K_M mixes them: Q4_K, with Q6_K for the head
+    /// and for `attn_v` / `ffn_down` of every other layer. A matrix whose
+    /// rows are not a multiple of 256 falls back to Q8_0, then F32.
+    Q4KM,
+}
+
+impl WType {
+    /// The type a matrix `name` with rows of `n` values is stored as.
+    pub fn dtype(self, name: &str, n: usize) -> DType {
+        let k = match self {
+            WType::F32 => return DType::F32,
+            WType::Q8_0 => DType::Q8_0,
+            WType::Q4KM => {
+                let layer: Option<usize> = name
+                    .strip_prefix("blk.")
+                    .and_then(|r| r.split('.').next())
+                    .and_then(|i| i.parse().ok());
+                let more_bits = name.contains("attn_v.") || name.contains("ffn_down");
+                if name == "output.weight" || (more_bits && layer.is_some_and(|l| l % 2 == 0)) {
+                    DType::Q6_K
+                } else {
+                    DType::Q4_K
+                }
+            }
+        };
+        [k, DType::Q8_0]
+            .into_iter()
+            .find(|d| n.is_multiple_of(d.block_size()))
+            .unwrap_or(DType::F32)
+    }
 }
 
 /// The byte-level vocabulary: the 256 GPT-2 byte symbols, then these.
@@ -111,9 +159,13 @@ pub fn configs() -> Vec<Config> {
         rope_linear: None,
         fused_qkv: false,
         longrope: None,
+        rope_yarn: None,
+        n_rot: None,
         rope_base: 10000.0,
         eps: 1e-5,
         seed: 1,
+        wtype: WType::F32,
+        n_pad_vocab: 0,
     };
     vec![
         Config {
@@ -178,7 +230,7 @@ pub fn configs() -> Vec<Config> {
             ..base.clone()
         },
         Config {
-            name: "tinyphi-fused-longrope",
+            name: "phi3-fused-longrope",
             fam: Fam::Phi3,
             n_layer: 2,
             fused_qkv: true,
@@ -187,7 +239,7 @@ pub fn configs() -> Vec<Config> {
             ..base.clone()
         },
         Config {
-            name: "tinyphi-separate-shortrope",
+            name: "phi3-separate-shortrope",
             fam: Fam::Phi3,
             n_layer: 2,
             n_head_kv: 4,
@@ -211,6 +263,90 @@ pub fn longrope_attn_factor(orig: usize) -> f32 {
         (1.0 + s.ln() / (orig as f64).ln()).sqrt() as f32
     } else {
         1.0
+    }
+}
+
+/// The models llama.cpp's goldens cover: [`configs`] (F32), each of them
+/// again as Q8_0 (`NAME-q8_0`), and per family its first model widened to
+/// 256 (the K-quants' row size) as Q4_K_M (`NAME-q4km`).
+pub fn golden_configs() -> Vec<Config> {
+    let all = configs();
+    let mut out = all.clone();
+    out.extend(rope_configs());
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    for c in &all {
+        out.push(Config {
+            name: leak(format!("{}-q8_0", c.name)),
+            wtype: WType::Q8_0,
+            ..c.clone()
+        });
+    }
+    let mut seen = Vec::new();
+    for c in &all {
+        if seen.contains(&c.fam) {
+            continue;
+        }
+        seen.push(c.fam);
+        out.push(widen(c));
+    }
+    out
+}
+
+/// Models checked against llama.cpp only (the f64 reference of
+/// `tests/families.rs` has no YaRN): YaRN scaling with the long prompt past
+/// the original context. (Partial rotary dimensions are no case here:
+/// llama.cpp b11312 refuses them for llama, qwen2 and qwen3, and so does
+/// strata.)
+pub fn rope_configs() -> Vec<Config> {
+    let base = configs();
+    let of = |name: &str| base.iter().find(|c| c.name == name).unwrap().clone();
+    vec![Config {
+        name: "qwen2-yarn",
+        rope_yarn: Some((16.0, 32)),
+        seed: 23,
+        ..of("qwen2-untied-bias")
+    }]
+}
+
+/// Per family, a model of realistic width for `strata bench` against
+/// `llama-bench` (`examples/write_tiny_models.rs --bench`): 8 layers of
+/// 1024 (16 heads of 64, 4 KV heads), FFN 2816, a 32000-token vocabulary,
+/// Q4_K_M. Random weights: speed only, the text is noise.
+pub fn bench_configs() -> Vec<Config> {
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for c in configs() {
+        if seen.contains(&c.fam) {
+            continue;
+        }
+        seen.push(c.fam);
+        out.push(Config {
+            name: Box::leak(format!("bench-{}", c.fam.arch()).into_boxed_str()),
+            n_layer: 8,
+            n_embd: 1024,
+            n_head: 16,
+            n_head_kv: 4,
+            head_dim: 64,
+            n_ff: 2816,
+            wtype: WType::Q4KM,
+            n_pad_vocab: 32000 - N_VOCAB,
+            ..c
+        });
+    }
+    out
+}
+
+/// `c` at width 256 (4 heads of 64, 2 KV heads, FFN 512) as Q4_K_M.
+pub fn widen(c: &Config) -> Config {
+    Config {
+        name: Box::leak(format!("{}-q4km", c.name).into_boxed_str()),
+        n_embd: 256,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 64,
+        n_ff: 512,
+        wtype: WType::Q4KM,
+        ..c.clone()
     }
 }
 
@@ -414,7 +550,9 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
     let u = |x: usize| Value::U32(x as u32);
     let mut md: Vec<(String, Value)> = vec![
         ("general.architecture".into(), arch.into()),
-        ("general.name".into(), cfg.name.into()),
+        // never "phi3": llama.cpp would give that name's SentencePiece
+        // tokens attributes, and refuse this byte-level vocabulary
+        ("general.name".into(), cfg.name.replace("phi3", "phi").into()),
         (k("block_count"), u(cfg.n_layer)),
         (k("context_length"), u(N_CTX_TRAIN)),
         (k("embedding_length"), u(cfg.n_embd)),
@@ -428,8 +566,15 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         md.push((k("attention.key_length"), u(cfg.head_dim)));
         md.push((k("attention.value_length"), u(cfg.head_dim)));
     }
-    if cfg.fam == Fam::Llama || cfg.fam == Fam::Phi3 {
+    if let Some(n) = cfg.n_rot {
+        md.push((k("rope.dimension_count"), u(n)));
+    } else if cfg.fam == Fam::Llama || cfg.fam == Fam::Phi3 {
         md.push((k("rope.dimension_count"), u(cfg.head_dim)));
+    }
+    if let Some((f, orig)) = cfg.rope_yarn {
+        md.push((k("rope.scaling.type"), "yarn".into()));
+        md.push((k("rope.scaling.factor"), Value::F32(f)));
+        md.push((k("rope.scaling.original_context_length"), u(orig)));
     }
     if cfg.fam == Fam::Phi3 {
         // shorter than the prompts: applied, it would change the logits
@@ -448,8 +593,10 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
     }
     let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_symbol(b).to_string()).collect();
     tokens.extend(SPECIAL.iter().map(|s| s.to_string()));
+    tokens.extend((0..cfg.n_pad_vocab).map(|i| format!("<unused{i}>")));
     let mut types = vec![1i32; 256];
     types.extend([3, 3]);
+    types.extend(std::iter::repeat_n(5, cfg.n_pad_vocab));
     let pre = if cfg.fam == Fam::Llama {
         "llama-bpe"
     } else {
@@ -472,7 +619,12 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
     ]);
 
-    let (e, v, ff, hd) = (cfg.n_embd, N_VOCAB, cfg.n_ff, cfg.head_dim);
+    let (e, v, ff, hd) = (
+        cfg.n_embd,
+        N_VOCAB + cfg.n_pad_vocab,
+        cfg.n_ff,
+        cfg.head_dim,
+    );
     let (qd, kvd) = (cfg.n_head * hd, cfg.n_head_kv * hd);
     let mut r = Rng(0x9E37_79B9_7F4A_7C15 ^ cfg.seed.wrapping_mul(0x2545_F491_4F6C_DD1D));
     let mut ts: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
@@ -489,11 +641,12 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
     // frequency factors growing from 1 (the highest frequency) as Llama
     // 3.1's do, but from the second pair on, so that they change angles
     // the short test prompts reach
+    let n_pairs = cfg.n_rot.unwrap_or(hd) / 2;
     let rope_freqs = cfg.rope_freqs.then(|| {
-        let x: Vec<f32> = (0..hd / 2)
-            .map(|i| 1.0 + 3.0 * i as f32 / (hd / 2) as f32 + 0.1 * r.f().abs())
+        let x: Vec<f32> = (0..n_pairs)
+            .map(|i| 1.0 + 3.0 * i as f32 / n_pairs as f32 + 0.1 * r.f().abs())
             .collect();
-        keep(&mut ts, "rope_freqs.weight".into(), vec![hd / 2], x)
+        keep(&mut ts, "rope_freqs.weight".into(), vec![n_pairs], x)
     });
     // LongRoPE: long factors from 1 to ~8, short ones near 1
     let rope_freqs = match cfg.longrope {
@@ -562,8 +715,22 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         g.add_metadata(key, val).unwrap();
     }
     for (name, shape, data) in parts.tensors {
-        let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
-        g.add_tensor(name, DType::F32, &shape, bytes).unwrap();
+        let dtype = if shape.len() >= 2 && name.ends_with(".weight") {
+            cfg.wtype.dtype(&name, shape[0])
+        } else {
+            DType::F32
+        };
+        let bytes: Vec<u8> = if dtype == DType::F32 {
+            data.iter().flat_map(|x| x.to_le_bytes()).collect()
+        } else {
+            let row = dtype.row_size(shape[0]);
+            let mut q = vec![0u8; row * (data.len() / shape[0])];
+            for (src, dst) in data.chunks(shape[0]).zip(q.chunks_mut(row)) {
+                strata::quant::quantize_row(dtype, src, dst).unwrap();
+            }
+            q
+        };
+        g.add_tensor(name, dtype, &shape, bytes).unwrap();
     }
     let w = Weights {
         emb,

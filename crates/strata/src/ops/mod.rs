@@ -64,11 +64,13 @@ pub enum UnaryOp {
     Silu,
     /// e^x
     Exp,
+    /// GELU, exact: x · (1 + erf(x / √2)) / 2 (ggml's `GELU_ERF`).
+    GeluErf,
 }
 
 impl UnaryOp {
     /// All unary ops strata implements.
-    pub const ALL: [UnaryOp; 9] = [
+    pub const ALL: [UnaryOp; 10] = [
         UnaryOp::Abs,
         UnaryOp::Neg,
         UnaryOp::Tanh,
@@ -78,6 +80,7 @@ impl UnaryOp {
         UnaryOp::GeluQuick,
         UnaryOp::Silu,
         UnaryOp::Exp,
+        UnaryOp::GeluErf,
     ];
     /// ggml's id.
     pub fn ggml_id(self) -> i32 {
@@ -91,6 +94,7 @@ impl UnaryOp {
             UnaryOp::GeluQuick => 9,
             UnaryOp::Silu => 10,
             UnaryOp::Exp => 13,
+            UnaryOp::GeluErf => 16,
         }
     }
     /// From ggml's id.
@@ -108,22 +112,25 @@ pub enum GluOp {
     Geglu,
     /// silu(a) * b
     Swiglu,
+    /// gelu_erf(a) * b (the exact GELU, [`UnaryOp::GeluErf`]).
+    GegluErf,
 }
 
 impl GluOp {
+    /// All gated linear units strata implements.
+    pub const ALL: [GluOp; 4] = [GluOp::Reglu, GluOp::Geglu, GluOp::Swiglu, GluOp::GegluErf];
     /// ggml's id.
     pub fn ggml_id(self) -> i32 {
         match self {
             GluOp::Reglu => 0,
             GluOp::Geglu => 1,
             GluOp::Swiglu => 2,
+            GluOp::GegluErf => 4,
         }
     }
     /// From ggml's id.
     pub fn from_ggml_id(id: i32) -> Option<GluOp> {
-        [GluOp::Reglu, GluOp::Geglu, GluOp::Swiglu]
-            .into_iter()
-            .find(|g| g.ggml_id() == id)
+        GluOp::ALL.into_iter().find(|g| g.ggml_id() == id)
     }
 }
 

@@ -44,6 +44,13 @@ pub(crate) fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
 }
 
+/// f32 GELU, exact: x · (1 + erf(x / √2)) / 2, as ggml's `GELU_ERF`
+/// computes it in f32 (`erff`).
+#[inline]
+pub(crate) fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
 /// x * sigmoid(x)
 #[inline]
 pub(crate) fn silu(x: f32) -> f32 {
@@ -62,6 +69,7 @@ pub(crate) fn unary(op: UnaryOp, x: f32) -> f32 {
         UnaryOp::GeluQuick => x / (1.0 + (-1.702 * x).exp()),
         UnaryOp::Silu => silu(x),
         UnaryOp::Exp => x.exp(),
+        UnaryOp::GeluErf => gelu_erf(x),
     }
 }
 
@@ -70,6 +78,7 @@ fn glu_act(op: GluOp, x: f32) -> f32 {
         GluOp::Reglu => x.max(0.0),
         GluOp::Geglu => gelu(x),
         GluOp::Swiglu => silu(x),
+        GluOp::GegluErf => gelu_erf(x),
     }
 }
 
