@@ -552,7 +552,10 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         ("general.architecture".into(), arch.into()),
         // never "phi3": llama.cpp would give that name's SentencePiece
         // tokens attributes, and refuse this byte-level vocabulary
-        ("general.name".into(), cfg.name.replace("phi3", "phi").into()),
+        (
+            "general.name".into(),
+            cfg.name.replace("phi3", "phi").into(),
+        ),
         (k("block_count"), u(cfg.n_layer)),
         (k("context_length"), u(N_CTX_TRAIN)),
         (k("embedding_length"), u(cfg.n_embd)),
