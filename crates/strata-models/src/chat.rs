@@ -316,6 +316,9 @@ mod tests {
     /// The template rendered by plain minijinja (no guard), as the reference.
     fn plain(src: &str, messages: &[Message], agp: bool) -> std::result::Result<String, String> {
         let mut env = Environment::new();
+        // the block handling ChatTemplate sets (transformers')
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
         env.add_function(
             "raise_exception",
             |msg: String| -> std::result::Result<String, JinjaError> {
