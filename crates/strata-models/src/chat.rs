@@ -1,6 +1,9 @@
 //! Chat templates (`tokenizer.chat_template`, Jinja) rendered with minijinja,
 //! with the variables llama.cpp and Hugging Face pass: `messages`,
-//! `add_generation_prompt`, `bos_token`, `eos_token`, and `raise_exception`.
+//! `add_generation_prompt`, `bos_token`, `eos_token`, `tools` and
+//! `documents` (none), and `raise_exception`; as transformers' jinja2
+//! environment, with `trim_blocks` and `lstrip_blocks`, and with the Python
+//! string and dict methods templates call (`chat/guard/methods.rs`).
 //!
 //! A template comes from the model file, so it is untrusted: a rendering is
 //! bounded in instructions ([`TEMPLATE_FUEL`]), in the size of any value it
@@ -126,6 +129,10 @@ impl ChatTemplate {
             });
         }
         let mut env = Environment::new();
+        // as transformers' environment: a block tag's line ends with it
+        // and the indentation before it is dropped
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
         env.set_fuel(Some(TEMPLATE_FUEL));
         guard::install(&mut env);
         env.add_template_owned("chat", source.to_string())
@@ -158,6 +165,8 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos,
             eos_token => self.eos,
+            tools => (),
+            documents => (),
         };
         let mut text = String::new();
         let mut out = make_string_output(&mut text);
@@ -201,6 +210,20 @@ mod tests {
             out,
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
         );
+    }
+
+    /// Block tags as transformers' jinja2 environment treats them
+    /// (trim_blocks, lstrip_blocks), and the Python string methods Qwen 3's
+    /// template calls; expected texts from jinja2 3.1.
+    #[test]
+    fn blocks_and_python_methods_as_jinja2() {
+        let src = "{% for m in messages %}\n    {% if m.content %}\n  [{{ m.content }}]\n    {% endif %}\n{% endfor %}\nend\n";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let msgs = [Message::new("user", "a"), Message::new("user", "b")];
+        assert_eq!(t.render(&msgs, false).unwrap(), "  [a]\n  [b]\nend");
+        let src = "{{ '  a b  '.split()|join('/') }}|{{ 'x'.split(',')|length }}|{{ 'a,b,c'.split(',', 1)|join('/') }}|{{ '\n\nhi\n'.lstrip('\n') }}|{% if 'abc'.startswith(('x', 'a')) %}yes{% endif %}|{{ 'a</think>b'.split('</think>')[-1].strip() }}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        assert_eq!(t.render(&[], false).unwrap(), "a/b|1|a/b,c|hi\n|yes|b");
     }
 
     #[test]
@@ -293,6 +316,9 @@ mod tests {
     /// The template rendered by plain minijinja (no guard), as the reference.
     fn plain(src: &str, messages: &[Message], agp: bool) -> std::result::Result<String, String> {
         let mut env = Environment::new();
+        // the block handling ChatTemplate sets (transformers')
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
         env.add_function(
             "raise_exception",
             |msg: String| -> std::result::Result<String, JinjaError> {

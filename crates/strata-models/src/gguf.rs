@@ -76,6 +76,7 @@ pub fn tokenizer_parts(f: &GgufFile) -> Result<TokenizerParts> {
         add_bos: opt_bool(f, &key("add_bos_token"))?,
         add_eos: opt_bool(f, &key("add_eos_token"))?,
         add_space_prefix: opt_bool(f, &key("add_space_prefix"))?,
+        model_name: m.get_str("general.name").unwrap_or_default().to_string(),
     })
 }
 

@@ -1,5 +1,5 @@
-//! The families (llama as Llama 3 has it, qwen2, qwen3, gemma2, gemma3, the
-//! mixture-of-experts qwen3moe and Mixtral-style llama) on tiny
+//! The families (llama as Llama 3 has it, qwen2, qwen3, gemma2, gemma3,
+//! phi3, the mixture-of-experts qwen3moe and Mixtral-style llama) on tiny
 //! random-weight models written by `support/tiny_models.rs`, each checked
 //! against an f64 forward pass written here from the families' definitions
 //! (not from strata's graph), on a short prompt and on a prompt that takes
@@ -79,6 +79,7 @@ fn rope(cfg: &Config, w: &Weights, x: &mut [f64], pos: usize, il: usize) {
                 theta /= ff[i];
             }
             let (s, c) = theta.sin_cos();
+            let (s, c) = (s * w.rope_mscale, c * w.rope_mscale);
             let (j0, j1) = match cfg.fam.neox() {
                 false => (2 * i, 2 * i + 1),
                 true => (i, i + hd / 2),
@@ -540,7 +541,9 @@ fn bad_metadata_names_the_key() {
     let (llama, qwen2, qwen3) = (&all[0], &all[2], &all[4]);
     let e = load_err(llama, &mut set_meta("general.architecture", "gemma".into()));
     assert_eq!(metadata_key(&e), "general.architecture");
-    for arch in ["llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3"] {
+    for arch in [
+        "llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3",
+    ] {
         assert!(
             e.to_string().contains(&format!(" {arch},"))
                 || e.to_string().contains(&format!(" {arch})")),

@@ -92,7 +92,8 @@ fn moe_models_load_their_experts() {
             assert_eq!(router.name(), format!("blk.{i}.ffn_gate_inp.weight"));
             assert_eq!(l.ffn_up.ne(), [cfg.n_embd, cfg.n_ff, cfg.n_expert, 1]);
             assert_eq!(l.ffn_down.ne(), [cfg.n_ff, cfg.n_embd, cfg.n_expert, 1]);
-            assert_eq!(l.ffn_gate.name(), format!("blk.{i}.ffn_gate_exps.weight"));
+            let gate = l.ffn_gate.as_ref().unwrap();
+            assert_eq!(gate.name(), format!("blk.{i}.ffn_gate_exps.weight"));
         }
     }
 }
@@ -142,7 +143,7 @@ fn experts_on_the_cpu_with_the_rest_on_a_device() {
         };
         let m = load(&bytes, &opts).unwrap();
         for l in &m.layers {
-            for t in [&l.ffn_up, &l.ffn_gate, &l.ffn_down] {
+            for t in [&l.ffn_up, l.ffn_gate.as_ref().unwrap(), &l.ffn_down] {
                 let buf = t.buffer().unwrap();
                 assert!(buf.buffer_type().is_host(), "{} on the CPU", t.name());
             }
@@ -221,7 +222,7 @@ fn n_cpu_moe_keeps_the_first_blocks_experts() {
     let m = load(&bytes, &opts).unwrap();
     let on_host = |t: &strata::Tensor| t.buffer().unwrap().buffer_type().is_host();
     assert!(on_host(&m.layers[0].ffn_up) && on_host(&m.layers[0].ffn_down));
-    assert!(!on_host(&m.layers[1].ffn_up) && !on_host(&m.layers[1].ffn_gate));
+    assert!(!on_host(&m.layers[1].ffn_up) && !on_host(m.layers[1].ffn_gate.as_ref().unwrap()));
     assert!(!on_host(&m.layers[0].wq));
     assert_eq!(Override::n_cpu_moe(0).unwrap().len(), 0);
     assert_eq!(Override::n_cpu_moe(usize::MAX).unwrap().len(), 512);

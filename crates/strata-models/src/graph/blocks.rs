@@ -2,9 +2,9 @@
 //! projection with an optional bias, the attention block, the gated FFN
 //! (SwiGLU or GeGLU), its mixture of experts, and soft-capping. A family's
 //! differences are the optional weights of its [`Layer`] (Q/K/V biases,
-//! per-head Q/K norms, RoPE frequency factors, post-norms, the expert
-//! router) and its [`HParams`] (query scale, attention soft-cap, FFN gate
-//! activation).
+//! fused QKV, per-head Q/K norms, RoPE frequency or LongRoPE factors, fused
+//! gate+up, post-norms, the expert router) and its [`HParams`] (query
+//! scale or Phi-3's Q pre-scaling, attention soft-cap, FFN gate activation).
 
 use strata::ops::{self, RopeParams};
 use strata::{Graph, Tensor};
@@ -12,7 +12,7 @@ use strata::{Graph, Tensor};
 use super::Attention;
 use crate::kv::KvCache;
 use crate::model::{HParams, Layer};
-use crate::Result;
+use crate::{ModelError, Result};
 
 /// Names `t` as llama.cpp's graph callback does (`name-il`).
 pub(super) fn named(t: Tensor, name: &str, il: usize) -> Tensor {
@@ -36,6 +36,9 @@ pub(super) struct AttnInputs<'a> {
     pub kind: Attention,
     /// The layer's RoPE parameters.
     pub rope: RopeParams,
+    /// The context is longer than the original training context: LongRoPE
+    /// layers use their long factors (llama.cpp's `get_rope_factors`).
+    pub long_ctx: bool,
 }
 
 /// `cap · tanh(x / cap)` (ggml_scale → ggml_tanh → ggml_scale, as
@@ -61,9 +64,15 @@ pub(super) fn linear(w: &Tensor, b: Option<&Tensor>, x: &Tensor) -> Result<Tenso
 }
 
 /// RoPE of `x` at the batch's positions, with the layer's frequency factors
-/// when it has them (ggml_rope_ext's third source).
+/// when it has them (ggml_rope_ext's third source): `rope_freqs`, else the
+/// LongRoPE factors the context length picks.
 fn rope(x: &Tensor, l: &Layer, inp: &AttnInputs<'_>) -> Result<Tensor> {
-    Ok(match &l.rope_freqs {
+    let factors = match (&l.rope_freqs, inp.long_ctx) {
+        (Some(f), _) => Some(f),
+        (None, true) => l.rope_long.as_ref(),
+        (None, false) => l.rope_short.as_ref(),
+    };
+    Ok(match factors {
         Some(ff) => ops::rope_ext(x, inp.positions, Some(ff), inp.rope)?,
         None => ops::rope(x, inp.positions, inp.rope)?,
     })
@@ -87,17 +96,14 @@ pub(super) fn attention(
     let (dk, dv) = (hp.head_dim_k, hp.head_dim_v);
     let (nh, nkv) = (hp.n_head, hp.n_head_kv);
     let (n_tokens, n_kv) = (inp.n_tokens, inp.n_kv);
-    // Gemma scales the queries (after RoPE) and attends with a scale of 1
-    let kq_scale = match hp.shaping.q_scale {
+    // Gemma scales the queries (after RoPE) by its own factor and attends
+    // with a scale of 1; Phi-3 does the same with 1/√head_dim
+    let mut kq_scale = match hp.shaping.q_scale {
         Some(_) => 1.0,
         None => 1.0 / (dk as f32).sqrt(),
     };
     let attn_softcap = hp.shaping.attn_softcap;
-    let q = named(linear(&l.wq, l.bq.as_ref(), x)?, "Qcur", il);
-    let k = named(linear(&l.wk, l.bk.as_ref(), x)?, "Kcur", il);
-    let v = named(linear(&l.wv, l.bv.as_ref(), x)?, "Vcur", il);
-    let mut q = ops::reshape(&q, &[dk, nh, n_tokens])?;
-    let mut k = ops::reshape(&k, &[dk, nkv, n_tokens])?;
+    let (mut q, mut k, v) = qkv(hp, l, x, n_tokens, il)?;
     if let Some(w) = &l.attn_q_norm {
         q = norm(&q, w, hp.rms_eps, "Qcur_normed", il)?;
     }
@@ -108,6 +114,9 @@ pub(super) fn attention(
     let k = named(rope(&k, l, inp)?, "Krope", il);
     if let Some(s) = hp.shaping.q_scale {
         q = named(ops::scale(&q, s)?, "Qscaled", il);
+    } else if hp.family.spec().prescale_q {
+        q = named(ops::scale(&q, kq_scale)?, "Qcur_scaled", il);
+        kq_scale = 1.0;
     }
 
     // cache writes: one row (all KV heads of a token) per cell
@@ -173,22 +182,77 @@ pub(super) fn attention(
     ))
 }
 
+/// Q `[dk, n_head, n_tokens]`, K `[dk, n_head_kv, n_tokens]` and V
+/// `[dv · n_head_kv, n_tokens]` of layer `il` on the normed input `x`: three
+/// projections (with their biases), or one fused projection split by views
+/// (llama.cpp's `build_qkv`: the fused bias, else the three biases
+/// concatenated, which adding each to its view equals).
+fn qkv(
+    hp: &HParams,
+    l: &Layer,
+    x: &Tensor,
+    n_tokens: usize,
+    il: usize,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let (dk, dv) = (hp.head_dim_k, hp.head_dim_v);
+    let (nh, nkv) = (hp.n_head, hp.n_head_kv);
+    let Some(wqkv) = &l.wqkv else {
+        let q = named(linear(&l.wq, l.bq.as_ref(), x)?, "Qcur", il);
+        let k = named(linear(&l.wk, l.bk.as_ref(), x)?, "Kcur", il);
+        let v = named(linear(&l.wv, l.bv.as_ref(), x)?, "Vcur", il);
+        let q = ops::reshape(&q, &[dk, nh, n_tokens])?;
+        let k = ops::reshape(&k, &[dk, nkv, n_tokens])?;
+        return Ok((q, k, v));
+    };
+    let qkv = named(linear(wqkv, l.bqkv.as_ref(), x)?, "wqkv", il);
+    let es = qkv.nb()[0];
+    let row = qkv.nb()[1];
+    let (qd, kd) = (dk * nh, dk * nkv);
+    let q = ops::view_3d(&qkv, [dk, nh, n_tokens], es * dk, row, 0)?;
+    let k = ops::view_3d(&qkv, [dk, nkv, n_tokens], es * dk, row, es * qd)?;
+    let v = ops::view_2d(&qkv, dv * nkv, n_tokens, row, es * (qd + kd))?;
+    let bias = |t: Tensor, b: &Option<Tensor>, shape: &[usize]| -> Result<Tensor> {
+        Ok(match b {
+            Some(b) => ops::add(&t, &ops::reshape(b, shape)?)?,
+            None => t,
+        })
+    };
+    let q = bias(q, &l.bq, &[dk, nh])?;
+    let k = bias(k, &l.bk, &[dk, nkv])?;
+    let v = bias(v, &l.bv, &[dv * nkv])?;
+    Ok((
+        named(q, "Qcur", il),
+        named(k, "Kcur", il),
+        named(ops::cont(&v)?, "Vcur", il),
+    ))
+}
+
 /// The gated FFN of layer `il` on the normed input `x`: down(act(gate(x)) ·
 /// up(x)) with the family's activation (SiLU, or Gemma's GELU), each
-/// projection with its bias when present.
+/// projection with its bias when present; with gate and up fused in
+/// `ffn_up` (Phi-3), act of the first half of its rows times the second
+/// half (ggml_swiglu).
 pub(super) fn ffn(hp: &HParams, l: &Layer, x: &Tensor, il: usize) -> Result<Tensor> {
-    let gate = named(
-        linear(&l.ffn_gate, l.ffn_gate_b.as_ref(), x)?,
-        "ffn_gate",
-        il,
-    );
-    let up = named(linear(&l.ffn_up, l.ffn_up_b.as_ref(), x)?, "ffn_up", il);
+    let up = |x: &Tensor| -> Result<Tensor> {
+        Ok(named(
+            linear(&l.ffn_up, l.ffn_up_b.as_ref(), x)?,
+            "ffn_up",
+            il,
+        ))
+    };
     let glu = hp.family.ffn_glu();
     let name = match glu {
         ops::GluOp::Geglu => "ffn_geglu",
         _ => "ffn_swiglu",
     };
-    let act = named(ops::glu_split(&gate, &up, glu)?, name, il);
+    let act = match &l.ffn_gate {
+        Some(g) => {
+            let gate = named(linear(g, l.ffn_gate_b.as_ref(), x)?, "ffn_gate", il);
+            ops::glu_split(&gate, &up(x)?, glu)?
+        }
+        None => ops::glu(&up(x)?, glu, false)?,
+    };
+    let act = named(act, name, il);
     Ok(named(
         linear(&l.ffn_down, l.ffn_down_b.as_ref(), &act)?,
         "ffn_out",
@@ -239,8 +303,13 @@ pub(super) fn moe_ffn(
         "ffn_moe_up",
         il,
     );
+    let Some(gate_exps) = &l.ffn_gate else {
+        return Err(ModelError::Invalid(format!(
+            "layer {il}: a mixture-of-experts FFN needs ffn_gate_exps"
+        )));
+    };
     let gate = named(
-        ops::mul_mat_id(&l.ffn_gate, &cur, &selected)?,
+        ops::mul_mat_id(gate_exps, &cur, &selected)?,
         "ffn_moe_gate",
         il,
     );

@@ -1,13 +1,15 @@
 //! The decoder graph, as llama.cpp's `llm_build_llama`, `qwen2`,
-//! `qwen3`, `qwen3moe`, `gemma2` and `gemma3` build it: token embedding (× √n_embd for
-//! Gemma) → per layer (RMS norm → attention (`blocks::attention`: Q, K, V
-//! with optional biases → optional per-head Q/K RMS norm → RoPE with
-//! optional frequency factors, the layer's base → optional query scale → KV
+//! `qwen3`, `qwen3moe`, `gemma2`, `gemma3` and `phi3` build it: token
+//! embedding (× √n_embd for Gemma) → per layer (RMS norm → attention
+//! (`blocks::attention`: Q, K, V, or Phi-3's fused QKV split by views, with
+//! optional biases → optional per-head Q/K RMS norm → RoPE with optional
+//! frequency or LongRoPE factors, the layer's base → optional query scale → KV
 //! cache write (SET_ROWS, f16) → grouped-query attention (FLASH_ATTN_EXT, or
 //! SOFT_MAX with a causal mask; optional soft-capping; a windowed mask in
 //! sliding-window layers) → output projection) → optional RMS post-norm →
-//! residual → RMS norm → gated FFN (`blocks::ffn`: SwiGLU or GeGLU; `blocks::moe_ffn`'s mixture of
-//! experts when the layer has a router) →
+//! residual → RMS norm → gated FFN (`blocks::ffn`: SwiGLU or GeGLU, gate
+//! and up fused for Phi-3; `blocks::moe_ffn`'s mixture of experts when the
+//! layer has a router) →
 //! optional RMS post-norm → residual) → final norm → output projection (+
 //! optional bias) → optional final soft-capping. Only the rows whose logits
 //! are wanted go through the last layer's FFN and the head (llama.cpp's
@@ -168,6 +170,7 @@ pub fn build(
     }
 
     let mut graph = Graph::new();
+    let long_ctx = hp.long_context(kv.n_ctx());
     let mut inp = ops::get_rows(&model.tok_embd, &tokens)?.with_name("inp_embd");
     if let Some(s) = hp.shaping.embd_scale {
         inp = ops::scale(&inp, s)?.with_name("inp_scaled");
@@ -185,6 +188,7 @@ pub fn build(
             n_kv,
             kind: attn,
             rope: hp.rope_params_for(il),
+            long_ctx,
         };
         let cur = blocks::norm(&inp, &l.attn_norm, hp.rms_eps, "attn_norm", il)?;
         let mut cur = blocks::attention(hp, l, kv, il, &cur, &inputs, &mut graph)?;

@@ -137,7 +137,9 @@ pub(super) fn read(
     let arch = family.arch();
     let key = |k: &str| format!("{arch}.{k}");
     let (swa, big) = match family {
-        Family::Llama | Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => {
+        // Phi-3: llama.cpp b11312 turns its sliding window off
+        // (phi3.attention.sliding_window is read by nobody)
+        Family::Llama | Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe | Family::Phi3 => {
             return Ok((None, Shaping::default()))
         }
         // llama.cpp: Gemma 2 always has a window (4096 unless given), on

@@ -1,11 +1,12 @@
 //! The decoder families strata builds, and what each one's GGUF holds.
 //!
-//! Llama, Qwen 2/3, Qwen 3 MoE and Gemma 2/3 share one graph (`crate::graph`):
-//! RMS norm → attention → [RMS norm →] residual → RMS norm → gated FFN (or
-//! its mixture of experts) → [RMS norm →] residual. They differ in the RoPE
-//! pairing, the FFN's gate activation (SwiGLU, Gemma's GeGLU) and in optional
-//! tensors, which this table records as llama.cpp's loaders
-//! (`src/models/{llama,qwen2,qwen3,qwen3moe,gemma2,gemma3}.cpp`) declare them:
+//! Llama, Qwen 2/3, Qwen 3 MoE, Gemma 2/3 and Phi-3 share one graph
+//! (`crate::graph`): RMS norm → attention → [RMS norm →] residual → RMS norm →
+//! gated FFN (or its mixture of experts) → [RMS norm →] residual. They differ
+//! in the RoPE pairing, the FFN's gate activation (SwiGLU, Gemma's GeGLU),
+//! fused weights (Phi-3's QKV and gate+up) and in optional tensors, which
+//! this table records as llama.cpp's loaders
+//! (`src/models/{llama,qwen2,qwen3,qwen3moe,gemma2,gemma3,phi3}.cpp`) declare them:
 //! a tensor a family does not load is left unused, and an unused tensor is a
 //! load error (llama.cpp's "wrong number of tensors").
 
@@ -34,6 +35,12 @@ pub enum Family {
     /// attention soft-capping, five sliding-window layers to one global
     /// layer, and their own RoPE base for the sliding-window layers.
     Gemma3,
+    /// `phi3`: Phi-3 / Phi-3.5 / Phi-4-mini: fused `attn_qkv` (or separate
+    /// Q/K/V), fused gate+up `ffn_up`, NEOX RoPE with LongRoPE factors
+    /// (`rope_factors_{long,short}`), Q scaled by 1/√head_dim before attention.
+    /// `phi3.attention.sliding_window` is read by nobody: llama.cpp b11312
+    /// turns Phi's sliding window off, and strata does the same.
+    Phi3,
 }
 
 /// Whether a family's file holds a tensor.
@@ -72,17 +79,53 @@ pub struct Spec {
     /// `blk.N.ffn_{gate,up,down}_exps.weight` instead of the dense FFN):
     /// `Optional` means when `{arch}.expert_count` is above 0.
     pub moe: Need,
+    /// `blk.N.attn_qkv.weight` (Q, K and V rows fused, in that order) in
+    /// place of `attn_{q,k,v}.weight` (with `attn_qkv.bias` or the separate
+    /// biases). `No`: separate Q/K/V only.
+    pub fused_qkv: Need,
+    /// `blk.N.ffn_up.weight` is `[n_embd, 2·n_ff]`, gate rows first, and
+    /// there is no `ffn_gate` (llama.cpp's `ggml_swiglu` on the fused rows).
+    pub fused_gate_up: bool,
+    /// `rope_factors_long.weight` / `rope_factors_short.weight` (LongRoPE:
+    /// long when the context is longer than `rope.scaling.original_context_length`).
+    pub rope_factors: Need,
+    /// Q is scaled by 1/√head_dim before attention, which then scales by 1
+    /// (phi3.cpp's order; the same product, rounded differently).
+    pub prescale_q: bool,
+}
+
+impl Spec {
+    /// The llama layout's answers to the fields that only some families
+    /// change (no fused weights, no LongRoPE factors, scaling in attention,
+    /// an optional head, no post-norms, and llama's optional experts, as
+    /// Mixtral's GGUF is a `llama` file).
+    pub const DENSE: Spec = Spec {
+        qkv_bias: Need::No,
+        wo_bias: Need::No,
+        qk_norm: Need::No,
+        ffn_bias: Need::No,
+        rope_freqs: Need::No,
+        output_bias: Need::No,
+        output: Need::Optional,
+        post_norms: Need::No,
+        moe: Need::Optional,
+        fused_qkv: Need::No,
+        fused_gate_up: false,
+        rope_factors: Need::No,
+        prescale_q: false,
+    };
 }
 
 impl Family {
     /// Every family, in the order error messages list them.
-    pub const ALL: [Family; 6] = [
+    pub const ALL: [Family; 7] = [
         Family::Llama,
         Family::Qwen2,
         Family::Qwen3,
         Family::Qwen3Moe,
         Family::Gemma2,
         Family::Gemma3,
+        Family::Phi3,
     ];
 
     /// The family of `general.architecture = arch`.
@@ -99,14 +142,18 @@ impl Family {
             Family::Qwen3Moe => "qwen3moe",
             Family::Gemma2 => "gemma2",
             Family::Gemma3 => "gemma3",
+            Family::Phi3 => "phi3",
         }
     }
 
     /// The FFN's gate activation (llama.cpp's `LLM_FFN_SILU` / `LLM_FFN_GELU`
-    /// with a parallel gate: ggml's SwiGLU / GeGLU, GELU's tanh form).
+    /// with a parallel gate: ggml's SwiGLU / GeGLU, GELU's tanh form; Phi-3's
+    /// fused gate+up is SwiGLU too).
     pub fn ffn_glu(self) -> GluOp {
         match self {
-            Family::Llama | Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => GluOp::Swiglu,
+            Family::Llama | Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe | Family::Phi3 => {
+                GluOp::Swiglu
+            }
             Family::Gemma2 | Family::Gemma3 => GluOp::Geglu,
         }
     }
@@ -115,9 +162,12 @@ impl Family {
     pub fn rope_mode(self) -> RopeMode {
         match self {
             Family::Llama => RopeMode::Normal,
-            Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe | Family::Gemma2 | Family::Gemma3 => {
-                RopeMode::Neox
-            }
+            Family::Qwen2
+            | Family::Qwen3
+            | Family::Qwen3Moe
+            | Family::Gemma2
+            | Family::Gemma3
+            | Family::Phi3 => RopeMode::Neox,
         }
     }
 
@@ -135,6 +185,7 @@ impl Family {
                 output: Optional,
                 post_norms: No,
                 moe: Optional,
+                ..Spec::DENSE
             },
             Family::Qwen2 => Spec {
                 qkv_bias: Optional,
@@ -146,6 +197,7 @@ impl Family {
                 output: Optional,
                 post_norms: No,
                 moe: No,
+                ..Spec::DENSE
             },
             Family::Qwen3 => Spec {
                 qkv_bias: Optional,
@@ -157,6 +209,7 @@ impl Family {
                 output: Optional,
                 post_norms: No,
                 moe: No,
+                ..Spec::DENSE
             },
             // Qwen 3's attention, every FFN a mixture of experts
             Family::Qwen3Moe => Spec {
@@ -174,6 +227,24 @@ impl Family {
                 output: if self == Family::Gemma3 { Optional } else { No },
                 post_norms: Required,
                 moe: No,
+                ..Spec::DENSE
+            },
+            // phi3.cpp: create_tensor_qkv (fused or separate, biases
+            // optional), no output bias, one rope_factors pair for all layers
+            Family::Phi3 => Spec {
+                qkv_bias: Optional,
+                wo_bias: No,
+                qk_norm: No,
+                ffn_bias: No,
+                rope_freqs: No,
+                output_bias: No,
+                output: Optional,
+                post_norms: No,
+                moe: No,
+                fused_qkv: Optional,
+                fused_gate_up: true,
+                rope_factors: Optional,
+                prescale_q: true,
             },
         }
     }
@@ -207,7 +278,7 @@ mod tests {
         assert_eq!(Family::from_arch("gemma"), None);
         assert_eq!(
             Family::supported(),
-            "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3"
+            "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3"
         );
     }
 }

@@ -1,12 +1,12 @@
 //! Hyperparameters of a decoder model (llama, qwen2, qwen3, qwen3moe,
-//! gemma2, gemma3), read from the `{arch}.*` GGUF metadata keys.
+//! gemma2, gemma3, phi3), read from the `{arch}.*` GGUF metadata keys.
 
 use strata::gguf::{GgufFile, Metadata};
 use strata::ops::RopeMode;
 
 use super::extras::{self, GlobalRope, Shaping, Swa};
 use super::moe::Experts;
-use super::Family;
+use super::{Family, Need};
 use crate::{ModelError, Result};
 
 /// RoPE scaling from `{arch}.rope.scaling.*`.
@@ -223,6 +223,8 @@ impl HParams {
                 .get_str(&type_key)
                 .map_err(|e| meta(&type_key, &e.to_string()))?,
         };
+        // LongRoPE (Phi-3) needs no type: its converter writes none (so
+        // linear, factor 1), the rope_factors tensors and rope.scaling.attn_factor.
         let rope_scaling = match rope_type {
             "yarn" if factor > 0.0 => RopeScaling::Yarn { factor },
             "linear" if scaled => RopeScaling::Linear { factor },
@@ -328,56 +330,77 @@ impl HParams {
                 })
         };
         let heads = |n: usize, d: usize| n.saturating_mul(d);
-        let checks = [
-            (
-                "embedding_length",
-                "token_embd.weight",
-                0,
-                self.n_embd,
-                format!("{}", self.n_embd),
-            ),
-            (
-                "attention.head_count, attention.key_length",
-                "blk.0.attn_q.weight",
+        let spec = self.family.spec();
+        let mut checks = vec![(
+            "embedding_length",
+            "token_embd.weight",
+            0,
+            self.n_embd,
+            format!("{}", self.n_embd),
+        )];
+        if spec.fused_qkv != Need::No && f.tensor("blk.0.attn_qkv.weight").is_some() {
+            let q = heads(self.n_head, self.head_dim_k);
+            let k = heads(self.n_head_kv, self.head_dim_k);
+            let v = heads(self.n_head_kv, self.head_dim_v);
+            checks.push((
+                "attention.head_count, attention.head_count_kv, attention.key_length",
+                "blk.0.attn_qkv.weight",
                 1,
-                heads(self.n_head, self.head_dim_k),
-                format!("{} heads x {}", self.n_head, self.head_dim_k),
-            ),
+                q.saturating_add(k).saturating_add(v),
+                format!(
+                    "{} heads x {} + {} KV heads x ({} + {})",
+                    self.n_head, self.head_dim_k, self.n_head_kv, self.head_dim_k, self.head_dim_v
+                ),
+            ));
+        } else {
+            checks.extend([
+                (
+                    "attention.head_count, attention.key_length",
+                    "blk.0.attn_q.weight",
+                    1,
+                    heads(self.n_head, self.head_dim_k),
+                    format!("{} heads x {}", self.n_head, self.head_dim_k),
+                ),
+                (
+                    "attention.head_count_kv, attention.key_length",
+                    "blk.0.attn_k.weight",
+                    1,
+                    heads(self.n_head_kv, self.head_dim_k),
+                    format!("{} KV heads x {}", self.n_head_kv, self.head_dim_k),
+                ),
+                (
+                    "attention.head_count_kv, attention.value_length",
+                    "blk.0.attn_v.weight",
+                    1,
+                    heads(self.n_head_kv, self.head_dim_v),
+                    format!("{} KV heads x {}", self.n_head_kv, self.head_dim_v),
+                ),
+            ]);
+        }
+        let (up_rows, up_says) = if spec.fused_gate_up {
             (
-                "attention.head_count_kv, attention.key_length",
-                "blk.0.attn_k.weight",
-                1,
-                heads(self.n_head_kv, self.head_dim_k),
-                format!("{} KV heads x {}", self.n_head_kv, self.head_dim_k),
-            ),
-            (
-                "attention.head_count_kv, attention.value_length",
-                "blk.0.attn_v.weight",
-                1,
-                heads(self.n_head_kv, self.head_dim_v),
-                format!("{} KV heads x {}", self.n_head_kv, self.head_dim_v),
-            ),
-        ];
-        let ffn_check = if self.n_expert == 0 {
-            (
+                self.n_ff.saturating_mul(2),
+                format!("2 x {} (gate and up fused)", self.n_ff),
+            )
+        } else {
+            (self.n_ff, format!("{}", self.n_ff))
+        };
+        if self.n_expert == 0 {
+            checks.push((
                 "feed_forward_length",
                 "blk.0.ffn_up.weight",
                 1,
-                self.n_ff,
-                format!("{}", self.n_ff),
-            )
+                up_rows,
+                up_says,
+            ));
         } else {
-            (
+            checks.push((
                 super::moe::ff_exp_key(self.family),
                 "blk.0.ffn_up_exps.weight",
                 1,
                 self.n_ff_exp,
                 format!("{}", self.n_ff_exp),
-            )
-        };
-        let mut checks = Vec::from(checks);
-        checks.push(ffn_check);
-        if self.n_expert > 0 {
+            ));
             checks.push((
                 "expert_count",
                 "blk.0.ffn_gate_inp.weight",
@@ -397,6 +420,14 @@ impl HParams {
             }
         }
         Ok(())
+    }
+
+    /// Whether a context of `n_ctx` cells counts as long for LongRoPE: as
+    /// llama.cpp's `get_rope_factors`, its per-sequence context (which
+    /// llama.cpp rounds up to a multiple of 256) is longer than
+    /// `rope.scaling.original_context_length`.
+    pub fn long_context(&self, n_ctx: usize) -> bool {
+        n_ctx.div_ceil(256).saturating_mul(256) > self.n_ctx_orig
     }
 
     /// Width of all K heads of one token (`n_head_kv * head_dim_k`).

@@ -19,6 +19,7 @@ mod family;
 mod hparams;
 mod moe;
 mod placement;
+mod weights;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -68,12 +69,17 @@ fn repack(opts: &LoadOptions, dtype: strata::DType, ne: [usize; 4]) -> bool {
 pub struct Layer {
     /// Pre-attention RMS norm weight.
     pub attn_norm: Tensor,
-    /// Query projection.
+    /// Query projection (a view of `wqkv`'s first rows when the file fuses them).
     pub wq: Tensor,
-    /// Key projection.
+    /// Key projection (a view of `wqkv` when fused).
     pub wk: Tensor,
-    /// Value projection.
+    /// Value projection (a view of `wqkv` when fused).
     pub wv: Tensor,
+    /// Fused Q, K, V projection (`attn_qkv`, Phi-3): the graph multiplies by
+    /// it once and splits the result by views, as llama.cpp does.
+    pub wqkv: Option<Tensor>,
+    /// Fused Q, K, V bias (`attn_qkv.bias`).
+    pub bqkv: Option<Tensor>,
     /// Attention output projection.
     pub wo: Tensor,
     /// Query bias (Qwen 2).
@@ -91,15 +97,23 @@ pub struct Layer {
     /// RoPE frequency factors (`rope_freqs.weight`, Llama 3.1+), `[n_rot / 2]`:
     /// the file's tensor, or its copy on this layer's device.
     pub rope_freqs: Option<Tensor>,
+    /// LongRoPE factors for contexts longer than the original training
+    /// context (`rope_factors_long.weight`, Phi-3), `[n_rot / 2]`, on this
+    /// layer's device.
+    pub rope_long: Option<Tensor>,
+    /// LongRoPE factors for the other contexts (`rope_factors_short.weight`).
+    pub rope_short: Option<Tensor>,
     /// Pre-FFN RMS norm weight.
     pub ffn_norm: Tensor,
     /// Mixture-of-experts router (`ffn_gate_inp`), `[n_embd, n_expert]`:
     /// when present, `ffn_gate`, `ffn_up` and `ffn_down` are the experts'
     /// stacks (`ffn_{gate,up,down}_exps`, one matrix per expert along ne2).
     pub ffn_gate_inp: Option<Tensor>,
-    /// FFN gate projection (`[n_embd, n_ff_exp, n_expert]` in a MoE layer).
-    pub ffn_gate: Tensor,
-    /// FFN up projection (`[n_embd, n_ff_exp, n_expert]` in a MoE layer).
+    /// FFN gate projection (`[n_embd, n_ff_exp, n_expert]` in a MoE layer;
+    /// absent when `ffn_up` holds gate and up fused).
+    pub ffn_gate: Option<Tensor>,
+    /// FFN up projection (`[n_embd, n_ff_exp, n_expert]` in a MoE layer;
+    /// `[n_embd, 2·n_ff]`, gate rows first, when fused: Phi-3).
     pub ffn_up: Tensor,
     /// FFN down projection (`[n_ff_exp, n_embd, n_expert]` in a MoE layer).
     pub ffn_down: Tensor,
@@ -118,20 +132,27 @@ pub struct Layer {
 impl Layer {
     /// Every weight of the block, the optional ones that are present included.
     pub fn tensors(&self) -> impl Iterator<Item = &Tensor> + '_ {
+        // a fused model's wq/wk/wv are views of wqkv, not weights of their own
+        let separate = match self.wqkv {
+            None => [Some(&self.wq), Some(&self.wk), Some(&self.wv)],
+            Some(_) => [None; 3],
+        };
         [
             &self.attn_norm,
-            &self.wq,
-            &self.wk,
-            &self.wv,
             &self.wo,
             &self.ffn_norm,
-            &self.ffn_gate,
             &self.ffn_up,
             &self.ffn_down,
         ]
         .into_iter()
+        .chain(separate.into_iter().flatten())
         .chain(
             [
+                &self.wqkv,
+                &self.bqkv,
+                &self.ffn_gate,
+                &self.rope_long,
+                &self.rope_short,
                 &self.bq,
                 &self.bk,
                 &self.bv,
@@ -322,10 +343,28 @@ struct Placed<'f> {
     output_copy: Option<Tensor>,
     /// No `output.weight`: the head is the token embedding.
     tied: bool,
-    /// `rope_freqs.weight`'s device and its copies on the other devices that
-    /// hold layers (llama.cpp duplicates it per layer for the same reason: a
-    /// CPU weight would pull every offloaded layer's ROPE back to the CPU).
-    rope_freqs: Option<(usize, Vec<(usize, Tensor)>)>,
+    /// The copies of each tensor every layer reads (`rope_freqs.weight`,
+    /// the LongRoPE factors) on the devices holding layers other than its
+    /// own (llama.cpp duplicates them per layer for the same reason: a CPU
+    /// weight would pull every offloaded layer's ROPE back to the CPU).
+    shared: Vec<(&'static str, Vec<(usize, Tensor)>)>,
+}
+
+/// `rope_factors_long.weight` (LongRoPE, Phi-3).
+const ROPE_LONG: &str = "rope_factors_long.weight";
+/// `rope_factors_short.weight`.
+const ROPE_SHORT: &str = "rope_factors_short.weight";
+
+/// The tensors outside the blocks that every layer of a `spec` model reads.
+fn shared_names(spec: Spec) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if spec.rope_freqs != Need::No {
+        v.push(ROPE_FREQS);
+    }
+    if spec.rope_factors != Need::No {
+        v.extend([ROPE_LONG, ROPE_SHORT]);
+    }
+    v
 }
 
 /// The devices holding layers other than `home` (where a tensor every layer
@@ -367,21 +406,24 @@ fn place<'f>(
         }
         tensors.insert(info.name().to_string(), t);
     }
-    let mut rope_freqs = None;
-    let rope_info = f
-        .tensors()
-        .iter()
-        .zip(assigned)
-        .find(|(i, _)| i.name() == ROPE_FREQS);
-    if let (Some((info, &home)), true) = (rope_info, hp.family.spec().rope_freqs != Need::No) {
+    let mut shared = Vec::new();
+    for wanted in shared_names(hp.family.spec()) {
+        let Some((info, &home)) = f
+            .tensors()
+            .iter()
+            .zip(assigned)
+            .find(|(i, _)| i.name() == wanted)
+        else {
+            continue;
+        };
         let mut copies = Vec::new();
         for d in other_layer_devices(map, home) {
-            let name = format!("{ROPE_FREQS} (copy on {})", devs.list()[d].name());
+            let name = format!("{wanted} (copy on {})", devs.list()[d].name());
             let t = make(info)?.with_name(name);
             per_dev[d].push((t.clone(), info));
             copies.push((d, t));
         }
-        rope_freqs = Some((home, copies));
+        shared.push((wanted, copies));
     }
     let tied = hp.family.spec().output == Need::No || !tensors.contains_key("output.weight");
     let mut output_copy = None;
@@ -399,7 +441,7 @@ fn place<'f>(
         packed,
         output_copy,
         tied,
-        rope_freqs,
+        shared,
     })
 }
 
@@ -515,134 +557,6 @@ fn pack_weights(f: &GgufFile, packed: &[(Tensor, &TensorInfo)]) -> Result<Vec<Ar
 /// `rope_freqs.weight`: per-dimension RoPE frequency factors (Llama 3.1+).
 const ROPE_FREQS: &str = "rope_freqs.weight";
 
-/// The model's named weights.
-struct Weights {
-    tok_embd: Tensor,
-    output_norm: Tensor,
-    output: Tensor,
-    output_b: Option<Tensor>,
-    layers: Vec<Layer>,
-}
-
-/// The model's named weights, each checked against the shape `hp` gives,
-/// the optional ones as the family's [`Spec`] says. Every tensor of the file
-/// must be used (llama.cpp refuses a file with tensors it does not load,
-/// "wrong number of tensors"): an unused one is named in the error.
-fn named_weights(placed: Placed<'_>, hp: &HParams, map: &LayerMap) -> Result<Weights> {
-    let tensors = &placed.tensors;
-    let used = std::cell::RefCell::new(std::collections::HashSet::new());
-    let take = |name: &str, shape: &[usize]| -> Result<Tensor> {
-        let t = tensors
-            .get(name)
-            .cloned()
-            .ok_or_else(|| tensor_err(name, "missing"))?;
-        let ne = t.ne();
-        if ne[..shape.len()] != *shape || ne[shape.len()..].iter().any(|&x| x != 1) {
-            return Err(tensor_err(
-                name,
-                format!("shape {:?}, expected {shape:?}", &ne[..t.n_dims()]),
-            ));
-        }
-        used.borrow_mut().insert(name.to_string());
-        Ok(t)
-    };
-    let maybe = |need: Need, name: &str, shape: &[usize]| -> Result<Option<Tensor>> {
-        match need {
-            Need::No => Ok(None),
-            Need::Optional if !tensors.contains_key(name) => Ok(None),
-            Need::Optional | Need::Required => take(name, shape).map(Some),
-        }
-    };
-    let spec = hp.family.spec();
-    let (e, v) = (hp.n_embd, hp.n_vocab);
-    let tok_embd = take("token_embd.weight", &[e, v])?;
-    let output_norm = take("output_norm.weight", &[e])?;
-    let output = match placed.output_copy {
-        Some(t) => t,
-        None if placed.tied => tok_embd.clone(),
-        None => take("output.weight", &[e, v])?,
-    };
-    let output_b = maybe(spec.output_bias, "output.bias", &[v])?;
-    let rope_freqs = maybe(spec.rope_freqs, ROPE_FREQS, &[hp.n_rot / 2])?;
-    let (qd, kd, vd) = (
-        hp.n_head * hp.head_dim_k,
-        hp.n_embd_k_gqa(),
-        hp.n_embd_v_gqa(),
-    );
-    // a MoE layer's FFN: the router and the experts' stacks, no biases
-    let moe = hp.n_expert > 0;
-    let (exps, ffn_bias) = if moe {
-        ("_exps", Need::No)
-    } else {
-        ("", spec.ffn_bias)
-    };
-    let (ffn_in, ffn_out) = if moe {
-        let (f, n) = (hp.n_ff_exp, hp.n_expert);
-        (vec![e, f, n], vec![f, e, n])
-    } else {
-        (vec![e, hp.n_ff], vec![hp.n_ff, e])
-    };
-    let mut layers = Vec::with_capacity(hp.n_layer);
-    for i in 0..hp.n_layer {
-        let w = |s: &str, shape: &[usize]| take(&format!("blk.{i}.{s}.weight"), shape);
-        let opt =
-            |need: Need, s: &str, shape: &[usize]| maybe(need, &format!("blk.{i}.{s}"), shape);
-        // the layer's own copy of the frequency factors when it has one
-        let rope_freqs = rope_freqs.as_ref().map(|t| {
-            let copies = placed.rope_freqs.as_ref().map(|(_, c)| c.as_slice());
-            copies
-                .unwrap_or_default()
-                .iter()
-                .find(|(d, _)| *d == map.layers[i])
-                .map_or_else(|| t.clone(), |(_, c)| c.clone())
-        });
-        layers.push(Layer {
-            attn_norm: w("attn_norm", &[e])?,
-            wq: w("attn_q", &[e, qd])?,
-            wk: w("attn_k", &[e, kd])?,
-            wv: w("attn_v", &[e, vd])?,
-            wo: w("attn_output", &[hp.n_head * hp.head_dim_v, e])?,
-            bq: opt(spec.qkv_bias, "attn_q.bias", &[qd])?,
-            bk: opt(spec.qkv_bias, "attn_k.bias", &[kd])?,
-            bv: opt(spec.qkv_bias, "attn_v.bias", &[vd])?,
-            bo: opt(spec.wo_bias, "attn_output.bias", &[e])?,
-            attn_q_norm: opt(spec.qk_norm, "attn_q_norm.weight", &[hp.head_dim_k])?,
-            attn_k_norm: opt(spec.qk_norm, "attn_k_norm.weight", &[hp.head_dim_k])?,
-            rope_freqs,
-            ffn_norm: w("ffn_norm", &[e])?,
-            ffn_gate_inp: moe
-                .then(|| w("ffn_gate_inp", &[e, hp.n_expert]))
-                .transpose()?,
-            ffn_gate: w(&format!("ffn_gate{exps}"), &ffn_in)?,
-            ffn_up: w(&format!("ffn_up{exps}"), &ffn_in)?,
-            ffn_down: w(&format!("ffn_down{exps}"), &ffn_out)?,
-            ffn_gate_b: opt(ffn_bias, "ffn_gate.bias", &[hp.n_ff])?,
-            ffn_up_b: opt(ffn_bias, "ffn_up.bias", &[hp.n_ff])?,
-            ffn_down_b: opt(ffn_bias, "ffn_down.bias", &[e])?,
-            attn_post_norm: opt(spec.post_norms, "post_attention_norm.weight", &[e])?,
-            ffn_post_norm: opt(spec.post_norms, "post_ffw_norm.weight", &[e])?,
-        });
-    }
-    let used = used.into_inner();
-    if let Some(name) = tensors.keys().find(|n| !used.contains(*n)) {
-        return Err(tensor_err(
-            name,
-            format!(
-                "is not a tensor of a {} model (llama.cpp refuses the file too: \
-                 wrong number of tensors)",
-                hp.arch
-            ),
-        ));
-    }
-    Ok(Weights {
-        tok_embd,
-        output_norm,
-        output,
-        output_b,
-        layers,
-    })
-}
-
 impl Model {
     /// Reports where each tensor would go and what every device would hold
     /// for a context of `n_ctx`, without loading any weight (`--fit`).
@@ -664,16 +578,18 @@ impl Model {
                 bytes[map.output].n_tensors += 1;
             }
         }
-        // and the RoPE frequency factors on every other device holding layers
-        let rope = f
-            .tensors()
-            .iter()
-            .zip(&assigned)
-            .find(|(t, _)| t.name() == ROPE_FREQS);
-        if let (Some((t, &home)), true) = (rope, hp.family.spec().rope_freqs != Need::No) {
-            for d in other_layer_devices(&map, home) {
-                bytes[d].weights += t.size();
-                bytes[d].n_tensors += 1;
+        // and the RoPE factors on every other device holding layers
+        for wanted in shared_names(hp.family.spec()) {
+            let found = f
+                .tensors()
+                .iter()
+                .zip(&assigned)
+                .find(|(t, _)| t.name() == wanted);
+            if let Some((t, &home)) = found {
+                for d in other_layer_devices(&map, home) {
+                    bytes[d].weights += t.size();
+                    bytes[d].n_tensors += 1;
+                }
             }
         }
         for (b, k) in bytes.iter_mut().zip(kv) {
@@ -719,7 +635,7 @@ impl Model {
         let placed = place(&f, &hp, opts, &devs, &map, &assigned, &host)?;
         let (buffers, repacked_bytes) = upload(&f, &placed, &devs, host, &mut progress)?;
         let tied = placed.tied;
-        let w = named_weights(placed, &hp, &map)?;
+        let w = weights::named_weights(placed, &hp, &map)?;
         Ok(Model {
             chat_template: crate::gguf::chat_template(&f),
             hparams: hp,

@@ -172,6 +172,10 @@ pub struct TokenizerParts {
     /// `tokenizer.ggml.add_space_prefix`; `None` means llama.cpp's default (true for
     /// SentencePiece, false for BPE).
     pub add_space_prefix: Option<bool>,
+    /// `general.name`: llama.cpp sets per-token attributes by it (a name
+    /// containing `phi-3` / `phi3`: special tokens take the whitespace after
+    /// them, see [`Tokenizer::encode`]). Empty when unknown.
+    pub model_name: String,
 }
 
 /// Texts llama.cpp takes as end-of-turn when no `eot_token_id` is given (in this order here;
@@ -291,9 +295,36 @@ pub struct Tokenizer {
     eog: HashSet<u32>,
     /// Control / user-defined / unknown tokens, longest text first.
     specials: Vec<u32>,
+    /// Tokens that drop the whitespace after them when split out (llama.cpp's
+    /// RSTRIP attribute, which it sets by model name).
+    rstrip: HashSet<u32>,
     /// `token_to_piece(id, special = true)` for every id.
     pieces: Vec<Vec<u8>>,
     byte_table: [char; 256],
+}
+
+/// The tokens llama.cpp gives the RSTRIP attribute (`llama_vocab::impl::load`,
+/// "set attributes by model name"): for a model whose lowercased
+/// `general.name` contains `phi-3` or `phi3`, every special token and `</s>`,
+/// except `<unk>`, `<s>` and `<|endoftext|>`. (llama.cpp fails to load such
+/// a vocabulary without those four tokens; strata sets what it has.)
+fn rstrip_tokens(
+    model_name: &str,
+    specials: &[u32],
+    token_to_id: &HashMap<String, u32>,
+) -> HashSet<u32> {
+    let name = model_name.to_ascii_lowercase();
+    if !(name.contains("phi-3") || name.contains("phi3")) {
+        return HashSet::new();
+    }
+    let mut set: HashSet<u32> = specials.iter().copied().collect();
+    set.extend(token_to_id.get("</s>"));
+    for t in ["<unk>", "<s>", "<|endoftext|>"] {
+        if let Some(id) = token_to_id.get(t) {
+            set.remove(id);
+        }
+    }
+    set
 }
 
 impl Tokenizer {
@@ -450,6 +481,7 @@ impl Tokenizer {
             .collect();
         // llama.cpp uses an unstable sort by length; ties keep id order here.
         specials.sort_by_key(|&i| std::cmp::Reverse(tokens[i as usize].len()));
+        let rstrip = rstrip_tokens(&parts.model_name, &specials, &token_to_id);
 
         let mut tok = Self {
             tokens,
@@ -467,6 +499,7 @@ impl Tokenizer {
             add_eos,
             eog,
             specials,
+            rstrip,
             pieces: Vec::new(),
             byte_table: pretokenize::byte_to_unicode_table(),
         };
@@ -582,7 +615,7 @@ impl Tokenizer {
     /// `parse_special` lets control tokens written in the text (`<|im_start|>`) become their
     /// ids; user-defined tokens are always recognised, as in llama.cpp.
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
-        let specials: Vec<(u32, &str)> = self
+        let specials: Vec<special::Special<'_>> = self
             .specials
             .iter()
             .filter(|&&id| {
@@ -592,7 +625,12 @@ impl Tokenizer {
                         TokenType::Control | TokenType::Unknown
                     )
             })
-            .map(|&id| (id, self.tokens[id as usize].as_str()))
+            .map(|&id| special::Special {
+                id,
+                text: self.tokens[id as usize].as_str(),
+                lstrip: false,
+                rstrip: self.rstrip.contains(&id),
+            })
             .collect();
         let mut out = Vec::new();
         if add_special && self.add_bos {

@@ -11,19 +11,41 @@ pub(crate) enum Fragment {
     Token(u32),
 }
 
+/// A special token to split out, and whether the whitespace around it goes
+/// with it (llama.cpp's `LLAMA_TOKEN_ATTR_LSTRIP` / `RSTRIP`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Special<'a> {
+    /// The token id.
+    pub id: u32,
+    /// Its text.
+    pub text: &'a str,
+    /// Drop the whitespace just before it.
+    pub lstrip: bool,
+    /// Drop the whitespace just after it.
+    pub rstrip: bool,
+}
+
+/// C's `isspace` in the "C" locale, which llama.cpp's stripping uses.
+fn c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
 /// Splits `text` around every occurrence of the given special tokens.
 ///
 /// `specials` must already be in llama.cpp's order: longest text first. Like llama.cpp, each
 /// special token in turn is searched (left to right, non-overlapping) in every text fragment
 /// left by the previous ones, so a longer token always wins over a shorter one it contains
-/// or overlaps, whatever their positions.
-pub(crate) fn partition(text: &str, specials: &[(u32, &str)]) -> Vec<Fragment> {
+/// or overlaps, whatever their positions. A token that strips drops the ASCII whitespace
+/// beside it from the neighbouring text fragment.
+pub(crate) fn partition(text: &str, specials: &[Special<'_>]) -> Vec<Fragment> {
+    let bytes = text.as_bytes();
     let mut frags = if text.is_empty() {
         Vec::new()
     } else {
         vec![Fragment::Text(0..text.len())]
     };
-    for &(id, tok) in specials {
+    for sp in specials {
+        let (id, tok) = (sp.id, sp.text);
         if tok.is_empty() {
             continue;
         }
@@ -36,11 +58,22 @@ pub(crate) fn partition(text: &str, specials: &[(u32, &str)]) -> Vec<Fragment> {
             let mut pos = range.start;
             while let Some(found) = text[pos..range.end].find(tok) {
                 let m = pos + found;
-                if m > pos {
-                    next.push(Fragment::Text(pos..m));
+                let mut left_end = m;
+                if sp.lstrip {
+                    while left_end > pos && c_space(bytes[left_end - 1]) {
+                        left_end -= 1;
+                    }
+                }
+                if left_end > pos {
+                    next.push(Fragment::Text(pos..left_end));
                 }
                 next.push(Fragment::Token(id));
                 pos = m + tok.len();
+                if sp.rstrip {
+                    while pos < range.end && c_space(bytes[pos]) {
+                        pos += 1;
+                    }
+                }
             }
             if pos < range.end {
                 next.push(Fragment::Text(pos..range.end));
@@ -55,6 +88,45 @@ pub(crate) fn partition(text: &str, specials: &[(u32, &str)]) -> Vec<Fragment> {
 mod tests {
     use super::*;
     use Fragment::*;
+
+    /// `partition` over plain (non-stripping) specials.
+    fn partition(text: &str, specials: &[(u32, &str)]) -> Vec<Fragment> {
+        let sp: Vec<Special<'_>> = specials
+            .iter()
+            .map(|&(id, text)| Special {
+                id,
+                text,
+                lstrip: false,
+                rstrip: false,
+            })
+            .collect();
+        super::partition(text, &sp)
+    }
+
+    #[test]
+    fn stripping_tokens_take_the_whitespace_beside_them() {
+        let sp = |id, text, lstrip, rstrip| Special {
+            id,
+            text,
+            lstrip,
+            rstrip,
+        };
+        let text = "a \n<|u|>\n\t b<|e|> \nc";
+        let f = super::partition(
+            text,
+            &[sp(1, "<|u|>", false, true), sp(2, "<|e|>", true, false)],
+        );
+        assert_eq!(
+            f,
+            [Text(0..3), Token(1), Text(11..12), Token(2), Text(17..20)]
+        );
+        // stripping to the end leaves no empty fragment
+        let f = super::partition("<|u|> \n", &[sp(1, "<|u|>", false, true)]);
+        assert_eq!(f, [Token(1)]);
+        // non-ASCII spaces stay (C isspace)
+        let f = super::partition("<|u|>\u{a0}x", &[sp(1, "<|u|>", false, true)]);
+        assert_eq!(f, [Token(1), Text(5..8)]);
+    }
 
     #[test]
     fn splits_all_occurrences() {

@@ -37,6 +37,31 @@ fn parts(pre: &str) -> TokenizerParts {
     }
 }
 
+/// A model named like Phi-3 (llama.cpp lowercases `general.name` and looks
+/// for `phi-3` / `phi3`): its special tokens, `<|endoftext|>` aside, take the
+/// whitespace after them when parsed; others keep it.
+#[test]
+fn phi3_named_specials_strip_the_whitespace_after_them() {
+    let mut p = parts("qwen2");
+    p.model_name = "Phi3 mini".into();
+    let phi = Tokenizer::from_parts(p).unwrap();
+    let plain = tiny("qwen2");
+    let nl = byte_id(b'\n');
+    let text = "<|im_start|>\n \thello<|endoftext|>\n";
+    let a = phi.encode(text, false, true).unwrap();
+    let b = plain.encode(text, false, true).unwrap();
+    assert_eq!(a.first(), Some(&1));
+    assert_ne!(a[1], nl, "{a:?}");
+    assert_eq!(a[a.len() - 2..], [0, nl], "<|endoftext|> keeps its newline");
+    assert_eq!(b[1], nl, "{b:?}");
+    assert!(b.len() > a.len());
+    // not parsed as specials: nothing is stripped
+    assert_eq!(
+        phi.encode(text, false, false).unwrap(),
+        plain.encode(text, false, false).unwrap()
+    );
+}
+
 fn tiny(pre: &str) -> Tokenizer {
     Tokenizer::from_parts(parts(pre)).unwrap()
 }

@@ -1,5 +1,5 @@
 //! Tiny random-weight models of each family (llama, qwen2, qwen3, gemma2,
-//! gemma3, and the mixture-of-experts qwen3moe and Mixtral-style llama),
+//! gemma3, phi3, and the mixture-of-experts qwen3moe and Mixtral-style llama),
 //! written with strata's GGUF writer: a fixed-seed generator, so the same
 //! configuration gives byte-identical files every run (the llama.cpp golden
 //! logits depend on it). The weights come back as f64 too, for the tests'
@@ -23,13 +23,16 @@ pub enum Fam {
     Qwen2,
     /// `qwen3` (NEOX RoPE, per-head Q/K RMS norms).
     Qwen3,
+    /// `qwen3moe` (qwen3's attention, mixture-of-experts FFNs).
+    Qwen3Moe,
     /// `gemma2` (NEOX RoPE, post-norms, GeGLU, soft-capping, sliding window
     /// on even layers, tied head).
     Gemma2,
     /// `gemma3` (as gemma2 with per-head Q/K norms, no attention soft-cap).
     Gemma3,
-    /// `qwen3moe` (qwen3's attention, mixture-of-experts FFNs).
-    Qwen3Moe,
+    /// `phi3` (NEOX RoPE, fused gate+up FFN, Q scaled before attention,
+    /// `attention.sliding_window` written but off, as llama.cpp has it).
+    Phi3,
 }
 
 impl Fam {
@@ -39,9 +42,10 @@ impl Fam {
             Fam::Llama => "llama",
             Fam::Qwen2 => "qwen2",
             Fam::Qwen3 => "qwen3",
+            Fam::Qwen3Moe => "qwen3moe",
             Fam::Gemma2 => "gemma2",
             Fam::Gemma3 => "gemma3",
-            Fam::Qwen3Moe => "qwen3moe",
+            Fam::Phi3 => "phi3",
         }
     }
 
@@ -94,6 +98,14 @@ pub struct Config {
     pub output_bias: bool,
     /// Linear RoPE scaling factor (`rope.scaling.type = linear`), when set.
     pub rope_linear: Option<f32>,
+    /// Write Q, K and V as one `attn_qkv.weight` (phi3).
+    pub fused_qkv: bool,
+    /// LongRoPE (phi3): write `rope_factors_{long,short}.weight`,
+    /// `rope.scaling.original_context_length` = this and the
+    /// `rope.scaling.attn_factor` the converter computes for it. Below 256
+    /// every test context is longer (the long factors apply), above 8192
+    /// none is (the short ones).
+    pub longrope: Option<usize>,
     /// YaRN scaling (`rope.scaling.type = yarn`): the factor and
     /// `rope.scaling.original_context_length`.
     pub rope_yarn: Option<(f32, usize)>,
@@ -168,278 +180,13 @@ pub const SPECIAL: [&str; 2] = ["<|bos|>", "<|eos|>"];
 /// Vocabulary size.
 pub const N_VOCAB: usize = 256 + SPECIAL.len();
 
-/// The models the tests use: each family, tied and untied, with its
-/// family's optional tensors.
-pub fn configs() -> Vec<Config> {
-    let base = Config {
-        name: "",
-        fam: Fam::Llama,
-        n_layer: 3,
-        n_embd: 64,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 16,
-        n_ff: 96,
-        n_expert: 0,
-        n_expert_used: 0,
-        tied: false,
-        rope_freqs: false,
-        qkv_bias: false,
-        output_bias: false,
-        rope_linear: None,
-        rope_yarn: None,
-        n_rot: None,
-        rope_base: 10000.0,
-        eps: 1e-5,
-        n_swa: None,
-        swa_pattern: None,
-        rope_base_swa: None,
-        attn_softcap: None,
-        final_softcap: None,
-        seed: 1,
-        wtype: WType::F32,
-        n_pad_vocab: 0,
-    };
-    vec![
-        Config {
-            name: "llama3-untied-ropefreqs",
-            rope_freqs: true,
-            seed: 11,
-            ..base.clone()
-        },
-        Config {
-            name: "llama-tied-linear",
-            tied: true,
-            rope_linear: Some(2.0),
-            seed: 12,
-            ..base.clone()
-        },
-        Config {
-            name: "qwen2-untied-bias",
-            fam: Fam::Qwen2,
-            n_layer: 2,
-            qkv_bias: true,
-            output_bias: true,
-            rope_base: 1000000.0,
-            eps: 1e-6,
-            seed: 21,
-            ..base.clone()
-        },
-        Config {
-            name: "qwen2-tied",
-            fam: Fam::Qwen2,
-            n_layer: 2,
-            n_head: 8,
-            n_head_kv: 2,
-            head_dim: 8,
-            tied: true,
-            qkv_bias: true,
-            rope_base: 1000000.0,
-            eps: 1e-6,
-            seed: 22,
-            ..base.clone()
-        },
-        Config {
-            name: "qwen3-headdim24",
-            fam: Fam::Qwen3,
-            n_layer: 2,
-            head_dim: 24,
-            tied: true,
-            rope_base: 1000000.0,
-            eps: 1e-6,
-            seed: 31,
-            ..base.clone()
-        },
-        Config {
-            name: "qwen3-untied",
-            fam: Fam::Qwen3,
-            n_layer: 3,
-            n_head: 4,
-            n_head_kv: 4,
-            tied: false,
-            rope_base: 1000000.0,
-            eps: 1e-6,
-            seed: 32,
-            ..base.clone()
-        },
-        // Gemma 2: layers 0 and 2 attend to a window of 64 (pattern 2, not
-        // written), small caps so that soft-capping changes the logits
-        Config {
-            name: "gemma2-swa-softcap",
-            fam: Fam::Gemma2,
-            n_layer: 3,
-            tied: true,
-            n_swa: Some(64),
-            attn_softcap: Some(1.5),
-            final_softcap: Some(4.0),
-            eps: 1e-6,
-            seed: 41,
-            ..base.clone()
-        },
-        Config {
-            name: "qwen3moe-8x2",
-            fam: Fam::Qwen3Moe,
-            n_layer: 2,
-            n_ff: 32,
-            n_expert: 8,
-            n_expert_used: 2,
-            tied: false,
-            rope_base: 1000000.0,
-            eps: 1e-6,
-            seed: 41,
-            ..base.clone()
-        },
-        // Gemma 3: window layers 0 and 1, global layer 2 (pattern 3) with
-        // linear RoPE scaling; the window layers' own RoPE base
-        Config {
-            name: "gemma3-swa-untied",
-            fam: Fam::Gemma3,
-            n_layer: 3,
-            head_dim: 24,
-            n_swa: Some(64),
-            swa_pattern: Some(3),
-            rope_base: 1000000.0,
-            rope_base_swa: Some(10000.0),
-            rope_linear: Some(8.0),
-            eps: 1e-6,
-            seed: 51,
-            ..base.clone()
-        },
-        Config {
-            name: "gemma3-tied-finalcap",
-            fam: Fam::Gemma3,
-            n_layer: 2,
-            tied: true,
-            n_swa: Some(64),
-            swa_pattern: Some(2),
-            final_softcap: Some(5.0),
-            eps: 1e-6,
-            seed: 52,
-            ..base.clone()
-        },
-        Config {
-            name: "llama-moe-4x2",
-            fam: Fam::Llama,
-            n_layer: 2,
-            n_ff: 48,
-            n_expert: 4,
-            n_expert_used: 2,
-            tied: true,
-            seed: 42,
-            ..base
-        },
-    ]
-}
-
-/// The models llama.cpp's goldens cover: [`configs`] (F32), each of them
-/// again as Q8_0 (`NAME-q8_0`), and per family its first model widened to
-/// 256 (the K-quants' row size) as Q4_K_M (`NAME-q4km`).
-pub fn golden_configs() -> Vec<Config> {
-    let all = configs();
-    let mut out = all.clone();
-    out.extend(rope_configs());
-    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
-    for c in &all {
-        out.push(Config {
-            name: leak(format!("{}-q8_0", c.name)),
-            wtype: WType::Q8_0,
-            ..c.clone()
-        });
-    }
-    let mut seen = Vec::new();
-    for c in &all {
-        if seen.contains(&c.fam) {
-            continue;
-        }
-        seen.push(c.fam);
-        out.push(widen(c));
-    }
-    out
-}
-
-/// Models checked against llama.cpp only (the f64 reference of
-/// `tests/families.rs` has no YaRN): YaRN scaling with the long prompt past
-/// the original context. (Partial rotary dimensions are no case here:
-/// llama.cpp b11312 refuses them for llama, qwen2 and qwen3, and so does
-/// strata.)
-pub fn rope_configs() -> Vec<Config> {
-    let base = configs();
-    let of = |name: &str| base.iter().find(|c| c.name == name).unwrap().clone();
-    vec![Config {
-        name: "qwen2-yarn",
-        rope_yarn: Some((16.0, 32)),
-        seed: 23,
-        ..of("qwen2-untied-bias")
-    }]
-}
-
-/// Per family, a model of realistic width for `strata bench` against
-/// `llama-bench` (`examples/write_tiny_models.rs --bench`): 8 layers of
-/// 1024 (16 heads of 64, 4 KV heads), FFN 2816, a 32000-token vocabulary,
-/// Q4_K_M. Random weights: speed only, the text is noise.
-pub fn bench_configs() -> Vec<Config> {
-    let mut seen = Vec::new();
-    let mut out = Vec::new();
-    for c in configs() {
-        if seen.contains(&c.fam) {
-            continue;
-        }
-        seen.push(c.fam);
-        out.push(Config {
-            name: Box::leak(format!("bench-{}", c.fam.arch()).into_boxed_str()),
-            n_layer: 8,
-            n_embd: 1024,
-            n_head: 16,
-            n_head_kv: 4,
-            head_dim: 64,
-            // experts as Qwen3-30B-A3B has them: 768 wide, 8 of 16 used
-            // there; here 16 experts, 4 used
-            n_ff: if c.n_expert > 0 { 768 } else { 2816 },
-            n_expert: if c.n_expert > 0 { 16 } else { 0 },
-            n_expert_used: if c.n_expert > 0 { 4 } else { 0 },
-            wtype: WType::Q4KM,
-            n_pad_vocab: 32000 - N_VOCAB,
-            ..bench_gemma(c)
-        });
-    }
-    out
-}
-
-/// A Gemma model's window and caps as the real ones have them (Gemma 2:
-/// 4096 on every other layer, caps 50 and 30; Gemma 3: 512 on five layers
-/// of six, no cap), not the tests' small ones; other families unchanged.
-fn bench_gemma(c: Config) -> Config {
-    match c.fam {
-        Fam::Gemma2 => Config {
-            n_swa: Some(4096),
-            swa_pattern: None,
-            attn_softcap: None,
-            final_softcap: None,
-            ..c
-        },
-        Fam::Gemma3 => Config {
-            n_swa: Some(512),
-            swa_pattern: None,
-            final_softcap: None,
-            ..c
-        },
-        _ => c,
-    }
-}
-
-/// `c` at width 256 (4 heads of 64, 2 KV heads, FFN 512) as Q4_K_M.
-pub fn widen(c: &Config) -> Config {
-    Config {
-        name: Box::leak(format!("{}-q4km", c.name).into_boxed_str()),
-        n_embd: 256,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 64,
-        n_ff: 512,
-        wtype: WType::Q4KM,
-        ..c.clone()
-    }
-}
+// The configuration tables: the tests' models, the goldens', the benchmarks'.
+#[path = "tiny_configs.rs"]
+mod tiny_configs;
+#[allow(unused_imports)]
+pub use tiny_configs::{
+    bench_configs, configs, golden_configs, longrope_attn_factor, rope_configs, widen, N_CTX_TRAIN,
+};
 
 /// A block's weights as f64 (matrices in ggml order: `[out][in]` rows).
 #[derive(Clone, Debug, Default)]
@@ -474,7 +221,11 @@ pub struct Weights {
     pub out: Vec<f64>,
     pub out_b: Option<Vec<f64>>,
     pub out_norm: Vec<f64>,
+    /// The frequency factors RoPE divides by: `rope_freqs`, or the LongRoPE
+    /// factors a test context picks.
     pub rope_freqs: Option<Vec<f64>>,
+    /// What RoPE multiplies its output by (`rope.scaling.attn_factor`).
+    pub rope_mscale: f64,
     pub layers: Vec<LayerW>,
 }
 
@@ -532,6 +283,16 @@ fn experts(
 ) -> Vec<f64> {
     let x = r.vec(n_in * n_out * n_expert, 1.0 / (n_in as f32).sqrt(), 0.0);
     keep(ts, name, vec![n_in, n_out, n_expert], x)
+}
+
+/// Replaces the last `n` matrices of `ts` (same input width) by one named
+/// `name` holding their rows in order (a fused projection).
+fn fuse(ts: &mut Tensors, name: &str, n: usize) {
+    let parts = ts.split_off(ts.len() - n);
+    let n_in = parts[0].1[0];
+    let rows: usize = parts.iter().map(|p| p.1[1]).sum();
+    let data = parts.into_iter().flat_map(|p| p.2).collect();
+    ts.push((name.to_string(), vec![n_in, rows], data));
 }
 
 /// A random vector around `offset`.
@@ -674,9 +435,14 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
     let u = |x: usize| Value::U32(x as u32);
     let mut md: Vec<(String, Value)> = vec![
         ("general.architecture".into(), arch.into()),
-        ("general.name".into(), cfg.name.into()),
+        // never "phi3": llama.cpp would give that name's SentencePiece
+        // tokens attributes, and refuse this byte-level vocabulary
+        (
+            "general.name".into(),
+            cfg.name.replace("phi3", "phi").into(),
+        ),
         (k("block_count"), u(cfg.n_layer)),
-        (k("context_length"), u(256)),
+        (k("context_length"), u(N_CTX_TRAIN)),
         (k("embedding_length"), u(cfg.n_embd)),
         (k("feed_forward_length"), u(cfg.n_ff)),
         (k("attention.head_count"), u(cfg.n_head)),
@@ -690,7 +456,7 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
     }
     if let Some(n) = cfg.n_rot {
         md.push((k("rope.dimension_count"), u(n)));
-    } else if cfg.fam == Fam::Llama {
+    } else if cfg.fam == Fam::Llama || cfg.fam == Fam::Phi3 {
         md.push((k("rope.dimension_count"), u(cfg.head_dim)));
     }
     if cfg.n_expert > 0 {
@@ -704,6 +470,17 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         md.push((k("rope.scaling.type"), "yarn".into()));
         md.push((k("rope.scaling.factor"), Value::F32(f)));
         md.push((k("rope.scaling.original_context_length"), u(orig)));
+    }
+    if cfg.fam == Fam::Phi3 {
+        // shorter than the prompts: applied, it would change the logits
+        md.push((k("attention.sliding_window"), u(4)));
+    }
+    if let Some(orig) = cfg.longrope {
+        md.push((k("rope.scaling.original_context_length"), u(orig)));
+        md.push((
+            k("rope.scaling.attn_factor"),
+            Value::F32(longrope_attn_factor(orig)),
+        ));
     }
     if let Some(f) = cfg.rope_linear {
         md.push((k("rope.scaling.type"), "linear".into()));
@@ -781,6 +558,30 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
             .collect();
         keep(&mut ts, "rope_freqs.weight".into(), vec![n_pairs], x)
     });
+    // LongRoPE: long factors from 1 to ~8, short ones near 1
+    let rope_freqs = match cfg.longrope {
+        None => rope_freqs,
+        Some(orig) => {
+            let long: Vec<f32> = (0..hd / 2)
+                .map(|i| 1.0 + 7.0 * i as f32 / (hd / 2) as f32 + 0.2 * r.f().abs())
+                .collect();
+            let short: Vec<f32> = (0..hd / 2).map(|_| 1.0 + 0.5 * r.f().abs()).collect();
+            let long = keep(
+                &mut ts,
+                "rope_factors_long.weight".into(),
+                vec![hd / 2],
+                long,
+            );
+            let short = keep(
+                &mut ts,
+                "rope_factors_short.weight".into(),
+                vec![hd / 2],
+                short,
+            );
+            Some(if orig < N_CTX_TRAIN { long } else { short })
+        }
+    };
+    let rope_mscale = cfg.longrope.map_or(1.0, |o| longrope_attn_factor(o) as f64);
     let mut layers = Vec::new();
     for il in 0..cfg.n_layer {
         let n = |s: &str| format!("blk.{il}.{s}");
@@ -792,6 +593,9 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         l.wq = mat(&mut r, t, n("attn_q.weight"), e, qd);
         l.wk = mat(&mut r, t, n("attn_k.weight"), e, kvd);
         l.wv = mat(&mut r, t, n("attn_v.weight"), e, kvd);
+        if cfg.fused_qkv {
+            fuse(t, &n("attn_qkv.weight"), 3);
+        }
         l.wo = mat(&mut r, t, n("attn_output.weight"), qd, e);
         if cfg.qkv_bias {
             l.bq = Some(vector(&mut r, t, n("attn_q.bias"), qd, 0.5, 0.0));
@@ -819,6 +623,9 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         } else {
             l.gate = mat(&mut r, t, n("ffn_gate.weight"), e, ff);
             l.up = mat(&mut r, t, n("ffn_up.weight"), e, ff);
+            if cfg.fam == Fam::Phi3 {
+                fuse(t, &n("ffn_up.weight"), 2);
+            }
             l.down = mat(&mut r, t, n("ffn_down.weight"), ff, e);
         }
         if cfg.fam.is_gemma() {
@@ -861,6 +668,7 @@ pub fn write_with(cfg: &Config, edit: &mut dyn FnMut(&mut Parts)) -> (Vec<u8>, W
         out_b,
         out_norm,
         rope_freqs,
+        rope_mscale,
         layers,
     };
     (g.to_bytes().unwrap(), w)

@@ -413,6 +413,7 @@ pub(crate) fn install(env: &mut Environment<'_>) {
     }
     env.add_function("range", range);
     env.add_function("raise_exception", raise_exception);
+    env.set_unknown_method_callback(super::methods::call);
 }
 
 /// Longest `raise_exception()` message kept, in bytes.

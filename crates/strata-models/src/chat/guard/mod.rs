@@ -400,5 +400,7 @@ mod nesting;
 mod rewrite;
 
 pub(super) use builtins::install;
+
+mod methods;
 use nesting::*;
 pub(super) use rewrite::rewrite;
