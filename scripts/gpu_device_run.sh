@@ -90,6 +90,23 @@ for m in bench-llama qwen3moe-8x2; do
 done
 "$S" eval -m "$M/qwen3moe-8x2.gguf" -p "$P" --logits-out /tmp/moe.ot -t "$T" -ngl 99 --device GPU0 --ot exps=CPU 2>&1 | quiet | tail -2
 kl /tmp/qwen3moe-8x2.cpu /tmp/moe.ot "GPU0 -ngl 99 --ot exps=CPU"
+# every family's tests model (F32, and Q4_K_M where the goldens have one)
+# on GPU0 against the CPU, whose logits the tests hold to llama.cpp's
+if [ "${FAMILIES:-1}" = 1 ]; then
+    log "every family on GPU0 against the CPU (strata eval, the tests' models)"
+    FAM="llama3-untied-ropefreqs llama-tied-linear qwen2-untied-bias qwen2-yarn qwen3-headdim24
+        gemma2-swa-softcap gemma3-swa-untied gemma3-tied-finalcap llama-moe-4x2 phi3-fused-longrope
+        phi3-separate-shortrope llama3-untied-ropefreqs-q4km gemma2-swa-softcap-q4km
+        gemma3-swa-untied-q4km qwen3moe-8x2-q4km phi3-fused-longrope-q4km"
+    # shellcheck disable=SC2086
+    "$BUNDLE/write_tiny_models" "$M" --tests $FAM >/dev/null
+    for m in $FAM; do
+        "$S" eval -m "$M/$m.gguf" -p "$P" --logits-out "/tmp/$m.cpu" -t "$T" >/dev/null 2>&1
+        "$S" eval -m "$M/$m.gguf" -p "$P" --logits-out "/tmp/$m.gpu" -t "$T" -ngl 99 --device GPU0 >/dev/null 2>&1
+        printf '%s: ' "$m" | tee -a "$OUT/summary.txt"
+        kl "/tmp/$m.cpu" "/tmp/$m.gpu" "GPU0"
+    done
+fi
 log "strata explain qwen3moe-8x2 -ngl 99 --device GPU0 --ot exps=CPU (batch 128 and 1)"
 for b in 128 1; do
     timeout 60 "$S" explain -m "$M/qwen3moe-8x2.gguf" -ngl 99 --device GPU0 --ot exps=CPU -b "$b" \
