@@ -296,6 +296,7 @@ fn packed_experts_match_a_packed_mul_mat() {
         DType::Q5_1,
         DType::Q8_0,
         DType::Q4_K,
+        DType::Q5_K,
         DType::Q6_K,
     ] {
         let (plain, l0) = on_buffer(at, &cpu::cpu_buffer_type(), 2);

@@ -11,7 +11,7 @@
 //!   exactly representable integer); bit-identical across 1, 2 and 3
 //!   threads and whatever columns share a tile; bit-identical to the
 //!   unpacked path at levels without packed kernels (they unpack and reuse
-//!   it). The K-quants (Q4_K, Q6_K) give the scalar reference's bits on
+//!   it). The K-quants (Q4_K, Q5_K, Q6_K) give the scalar reference's bits on
 //!   every level (their kernels add the reference's f32 terms in its order).
 //! * The buffer: writes / reads (whole and partial), fill, clear, copies,
 //!   GET_ROWS, and refusal of every other consumer with a typed error.
@@ -30,13 +30,14 @@ use strata::quant::{self, QK};
 use strata::{ops, DType, Error, Graph, Tensor};
 
 /// Every packable type: the 32-wide ones and the K-quants.
-const ALL: [DType; 7] = [
+const ALL: [DType; 8] = [
     TYPES[0],
     TYPES[1],
     TYPES[2],
     TYPES[3],
     TYPES[4],
     DType::Q4_K,
+    DType::Q5_K,
     DType::Q6_K,
 ];
 
@@ -87,7 +88,7 @@ proptest! {
 
     #[test]
     fn pack_unpack_round_trip_any_bytes(
-        ti in 0usize..7,
+        ti in 0usize..ALL.len(),
         groups in 1usize..4,
         ki in 0usize..5,
         planes in 1usize..3,
@@ -135,12 +136,15 @@ fn layout_rejects_ineligible_shapes_and_sizes() {
     assert!(!packed::eligible(DType::F16, [32, 16, 1, 1]));
     assert!(!packed::eligible(DType::Q8_1, [32, 16, 1, 1]));
     assert!(packed::eligible(t, [32, 16, 1, 1]));
-    // K-quants: whole 256-element super-blocks only; Q5_K has no layout.
+    // K-quants: whole 256-element super-blocks only; Q2_K / Q3_K have no layout.
     assert!(!packed::eligible(DType::Q4_K, [128, 16, 1, 1]));
     assert!(packed::eligible(DType::Q4_K, [256, 16, 1, 1]));
     assert!(packed::eligible(DType::Q6_K, [512, 32, 2, 1]));
     assert!(!packed::eligible(DType::Q6_K, [512, 8, 1, 1]));
-    assert!(!packed::eligible(DType::Q5_K, [256, 16, 1, 1]));
+    assert!(packed::eligible(DType::Q5_K, [256, 16, 1, 1]));
+    assert!(!packed::eligible(DType::Q5_K, [256, 24, 1, 1]));
+    assert!(!packed::eligible(DType::Q3_K, [256, 16, 1, 1]));
+    assert!(!packed::eligible(DType::Q2_K, [256, 16, 1, 1]));
     let e = packed::pack(t, [32, 8, 1, 1], &d.clone(), &mut d).unwrap_err();
     assert!(
         matches!(&e, Error::BadValue { arg, value, .. }
@@ -403,7 +407,7 @@ fn packed_k_mul_mat_is_the_scalar_reference_on_every_level() {
         (48, 256, 33),
         (32, 512, 100),
     ];
-    for t in [DType::Q4_K, DType::Q6_K] {
+    for t in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
         let mut cases: Vec<MatCase> = shapes
             .iter()
             .enumerate()

@@ -1,4 +1,4 @@
-//! The packed layout of the K-quants (Q4_K, Q6_K): one chunk per 256-element
+//! The packed layout of the K-quants (Q4_K, Q5_K, Q6_K): one chunk per 256-element
 //! super-block of the 16 rows of a group, `16 × type_size` bytes, holding
 //! each row's f16 header fields as sixteen consecutive f16 and the rest of
 //! the row's super-block (its *body*: scales and quants, ggml's bytes in
@@ -8,6 +8,7 @@
 //! | type | chunk bytes | header f16 ×16 | lines (body bytes) |
 //! |------|-------------|----------------|--------------------|
 //! | Q4_K | 2304 | `d` at 0, `dmin` at 32 | 35 at 64 (block bytes 4..144: scales 12 B, then `qs`) |
+//! | Q5_K | 2816 | `d` at 0, `dmin` at 32 | 43 at 64 (block bytes 4..176: scales 12 B, `qh` 32 B, `qs`) |
 //! | Q6_K | 3360 | `d` at 3328 | 52 at 0 (block bytes 0..208: `ql`, `qh`, `scales`) |
 //!
 //! A 32-byte load at `line + 32 h` gives, in its 32-bit lane `r`, body dword
@@ -34,6 +35,10 @@ pub(super) struct Layout {
 
 /// Chunk offset of Q4_K's line 0 (its three scale lines, then 32 quant lines).
 pub(super) const Q4_K_LINES: usize = 64;
+/// Chunk offset of Q5_K's line 0 (three scale lines, 8 `qh` lines, then 32
+/// `qs` lines): Q4_K's header and scale lines, with the fifth bits between
+/// the scales and the nibbles as in ggml's block.
+pub(super) const Q5_K_LINES: usize = 64;
 /// Chunk offset of Q6_K's sixteen `d`.
 pub(super) const Q6_K_D: usize = 3328;
 
@@ -45,6 +50,12 @@ pub(super) const fn layout(dtype: DType) -> Option<Layout> {
             heads: &[(0, 0), (2, 32)],
             body: (4, 140),
             lines: Q4_K_LINES,
+        }),
+        DType::Q5_K => Some(Layout {
+            ts: DType::Q5_K.type_size(),
+            heads: &[(0, 0), (2, 32)],
+            body: (4, 172),
+            lines: Q5_K_LINES,
         }),
         DType::Q6_K => Some(Layout {
             ts: DType::Q6_K.type_size(),
@@ -91,7 +102,7 @@ mod tests {
     /// group whatever the chunk's index.
     #[test]
     fn regions_tile_the_chunk() {
-        for t in [DType::Q4_K, DType::Q6_K] {
+        for t in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
             let l = layout(t).unwrap();
             let mut regions: Vec<(usize, usize)> =
                 l.heads.iter().map(|&(_, co)| (co, 2 * ROWS)).collect();
@@ -125,6 +136,27 @@ mod tests {
             for w in 0..35 {
                 assert_eq!(chunk[64 + 64 * w + 4 * r..][..4], row[4 + 4 * w..][..4]);
             }
+        }
+    }
+
+    #[test]
+    fn q5_k_byte_positions_match_the_documented_layout() {
+        let t = DType::Q5_K;
+        let l = layout(t).unwrap();
+        let rs = 176;
+        let src: Vec<u8> = (0..ROWS * rs).map(|i| (i * 11 + i / 176) as u8).collect();
+        let mut chunk = vec![0u8; ROWS * rs];
+        pack_chunk(l, &src, rs, 0, &mut chunk);
+        for r in 0..ROWS {
+            let row = &src[r * rs..][..rs];
+            assert_eq!(chunk[2 * r..2 * r + 2], row[0..2], "d");
+            assert_eq!(chunk[32 + 2 * r..32 + 2 * r + 2], row[2..4], "dmin");
+            for w in 0..43 {
+                assert_eq!(chunk[64 + 64 * w + 4 * r..][..4], row[4 + 4 * w..][..4]);
+            }
+            // qh byte l is in line 3 + l / 4; qs byte i in line 11 + i / 4.
+            assert_eq!(chunk[64 + 64 * 3 + 4 * r], row[16], "qh[0]");
+            assert_eq!(chunk[64 + 64 * 11 + 4 * r], row[48], "qs[0]");
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The repacked weight layout for quantized matmul (ggml's CPU "repack"
 //! idea), and the kernels over it.
 //!
-//! A weight of type Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K whose rows come in whole
+//! A weight of type Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K whose rows come in whole
 //! groups of [`ROWS`] (`ne[1] % 16 == 0`, contiguous) can be stored
 //! *packed*: the bytes of every 16-row group are permuted so that one
 //! 64-byte load feeds sixteen rows at once (one row per 32-bit lane of a
@@ -26,6 +26,7 @@
 //! | Q5_1 | 384 | `d` × 16, `m` × 16, fifth bits 64 B, quants 256 B |
 //! | Q8_0 | 544 | `d` × 16, quants 512 B (`b` even: quants, then `d`) |
 //! | Q4_K | 2304 | `d` × 16, `dmin` × 16, 35 dword lines of 64 B: 3 of the 12-byte 6-bit scales / mins, 32 of `qs` |
+//! | Q5_K | 2816 | `d` × 16, `dmin` × 16, 43 dword lines: 3 of scales / mins, 8 of `qh`, 32 of `qs` |
 //! | Q6_K | 3360 | 52 dword lines: 32 of `ql`, 16 of `qh`, 4 of the i8 `scales`; then `d` × 16 |
 //!
 //! (K-quant dword lines: byte `64 w + 4 r + t` of the lines is byte
@@ -60,7 +61,7 @@
 //! accumulation (within the bound [`super::simd`] documents), and does not
 //! depend on how many columns or threads share the work.
 //!
-//! The K-quants Q4_K and Q6_K (rows a multiple of 256) are packed the same
+//! The K-quants Q4_K, Q5_K and Q6_K (rows a multiple of 256) are packed the same
 //! way per 256-element super-block (`k.rs`: the header f16 of the 16 rows
 //! side by side, the rest of each row's super-block as 64-byte dword
 //! lines). Their activations are Q8_K rows as the Q8_K quantizer writes them
@@ -126,7 +127,7 @@ pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
 /// each group.
 pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
     if k::layout(dtype).is_some() {
-        return isa == Isa::Avx2 && isa.is_supported();
+        return dtype != DType::Q5_K && isa == Isa::Avx2 && isa.is_supported();
     }
     is_packable(dtype)
         && isa.is_supported()
@@ -300,7 +301,7 @@ fn check(what: &str, dtype: DType, ne: [usize; 4], src: usize, dst: usize) -> Re
             arg: format!("{what}: tensor"),
             value: format!("{dtype} {ne:?}"),
             expected: format!(
-                "a tensor with a packed layout: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K in whole \
+                "a tensor with a packed layout: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K in whole \
                  blocks, with ne[1] a multiple of {ROWS}"
             ),
         });
@@ -597,7 +598,7 @@ mod tests {
             }
         }
         for isa in [Isa::Scalar, Isa::Avx512, Isa::Vnni, Isa::Neon] {
-            for t in [DType::Q4_K, DType::Q6_K] {
+            for t in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
                 assert!(!has_kernels(isa, t), "{isa} {t}: the per-block path");
             }
         }
@@ -704,6 +705,7 @@ mod tests {
                 DType::Q5_1,
                 DType::Q8_0,
                 DType::Q4_K,
+                DType::Q5_K,
                 DType::Q6_K,
             ] {
                 let Some(kern) = kernels_for(isa, t) else {

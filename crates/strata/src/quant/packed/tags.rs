@@ -23,11 +23,14 @@ pub(super) const Q4_K: u8 = 5;
 /// Type tag: Q6_K (AVX2 only, `x86_avx2_k.rs`).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) const Q6_K: u8 = 6;
+/// Type tag: Q5_K (AVX2 only, `x86_avx2_k.rs`).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) const Q5_K: u8 = 7;
 
 /// True for the K-quant tags.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) const fn is_k(t: u8) -> bool {
-    t == Q4_K || t == Q6_K
+    t == Q4_K || t == Q5_K || t == Q6_K
 }
 
 /// Chunk bytes of type `t`.

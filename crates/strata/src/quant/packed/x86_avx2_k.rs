@@ -1,5 +1,5 @@
-//! AVX2 kernels over the packed K-quant layout (`k.rs`): Q4_K and Q6_K
-//! weights times Q8_K activation columns, eight rows per ymm register (one
+//! AVX2 kernels over the packed K-quant layout (`k.rs`): Q4_K, Q5_K and
+//! Q6_K weights times Q8_K activation columns, eight rows per ymm register (one
 //! row per 32-bit lane, half `h` of a group at `line + 32 h`, as the legacy
 //! kernels of [`super::x86_avx2`], whose `tile` runs these halves in passes
 //! of four columns).
@@ -13,6 +13,10 @@
 //!   `isum = Σ_j s_j Σ q a`; the minimum term
 //!   `summs = Σ_j m_j (bsums_2j + bsums_2j+1)` is a `vpmaddwd` of `(m_j, m_j)`
 //!   with the Q8_K row's bsums dword `j`.
+//! - Q5_K: as Q4_K (same scales, mins and sub-blocks), the quant being the
+//!   nibble with bit `j` of the fifth-bit line `tq` as bit 4 (u8 ≤ 31): pair
+//!   sums ≤ 2 · 31 · 128 = 7936, so four `vpmaddubsw` are summed in i16
+//!   (≤ 31744) per `vpmaddwd` with the scale, two per sub-block.
 //! - Q6_K: per 16-element sub-block, the unsigned 6-bit quants (≤ 63) in
 //!   `vpmaddubsw`, two dwords summed in i16 (≤ 2 · 2 · 63 · 128 = 32256)
 //!   per `vpmaddwd` with the i8 scale; the `-32` offset is taken off once per
@@ -31,8 +35,8 @@
 //! subtraction, added to the row's sum in super-block order, so every output
 //! is the reference's bits whatever the tile width or thread count.
 
-use super::k::{Q4_K_LINES, Q6_K_D};
-use super::tags::{tiles, Q4_K, Q6_K};
+use super::k::{Q4_K_LINES, Q5_K_LINES, Q6_K_D};
+use super::tags::{tiles, Q4_K, Q5_K, Q6_K};
 use super::x86_avx2::tile;
 use super::{Kernels, Tile, TileFn};
 use crate::isa::Isa;
@@ -47,8 +51,9 @@ const Q8K: usize = DType::Q8_K.type_size();
 const QS: usize = 4;
 const BSUMS: usize = 4 + 256;
 
-/// Packed chunk bytes of a Q4_K / Q6_K super-block (16 rows).
+/// Packed chunk bytes of a Q4_K / Q5_K / Q6_K super-block (16 rows).
 const Q4_K_CHUNK: usize = 16 * DType::Q4_K.type_size();
+const Q5_K_CHUNK: usize = 16 * DType::Q5_K.type_size();
 const Q6_K_CHUNK: usize = 16 * DType::Q6_K.type_size();
 
 /// The activation dword `i` (bytes `4i..4i+4` from `p`) in every lane.
@@ -116,7 +121,11 @@ unsafe fn q8_k_d(p: *const u8) -> __m256 {
 #[inline]
 pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
     let mut acc = [_mm256_setzero_ps(); N];
-    let chunk = if T == Q4_K { Q4_K_CHUNK } else { Q6_K_CHUNK };
+    let chunk = match T {
+        Q4_K => Q4_K_CHUNK,
+        Q5_K => Q5_K_CHUNK,
+        _ => Q6_K_CHUNK,
+    };
     for b in 0..t.nb {
         if h == 0 {
             super::x86_avx2::prefetch_ahead(t.w, b, chunk, PF * chunk);
@@ -126,7 +135,10 @@ pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
             std::array::from_fn(|i| unsafe { t.a.add(i * t.a_stride + b * Q8K) });
         let terms = if T == Q4_K {
             // SAFETY: as above.
-            unsafe { q4_k::<N>(t.w.add(b * Q4_K_CHUNK), h, cols) }
+            unsafe { q45_k::<false, N>(t.w.add(b * Q4_K_CHUNK), h, cols) }
+        } else if T == Q5_K {
+            // SAFETY: as above.
+            unsafe { q45_k::<true, N>(t.w.add(b * Q5_K_CHUNK), h, cols) }
         } else {
             // SAFETY: as above.
             unsafe {
@@ -147,15 +159,26 @@ pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
     }
 }
 
-/// One Q4_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
-/// `cols`: per column the eight rows' f32 terms.
+/// One Q4_K (`Q5` false) or Q5_K (`Q5` true) super-block (chunk at `c`,
+/// half `h`) against the Q8_K blocks `cols`: per column the eight rows' f32
+/// terms.
 ///
 /// # Safety
 /// The chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn q4_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> [__m256; N] {
-    let line = |w: usize| c.wrapping_add(Q4_K_LINES + 64 * w + 32 * h);
+unsafe fn q45_k<const Q5: bool, const N: usize>(
+    c: *const u8,
+    h: usize,
+    cols: [*const u8; N],
+) -> [__m256; N] {
+    let lines = if Q5 { Q5_K_LINES } else { Q4_K_LINES };
+    let line = |w: usize| c.wrapping_add(lines + 64 * w + 32 * h);
+    // First quant line: after the scales (and Q5_K's eight fifth-bit lines).
+    let qs = if Q5 { 11 } else { 3 };
+    // i16 sums per vpmaddwd: all eight dwords of a sub-block (Q4_K), or
+    // four (Q5_K: 4 · 2 · 31 · 128 = 31744 ≤ 32767).
+    let run = if Q5 { 4 } else { 8 };
     let m4 = _mm256_set1_epi8(0x0f);
     let (m6, top) = (_mm256_set1_epi8(0x3f), _mm256_set1_epi8(0x30));
     // SAFETY: the three scale lines are inside the chunk.
@@ -179,27 +202,39 @@ unsafe fn q4_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> 
     let mut summs = [_mm256_setzero_si256(); N];
     for j in 0..8 {
         let k = (j % 4) as u32;
-        // Sub-block j: low nibbles of quant lines 8(j/2) .. + 8 for even j,
-        // high nibbles for odd j; activation dwords 8j .. 8j + 8.
+        let (scale, m) = (pair(sc[j / 4], k, k, false), pair(mn[j / 4], k, k, false));
+        // Sub-block j: low nibbles of quant lines qs + 8(j/2) .. + 8 for even
+        // j, high nibbles for odd j (Q5_K: bit j of fifth-bit line 3 + tq as
+        // bit 4); activation dwords 8j .. 8j + 8.
         let mut s16 = [_mm256_setzero_si256(); N];
         for tq in 0..8 {
-            // SAFETY: quant line 8(j/2) + tq is inside the chunk.
-            let x = unsafe { load(line(3 + 8 * (j / 2) + tq)) };
+            // SAFETY: quant line qs + 8(j/2) + tq is inside the chunk.
+            let x = unsafe { load(line(qs + 8 * (j / 2) + tq)) };
             let x = if j % 2 == 0 {
                 x
             } else {
                 _mm256_srli_epi16(x, 4)
             };
             let q = _mm256_and_si256(x, m4);
+            let q = if Q5 {
+                // SAFETY: fifth-bit line 3 + tq is inside the chunk.
+                unsafe { _mm256_or_si256(q, fifth_bit(load(line(3 + tq)), j)) }
+            } else {
+                q
+            };
             for (s, &p) in s16.iter_mut().zip(&cols) {
                 // SAFETY: quant dword 8j + tq of the block.
                 let y = unsafe { bcast(p.add(QS), 8 * j + tq) };
                 *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(q, y));
             }
+            if tq % run == run - 1 {
+                for (acc, s) in isum.iter_mut().zip(&mut s16) {
+                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(*s, scale));
+                    *s = _mm256_setzero_si256();
+                }
+            }
         }
-        let (scale, m) = (pair(sc[j / 4], k, k, false), pair(mn[j / 4], k, k, false));
         for i in 0..N {
-            isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s16[i], scale));
             // SAFETY: bsums dword j (bsums 2j, 2j + 1) of the block.
             let y = unsafe { bcast(cols[i].add(BSUMS), j) };
             summs[i] = _mm256_add_epi32(summs[i], _mm256_madd_epi16(m, y));
@@ -219,6 +254,27 @@ unsafe fn q4_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> 
         let m = _mm256_mul_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(summs[i]));
         _mm256_sub_ps(t, m)
     })
+}
+
+/// Bit `j` (`j < 8`) of every byte of `qh`, as bit 4 (the Q5_K fifth bit of
+/// sub-block `j`). The i16 shifts move no other bit into bit 4 of a byte:
+/// a left shift by `4 - j` brings bit 4 of the high byte from its own bit
+/// `j`, a right shift by `j - 4 ≤ 3` brings bit 4 of the low byte from its
+/// own bit `j`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn fifth_bit(qh: __m256i, j: usize) -> __m256i {
+    let x = match j {
+        0 => _mm256_slli_epi16(qh, 4),
+        1 => _mm256_slli_epi16(qh, 3),
+        2 => _mm256_slli_epi16(qh, 2),
+        3 => _mm256_slli_epi16(qh, 1),
+        4 => qh,
+        5 => _mm256_srli_epi16(qh, 1),
+        6 => _mm256_srli_epi16(qh, 2),
+        _ => _mm256_srli_epi16(qh, 3),
+    };
+    _mm256_and_si256(x, _mm256_set1_epi8(0x10))
 }
 
 /// One Q6_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
@@ -418,6 +474,7 @@ fn table<const T: u8>() -> Kernels {
 pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
     Some(match dtype {
         DType::Q4_K => table::<Q4_K>(),
+        DType::Q5_K => table::<Q5_K>(),
         DType::Q6_K => table::<Q6_K>(),
         _ => return None,
     })
