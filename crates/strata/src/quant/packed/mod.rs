@@ -127,7 +127,7 @@ pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
 /// each group.
 pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
     if k::layout(dtype).is_some() {
-        return dtype != DType::Q5_K && isa == Isa::Avx2 && isa.is_supported();
+        return isa == Isa::Avx2 && isa.is_supported();
     }
     is_packable(dtype)
         && isa.is_supported()
@@ -593,7 +593,7 @@ mod tests {
         }
         #[cfg(target_arch = "x86_64")]
         if Isa::Avx2.is_supported() {
-            for t in [DType::Q4_0, DType::Q4_K, DType::Q6_K] {
+            for t in [DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
                 assert!(has_kernels(Isa::Avx2, t), "AVX2 has packed {t} kernels");
             }
         }
