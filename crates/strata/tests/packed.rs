@@ -450,6 +450,45 @@ fn packed_k_mul_mat_is_the_scalar_reference_on_every_level() {
     }
 }
 
+/// The K-quants' i16 bounds: every quant at its maximum (Q4_K 15, Q5_K 31,
+/// Q6_K 63 with scale -1) against activations that all quantize to -128
+/// (a constant column), so the i16 partial sums reach their documented
+/// bounds; a kernel that sums more products in i16 than its bound allows
+/// wraps and misses the reference's bits.
+#[test]
+fn packed_k_extreme_quants_stay_exact() {
+    let mut rng = Rng::new(31);
+    for t in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+        let (m, k) = (16, 512);
+        let mut w = weights(&mut rng, t, k, m, true);
+        let quants = match t {
+            DType::Q6_K => 0..192,
+            DType::Q5_K => 16..176,
+            _ => 16..144,
+        };
+        for b in w.chunks_exact_mut(t.type_size()) {
+            b[quants.clone()].fill(0xff);
+        }
+        for n in [1, 3, 4, 8] {
+            let c = MatCase {
+                t,
+                k,
+                m,
+                n,
+                a23: [1, 1],
+                b23: [1, 1],
+                transposed: false,
+            };
+            let bv: Vec<f32> = (0..k * n).map(|i| [1.0, -0.5][i / k % 2]).collect();
+            let (want, _) = reference(&c, &w, &bv);
+            for isa in levels() {
+                let got = run_mul_mat(&c, &w, &bv, isa, 2, false);
+                assert_eq!(bits(&got), bits(&want), "{isa} {t} n={n}");
+            }
+        }
+    }
+}
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
