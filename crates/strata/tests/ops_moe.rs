@@ -295,6 +295,7 @@ fn packed_experts_match_a_packed_mul_mat() {
         DType::Q5_0,
         DType::Q5_1,
         DType::Q8_0,
+        DType::IQ4_NL,
         DType::Q4_K,
         DType::Q5_K,
         DType::Q6_K,

@@ -29,13 +29,24 @@ use strata::quant::simd;
 use strata::quant::{self, QK};
 use strata::{ops, DType, Error, Graph, Tensor};
 
-/// Every packable type: the 32-wide ones and the K-quants.
-const ALL: [DType; 8] = [
+/// The 32-wide packable types: the legacy ones and IQ4_NL.
+const W32: [DType; 6] = [
     TYPES[0],
     TYPES[1],
     TYPES[2],
     TYPES[3],
     TYPES[4],
+    DType::IQ4_NL,
+];
+
+/// Every packable type: the 32-wide ones and the K-quants.
+const ALL: [DType; 9] = [
+    W32[0],
+    W32[1],
+    W32[2],
+    W32[3],
+    W32[4],
+    W32[5],
     DType::Q4_K,
     DType::Q5_K,
     DType::Q6_K,
@@ -315,7 +326,7 @@ fn cases() -> Vec<MatCase> {
         }
     }
     let mut cases = Vec::new();
-    for t in TYPES {
+    for t in W32 {
         for (i, &(m, k, n)) in out.iter().enumerate() {
             cases.push(MatCase {
                 t,
@@ -499,7 +510,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 #[test]
 fn packed_integer_sums_are_exact_on_every_level() {
     let mut rng = Rng::new(9);
-    for t in TYPES {
+    for t in W32 {
         for &(m, k, n) in &[(16, 32, 1), (32, 576, 3), (48, 1536, 9), (192, 64, 17)] {
             let mut w = weights(&mut rng, t, k, m, true);
             for row in w.chunks_exact_mut(t.row_size(k)) {

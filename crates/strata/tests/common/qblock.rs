@@ -16,7 +16,7 @@ pub const U: f64 = 1.0 / (1u64 << 24) as f64;
 /// (d, and m / s for the `_1` types).
 pub fn quant_offset(t: DType) -> usize {
     match t {
-        DType::Q4_0 | DType::Q8_0 => 2,
+        DType::Q4_0 | DType::Q8_0 | DType::IQ4_NL => 2,
         DType::Q4_1 | DType::Q8_1 => 4,
         DType::Q5_0 => 2, // qh + nibbles
         DType::Q5_1 => 4,

@@ -1,9 +1,10 @@
 //! The repacked weight layout for quantized matmul (ggml's CPU "repack"
 //! idea), and the kernels over it.
 //!
-//! A weight of type Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K whose rows come in whole
-//! groups of [`ROWS`] (`ne[1] % 16 == 0`, contiguous) can be stored
-//! *packed*: the bytes of every 16-row group are permuted so that one
+//! A weight of type Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K or Q6_K
+//! whose rows come in whole groups of [`ROWS`] (`ne[1] % 16 == 0`,
+//! contiguous) can be stored *packed*: the bytes of every 16-row group are
+//! permuted so that one
 //! 64-byte load feeds sixteen rows at once (one row per 32-bit lane of a
 //! 512-bit register; at AVX2, the first and last 32 bytes of a line are
 //! rows 0–7 and 8–15 in two ymm registers, see `x86_avx2.rs`; at NEON,
@@ -25,6 +26,7 @@
 //! | Q5_0 | 352 | `d` × 16, fifth bits 64 B, quants 256 B (`b` even: fifth bits, quants, `d`) |
 //! | Q5_1 | 384 | `d` × 16, `m` × 16, fifth bits 64 B, quants 256 B |
 //! | Q8_0 | 544 | `d` × 16, quants 512 B (`b` even: quants, then `d`) |
+//! | IQ4_NL | 288 | as Q4_0 (the nibbles index `IQ4_NL_VALUES`) |
 //! | Q4_K | 2304 | `d` × 16, `dmin` × 16, 35 dword lines of 64 B: 3 of the 12-byte 6-bit scales / mins, 32 of `qs` |
 //! | Q5_K | 2816 | `d` × 16, `dmin` × 16, 43 dword lines: 3 of scales / mins, 8 of `qh`, 32 of `qs` |
 //! | Q6_K | 3360 | 52 dword lines: 32 of `ql`, 16 of `qh`, 4 of the i8 `scales`; then `d` × 16 |
@@ -52,14 +54,21 @@
 //! Kernels (see `kernels_for`) multiply packed weights with activations
 //! quantized to Q8_0 / Q8_1 and re-laid out per block as [`ACT_BLOCK`]
 //! bytes (`prepare_activation`): 32 × i8 quants, the f32 scale, and an
-//! i32 `-offset · Σ quants` (offset 8 / 16 / 128 for Q4_0 / Q5_0 / Q8_0)
-//! or, for Q8_1, its stored sum term `s` as f32. Every block's integer sum
+//! i32 `-offset · Σ quants` (offset 8 / 16 / 128 for Q4_0 / Q5_0 / Q8_0,
+//! 0 for IQ4_NL, whose table values are signed) or, for Q8_1, its stored
+//! sum term `s` as f32. Every block's integer sum
 //! `Σ q_w a - offset Σ a` is exact; per output, the block terms
 //! `(d_w d_a) · isum` (+ `m_w s_a`) are accumulated in f32 with fused
 //! multiply-adds in block order, so the result differs from the scalar
 //! reference ([`super::vec_dot_fn`]) only by the f32 rounding of that
 //! accumulation (within the bound [`super::simd`] documents), and does not
 //! depend on how many columns or threads share the work.
+//!
+//! IQ4_NL (ggml's `d`, then 16 bytes of 4-bit indices into the signed
+//! table [`crate::quant::IQ4_NL_VALUES`], in Q4_0's nibble order) is packed
+//! exactly as Q4_0, and its kernel (AVX2 only, `x86_avx2_iq4.rs`) follows
+//! the legacy contract above: exact block sums of table value × activation
+//! (no offset term), then the same f32 accumulation and bound.
 //!
 //! The K-quants Q4_K, Q5_K and Q6_K (rows a multiple of 256) are packed the same
 //! way per 256-element super-block (`k.rs`: the header f16 of the 16 rows
@@ -86,6 +95,8 @@ mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
+mod x86_avx2_iq4;
+#[cfg(target_arch = "x86_64")]
 mod x86_avx2_k;
 
 /// Rows per packed group.
@@ -102,7 +113,7 @@ const QK: usize = crate::quant::QK;
 pub const fn is_packable(dtype: DType) -> bool {
     matches!(
         dtype,
-        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0
+        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::IQ4_NL
     ) || k::layout(dtype).is_some()
 }
 
@@ -120,13 +131,13 @@ pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
 }
 
 /// True when `isa` has kernels over the packed layout of `dtype` (AVX2,
-/// VNNI, and NEON on a CPU with `dotprod`: all 32-element packable types;
-/// AVX-512 without VNNI: the 4/5-bit types; the K-quants: AVX2 only).
-/// Packed weights also work at other levels (scalar, NEON without
-/// `dotprod`, the K-quants above AVX2), through a slower path that unpacks
-/// each group.
+/// VNNI, and NEON on a CPU with `dotprod`: the legacy 32-element types;
+/// AVX-512 without VNNI: the 4/5-bit legacy types; the K-quants and IQ4_NL:
+/// AVX2 only). Packed weights also work at other levels (scalar, NEON
+/// without `dotprod`, the K-quants and IQ4_NL above AVX2), through a slower
+/// path that unpacks each group.
 pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
-    if k::layout(dtype).is_some() {
+    if k::layout(dtype).is_some() || dtype == DType::IQ4_NL {
         return isa == Isa::Avx2 && isa.is_supported();
     }
     is_packable(dtype)
@@ -168,13 +179,13 @@ struct Chunk {
 
 impl Chunk {
     /// The layout of chunk `b` of a group: chunks of 32 mod 64 bytes (Q4_0,
-    /// Q5_0, Q8_0) put their scales last when `b` is even, so that in a
+    /// Q5_0, Q8_0, IQ4_NL) put their scales last when `b` is even, so that in a
     /// 64-byte aligned group every 64-byte quant load is aligned.
     fn of(dtype: DType, b: usize) -> Chunk {
         let even = b.is_multiple_of(2);
         let (d, m, qh, qs) = match dtype {
-            DType::Q4_0 if even => (256, 0, 0, 0),
-            DType::Q4_0 => (0, 0, 0, 32),
+            DType::Q4_0 | DType::IQ4_NL if even => (256, 0, 0, 0),
+            DType::Q4_0 | DType::IQ4_NL => (0, 0, 0, 32),
             DType::Q4_1 => (0, 32, 0, 64),
             DType::Q5_0 if even => (320, 0, 0, 64),
             DType::Q5_0 => (0, 0, 32, 96),
@@ -200,7 +211,7 @@ impl Chunk {
     /// Offsets inside a ggml block: (m, qh, nibbles or i8 quants).
     fn block_offsets(dtype: DType) -> (usize, usize, usize) {
         match dtype {
-            DType::Q4_0 | DType::Q8_0 => (0, 0, 2),
+            DType::Q4_0 | DType::Q8_0 | DType::IQ4_NL => (0, 0, 2),
             DType::Q4_1 => (2, 0, 4),
             DType::Q5_0 => (0, 2, 6),
             DType::Q5_1 => (2, 4, 8),
@@ -301,8 +312,8 @@ fn check(what: &str, dtype: DType, ne: [usize; 4], src: usize, dst: usize) -> Re
             arg: format!("{what}: tensor"),
             value: format!("{dtype} {ne:?}"),
             expected: format!(
-                "a tensor with a packed layout: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K in whole \
-                 blocks, with ne[1] a multiple of {ROWS}"
+                "a tensor with a packed layout: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/Q4_K/Q5_K/Q6_K \
+                 in whole blocks, with ne[1] a multiple of {ROWS}"
             ),
         });
     }
@@ -511,7 +522,9 @@ fn level_kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
     #[cfg(target_arch = "x86_64")]
     {
         if isa == Isa::Avx2 {
-            x86_avx2::kernels(dtype).or_else(|| x86_avx2_k::kernels(dtype))
+            x86_avx2::kernels(dtype)
+                .or_else(|| x86_avx2_k::kernels(dtype))
+                .or_else(|| x86_avx2_iq4::kernels(dtype))
         } else {
             x86::kernels(isa, dtype)
         }
@@ -554,7 +567,7 @@ pub(crate) fn prepare_activation(dtype: DType, q: &[u8], out: &mut [u8]) {
         DType::Q8_0 => 128,
         _ => 0,
     };
-    let min = off == 0;
+    let min = crate::quant::vec_dot_type(dtype) == DType::Q8_1;
     let ts = if min { 36 } else { 34 };
     let qo = if min { 4 } else { 2 };
     for (blk, o) in q.chunks_exact(ts).zip(out.chunks_exact_mut(ACT_BLOCK)) {
@@ -593,12 +606,18 @@ mod tests {
         }
         #[cfg(target_arch = "x86_64")]
         if Isa::Avx2.is_supported() {
-            for t in [DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+            for t in [
+                DType::Q4_0,
+                DType::IQ4_NL,
+                DType::Q4_K,
+                DType::Q5_K,
+                DType::Q6_K,
+            ] {
                 assert!(has_kernels(Isa::Avx2, t), "AVX2 has packed {t} kernels");
             }
         }
         for isa in [Isa::Scalar, Isa::Avx512, Isa::Vnni, Isa::Neon] {
-            for t in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+            for t in [DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
                 assert!(!has_kernels(isa, t), "{isa} {t}: the per-block path");
             }
         }
@@ -612,6 +631,7 @@ mod tests {
             (DType::Q5_0, 352),
             (DType::Q5_1, 384),
             (DType::Q8_0, 544),
+            (DType::IQ4_NL, 288),
         ] {
             for b in 0..2 {
                 let c = Chunk::of(t, b);
@@ -704,6 +724,7 @@ mod tests {
                 DType::Q5_0,
                 DType::Q5_1,
                 DType::Q8_0,
+                DType::IQ4_NL,
                 DType::Q4_K,
                 DType::Q5_K,
                 DType::Q6_K,

@@ -249,7 +249,7 @@ pub(super) unsafe fn tile<const T: u8, const NR: usize>(t: Tile) {
 /// # Safety
 /// Columns `0 .. c` must lie inside the allocations of `t.a` and `t.out`.
 #[inline(always)]
-unsafe fn skip_columns(t: Tile, c: usize) -> Tile {
+pub(super) unsafe fn skip_columns(t: Tile, c: usize) -> Tile {
     Tile {
         // SAFETY: the caller keeps both offsets inside their allocations.
         a: unsafe { t.a.add(c * t.a_stride) },
@@ -286,7 +286,7 @@ unsafe fn quantize<const OFF: i32>(x: *const f32, nb: usize, out: *mut u8) {
 /// `x` rounded to f16 (nearest even, as the scalar `half` conversion) and back.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn f16_round(x: f32) -> f32 {
+pub(super) fn f16_round(x: f32) -> f32 {
     let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(x));
     _mm_cvtss_f32(_mm_cvtph_ps(h))
 }
