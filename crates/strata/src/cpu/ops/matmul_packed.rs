@@ -124,22 +124,10 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
             quantize(&row[..k], out);
         }
     }
-    // SAFETY: the counter's 8 bytes are inside the shared work memory
-    // (work_size reserves a line for it), 8-aligned (the work memory is u64
-    // words and the offset a multiple of 64), and only ever accessed as this
-    // atomic, by this node's threads; the barrier after every node keeps the
-    // previous node's claims from reaching it.
-    let counter = unsafe {
-        &*shared
-            .add(counter_offset(a.dtype, k, n_cols))
-            .cast::<AtomicUsize>()
-            .cast_const()
-    };
-    let nth = ctx.w.nth.max(1);
-    if ctx.w.ith == 0 {
-        counter.store(nth, Ordering::Relaxed);
-    }
-    ctx.w.barrier();
+    // SAFETY: the counter's line is inside the shared work memory
+    // (work_size reserves it), 8-aligned (the work memory is u64 words and
+    // the offset a multiple of 64), used only as this node's counter.
+    let counter = unsafe { claim_counter(shared.add(counter_offset(a.dtype, k, n_cols)), ctx) };
 
     // Phase 2: units of one group × a block of columns of one plane.
     let groups = a.ne[1] / ROWS;
@@ -150,65 +138,96 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     let blocks = n_plane.div_ceil(width);
     let direct = dst.nb[0] == 4;
     let mut tmp = [[0f32; ROWS]; Kernels::NR];
-    // Units are claimed in chunks, each thread's first by its index, the
-    // rest from the shared counter (as ggml's mul_mat does): a thread that
-    // is slowed (another process on its core, a slower core) takes fewer
-    // chunks instead of holding the others at the barrier. A unit's result
-    // does not depend on which thread computes it.
     let units = planes * blocks * groups;
-    let step = (units / (8 * nth)).max(1);
-    let n_chunks = units.div_ceil(step);
-    let mut chunk = ctx.w.ith;
-    while chunk < n_chunks {
-        let claimed = chunk * step..((chunk + 1) * step).min(units);
-        chunk = counter.fetch_add(1, Ordering::Relaxed);
-        for u in claimed {
-            let g = u % groups;
-            let (cb, p) = ((u / groups) % blocks, u / groups / blocks);
-            let (i12, i13) = (p % b.ne[2], p / b.ne[2]);
-            let w = a.row_ptr(g * ROWS, i12 / r2, i13 / r3);
-            let (n0, n1) = (cb * width, ((cb + 1) * width).min(n_plane));
-            // SAFETY (all uses): columns p·n_plane + n0 .. n1 were written before the barrier.
-            let act = |c: usize| unsafe { shared.add((p * n_plane + c) * col_bytes) };
-            let Some(kern) = kernels else {
-                fallback(a, w, act, n0, n1, bytes, ctx, |c, out| {
-                    store(dst, g, c, i12, i13, out)
-                });
-                continue;
-            };
-            let tile = |a, out, out_stride| Tile {
-                w,
-                nb,
-                a,
-                a_stride: col_bytes,
-                out,
-                out_stride,
-            };
-            let mut c = n0;
-            while c < n1 {
-                let nr = (n1 - c).min(Kernels::NR);
-                let f = kern.tiles[nr - 1];
-                if direct {
-                    // The tile's 16 outputs per column are consecutive f32 of dst.
-                    dst.elem_ptr(g * ROWS + ROWS - 1, c + nr - 1, i12, i13);
-                    let out = dst.elem_ptr(g * ROWS, c, i12, i13);
-                    // SAFETY: the level's CPU features were checked (kernels_for); the
-                    // group has nb chunks (a is a whole packed tensor); nr prepared
-                    // columns follow act(c); dst rows g·16 .. g·16+16 of columns
-                    // c .. c+nr are in bounds (both corners checked) and owned by
-                    // this unit.
-                    unsafe { f(tile(act(c), out, dst.nb[1])) };
-                } else {
-                    // SAFETY: as above, into the local tile.
-                    unsafe { f(tile(act(c), tmp.as_mut_ptr().cast(), ROWS * 4)) };
-                    for (j, out) in tmp[..nr].iter().enumerate() {
-                        store(dst, g, c + j, i12, i13, out);
-                    }
+    for u in claims(counter, units, ctx) {
+        let g = u % groups;
+        let (cb, p) = ((u / groups) % blocks, u / groups / blocks);
+        let (i12, i13) = (p % b.ne[2], p / b.ne[2]);
+        let w = a.row_ptr(g * ROWS, i12 / r2, i13 / r3);
+        let (n0, n1) = (cb * width, ((cb + 1) * width).min(n_plane));
+        // SAFETY (all uses): columns p·n_plane + n0 .. n1 were written before the barrier.
+        let act = |c: usize| unsafe { shared.add((p * n_plane + c) * col_bytes) };
+        let Some(kern) = kernels else {
+            fallback(a, w, act, n0, n1, bytes, ctx, |c, out| {
+                store(dst, g, c, i12, i13, out)
+            });
+            continue;
+        };
+        let tile = |a, out, out_stride| Tile {
+            w,
+            nb,
+            a,
+            a_stride: col_bytes,
+            out,
+            out_stride,
+        };
+        let mut c = n0;
+        while c < n1 {
+            let nr = (n1 - c).min(Kernels::NR);
+            let f = kern.tiles[nr - 1];
+            if direct {
+                // The tile's 16 outputs per column are consecutive f32 of dst.
+                dst.elem_ptr(g * ROWS + ROWS - 1, c + nr - 1, i12, i13);
+                let out = dst.elem_ptr(g * ROWS, c, i12, i13);
+                // SAFETY: the level's CPU features were checked (kernels_for); the
+                // group has nb chunks (a is a whole packed tensor); nr prepared
+                // columns follow act(c); dst rows g·16 .. g·16+16 of columns
+                // c .. c+nr are in bounds (both corners checked) and owned by
+                // this unit.
+                unsafe { f(tile(act(c), out, dst.nb[1])) };
+            } else {
+                // SAFETY: as above, into the local tile.
+                unsafe { f(tile(act(c), tmp.as_mut_ptr().cast(), ROWS * 4)) };
+                for (j, out) in tmp[..nr].iter().enumerate() {
+                    store(dst, g, c + j, i12, i13, out);
                 }
-                c += nr;
             }
+            c += nr;
         }
     }
+}
+
+/// The claim counter at `at` for the node's phase that follows: thread 0
+/// sets it past the first chunks (each thread's first is its index), then
+/// every thread meets at the barrier that ends the previous phase.
+///
+/// # Safety
+/// `at` is 8 bytes of the node's shared work memory, 8-aligned, used only
+/// as this counter by this node's threads (the barrier after every node
+/// keeps the previous node's claims from reaching it).
+pub(super) unsafe fn claim_counter<'a>(at: *mut u8, ctx: &Ctx<'_>) -> &'a AtomicUsize {
+    // SAFETY: the caller's contract.
+    let counter = unsafe { &*at.cast::<AtomicUsize>().cast_const() };
+    if ctx.w.ith == 0 {
+        counter.store(ctx.w.nth.max(1), Ordering::Relaxed);
+    }
+    ctx.w.barrier();
+    counter
+}
+
+/// This thread's units of `0..units`, claimed in chunks, each thread's first
+/// by its index, the rest from `counter` (as ggml's mul_mat does): a thread
+/// that is slowed (another process on its core, a slower core) takes fewer
+/// chunks instead of holding the others at the barrier. Over the node's
+/// threads every unit comes once; a unit's result must not depend on which
+/// thread computes it.
+pub(super) fn claims<'a>(
+    counter: &'a AtomicUsize,
+    units: usize,
+    ctx: &Ctx<'_>,
+) -> impl Iterator<Item = usize> + 'a {
+    let step = (units / (8 * ctx.w.nth.max(1))).max(1);
+    let n_chunks = units.div_ceil(step);
+    let mut chunk = ctx.w.ith;
+    std::iter::from_fn(move || {
+        if chunk >= n_chunks {
+            return None;
+        }
+        let claimed = chunk * step..((chunk + 1) * step).min(units);
+        chunk = counter.fetch_add(1, Ordering::Relaxed);
+        Some(claimed)
+    })
+    .flatten()
 }
 
 /// Width of the column blocks: as many columns as keep [`ACT_BLOCK_BYTES`]

@@ -123,7 +123,7 @@ fn expert(ids: &TView, s: usize, t: usize, n: usize) -> Option<usize> {
 /// Groups the pairs `j = t · n_used + s` by expert: on return, expert `e`'s
 /// pairs are `pairs[offsets[e] .. offsets[e + 1]]`, in increasing `j`.
 /// Pairs with an out-of-range id get a zero column in `dst` instead.
-pub(super) fn group_by_expert(
+fn group_by_expert(
     ids: &TView,
     n_exp: usize,
     offsets: &mut [usize],
@@ -165,13 +165,50 @@ pub(super) fn group_by_expert(
     offsets[0] = 0;
 }
 
+/// Groups the pairs by expert on thread 0 ([`group_by_expert`], into the
+/// shared `words`: `n_exp + 1` offsets, then the pairs), then the barrier;
+/// every thread gets the groups read-only.
+///
+/// # Safety
+/// `words` points into the node's shared work memory, 8-aligned, with room
+/// for `n_exp + 1 + ids.ne[0] · ids.ne[1]` words that nothing else uses
+/// during this op.
+pub(super) unsafe fn grouped<'a>(
+    words: *mut usize,
+    ids: &TView,
+    n_exp: usize,
+    dst: &TView,
+    ctx: &Ctx<'_>,
+) -> (&'a [usize], &'a [usize]) {
+    let n_pairs = ids.ne[0] * ids.ne[1];
+    if ctx.w.ith == 0 {
+        // SAFETY: only thread 0 touches the words before the barrier; the
+        // two regions are disjoint and in bounds (the contract).
+        let (offsets, pairs) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(words, n_exp + 1),
+                std::slice::from_raw_parts_mut(words.add(n_exp + 1), n_pairs),
+            )
+        };
+        group_by_expert(ids, n_exp, offsets, pairs, dst);
+    }
+    ctx.w.barrier();
+    // SAFETY: written by thread 0 before the barrier; read-only from now on.
+    unsafe {
+        (
+            std::slice::from_raw_parts(words, n_exp + 1),
+            std::slice::from_raw_parts(words.add(n_exp + 1), n_pairs),
+        )
+    }
+}
+
 fn mul_mat_id(node: &NodePlan, ctx: &Ctx<'_>) {
     if super::moe_packed::applies(node, ctx) {
         return super::moe_packed::mul_mat_id(node, ctx);
     }
     let (a, b, ids, dst) = (node.src(0), node.src(1), node.src(2), &node.dst);
     let (k, m, n_exp) = (a.ne[0], a.ne[1], a.ne[2]);
-    let (n_used, n_tok, n_b) = (ids.ne[0], ids.ne[1], b.ne[1]);
+    let (n_used, n_b) = (ids.ne[0], b.ne[1]);
     let scratch = ctx.scratch_f32(k + group_f32(a));
     let (tmp, group) = scratch.split_at_mut(k);
     // SAFETY: `group` is this thread's f32 scratch (exclusively borrowed),
@@ -185,26 +222,8 @@ fn mul_mat_id(node: &NodePlan, ctx: &Ctx<'_>) {
     // aligned) n_exp + 1 offsets and n_used · n_tok pairs (work_size).
     let words =
         unsafe { ctx.shared_ptr().add(up64(DotRows::shared_size(a.dtype, b))) }.cast::<usize>();
-    let n_pairs = n_used * n_tok;
-    if ctx.w.ith == 0 {
-        // SAFETY: only thread 0 touches this part before the barrier; the
-        // regions are disjoint and in bounds (above).
-        let (offsets, pairs) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(words, n_exp + 1),
-                std::slice::from_raw_parts_mut(words.add(n_exp + 1), n_pairs),
-            )
-        };
-        group_by_expert(ids, n_exp, offsets, pairs, dst);
-    }
-    ctx.w.barrier();
-    // SAFETY: written by thread 0 before the barrier; read-only now.
-    let (offsets, pairs) = unsafe {
-        (
-            std::slice::from_raw_parts(words, n_exp + 1),
-            std::slice::from_raw_parts(words.add(n_exp + 1), n_pairs),
-        )
-    };
+    // SAFETY: (as above) the words are in bounds and 8-aligned.
+    let (offsets, pairs) = unsafe { grouped(words, ids, n_exp, dst, ctx) };
 
     // Phase 2: items (expert, row tile, chunk of pairs), chunks fastest.
     let dot = vec_dot_fn_for(ctx.isa, a.dtype).expect("supports() checked the weight type");

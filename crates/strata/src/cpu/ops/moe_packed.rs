@@ -17,11 +17,11 @@
 //! kernels, whatever the tile width), so results do not depend on the
 //! thread count and equal a packed MUL_MAT of the same expert bit for bit.
 
-use super::moe::{group_by_expert, up64};
+use super::matmul_packed::{claim_counter, claims};
+use super::moe::{grouped, up64};
 use super::{Ctx, NodePlan};
 use crate::cpu::TView;
 use crate::quant::packed::{self, Kernels, Tile, ROWS};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Most columns of one expert per unit (their prepared activations stay in
 /// L1/L2 while the unit's 16 rows are applied to them).
@@ -67,26 +67,9 @@ pub(super) fn mul_mat_id(node: &NodePlan, ctx: &Ctx<'_>) {
     let words = shared.cast::<usize>();
 
     // Phase 1: the pairs by expert.
-    if ctx.w.ith == 0 {
-        // SAFETY: only thread 0 touches the words before the barrier; the
-        // shared work memory holds n_exp + 1 offsets and n_pairs pairs at
-        // its start (shared_size), 8-aligned (the work memory is u64 words).
-        let (offsets, pairs) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(words, n_exp + 1),
-                std::slice::from_raw_parts_mut(words.add(n_exp + 1), n_pairs),
-            )
-        };
-        group_by_expert(ids, n_exp, offsets, pairs, dst);
-    }
-    ctx.w.barrier();
-    // SAFETY: written by thread 0 before the barrier; read-only from now on.
-    let (offsets, pairs) = unsafe {
-        (
-            std::slice::from_raw_parts(words, n_exp + 1),
-            std::slice::from_raw_parts(words.add(n_exp + 1), n_pairs),
-        )
-    };
+    // SAFETY: the shared work memory starts with the grouping words
+    // (shared_size), 8-aligned (the work memory is u64 words).
+    let (offsets, pairs) = unsafe { grouped(words, ids, n_exp, dst, ctx) };
 
     // Phase 2: every pair's activation column, in expert order.
     // SAFETY: the columns' region follows the words (shared_size).
@@ -110,68 +93,50 @@ pub(super) fn mul_mat_id(node: &NodePlan, ctx: &Ctx<'_>) {
         unsafe { (kern.quantize)(x, nb, cols.add(p * col)) };
     }
     // SAFETY: the counter's line is inside the shared work memory
-    // (shared_size), 8-aligned, and only accessed as this atomic by this
-    // node's threads (the barrier after every node separates nodes).
-    let counter = unsafe {
-        &*shared
-            .add(counter_offset(a, n_pairs, col))
-            .cast::<AtomicUsize>()
-            .cast_const()
-    };
-    let nth = ctx.w.nth.max(1);
-    if ctx.w.ith == 0 {
-        counter.store(nth, Ordering::Relaxed);
-    }
-    ctx.w.barrier();
+    // (shared_size), 8-aligned, used only as this node's counter.
+    let counter = unsafe { claim_counter(shared.add(counter_offset(a, n_pairs, col)), ctx) };
 
     // Phase 3: units (expert, column block, group), groups fastest.
     let groups = m / ROWS;
     let blocks = |e: usize| (offsets[e + 1] - offsets[e]).div_ceil(BLOCK_N);
     let units: usize = (0..n_exp).map(|e| blocks(e) * groups).sum();
-    let step = (units / (8 * nth)).max(1);
-    let n_chunks = units.div_ceil(step);
     let mut tmp = [[0f32; ROWS]; Kernels::NR];
     let (mut e, mut first) = (0, 0);
-    let mut chunk = ctx.w.ith;
-    while chunk < n_chunks {
-        let claimed = chunk * step..((chunk + 1) * step).min(units);
-        chunk = counter.fetch_add(1, Ordering::Relaxed);
-        for u in claimed {
-            // Units only grow within a thread's chunk, but a later chunk may
-            // come before: find the expert from the start when needed.
-            if u < first {
-                (e, first) = (0, 0);
+    for u in claims(counter, units, ctx) {
+        // Units only grow within a thread's chunk, but a later chunk may
+        // come before: find the expert from the start when needed.
+        if u < first {
+            (e, first) = (0, 0);
+        }
+        while u >= first + blocks(e) * groups {
+            first += blocks(e) * groups;
+            e += 1;
+        }
+        let (cb, g) = ((u - first) / groups, (u - first) % groups);
+        let p0 = offsets[e] + cb * BLOCK_N;
+        let p1 = (p0 + BLOCK_N).min(offsets[e + 1]);
+        let w = a.row_ptr(g * ROWS, e, 0);
+        let mut p = p0;
+        while p < p1 {
+            let nr = (p1 - p).min(Kernels::NR);
+            let tile = Tile {
+                w,
+                nb,
+                // SAFETY: columns p .. p + nr were prepared before the barrier.
+                a: unsafe { cols.add(p * col) },
+                a_stride: col,
+                out: tmp.as_mut_ptr().cast(),
+                out_stride: ROWS * 4,
+            };
+            // SAFETY: the level's CPU features were checked (kernels_for);
+            // group g of expert e is a whole packed group of nb chunks (a
+            // packed tensor's ne1 is a multiple of 16); nr prepared columns
+            // follow tile.a; tmp holds NR columns of 16 f32.
+            unsafe { (kern.tiles[nr - 1])(tile) };
+            for (out, &j) in tmp[..nr].iter().zip(&pairs[p..p + nr]) {
+                store(dst, g * ROWS, j % n_used, j / n_used, out);
             }
-            while u >= first + blocks(e) * groups {
-                first += blocks(e) * groups;
-                e += 1;
-            }
-            let (cb, g) = ((u - first) / groups, (u - first) % groups);
-            let p0 = offsets[e] + cb * BLOCK_N;
-            let p1 = (p0 + BLOCK_N).min(offsets[e + 1]);
-            let w = a.row_ptr(g * ROWS, e, 0);
-            let mut p = p0;
-            while p < p1 {
-                let nr = (p1 - p).min(Kernels::NR);
-                let tile = Tile {
-                    w,
-                    nb,
-                    // SAFETY: columns p .. p + nr were prepared before the barrier.
-                    a: unsafe { cols.add(p * col) },
-                    a_stride: col,
-                    out: tmp.as_mut_ptr().cast(),
-                    out_stride: ROWS * 4,
-                };
-                // SAFETY: the level's CPU features were checked (kernels_for);
-                // group g of expert e is a whole packed group of nb chunks (a
-                // packed tensor's ne1 is a multiple of 16); nr prepared columns
-                // follow tile.a; tmp holds NR columns of 16 f32.
-                unsafe { (kern.tiles[nr - 1])(tile) };
-                for (out, &j) in tmp[..nr].iter().zip(&pairs[p..p + nr]) {
-                    store(dst, g * ROWS, j % n_used, j / n_used, out);
-                }
-                p += nr;
-            }
+            p += nr;
         }
     }
 }
