@@ -391,6 +391,53 @@ fn multi_layer_graph_and_recompute() {
     assert_eq!((backend.graphs_sent(), backend.graphs_recomputed()), (3, 0));
 }
 
+/// The client re-runs the graph a device holds without serializing it only
+/// while the graph reads and writes the same memory and no other graph
+/// replaced it there: a moved tensor or another backend's graph in between
+/// sends it in full again, and every result is still right.
+#[test]
+fn recompute_needs_the_same_memory_and_the_held_graph() {
+    let (addr, _server) = cpu_server(1, Limits::default());
+    let (_p, dev) = device(addr);
+    let buft = dev.default_buffer_type();
+    let x = Tensor::new(DType::F32, &[16]).unwrap();
+    let y = ops::scale(&x, 2.0).unwrap();
+    let g = Graph::build(std::slice::from_ref(&y));
+    let _bufs = alloc_graph(&g, &buft).unwrap();
+    let xv: Vec<f32> = (0..16).map(|i| i as f32).collect();
+    let times = |v: &[f32], k: f32| -> Vec<f32> { v.iter().map(|a| a * k).collect() };
+    x.write_f32(&xv).unwrap();
+    let mut a = dev.rpc_backend();
+    a.graph_compute(&g).unwrap();
+    a.graph_compute(&g).unwrap();
+    assert_eq!((a.graphs_sent(), a.graphs_recomputed()), (1, 1));
+    assert_eq!(y.to_f32_vec().unwrap(), times(&xv, 2.0));
+
+    // The result moves to another buffer (nothing freed): a recompute would
+    // write the old place, so the graph goes in full.
+    let other = buft.clone().alloc_buffer(y.nbytes()).unwrap();
+    y.set_storage(other.clone(), 0).unwrap();
+    let xv2: Vec<f32> = (0..16).map(|i| 1.0 - i as f32).collect();
+    x.write_f32(&xv2).unwrap();
+    a.graph_compute(&g).unwrap();
+    assert_eq!((a.graphs_sent(), a.graphs_recomputed()), (2, 1));
+    assert_eq!(y.to_f32_vec().unwrap(), times(&xv2, 2.0));
+
+    // Another backend's graph replaces it on the device: sent in full again.
+    let z = ops::scale(&x, 3.0).unwrap();
+    let g2 = Graph::build(std::slice::from_ref(&z));
+    let _bufs2 = alloc_tensors(std::slice::from_ref(&z), &buft).unwrap();
+    let mut b = dev.rpc_backend();
+    b.graph_compute(&g2).unwrap();
+    assert_eq!(z.to_f32_vec().unwrap(), times(&xv2, 3.0));
+    x.write_f32(&xv).unwrap();
+    a.graph_compute(&g).unwrap();
+    assert_eq!((a.graphs_sent(), a.graphs_recomputed()), (3, 1));
+    assert_eq!(y.to_f32_vec().unwrap(), times(&xv, 2.0));
+    a.graph_compute(&g).unwrap();
+    assert_eq!((a.graphs_sent(), a.graphs_recomputed()), (3, 2));
+}
+
 #[test]
 fn memory_reporting_follows_allocations() {
     let (addr, server) = cpu_server(1, Limits::with_mem(64 << 20));

@@ -13,6 +13,16 @@ use strata::{Error, Result};
 use super::ClientOptions;
 use crate::proto::{check_hello_response, decode_u32, Command, Request, CONN_CAPS_SIZE};
 
+/// The graph a device of the server holds (the last one sent to it).
+pub(crate) struct LastGraph {
+    /// [`Conn::free_epoch`] when it was sent (a free makes the server drop it).
+    pub epoch: u64,
+    /// Its GRAPH_COMPUTE payload.
+    pub bytes: Vec<u8>,
+    /// Its number in [`Conn::graph_seq`].
+    pub seq: u64,
+}
+
 pub(crate) struct Conn {
     pub endpoint: String,
     pub opts: ClientOptions,
@@ -21,8 +31,11 @@ pub(crate) struct Conn {
     buffers: Mutex<HashMap<usize, u64>>,
     /// Bumped by every FREE_BUFFER (the server then forgets cached graphs).
     pub free_epoch: AtomicU64,
-    /// Per device: (epoch, bytes) of the last graph sent.
-    pub last_graph: Mutex<HashMap<u32, (u64, Vec<u8>)>>,
+    /// Per device: the last graph sent.
+    pub last_graph: Mutex<HashMap<u32, LastGraph>>,
+    /// Numbers the graphs sent in full, so a backend can tell whether the
+    /// device's last graph is still the one it sent.
+    pub graph_seq: AtomicU64,
     pub device_count: u32,
 }
 
@@ -84,6 +97,7 @@ impl Conn {
             buffers: Mutex::new(HashMap::new()),
             free_epoch: AtomicU64::new(0),
             last_graph: Mutex::new(HashMap::new()),
+            graph_seq: AtomicU64::new(0),
             device_count: 0,
         };
         let hello = conn.call(

@@ -200,23 +200,6 @@ impl PlanCache {
     }
 }
 
-/// Writes the cache key of `graph` into `key`: what its nodes are and what
-/// they read, each with its storage version ([`Tensor::storage_version`]),
-/// so the key changes when any of the graph's memory is placed elsewhere.
-fn plan_key(graph: &Graph, key: &mut Vec<u64>) {
-    key.clear();
-    for t in graph.nodes() {
-        key.extend([t.id().get(), t.storage_version()]);
-        for i in 0..t.src_slots().len() {
-            let s = graph.src(t, i);
-            key.extend([
-                s.map_or(0, |s| s.id().get()),
-                s.map_or(0, Tensor::storage_version),
-            ]);
-        }
-    }
-}
-
 /// Total wall time a [`CpuBackend`] has spent running kernels: from the
 /// thread pool's start to its end for every `graph_compute` (barriers
 /// between nodes included; graph checks and view resolution before it not).
@@ -367,7 +350,7 @@ impl CpuBackend {
     /// the same tensors as last time and no storage has moved, else resolved
     /// afresh. Data-dependent checks (row indices) run every time.
     fn plan(&mut self, graph: &Graph) -> Result<&PlanCache> {
-        plan_key(graph, &mut self.key);
+        graph.storage_key(&mut self.key);
         let nth = self.pool.n_threads();
         let hit = self
             .cache
@@ -544,7 +527,7 @@ impl Backend for CpuBackend {
     /// and resolution [`Backend::graph_compute`] does.
     fn graph_plan_create(&mut self, graph: &Graph) -> Result<GraphPlan> {
         let mut key = Vec::new();
-        plan_key(graph, &mut key);
+        graph.storage_key(&mut key);
         let cache = PlanCache::new(graph, key, self.pool.n_threads())?;
         Ok(GraphPlan::new(
             graph.clone(),
@@ -559,7 +542,7 @@ impl Backend for CpuBackend {
         let Some(cache) = plan.state::<PlanCache>() else {
             return self.graph_compute(plan.graph());
         };
-        plan_key(plan.graph(), &mut self.key);
+        plan.graph().storage_key(&mut self.key);
         if self.key != cache.key {
             return Err(Error::InvalidArgument(
                 "CPU graph plan is stale: a tensor of its graph was placed elsewhere since the \

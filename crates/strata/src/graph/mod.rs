@@ -144,6 +144,38 @@ impl Graph {
         &self.overrides
     }
 
+    /// Writes the graph's storage key into `key`: every node and every
+    /// source it reads (after substitutions), each as its id and the storage
+    /// version of the memory it uses (bumped whenever that memory is placed
+    /// or unplaced). Equal keys mean the same computation over the same
+    /// memory, so a backend may reuse what it derived from the graph before
+    /// (a CPU plan, an RPC message the server already holds). Names and
+    /// flags are not part of the key.
+    ///
+    /// ```
+    /// use strata::{cpu, ops, DType, Graph, Tensor};
+    /// let a = Tensor::new(DType::F32, &[4]).unwrap();
+    /// let g = Graph::build(&[ops::scale(&a, 2.0).unwrap()]);
+    /// let (mut before, mut after) = (Vec::new(), Vec::new());
+    /// g.storage_key(&mut before);
+    /// let _bufs = cpu::alloc_graph_host(&g).unwrap(); // places the tensors
+    /// g.storage_key(&mut after);
+    /// assert_ne!(before, after);
+    /// ```
+    pub fn storage_key(&self, key: &mut Vec<u64>) {
+        key.clear();
+        for t in &self.nodes {
+            key.extend([t.id().get(), t.storage_version()]);
+            for i in 0..t.src_slots().len() {
+                let s = self.src(t, i);
+                key.extend([
+                    s.map_or(0, |s| s.id().get()),
+                    s.map_or(0, Tensor::storage_version),
+                ]);
+            }
+        }
+    }
+
     /// Nodes in execution order.
     pub fn nodes(&self) -> &[Tensor] {
         &self.nodes
