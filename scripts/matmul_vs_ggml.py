@@ -4,7 +4,7 @@
     python3 scripts/ggml_mulmat_cases.py > cases.txt
     test-backend-ops perf -b CPU --test-file cases.txt > ggml.txt   # 1 thread here (N_THREADS/2)
     cargo bench -p strata --bench matmul
-    python3 scripts/matmul_vs_ggml.py ggml.txt [criterion group dirs; default matmul and matmul_float]
+    python3 scripts/matmul_vs_ggml.py ggml.txt [criterion group dirs; default matmul, matmul_float and matmul_k]
 
 GFLOP/s = 2·m·k·n / time. ggml's figure is its CPU backend on plain
 buffers (no repacking) with hardware_concurrency/2 threads; strata's columns
@@ -16,9 +16,11 @@ import json, pathlib, re, sys
 
 ggml_txt = pathlib.Path(sys.argv[1]).read_text()
 roots = [pathlib.Path(a) for a in sys.argv[2:]] or [
-    pathlib.Path("target/criterion/matmul"), pathlib.Path("target/criterion/matmul_float")]
+    pathlib.Path("target/criterion/matmul"), pathlib.Path("target/criterion/matmul_float"),
+    pathlib.Path("target/criterion/matmul_k")]
 
-TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "f16", "bf16", "f32"]
+TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "f16", "bf16", "f32",
+         "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"]
 ggml = {}
 pat = re.compile(r"MUL_MAT\(type=f32,ne=\[(\d+),(\d+),1,1\].*?sources=(\w+)\[(\d+),(\d+),1,1\].*?\):\s+(\d+) runs -\s+([\d.]+) us/run")
 for m in pat.finditer(ggml_txt):
