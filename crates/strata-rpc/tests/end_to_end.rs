@@ -412,6 +412,8 @@ fn recompute_needs_the_same_memory_and_the_held_graph() {
     a.graph_compute(&g).unwrap();
     assert_eq!((a.graphs_sent(), a.graphs_recomputed()), (1, 1));
     assert_eq!(y.to_f32_vec().unwrap(), times(&xv, 2.0));
+    // the re-run skipped serialization (the storage key matched)
+    assert_eq!(a.graphs_rerun_by_key(), 1);
 
     // The result moves to another buffer (nothing freed): a recompute would
     // write the old place, so the graph goes in full.
@@ -436,6 +438,7 @@ fn recompute_needs_the_same_memory_and_the_held_graph() {
     assert_eq!(y.to_f32_vec().unwrap(), times(&xv, 2.0));
     a.graph_compute(&g).unwrap();
     assert_eq!((a.graphs_sent(), a.graphs_recomputed()), (3, 2));
+    assert_eq!(a.graphs_rerun_by_key(), 2);
 }
 
 #[test]

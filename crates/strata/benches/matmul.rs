@@ -113,6 +113,25 @@ fn mul_mat_graph(
     (graph, bufs)
 }
 
+/// Times `graph_compute` of `graph` on a CPU backend at `isa` with
+/// `threads`, as `<t>/m<m>_k<k>_n<n>/<run><isa>_t<threads>`.
+fn bench_case(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    t: DType,
+    (m, k, n): (usize, usize, usize),
+    run: &str,
+    (isa, threads): (Isa, usize),
+    graph: &Graph,
+) {
+    let mut cpu = CpuBackend::new(threads);
+    cpu.set_isa(isa).unwrap();
+    let id = BenchmarkId::new(
+        format!("{t}"),
+        format!("m{m}_k{k}_n{n}/{run}{isa}_t{threads}"),
+    );
+    group.bench_function(id, |bch| bch.iter(|| cpu.graph_compute(graph).unwrap()));
+}
+
 fn bench(c: &mut Criterion) {
     let best = isa::detected();
     let mut runs: Vec<(Isa, usize)> = vec![(Isa::Scalar, 1), (best, 1), (best, 2)];
@@ -137,14 +156,8 @@ fn bench(c: &mut Criterion) {
                     if packed && isa != best || isa == Isa::Scalar && m * n > 1 << 22 {
                         continue;
                     }
-                    let mut cpu = CpuBackend::new(threads);
-                    cpu.set_isa(isa).unwrap();
                     let run = if packed { "packed_" } else { "" };
-                    let id = BenchmarkId::new(
-                        format!("{t}"),
-                        format!("m{m}_k{k}_n{n}/{run}{isa}_t{threads}"),
-                    );
-                    group.bench_function(id, |bch| bch.iter(|| cpu.graph_compute(&graph).unwrap()));
+                    bench_case(&mut group, t, (m, k, n), run, (isa, threads), &graph);
                 }
             }
         }
@@ -164,13 +177,7 @@ fn bench_float(c: &mut Criterion) {
                 let (graph, _bufs) = mul_mat_graph(t, m, k, n, false);
                 group.throughput(Throughput::Elements((2 * m * k * n) as u64));
                 for threads in [1, 2] {
-                    let mut cpu = CpuBackend::new(threads);
-                    cpu.set_isa(best).unwrap();
-                    let id = BenchmarkId::new(
-                        format!("{t}"),
-                        format!("m{m}_k{k}_n{n}/{best}_t{threads}"),
-                    );
-                    group.bench_function(id, |bch| bch.iter(|| cpu.graph_compute(&graph).unwrap()));
+                    bench_case(&mut group, t, (m, k, n), "", (best, threads), &graph);
                 }
             }
         }
@@ -191,16 +198,8 @@ fn bench_k(c: &mut Criterion) {
                     }
                     let (graph, _bufs) = mul_mat_graph(t, m, k, n, packed);
                     for threads in [1, 2] {
-                        let mut cpu = CpuBackend::new(threads);
-                        cpu.set_isa(best).unwrap();
                         let run = if packed { "packed_" } else { "" };
-                        let id = BenchmarkId::new(
-                            format!("{t}"),
-                            format!("m{m}_k{k}_n{n}/{run}{best}_t{threads}"),
-                        );
-                        group.bench_function(id, |bch| {
-                            bch.iter(|| cpu.graph_compute(&graph).unwrap())
-                        });
+                        bench_case(&mut group, t, (m, k, n), run, (best, threads), &graph);
                     }
                 }
             }

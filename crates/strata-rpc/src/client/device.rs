@@ -48,6 +48,7 @@ impl RpcDevice {
             }),
             graphs_sent: 0,
             graphs_recomputed: 0,
+            graphs_rerun_by_key: 0,
             pending: false,
             key: Vec::new(),
             held: None,
@@ -127,6 +128,7 @@ pub struct RpcBackend {
     device: Arc<RpcDevice>,
     graphs_sent: usize,
     graphs_recomputed: usize,
+    graphs_rerun_by_key: usize,
     /// A graph was sent and its completion not yet confirmed.
     pending: bool,
     /// Scratch for [`Graph::storage_key`].
@@ -145,6 +147,11 @@ impl RpcBackend {
     /// Graphs re-run by reference (GRAPH_RECOMPUTE).
     pub fn graphs_recomputed(&self) -> usize {
         self.graphs_recomputed
+    }
+    /// Of [`Self::graphs_recomputed`], those re-run without being
+    /// serialized (the graph's storage key matched the held graph's).
+    pub fn graphs_rerun_by_key(&self) -> usize {
+        self.graphs_rerun_by_key
     }
 
     /// The record of `tensor` when `len` bytes from `offset` (checked
@@ -253,6 +260,7 @@ impl Backend for RpcBackend {
             if held {
                 self.conn.call(&Request::GraphRecompute { device }, None)?;
                 self.graphs_recomputed += 1;
+                self.graphs_rerun_by_key += 1;
                 self.pending = true;
                 return Ok(());
             }

@@ -121,39 +121,37 @@ mod tests {
         }
     }
 
-    #[test]
-    fn q4_k_byte_positions_match_the_documented_layout() {
-        let t = DType::Q4_K;
+    /// Packs 16 rows of `t` (row size `rs`, filler bytes from `mul`) and
+    /// checks the documented positions: `d` and `dmin` of row r at 2r and
+    /// 32 + 2r, then `words` 4-byte words of row r at 64 + 64w + 4r. Returns
+    /// the rows and the chunk for type-specific checks.
+    fn check_k_lines(t: DType, rs: usize, mul: usize, words: usize) -> (Vec<u8>, Vec<u8>) {
         let l = layout(t).unwrap();
-        let rs = 144;
-        let src: Vec<u8> = (0..ROWS * rs).map(|i| (i * 7 + i / 144) as u8).collect();
+        let src: Vec<u8> = (0..ROWS * rs).map(|i| (i * mul + i / rs) as u8).collect();
         let mut chunk = vec![0u8; ROWS * rs];
         pack_chunk(l, &src, rs, 0, &mut chunk);
         for r in 0..ROWS {
             let row = &src[r * rs..][..rs];
             assert_eq!(chunk[2 * r..2 * r + 2], row[0..2], "d");
             assert_eq!(chunk[32 + 2 * r..32 + 2 * r + 2], row[2..4], "dmin");
-            for w in 0..35 {
+            for w in 0..words {
                 assert_eq!(chunk[64 + 64 * w + 4 * r..][..4], row[4 + 4 * w..][..4]);
             }
         }
+        (src, chunk)
+    }
+
+    #[test]
+    fn q4_k_byte_positions_match_the_documented_layout() {
+        check_k_lines(DType::Q4_K, 144, 7, 35);
     }
 
     #[test]
     fn q5_k_byte_positions_match_the_documented_layout() {
-        let t = DType::Q5_K;
-        let l = layout(t).unwrap();
         let rs = 176;
-        let src: Vec<u8> = (0..ROWS * rs).map(|i| (i * 11 + i / 176) as u8).collect();
-        let mut chunk = vec![0u8; ROWS * rs];
-        pack_chunk(l, &src, rs, 0, &mut chunk);
+        let (src, chunk) = check_k_lines(DType::Q5_K, rs, 11, 43);
         for r in 0..ROWS {
             let row = &src[r * rs..][..rs];
-            assert_eq!(chunk[2 * r..2 * r + 2], row[0..2], "d");
-            assert_eq!(chunk[32 + 2 * r..32 + 2 * r + 2], row[2..4], "dmin");
-            for w in 0..43 {
-                assert_eq!(chunk[64 + 64 * w + 4 * r..][..4], row[4 + 4 * w..][..4]);
-            }
             // qh byte l is in line 3 + l / 4; qs byte i in line 11 + i / 4.
             assert_eq!(chunk[64 + 64 * 3 + 4 * r], row[16], "qh[0]");
             assert_eq!(chunk[64 + 64 * 11 + 4 * r], row[48], "qs[0]");
