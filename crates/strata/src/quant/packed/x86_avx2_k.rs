@@ -206,6 +206,7 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
         // Sub-block j: low nibbles of quant lines qs + 8(j/2) .. + 8 for even
         // j, high nibbles for odd j (Q5_K: bit j of fifth-bit line 3 + tq as
         // bit 4); activation dwords 8j .. 8j + 8.
+        let cnt = _mm_cvtsi32_si128(j as i32);
         let mut s16 = [_mm256_setzero_si256(); N];
         for tq in 0..8 {
             // SAFETY: quant line qs + 8(j/2) + tq is inside the chunk.
@@ -218,7 +219,7 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
             let q = _mm256_and_si256(x, m4);
             let q = if Q5 {
                 // SAFETY: fifth-bit line 3 + tq is inside the chunk.
-                unsafe { _mm256_or_si256(q, fifth_bit(load(line(3 + tq)), j)) }
+                unsafe { _mm256_or_si256(q, fifth_bit(load(line(3 + tq)), cnt)) }
             } else {
                 q
             };
@@ -257,23 +258,18 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
 }
 
 /// Bit `j` (`j < 8`) of every byte of `qh`, as bit 4 (the Q5_K fifth bit of
-/// sub-block `j`). The i16 shifts move no other bit into bit 4 of a byte:
-/// a left shift by `4 - j` brings bit 4 of the high byte from its own bit
-/// `j`, a right shift by `j - 4 ≤ 3` brings bit 4 of the low byte from its
-/// own bit `j`.
+/// sub-block `j`; `j` is passed as the shift count `cnt` = `j`). The i16
+/// right shift by `j` brings each byte's own bit `j` to its bit 0 (bits
+/// shifted across the byte boundary land in the low byte's top bits), the
+/// left shift by 4 moves bit 0 of each byte to its bit 4 (and bit 4 of the
+/// low byte to the high byte's bit 0, which the mask clears). A shift count
+/// in a register keeps the sub-block loop free of a branch per `j`: a
+/// `match` on `j` here became a jump table inside the loop (measured: the
+/// packed Q5_K tiles at a third of Q4_K's speed).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn fifth_bit(qh: __m256i, j: usize) -> __m256i {
-    let x = match j {
-        0 => _mm256_slli_epi16(qh, 4),
-        1 => _mm256_slli_epi16(qh, 3),
-        2 => _mm256_slli_epi16(qh, 2),
-        3 => _mm256_slli_epi16(qh, 1),
-        4 => qh,
-        5 => _mm256_srli_epi16(qh, 1),
-        6 => _mm256_srli_epi16(qh, 2),
-        _ => _mm256_srli_epi16(qh, 3),
-    };
+fn fifth_bit(qh: __m256i, cnt: __m128i) -> __m256i {
+    let x = _mm256_slli_epi16(_mm256_srl_epi16(qh, cnt), 4);
     _mm256_and_si256(x, _mm256_set1_epi8(0x10))
 }
 
