@@ -11,7 +11,7 @@
 //!   exactly representable integer); bit-identical across 1, 2 and 3
 //!   threads and whatever columns share a tile; bit-identical to the
 //!   unpacked path at levels without packed kernels (they unpack and reuse
-//!   it). The K-quants (Q4_K, Q5_K, Q6_K) give the scalar reference's bits on
+//!   it). The K-quants (Q2_K .. Q6_K, IQ4_XS) give the scalar reference's bits on
 //!   every level (their kernels add the reference's f32 terms in its order).
 //! * The buffer: writes / reads (whole and partial), fill, clear, copies,
 //!   GET_ROWS, and refusal of every other consumer with a typed error.
@@ -39,17 +39,19 @@ const W32: [DType; 6] = [
     DType::IQ4_NL,
 ];
 
-/// Every packable type: the 32-wide ones and the K-quants.
-const ALL: [DType; 9] = [
-    W32[0],
-    W32[1],
-    W32[2],
-    W32[3],
-    W32[4],
-    W32[5],
+/// The packable K-quants (256-element super-blocks, Q8_K activations).
+const KQ: [DType; 6] = [
+    DType::Q2_K,
+    DType::Q3_K,
     DType::Q4_K,
     DType::Q5_K,
     DType::Q6_K,
+    DType::IQ4_XS,
+];
+
+/// Every packable type: the 32-wide ones and the K-quants.
+const ALL: [DType; 12] = [
+    W32[0], W32[1], W32[2], W32[3], W32[4], W32[5], KQ[0], KQ[1], KQ[2], KQ[3], KQ[4], KQ[5],
 ];
 
 /// `k` rounded up to a whole number of `t`'s blocks (256 for the K-quants).
@@ -77,10 +79,11 @@ fn weights(rng: &mut Rng, t: DType, k: usize, rows: usize, scramble: bool) -> Ve
             qblock::scramble(t, row, rng);
         } else if scramble {
             // K-quants: random scales and quants, the f16 header kept.
-            let body = if t == DType::Q6_K {
-                0..208
-            } else {
-                4..t.type_size()
+            let body = match t {
+                DType::Q6_K => 0..208,
+                DType::Q2_K => 0..80,
+                DType::Q3_K => 0..108,
+                _ => 4..t.type_size(),
             };
             for b in row.chunks_exact_mut(t.type_size()) {
                 for q in &mut b[body.clone()] {
@@ -147,15 +150,16 @@ fn layout_rejects_ineligible_shapes_and_sizes() {
     assert!(!packed::eligible(DType::F16, [32, 16, 1, 1]));
     assert!(!packed::eligible(DType::Q8_1, [32, 16, 1, 1]));
     assert!(packed::eligible(t, [32, 16, 1, 1]));
-    // K-quants: whole 256-element super-blocks only; Q2_K / Q3_K have no layout.
+    // K-quants: whole 256-element super-blocks only.
     assert!(!packed::eligible(DType::Q4_K, [128, 16, 1, 1]));
     assert!(packed::eligible(DType::Q4_K, [256, 16, 1, 1]));
     assert!(packed::eligible(DType::Q6_K, [512, 32, 2, 1]));
     assert!(!packed::eligible(DType::Q6_K, [512, 8, 1, 1]));
     assert!(packed::eligible(DType::Q5_K, [256, 16, 1, 1]));
     assert!(!packed::eligible(DType::Q5_K, [256, 24, 1, 1]));
-    assert!(!packed::eligible(DType::Q3_K, [256, 16, 1, 1]));
-    assert!(!packed::eligible(DType::Q2_K, [256, 16, 1, 1]));
+    assert!(packed::eligible(DType::Q3_K, [256, 16, 1, 1]));
+    assert!(!packed::eligible(DType::IQ4_XS, [32, 16, 1, 1]));
+    assert!(packed::eligible(DType::Q2_K, [256, 16, 1, 1]));
     let e = packed::pack(t, [32, 8, 1, 1], &d.clone(), &mut d).unwrap_err();
     assert!(
         matches!(&e, Error::BadValue { arg, value, .. }
@@ -418,7 +422,7 @@ fn packed_k_mul_mat_is_the_scalar_reference_on_every_level() {
         (48, 256, 33),
         (32, 512, 100),
     ];
-    for t in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+    for t in KQ {
         let mut cases: Vec<MatCase> = shapes
             .iter()
             .enumerate()
@@ -461,24 +465,30 @@ fn packed_k_mul_mat_is_the_scalar_reference_on_every_level() {
     }
 }
 
-/// The K-quants' i16 bounds: every quant at its maximum (Q4_K 15, Q5_K 31,
-/// Q6_K 63 with scale -1) against activations that all quantize to -128
-/// (a constant column), so the i16 partial sums reach their documented
+/// The K-quants' i16 bounds: every quant at its maximum (Q2_K 3, Q3_K 7
+/// before its offset, Q4_K 15, Q5_K 31, Q6_K 63, IQ4_XS the table's -127)
+/// against activations that all quantize to ±127 (a constant column), so the i16 partial sums reach their documented
 /// bounds; a kernel that sums more products in i16 than its bound allows
 /// wraps and misses the reference's bits.
 #[test]
 fn packed_k_extreme_quants_stay_exact() {
     let mut rng = Rng::new(31);
-    for t in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+    for t in KQ {
         let (m, k) = (16, 512);
         let mut w = weights(&mut rng, t, k, m, true);
-        let quants = match t {
-            DType::Q6_K => 0..192,
-            DType::Q5_K => 16..176,
-            _ => 16..144,
+        // The quant bytes and the byte that gives their largest magnitude
+        // (IQ4_XS: index 0, the table's -127; Q3_K: the high bits set and
+        // the low ones 3, the unsigned 7 its kernel multiplies).
+        let (quants, fill) = match t {
+            DType::Q6_K => (0..192, 0xff),
+            DType::Q5_K => (16..176, 0xff),
+            DType::Q2_K => (16..80, 0xff),
+            DType::Q3_K => (0..96, 0xff),
+            DType::IQ4_XS => (8..136, 0x00),
+            _ => (16..144, 0xff),
         };
         for b in w.chunks_exact_mut(t.type_size()) {
-            b[quants.clone()].fill(0xff);
+            b[quants.clone()].fill(fill);
         }
         for n in [1, 3, 4, 8] {
             let c = MatCase {

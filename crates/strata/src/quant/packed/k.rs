@@ -1,4 +1,4 @@
-//! The packed layout of the K-quants (Q4_K, Q5_K, Q6_K): one chunk per 256-element
+//! The packed layout of the K-quants (Q2_K .. Q6_K, IQ4_XS): one chunk per 256-element
 //! super-block of the 16 rows of a group, `16 × type_size` bytes, holding
 //! each row's f16 header fields as sixteen consecutive f16 and the rest of
 //! the row's super-block (its *body*: scales and quants, ggml's bytes in
@@ -10,6 +10,9 @@
 //! | Q4_K | 2304 | `d` at 0, `dmin` at 32 | 35 at 64 (block bytes 4..144: scales 12 B, then `qs`) |
 //! | Q5_K | 2816 | `d` at 0, `dmin` at 32 | 43 at 64 (block bytes 4..176: scales 12 B, `qh` 32 B, `qs`) |
 //! | Q6_K | 3360 | `d` at 3328 | 52 at 0 (block bytes 0..208: `ql`, `qh`, `scales`) |
+//! | Q2_K | 1344 | `d` at 1280, `dmin` at 1312 | 20 at 0 (block bytes 0..80: `scales` 16 B, `qs`) |
+//! | Q3_K | 1760 | `d` at 1728 | 27 at 0 (block bytes 0..108: `hmask` 32 B, `qs` 64 B, `scales` 12 B) |
+//! | IQ4_XS | 2176 | `d` at 0, `scales_h` at 32 | 33 at 64 (block bytes 4..136: `scales_l` 4 B, `qs`) |
 //!
 //! A 32-byte load at `line + 32 h` gives, in its 32-bit lane `r`, body dword
 //! `w` of row `8 h + r` (the AVX2 kernels' register shape, as for the
@@ -42,6 +45,23 @@ pub(super) const Q5_K_LINES: usize = 64;
 /// Chunk offset of Q6_K's sixteen `d`.
 pub(super) const Q6_K_D: usize = 3328;
 
+/// Chunk offset of Q2_K's sixteen `d` (then the sixteen `dmin`).
+pub(super) const Q2_K_D: usize = 1280;
+/// Chunk offset of Q3_K's sixteen `d`.
+pub(super) const Q3_K_D: usize = 1728;
+/// Chunk offset of IQ4_XS's line 0 (the `scales_l` line, then 32 `qs` lines).
+pub(super) const IQ4_XS_LINES: usize = 64;
+
+/// True for the K types (and IQ4_NL) that have AVX2 tile kernels
+/// (`x86_avx2_k.rs`, `x86_avx2_iq4.rs`); the other K types are packed all
+/// the same and run through the unpacking path.
+pub(super) const fn has_avx2_kernels(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::IQ4_NL
+    )
+}
+
 /// The layout of K type `dtype`, `None` for every other type.
 pub(super) const fn layout(dtype: DType) -> Option<Layout> {
     match dtype {
@@ -62,6 +82,24 @@ pub(super) const fn layout(dtype: DType) -> Option<Layout> {
             heads: &[(208, Q6_K_D)],
             body: (0, 208),
             lines: 0,
+        }),
+        DType::Q2_K => Some(Layout {
+            ts: DType::Q2_K.type_size(),
+            heads: &[(80, Q2_K_D), (82, Q2_K_D + 32)],
+            body: (0, 80),
+            lines: 0,
+        }),
+        DType::Q3_K => Some(Layout {
+            ts: DType::Q3_K.type_size(),
+            heads: &[(108, Q3_K_D)],
+            body: (0, 108),
+            lines: 0,
+        }),
+        DType::IQ4_XS => Some(Layout {
+            ts: DType::IQ4_XS.type_size(),
+            heads: &[(0, 0), (2, 32)],
+            body: (4, 132),
+            lines: IQ4_XS_LINES,
         }),
         _ => None,
     }
@@ -102,7 +140,14 @@ mod tests {
     /// group whatever the chunk's index.
     #[test]
     fn regions_tile_the_chunk() {
-        for t in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+        for t in [
+            DType::Q2_K,
+            DType::Q3_K,
+            DType::Q4_K,
+            DType::Q5_K,
+            DType::Q6_K,
+            DType::IQ4_XS,
+        ] {
             let l = layout(t).unwrap();
             let mut regions: Vec<(usize, usize)> =
                 l.heads.iter().map(|&(_, co)| (co, 2 * ROWS)).collect();
@@ -155,6 +200,47 @@ mod tests {
             // qh byte l is in line 3 + l / 4; qs byte i in line 11 + i / 4.
             assert_eq!(chunk[64 + 64 * 3 + 4 * r], row[16], "qh[0]");
             assert_eq!(chunk[64 + 64 * 11 + 4 * r], row[48], "qs[0]");
+        }
+    }
+
+    #[test]
+    fn iq4_xs_byte_positions_match_the_documented_layout() {
+        let rs = 136;
+        let (src, chunk) = check_k_lines(DType::IQ4_XS, rs, 13, 33);
+        for r in 0..ROWS {
+            let row = &src[r * rs..][..rs];
+            // scales_l in line 0, qs byte i in line 1 + i / 4.
+            assert_eq!(chunk[64 + 4 * r..][..4], row[4..8], "scales_l");
+            assert_eq!(chunk[64 + 64 + 4 * r], row[8], "qs[0]");
+        }
+    }
+
+    /// Q2_K and Q3_K: lines from block byte 0, then the header f16 of the 16
+    /// rows side by side.
+    #[test]
+    fn q2_k_and_q3_k_byte_positions_match_the_documented_layout() {
+        for (t, heads, words) in [
+            (DType::Q2_K, &[(80, Q2_K_D), (82, Q2_K_D + 32)][..], 20),
+            (DType::Q3_K, &[(108, Q3_K_D)][..], 27),
+        ] {
+            let rs = t.type_size();
+            let l = layout(t).unwrap();
+            let src: Vec<u8> = (0..ROWS * rs).map(|i| (i * 5 + i / rs) as u8).collect();
+            let mut chunk = vec![0u8; ROWS * rs];
+            pack_chunk(l, &src, rs, 0, &mut chunk);
+            for r in 0..ROWS {
+                let row = &src[r * rs..][..rs];
+                for &(bo, co) in heads {
+                    assert_eq!(chunk[co + 2 * r..][..2], row[bo..bo + 2], "{t} header");
+                }
+                for w in 0..words {
+                    assert_eq!(
+                        chunk[64 * w + 4 * r..][..4],
+                        row[4 * w..][..4],
+                        "{t} line {w}"
+                    );
+                }
+            }
         }
     }
 }

@@ -1,8 +1,8 @@
 //! The repacked weight layout for quantized matmul (ggml's CPU "repack"
 //! idea), and the kernels over it.
 //!
-//! A weight of type Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K or Q6_K
-//! whose rows come in whole groups of [`ROWS`] (`ne[1] % 16 == 0`,
+//! A weight of type Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K,
+//! Q5_K, Q6_K or IQ4_XS whose rows come in whole groups of [`ROWS`] (`ne[1] % 16 == 0`,
 //! contiguous) can be stored *packed*: the bytes of every 16-row group are
 //! permuted so that one
 //! 64-byte load feeds sixteen rows at once (one row per 32-bit lane of a
@@ -30,6 +30,9 @@
 //! | Q4_K | 2304 | `d` × 16, `dmin` × 16, 35 dword lines of 64 B: 3 of the 12-byte 6-bit scales / mins, 32 of `qs` |
 //! | Q5_K | 2816 | `d` × 16, `dmin` × 16, 43 dword lines: 3 of scales / mins, 8 of `qh`, 32 of `qs` |
 //! | Q6_K | 3360 | 52 dword lines: 32 of `ql`, 16 of `qh`, 4 of the i8 `scales`; then `d` × 16 |
+//! | Q2_K | 1344 | 20 dword lines: 4 of the 4-bit scale / min bytes, 16 of `qs`; then `d` × 16, `dmin` × 16 |
+//! | Q3_K | 1760 | 27 dword lines: 8 of `hmask`, 16 of `qs`, 3 of the 12-byte 6-bit scales; then `d` × 16 |
+//! | IQ4_XS | 2176 | `d` × 16, `scales_h` × 16 (u16), 33 dword lines: 1 of `scales_l`, 32 of `qs` |
 //!
 //! (K-quant dword lines: byte `64 w + 4 r + t` of the lines is byte
 //! `4 w + t` of row `r`'s super-block after its header f16, ggml's bytes in
@@ -70,7 +73,7 @@
 //! the legacy contract above: exact block sums of table value × activation
 //! (no offset term), then the same f32 accumulation and bound.
 //!
-//! The K-quants Q4_K, Q5_K and Q6_K (rows a multiple of 256) are packed the same
+//! The K-quants Q2_K .. Q6_K and IQ4_XS (rows a multiple of 256) are packed the same
 //! way per 256-element super-block (`k.rs`: the header f16 of the 16 rows
 //! side by side, the rest of each row's super-block as 64-byte dword
 //! lines). Their activations are Q8_K rows as the Q8_K quantizer writes them
@@ -138,7 +141,7 @@ pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
 /// path that unpacks each group.
 pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
     if k::layout(dtype).is_some() || dtype == DType::IQ4_NL {
-        return isa == Isa::Avx2 && isa.is_supported();
+        return isa == Isa::Avx2 && isa.is_supported() && k::has_avx2_kernels(dtype);
     }
     is_packable(dtype)
         && isa.is_supported()
@@ -312,8 +315,8 @@ fn check(what: &str, dtype: DType, ne: [usize; 4], src: usize, dst: usize) -> Re
             arg: format!("{what}: tensor"),
             value: format!("{dtype} {ne:?}"),
             expected: format!(
-                "a tensor with a packed layout: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/Q4_K/Q5_K/Q6_K \
-                 in whole blocks, with ne[1] a multiple of {ROWS}"
+                "a tensor with a packed layout: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL or a K-quant \
+                 (Q2_K..Q6_K, IQ4_XS) in whole blocks, with ne[1] a multiple of {ROWS}"
             ),
         });
     }
