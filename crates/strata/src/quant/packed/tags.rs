@@ -27,10 +27,20 @@ pub(super) const Q6_K: u8 = 6;
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) const Q5_K: u8 = 7;
 
-/// True for the K-quant tags.
+/// Type tag: Q2_K (AVX2 only, `x86_avx2_k23.rs`).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) const Q2_K: u8 = 8;
+/// Type tag: Q3_K (AVX2 only, `x86_avx2_k23.rs`).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) const Q3_K: u8 = 9;
+/// Type tag: IQ4_XS (AVX2 only, `x86_avx2_k.rs`).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) const IQ4_XS: u8 = 10;
+
+/// True for the K-quant tags (the types with Q8_K activations).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) const fn is_k(t: u8) -> bool {
-    t == Q4_K || t == Q5_K || t == Q6_K
+    matches!(t, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS)
 }
 
 /// Chunk bytes of type `t`.
