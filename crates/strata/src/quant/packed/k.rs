@@ -58,7 +58,7 @@ pub(super) const IQ4_XS_LINES: usize = 64;
 pub(super) const fn has_avx2_kernels(dtype: DType) -> bool {
     matches!(
         dtype,
-        DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::IQ4_NL
+        DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::IQ4_NL | DType::IQ4_XS
     )
 }
 

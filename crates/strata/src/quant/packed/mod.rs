@@ -615,12 +615,19 @@ mod tests {
                 DType::Q4_K,
                 DType::Q5_K,
                 DType::Q6_K,
+                DType::IQ4_XS,
             ] {
                 assert!(has_kernels(Isa::Avx2, t), "AVX2 has packed {t} kernels");
             }
         }
         for isa in [Isa::Scalar, Isa::Avx512, Isa::Vnni, Isa::Neon] {
-            for t in [DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+            for t in [
+                DType::IQ4_NL,
+                DType::Q4_K,
+                DType::Q5_K,
+                DType::Q6_K,
+                DType::IQ4_XS,
+            ] {
                 assert!(!has_kernels(isa, t), "{isa} {t}: the per-block path");
             }
         }
@@ -731,6 +738,7 @@ mod tests {
                 DType::Q4_K,
                 DType::Q5_K,
                 DType::Q6_K,
+                DType::IQ4_XS,
             ] {
                 let Some(kern) = kernels_for(isa, t) else {
                     continue;

@@ -35,8 +35,8 @@
 //! subtraction, added to the row's sum in super-block order, so every output
 //! is the reference's bits whatever the tile width or thread count.
 
-use super::k::{Q4_K_LINES, Q5_K_LINES, Q6_K_D};
-use super::tags::{tiles, Q4_K, Q5_K, Q6_K};
+use super::k::{IQ4_XS_LINES, Q4_K_LINES, Q5_K_LINES, Q6_K_D};
+use super::tags::{tiles, IQ4_XS, Q4_K, Q5_K, Q6_K};
 use super::x86_avx2::tile;
 use super::{Kernels, Tile, TileFn};
 use crate::isa::Isa;
@@ -55,6 +55,8 @@ const BSUMS: usize = 4 + 256;
 const Q4_K_CHUNK: usize = 16 * DType::Q4_K.type_size();
 const Q5_K_CHUNK: usize = 16 * DType::Q5_K.type_size();
 const Q6_K_CHUNK: usize = 16 * DType::Q6_K.type_size();
+/// Packed chunk bytes of an IQ4_XS super-block (16 rows).
+const IQ4_XS_CHUNK: usize = 16 * DType::IQ4_XS.type_size();
 
 /// The activation dword `i` (bytes `4i..4i+4` from `p`) in every lane.
 ///
@@ -124,6 +126,7 @@ pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
     let chunk = match T {
         Q4_K => Q4_K_CHUNK,
         Q5_K => Q5_K_CHUNK,
+        IQ4_XS => IQ4_XS_CHUNK,
         _ => Q6_K_CHUNK,
     };
     for b in 0..t.nb {
@@ -139,6 +142,9 @@ pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
         } else if T == Q5_K {
             // SAFETY: as above.
             unsafe { q45_k::<true, N>(t.w.add(b * Q5_K_CHUNK), h, cols) }
+        } else if T == IQ4_XS {
+            // SAFETY: as above.
+            unsafe { iq4_xs::<N>(t.w.add(b * IQ4_XS_CHUNK), h, cols) }
         } else {
             // SAFETY: as above.
             unsafe {
@@ -271,6 +277,84 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
 fn fifth_bit(qh: __m256i, cnt: __m128i) -> __m256i {
     let x = _mm256_slli_epi16(_mm256_srl_epi16(qh, cnt), 4);
     _mm256_and_si256(x, _mm256_set1_epi8(0x10))
+}
+
+/// One IQ4_XS super-block (chunk at `c`, half `h`) against the Q8_K blocks
+/// `cols`: per column the eight rows' f32 terms.
+///
+/// Per 32-element sub-block `j`, each of its four quant lines gives two
+/// registers of indices (low nibbles: activation dwords `8j + t`, high
+/// nibbles: `8j + 4 + t`), turned into the rows' table values `v` by one
+/// `vpshufb`; `vpmaddubsw(|v|, sign(a, v))` gives `v · a` pair sums of at
+/// most 2 · 127 · 127 = 32258 in magnitude (activations in −127 ..= 127,
+/// the Q8_K quantizer's range), so each is widened at once, by a
+/// `vpmaddwd` with the sub-block's scale `s_j` (−32 ..= 31) in both i16 of
+/// the lane: `isum = Σ_j s_j Σ v a` exactly.
+///
+/// # Safety
+/// The chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn iq4_xs<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> [__m256; N] {
+    let line = |w: usize| c.wrapping_add(IQ4_XS_LINES + 64 * w + 32 * h);
+    // SAFETY: IQ4_NL_VALUES is 16 readable bytes.
+    let table = unsafe { _mm_loadu_si128(crate::quant::IQ4_NL_VALUES.as_ptr().cast()) };
+    let table = _mm256_broadcastsi128_si256(table);
+    let m4 = _mm256_set1_epi8(0x0f);
+    // SAFETY: line 0 (scales_l) and the 8 u16 scales_h of half h are inside
+    // the chunk.
+    let (lo, hi) = unsafe {
+        (
+            load(line(0)),
+            _mm256_cvtepu16_epi32(_mm_loadu_si128(c.add(32 + 16 * h).cast())),
+        )
+    };
+    let mut isum = [_mm256_setzero_si256(); N];
+    for j in 0..8 {
+        // s_j = (nibble j of scales_l | bits 2j, 2j + 1 of scales_h << 4) - 32
+        // per lane, then in both i16 halves of the lane.
+        let (c4, c2) = (
+            _mm_cvtsi32_si128(4 * j as i32),
+            _mm_cvtsi32_si128(2 * j as i32),
+        );
+        let s = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srl_epi32(lo, c4), _mm256_set1_epi32(0x0f)),
+            _mm256_slli_epi32(
+                _mm256_and_si256(_mm256_srl_epi32(hi, c2), _mm256_set1_epi32(3)),
+                4,
+            ),
+        );
+        let s = _mm256_sub_epi32(s, _mm256_set1_epi32(32));
+        let scale = _mm256_or_si256(
+            _mm256_and_si256(s, _mm256_set1_epi32(0xffff)),
+            _mm256_slli_epi32(s, 16),
+        );
+        for t in 0..4 {
+            // SAFETY: quant line 1 + 4j + t is inside the chunk.
+            let x = unsafe { load(line(1 + 4 * j + t)) };
+            let idx = [
+                _mm256_and_si256(x, m4),
+                _mm256_and_si256(_mm256_srli_epi16(x, 4), m4),
+            ];
+            for (e, idx) in idx.into_iter().enumerate() {
+                let v = _mm256_shuffle_epi8(table, idx);
+                let va = _mm256_abs_epi8(v);
+                for (acc, &p) in isum.iter_mut().zip(&cols) {
+                    // SAFETY: quant dword 8j + 4e + t of the block.
+                    let y = _mm256_sign_epi8(unsafe { bcast(p.add(QS), 8 * j + 4 * e + t) }, v);
+                    let m = _mm256_madd_epi16(_mm256_maddubs_epi16(va, y), scale);
+                    *acc = _mm256_add_epi32(*acc, m);
+                }
+            }
+        }
+    }
+    // SAFETY: the 8 f16 `d` of half h are inside the chunk.
+    let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(16 * h).cast()) });
+    std::array::from_fn(|i| {
+        // SAFETY: the block's f32 d is its first four bytes.
+        let dy = unsafe { q8_k_d(cols[i]) };
+        _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[i]))
+    })
 }
 
 /// One Q6_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
@@ -472,6 +556,7 @@ pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
         DType::Q4_K => table::<Q4_K>(),
         DType::Q5_K => table::<Q5_K>(),
         DType::Q6_K => table::<Q6_K>(),
+        DType::IQ4_XS => table::<IQ4_XS>(),
         _ => return None,
     })
 }
