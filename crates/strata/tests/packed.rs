@@ -40,14 +40,7 @@ const W32: [DType; 6] = [
 ];
 
 /// The packable K-quants (256-element super-blocks, Q8_K activations).
-const KQ: [DType; 6] = [
-    DType::Q2_K,
-    DType::Q3_K,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::IQ4_XS,
-];
+const KQ: [DType; 6] = packed::K_TYPES;
 
 /// Every packable type: the 32-wide ones and the K-quants.
 const ALL: [DType; 12] = [

@@ -140,14 +140,7 @@ mod tests {
     /// group whatever the chunk's index.
     #[test]
     fn regions_tile_the_chunk() {
-        for t in [
-            DType::Q2_K,
-            DType::Q3_K,
-            DType::Q4_K,
-            DType::Q5_K,
-            DType::Q6_K,
-            DType::IQ4_XS,
-        ] {
+        for t in crate::quant::packed::K_TYPES {
             let l = layout(t).unwrap();
             let mut regions: Vec<(usize, usize)> =
                 l.heads.iter().map(|&(_, co)| (co, 2 * ROWS)).collect();

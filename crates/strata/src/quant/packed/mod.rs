@@ -112,6 +112,17 @@ pub const ACT_BLOCK: usize = 40;
 
 const QK: usize = crate::quant::QK;
 
+/// The packable K-quants: 256-element super-blocks, Q8_K activations, the
+/// chunk layout of `k.rs`.
+pub const K_TYPES: [DType; 6] = [
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::IQ4_XS,
+];
+
 /// True for the types that have a packed layout.
 pub const fn is_packable(dtype: DType) -> bool {
     matches!(
