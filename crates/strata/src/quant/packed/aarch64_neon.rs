@@ -241,21 +241,21 @@ unsafe fn tile<const T: u8, const NR: usize>(t: Tile) {
     }
 }
 
-/// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 (`OFF` > 0) or Q8_1
-/// (`OFF` = 0) with this level's quantizer (ggml's NEON rule), straight into
-/// the prepared layout of [`super::prepare_activation`] for weights with
-/// offset `OFF` (Q8_0 weights ignore the offset term; it is written all the
-/// same, so the layout is the one every level shares).
+/// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 or (types with a
+/// minimum) Q8_1 with this level's quantizer (ggml's NEON rule), straight
+/// into the prepared layout of [`super::prepare_activation`] for weights of
+/// type tag `T` (Q8_0 weights ignore the offset term; it is written all
+/// the same, so the layout is the one every level shares).
 ///
 /// # Safety
 /// `nb · 32` f32 readable at `x`, `nb · ACT_BLOCK` bytes writable at `out`;
 /// the CPU supports NEON.
 #[target_feature(enable = "neon")]
-unsafe fn quantize<const OFF: i32>(x: *const f32, nb: usize, out: *mut u8) {
+unsafe fn quantize<const T: u8>(x: *const f32, nb: usize, out: *mut u8) {
     // SAFETY: the contract, forwarded; `quantize_blocks` hands the block
     // quantizer 32 readable f32 and 32 writable bytes.
     unsafe {
-        quantize_blocks::<OFF>(
+        quantize_blocks::<T>(
             x,
             nb,
             out,

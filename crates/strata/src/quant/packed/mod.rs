@@ -69,7 +69,7 @@
 //!
 //! IQ4_NL (ggml's `d`, then 16 bytes of 4-bit indices into the signed
 //! table [`crate::quant::IQ4_NL_VALUES`], in Q4_0's nibble order) is packed
-//! exactly as Q4_0, and its kernel (AVX2 only, `x86_avx2_iq4.rs`) follows
+//! exactly as Q4_0, and its kernel (AVX2 only, in `x86_avx2.rs`) follows
 //! the legacy contract above: exact block sums of table value × activation
 //! (no offset term), then the same f32 accumulation and bound.
 //!
@@ -97,8 +97,6 @@ mod tags;
 mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2;
-#[cfg(target_arch = "x86_64")]
-mod x86_avx2_iq4;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2_k;
 
@@ -536,9 +534,7 @@ fn level_kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
     #[cfg(target_arch = "x86_64")]
     {
         if isa == Isa::Avx2 {
-            x86_avx2::kernels(dtype)
-                .or_else(|| x86_avx2_k::kernels(dtype))
-                .or_else(|| x86_avx2_iq4::kernels(dtype))
+            x86_avx2::kernels(dtype).or_else(|| x86_avx2_k::kernels(dtype))
         } else {
             x86::kernels(isa, dtype)
         }

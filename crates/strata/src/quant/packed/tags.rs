@@ -3,7 +3,7 @@
 //! the compiler folds per instantiation, the activation quantizer's loop
 //! ([`quantize_blocks`], around a level's block quantizer), and
 //! [`kernel_table`], which fills a level's [`super::Kernels`] table from its
-//! `quantize::<OFF>` and `tile::<T, NR>` functions.
+//! `quantize::<T>` and `tile::<T, NR>` functions.
 
 use super::ACT_BLOCK;
 
@@ -37,6 +37,10 @@ pub(super) const Q3_K: u8 = 9;
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) const IQ4_XS: u8 = 10;
 
+/// Type tag: IQ4_NL (AVX2 only: Q4_0's chunks, table values; `x86_avx2.rs`).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) const IQ4_NL: u8 = 11;
+
 /// True for the K-quant tags (the types with Q8_K activations).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) const fn is_k(t: u8) -> bool {
@@ -46,7 +50,7 @@ pub(super) const fn is_k(t: u8) -> bool {
 /// Chunk bytes of type `t`.
 pub(super) const fn chunk_size(t: u8) -> usize {
     match t {
-        Q4_0 => 288,
+        Q4_0 | IQ4_NL => 288,
         Q4_1 => 320,
         Q5_0 => 352,
         Q5_1 => 384,
@@ -61,14 +65,27 @@ pub(super) const fn chunk_size(t: u8) -> usize {
 pub(super) fn offsets(t: u8, b: usize) -> (usize, usize, usize) {
     let even = b.is_multiple_of(2);
     match t {
-        Q4_0 if even => (256, 0, 0),
-        Q4_0 => (0, 0, 32),
+        Q4_0 | IQ4_NL if even => (256, 0, 0),
+        Q4_0 | IQ4_NL => (0, 0, 32),
         Q4_1 => (0, 0, 64),
         Q5_0 if even => (320, 0, 64),
         Q5_0 => (0, 32, 96),
         Q5_1 => (0, 64, 128),
         _ if even => (512, 0, 0),
         _ => (0, 0, 32),
+    }
+}
+
+/// The offset `OFF` of type `t`'s quants (its weights are `q - OFF`), whose
+/// sum term `-OFF · Σ a` the prepared activations carry: 8 / 16 / 128 for
+/// Q4_0 / Q5_0 / Q8_0, 0 for IQ4_NL (signed table values) and the types
+/// with a minimum (their sum term is Q8_1's `s` instead, [`has_min`]).
+pub(super) const fn act_offset(t: u8) -> i32 {
+    match t {
+        Q4_0 => 8,
+        Q5_0 => 16,
+        Q8_0 => 128,
+        _ => 0,
     }
 }
 
@@ -86,16 +103,17 @@ pub(super) const fn is_q5(t: u8) -> bool {
 /// for each of the `nb` blocks of 32 f32 at `x`, `block(x, o)` quantizes the
 /// block to Q8 (the 32 i8 quants written at `o`, the prepared block's bytes
 /// 0..32) and returns `(d, Σq)`; then the scale and the sum term of
-/// [`super::prepare_activation`]'s layout for weights with offset `OFF`
+/// [`super::prepare_activation`]'s layout for weights of type tag `T`
 /// follow: `d` rounded to f16 by `round` (and back to f32), and
-/// `-OFF · Σq` as i32 or, for `OFF` = 0 (Q8_1), `round(Σq · d)`.
+/// `-OFF · Σq` as i32 (`OFF` = [`act_offset`]) or, for the types with a
+/// minimum (Q8_1 activations), `round(Σq · d)`.
 ///
 /// # Safety
 /// `nb · 32` f32 readable at `x`, `nb · ACT_BLOCK` bytes writable at `out`;
 /// `block` is only called with 32 readable f32 at its first argument and 32
 /// writable bytes at its second, and may rely on that.
 #[inline(always)]
-pub(super) unsafe fn quantize_blocks<const OFF: i32>(
+pub(super) unsafe fn quantize_blocks<const T: u8>(
     x: *const f32,
     nb: usize,
     out: *mut u8,
@@ -107,10 +125,10 @@ pub(super) unsafe fn quantize_blocks<const OFF: i32>(
         // writable (contract).
         let (xb, o) = unsafe { (x.add(32 * b), out.add(b * ACT_BLOCK)) };
         let (d, sum) = block(xb, o);
-        let tail = if OFF == 0 {
+        let tail = if has_min(T) {
             round(sum as f32 * d).to_bits()
         } else {
-            (-OFF * sum) as u32
+            (-act_offset(T) * sum) as u32
         };
         // SAFETY: scale at 32..36, sum term at 36..40 of the block.
         unsafe {
@@ -121,21 +139,18 @@ pub(super) unsafe fn quantize_blocks<const OFF: i32>(
 }
 
 /// Defines, in a level's module, `fn table<const T: u8>() -> Kernels` (its
-/// `quantize::<OFF>` with each type's offset, and `tile::<T, 1..=8>`) and
-/// `pub(super) fn kernels(dtype: DType) -> Option<Kernels>`, the level's
-/// kernels for `dtype`. The caller's scope provides `quantize`, `tile`,
-/// `Kernels`, `TileFn`, `DType` and the type tags.
+/// `quantize::<T>` and `tile::<T, 1..=8>`) and `pub(super) fn
+/// kernels(dtype: DType) -> Option<Kernels>`, the level's kernels for
+/// `dtype`: the five legacy types and the extra types named in the call
+/// (each a `DType` variant with a type tag of the same name). The caller's
+/// scope provides `quantize`, `tile`, `Kernels`, `TileFn`, `DType` and the
+/// type tags.
 macro_rules! kernel_table {
-    () => {
+    ($($extra:ident),*) => {
         /// The kernels of type `T`.
         fn table<const T: u8>() -> Kernels {
             Kernels {
-                quantize: match T {
-                    Q4_0 => quantize::<8>,
-                    Q5_0 => quantize::<16>,
-                    Q8_0 => quantize::<128>,
-                    _ => quantize::<0>,
-                },
+                quantize: quantize::<T>,
                 tiles: tiles!(tile, T),
             }
         }
@@ -149,6 +164,7 @@ macro_rules! kernel_table {
                 DType::Q5_0 => table::<Q5_0>(),
                 DType::Q5_1 => table::<Q5_1>(),
                 DType::Q8_0 => table::<Q8_0>(),
+                $(DType::$extra => table::<$extra>(),)*
                 _ => return None,
             })
         }

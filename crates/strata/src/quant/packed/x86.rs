@@ -137,16 +137,16 @@ macro_rules! level {
                 }
             }
 
-            /// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 (`OFF` > 0) or
-            /// Q8_1 (`OFF` = 0) exactly as the scalar quantizers do (same
+            /// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 or (types with
+            /// a minimum) Q8_1 exactly as the scalar quantizers do (same
             /// scale, reciprocal, products, `roundf` and f16 rounding) and
             /// writes them at `out` in the layout of
-            /// [`super::super::prepare_activation`] for weights with offset `OFF`.
+            /// [`super::super::prepare_activation`] for weights of type tag `T`.
             ///
             /// # Safety
             /// `nb · 32` f32 readable at `x`, `nb · ACT_BLOCK` bytes writable at `out`.
             #[target_feature(enable = $features)]
-            unsafe fn quantize<const OFF: i32>(x: *const f32, nb: usize, out: *mut u8) {
+            unsafe fn quantize<const T: u8>(x: *const f32, nb: usize, out: *mut u8) {
                 let (lo, hi) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
                 let (half, nhalf) = (_mm512_set1_ps(0.5), _mm512_set1_ps(-0.5));
                 let one = _mm512_set1_epi32(1);
@@ -179,7 +179,7 @@ macro_rules! level {
                     (d, _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1])))
                 };
                 // SAFETY: the contract, forwarded.
-                unsafe { quantize_blocks::<OFF>(x, nb, out, block, |v| f16_round(v)) }
+                unsafe { quantize_blocks::<T>(x, nb, out, block, |v| f16_round(v)) }
             }
 
             /// `x` rounded to f16 (nearest even, as the scalar `half`

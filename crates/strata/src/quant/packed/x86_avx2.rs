@@ -26,6 +26,10 @@
 //!   quantizer's range: `|x| · 127 / amax` rounds to at most 127), widened
 //!   per group; the weights are un-biased (`^ 0x80`) so no offset term is
 //!   needed.
+//! - IQ4_NL: Q4_0's chunks, each nibble register turned into the rows'
+//!   signed table values ([`crate::quant::IQ4_NL_VALUES`], −127 ..= 113) by
+//!   one `vpshufb`, then Q8_0's sign trick and widening (`|v| ≤ 127`, the
+//!   same bound); its activations' sum term is 0.
 //!
 //! Per lane (row) and column: `acc = fma(f32(s), d_w · d_a, acc)` in block
 //! order, as the AVX-512 kernels; the Q4_1 / Q5_1 minimum terms are summed
@@ -39,8 +43,8 @@
 //! ([`super::has_kernels`]).
 
 use super::tags::{
-    chunk_size, has_min, is_k, is_q5, kernel_table, offsets, quantize_blocks, tiles, Q4_0, Q4_1,
-    Q5_0, Q5_1, Q8_0,
+    chunk_size, has_min, is_k, is_q5, kernel_table, offsets, quantize_blocks, tiles, IQ4_NL, Q4_0,
+    Q4_1, Q5_0, Q5_1, Q8_0,
 };
 use super::{Kernels, Tile, TileFn, ACT_BLOCK};
 use crate::tensor::DType;
@@ -91,7 +95,8 @@ fn fifth_bits(m: u32) -> __m256i {
 }
 
 /// Dword group `j` (0..8) of half `h` of the chunk at `c`: lane `r` holds
-/// quants `4j .. 4j + 4` of row `8h + r` (u8; for Q8_0 the signed quants).
+/// quants `4j .. 4j + 4` of row `8h + r` (u8; for Q8_0 the signed quants,
+/// for IQ4_NL the signed table values its nibbles index).
 ///
 /// # Safety
 /// `c` points at a whole chunk of type `T`; `qh`, `qs` are its offsets.
@@ -107,6 +112,11 @@ unsafe fn group<const T: u8>(c: *const u8, qh: usize, qs: usize, h: usize, j: us
     let x = unsafe { _mm256_loadu_si256(c.add(qs + 64 * (j % 4) + 32 * h).cast()) };
     let x = if j < 4 { x } else { _mm256_srli_epi16(x, 4) };
     let q = _mm256_and_si256(x, _mm256_set1_epi8(0x0f));
+    if T == IQ4_NL {
+        // SAFETY: IQ4_NL_VALUES is 16 readable bytes.
+        let table = unsafe { _mm_loadu_si128(crate::quant::IQ4_NL_VALUES.as_ptr().cast()) };
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), q);
+    }
     if is_q5(T) {
         // SAFETY: mask j (8 bytes) is inside the chunk; half h is its u32 h.
         let m = unsafe { c.add(qh + 8 * j + 4 * h).cast::<u32>().read_unaligned() };
@@ -158,7 +168,7 @@ unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
                 .read_unaligned()
         };
         let mut s = [_mm256_setzero_si256(); N];
-        if T == Q8_0 {
+        if T == Q8_0 || T == IQ4_NL {
             for j in 0..8 {
                 // SAFETY: the whole chunk is in bounds.
                 let q = unsafe { group::<T>(c, qh, qs, h, j) };
@@ -259,9 +269,10 @@ pub(super) unsafe fn skip_columns(t: Tile, c: usize) -> Tile {
     }
 }
 
-/// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 (`OFF` > 0) or Q8_1
-/// (`OFF` = 0) exactly as the level's row quantizer, straight into the prepared layout of
-/// [`super::prepare_activation`] for weights with offset `OFF` (Q8_0 weights
+/// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 or (types with a
+/// minimum) Q8_1 exactly as the level's row quantizer, straight into the
+/// prepared layout of [`super::prepare_activation`] for weights of type tag
+/// `T` (Q8_0 weights
 /// at this level ignore the offset term; it is written all the same, so the
 /// layout is the one every level shares).
 ///
@@ -269,11 +280,11 @@ pub(super) unsafe fn skip_columns(t: Tile, c: usize) -> Tile {
 /// `nb · 32` f32 readable at `x`, `nb · ACT_BLOCK` bytes writable at `out`;
 /// the CPU supports AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quantize<const OFF: i32>(x: *const f32, nb: usize, out: *mut u8) {
+unsafe fn quantize<const T: u8>(x: *const f32, nb: usize, out: *mut u8) {
     // SAFETY: the contract, forwarded; `quantize_blocks` hands the block
     // quantizer 32 readable f32 and 32 writable bytes.
     unsafe {
-        quantize_blocks::<OFF>(
+        quantize_blocks::<T>(
             x,
             nb,
             out,
@@ -291,4 +302,4 @@ pub(super) fn f16_round(x: f32) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(h))
 }
 
-kernel_table!();
+kernel_table!(IQ4_NL);
