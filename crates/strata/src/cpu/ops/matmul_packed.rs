@@ -22,8 +22,7 @@
 //! tile width or unit, so results do not depend on the thread count.
 //!
 //! At levels without packed kernels ([`packed::has_kernels`]: scalar,
-//! NEON on a CPU without `dotprod`; Q8_0 at AVX-512 without VNNI; the
-//! K-quants above AVX2), each
+//! NEON on a CPU without `dotprod`; IQ4_NL and the K-quants on Arm), each
 //! unit's 16 rows are unpacked
 //! into thread scratch and go through that level's ordinary dot product,
 //! bit-identical to the unpacked path at the same level.

@@ -142,24 +142,27 @@ pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
         && ne[3] > 0
 }
 
-/// True when `isa` has kernels over the packed layout of `dtype` (AVX2,
-/// VNNI, and NEON on a CPU with `dotprod`: the legacy 32-element types;
-/// AVX-512 without VNNI: the 4/5-bit legacy types; the K-quants and IQ4_NL:
-/// AVX2 only). Packed weights also work at other levels (scalar, NEON
-/// without `dotprod`, the K-quants and IQ4_NL above AVX2), through a slower
-/// path that unpacks each group.
+/// True when `isa` has kernels over the packed layout of `dtype`: at AVX2
+/// every packable type but Q2_K / Q3_K until their tiles land
+/// ([`k::has_avx2_kernels`]); at AVX-512 and VNNI the same types, the
+/// level's own 512-bit tiles where it has them (the legacy 4/5-bit types;
+/// VNNI also Q8_0) and the AVX2 tiles for the rest (Q8_0 without VNNI, the
+/// K-quants and IQ4_NL: every AVX-512 CPU runs AVX2 code, and these tiles
+/// beat the per-block dot products they would otherwise take); NEON on a
+/// CPU with `dotprod`: the legacy 32-element types. Packed weights also
+/// work at the other levels and types (scalar, NEON without `dotprod`, the
+/// K-quants and IQ4_NL on Arm), through a slower path that unpacks each
+/// group.
 pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
-    if k::layout(dtype).is_some() || dtype == DType::IQ4_NL {
-        return isa == Isa::Avx2 && isa.is_supported() && k::has_avx2_kernels(dtype);
+    if !is_packable(dtype) || !isa.is_supported() {
+        return false;
     }
-    is_packable(dtype)
-        && isa.is_supported()
-        && match isa {
-            Isa::Vnni | Isa::Avx2 => true,
-            Isa::Avx512 => dtype != DType::Q8_0,
-            Isa::Neon => neon_dotprod(),
-            _ => false,
-        }
+    let k_or_iq4 = k::layout(dtype).is_some() || dtype == DType::IQ4_NL;
+    match isa {
+        Isa::Avx2 | Isa::Avx512 | Isa::Vnni => !k_or_iq4 || k::has_avx2_kernels(dtype),
+        Isa::Neon => !k_or_iq4 && neon_dotprod(),
+        Isa::Scalar => false,
+    }
 }
 
 /// True when the NEON kernels can run: they need `dotprod` (`sdot`).
@@ -533,10 +536,12 @@ fn level_kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
     }
     #[cfg(target_arch = "x86_64")]
     {
+        let avx2 = || x86_avx2::kernels(dtype).or_else(|| x86_avx2_k::kernels(dtype));
         if isa == Isa::Avx2 {
-            x86_avx2::kernels(dtype).or_else(|| x86_avx2_k::kernels(dtype))
+            avx2()
         } else {
-            x86::kernels(isa, dtype)
+            // AVX-512 CPUs run the AVX2 tiles (has_kernels).
+            x86::kernels(isa, dtype).or_else(avx2)
         }
     }
     #[cfg(target_arch = "aarch64")]
@@ -627,7 +632,13 @@ mod tests {
                 assert!(has_kernels(Isa::Avx2, t), "AVX2 has packed {t} kernels");
             }
         }
-        for isa in [Isa::Scalar, Isa::Avx512, Isa::Vnni, Isa::Neon] {
+        // Above AVX2 the AVX2 tiles stand in where the level has none.
+        for isa in [Isa::Avx512, Isa::Vnni] {
+            for t in [DType::Q8_0, DType::IQ4_NL, DType::Q4_K, DType::Q6_K] {
+                assert_eq!(has_kernels(isa, t), isa.is_supported(), "{isa} {t}");
+            }
+        }
+        for isa in [Isa::Scalar, Isa::Neon] {
             for t in [
                 DType::IQ4_NL,
                 DType::Q4_K,
