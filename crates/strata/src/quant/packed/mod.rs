@@ -78,10 +78,10 @@
 //! side by side, the rest of each row's super-block as 64-byte dword
 //! lines). Their activations are Q8_K rows as the Q8_K quantizer writes them
 //! (f32 `d`, 256 × i8, 16 × i16 sums of 16; [`prepare_activation`] is the
-//! identity), and their kernels (AVX2 only, `x86_avx2_k.rs`) form every
-//! super-block's integer sums exactly and then the scalar reference's f32
-//! term in its order, so they return [`super::vec_dot_fn`]'s scalar result
-//! bit for bit.
+//! identity), and their kernels (AVX2 only, `x86_avx2_k.rs`, Q2_K / Q3_K in
+//! `x86_avx2_k23.rs`) form every super-block's integer sums exactly and
+//! then the scalar reference's f32 term in its order, so they return
+//! [`super::vec_dot_fn`]'s scalar result bit for bit.
 
 use crate::isa::Isa;
 use crate::tensor::DType;
@@ -101,6 +101,8 @@ mod x86_avx2;
 mod x86_avx2_iq4;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2_k;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx2_k23;
 
 /// Rows per packed group.
 pub const ROWS: usize = 16;
@@ -612,6 +614,8 @@ mod tests {
             for t in [
                 DType::Q4_0,
                 DType::IQ4_NL,
+                DType::Q2_K,
+                DType::Q3_K,
                 DType::Q4_K,
                 DType::Q5_K,
                 DType::Q6_K,
@@ -620,7 +624,14 @@ mod tests {
             }
         }
         for isa in [Isa::Scalar, Isa::Avx512, Isa::Vnni, Isa::Neon] {
-            for t in [DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+            for t in [
+                DType::IQ4_NL,
+                DType::Q2_K,
+                DType::Q3_K,
+                DType::Q4_K,
+                DType::Q5_K,
+                DType::Q6_K,
+            ] {
                 assert!(!has_kernels(isa, t), "{isa} {t}: the per-block path");
             }
         }
@@ -728,6 +739,8 @@ mod tests {
                 DType::Q5_1,
                 DType::Q8_0,
                 DType::IQ4_NL,
+                DType::Q2_K,
+                DType::Q3_K,
                 DType::Q4_K,
                 DType::Q5_K,
                 DType::Q6_K,
