@@ -1,9 +1,9 @@
 //! AVX2 kernels over the packed K-quant layout (`k.rs`): Q4_K, Q5_K and
 //! Q6_K weights (Q2_K and Q3_K: `x86_avx2_k23.rs`, through this module's
-//! [`half`] loop) times Q8_K activation columns, eight rows per ymm register
-//! (one row per 32-bit lane, half `h` of a group at `line + 32 h`, as the
-//! legacy kernels of [`super::x86_avx2`], whose `tile` runs these halves in
-//! passes of four columns).
+//! [`half()`] loop) times Q8_K activation columns, eight rows per ymm
+//! register (one row per 32-bit lane, half `h` of a group at `line + 32 h`,
+//! as the legacy kernels of [`super::x86_avx2`], whose `tile` runs these
+//! halves in passes of four columns).
 //!
 //! Per super-block, row (lane) and column, the integer sums are exact for any
 //! weight bytes and any i8 activations:
