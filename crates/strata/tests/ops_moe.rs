@@ -296,6 +296,8 @@ fn packed_experts_match_a_packed_mul_mat() {
         DType::Q5_1,
         DType::Q8_0,
         DType::IQ4_NL,
+        DType::Q2_K,
+        DType::Q3_K,
         DType::Q4_K,
         DType::Q5_K,
         DType::Q6_K,

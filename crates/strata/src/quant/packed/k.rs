@@ -53,12 +53,18 @@ pub(super) const Q3_K_D: usize = 1728;
 pub(super) const IQ4_XS_LINES: usize = 64;
 
 /// True for the K types (and IQ4_NL) that have AVX2 tile kernels
-/// (`x86_avx2_k.rs`, `x86_avx2.rs`); the other K types are packed all
-/// the same and run through the unpacking path.
+/// (`x86_avx2_k.rs`, `x86_avx2_k23.rs`, `x86_avx2.rs`); every packable
+/// K type has them.
 pub(super) const fn has_avx2_kernels(dtype: DType) -> bool {
     matches!(
         dtype,
-        DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::IQ4_NL | DType::IQ4_XS
+        DType::Q2_K
+            | DType::Q3_K
+            | DType::Q4_K
+            | DType::Q5_K
+            | DType::Q6_K
+            | DType::IQ4_NL
+            | DType::IQ4_XS
     )
 }
 

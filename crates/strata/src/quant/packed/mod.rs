@@ -78,10 +78,10 @@
 //! side by side, the rest of each row's super-block as 64-byte dword
 //! lines). Their activations are Q8_K rows as the Q8_K quantizer writes them
 //! (f32 `d`, 256 × i8, 16 × i16 sums of 16; [`prepare_activation`] is the
-//! identity), and their kernels (AVX2 only, `x86_avx2_k.rs`) form every
-//! super-block's integer sums exactly and then the scalar reference's f32
-//! term in its order, so they return [`super::vec_dot_fn`]'s scalar result
-//! bit for bit.
+//! identity), and their kernels (AVX2 only, `x86_avx2_k.rs`, Q2_K / Q3_K in
+//! `x86_avx2_k23.rs`) form every super-block's integer sums exactly and
+//! then the scalar reference's f32 term in its order, so they return
+//! [`super::vec_dot_fn`]'s scalar result bit for bit.
 
 use crate::isa::Isa;
 use crate::tensor::DType;
@@ -99,6 +99,8 @@ mod x86;
 mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2_k;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx2_k23;
 
 /// Rows per packed group.
 pub const ROWS: usize = 16;
@@ -143,8 +145,7 @@ pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
 }
 
 /// True when `isa` has kernels over the packed layout of `dtype`: at AVX2
-/// every packable type but Q2_K / Q3_K until their tiles land
-/// ([`k::has_avx2_kernels`]); at AVX-512 and VNNI the same types, the
+/// every packable type; at AVX-512 and VNNI the same types, the
 /// level's own 512-bit tiles where it has them (the legacy 4/5-bit types;
 /// VNNI also Q8_0) and the AVX2 tiles for the rest (Q8_0 without VNNI, the
 /// K-quants and IQ4_NL: every AVX-512 CPU runs AVX2 code, and these tiles
@@ -624,6 +625,8 @@ mod tests {
             for t in [
                 DType::Q4_0,
                 DType::IQ4_NL,
+                DType::Q2_K,
+                DType::Q3_K,
                 DType::Q4_K,
                 DType::Q5_K,
                 DType::Q6_K,
@@ -641,6 +644,8 @@ mod tests {
         for isa in [Isa::Scalar, Isa::Neon] {
             for t in [
                 DType::IQ4_NL,
+                DType::Q2_K,
+                DType::Q3_K,
                 DType::Q4_K,
                 DType::Q5_K,
                 DType::Q6_K,
@@ -753,6 +758,8 @@ mod tests {
                 DType::Q5_1,
                 DType::Q8_0,
                 DType::IQ4_NL,
+                DType::Q2_K,
+                DType::Q3_K,
                 DType::Q4_K,
                 DType::Q5_K,
                 DType::Q6_K,

@@ -1,8 +1,9 @@
-//! AVX2 kernels over the packed K-quant layout (`k.rs`): Q4_K, Q5_K and
-//! Q6_K weights times Q8_K activation columns, eight rows per ymm register (one
-//! row per 32-bit lane, half `h` of a group at `line + 32 h`, as the legacy
-//! kernels of [`super::x86_avx2`], whose `tile` runs these halves in passes
-//! of four columns).
+//! AVX2 kernels over the packed K-quant layout (`k.rs`): Q4_K, Q5_K, Q6_K
+//! and IQ4_XS weights (Q2_K and Q3_K: `x86_avx2_k23.rs`, through this module's
+//! [`half()`] loop) times Q8_K activation columns, eight rows per ymm
+//! register (one row per 32-bit lane, half `h` of a group at `line + 32 h`,
+//! as the legacy kernels of [`super::x86_avx2`], whose `tile` runs these
+//! halves in passes of four columns).
 //!
 //! Per super-block, row (lane) and column, the integer sums are exact for any
 //! weight bytes and any i8 activations:
@@ -36,8 +37,9 @@
 //! is the reference's bits whatever the tile width or thread count.
 
 use super::k::{IQ4_XS_LINES, Q4_K_LINES, Q5_K_LINES, Q6_K_D};
-use super::tags::{tiles, IQ4_XS, Q4_K, Q5_K, Q6_K};
+use super::tags::{tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
 use super::x86_avx2::tile;
+use super::x86_avx2_k23::{q2_k, q3_k};
 use super::{Kernels, Tile, TileFn};
 use crate::isa::Isa;
 use crate::tensor::DType;
@@ -48,10 +50,14 @@ const PF: usize = 2;
 
 /// Bytes of a Q8_K block: f32 `d` at 0, quants at [`QS`], i16 bsums at [`BSUMS`].
 const Q8K: usize = DType::Q8_K.type_size();
-const QS: usize = 4;
-const BSUMS: usize = 4 + 256;
+/// Offset of a Q8_K block's 256 i8 quants.
+pub(super) const QS: usize = 4;
+/// Offset of a Q8_K block's 16 i16 bsums.
+pub(super) const BSUMS: usize = 4 + 256;
 
-/// Packed chunk bytes of a Q4_K / Q5_K / Q6_K super-block (16 rows).
+/// Packed chunk bytes of a Q2_K .. Q6_K super-block (16 rows).
+const Q2_K_CHUNK: usize = 16 * DType::Q2_K.type_size();
+const Q3_K_CHUNK: usize = 16 * DType::Q3_K.type_size();
 const Q4_K_CHUNK: usize = 16 * DType::Q4_K.type_size();
 const Q5_K_CHUNK: usize = 16 * DType::Q5_K.type_size();
 const Q6_K_CHUNK: usize = 16 * DType::Q6_K.type_size();
@@ -64,7 +70,7 @@ const IQ4_XS_CHUNK: usize = 16 * DType::IQ4_XS.type_size();
 /// `p + 4 i .. p + 4 i + 4` must be readable.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn bcast(p: *const u8, i: usize) -> __m256i {
+pub(super) unsafe fn bcast(p: *const u8, i: usize) -> __m256i {
     // SAFETY: the caller guarantees the four bytes.
     _mm256_set1_epi32(unsafe { p.add(4 * i).cast::<i32>().read_unaligned() })
 }
@@ -75,7 +81,7 @@ unsafe fn bcast(p: *const u8, i: usize) -> __m256i {
 /// `p .. p + 32` must be readable.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn load(p: *const u8) -> __m256i {
+pub(super) unsafe fn load(p: *const u8) -> __m256i {
     // SAFETY: the caller guarantees the 32 bytes.
     unsafe { _mm256_loadu_si256(p.cast()) }
 }
@@ -84,7 +90,7 @@ unsafe fn load(p: *const u8) -> __m256i {
 /// (`a`, `b` < 4): zero-extended, or (`signed`) sign-extended.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn pair(v: __m256i, a: u32, b: u32, signed: bool) -> __m256i {
+pub(super) fn pair(v: __m256i, a: u32, b: u32, signed: bool) -> __m256i {
     // pshufb control per dword; bytes with the top bit set give 0, which
     // adding 4p (the dword's position in its 128-bit lane) keeps.
     let base = if signed {
@@ -108,7 +114,7 @@ fn pair(v: __m256i, a: u32, b: u32, signed: bool) -> __m256i {
 /// `p .. p + 4` must be readable.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn q8_k_d(p: *const u8) -> __m256 {
+pub(super) unsafe fn q8_k_d(p: *const u8) -> __m256 {
     // SAFETY: the caller guarantees the four bytes.
     _mm256_set1_ps(unsafe { p.cast::<f32>().read_unaligned() })
 }
@@ -124,6 +130,8 @@ unsafe fn q8_k_d(p: *const u8) -> __m256 {
 pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
     let mut acc = [_mm256_setzero_ps(); N];
     let chunk = match T {
+        Q2_K => Q2_K_CHUNK,
+        Q3_K => Q3_K_CHUNK,
         Q4_K => Q4_K_CHUNK,
         Q5_K => Q5_K_CHUNK,
         IQ4_XS => IQ4_XS_CHUNK,
@@ -136,7 +144,13 @@ pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
         // SAFETY: chunk b and block b of every column are in bounds (contract).
         let cols: [*const u8; N] =
             std::array::from_fn(|i| unsafe { t.a.add(i * t.a_stride + b * Q8K) });
-        let terms = if T == Q4_K {
+        let terms = if T == Q2_K {
+            // SAFETY: as above.
+            unsafe { q2_k::<N>(t.w.add(b * Q2_K_CHUNK), h, cols) }
+        } else if T == Q3_K {
+            // SAFETY: as above.
+            unsafe { q3_k::<N>(t.w.add(b * Q3_K_CHUNK), h, cols) }
+        } else if T == Q4_K {
             // SAFETY: as above.
             unsafe { q45_k::<false, N>(t.w.add(b * Q4_K_CHUNK), h, cols) }
         } else if T == Q5_K {
@@ -553,6 +567,8 @@ fn table<const T: u8>() -> Kernels {
 /// `has_kernels`).
 pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
     Some(match dtype {
+        DType::Q2_K => table::<Q2_K>(),
+        DType::Q3_K => table::<Q3_K>(),
         DType::Q4_K => table::<Q4_K>(),
         DType::Q5_K => table::<Q5_K>(),
         DType::Q6_K => table::<Q6_K>(),
