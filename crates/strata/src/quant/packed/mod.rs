@@ -622,16 +622,7 @@ mod tests {
         }
         #[cfg(target_arch = "x86_64")]
         if Isa::Avx2.is_supported() {
-            for t in [
-                DType::Q4_0,
-                DType::IQ4_NL,
-                DType::Q2_K,
-                DType::Q3_K,
-                DType::Q4_K,
-                DType::Q5_K,
-                DType::Q6_K,
-                DType::IQ4_XS,
-            ] {
+            for t in [DType::Q4_0, DType::IQ4_NL].into_iter().chain(K_TYPES) {
                 assert!(has_kernels(Isa::Avx2, t), "AVX2 has packed {t} kernels");
             }
         }
@@ -642,15 +633,7 @@ mod tests {
             }
         }
         for isa in [Isa::Scalar, Isa::Neon] {
-            for t in [
-                DType::IQ4_NL,
-                DType::Q2_K,
-                DType::Q3_K,
-                DType::Q4_K,
-                DType::Q5_K,
-                DType::Q6_K,
-                DType::IQ4_XS,
-            ] {
+            for t in [DType::IQ4_NL].into_iter().chain(K_TYPES) {
                 assert!(!has_kernels(isa, t), "{isa} {t}: the per-block path");
             }
         }

@@ -261,11 +261,33 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
             summs[i] = _mm256_add_epi32(summs[i], _mm256_madd_epi16(m, y));
         }
     }
-    // SAFETY: the 8 f16 `d` and `dmin` of half h are inside the chunk.
+    // SAFETY: the 16 f16 `d` at 0 and `dmin` at 32 are inside the chunk.
+    unsafe { min_terms(c, 32, h, cols, isum, summs) }
+}
+
+/// The epilogue of the K types with a minimum (Q2_K, Q4_K, Q5_K): per
+/// column the eight rows' `(d_w d_a) · f32(isum) - (dmin_w d_a) ·
+/// f32(summs)`, the scalar reference's term, with the chunk's sixteen f16
+/// `d` at `c` and `dmin` at `c + dmin_at`.
+///
+/// # Safety
+/// The 32 bytes of `d` and of `dmin` at those offsets and the blocks'
+/// f32 `d` are readable; AVX2, FMA, F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn min_terms<const N: usize>(
+    c: *const u8,
+    dmin_at: usize,
+    h: usize,
+    cols: [*const u8; N],
+    isum: [__m256i; N],
+    summs: [__m256i; N],
+) -> [__m256; N] {
+    // SAFETY: the caller guarantees the 8 f16 `d` and `dmin` of half h.
     let (d, dmin) = unsafe {
         (
             _mm256_cvtph_ps(_mm_loadu_si128(c.add(16 * h).cast())),
-            _mm256_cvtph_ps(_mm_loadu_si128(c.add(32 + 16 * h).cast())),
+            _mm256_cvtph_ps(_mm_loadu_si128(c.add(dmin_at + 16 * h).cast())),
         )
     };
     std::array::from_fn(|i| {

@@ -50,7 +50,7 @@
 //! subtraction, so every output is the reference's bits.
 
 use super::k::{Q2_K_D, Q3_K_D};
-use super::x86_avx2_k::{bcast, load, pair, q8_k_d, BSUMS, QS};
+use super::x86_avx2_k::{bcast, load, min_terms, pair, q8_k_d, BSUMS, QS};
 use std::arch::x86_64::*;
 
 /// A shift count for the `_mm256_s*l_epi16` forms that take it in a
@@ -239,20 +239,9 @@ pub(super) unsafe fn q2_k<const N: usize>(
     };
     // SAFETY: the contract, forwarded.
     let summs = unsafe { bsums_dot(cols, mins) };
-    // SAFETY: the 8 f16 `d` and `dmin` of half h are inside the chunk.
-    let (d, dmin) = unsafe {
-        (
-            _mm256_cvtph_ps(_mm_loadu_si128(c.add(Q2_K_D + 16 * h).cast())),
-            _mm256_cvtph_ps(_mm_loadu_si128(c.add(Q2_K_D + 32 + 16 * h).cast())),
-        )
-    };
-    std::array::from_fn(|i| {
-        // SAFETY: the block's f32 d is its first four bytes.
-        let dy = unsafe { q8_k_d(cols[i]) };
-        let t = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[i]));
-        let m = _mm256_mul_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(summs[i]));
-        _mm256_sub_ps(t, m)
-    })
+    // SAFETY: the 16 f16 `d` at Q2_K_D and `dmin` 32 bytes after them are
+    // inside the chunk.
+    unsafe { min_terms(c.add(Q2_K_D), 32, h, cols, isum, summs) }
 }
 
 /// One Q3_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
