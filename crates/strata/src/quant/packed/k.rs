@@ -52,22 +52,6 @@ pub(super) const Q3_K_D: usize = 1728;
 /// Chunk offset of IQ4_XS's line 0 (the `scales_l` line, then 32 `qs` lines).
 pub(super) const IQ4_XS_LINES: usize = 64;
 
-/// True for the K types (and IQ4_NL) that have AVX2 tile kernels
-/// (`x86_avx2_k.rs`, `x86_avx2_k23.rs`, `x86_avx2.rs`); every packable
-/// K type has them.
-pub(super) const fn has_avx2_kernels(dtype: DType) -> bool {
-    matches!(
-        dtype,
-        DType::Q2_K
-            | DType::Q3_K
-            | DType::Q4_K
-            | DType::Q5_K
-            | DType::Q6_K
-            | DType::IQ4_NL
-            | DType::IQ4_XS
-    )
-}
-
 /// The layout of K type `dtype`, `None` for every other type.
 pub(super) const fn layout(dtype: DType) -> Option<Layout> {
     match dtype {

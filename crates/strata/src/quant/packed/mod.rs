@@ -160,7 +160,7 @@ pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
     }
     let k_or_iq4 = k::layout(dtype).is_some() || dtype == DType::IQ4_NL;
     match isa {
-        Isa::Avx2 | Isa::Avx512 | Isa::Vnni => !k_or_iq4 || k::has_avx2_kernels(dtype),
+        Isa::Avx2 | Isa::Avx512 | Isa::Vnni => true,
         Isa::Neon => !k_or_iq4 && neon_dotprod(),
         Isa::Scalar => false,
     }
@@ -734,20 +734,7 @@ mod tests {
     fn simd_activation_quantizers_match_scalar_quantize_and_prepare() {
         use crate::{isa::Isa, quant::simd::quantize_row_fn_for};
         for isa in Isa::ALL {
-            for t in [
-                DType::Q4_0,
-                DType::Q4_1,
-                DType::Q5_0,
-                DType::Q5_1,
-                DType::Q8_0,
-                DType::IQ4_NL,
-                DType::Q2_K,
-                DType::Q3_K,
-                DType::Q4_K,
-                DType::Q5_K,
-                DType::Q6_K,
-                DType::IQ4_XS,
-            ] {
+            for t in DType::ALL.into_iter().filter(|&t| is_packable(t)) {
                 let Some(kern) = kernels_for(isa, t) else {
                     continue;
                 };
