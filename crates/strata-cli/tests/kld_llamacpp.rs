@@ -179,7 +179,7 @@ fn reference() -> &'static str {
     use strata::isa::{active, Isa};
     match active() {
         Isa::Vnni | Isa::Avx512 => "avx512",
-        Isa::Avx2 | Isa::Scalar | Isa::Neon => "avx2",
+        Isa::Avx2 | Isa::AvxVnni | Isa::Scalar | Isa::Neon => "avx2",
     }
 }
 

@@ -50,7 +50,7 @@ fn reference_level() -> Option<&'static str> {
     use strata::isa::{active, Isa};
     match active() {
         Isa::Vnni | Isa::Avx512 => Some("avx512"),
-        Isa::Avx2 => Some("avx2"),
+        Isa::Avx2 | Isa::AvxVnni => Some("avx2"),
         Isa::Scalar | Isa::Neon => None,
     }
 }

@@ -303,6 +303,29 @@ fn strata_isa_values_parse_and_resolve() {
     assert!(resolve(Some("avx2"), Isa::Neon).is_err());
     assert!(resolve(Some("avx2"), Isa::Scalar).is_err());
     assert!(resolve(Some("bogus"), Isa::Vnni).is_err());
+    // AVX-VNNI: under an AVX-VNNI CPU's own level, and above AVX2; the
+    // AVX-512 levels do not imply it, so there it follows the CPU's flag.
+    assert_eq!(
+        resolve(Some("avxvnni"), Isa::AvxVnni).unwrap(),
+        Isa::AvxVnni
+    );
+    assert_eq!(
+        resolve(Some("AVXVNNI "), Isa::AvxVnni).unwrap(),
+        Isa::AvxVnni
+    );
+    assert_eq!(resolve(Some("avx2"), Isa::AvxVnni).unwrap(), Isa::Avx2);
+    assert!(resolve(Some("avx512"), Isa::AvxVnni).is_err());
+    assert!(resolve(Some("avxvnni"), Isa::Avx2).is_err());
+    assert!(resolve(Some("avxvnni"), Isa::Neon).is_err());
+    #[cfg(target_arch = "x86_64")]
+    let flag = std::arch::is_x86_feature_detected!("avxvnni");
+    #[cfg(not(target_arch = "x86_64"))]
+    let flag = false;
+    for top in [Isa::Avx512, Isa::Vnni] {
+        assert_eq!(resolve(Some("avxvnni"), top).is_ok(), flag, "{top}");
+    }
+    assert_eq!(Isa::AvxVnni.lower(), Isa::Avx2);
+    assert_eq!(Isa::Avx512.lower(), Isa::Avx2);
 }
 
 /// Run by [`strata_isa_env_var_forces_the_level`] in a child process.

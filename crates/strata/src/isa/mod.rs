@@ -3,7 +3,8 @@
 //!
 //! [`detected`] is the highest level this CPU runs; [`active`] is that level
 //! or a lower one forced with the environment variable `STRATA_ISA`
-//! (`scalar`, `avx2`, `avx512`, `vnni`, `neon`), read once per process.
+//! (`scalar`, `avx2`, `avxvnni`, `avx512`, `vnni`, `neon`), read once per
+//! process.
 //! Every kernel table (the quantized dot products in [`crate::quant::simd`],
 //! the packed matmul kernels, the float GEMM, the vector math, attention)
 //! takes an [`Isa`] and maps it to its own kernels; a level without its own
@@ -28,6 +29,12 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
+    /// x86-64 AVX2 level plus AVX-VNNI (the 256-bit, VEX-encoded
+    /// `vpdpbusd`: Intel client cores since Alder Lake, Sapphire Rapids and
+    /// later Xeons, AMD Zen 5). Not implied by the AVX-512 levels (Zen 4
+    /// and Ice Lake have AVX-512 VNNI but not AVX-VNNI): a CPU runs it only
+    /// when it has the feature ([`Isa::is_supported`]).
+    AvxVnni,
     /// x86-64 AVX2 level plus AVX-512 F, BW and VL.
     Avx512,
     /// x86-64 AVX-512 level plus AVX-512 VNNI (`vpdpbusd`).
@@ -38,13 +45,21 @@ pub enum Isa {
 
 impl Isa {
     /// Every level, lowest first.
-    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Vnni, Isa::Neon];
+    pub const ALL: [Isa; 6] = [
+        Isa::Scalar,
+        Isa::Avx2,
+        Isa::AvxVnni,
+        Isa::Avx512,
+        Isa::Vnni,
+        Isa::Neon,
+    ];
 
     /// The name `STRATA_ISA` accepts for this level.
     pub const fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
             Isa::Avx512 => "avx512",
             Isa::Vnni => "vnni",
             Isa::Neon => "neon",
@@ -53,27 +68,27 @@ impl Isa {
 
     /// True if this CPU can run this level's kernels.
     pub fn is_supported(self) -> bool {
-        self <= detected() && (self == Isa::Scalar || self.same_arch(detected()))
+        runs(self, detected())
     }
 
     /// The next lower level on the same architecture (scalar for the lowest).
     pub const fn lower(self) -> Isa {
         match self {
             Isa::Vnni => Isa::Avx512,
-            Isa::Avx512 => Isa::Avx2,
+            Isa::Avx512 | Isa::AvxVnni => Isa::Avx2,
             Isa::Avx2 | Isa::Neon | Isa::Scalar => Isa::Scalar,
         }
     }
 
     /// The level whose f32 lane kernels run `self` on this CPU: `Avx512`
-    /// for `Avx512` and `Vnni`, `Avx2` for `Avx2`, else (also for a level
+    /// for `Avx512` and `Vnni`, `Avx2` for `Avx2` and `AvxVnni`, else (also for a level
     /// this CPU cannot run) `Scalar`, meaning the portable code.
     #[inline]
     pub(crate) fn f32_level(self) -> Isa {
         if cfg!(target_arch = "x86_64") && self.is_supported() {
             match self {
                 Isa::Avx512 | Isa::Vnni => Isa::Avx512,
-                Isa::Avx2 => Isa::Avx2,
+                Isa::Avx2 | Isa::AvxVnni => Isa::Avx2,
                 Isa::Scalar | Isa::Neon => Isa::Scalar,
             }
         } else {
@@ -106,8 +121,8 @@ impl std::str::FromStr for Isa {
             .ok_or_else(|| Error::BadValue {
                 arg: "STRATA_ISA".into(),
                 value: format!("{s:?}"),
-                expected: "an instruction-set level: one of scalar, avx2, avx512, vnni, \
-                               neon"
+                expected: "an instruction-set level: one of scalar, avx2, avxvnni, avx512, \
+                               vnni, neon"
                     .into(),
             })
     }
@@ -128,6 +143,8 @@ fn detect() -> Isa {
         Isa::Vnni
     } else if avx512 {
         Isa::Avx512
+    } else if avx2 && has!("avxvnni") {
+        Isa::AvxVnni
     } else if avx2 {
         Isa::Avx2
     } else {
@@ -149,6 +166,30 @@ fn detect() -> Isa {
     Isa::Scalar
 }
 
+/// True if a CPU whose highest level is `detected` runs `want`: the levels
+/// below it on its architecture, except that AVX-VNNI, which the AVX-512
+/// levels do not imply, also needs this CPU's `avxvnni` feature when it is
+/// not the detected level itself.
+fn runs(want: Isa, detected: Isa) -> bool {
+    let below = want <= detected && want.same_arch(detected);
+    match want {
+        Isa::AvxVnni => below && (detected == Isa::AvxVnni || has_avx_vnni()),
+        _ => below,
+    }
+}
+
+/// True if this CPU has AVX-VNNI (always false off x86-64).
+fn has_avx_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avxvnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// The level to use given the detected level and an optional `STRATA_ISA`
 /// value: the requested level if the CPU supports it, else the detected one.
 ///
@@ -159,7 +200,7 @@ pub fn resolve(requested: Option<&str>, detected: Isa) -> Result<Isa> {
         return Ok(detected);
     };
     let want: Isa = s.parse()?;
-    if want <= detected && want.same_arch(detected) {
+    if runs(want, detected) {
         Ok(want)
     } else {
         Err(Error::BadValue {

@@ -52,13 +52,15 @@
 //! row `r` (a `k` register for byte-masked AVX-512 ops on the register of
 //! group `j`; at NEON, the u16 of quarter `q` spread to bytes). Q8_0: byte
 //! `64 j + 4 r + t` is quant `4 j + t` of row `r` XOR 0x80 (biased to
-//! unsigned, for `vpdpbusd`; the AVX2 and NEON kernels un-bias it).
+//! unsigned, for `vpdpbusd`; the AVX2 and NEON kernels un-bias it, the
+//! AVX-512 VNNI and AVX-VNNI kernels take it as it is).
 //!
 //! Kernels (see `kernels_for`) multiply packed weights with activations
 //! quantized to Q8_0 / Q8_1 and re-laid out per block as [`ACT_BLOCK`]
 //! bytes (`prepare_activation`): 32 × i8 quants, the f32 scale, and an
 //! i32 `-offset · Σ quants` (offset 8 / 16 / 128 for Q4_0 / Q5_0 / Q8_0,
-//! 0 for IQ4_NL, whose table values are signed) or, for Q8_1, its stored
+//! 128 for IQ4_NL: the AVX-VNNI kernel biases its signed table values by
+//! 128, the others ignore the term) or, for Q8_1, its stored
 //! sum term `s` as f32. Every block's integer sum
 //! `Σ q_w a - offset Σ a` is exact; per output, the block terms
 //! `(d_w d_a) · isum` (+ `m_w s_a`) are accumulated in f32 with fused
@@ -69,9 +71,9 @@
 //!
 //! IQ4_NL (ggml's `d`, then 16 bytes of 4-bit indices into the signed
 //! table [`crate::quant::IQ4_NL_VALUES`], in Q4_0's nibble order) is packed
-//! exactly as Q4_0, and its kernel (AVX2 only, in `x86_avx2.rs`) follows
-//! the legacy contract above: exact block sums of table value × activation
-//! (no offset term), then the same f32 accumulation and bound.
+//! exactly as Q4_0, and its kernels (AVX2 and AVX-VNNI, in `x86_avx2.rs`)
+//! follow the legacy contract above: exact block sums of table value ×
+//! activation, then the same f32 accumulation and bound.
 //!
 //! The K-quants Q2_K .. Q6_K and IQ4_XS (rows a multiple of 256) are packed the same
 //! way per 256-element super-block (`k.rs`: the header f16 of the 16 rows
@@ -145,7 +147,8 @@ pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
 }
 
 /// True when `isa` has kernels over the packed layout of `dtype`: at AVX2
-/// every packable type; at AVX-512 and VNNI the same types, the
+/// every packable type; at AVX-VNNI the same, its own `vpdpbusd` tiles for
+/// the legacy types and IQ4_NL and AVX2's for the K-quants; at AVX-512 and VNNI the same types, the
 /// level's own 512-bit tiles where it has them (the legacy 4/5-bit types;
 /// VNNI also Q8_0) and the AVX2 tiles for the rest (Q8_0 without VNNI, the
 /// K-quants and IQ4_NL: every AVX-512 CPU runs AVX2 code, and these tiles
@@ -160,7 +163,7 @@ pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
     }
     let k_or_iq4 = k::layout(dtype).is_some() || dtype == DType::IQ4_NL;
     match isa {
-        Isa::Avx2 | Isa::Avx512 | Isa::Vnni => true,
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Vnni => true,
         Isa::Neon => !k_or_iq4 && neon_dotprod(),
         Isa::Scalar => false,
     }
@@ -540,6 +543,10 @@ fn level_kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
         let avx2 = || x86_avx2::kernels(dtype).or_else(|| x86_avx2_k::kernels(dtype));
         if isa == Isa::Avx2 {
             avx2()
+        } else if isa == Isa::AvxVnni {
+            // Its own tiles for the legacy types and IQ4_NL, AVX2's for the
+            // K-quants.
+            x86_avx2::vnni_kernels(dtype).or_else(avx2)
         } else {
             // AVX-512 CPUs run the AVX2 tiles (has_kernels).
             x86::kernels(isa, dtype).or_else(avx2)
@@ -580,7 +587,7 @@ pub(crate) fn prepare_activation(dtype: DType, q: &[u8], out: &mut [u8]) {
     let off: i32 = match dtype {
         DType::Q4_0 => 8,
         DType::Q5_0 => 16,
-        DType::Q8_0 => 128,
+        DType::Q8_0 | DType::IQ4_NL => 128,
         _ => 0,
     };
     let min = crate::quant::vec_dot_type(dtype) == DType::Q8_1;
@@ -627,7 +634,7 @@ mod tests {
             }
         }
         // Above AVX2 the AVX2 tiles stand in where the level has none.
-        for isa in [Isa::Avx512, Isa::Vnni] {
+        for isa in [Isa::AvxVnni, Isa::Avx512, Isa::Vnni] {
             for t in [DType::Q8_0, DType::IQ4_NL, DType::Q4_K, DType::Q6_K] {
                 assert_eq!(has_kernels(isa, t), isa.is_supported(), "{isa} {t}");
             }

@@ -78,13 +78,15 @@ pub(super) fn offsets(t: u8, b: usize) -> (usize, usize, usize) {
 
 /// The offset `OFF` of type `t`'s quants (its weights are `q - OFF`), whose
 /// sum term `-OFF · Σ a` the prepared activations carry: 8 / 16 / 128 for
-/// Q4_0 / Q5_0 / Q8_0, 0 for IQ4_NL (signed table values) and the types
-/// with a minimum (their sum term is Q8_1's `s` instead, [`has_min`]).
+/// Q4_0 / Q5_0 / Q8_0; 128 for IQ4_NL, whose table values are signed but
+/// which the AVX-VNNI kernels take biased by 128 (the kernels that use the
+/// signed values ignore its sum term); 0 for the types with a minimum
+/// (their sum term is Q8_1's `s` instead, [`has_min`]).
 pub(super) const fn act_offset(t: u8) -> i32 {
     match t {
         Q4_0 => 8,
         Q5_0 => 16,
-        Q8_0 => 128,
+        Q8_0 | IQ4_NL => 128,
         _ => 0,
     }
 }

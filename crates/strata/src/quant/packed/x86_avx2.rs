@@ -1,6 +1,7 @@
-//! AVX2 kernels over the packed layout: the same 16-row groups as the
-//! AVX-512 kernels ([`super::x86`]), taken as two halves of eight rows, one
-//! row per 32-bit lane of a ymm register.
+//! AVX2 and AVX-VNNI kernels over the packed layout: the same 16-row groups
+//! as the AVX-512 kernels ([`super::x86`]), taken as two halves of eight
+//! rows, one row per 32-bit lane of a ymm register. One body (`level!`) is
+//! compiled per level; they differ only in the integer sums (below).
 //!
 //! In a group, the bytes of row `r` inside each 64-byte line sit at
 //! `4 r .. 4 r + 4`, so the first 32 bytes of every line belong to rows 0–7
@@ -30,6 +31,16 @@
 //!   signed table values ([`crate::quant::IQ4_NL_VALUES`], −127 ..= 113) by
 //!   one `vpshufb`, then Q8_0's sign trick and widening (`|v| ≤ 127`, the
 //!   same bound); its activations' sum term is 0.
+//!
+//! At AVX-VNNI (256-bit `vpdpbusd`, no saturation) every type takes one
+//! `vpdpbusd` per dword group and column on an unsigned operand, after the
+//! activation's sum term `-OFF · Σa`: the 4/5-bit quants as they are, Q8_0's
+//! stored bytes (biased by 128), IQ4_NL's table values plus 128. Per column
+//! that is 8 instructions per block against AVX2's 8 `vpmaddubsw`, 8 adds
+//! and a widening (4-bit), or 8 × (sign, `vpmaddubsw`, `vpmaddwd`, add) for
+//! Q8_0 / IQ4_NL. The sums are the same integers, so the levels give the
+//! same bits; the tests also run the AVX-VNNI algorithm on any AVX2 CPU,
+//! with an exact AVX2 stand-in for `vpdpbusd` (`dpbusd_avx2`).
 //!
 //! Per lane (row) and column: `acc = fma(f32(s), d_w · d_a, acc)` in block
 //! order, as the AVX-512 kernels; the Q4_1 / Q5_1 minimum terms are summed
@@ -126,132 +137,305 @@ unsafe fn group<const T: u8>(c: *const u8, qh: usize, qs: usize, h: usize, j: us
     }
 }
 
-/// Columns `0 .. N` (`N ≤ PASS`) of half `h` of one group: the [`TileFn`]
-/// contract for the eight rows `8h .. 8h + 8`.
-///
-/// # Safety
-/// As [`TileFn`]; the CPU supports AVX2, FMA and F16C.
+/// `acc + Σ_t u[4r+t] · s[4r+t]` per 32-bit lane `r` (u8 × i8, exact): the
+/// value `vpdpbusd` computes, from AVX2 instructions (the bytes widened to
+/// i16, even and odd apart, then two `vpmaddwd`). It runs the AVX-VNNI
+/// kernels' algorithm on any AVX2 CPU, so that the tests check it on hosts
+/// without AVX-VNNI; only the instruction itself is not exercised there.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
-    if is_k(T) {
-        // SAFETY: the contract, forwarded (a K-quant group).
-        return unsafe { super::x86_avx2_k::half::<T, N>(t, h) };
-    }
-    let Tile {
-        w,
-        nb,
-        a,
-        a_stride,
-        out,
-        out_stride,
-    } = t;
-    let cs = chunk_size(T);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); N];
-    let mut accm = [_mm256_setzero_ps(); N];
-    for b in 0..nb {
-        if h == 0 {
-            prefetch_ahead(w, b, cs, PF_BYTES);
-        }
-        // SAFETY: chunk b < nb is inside the group (contract).
-        let c = unsafe { w.add(b * cs) };
-        let (d, qh, qs) = offsets(T, b);
-        // SAFETY: the 8 f16 scales of half h are inside the chunk.
-        let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(d + 16 * h).cast()) });
-        // Block b of column i: its quant dword j, scale and sum term.
-        // SAFETY (word): block b of column i < N is in bounds (contract) and
-        // holds ACT_BLOCK bytes: quants, scale, sum term.
-        let word = |i: usize, j: usize| unsafe {
-            a.add(i * a_stride + b * ACT_BLOCK + 4 * j)
-                .cast::<i32>()
-                .read_unaligned()
-        };
-        let mut s = [_mm256_setzero_si256(); N];
-        if T == Q8_0 || T == IQ4_NL {
-            for j in 0..8 {
-                // SAFETY: the whole chunk is in bounds.
-                let q = unsafe { group::<T>(c, qh, qs, h, j) };
-                let qa = _mm256_abs_epi8(q);
-                for (i, s) in s.iter_mut().enumerate() {
-                    let y = _mm256_sign_epi8(_mm256_set1_epi32(word(i, j)), q);
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, y), ones);
-                    *s = _mm256_add_epi32(*s, p);
-                }
-            }
-        } else {
-            // Sums of pair sums in i16: all eight groups for 4-bit quants,
-            // four at a time for 5-bit ones (module docs).
-            let span = if is_q5(T) { 4 } else { 8 };
-            for j0 in (0..8).step_by(span) {
-                let mut s16 = [_mm256_setzero_si256(); N];
-                for j in j0..j0 + span {
-                    // SAFETY: the whole chunk is in bounds.
-                    let q = unsafe { group::<T>(c, qh, qs, h, j) };
-                    for (i, s16) in s16.iter_mut().enumerate() {
-                        let p = _mm256_maddubs_epi16(q, _mm256_set1_epi32(word(i, j)));
-                        *s16 = _mm256_add_epi16(*s16, p);
-                    }
-                }
-                for (s, s16) in s.iter_mut().zip(s16) {
-                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(s16, ones));
-                }
-            }
-            if !has_min(T) {
-                for (i, s) in s.iter_mut().enumerate() {
-                    *s = _mm256_add_epi32(*s, _mm256_set1_epi32(word(i, 9)));
-                }
-            }
-        }
-        let mw = if has_min(T) {
-            // SAFETY: the 8 f16 minimums of half h follow the scales.
-            _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(32 + 16 * h).cast()) })
-        } else {
-            _mm256_setzero_ps()
-        };
-        for (i, ((acc, accm), s)) in acc.iter_mut().zip(accm.iter_mut()).zip(s).enumerate() {
-            let da = _mm256_set1_ps(f32::from_bits(word(i, 8) as u32));
-            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, da), *acc);
-            if has_min(T) {
-                let sa = _mm256_set1_ps(f32::from_bits(word(i, 9) as u32));
-                *accm = _mm256_fmadd_ps(mw, sa, *accm);
-            }
-        }
-    }
-    if has_min(T) {
-        for (acc, accm) in acc.iter_mut().zip(accm) {
-            *acc = _mm256_add_ps(*acc, accm);
-        }
-    }
-    for (i, acc) in acc.iter().enumerate() {
-        // SAFETY: rows 8h .. 8h + 8 of column i are writable (contract).
-        unsafe { _mm256_storeu_ps(out.add(i * out_stride + 32 * h).cast(), *acc) };
-    }
+fn dpbusd_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    let u_even = _mm256_and_si256(u, _mm256_set1_epi16(0x00ff));
+    let u_odd = _mm256_srli_epi16(u, 8);
+    let s_even = _mm256_srai_epi16(_mm256_slli_epi16(s, 8), 8);
+    let s_odd = _mm256_srai_epi16(s, 8);
+    let even = _mm256_madd_epi16(u_even, s_even);
+    let odd = _mm256_madd_epi16(u_odd, s_odd);
+    _mm256_add_epi32(acc, _mm256_add_epi32(even, odd))
 }
 
-/// `NR` columns of one 16-row group (the [`TileFn`] contract): both halves,
-/// in passes of at most [`PASS`] columns.
+/// [`crate::quant::IQ4_NL_VALUES`] plus 128, as u8 (1 ..= 241): the
+/// unsigned operand of `vpdpbusd`; the `-128 · Σa` sum term of IQ4_NL's
+/// prepared activations removes the bias.
+const IQ4_NL_BIASED: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (crate::quant::IQ4_NL_VALUES[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// Dword group `j` of half `h` as the unsigned operand of `vpdpbusd`: the
+/// stored bytes for Q8_0 (its quants biased by 128, `q ^ 0x80`), the biased
+/// table values for IQ4_NL, [`group`]'s quants for the 4/5-bit types. The
+/// bias is `act_offset(T)`, which the activation's sum term removes.
 ///
 /// # Safety
-/// As [`TileFn`]; the CPU supports AVX2, FMA and F16C.
+/// As [`group`].
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile<const T: u8, const NR: usize>(t: Tile) {
-    type Half = unsafe fn(Tile, usize);
-    for h in 0..2 {
-        let mut c = 0;
-        while c < NR {
-            let n = (NR - c).min(PASS);
-            let f: Half = match n {
-                1 => half::<T, 1>,
-                2 => half::<T, 2>,
-                3 => half::<T, 3>,
-                _ => half::<T, PASS>,
-            };
-            // SAFETY: columns c .. c + n ≤ NR of the contract, forwarded.
-            unsafe { f(skip_columns(t, c), h) };
-            c += n;
-        }
+#[inline]
+unsafe fn group_u8<const T: u8>(c: *const u8, qh: usize, qs: usize, h: usize, j: usize) -> __m256i {
+    if T == Q8_0 {
+        // SAFETY: 32 bytes of line j, half h, inside the chunk.
+        return unsafe { _mm256_loadu_si256(c.add(qs + 64 * j + 32 * h).cast()) };
     }
+    if T == IQ4_NL {
+        // SAFETY: 32 bytes of nibble line j % 4, half h, inside the chunk.
+        let x = unsafe { _mm256_loadu_si256(c.add(qs + 64 * (j % 4) + 32 * h).cast()) };
+        let x = if j < 4 { x } else { _mm256_srli_epi16(x, 4) };
+        let q = _mm256_and_si256(x, _mm256_set1_epi8(0x0f));
+        // SAFETY: IQ4_NL_BIASED is 16 readable bytes.
+        let table = unsafe { _mm_loadu_si128(IQ4_NL_BIASED.as_ptr().cast()) };
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), q);
+    }
+    // SAFETY: the contract, forwarded.
+    unsafe { group::<T>(c, qh, qs, h, j) }
+}
+
+/// Defines a level's module: `half` and `tile` (the [`TileFn`]s, in
+/// passes of at most [`PASS`] columns) compiled for `$features`, and its
+/// kernel table. `$vnni` picks the integer sums: `false` for AVX2's
+/// (`vpmaddubsw` sums in i16, the sign trick for Q8_0 / IQ4_NL), `true`
+/// for one `$dot` (`vpdpbusd`) per dword group and column on unsigned
+/// operands ([`group_u8`]) after the sum term. Both sums are exact and the
+/// f32 steps are the same, so the levels give the same bits.
+macro_rules! level {
+    ($level:ident, $features:literal, $vnni:literal, $dot:path) => {
+        pub(super) mod $level {
+            use super::*;
+
+            /// Columns `0 .. N` (`N ≤ PASS`) of half `h` of one group: the
+            /// [`TileFn`] contract for the eight rows `8h .. 8h + 8`; `V`
+            /// picks the integer sums (the macro's docs).
+            ///
+            /// # Safety
+            /// As [`TileFn`]; the CPU supports the module's features.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn half<const T: u8, const N: usize, const V: bool>(t: Tile, h: usize) {
+                if is_k(T) {
+                    // SAFETY: the contract, forwarded (a K-quant group).
+                    return unsafe { super::super::x86_avx2_k::half::<T, N>(t, h) };
+                }
+                let Tile {
+                    w,
+                    nb,
+                    a,
+                    a_stride,
+                    out,
+                    out_stride,
+                } = t;
+                let cs = chunk_size(T);
+                let ones = _mm256_set1_epi16(1);
+                let mut acc = [_mm256_setzero_ps(); N];
+                let mut accm = [_mm256_setzero_ps(); N];
+                for b in 0..nb {
+                    if h == 0 {
+                        prefetch_ahead(w, b, cs, PF_BYTES);
+                    }
+                    // SAFETY: chunk b < nb is inside the group (contract).
+                    let c = unsafe { w.add(b * cs) };
+                    let (d, qh, qs) = offsets(T, b);
+                    // SAFETY: the 8 f16 scales of half h are inside the chunk.
+                    let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(d + 16 * h).cast()) });
+                    // Block b of column i: its quant dword j, scale and sum term.
+                    // SAFETY (word): block b of column i < N is in bounds
+                    // (contract) and holds ACT_BLOCK bytes: quants, scale, sum term.
+                    let word = |i: usize, j: usize| unsafe {
+                        a.add(i * a_stride + b * ACT_BLOCK + 4 * j)
+                            .cast::<i32>()
+                            .read_unaligned()
+                    };
+                    let mut s = [_mm256_setzero_si256(); N];
+                    if V {
+                        // The sum term first (0 for the types with a minimum,
+                        // whose word 9 is Q8_1's f32 `s`).
+                        if !has_min(T) {
+                            for (i, s) in s.iter_mut().enumerate() {
+                                *s = _mm256_set1_epi32(word(i, 9));
+                            }
+                        }
+                        // Two chains per column when few columns share the
+                        // block (the latency of the dependent `vpdpbusd`s).
+                        let mut s1 = [_mm256_setzero_si256(); N];
+                        for j in 0..8 {
+                            // SAFETY: the whole chunk is in bounds.
+                            let q = unsafe { group_u8::<T>(c, qh, qs, h, j) };
+                            for (i, (s, s1)) in s.iter_mut().zip(s1.iter_mut()).enumerate() {
+                                let y = _mm256_set1_epi32(word(i, j));
+                                if N <= 2 && j % 2 == 1 {
+                                    *s1 = $dot(*s1, q, y);
+                                } else {
+                                    *s = $dot(*s, q, y);
+                                }
+                            }
+                        }
+                        if N <= 2 {
+                            for (s, s1) in s.iter_mut().zip(s1) {
+                                *s = _mm256_add_epi32(*s, s1);
+                            }
+                        }
+                    } else if T == Q8_0 || T == IQ4_NL {
+                        for j in 0..8 {
+                            // SAFETY: the whole chunk is in bounds.
+                            let q = unsafe { group::<T>(c, qh, qs, h, j) };
+                            let qa = _mm256_abs_epi8(q);
+                            for (i, s) in s.iter_mut().enumerate() {
+                                let y = _mm256_sign_epi8(_mm256_set1_epi32(word(i, j)), q);
+                                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, y), ones);
+                                *s = _mm256_add_epi32(*s, p);
+                            }
+                        }
+                    } else {
+                        // Sums of pair sums in i16: all eight groups for 4-bit
+                        // quants, four at a time for 5-bit ones (module docs).
+                        let span = if is_q5(T) { 4 } else { 8 };
+                        for j0 in (0..8).step_by(span) {
+                            let mut s16 = [_mm256_setzero_si256(); N];
+                            for j in j0..j0 + span {
+                                // SAFETY: the whole chunk is in bounds.
+                                let q = unsafe { group::<T>(c, qh, qs, h, j) };
+                                for (i, s16) in s16.iter_mut().enumerate() {
+                                    let p = _mm256_maddubs_epi16(q, _mm256_set1_epi32(word(i, j)));
+                                    *s16 = _mm256_add_epi16(*s16, p);
+                                }
+                            }
+                            for (s, s16) in s.iter_mut().zip(s16) {
+                                *s = _mm256_add_epi32(*s, _mm256_madd_epi16(s16, ones));
+                            }
+                        }
+                        if !has_min(T) {
+                            for (i, s) in s.iter_mut().enumerate() {
+                                *s = _mm256_add_epi32(*s, _mm256_set1_epi32(word(i, 9)));
+                            }
+                        }
+                    }
+                    let mw = if has_min(T) {
+                        // SAFETY: the 8 f16 minimums of half h follow the scales.
+                        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(32 + 16 * h).cast()) })
+                    } else {
+                        _mm256_setzero_ps()
+                    };
+                    for (i, ((acc, accm), s)) in
+                        acc.iter_mut().zip(accm.iter_mut()).zip(s).enumerate()
+                    {
+                        let da = _mm256_set1_ps(f32::from_bits(word(i, 8) as u32));
+                        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, da), *acc);
+                        if has_min(T) {
+                            let sa = _mm256_set1_ps(f32::from_bits(word(i, 9) as u32));
+                            *accm = _mm256_fmadd_ps(mw, sa, *accm);
+                        }
+                    }
+                }
+                if has_min(T) {
+                    for (acc, accm) in acc.iter_mut().zip(accm) {
+                        *acc = _mm256_add_ps(*acc, accm);
+                    }
+                }
+                for (i, acc) in acc.iter().enumerate() {
+                    // SAFETY: rows 8h .. 8h + 8 of column i are writable (contract).
+                    unsafe { _mm256_storeu_ps(out.add(i * out_stride + 32 * h).cast(), *acc) };
+                }
+            }
+
+            /// `NR` columns of one 16-row group (the [`TileFn`] contract):
+            /// both halves, in passes of at most [`PASS`] columns, with the
+            /// integer sums `V` picks.
+            ///
+            /// # Safety
+            /// As [`TileFn`]; the CPU supports the module's features.
+            #[target_feature(enable = $features)]
+            pub(in super::super) unsafe fn tile_v<const T: u8, const NR: usize, const V: bool>(
+                t: Tile,
+            ) {
+                type Half = unsafe fn(Tile, usize);
+                for h in 0..2 {
+                    let mut c = 0;
+                    while c < NR {
+                        let n = (NR - c).min(PASS);
+                        let f: Half = match n {
+                            1 => half::<T, 1, V>,
+                            2 => half::<T, 2, V>,
+                            3 => half::<T, 3, V>,
+                            _ => half::<T, PASS, V>,
+                        };
+                        // SAFETY: columns c .. c + n ≤ NR of the contract, forwarded.
+                        unsafe { f(skip_columns(t, c), h) };
+                        c += n;
+                    }
+                }
+            }
+
+            /// `NR` columns of one 16-row group (the [`TileFn`] contract)
+            /// with this level's integer sums.
+            ///
+            /// # Safety
+            /// As [`TileFn`]; the CPU supports the module's features.
+            #[target_feature(enable = $features)]
+            pub(in super::super) unsafe fn tile<const T: u8, const NR: usize>(t: Tile) {
+                // SAFETY: the contract, forwarded.
+                unsafe { tile_v::<T, NR, $vnni>(t) }
+            }
+
+            kernel_table!(IQ4_NL);
+        }
+    };
+}
+
+level!(avx2, "avx2,fma,f16c", false, dpbusd_avx2);
+level!(
+    avxvnni,
+    "avx2,fma,f16c,avxvnni",
+    true,
+    _mm256_dpbusd_avx_epi32
+);
+
+pub(super) use avx2::tile;
+
+/// The AVX2 kernels for `dtype` (the caller checked [`super::has_kernels`]).
+pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
+    avx2::kernels(dtype)
+}
+
+/// The AVX-VNNI kernels for `dtype`: the legacy types and IQ4_NL (the
+/// caller checked [`super::has_kernels`], so the CPU has AVX-VNNI).
+pub(super) fn vnni_kernels(dtype: DType) -> Option<Kernels> {
+    avxvnni::kernels(dtype)
+}
+
+/// The AVX-VNNI kernels' algorithm with [`dpbusd_avx2`] standing in for
+/// `vpdpbusd`, for the tests on CPUs without AVX-VNNI (the caller checked
+/// AVX2).
+#[cfg(test)]
+pub(super) fn vnni_emulated(dtype: DType) -> Option<Kernels> {
+    macro_rules! emulated {
+        ($t:ident) => {
+            Kernels {
+                quantize: quantize::<$t>,
+                tiles: [
+                    avx2::tile_v::<$t, 1, true> as TileFn,
+                    avx2::tile_v::<$t, 2, true>,
+                    avx2::tile_v::<$t, 3, true>,
+                    avx2::tile_v::<$t, 4, true>,
+                    avx2::tile_v::<$t, 5, true>,
+                    avx2::tile_v::<$t, 6, true>,
+                    avx2::tile_v::<$t, 7, true>,
+                    avx2::tile_v::<$t, 8, true>,
+                ],
+            }
+        };
+    }
+    Some(match dtype {
+        DType::Q4_0 => emulated!(Q4_0),
+        DType::Q4_1 => emulated!(Q4_1),
+        DType::Q5_0 => emulated!(Q5_0),
+        DType::Q5_1 => emulated!(Q5_1),
+        DType::Q8_0 => emulated!(Q8_0),
+        DType::IQ4_NL => emulated!(IQ4_NL),
+        _ => return None,
+    })
 }
 
 /// `t` without its first `c` columns.
@@ -302,4 +486,102 @@ pub(super) fn f16_round(x: f32) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(h))
 }
 
-kernel_table!(IQ4_NL);
+#[cfg(test)]
+mod tests {
+    use super::super::{kernels_for, pack, ROWS};
+    use super::*;
+    use crate::conformance::Rng;
+    use crate::isa::Isa;
+
+    /// `rows` rows of `nb` blocks of `dtype` with random quant bytes (every
+    /// value, Q8_0's −128 included) and finite f16 scales / minimums.
+    fn weights(rng: &mut Rng, dtype: DType, rows: usize, nb: usize) -> Vec<u8> {
+        let mut w = rng.bytes(rows * dtype.row_size(32 * nb));
+        let heads = if matches!(dtype, DType::Q4_1 | DType::Q5_1) {
+            2
+        } else {
+            1
+        };
+        for blk in w.chunks_exact_mut(dtype.type_size()) {
+            for h in 0..heads {
+                let v = half::f16::from_f32(rng.uniform(-0.05, 0.05));
+                blk[2 * h..2 * h + 2].copy_from_slice(&v.to_bits().to_le_bytes());
+            }
+        }
+        w
+    }
+
+    /// Runs `nr` columns of the packed group `packed` through `kern`.
+    fn run(kern: Kernels, packed: &[u8], nb: usize, act: &[f32], nr: usize) -> Vec<f32> {
+        let k = 32 * nb;
+        let bytes = nb * ACT_BLOCK;
+        let mut a = vec![0u8; nr * bytes];
+        for (col, dst) in act.chunks_exact(k).zip(a.chunks_exact_mut(bytes)) {
+            // SAFETY: the level is supported (the callers checked); k f32
+            // in, nb prepared blocks out.
+            unsafe { (kern.quantize)(col.as_ptr(), nb, dst.as_mut_ptr()) };
+        }
+        let mut out = vec![0f32; nr * ROWS];
+        let t = Tile {
+            w: packed.as_ptr(),
+            nb,
+            a: a.as_ptr(),
+            a_stride: bytes,
+            out: out.as_mut_ptr().cast(),
+            out_stride: 4 * ROWS,
+        };
+        // SAFETY: one whole group of nb chunks, nr prepared columns and nr
+        // outputs of 16 f32; the level is supported.
+        unsafe { kern.tiles[nr - 1](t) };
+        out
+    }
+
+    /// The AVX-VNNI algorithm (biased unsigned operands, sum terms first,
+    /// one `vpdpbusd` per group and column) gives AVX2's bits for every
+    /// type, column count and block count, on random quant bytes and on
+    /// activations at the quantizer's extremes; so does the real AVX-VNNI
+    /// kernel where this CPU has it.
+    #[test]
+    fn avx_vnni_kernels_give_avx2_bits() {
+        if !Isa::Avx2.is_supported() {
+            return;
+        }
+        let mut rng = Rng::new(29);
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+            DType::IQ4_NL,
+        ] {
+            let avx2 = kernels(dtype).unwrap();
+            let emulated = vnni_emulated(dtype).unwrap();
+            let real = kernels_for(Isa::AvxVnni, dtype);
+            assert_eq!(real.is_some(), Isa::AvxVnni.is_supported(), "{dtype}");
+            for nb in [1, 2, 3, 8] {
+                let k = 32 * nb;
+                let w = weights(&mut rng, dtype, ROWS, nb);
+                let mut packed = vec![0u8; w.len()];
+                pack(dtype, [k, ROWS, 1, 1], &w, &mut packed).unwrap();
+                let mut act = rng.vec(8 * k, -1.0, 1.0);
+                // Columns of ±amax: quants of ±127 (and a zero column).
+                for (i, x) in act[k..2 * k].iter_mut().enumerate() {
+                    *x = if i % 3 == 0 { -2.0 } else { 2.0 };
+                }
+                act[2 * k..3 * k].fill(0.0);
+                for nr in 1..=8 {
+                    let act = &act[..nr * k];
+                    let want = run(avx2, &packed, nb, act, nr);
+                    let got = run(emulated, &packed, nb, act, nr);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "{dtype} nb={nb} nr={nr}");
+                    if let Some(real) = real {
+                        let got = run(real, &packed, nb, act, nr);
+                        assert_eq!(bits(&got), bits(&want), "real {dtype} nb={nb} nr={nr}");
+                    }
+                }
+            }
+        }
+    }
+}

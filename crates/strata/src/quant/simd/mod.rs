@@ -17,6 +17,7 @@
 //! |-------|--------------|------|-------------|
 //! | `Scalar` | — | `quant/dot*.rs`, `quant/q*.rs` | every dot product and quantizer (the reference) |
 //! | `Avx2` | AVX2, FMA, F16C | `x86_avx2.rs`, `x86_avx2_k.rs` | the Q4_0 .. Q8_0, Q2_K .. Q6_K, IQ4_NL / IQ4_XS and float dot products, Q8_0 / Q8_1 / Q8_K / F16 quantize |
+//! | `AvxVnni` | AVX2 level + AVX-VNNI | — | none: the AVX2 dot products (its own kernels are the packed tiles, `quant/packed/x86_avx2.rs`) |
 //! | `Avx512` | + AVX-512 F, BW, VL | `x86_avx512.rs` | the Q4_0 .. Q8_0 and float dot products (two blocks per register, masked float tails); four-column Q4/Q5 dots |
 //! | `Vnni` | + AVX-512 VNNI | `x86_vnni.rs` | the Q4_0 .. Q8_0 dot products (`vpdpbusd`), one- and four-column |
 //! | `Neon` | aarch64 NEON (+ `dotprod` where present) | `aarch64_neon/` | the Q4_0 .. Q8_0, Q2_K .. Q6_K, IQ4_NL / IQ4_XS and float dot products, Q8_0 / Q8_1 / Q8_K quantize |
