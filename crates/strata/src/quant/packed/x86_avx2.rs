@@ -547,14 +547,7 @@ mod tests {
             return;
         }
         let mut rng = Rng::new(29);
-        for dtype in [
-            DType::Q4_0,
-            DType::Q4_1,
-            DType::Q5_0,
-            DType::Q5_1,
-            DType::Q8_0,
-            DType::IQ4_NL,
-        ] {
+        for dtype in crate::conformance::LEGACY_QUANTS.into_iter().chain([DType::IQ4_NL]) {
             let avx2 = kernels(dtype).unwrap();
             let emulated = vnni_emulated(dtype).unwrap();
             let real = kernels_for(Isa::AvxVnni, dtype);
