@@ -18,7 +18,8 @@ use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, ModelError, PlacementSpec,
 };
 use tiny_models::{
-    configs, load, write, write_with, Config, Fam, LayerW, QkvRows, Weights, N_VOCAB,
+    configs, load, load_err, metadata_key, set_meta, write, write_with, Config, Edit, Fam, LayerW,
+    QkvRows, Weights, N_VOCAB,
 };
 
 // ---------------------------------------------------------------- reference
@@ -510,28 +511,6 @@ fn llama3_rope_freqs_over_rpc_give_identical_logits() {
 }
 
 // ---------------------------------------------------------------- bad input
-
-/// A change to a tiny model before it is written.
-type Edit = dyn FnMut(&mut tiny_models::Parts);
-
-fn load_err(cfg: &Config, edit: &mut Edit) -> ModelError {
-    let (bytes, _) = write_with(cfg, edit);
-    load(&bytes, &LoadOptions::default()).unwrap_err()
-}
-
-fn set_meta(key: &str, v: Value) -> impl FnMut(&mut tiny_models::Parts) + '_ {
-    move |p| {
-        p.metadata.retain(|(k, _)| k != key);
-        p.metadata.push((key.to_string(), v.clone()));
-    }
-}
-
-fn metadata_key(e: &ModelError) -> &str {
-    match e {
-        ModelError::Metadata { key, .. } => key,
-        _ => panic!("not a metadata error: {e}"),
-    }
-}
 
 /// Unknown architectures, unsupported keys and inconsistent values are typed
 /// errors naming the key.

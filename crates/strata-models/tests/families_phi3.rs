@@ -8,32 +8,13 @@ mod tiny_models;
 
 use strata::gguf::Value;
 use strata_models::{Attention, Context, ContextOptions, LoadOptions, Logits, ModelError};
-use tiny_models::{configs, load, write_with, Config, Fam, N_VOCAB};
+use tiny_models::{
+    configs, load, load_err, metadata_key, set_meta, write_with, Config, Edit, Fam, N_VOCAB,
+};
 
 /// 13 tokens: two batches of 8.
 const LONG: [u32; 13] = [84, 104, 101, 32, 113, 117, 105, 99, 107, 256, 98, 114, 111];
 const N_BATCH: usize = 8;
-
-type Edit = dyn FnMut(&mut tiny_models::Parts);
-
-fn load_err(cfg: &Config, edit: &mut Edit) -> ModelError {
-    let (bytes, _) = write_with(cfg, edit);
-    load(&bytes, &LoadOptions::default()).unwrap_err()
-}
-
-fn set_meta(key: &str, v: Value) -> impl FnMut(&mut tiny_models::Parts) + '_ {
-    move |p| {
-        p.metadata.retain(|(k, _)| k != key);
-        p.metadata.push((key.to_string(), v.clone()));
-    }
-}
-
-fn metadata_key(e: &ModelError) -> &str {
-    match e {
-        ModelError::Metadata { key, .. } => key,
-        _ => panic!("not a metadata error: {e}"),
-    }
-}
 
 /// Phi-3's own tensors: the fused QKV and gate+up matrices, the LongRoPE
 /// factors; missing or misshapen ones, and tensors phi3.cpp does not load

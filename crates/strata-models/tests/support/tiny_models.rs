@@ -681,3 +681,28 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
         (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }
+
+/// A change to a tiny model before it is written.
+pub type Edit = dyn FnMut(&mut Parts);
+
+/// The load error of `cfg`'s model after `edit`.
+pub fn load_err(cfg: &Config, edit: &mut Edit) -> strata_models::ModelError {
+    let (bytes, _) = write_with(cfg, edit);
+    load(&bytes, &LoadOptions::default()).unwrap_err()
+}
+
+/// An edit that sets metadata `key` to `v` (replacing any value it had).
+pub fn set_meta(key: &str, v: Value) -> impl FnMut(&mut Parts) + '_ {
+    move |p| {
+        p.metadata.retain(|(k, _)| k != key);
+        p.metadata.push((key.to_string(), v.clone()));
+    }
+}
+
+/// The key a metadata error names (panics for any other error).
+pub fn metadata_key(e: &strata_models::ModelError) -> &str {
+    match e {
+        strata_models::ModelError::Metadata { key, .. } => key,
+        _ => panic!("not a metadata error: {e}"),
+    }
+}

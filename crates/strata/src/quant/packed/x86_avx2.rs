@@ -547,7 +547,10 @@ mod tests {
             return;
         }
         let mut rng = Rng::new(29);
-        for dtype in crate::conformance::LEGACY_QUANTS.into_iter().chain([DType::IQ4_NL]) {
+        for dtype in crate::conformance::LEGACY_QUANTS
+            .into_iter()
+            .chain([DType::IQ4_NL])
+        {
             let avx2 = kernels(dtype).unwrap();
             let emulated = vnni_emulated(dtype).unwrap();
             let real = kernels_for(Isa::AvxVnni, dtype);
