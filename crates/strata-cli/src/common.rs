@@ -64,6 +64,22 @@ pub struct ModelArgs {
     /// `--device RPC[HOST:PORT] --device RPC[HOST:PORT]` (after any --device).
     #[arg(long, value_delimiter = ',')]
     pub rpc: Vec<String>,
+    /// Tensor placement overrides.
+    #[command(flatten)]
+    pub place: OverrideArgs,
+    /// Attention with SOFT_MAX and a causal mask instead of FLASH_ATTN_EXT.
+    #[arg(long)]
+    pub no_flash_attn: bool,
+    /// Keep the CPU's quantized weights mapped in ggml's layout instead of
+    /// repacking them at load for the packed matmul kernels (also: STRATA_NO_REPACK=1).
+    #[arg(long)]
+    pub no_repack: bool,
+}
+
+/// Tensor placement overrides (`-ot`, `--cpu-moe`, `--n-cpu-moe`), shared
+/// by the commands that load a model and `strata explain`.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct OverrideArgs {
     /// Override placement of tensors whose name matches: REGEX=DEVICE (repeatable), e.g. 'ffn_.*=CPU'.
     #[arg(long = "ot", visible_alias = "override-tensor")]
     pub ot: Vec<String>,
@@ -75,13 +91,24 @@ pub struct ModelArgs {
     /// `--n-cpu-moe`; after the -ot rules).
     #[arg(long = "n-cpu-moe", default_value_t = 0)]
     pub n_cpu_moe: usize,
-    /// Attention with SOFT_MAX and a causal mask instead of FLASH_ATTN_EXT.
-    #[arg(long)]
-    pub no_flash_attn: bool,
-    /// Keep the CPU's quantized weights mapped in ggml's layout instead of
-    /// repacking them at load for the packed matmul kernels (also: STRATA_NO_REPACK=1).
-    #[arg(long)]
-    pub no_repack: bool,
+}
+
+impl OverrideArgs {
+    /// The rules in llama.cpp's order: the `-ot` rules as given, then
+    /// `--cpu-moe` and `--n-cpu-moe N` (llama.cpp appends those in
+    /// command-line order; strata after all the `-ot` rules).
+    pub fn rules(&self) -> Result<Vec<Override>, strata_models::ModelError> {
+        let mut v = self
+            .ot
+            .iter()
+            .map(|s| Override::parse(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        if self.cpu_moe {
+            v.push(Override::cpu_moe()?);
+        }
+        v.extend(Override::n_cpu_moe(self.n_cpu_moe)?);
+        Ok(v)
+    }
 }
 
 /// Checks thread counts (`-t`, `--threads`): 0 is an error, more than
@@ -175,20 +202,6 @@ pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
     out
 }
 
-/// The rules of `--cpu-moe` and `--n-cpu-moe N` (llama.cpp appends them
-/// to the `-ot` rules in command-line order; strata after all of them).
-pub fn moe_overrides(
-    cpu_moe: bool,
-    n_cpu_moe: usize,
-) -> Result<Vec<Override>, strata_models::ModelError> {
-    let mut v = Vec::new();
-    if cpu_moe {
-        v.push(Override::cpu_moe()?);
-    }
-    v.extend(Override::n_cpu_moe(n_cpu_moe)?);
-    Ok(v)
-}
-
 /// Parses `-n`/`--n-predict`: a count, or `-1` for "until the model ends
 /// its answer or the context is full" (llama.cpp's meaning).
 pub fn parse_n_predict(s: &str) -> Result<usize, String> {
@@ -247,12 +260,7 @@ impl ModelArgs {
     /// Devices and placement.
     pub fn load_options(&self) -> Result<LoadOptions, Box<dyn std::error::Error>> {
         let mut names = self.device_names();
-        let mut overrides = self
-            .ot
-            .iter()
-            .map(|s| Override::parse(s))
-            .collect::<Result<Vec<_>, _>>()?;
-        overrides.extend(moe_overrides(self.cpu_moe, self.n_cpu_moe)?);
+        let overrides = self.place.rules()?;
         for o in &overrides {
             if o.device != "CPU" && !names.contains(&o.device) {
                 names.push(o.device.clone());

@@ -53,10 +53,13 @@ fn target_device(m: &ModelArgs) -> Result<String, strata::Error> {
         value,
         expected: expected.into(),
     };
-    if m.ngl != 0 || !m.ot.is_empty() || !m.tensor_split.is_empty() {
+    if m.ngl != 0 || !m.place.ot.is_empty() || !m.tensor_split.is_empty() {
         return Err(bad(
             "-ngl / -ot / -ts",
-            format!("-ngl {} -ot {:?} -ts {:?}", m.ngl, m.ot, m.tensor_split),
+            format!(
+                "-ngl {} -ot {:?} -ts {:?}",
+                m.ngl, m.place.ot, m.tensor_split
+            ),
             "none: compare keeps the model on the CPU and copies the graph to --device itself",
         ));
     }

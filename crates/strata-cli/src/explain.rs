@@ -42,15 +42,9 @@ pub struct Args {
     /// With -m: SOFT_MAX attention instead of FLASH_ATTN_EXT.
     #[arg(long)]
     pub no_flash_attn: bool,
-    /// With -m: tensor placement overrides, REGEX=DEVICE (repeatable), e.g. 'exps=CPU'.
-    #[arg(long = "ot", visible_alias = "override-tensor")]
-    pub ot: Vec<String>,
-    /// With -m: every mixture-of-experts weight on the CPU (llama.cpp's --cpu-moe).
-    #[arg(long = "cpu-moe")]
-    pub cpu_moe: bool,
-    /// With -m: the mixture-of-experts weights of the first N blocks on the CPU.
-    #[arg(long = "n-cpu-moe", default_value_t = 0)]
-    pub n_cpu_moe: usize,
+    /// With -m: tensor placement overrides, as for `strata run`.
+    #[command(flatten)]
+    pub place: crate::common::OverrideArgs,
 }
 
 fn print(report: &strata::sched::Report, a: &Args) {
@@ -67,7 +61,7 @@ fn explain_model(a: &Args, path: &std::path::Path) -> crate::common::CliResult {
     let device = a
         .device
         .clone()
-        .or_else(|| (a.ngl != 0 || !a.ot.is_empty()).then(|| "FAKE0".to_string()));
+        .or_else(|| (a.ngl != 0 || !a.place.ot.is_empty()).then(|| "FAKE0".to_string()));
     let margs = crate::common::ModelArgs {
         model: Some(path.to_path_buf()),
         threads: vec![strata::cpu::default_threads()],
@@ -80,9 +74,7 @@ fn explain_model(a: &Args, path: &std::path::Path) -> crate::common::CliResult {
         main_gpu: 0,
         device: device.into_iter().collect(),
         rpc: Vec::new(),
-        ot: a.ot.clone(),
-        cpu_moe: a.cpu_moe,
-        n_cpu_moe: a.n_cpu_moe,
+        place: a.place.clone(),
         no_flash_attn: a.no_flash_attn,
         no_repack: false,
     };
