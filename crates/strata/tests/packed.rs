@@ -9,7 +9,9 @@
 //!   documents, `(nb + 8) · 2u · Σ_b (|d_w d_a| Σ|q_w q_a| + |m_w s_a|)` per
 //!   output; bit-exact on integer data (unit scales, where every sum is an
 //!   exactly representable integer); bit-identical across 1, 2 and 3
-//!   threads and whatever columns share a tile; bit-identical to the
+//!   threads and whatever columns share a tile (every tile width 1 ..= 8:
+//!   on aarch64 with `i8mm`, the `smmla` tiles against the one-column
+//!   `sdot` tile); bit-identical to the
 //!   unpacked path at levels without packed kernels (they unpack and reuse
 //!   it). The K-quants (Q2_K .. Q6_K, IQ4_XS) give the scalar reference's bits on
 //!   every level (their kernels add the reference's f32 terms in its order).
@@ -582,6 +584,51 @@ fn packed_results_do_not_depend_on_threads_or_tile_width() {
                         bits(&one[j * m..(j + 1) * m]),
                         "{isa} {t} col {j}"
                     );
+                }
+            }
+        }
+    }
+}
+
+/// Every tile width 1 ..= 8 (and 8 + an odd rest) of the 32-wide types,
+/// column by column, gives the bits of that column alone (the one-column
+/// tile): on aarch64 with `i8mm` the tiles of two or more columns are the
+/// `smmla` kernel (odd widths end with one `sdot` column) and the
+/// one-column tile the `sdot` kernel, so this compares them bit for bit;
+/// scrambled quants reach every 4/5-bit value and Q8_0's ±128 extremes.
+#[test]
+fn packed_every_tile_width_matches_single_columns() {
+    let mut rng = Rng::new(43);
+    for t in W32 {
+        for (i, &k) in [32usize, 64, 160, 576].iter().enumerate() {
+            let m = 16 * (1 + i % 2);
+            let w = weights(&mut rng, t, k, m, i % 2 == 0);
+            let cols: Vec<Vec<f32>> = (0..13)
+                .map(|j| match j {
+                    3 => vec![0.0; k],
+                    6 => rng.vec(k, -6e4, 6e4),
+                    _ => rng.vec(k, -2.0, 1.5),
+                })
+                .collect();
+            let single = MatCase {
+                t,
+                k,
+                m,
+                n: 1,
+                a23: [1, 1],
+                b23: [1, 1],
+                transposed: false,
+            };
+            for isa in levels() {
+                let alone: Vec<f32> = cols
+                    .iter()
+                    .flat_map(|c| run_mul_mat(&single, &w, c, isa, 1, false))
+                    .collect();
+                for n in (2..=9).chain([13]) {
+                    let c = MatCase { n, ..single };
+                    let got = run_mul_mat(&c, &w, &cols[..n].concat(), isa, 1, false);
+                    let want = &alone[..n * m];
+                    assert_eq!(bits(&got), bits(want), "{isa} {t} k={k} m={m} n={n}");
                 }
             }
         }

@@ -39,6 +39,12 @@
 //! is an `unsafe fn` with `#[target_feature(enable = "neon,dotprod")]`,
 //! reached only through [`kernels`] after [`super::has_kernels`] checked the
 //! CPU.
+//!
+//! Where the CPU also has `i8mm`, the tiles of two or more columns are
+//! `aarch64_i8mm.rs`'s (`smmla` on column pairs, the same bits); it reuses
+//! this file's quant registers ([`quants`]), scales ([`scales`]), block
+//! term ([`block_term`]) and, for an odd last column, [`column`], so the
+//! per-lane f32 arithmetic is written once.
 
 use super::tags::{
     chunk_size, has_min, is_q5, kernel_table, offsets, quantize_blocks, tiles, Q4_0, Q4_1, Q5_0,
@@ -80,7 +86,7 @@ fn sdot<const L: i32>(acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
 /// or infinite value (NaNs stay NaN, quieted, as `vcvtph2ps` does).
 #[target_feature(enable = "neon")]
 #[inline]
-fn f16x4(h: uint16x4_t) -> float32x4_t {
+pub(super) fn f16x4(h: uint16x4_t) -> float32x4_t {
     let r: float32x4_t;
     // SAFETY: `fcvtl` reads and writes only these two vector registers
     // (base Advanced SIMD, which NEON guarantees).
@@ -101,13 +107,13 @@ const BITS: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128
 /// The eight quant registers of quarter `q` of the chunk at `c`: register
 /// `j` has in lane `r` the quants `4 j .. 4 j + 4` of row `4 q + r` (signed;
 /// 4/5-bit quants as 0..=31). `idx` are the `tbl` indices of the fifth
-/// bits of masks `2 k` and `2 k + 1` (Q5 only).
+/// bits of masks `2 k` and `2 k + 1` (Q5 only; [`mask_idx`]).
 ///
 /// # Safety
 /// `c` points at a whole chunk of type `T`; `qh`, `qs` are its offsets.
-#[target_feature(enable = "neon,dotprod")]
+#[target_feature(enable = "neon")]
 #[inline]
-unsafe fn quants<const T: u8>(
+pub(super) unsafe fn quants<const T: u8>(
     c: *const u8,
     qh: usize,
     qs: usize,
@@ -144,6 +150,128 @@ unsafe fn quants<const T: u8>(
     std::array::from_fn(|j| vreinterpretq_s8_u8(w[j]))
 }
 
+/// The `tbl` indices of quarter `q`'s fifth bits (Q5, see [`quants`]): the
+/// u16 at byte `2 q` of mask `2 k` (bytes 0..8 of the pair) or of mask
+/// `2 k + 1` (bytes 8..16) into bytes 0..8 (low) and 8..16 (high).
+#[target_feature(enable = "neon")]
+#[inline]
+pub(super) fn mask_idx(q: usize) -> [uint8x16_t; 2] {
+    let lo = vaddq_u8(
+        vcombine_u8(vdup_n_u8(0), vdup_n_u8(1)),
+        vdupq_n_u8(2 * q as u8),
+    );
+    [lo, vaddq_u8(lo, vdupq_n_u8(8))]
+}
+
+/// The f32 scales `d` and (types with a minimum; else zeros) minimums `m`
+/// of quarter `q`'s four rows in the chunk at `c`, whose scales start at
+/// byte `d`.
+///
+/// # Safety
+/// `c` points at a whole chunk of type `T`; `d` is its scales' offset.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(super) unsafe fn scales<const T: u8>(
+    c: *const u8,
+    d: usize,
+    q: usize,
+) -> (float32x4_t, float32x4_t) {
+    // SAFETY: the 4 f16 scales of quarter q are inside the chunk.
+    let dw = f16x4(unsafe { vld1_u16(c.add(d + 8 * q).cast()) });
+    let mw = if has_min(T) {
+        // SAFETY: the 4 f16 minimums of quarter q follow the scales.
+        f16x4(unsafe { vld1_u16(c.add(32 + 8 * q).cast()) })
+    } else {
+        vdupq_n_f32(0.0)
+    };
+    (dw, mw)
+}
+
+/// One prepared activation block at `p`: its 32 quants as two registers
+/// (quants `0..16`, `16..32`), and its f32 scale (lane 0) beside its sum
+/// term's bits (lane 1), one 8-byte load that the f32 arithmetic uses by
+/// lane.
+///
+/// # Safety
+/// [`ACT_BLOCK`] bytes readable at `p`.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(super) unsafe fn act_block(p: *const u8) -> (int8x16_t, int8x16_t, float32x2_t) {
+    // SAFETY: the block's 32 quants, the f32 scale at 32 and the sum term
+    // at 36 are inside the ACT_BLOCK bytes at p (contract).
+    unsafe {
+        (
+            vld1q_s8(p.cast()),
+            vld1q_s8(p.add(16).cast()),
+            vld1_f32(p.add(32).cast()),
+        )
+    }
+}
+
+/// The integer sum's seed in every lane, from a block's scale and sum term
+/// `st` ([`act_block`]): the offset types' `-offset · Σa`, 0 for Q8_0
+/// (un-biased quants) and the types with a minimum (their term is
+/// `m_w s_a`, added in f32).
+#[target_feature(enable = "neon")]
+#[inline]
+pub(super) fn seed<const T: u8>(st: float32x2_t) -> int32x4_t {
+    if has_min(T) || T == Q8_0 {
+        vdupq_n_s32(0)
+    } else {
+        vreinterpretq_s32_f32(vdupq_lane_f32::<1>(st))
+    }
+}
+
+/// `acc` plus one block's term for one column, per lane (row), from its
+/// integer sums `s` and the activation's scale and sum term `st`
+/// ([`act_block`]): `fma(f32(s), d_w · d_a, acc)`, then (types with a
+/// minimum) `fma(m_w, s_a, ·)` — the order every level keeps.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(super) fn block_term<const T: u8>(
+    acc: float32x4_t,
+    s: int32x4_t,
+    dw: float32x4_t,
+    mw: float32x4_t,
+    st: float32x2_t,
+) -> float32x4_t {
+    let acc = vfmaq_f32(acc, vcvtq_f32_s32(s), vmulq_lane_f32::<0>(dw, st));
+    if has_min(T) {
+        vfmaq_lane_f32::<1>(acc, mw, st)
+    } else {
+        acc
+    }
+}
+
+/// `acc` plus one block of one column with `sdot`: the activation block
+/// at `p` against the quarter's quant registers `wq` ([`quants`]) and
+/// scales `dw`, `mw` ([`scales`]).
+///
+/// # Safety
+/// [`ACT_BLOCK`] bytes readable at `p`; the CPU supports NEON and dotprod.
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+pub(super) unsafe fn column<const T: u8>(
+    acc: float32x4_t,
+    wq: &[int8x16_t; 8],
+    dw: float32x4_t,
+    mw: float32x4_t,
+    p: *const u8,
+) -> float32x4_t {
+    // SAFETY: the contract.
+    let (a0, a1, st) = unsafe { act_block(p) };
+    let mut s = seed::<T>(st);
+    s = sdot::<0>(s, wq[0], a0);
+    s = sdot::<1>(s, wq[1], a0);
+    s = sdot::<2>(s, wq[2], a0);
+    s = sdot::<3>(s, wq[3], a0);
+    s = sdot::<0>(s, wq[4], a1);
+    s = sdot::<1>(s, wq[5], a1);
+    s = sdot::<2>(s, wq[6], a1);
+    s = sdot::<3>(s, wq[7], a1);
+    block_term::<T>(acc, s, dw, mw, st)
+}
+
 /// Columns `0 .. N` of quarter `q` of one group: the [`TileFn`] contract
 /// for the four rows `4 q .. 4 q + 4`.
 ///
@@ -161,62 +289,23 @@ unsafe fn quarter<const T: u8, const N: usize>(t: Tile, q: usize) {
         out_stride,
     } = t;
     let cs = chunk_size(T);
-    // tbl indices: the u16 at byte 2q of mask 2k (bytes 0..8 of the pair)
-    // or of mask 2k + 1 (bytes 8..16) into bytes 0..8 (low) and 8..16 (high).
-    let lo = vaddq_u8(
-        vcombine_u8(vdup_n_u8(0), vdup_n_u8(1)),
-        vdupq_n_u8(2 * q as u8),
-    );
-    let idx = [lo, vaddq_u8(lo, vdupq_n_u8(8))];
+    let idx = mask_idx(q);
     let mut acc = [vdupq_n_f32(0.0); N];
     for b in 0..nb {
         // SAFETY: chunk b < nb is inside the group (contract).
         let c = unsafe { w.add(b * cs) };
         let (d, qh, qs) = offsets(T, b);
-        // SAFETY: the 4 f16 scales of quarter q are inside the chunk.
-        let dw = f16x4(unsafe { vld1_u16(c.add(d + 8 * q).cast()) });
-        let mw = if has_min(T) {
-            // SAFETY: the 4 f16 minimums of quarter q follow the scales.
-            f16x4(unsafe { vld1_u16(c.add(32 + 8 * q).cast()) })
-        } else {
-            vdupq_n_f32(0.0)
-        };
         // SAFETY: the whole chunk is in bounds.
-        let wq = unsafe { quants::<T>(c, qh, qs, q, idx) };
+        let ((dw, mw), wq) = unsafe { (scales::<T>(c, d, q), quants::<T>(c, qh, qs, q, idx)) };
         // Column i (`i < N`): written out for each i, since LLVM keeps a
         // loop over the columns (accumulators in memory) otherwise.
         macro_rules! columns {
             ($($i:literal)*) => {$(
                 if let Some(acc) = acc.get_mut($i) {
-                    // SAFETY: block b of column i < N is in bounds (contract) and
-                    // holds ACT_BLOCK bytes: 32 quants, the f32 scale, the sum term.
-                    let (a0, a1, da, tail) = unsafe {
-                        let p = a.add($i * a_stride + b * ACT_BLOCK);
-                        (
-                            vld1q_s8(p.cast()),
-                            vld1q_s8(p.add(16).cast()),
-                            p.add(32).cast::<f32>().read_unaligned(),
-                            p.add(36).cast::<u32>().read_unaligned(),
-                        )
+                    // SAFETY: block b of column i < N is in bounds (contract).
+                    *acc = unsafe {
+                        column::<T>(*acc, &wq, dw, mw, a.add($i * a_stride + b * ACT_BLOCK))
                     };
-                    // The offset types' -offset · Σa seeds the integer sum.
-                    let mut s = vdupq_n_s32(if has_min(T) || T == Q8_0 {
-                        0
-                    } else {
-                        tail as i32
-                    });
-                    s = sdot::<0>(s, wq[0], a0);
-                    s = sdot::<1>(s, wq[1], a0);
-                    s = sdot::<2>(s, wq[2], a0);
-                    s = sdot::<3>(s, wq[3], a0);
-                    s = sdot::<0>(s, wq[4], a1);
-                    s = sdot::<1>(s, wq[5], a1);
-                    s = sdot::<2>(s, wq[6], a1);
-                    s = sdot::<3>(s, wq[7], a1);
-                    *acc = vfmaq_f32(*acc, vcvtq_f32_s32(s), vmulq_n_f32(dw, da));
-                    if has_min(T) {
-                        *acc = vfmaq_n_f32(*acc, mw, f32::from_bits(tail));
-                    }
                 }
             )*};
         }

@@ -9,7 +9,9 @@
 //! 512-bit register; at AVX2, the first and last 32 bytes of a line are
 //! rows 0–7 and 8–15 in two ymm registers, see `x86_avx2.rs`; at NEON,
 //! its four 16-byte quarters are rows `4q .. 4q + 4`, four i32 lanes each,
-//! the operand shape of `sdot`, see `aarch64_neon.rs`). The packed
+//! the operand shape of `sdot`, see `aarch64_neon.rs`; with `i8mm`, `zip`s
+//! of two such registers are `smmla`'s 2-row operands, see
+//! `aarch64_i8mm.rs`). The packed
 //! tensor has exactly ggml's size, and every
 //! 16-row group occupies the same bytes as in ggml's layout, so sizes,
 //! offsets and allocators are unchanged; only the order of the bytes inside a
@@ -91,6 +93,8 @@ use crate::{Error, Result};
 use std::sync::OnceLock;
 
 #[cfg(target_arch = "aarch64")]
+mod aarch64_i8mm;
+#[cfg(target_arch = "aarch64")]
 mod aarch64_neon;
 mod k;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -153,7 +157,10 @@ pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
 /// VNNI also Q8_0) and the AVX2 tiles for the rest (Q8_0 without VNNI, the
 /// K-quants and IQ4_NL: every AVX-512 CPU runs AVX2 code, and these tiles
 /// beat the per-block dot products they would otherwise take); NEON on a
-/// CPU with `dotprod`: the legacy 32-element types. Packed weights also
+/// CPU with `dotprod`: the legacy 32-element types (`sdot` tiles; where the
+/// CPU also has `i8mm`, tiles of two or more columns take their column
+/// pairs with `smmla`, same bits; both detected at run time, both under
+/// the one `neon` level). Packed weights also
 /// work at the other levels and types (scalar, NEON without `dotprod`, the
 /// K-quants and IQ4_NL on Arm), through a slower path that unpacks each
 /// group.
@@ -554,7 +561,12 @@ fn level_kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
     }
     #[cfg(target_arch = "aarch64")]
     {
-        aarch64_neon::kernels(dtype)
+        // Tiles of two or more columns with `smmla` where the CPU has i8mm.
+        if aarch64_i8mm::available() {
+            aarch64_i8mm::kernels(dtype)
+        } else {
+            aarch64_neon::kernels(dtype)
+        }
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
