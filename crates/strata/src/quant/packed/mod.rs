@@ -80,10 +80,12 @@
 //! side by side, the rest of each row's super-block as 64-byte dword
 //! lines). Their activations are Q8_K rows as the Q8_K quantizer writes them
 //! (f32 `d`, 256 × i8, 16 × i16 sums of 16; [`prepare_activation`] is the
-//! identity), and their kernels (AVX2 only, `x86_avx2_k.rs`, Q2_K / Q3_K in
-//! `x86_avx2_k23.rs`) form every super-block's integer sums exactly and
-//! then the scalar reference's f32 term in its order, so they return
-//! [`super::vec_dot_fn`]'s scalar result bit for bit.
+//! identity), and their kernels (AVX2: `x86_avx2_k.rs`, Q2_K / Q3_K in
+//! `x86_avx2_k23.rs`, also run at the levels above it; NEON with `dotprod`:
+//! `aarch64_neon_k.rs`, quarters of four rows and `sdot` by element) form
+//! every super-block's integer sums exactly and then the scalar reference's
+//! f32 term in its order, so they return [`super::vec_dot_fn`]'s scalar
+//! result bit for bit.
 
 use crate::isa::Isa;
 use crate::tensor::DType;
@@ -92,6 +94,8 @@ use std::sync::OnceLock;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64_neon;
+#[cfg(target_arch = "aarch64")]
+mod aarch64_neon_k;
 mod k;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod tags;
@@ -153,18 +157,18 @@ pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
 /// VNNI also Q8_0) and the AVX2 tiles for the rest (Q8_0 without VNNI, the
 /// K-quants and IQ4_NL: every AVX-512 CPU runs AVX2 code, and these tiles
 /// beat the per-block dot products they would otherwise take); NEON on a
-/// CPU with `dotprod`: the legacy 32-element types. Packed weights also
-/// work at the other levels and types (scalar, NEON without `dotprod`, the
-/// K-quants and IQ4_NL on Arm), through a slower path that unpacks each
-/// group.
+/// CPU with `dotprod`: the legacy 32-element types (`aarch64_neon.rs`) and
+/// the K-quants (`aarch64_neon_k.rs`), every packable type but IQ4_NL.
+/// Packed weights also work at the other levels and types (scalar, NEON
+/// without `dotprod`: Cortex-A53 / A72-class cores, which lack `sdot`;
+/// and IQ4_NL on Arm), through a slower path that unpacks each group.
 pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
     if !is_packable(dtype) || !isa.is_supported() {
         return false;
     }
-    let k_or_iq4 = k::layout(dtype).is_some() || dtype == DType::IQ4_NL;
     match isa {
         Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Vnni => true,
-        Isa::Neon => !k_or_iq4 && neon_dotprod(),
+        Isa::Neon => dtype != DType::IQ4_NL && neon_dotprod(),
         Isa::Scalar => false,
     }
 }
@@ -554,7 +558,7 @@ fn level_kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
     }
     #[cfg(target_arch = "aarch64")]
     {
-        aarch64_neon::kernels(dtype)
+        aarch64_neon::kernels(dtype).or_else(|| aarch64_neon_k::kernels(dtype))
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
@@ -639,10 +643,21 @@ mod tests {
                 assert_eq!(has_kernels(isa, t), isa.is_supported(), "{isa} {t}");
             }
         }
-        for isa in [Isa::Scalar, Isa::Neon] {
-            for t in [DType::IQ4_NL].into_iter().chain(K_TYPES) {
-                assert!(!has_kernels(isa, t), "{isa} {t}: the per-block path");
-            }
+        for t in [DType::IQ4_NL].into_iter().chain(K_TYPES) {
+            assert!(
+                !has_kernels(Isa::Scalar, t),
+                "scalar {t}: the per-block path"
+            );
+        }
+        // NEON: tiles for the K-quants exactly where `sdot` is (as for the
+        // legacy types), never for IQ4_NL.
+        assert!(!has_kernels(Isa::Neon, DType::IQ4_NL), "NEON IQ4_NL");
+        for t in [DType::Q4_0, DType::Q8_0].into_iter().chain(K_TYPES) {
+            assert_eq!(
+                has_kernels(Isa::Neon, t),
+                Isa::Neon.is_supported() && neon_dotprod(),
+                "NEON {t}"
+            );
         }
     }
 
