@@ -15,16 +15,19 @@
 //! Per super-block, quarter and column the integer sums are exact for any
 //! weight bytes and any i8 activations (every sub-block sum is at most
 //! 32 · 127 · 128 in magnitude, every scaled sum far below 2^31):
-//! - Q4_K / Q5_K: per 32-element sub-block `j`, eight quant registers (low
-//!   nibbles of quant lines `8 (j / 2) .. + 8` for even `j`, high nibbles for
-//!   odd `j`; Q5_K: bit `j` of fifth-bit line `tq` as bit 4), eight `sdot`
-//!   into a fresh accumulator, then one `mla` by the sub-block's 6-bit
-//!   scale (per lane: each row its own): `isum = Σ_j s_j Σ q a`; the
-//!   minimum term `summs = Σ_j m_j (bsums_2j + bsums_2j+1)` is eight `mla`
-//!   by lanes of the column's pairwise-added bsums.
+//! - Q4_K / Q5_K: per half of a 32-element sub-block `j`, four quant
+//!   registers (low nibbles of four quant lines for even `j`, high nibbles
+//!   of the same lines for odd `j`; Q5_K: bit `j` of the fifth-bit lines as
+//!   bit 4), four `sdot` into a fresh accumulator, then one `mla` by the
+//!   sub-block's 6-bit scale (per lane: each row its own):
+//!   `isum = Σ_j s_j Σ q a`; the minimum term
+//!   `summs = Σ_j m_j (bsums_2j + bsums_2j+1)` is eight `mla` by lanes of
+//!   the column's pairwise-added bsums. Tiles of more than four columns
+//!   run as two passes ([`tile`]), as do IQ4_XS's.
 //! - Q6_K: per 16-element sub-block, four quant registers (`ql` nibble and
-//!   `qh` bit pair, minus 32: signed −32 ..= 31), four `sdot`, one `mla` by
-//!   the i8 scale.
+//!   `qh` bit pair joined by `sli` / `sri`, minus 32: signed −32 ..= 31),
+//!   four `sdot`, one `mla` by the i8 scale; sub-blocks `k` and `k + 2`
+//!   share their lines and are decoded together.
 //! - Q2_K: as Q6_K with the 2-bit crumbs (0 ..= 3), the low nibble of the
 //!   scale byte as scale; the minimum term is `Σ_j (scale byte >> 4) ·
 //!   bsums_j`, sixteen `mla` by lanes of the column's bsums.
@@ -318,37 +321,50 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
             vandq_u32(vshrq_n_u32::<2>(bm), top),
         ),
     ];
-    let nib = vdupq_n_u8(0x0f);
+    let (nib, m10) = (vdupq_n_u8(0x0f), vdupq_n_u8(0x10));
     let mut isum = [vdupq_n_s32(0); N];
-    for j in 0..8 {
-        let scale = ubyte(sc[j / 4], j % 4);
-        let w: [int8x16_t; 8] = std::array::from_fn(|tq| {
-            // SAFETY: quant line qs + 8(j/2) + tq is inside the chunk.
-            let x = unsafe { ld(line(qs + 8 * (j / 2) + tq)) };
-            let x = if j % 2 == 0 {
-                vandq_u8(x, nib)
-            } else {
-                vshrq_n_u8::<4>(x)
-            };
-            let x = if Q5 {
-                // SAFETY: fifth-bit line 3 + tq is inside the chunk.
-                let h = unsafe { ld(line(3 + tq)) };
-                let set = vtstq_u8(h, vdupq_n_u8(1 << j));
-                vorrq_u8(x, vandq_u8(set, vdupq_n_u8(0x10)))
-            } else {
-                x
-            };
-            vreinterpretq_s8_u8(x)
-        });
-        for (acc, &p) in isum.iter_mut().zip(&cols) {
-            // SAFETY: activation quants 32j .. 32j + 32 of the block.
-            let (y0, y1) = unsafe { (act(p, 2 * j), act(p, 2 * j + 1)) };
-            let lo = [w[0], w[1], w[2], w[3]];
-            let hi = [w[4], w[5], w[6], w[7]];
-            let s = dot4(dot4(vdupq_n_s32(0), lo, y0), hi, y1);
-            *acc = vmlaq_s32(*acc, s, scale);
-        }
+    // Step (jp, h): quant lines qs + 8 jp + 4 h .. + 4, whose low nibbles
+    // are dwords 4h .. 4h + 4 of sub-block 2 jp and high nibbles those of
+    // sub-block 2 jp + 1 (Q5_K: bits 2 jp, 2 jp + 1 of fifth-bit lines
+    // 3 + 4 h .. as bit 4). Each half sub-block is scaled on its own (the
+    // scale distributes over the exact sums). Written out so that every
+    // shift and scale lane is a constant.
+    macro_rules! step {
+        ($jp:literal, $h:literal) => {{
+            let (ja, jb) = (2 * $jp, 2 * $jp + 1);
+            let mut w = [[vdupq_n_s8(0); 4]; 2];
+            for t in 0..4 {
+                // SAFETY: quant line qs + 8jp + 4h + t is inside the chunk.
+                let x = unsafe { ld(line(qs + 8 * $jp + 4 * $h + t)) };
+                let (mut lo, mut hi) = (vandq_u8(x, nib), vshrq_n_u8::<4>(x));
+                if Q5 {
+                    // SAFETY: fifth-bit line 3 + 4h + t is inside the chunk.
+                    let qh = unsafe { ld(line(3 + 4 * $h + t)) };
+                    let at4 = |j: i8| vshlq_u8(qh, vdupq_n_s8(4 - j));
+                    lo = vbslq_u8(m10, at4(ja as i8), lo);
+                    hi = vbslq_u8(m10, at4(jb as i8), hi);
+                }
+                w[0][t] = vreinterpretq_s8_u8(lo);
+                w[1][t] = vreinterpretq_s8_u8(hi);
+            }
+            let (sa, sb) = (ubyte(sc[ja / 4], ja % 4), ubyte(sc[jb / 4], jb % 4));
+            for (acc, &p) in isum.iter_mut().zip(&cols) {
+                // SAFETY: activation quants 32j + 16h .. + 16 of the block.
+                let (ya, yb) = unsafe { (act(p, 2 * ja + $h), act(p, 2 * jb + $h)) };
+                let da = dot4(vdupq_n_s32(0), w[0], ya);
+                let db = dot4(vdupq_n_s32(0), w[1], yb);
+                *acc = vmlaq_s32(vmlaq_s32(*acc, da, sa), db, sb);
+            }
+        }};
     }
+    step!(0, 0);
+    step!(0, 1);
+    step!(1, 0);
+    step!(1, 1);
+    step!(2, 0);
+    step!(2, 1);
+    step!(3, 0);
+    step!(3, 1);
     let m: [int32x4_t; 8] = std::array::from_fn(|j| ubyte(mn[j / 4], j % 4));
     let summs: [int32x4_t; N] = std::array::from_fn(|i| {
         // SAFETY: the caller guarantees the block.
@@ -647,12 +663,36 @@ unsafe fn quarter<const T: u8, const N: usize>(t: Tile, q: usize) {
 }
 
 /// `N` columns of one 16-row group (the [`TileFn`] contract): the four
-/// quarters in turn.
+/// quarters in turn. Q4_K and IQ4_XS take more than four columns as two
+/// passes (four columns, then the rest): their eight-column quarters run
+/// out of vector registers (measured: more instructions per column than
+/// two passes, whose second one decodes the quants again); the other types'
+/// wide quarters are cheaper per column.
 ///
 /// # Safety
 /// As [`TileFn`]; the CPU supports NEON and dotprod.
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn tile<const T: u8, const N: usize>(t: Tile) {
+    if N > 4 && (T == Q4_K || T == IQ4_XS) {
+        // Columns 4 .. N: the same tile, shifted (its width is N - 4).
+        let rest = Tile {
+            a: t.a.wrapping_add(4 * t.a_stride),
+            out: t.out.wrapping_add(4 * t.out_stride),
+            ..t
+        };
+        // SAFETY: the contract, forwarded: columns 0 .. 4 and 4 .. N are
+        // columns of the caller's tile.
+        unsafe {
+            tile::<T, 4>(t);
+            match N {
+                5 => tile::<T, 1>(rest),
+                6 => tile::<T, 2>(rest),
+                7 => tile::<T, 3>(rest),
+                _ => tile::<T, 4>(rest),
+            }
+        }
+        return;
+    }
     for q in 0..4 {
         // SAFETY: the contract, forwarded; quarter q < 4 of the group.
         unsafe { quarter::<T, N>(t, q) };
