@@ -282,7 +282,8 @@ fn one_expert(
 /// MUL_MAT of the chosen expert bit for bit (the tile kernels where this
 /// level has them; otherwise the plain dot products, so also the plain
 /// result bit for bit), on any thread count; and stay within MUL_MAT's
-/// bounds of plain memory.
+/// bounds of plain memory (the K-quants: the plain result bit for bit,
+/// every level's K kernels being the scalar reference's bits).
 #[test]
 fn packed_experts_match_a_packed_mul_mat() {
     use strata::backend::TensorLayout;
@@ -296,12 +297,10 @@ fn packed_experts_match_a_packed_mul_mat() {
         DType::Q5_1,
         DType::Q8_0,
         DType::IQ4_NL,
-        DType::Q2_K,
-        DType::Q3_K,
-        DType::Q4_K,
-        DType::Q5_K,
-        DType::Q6_K,
-    ] {
+    ]
+    .into_iter()
+    .chain(strata::quant::packed::K_TYPES)
+    {
         let (plain, l0) = on_buffer(at, &cpu::cpu_buffer_type(), 2);
         let (packed, l1) = on_buffer(at, &packed_buft, 3);
         assert_eq!(
@@ -323,6 +322,12 @@ fn packed_experts_match_a_packed_mul_mat() {
                 let got = &packed[(2 * t + s) * m..(2 * t + s + 1) * m];
                 assert_eq!(got, &per[e][t * m..(t + 1) * m], "{at}: slot {s} token {t}");
             }
+        }
+        // The K-quants' kernels (packed tiles or per-block dot products)
+        // all give the scalar reference's bits.
+        if at.block_size() == 256 {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&packed), bits(&plain), "{at}: packed vs plain bits");
         }
         // the same products, summed in another order
         let plain: Vec<f64> = plain.iter().map(|&x| f64::from(x)).collect();

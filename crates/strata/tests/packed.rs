@@ -399,8 +399,9 @@ fn packed_mul_mat_matches_scalar_reference_on_every_level() {
     }
 }
 
-/// The K-quants at every level: the scalar reference's bits (kernels at
-/// AVX2, the unpacking fallback elsewhere), over tile widths 1..=8 and
+/// The K-quants at every level: the scalar reference's bits (tile kernels
+/// at AVX2 and above and at NEON with `dotprod`, the unpacking fallback
+/// elsewhere), over tile widths 1..=8 and
 /// wider, transposed and broadcast activations, scrambled scales.
 #[test]
 fn packed_k_mul_mat_is_the_scalar_reference_on_every_level() {
@@ -411,6 +412,7 @@ fn packed_k_mul_mat_is_the_scalar_reference_on_every_level() {
         (48, 1536, 3),
         (16, 512, 4),
         (32, 256, 5),
+        (48, 1024, 6),
         (16, 768, 7),
         (32, 512, 8),
         (16, 256, 9),
@@ -485,7 +487,8 @@ fn packed_k_extreme_quants_stay_exact() {
         for b in w.chunks_exact_mut(t.type_size()) {
             b[quants.clone()].fill(fill);
         }
-        for n in [1, 3, 4, 8] {
+        // Every tile width 1..=8 (and a wider n).
+        for n in [1, 2, 3, 4, 5, 6, 7, 8, 11] {
             let c = MatCase {
                 t,
                 k,

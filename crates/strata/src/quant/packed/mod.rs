@@ -82,10 +82,12 @@
 //! side by side, the rest of each row's super-block as 64-byte dword
 //! lines). Their activations are Q8_K rows as the Q8_K quantizer writes them
 //! (f32 `d`, 256 × i8, 16 × i16 sums of 16; [`prepare_activation`] is the
-//! identity), and their kernels (AVX2 only, `x86_avx2_k.rs`, Q2_K / Q3_K in
-//! `x86_avx2_k23.rs`) form every super-block's integer sums exactly and
-//! then the scalar reference's f32 term in its order, so they return
-//! [`super::vec_dot_fn`]'s scalar result bit for bit.
+//! identity), and their kernels (AVX2: `x86_avx2_k.rs`, Q2_K / Q3_K in
+//! `x86_avx2_k23.rs`, also run at the levels above it; NEON with `dotprod`:
+//! `aarch64_neon_k.rs`, quarters of four rows and `sdot` by element) form
+//! every super-block's integer sums exactly and then the scalar reference's
+//! f32 term in its order, so they return [`super::vec_dot_fn`]'s scalar
+//! result bit for bit.
 
 use crate::isa::Isa;
 use crate::tensor::DType;
@@ -96,6 +98,8 @@ use std::sync::OnceLock;
 mod aarch64_i8mm;
 #[cfg(target_arch = "aarch64")]
 mod aarch64_neon;
+#[cfg(target_arch = "aarch64")]
+mod aarch64_neon_k;
 mod k;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod tags;
@@ -157,21 +161,21 @@ pub fn eligible(dtype: DType, ne: [usize; 4]) -> bool {
 /// VNNI also Q8_0) and the AVX2 tiles for the rest (Q8_0 without VNNI, the
 /// K-quants and IQ4_NL: every AVX-512 CPU runs AVX2 code, and these tiles
 /// beat the per-block dot products they would otherwise take); NEON on a
-/// CPU with `dotprod`: the legacy 32-element types (`sdot` tiles; where the
-/// CPU also has `i8mm`, tiles of two or more columns take their column
-/// pairs with `smmla`, same bits; both detected at run time, both under
-/// the one `neon` level). Packed weights also
-/// work at the other levels and types (scalar, NEON without `dotprod`, the
-/// K-quants and IQ4_NL on Arm), through a slower path that unpacks each
-/// group.
+/// CPU with `dotprod`: the legacy 32-element types (`aarch64_neon.rs`;
+/// where the CPU also has `i8mm`, tiles of two or more columns take their
+/// column pairs with `smmla`, `aarch64_i8mm.rs`, same bits; both detected at
+/// run time, both under the one `neon` level) and the K-quants
+/// (`aarch64_neon_k.rs`), every packable type but IQ4_NL. Packed weights
+/// also work at the other levels and types (scalar, NEON without
+/// `dotprod`: Cortex-A53 / A72-class cores, which lack `sdot`; and IQ4_NL
+/// on Arm), through a slower path that unpacks each group.
 pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
     if !is_packable(dtype) || !isa.is_supported() {
         return false;
     }
-    let k_or_iq4 = k::layout(dtype).is_some() || dtype == DType::IQ4_NL;
     match isa {
         Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Vnni => true,
-        Isa::Neon => !k_or_iq4 && neon_dotprod(),
+        Isa::Neon => dtype != DType::IQ4_NL && neon_dotprod(),
         Isa::Scalar => false,
     }
 }
@@ -561,12 +565,14 @@ fn level_kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
     }
     #[cfg(target_arch = "aarch64")]
     {
-        // Tiles of two or more columns with `smmla` where the CPU has i8mm.
-        if aarch64_i8mm::available() {
+        // Tiles of two or more columns with `smmla` where the CPU has i8mm;
+        // the K-quants' tiles are `sdot` ones either way.
+        let legacy = if aarch64_i8mm::available() {
             aarch64_i8mm::kernels(dtype)
         } else {
             aarch64_neon::kernels(dtype)
-        }
+        };
+        legacy.or_else(|| aarch64_neon_k::kernels(dtype))
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
@@ -621,157 +627,4 @@ pub(crate) fn prepare_activation(dtype: DType, q: &[u8], out: &mut [u8]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every level that says it has packed kernels hands them out (else the
-    /// MUL_MAT path silently takes the unpacking fallback, which the result
-    /// tests cannot tell apart), and no other level does.
-    #[test]
-    fn kernels_exist_exactly_where_has_kernels_says() {
-        use crate::isa::Isa;
-        for isa in Isa::ALL {
-            for t in DType::QUANTIZED {
-                assert_eq!(
-                    kernels_for(isa, t).is_some(),
-                    has_kernels(isa, t),
-                    "{isa} {t}"
-                );
-            }
-        }
-        #[cfg(target_arch = "x86_64")]
-        if Isa::Avx2.is_supported() {
-            for t in [DType::Q4_0, DType::IQ4_NL].into_iter().chain(K_TYPES) {
-                assert!(has_kernels(Isa::Avx2, t), "AVX2 has packed {t} kernels");
-            }
-        }
-        // Above AVX2 the AVX2 tiles stand in where the level has none.
-        for isa in [Isa::AvxVnni, Isa::Avx512, Isa::Vnni] {
-            for t in [DType::Q8_0, DType::IQ4_NL, DType::Q4_K, DType::Q6_K] {
-                assert_eq!(has_kernels(isa, t), isa.is_supported(), "{isa} {t}");
-            }
-        }
-        for isa in [Isa::Scalar, Isa::Neon] {
-            for t in [DType::IQ4_NL].into_iter().chain(K_TYPES) {
-                assert!(!has_kernels(isa, t), "{isa} {t}: the per-block path");
-            }
-        }
-    }
-
-    #[test]
-    fn packed_size_is_ggml_size_and_regions_tile_the_chunk() {
-        for (t, cs) in [
-            (DType::Q4_0, 288),
-            (DType::Q4_1, 320),
-            (DType::Q5_0, 352),
-            (DType::Q5_1, 384),
-            (DType::Q8_0, 544),
-            (DType::IQ4_NL, 288),
-        ] {
-            for b in 0..2 {
-                let c = Chunk::of(t, b);
-                assert_eq!(c.size(), cs, "{t}");
-                let quants = if t == DType::Q8_0 { 512 } else { 256 };
-                let mut regions = vec![(c.d, 32), (c.qs, quants)];
-                if c.m != 0 {
-                    regions.push((c.m, 32));
-                }
-                if Chunk::has_qh(t) {
-                    regions.push((c.qh, 64));
-                }
-                regions.sort();
-                let mut at = 0;
-                for (start, len) in regions {
-                    assert_eq!(start, at, "{t} chunk {b}: regions are contiguous");
-                    at += len;
-                }
-                assert_eq!(at, cs, "{t} chunk {b}: regions fill the chunk");
-                // In a 64-byte aligned group, every 64-byte quant load is aligned.
-                assert_eq!((b * cs + c.qs) % 64, 0, "{t} chunk {b}: aligned quants");
-            }
-        }
-    }
-
-    #[test]
-    fn q4_byte_positions_match_the_documented_layout() {
-        // Row r, block b: nibble byte j = (r * 16 + j + b) as u8.
-        let t = DType::Q4_0;
-        let rs = t.row_size(64);
-        let mut src = vec![0u8; ROWS * rs];
-        for r in 0..ROWS {
-            for b in 0..2 {
-                src[r * rs + 18 * b] = (r + b) as u8; // d's low byte
-                for j in 0..16 {
-                    src[r * rs + 18 * b + 2 + j] = (r * 16 + j + b) as u8;
-                }
-            }
-        }
-        let mut dst = vec![0u8; src.len()];
-        pack(t, [64, 16, 1, 1], &src, &mut dst).unwrap();
-        // Chunk 0 (even): quants at 0, scales at 256; chunk 1 (odd): scales
-        // at 288, quants at 288 + 32.
-        for (b, qs, d) in [(0, 0, 256), (1, 320, 288)] {
-            for r in 0..ROWS {
-                assert_eq!(dst[d + 2 * r], (r + b) as u8);
-                for i in 0..4 {
-                    for tt in 0..4 {
-                        assert_eq!(
-                            dst[qs + 64 * i + 4 * r + tt],
-                            (r * 16 + 4 * i + tt + b) as u8
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    /// Rows with NaN, ±inf, zero blocks, subnormals, exact rounding ties
-    /// (block max 127, so `1/d` is 1) and random values.
-    fn hard_rows(k: usize) -> Vec<Vec<f32>> {
-        let mut rng = crate::conformance::Rng::new(17);
-        let mut rows = vec![rng.vec(k, -3.0, 2.0), vec![0.0; k]];
-        let mut ties: Vec<f32> = (0..k).map(|i| (i % 254) as f32 - 126.5).collect();
-        for b in ties.chunks_exact_mut(QK) {
-            b[0] = 127.0;
-        }
-        rows.push(ties);
-        let mut odd = rng.vec(k, -1.0, 1.0);
-        odd[1] = f32::NAN;
-        odd[40 % k] = f32::INFINITY;
-        odd[k - 1] = -f32::INFINITY;
-        odd[k / 2] = 1e-40;
-        rows.push(odd);
-        let mut all_nan = vec![f32::NAN; k];
-        all_nan[k - 1] = 0.25;
-        rows.push(all_nan);
-        rows.push(rng.vec(k, -1e-38, 1e-38));
-        rows.push(rng.vec(k, -6e4, 6e4));
-        rows
-    }
-
-    #[test]
-    fn simd_activation_quantizers_match_scalar_quantize_and_prepare() {
-        use crate::{isa::Isa, quant::simd::quantize_row_fn_for};
-        for isa in Isa::ALL {
-            for t in DType::ALL.into_iter().filter(|&t| is_packable(t)) {
-                let Some(kern) = kernels_for(isa, t) else {
-                    continue;
-                };
-                let vdt = crate::quant::vec_dot_type(t);
-                let bs = t.block_size();
-                for k in [bs, 3 * bs, 18 * bs] {
-                    for row in hard_rows(k) {
-                        let mut q = vec![0u8; vdt.row_size(k)];
-                        quantize_row_fn_for(Isa::Scalar, vdt).unwrap()(&row, &mut q);
-                        let mut want = vec![0u8; act_bytes(t, k)];
-                        prepare_activation(t, &q, &mut want);
-                        let mut got = vec![0u8; want.len()];
-                        // SAFETY: the level is supported (kernels_for); sizes as required.
-                        unsafe { (kern.quantize)(row.as_ptr(), k / bs, got.as_mut_ptr()) };
-                        assert_eq!(got, want, "{isa} {t} k={k} row {row:?}");
-                    }
-                }
-            }
-        }
-    }
-}
+mod tests;

@@ -17,24 +17,18 @@ pub(super) const Q5_0: u8 = 2;
 pub(super) const Q5_1: u8 = 3;
 /// Type tag: Q8_0.
 pub(super) const Q8_0: u8 = 4;
-/// Type tag: Q4_K (AVX2 only, `x86_avx2_k.rs`).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+/// Type tag: Q4_K (AVX2: `x86_avx2_k.rs`; NEON: `aarch64_neon_k.rs`).
 pub(super) const Q4_K: u8 = 5;
-/// Type tag: Q6_K (AVX2 only, `x86_avx2_k.rs`).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+/// Type tag: Q6_K (AVX2: `x86_avx2_k.rs`; NEON: `aarch64_neon_k.rs`).
 pub(super) const Q6_K: u8 = 6;
-/// Type tag: Q5_K (AVX2 only, `x86_avx2_k.rs`).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+/// Type tag: Q5_K (AVX2: `x86_avx2_k.rs`; NEON: `aarch64_neon_k.rs`).
 pub(super) const Q5_K: u8 = 7;
 
-/// Type tag: Q2_K (AVX2 only, `x86_avx2_k23.rs`).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+/// Type tag: Q2_K (AVX2: `x86_avx2_k23.rs`; NEON: `aarch64_neon_k.rs`).
 pub(super) const Q2_K: u8 = 8;
-/// Type tag: Q3_K (AVX2 only, `x86_avx2_k23.rs`).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+/// Type tag: Q3_K (AVX2: `x86_avx2_k23.rs`; NEON: `aarch64_neon_k.rs`).
 pub(super) const Q3_K: u8 = 9;
-/// Type tag: IQ4_XS (AVX2 only, `x86_avx2_k.rs`).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+/// Type tag: IQ4_XS (AVX2: `x86_avx2_k.rs`; NEON: `aarch64_neon_k.rs`).
 pub(super) const IQ4_XS: u8 = 10;
 
 /// Type tag: IQ4_NL (AVX2 only: Q4_0's chunks, table values; `x86_avx2.rs`).

@@ -1,0 +1,166 @@
+//! Unit tests of the packed layout: kernels exist where `has_kernels`
+//! says, chunk geometry, pack / unpack, and the activation quantizers.
+
+use super::*;
+
+/// Every level that says it has packed kernels hands them out (else the
+/// MUL_MAT path silently takes the unpacking fallback, which the result
+/// tests cannot tell apart), and no other level does.
+#[test]
+fn kernels_exist_exactly_where_has_kernels_says() {
+    use crate::isa::Isa;
+    for isa in Isa::ALL {
+        for t in DType::QUANTIZED {
+            assert_eq!(
+                kernels_for(isa, t).is_some(),
+                has_kernels(isa, t),
+                "{isa} {t}"
+            );
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if Isa::Avx2.is_supported() {
+        for t in [DType::Q4_0, DType::IQ4_NL].into_iter().chain(K_TYPES) {
+            assert!(has_kernels(Isa::Avx2, t), "AVX2 has packed {t} kernels");
+        }
+    }
+    // Above AVX2 the AVX2 tiles stand in where the level has none.
+    for isa in [Isa::AvxVnni, Isa::Avx512, Isa::Vnni] {
+        for t in [DType::Q8_0, DType::IQ4_NL, DType::Q4_K, DType::Q6_K] {
+            assert_eq!(has_kernels(isa, t), isa.is_supported(), "{isa} {t}");
+        }
+    }
+    for t in [DType::IQ4_NL].into_iter().chain(K_TYPES) {
+        assert!(
+            !has_kernels(Isa::Scalar, t),
+            "scalar {t}: the per-block path"
+        );
+    }
+    // NEON: tiles for the K-quants exactly where `sdot` is (as for the
+    // legacy types), never for IQ4_NL.
+    assert!(!has_kernels(Isa::Neon, DType::IQ4_NL), "NEON IQ4_NL");
+    for t in [DType::Q4_0, DType::Q8_0].into_iter().chain(K_TYPES) {
+        assert_eq!(
+            has_kernels(Isa::Neon, t),
+            Isa::Neon.is_supported() && neon_dotprod(),
+            "NEON {t}"
+        );
+    }
+}
+
+#[test]
+fn packed_size_is_ggml_size_and_regions_tile_the_chunk() {
+    for (t, cs) in [
+        (DType::Q4_0, 288),
+        (DType::Q4_1, 320),
+        (DType::Q5_0, 352),
+        (DType::Q5_1, 384),
+        (DType::Q8_0, 544),
+        (DType::IQ4_NL, 288),
+    ] {
+        for b in 0..2 {
+            let c = Chunk::of(t, b);
+            assert_eq!(c.size(), cs, "{t}");
+            let quants = if t == DType::Q8_0 { 512 } else { 256 };
+            let mut regions = vec![(c.d, 32), (c.qs, quants)];
+            if c.m != 0 {
+                regions.push((c.m, 32));
+            }
+            if Chunk::has_qh(t) {
+                regions.push((c.qh, 64));
+            }
+            regions.sort();
+            let mut at = 0;
+            for (start, len) in regions {
+                assert_eq!(start, at, "{t} chunk {b}: regions are contiguous");
+                at += len;
+            }
+            assert_eq!(at, cs, "{t} chunk {b}: regions fill the chunk");
+            // In a 64-byte aligned group, every 64-byte quant load is aligned.
+            assert_eq!((b * cs + c.qs) % 64, 0, "{t} chunk {b}: aligned quants");
+        }
+    }
+}
+
+#[test]
+fn q4_byte_positions_match_the_documented_layout() {
+    // Row r, block b: nibble byte j = (r * 16 + j + b) as u8.
+    let t = DType::Q4_0;
+    let rs = t.row_size(64);
+    let mut src = vec![0u8; ROWS * rs];
+    for r in 0..ROWS {
+        for b in 0..2 {
+            src[r * rs + 18 * b] = (r + b) as u8; // d's low byte
+            for j in 0..16 {
+                src[r * rs + 18 * b + 2 + j] = (r * 16 + j + b) as u8;
+            }
+        }
+    }
+    let mut dst = vec![0u8; src.len()];
+    pack(t, [64, 16, 1, 1], &src, &mut dst).unwrap();
+    // Chunk 0 (even): quants at 0, scales at 256; chunk 1 (odd): scales
+    // at 288, quants at 288 + 32.
+    for (b, qs, d) in [(0, 0, 256), (1, 320, 288)] {
+        for r in 0..ROWS {
+            assert_eq!(dst[d + 2 * r], (r + b) as u8);
+            for i in 0..4 {
+                for tt in 0..4 {
+                    assert_eq!(
+                        dst[qs + 64 * i + 4 * r + tt],
+                        (r * 16 + 4 * i + tt + b) as u8
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Rows with NaN, ±inf, zero blocks, subnormals, exact rounding ties
+/// (block max 127, so `1/d` is 1) and random values.
+fn hard_rows(k: usize) -> Vec<Vec<f32>> {
+    let mut rng = crate::conformance::Rng::new(17);
+    let mut rows = vec![rng.vec(k, -3.0, 2.0), vec![0.0; k]];
+    let mut ties: Vec<f32> = (0..k).map(|i| (i % 254) as f32 - 126.5).collect();
+    for b in ties.chunks_exact_mut(QK) {
+        b[0] = 127.0;
+    }
+    rows.push(ties);
+    let mut odd = rng.vec(k, -1.0, 1.0);
+    odd[1] = f32::NAN;
+    odd[40 % k] = f32::INFINITY;
+    odd[k - 1] = -f32::INFINITY;
+    odd[k / 2] = 1e-40;
+    rows.push(odd);
+    let mut all_nan = vec![f32::NAN; k];
+    all_nan[k - 1] = 0.25;
+    rows.push(all_nan);
+    rows.push(rng.vec(k, -1e-38, 1e-38));
+    rows.push(rng.vec(k, -6e4, 6e4));
+    rows
+}
+
+#[test]
+fn simd_activation_quantizers_match_scalar_quantize_and_prepare() {
+    use crate::{isa::Isa, quant::simd::quantize_row_fn_for};
+    for isa in Isa::ALL {
+        for t in DType::ALL.into_iter().filter(|&t| is_packable(t)) {
+            let Some(kern) = kernels_for(isa, t) else {
+                continue;
+            };
+            let vdt = crate::quant::vec_dot_type(t);
+            let bs = t.block_size();
+            for k in [bs, 3 * bs, 18 * bs] {
+                for row in hard_rows(k) {
+                    let mut q = vec![0u8; vdt.row_size(k)];
+                    quantize_row_fn_for(Isa::Scalar, vdt).unwrap()(&row, &mut q);
+                    let mut want = vec![0u8; act_bytes(t, k)];
+                    prepare_activation(t, &q, &mut want);
+                    let mut got = vec![0u8; want.len()];
+                    // SAFETY: the level is supported (kernels_for); sizes as required.
+                    unsafe { (kern.quantize)(row.as_ptr(), k / bs, got.as_mut_ptr()) };
+                    assert_eq!(got, want, "{isa} {t} k={k} row {row:?}");
+                }
+            }
+        }
+    }
+}
