@@ -65,7 +65,7 @@ pub(super) fn available() -> bool {
 /// exact): `sdot` by element.
 #[target_feature(enable = "neon,dotprod")]
 #[inline]
-fn sdot<const L: i32>(acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
+pub(super) fn sdot<const L: i32>(acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
     let mut acc = acc;
     // SAFETY: `sdot` reads and writes only these three vector registers; the
     // dotprod feature is enabled for this function, so callers checked the CPU.

@@ -50,20 +50,19 @@
 //! row's sum in super-block order, so every output is the reference's bits
 //! whatever the tile width or thread count.
 //!
-//! `sdot` by element and the f16 → f32 widening (`fcvtl`) are inline
-//! assembly, as in `aarch64_neon.rs` (their intrinsics are not stable
-//! Rust); this module keeps its own copies so that the two files change
-//! independently. Every kernel is an `unsafe fn` with
+//! `sdot` by element and the f16 → f32 widening (`fcvtl`) are
+//! `aarch64_neon.rs`'s inline assembly (their intrinsics are not stable
+//! Rust). Every kernel is an `unsafe fn` with
 //! `#[target_feature(enable = "neon,dotprod")]`, reached only through
 //! [`kernels`] after [`super::has_kernels`] checked the CPU.
 
+use super::aarch64_neon::{f16x4, sdot};
 use super::k::{IQ4_XS_LINES, Q2_K_D, Q3_K_D, Q4_K_LINES, Q5_K_LINES, Q6_K_D};
-use super::tags::{tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
+use super::tags::{k_kernel_table, tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
 use super::{Kernels, Tile, TileFn};
 use crate::isa::Isa;
 use crate::tensor::DType;
 use std::arch::aarch64::*;
-use std::arch::asm;
 
 /// Bytes of a Q8_K block: f32 `d` at 0, quants at [`QS`], i16 bsums at [`BSUMS`].
 const Q8K: usize = DType::Q8_K.type_size();
@@ -84,27 +83,6 @@ const fn chunk(t: u8) -> usize {
     }
 }
 
-/// `acc` plus, per lane `r`, `Σ_t w[4 r + t] · a[4 L + t]` (i8 × i8 → i32,
-/// exact): `sdot` by element.
-#[target_feature(enable = "neon,dotprod")]
-#[inline]
-fn sdot<const L: i32>(acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
-    let mut acc = acc;
-    // SAFETY: `sdot` reads and writes only these three vector registers; the
-    // dotprod feature is enabled for this function, so callers checked the CPU.
-    unsafe {
-        asm!(
-            "sdot {acc:v}.4s, {w:v}.16b, {a:v}.4b[{l}]",
-            acc = inout(vreg) acc,
-            w = in(vreg) w,
-            a = in(vreg) a,
-            l = const L,
-            options(pure, nomem, nostack, preserves_flags),
-        )
-    };
-    acc
-}
-
 /// `acc` plus, per lane `r`, `Σ_L Σ_t w[L][4 r + t] · a[4 L + t]`: four
 /// quant registers (body dwords `tq .. tq + 4`) against the activation
 /// register of the same 16 elements.
@@ -115,25 +93,6 @@ fn dot4(acc: int32x4_t, w: [int8x16_t; 4], a: int8x16_t) -> int32x4_t {
     let acc = sdot::<1>(acc, w[1], a);
     let acc = sdot::<2>(acc, w[2], a);
     sdot::<3>(acc, w[3], a)
-}
-
-/// Four f16 bit patterns widened to f32 (`fcvtl`): exact for every finite
-/// or infinite value.
-#[target_feature(enable = "neon")]
-#[inline]
-fn f16x4(h: uint16x4_t) -> float32x4_t {
-    let r: float32x4_t;
-    // SAFETY: `fcvtl` reads and writes only these two vector registers
-    // (base Advanced SIMD, which NEON guarantees).
-    unsafe {
-        asm!(
-            "fcvtl {r:v}.4s, {h:v}.4h",
-            r = lateout(vreg) r,
-            h = in(vreg) h,
-            options(pure, nomem, nostack, preserves_flags),
-        )
-    };
-    r
 }
 
 /// The four f16 at `p` (the quarter's rows of a header field) as f32.
@@ -699,43 +658,4 @@ unsafe fn tile<const T: u8, const N: usize>(t: Tile) {
     }
 }
 
-/// Quantizes `nb` blocks of 256 f32 at `x` to Q8_K at `out` with the NEON
-/// row quantizer (bit-identical to the scalar one): the K kernels' columns.
-///
-/// # Safety
-/// `nb · 256` f32 readable at `x`, `nb · 292` bytes writable at `out`.
-unsafe fn quantize_q8_k(x: *const f32, nb: usize, out: *mut u8) {
-    // SAFETY: the contract.
-    let (x, out) = unsafe {
-        (
-            std::slice::from_raw_parts(x, 256 * nb),
-            std::slice::from_raw_parts_mut(out, Q8K * nb),
-        )
-    };
-    match crate::quant::simd::quantize_row_fn_for(Isa::Neon, DType::Q8_K) {
-        Some(q) => q(x, out),
-        None => crate::quant::quantize_row_q8_k(x, out),
-    }
-}
-
-/// The kernels of type tag `T`.
-fn table<const T: u8>() -> Kernels {
-    Kernels {
-        quantize: quantize_q8_k,
-        tiles: tiles!(tile, T),
-    }
-}
-
-/// The NEON kernels for the K-quant `dtype` (the caller checked
-/// `has_kernels`, which checked `dotprod`).
-pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
-    Some(match dtype {
-        DType::Q2_K => table::<Q2_K>(),
-        DType::Q3_K => table::<Q3_K>(),
-        DType::Q4_K => table::<Q4_K>(),
-        DType::Q5_K => table::<Q5_K>(),
-        DType::Q6_K => table::<Q6_K>(),
-        DType::IQ4_XS => table::<IQ4_XS>(),
-        _ => return None,
-    })
-}
+k_kernel_table!(Isa::Neon);

@@ -185,3 +185,60 @@ macro_rules! tiles {
     };
 }
 pub(super) use tiles;
+
+/// Defines, in a K-quant tile module, `quantize_q8_k` (the Q8_K row
+/// quantizer of level `$isa`, bit-identical to the scalar one, which stands
+/// in where the level has none), `table::<T>()` and `pub(super) fn
+/// kernels(dtype: DType) -> Option<Kernels>` for the six packable K types.
+/// The caller's scope provides `tile`, `Kernels`, `TileFn`, `DType`, `Isa`
+/// and the K type tags.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(unused_macros)
+)]
+macro_rules! k_kernel_table {
+    ($isa:expr) => {
+        /// Quantizes `nb` blocks of 256 f32 at `x` to Q8_K at `out` with
+        /// the level's row quantizer: the K kernels' columns.
+        ///
+        /// # Safety
+        /// `nb · 256` f32 readable at `x`, `nb · 292` bytes writable at
+        /// `out`; the CPU runs the level.
+        unsafe fn quantize_q8_k(x: *const f32, nb: usize, out: *mut u8) {
+            // SAFETY: the contract.
+            let (x, out) = unsafe {
+                (
+                    std::slice::from_raw_parts(x, 256 * nb),
+                    std::slice::from_raw_parts_mut(out, DType::Q8_K.type_size() * nb),
+                )
+            };
+            match crate::quant::simd::quantize_row_fn_for($isa, DType::Q8_K) {
+                Some(q) => q(x, out),
+                None => crate::quant::quantize_row_q8_k(x, out),
+            }
+        }
+
+        /// The kernels of type tag `T`.
+        fn table<const T: u8>() -> Kernels {
+            Kernels {
+                quantize: quantize_q8_k,
+                tiles: tiles!(tile, T),
+            }
+        }
+
+        /// This level's kernels for the K-quant `dtype` (the caller checked
+        /// `has_kernels`).
+        pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
+            Some(match dtype {
+                DType::Q2_K => table::<Q2_K>(),
+                DType::Q3_K => table::<Q3_K>(),
+                DType::Q4_K => table::<Q4_K>(),
+                DType::Q5_K => table::<Q5_K>(),
+                DType::Q6_K => table::<Q6_K>(),
+                DType::IQ4_XS => table::<IQ4_XS>(),
+                _ => return None,
+            })
+        }
+    };
+}
+pub(super) use k_kernel_table;

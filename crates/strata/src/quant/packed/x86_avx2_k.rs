@@ -37,7 +37,7 @@
 //! is the reference's bits whatever the tile width or thread count.
 
 use super::k::{IQ4_XS_LINES, Q4_K_LINES, Q5_K_LINES, Q6_K_D};
-use super::tags::{tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
+use super::tags::{k_kernel_table, tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
 use super::x86_avx2::tile;
 use super::x86_avx2_k23::{q2_k, q3_k};
 use super::{Kernels, Tile, TileFn};
@@ -557,44 +557,4 @@ unsafe fn q6_k_finish<const N: usize>(
     })
 }
 
-/// Quantizes `nb` blocks of 256 f32 at `x` to Q8_K at `out` with the AVX2
-/// row quantizer (bit-identical to the scalar one): the K kernels' columns.
-///
-/// # Safety
-/// `nb · 256` f32 readable at `x`, `nb · 292` bytes writable at `out`; the
-/// CPU supports AVX2, FMA and F16C.
-unsafe fn quantize_q8_k(x: *const f32, nb: usize, out: *mut u8) {
-    // SAFETY: the contract.
-    let (x, out) = unsafe {
-        (
-            std::slice::from_raw_parts(x, 256 * nb),
-            std::slice::from_raw_parts_mut(out, Q8K * nb),
-        )
-    };
-    match crate::quant::simd::quantize_row_fn_for(Isa::Avx2, DType::Q8_K) {
-        Some(q) => q(x, out),
-        None => crate::quant::quantize_row_q8_k(x, out),
-    }
-}
-
-/// The kernels of type tag `T`.
-fn table<const T: u8>() -> Kernels {
-    Kernels {
-        quantize: quantize_q8_k,
-        tiles: tiles!(tile, T),
-    }
-}
-
-/// The AVX2 kernels for the K-quant `dtype` (the caller checked
-/// `has_kernels`).
-pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
-    Some(match dtype {
-        DType::Q2_K => table::<Q2_K>(),
-        DType::Q3_K => table::<Q3_K>(),
-        DType::Q4_K => table::<Q4_K>(),
-        DType::Q5_K => table::<Q5_K>(),
-        DType::Q6_K => table::<Q6_K>(),
-        DType::IQ4_XS => table::<IQ4_XS>(),
-        _ => return None,
-    })
-}
+k_kernel_table!(Isa::Avx2);
