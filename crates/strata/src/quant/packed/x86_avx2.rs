@@ -107,25 +107,44 @@ fn fifth_bits(m: u32) -> __m256i {
 
 /// Dword group `j` (0..8) of half `h` of the chunk at `c`: lane `r` holds
 /// quants `4j .. 4j + 4` of row `8h + r` (u8; for Q8_0 the signed quants,
-/// for IQ4_NL the signed table values its nibbles index).
+/// for IQ4_NL the signed table values its nibbles index). With `U` (the
+/// unsigned operand of `vpdpbusd`), Q8_0's stored bytes (its quants biased
+/// by 128) and IQ4_NL's table values plus 128; the bias is `act_offset(T)`,
+/// which the activation's sum term removes. The 4/5-bit quants are the
+/// same either way.
 ///
 /// # Safety
 /// `c` points at a whole chunk of type `T`; `qh`, `qs` are its offsets.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn group<const T: u8>(c: *const u8, qh: usize, qs: usize, h: usize, j: usize) -> __m256i {
+unsafe fn group<const T: u8, const U: bool>(
+    c: *const u8,
+    qh: usize,
+    qs: usize,
+    h: usize,
+    j: usize,
+) -> __m256i {
     if T == Q8_0 {
         // SAFETY: 32 bytes of line j, half h, inside the chunk.
         let x = unsafe { _mm256_loadu_si256(c.add(qs + 64 * j + 32 * h).cast()) };
-        return _mm256_xor_si256(x, _mm256_set1_epi8(-128));
+        return if U {
+            x
+        } else {
+            _mm256_xor_si256(x, _mm256_set1_epi8(-128))
+        };
     }
     // SAFETY: 32 bytes of nibble line j % 4, half h, inside the chunk.
     let x = unsafe { _mm256_loadu_si256(c.add(qs + 64 * (j % 4) + 32 * h).cast()) };
     let x = if j < 4 { x } else { _mm256_srli_epi16(x, 4) };
     let q = _mm256_and_si256(x, _mm256_set1_epi8(0x0f));
     if T == IQ4_NL {
-        // SAFETY: IQ4_NL_VALUES is 16 readable bytes.
-        let table = unsafe { _mm_loadu_si128(crate::quant::IQ4_NL_VALUES.as_ptr().cast()) };
+        let values: *const u8 = if U {
+            IQ4_NL_BIASED.as_ptr()
+        } else {
+            crate::quant::IQ4_NL_VALUES.as_ptr().cast()
+        };
+        // SAFETY: both tables are 16 readable bytes.
+        let table = unsafe { _mm_loadu_si128(values.cast()) };
         return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), q);
     }
     if is_q5(T) {
@@ -167,39 +186,12 @@ const IQ4_NL_BIASED: [u8; 16] = {
     t
 };
 
-/// Dword group `j` of half `h` as the unsigned operand of `vpdpbusd`: the
-/// stored bytes for Q8_0 (its quants biased by 128, `q ^ 0x80`), the biased
-/// table values for IQ4_NL, [`group`]'s quants for the 4/5-bit types. The
-/// bias is `act_offset(T)`, which the activation's sum term removes.
-///
-/// # Safety
-/// As [`group`].
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn group_u8<const T: u8>(c: *const u8, qh: usize, qs: usize, h: usize, j: usize) -> __m256i {
-    if T == Q8_0 {
-        // SAFETY: 32 bytes of line j, half h, inside the chunk.
-        return unsafe { _mm256_loadu_si256(c.add(qs + 64 * j + 32 * h).cast()) };
-    }
-    if T == IQ4_NL {
-        // SAFETY: 32 bytes of nibble line j % 4, half h, inside the chunk.
-        let x = unsafe { _mm256_loadu_si256(c.add(qs + 64 * (j % 4) + 32 * h).cast()) };
-        let x = if j < 4 { x } else { _mm256_srli_epi16(x, 4) };
-        let q = _mm256_and_si256(x, _mm256_set1_epi8(0x0f));
-        // SAFETY: IQ4_NL_BIASED is 16 readable bytes.
-        let table = unsafe { _mm_loadu_si128(IQ4_NL_BIASED.as_ptr().cast()) };
-        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), q);
-    }
-    // SAFETY: the contract, forwarded.
-    unsafe { group::<T>(c, qh, qs, h, j) }
-}
-
 /// Defines a level's module: `half` and `tile` (the [`TileFn`]s, in
 /// passes of at most [`PASS`] columns) compiled for `$features`, and its
 /// kernel table. `$vnni` picks the integer sums: `false` for AVX2's
 /// (`vpmaddubsw` sums in i16, the sign trick for Q8_0 / IQ4_NL), `true`
 /// for one `$dot` (`vpdpbusd`) per dword group and column on unsigned
-/// operands ([`group_u8`]) after the sum term. Both sums are exact and the
+/// operands ([`group`] with `U`) after the sum term. Both sums are exact and the
 /// f32 steps are the same, so the levels give the same bits.
 macro_rules! level {
     ($level:ident, $features:literal, $vnni:literal, $dot:path) => {
@@ -273,7 +265,7 @@ macro_rules! level {
                         let mut s1 = [_mm256_setzero_si256(); N];
                         for j in 0..8 {
                             // SAFETY: the whole chunk is in bounds.
-                            let q = unsafe { group_u8::<T>(c, qh, qs, h, j) };
+                            let q = unsafe { group::<T, true>(c, qh, qs, h, j) };
                             for (i, (s, s1)) in s.iter_mut().zip(s1.iter_mut()).enumerate() {
                                 let y = _mm256_set1_epi32(word(i, j));
                                 if N <= 2 && j % 2 == 1 {
@@ -291,7 +283,7 @@ macro_rules! level {
                     } else if T == Q8_0 || T == IQ4_NL {
                         for j in 0..groups {
                             // SAFETY: the whole chunk is in bounds.
-                            let q = unsafe { group::<T>(c, qh, qs, h, j) };
+                            let q = unsafe { group::<T, false>(c, qh, qs, h, j) };
                             let qa = _mm256_abs_epi8(q);
                             for (i, s) in s.iter_mut().enumerate() {
                                 let y = _mm256_sign_epi8(_mm256_set1_epi32(word(i, j)), q);
@@ -307,7 +299,7 @@ macro_rules! level {
                             let mut s16 = [_mm256_setzero_si256(); N];
                             for j in j0..j0 + span {
                                 // SAFETY: the whole chunk is in bounds.
-                                let q = unsafe { group::<T>(c, qh, qs, h, j) };
+                                let q = unsafe { group::<T, false>(c, qh, qs, h, j) };
                                 for (i, s16) in s16.iter_mut().enumerate() {
                                     let p = _mm256_maddubs_epi16(q, _mm256_set1_epi32(word(i, j)));
                                     *s16 = _mm256_add_epi16(*s16, p);
@@ -358,9 +350,7 @@ macro_rules! level {
             /// # Safety
             /// As [`TileFn`]; the CPU supports the module's features.
             #[target_feature(enable = $features)]
-            pub(in super::super) unsafe fn tile_v<const T: u8, const NR: usize, const V: bool>(
-                t: Tile,
-            ) {
+            unsafe fn tile_v<const T: u8, const NR: usize, const V: bool>(t: Tile) {
                 type Half = unsafe fn(Tile, usize);
                 for h in 0..2 {
                     let mut c = 0;
@@ -402,6 +392,10 @@ level!(
     true,
     _mm256_dpbusd_avx_epi32
 );
+// The AVX-VNNI kernels' algorithm with [`dpbusd_avx2`] standing in for
+// `vpdpbusd`, for the tests on CPUs without AVX-VNNI.
+#[cfg(test)]
+level!(vnni_emulated, "avx2,fma,f16c", true, dpbusd_avx2);
 
 pub(super) use avx2::tile;
 
@@ -414,39 +408,6 @@ pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
 /// caller checked [`super::has_kernels`], so the CPU has AVX-VNNI).
 pub(super) fn vnni_kernels(dtype: DType) -> Option<Kernels> {
     avxvnni::kernels(dtype)
-}
-
-/// The AVX-VNNI kernels' algorithm with [`dpbusd_avx2`] standing in for
-/// `vpdpbusd`, for the tests on CPUs without AVX-VNNI (the caller checked
-/// AVX2).
-#[cfg(test)]
-pub(super) fn vnni_emulated(dtype: DType) -> Option<Kernels> {
-    macro_rules! emulated {
-        ($t:ident) => {
-            Kernels {
-                quantize: quantize::<$t>,
-                tiles: [
-                    avx2::tile_v::<$t, 1, true> as TileFn,
-                    avx2::tile_v::<$t, 2, true>,
-                    avx2::tile_v::<$t, 3, true>,
-                    avx2::tile_v::<$t, 4, true>,
-                    avx2::tile_v::<$t, 5, true>,
-                    avx2::tile_v::<$t, 6, true>,
-                    avx2::tile_v::<$t, 7, true>,
-                    avx2::tile_v::<$t, 8, true>,
-                ],
-            }
-        };
-    }
-    Some(match dtype {
-        DType::Q4_0 => emulated!(Q4_0),
-        DType::Q4_1 => emulated!(Q4_1),
-        DType::Q5_0 => emulated!(Q5_0),
-        DType::Q5_1 => emulated!(Q5_1),
-        DType::Q8_0 => emulated!(Q8_0),
-        DType::IQ4_NL => emulated!(IQ4_NL),
-        _ => return None,
-    })
 }
 
 /// `t` without its first `c` columns.
@@ -563,7 +524,7 @@ mod tests {
             .chain([DType::IQ4_NL])
         {
             let avx2 = kernels(dtype).unwrap();
-            let emulated = vnni_emulated(dtype).unwrap();
+            let emulated = vnni_emulated::kernels(dtype).unwrap();
             let real = kernels_for(Isa::AvxVnni, dtype);
             assert_eq!(real.is_some(), Isa::AvxVnni.is_supported(), "{dtype}");
             for nb in [1, 2, 3, 8] {
