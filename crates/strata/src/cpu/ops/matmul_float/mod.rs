@@ -45,7 +45,7 @@
 //! eight rows at the end; threads split the row groups and each converts
 //! the activation rows it needs itself (no barrier).
 
-use super::{Ctx, NodePlan, WorkSize};
+use super::{matmul_packed, Ctx, NodePlan, WorkSize};
 use crate::cpu::vector;
 use crate::cpu::TView;
 use crate::isa::{simd, Isa};
@@ -57,6 +57,8 @@ pub(crate) const KC_MAX: usize = 256;
 const MC: usize = 256;
 /// The largest NR of any level (sizes the shared work buffer).
 const NR_MAX: usize = 12;
+/// Row panels per unit the GEMM's threads claim from the shared counter.
+const CLAIM_PANELS: usize = 4;
 /// Rows per GEMV step.
 const GEMV_ROWS: usize = 8;
 
@@ -119,7 +121,8 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
         }
     } else {
         WorkSize {
-            shared: planes * n.div_ceil(NR_MAX) * NR_MAX * k * 4,
+            // the b panels, then the claim counter (64 bytes)
+            shared: (planes * n.div_ceil(NR_MAX) * NR_MAX * k).next_multiple_of(16) * 4 + 64,
             per_thread: (MC * KC_MAX + KC_MAX + k) * 4,
         }
     };
@@ -213,6 +216,19 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
         // f32 (work_size, with NR_MAX >= nr) and is 64-byte aligned; panel pp
         // is written by this thread only, before the barrier.
         let pan = unsafe { std::slice::from_raw_parts_mut(bpack.add(pp * panel_len), panel_len) };
+        #[cfg(target_arch = "x86_64")]
+        if nr * k <= apack.len() {
+            // The columns as f32 rows in the (still unused) a-panel scratch,
+            // then transposed into the panel.
+            let nv = nr.min(n - jp * nr);
+            for (j, col) in apack.chunks_exact_mut(k).take(nv).enumerate() {
+                load_column(a.dtype, b, jp * nr + j, i12, i13, ctx.isa, col);
+            }
+            // SAFETY: geom() gave an x86 level, and every such CPU runs AVX2;
+            // nv <= nr <= 16; apack holds nv * k values, pan k * nr.
+            unsafe { x86::pack_b_avx2(nr, nv, k, apack.as_ptr(), pan.as_mut_ptr()) };
+            continue;
+        }
         for j in 0..nr {
             let col = jp * nr + j;
             if col < n {
@@ -227,9 +243,18 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
             }
         }
     }
-    ctx.w.barrier();
+    // SAFETY: the counter's 64 bytes follow the panels in the shared
+    // buffer (work_size), 8-byte aligned (panel_len is a multiple of 2 f32
+    // for every level's nr); it is only accessed through this atomic. The
+    // call is the barrier after the panels.
+    let counter = unsafe {
+        let at = bpack.add((planes * npan * panel_len).next_multiple_of(16));
+        matmul_packed::claim_counter(at.cast::<u8>(), ctx)
+    };
 
-    // 2. Items (plane, column chunk, row panel), row panels fastest.
+    // 2. Items (plane, column chunk, row panel), row panels fastest, claimed
+    // in units of CLAIM_PANELS from the counter (a thread slowed by another
+    // process takes fewer); a tile's result does not depend on the thread.
     let nth = ctx.w.nth.max(1);
     let m_panels = m.div_ceil(mr);
     let work_m = planes * m_panels;
@@ -239,63 +264,66 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
         nth.min(npan)
     };
     let per_plane = n_chunks * m_panels;
-    let items = ctx.rows(planes * per_plane);
+    let n_items = planes * per_plane;
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
-    let mut it = items.start;
-    while it < items.end {
-        let (plane, rem) = (it / per_plane, it % per_plane);
-        let (chunk, p0) = (rem / m_panels, rem % m_panels);
-        let p1 = m_panels.min(p0 + (items.end - it));
-        it += p1 - p0;
-        let (i12, i13) = (plane % b.ne[2], plane / b.ne[2]);
-        let (i02, i03) = (i12 / r2, i13 / r3);
-        let (jp0, jp1) = (chunk * npan / n_chunks, (chunk + 1) * npan / n_chunks);
-        if jp0 == jp1 {
-            continue;
-        }
-        let mc_panels = MC / mr;
-        for ib in (p0..p1).step_by(mc_panels) {
-            let ie = (ib + mc_panels).min(p1);
-            for (pc, kc) in k_blocks(k) {
-                pack_a(
-                    ctx.isa,
-                    a,
-                    (i02, i03),
-                    (ib * mr, m.min(ie * mr)),
-                    ie - ib,
-                    mr,
-                    (pc, kc),
-                    apack,
-                    tmp,
-                );
-                for jp in jp0..jp1 {
-                    let nv = nr.min(n - jp * nr);
-                    // SAFETY: panel (plane, jp) lies in the shared buffer
-                    // (filled before the barrier, read-only now); pc + kc <= k.
-                    let bp = unsafe { bpack.add((plane * npan + jp) * panel_len + pc * nr) };
-                    for ip in ib..ie {
-                        let mv = mr.min(m - ip * mr);
-                        let ap = apack[(ip - ib) * kc * mr..].as_ptr();
-                        let c = d.elem_ptr(ip * mr, jp * nr, i12, i13);
-                        // The tile's last element is inside dst (bounds-checked).
-                        d.elem_ptr(ip * mr + mv - 1, jp * nr + nv - 1, i12, i13);
-                        // SAFETY: ap holds kc * mr packed values, bp kc * nr; the
-                        // tile (mv rows × nv columns at stride nb[1]) is inside dst
-                        // (both corners checked) and owned by this thread; the level
-                        // was checked by geom().
-                        unsafe {
-                            let t = Tile {
-                                kc,
-                                a: ap,
-                                b: bp,
-                                c,
-                                ldc: d.nb[1],
-                                mv,
-                                nv,
-                                add: pc > 0,
+    for unit in matmul_packed::claims(counter, n_items.div_ceil(CLAIM_PANELS), ctx) {
+        let items = unit * CLAIM_PANELS..(n_items).min((unit + 1) * CLAIM_PANELS);
+        let mut it = items.start;
+        while it < items.end {
+            let (plane, rem) = (it / per_plane, it % per_plane);
+            let (chunk, p0) = (rem / m_panels, rem % m_panels);
+            let p1 = m_panels.min(p0 + (items.end - it));
+            it += p1 - p0;
+            let (i12, i13) = (plane % b.ne[2], plane / b.ne[2]);
+            let (i02, i03) = (i12 / r2, i13 / r3);
+            let (jp0, jp1) = (chunk * npan / n_chunks, (chunk + 1) * npan / n_chunks);
+            if jp0 == jp1 {
+                continue;
+            }
+            let mc_panels = MC / mr;
+            for ib in (p0..p1).step_by(mc_panels) {
+                let ie = (ib + mc_panels).min(p1);
+                for (pc, kc) in k_blocks(k) {
+                    pack_a(
+                        ctx.isa,
+                        a,
+                        (i02, i03),
+                        (ib * mr, m.min(ie * mr)),
+                        ie - ib,
+                        mr,
+                        (pc, kc),
+                        apack,
+                        tmp,
+                    );
+                    for jp in jp0..jp1 {
+                        let nv = nr.min(n - jp * nr);
+                        // SAFETY: panel (plane, jp) lies in the shared buffer
+                        // (filled before the barrier, read-only now); pc + kc <= k.
+                        let bp = unsafe { bpack.add((plane * npan + jp) * panel_len + pc * nr) };
+                        for ip in ib..ie {
+                            let mv = mr.min(m - ip * mr);
+                            let ap = apack[(ip - ib) * kc * mr..].as_ptr();
+                            let c = d.elem_ptr(ip * mr, jp * nr, i12, i13);
+                            // The tile's last element is inside dst (bounds-checked).
+                            d.elem_ptr(ip * mr + mv - 1, jp * nr + nv - 1, i12, i13);
+                            // SAFETY: ap holds kc * mr packed values, bp kc * nr; the
+                            // tile (mv rows × nv columns at stride nb[1]) is inside dst
+                            // (both corners checked) and owned by this thread; the level
+                            // was checked by geom().
+                            unsafe {
+                                let t = Tile {
+                                    kc,
+                                    a: ap,
+                                    b: bp,
+                                    c,
+                                    ldc: d.nb[1],
+                                    mv,
+                                    nv,
+                                    add: pc > 0,
+                                };
+                                kernel(g, &t)
                             };
-                            kernel(g, &t)
-                        };
+                        }
                     }
                 }
             }
@@ -324,23 +352,18 @@ fn pack_a(
         let pan = &mut out[p * kc * mr..(p + 1) * kc * mr];
         let r0 = rows.0 + p * mr;
         #[cfg(target_arch = "x86_64")]
-        if isa.f32_level() == Isa::Avx512 && mr == 32 && r0 + mr <= rows.1 {
+        if r0 + mr <= rows.1 {
             let es = a.dtype.type_size();
-            let ptrs: [*const u8; 32] = std::array::from_fn(|i| {
-                // SAFETY: a is a read-only source with contiguous rows; row r0 + i < rows.1 <= M.
+            let row = |i: usize| {
+                // SAFETY: a is a read-only source with contiguous rows; row
+                // r0 + i < rows.1 <= M (i < mr).
                 unsafe { a.row_bytes(r0 + i, plane.0, plane.1).as_ptr().add(es * pc) }
-            });
-            let out = pan.as_mut_ptr();
-            // SAFETY: AVX-512 checked by f32_level(); each row pointer has kc
-            // elements from pc (pc + kc <= K); pan holds kc * 32 values.
-            unsafe {
-                match a.dtype {
-                    DType::F16 => x86::pack32_avx512::<{ x86::F16 }>(kc, &ptrs, out),
-                    DType::BF16 => x86::pack32_avx512::<{ x86::BF16 }>(kc, &ptrs, out),
-                    _ => x86::pack32_avx512::<{ x86::F32 }>(kc, &ptrs, out),
-                }
+            };
+            // SAFETY: f32_level() is a level this CPU runs; each row pointer
+            // has kc elements from pc (pc + kc <= K); pan holds kc * mr values.
+            if unsafe { x86::pack_panel(isa.f32_level(), a.dtype, mr, kc, row, pan.as_mut_ptr()) } {
+                continue;
             }
-            continue;
         }
         for i in 0..mr {
             let r = r0 + i;

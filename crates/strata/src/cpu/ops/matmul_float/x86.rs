@@ -1,11 +1,14 @@
 //! The x86 micro-kernels: the GEMM tile and the eight-row GEMV written once
 //! over [`Lanes`] and instantiated per level by [`per_level!`] (modules
-//! `avx512` and `avx2`), and the AVX-512 packing of `a`. Each `unsafe fn`
+//! `avx512` and `avx2`), and the transposing packs of `a` (AVX-512 32-row
+//! and AVX2 16-row panels). Each `unsafe fn`
 //! requires its level's CPU features (checked by the caller through `geom`)
 //! and pointers covering the documented extents.
 
 use super::Tile;
-use crate::isa::x86::{load16, load16_part, load_part, mask16, per_level, store_part, Lanes};
+use crate::isa::x86::{load16, load16_part, load_part, mask16, per_level, store_part, Lanes, L256};
+use crate::isa::Isa;
+use crate::tensor::DType;
 use std::arch::x86_64::*;
 
 /// Weight element types of the GEMV kernels (const generic tags).
@@ -126,7 +129,7 @@ fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
 /// # Safety
 /// AVX-512 F/BW/VL; each row pointer covers kc elements; `out` has room for kc * 32 f32.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-pub(super) unsafe fn pack32_avx512<const T: u8>(kc: usize, rows: &[*const u8; 32], out: *mut f32) {
+unsafe fn pack32_avx512<const T: u8>(kc: usize, rows: &[*const u8; 32], out: *mut f32) {
     let mut k0 = 0;
     while k0 < kc {
         let w = (kc - k0).min(16);
@@ -145,6 +148,146 @@ pub(super) unsafe fn pack32_avx512<const T: u8>(kc: usize, rows: &[*const u8; 32
         }
         k0 += 16;
     }
+}
+
+/// Transposes 8 rows of 8 f32 (`r[i]` lane j → `out[j]` lane i).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    // Pairs of single elements, then of pairs, then the 128-bit halves.
+    let mut t = [_mm256_setzero_ps(); 8];
+    for i in 0..4 {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    let mut u = [_mm256_setzero_ps(); 8];
+    for i in 0..2 {
+        let (a, b, c, d) = (t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
+        u[4 * i] = _mm256_shuffle_ps::<0x44>(a, c);
+        u[4 * i + 1] = _mm256_shuffle_ps::<0xee>(a, c);
+        u[4 * i + 2] = _mm256_shuffle_ps::<0x44>(b, d);
+        u[4 * i + 3] = _mm256_shuffle_ps::<0xee>(b, d);
+    }
+    // u[4g + q] holds, per 128-bit half H, element 4H + q' of rows 4g..4g+4
+    // (q' = [0, 1, 2, 3][q]); the halves of rows 0..4 and 4..8 meet last.
+    let mut o = [_mm256_setzero_ps(); 8];
+    for q in 0..4 {
+        o[q] = _mm256_permute2f128_ps::<0x20>(u[q], u[4 + q]);
+        o[4 + q] = _mm256_permute2f128_ps::<0x31>(u[q], u[4 + q]);
+    }
+    o
+}
+
+/// Packs 16 rows of `kc` weights of type `T` (`rows[i]` → element kk) into
+/// `out[kk * 16 + i]` as f32: eight-by-eight register transposes, the last
+/// partial group of k through zero-padded loads.
+///
+/// # Safety
+/// AVX2, FMA, F16C; each row pointer covers kc elements; `out` has room
+/// for kc * 16 f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pack16_avx2<const T: u8>(kc: usize, rows: &[*const u8; 16], out: *mut f32) {
+    let mut k0 = 0;
+    while k0 < kc {
+        let w = (kc - k0).min(8);
+        for half in 0..2 {
+            let mut r = [_mm256_setzero_ps(); 8];
+            for (i, v) in r.iter_mut().enumerate() {
+                // SAFETY: elements k0 .. k0 + w <= kc of row 8·half + i (a
+                // partial load reads only w of them).
+                *v = unsafe { load_w::<L256, T>(rows[8 * half + i], k0, w, w < 8) };
+            }
+            let t = transpose8(r);
+            for (j, v) in t.iter().enumerate().take(w) {
+                // SAFETY: kk = k0 + j < kc: 8 values at out[kk * 16 + 8·half].
+                unsafe { _mm256_storeu_ps(out.add((k0 + j) * 16 + 8 * half), *v) };
+            }
+        }
+        k0 += 8;
+    }
+}
+
+/// Packs the f32 rows `src[j * k ..][..k]`, j < `nv` (the panel's columns
+/// of `b`), into the `[k][nr]` panel `out[kk * nr + j]`, zeros for the
+/// columns j in `nv..nr`: eight-by-eight transposes, stores masked to the
+/// panel's width.
+///
+/// # Safety
+/// AVX2, FMA, F16C; `nv <= nr <= 16`; `src` covers `nv * k` f32, `out`
+/// `k * nr` f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn pack_b_avx2(nr: usize, nv: usize, k: usize, src: *const f32, out: *mut f32) {
+    for g in 0..nr.div_ceil(8) {
+        let cnt = (nr - 8 * g).min(8);
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt as i32), lanes);
+        let rows = nv.saturating_sub(8 * g).min(cnt);
+        let mut k0 = 0;
+        while k0 < k {
+            let w = (k - k0).min(8);
+            let mut r = [_mm256_setzero_ps(); 8];
+            for (i, v) in r.iter_mut().enumerate().take(rows) {
+                // SAFETY: row 8g + i < nv has k values; elements k0 .. k0 + w.
+                let p = unsafe { src.add((8 * g + i) * k + k0) };
+                // SAFETY: as above (a partial load reads w values).
+                *v = unsafe {
+                    if w == 8 {
+                        _mm256_loadu_ps(p)
+                    } else {
+                        load_part::<L256>(p, w)
+                    }
+                };
+            }
+            let t = transpose8(r);
+            for (j, v) in t.iter().enumerate().take(w) {
+                // SAFETY: kk = k0 + j < k; the mask keeps lanes 8g .. 8g + cnt <= nr
+                // of panel row kk.
+                unsafe { _mm256_maskstore_ps(out.add((k0 + j) * nr + 8 * g), mask, *v) };
+            }
+            k0 += 8;
+        }
+    }
+}
+
+/// Packs one full panel of `mr` rows (`row(i)`: row i's first weight to
+/// pack, of type `dtype`) and `kc` weights into `out[kk * mr + i]` as f32
+/// with the level's transposing kernel: AVX-512 panels of 32 rows, AVX2
+/// panels of 16. Returns false (nothing written) when the level has no
+/// such kernel for `mr`.
+///
+/// # Safety
+/// `level` is runnable on this CPU; every `row(i)`, i < mr, covers kc
+/// elements; `out` has room for kc * mr f32.
+pub(super) unsafe fn pack_panel(
+    level: Isa,
+    dtype: DType,
+    mr: usize,
+    kc: usize,
+    row: impl Fn(usize) -> *const u8,
+    out: *mut f32,
+) -> bool {
+    // SAFETY (every arm): the caller's contract; the level is the kernel's.
+    unsafe {
+        match (level, mr) {
+            (Isa::Avx512, 32) => {
+                let rows: [*const u8; 32] = std::array::from_fn(row);
+                match dtype {
+                    DType::F16 => pack32_avx512::<F16>(kc, &rows, out),
+                    DType::BF16 => pack32_avx512::<BF16>(kc, &rows, out),
+                    _ => pack32_avx512::<F32>(kc, &rows, out),
+                }
+            }
+            (Isa::Avx2, 16) => {
+                let rows: [*const u8; 16] = std::array::from_fn(row);
+                match dtype {
+                    DType::F16 => pack16_avx2::<F16>(kc, &rows, out),
+                    DType::BF16 => pack16_avx2::<BF16>(kc, &rows, out),
+                    _ => pack16_avx2::<F32>(kc, &rows, out),
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Loads up to sixteen weights of type `T` at element `i` (lanes in `m`) as f32.
