@@ -148,8 +148,10 @@ macro_rules! level {
             #[target_feature(enable = $features)]
             unsafe fn quantize<const T: u8>(x: *const f32, nb: usize, out: *mut u8) {
                 let (lo, hi) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
-                let (half, nhalf) = (_mm512_set1_ps(0.5), _mm512_set1_ps(-0.5));
-                let one = _mm512_set1_epi32(1);
+                // roundf for |r| <= 127 as trunc(r + copysign(0.5 - 2^-25, r)):
+                // see the AVX2 quantizer's `round_away_add` and its test.
+                let below_half = _mm512_castps_si512(_mm512_set1_ps(0.5 - f32::EPSILON / 4.0));
+                let sign = _mm512_set1_epi32(i32::MIN);
                 let block = |x: *const f32, o: *mut u8| -> (f32, i32) {
                     // SAFETY: the block's 32 f32 are readable (quantize_blocks).
                     let v = unsafe { [_mm512_loadu_ps(x), _mm512_loadu_ps(x.add(16))] };
@@ -164,12 +166,11 @@ macro_rules! level {
                         // NaN → 0 (the scalar `as i32`), clamp, then roundf.
                         let r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r), r);
                         let r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
-                        let t = _mm512_cvttps_epi32(r);
-                        let frac = _mm512_sub_ps(r, _mm512_cvtepi32_ps(t));
-                        let up = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(frac, half);
-                        let down = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(frac, nhalf);
-                        let t = _mm512_mask_add_epi32(t, up, t, one);
-                        _mm512_mask_sub_epi32(t, down, t, one)
+                        let add = _mm512_or_si512(
+                            below_half,
+                            _mm512_and_si512(_mm512_castps_si512(r), sign),
+                        );
+                        _mm512_cvttps_epi32(_mm512_add_ps(r, _mm512_castsi512_ps(add)))
                     });
                     // SAFETY: the block's quants 0..32 are writable (quantize_blocks).
                     unsafe {

@@ -243,6 +243,14 @@ float_dot!(
 
 // ---- activation quantization ----
 
+/// `r + copysign(below_half, r)`: truncated, `roundf(r)` for |r| <= 127
+/// when `below_half` is `0.5 - 2^-25` (`sign` is the f32 sign-bit mask).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn round_away_add(r: __m256, below_half: __m256, sign: __m256) -> __m256 {
+    _mm256_add_ps(r, _mm256_or_ps(below_half, _mm256_and_ps(r, sign)))
+}
+
 /// Quantizes one block of 32 f32 at `x` to i8 at `q` exactly as the scalar
 /// `quantize_block_q8` does (same `d`, `1/d`, products and `roundf`);
 /// returns `(d, Σq)`.
@@ -265,25 +273,19 @@ pub(crate) unsafe fn quantize_block_q8(x: *const f32, q: *mut u8) -> (f32, i32) 
     let id = super::super::inv_or_zero(d);
     let idv = _mm256_set1_ps(id);
     let (lo, hi) = (_mm256_set1_ps(-128.0), _mm256_set1_ps(127.0));
-    let (half, nhalf) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5));
-    let one = _mm256_set1_epi32(1);
+    // roundf for |r| <= 127: trunc(r + copysign(0.5 - 2^-25, r)). The sum
+    // rounds to nearest even; with the addend just below one half, a value
+    // below a half-integer can no longer round up to it, and one at it still
+    // does (tested over every f32 in [-127, 127] by `round_away_in_lanes`).
+    let below_half = _mm256_set1_ps(0.5 - f32::EPSILON / 4.0);
+    let sign = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
     let mut sum = _mm256_setzero_si256();
     let ints: [__m256i; 4] = std::array::from_fn(|k| {
         let r = _mm256_mul_ps(v[k], idv);
         // NaN → 0 (the scalar `as i32` does that), then clamp and roundf.
         let r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q));
         let r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
-        let t = _mm256_cvttps_epi32(r);
-        let frac = _mm256_sub_ps(r, _mm256_cvtepi32_ps(t));
-        let up = _mm256_and_si256(
-            _mm256_castps_si256(_mm256_cmp_ps(frac, half, _CMP_GE_OQ)),
-            one,
-        );
-        let down = _mm256_and_si256(
-            _mm256_castps_si256(_mm256_cmp_ps(frac, nhalf, _CMP_LE_OQ)),
-            one,
-        );
-        let qi = _mm256_sub_epi32(_mm256_add_epi32(t, up), down);
+        let qi = _mm256_cvttps_epi32(round_away_add(r, below_half, sign));
         sum = _mm256_add_epi32(sum, qi);
         qi
     });
@@ -665,5 +667,50 @@ unsafe fn quantize_q8_k_imp(nb: usize, src: *const f32, dst: *mut u8) {
             y.cast::<[u8; 4]>()
                 .write_unaligned((1.0 / iscale).to_le_bytes())
         };
+    }
+}
+
+#[cfg(test)]
+mod round_tests {
+    use super::*;
+
+    /// The lane rounding equals `f32::round` (half away from zero, as C's
+    /// `roundf`) for every f32 in [-127, 127]: 2.2e9 values, eight a step.
+    #[test]
+    fn round_away_in_lanes() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            return;
+        }
+        // Every non-negative f32 up to 127 (its bits are ordered), both signs.
+        let top = 127f32.to_bits();
+        let mut bits = 0u32;
+        let mut bad = Vec::new();
+        while bits <= top {
+            // lanes 0..4: four consecutive values; lanes 4..8: their negatives
+            let xs: [f32; 8] = std::array::from_fn(|i| {
+                let v = f32::from_bits((bits + (i % 4) as u32).min(top));
+                if i < 4 {
+                    v
+                } else {
+                    -v
+                }
+            });
+            // SAFETY: AVX2/FMA checked above; 8 f32 in and out.
+            let got: [i32; 8] = unsafe {
+                let r = round_away_add(
+                    _mm256_loadu_ps(xs.as_ptr()),
+                    _mm256_set1_ps(0.5 - f32::EPSILON / 4.0),
+                    _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN)),
+                );
+                std::mem::transmute(_mm256_cvttps_epi32(r))
+            };
+            for (x, g) in xs.iter().zip(got) {
+                if x.round() as i32 != g && bad.len() < 8 {
+                    bad.push((*x, g));
+                }
+            }
+            bits += 4;
+        }
+        assert!(bad.is_empty(), "roundf differs at {bad:?}");
     }
 }
