@@ -6,7 +6,14 @@ the same prompt/generation lengths, threads and repetitions, and prints one
 markdown table (tokens/s, mean ± stddev, strata / llama.cpp).
 
     python3 scripts/bench_vs_llama.py --llama-bench PATH/llama-bench \
-        -m MODEL [-m MODEL ...] [-p 128,512] [-n 64] [-t 1,2] [-r 3] [-- extra strata args]
+        -m MODEL [-m MODEL ...] [-p 128,512] [-n 64] [-t 1,2] [-r 3] [--rounds N] [-- extra strata args]
+
+With `--rounds N` (N > 1) the two programs alternate N times per model and the
+table gives, per test, the median of the N per-round ratios (the ratio column)
+beside the medians of each side's mean speed: on a shared 2-core host single
+alternations differ by up to 20 %, and a median of ratios measured seconds
+apart cancels most of the drift. `STRATA_ISA` in the environment reaches
+strata (e.g. `STRATA_ISA=avx2` against an AVX2-only llama.cpp build).
 
 Both programs run the model on the CPU with flash attention (llama-bench's
 default `auto` enables it on the CPU) and a 512-token batch.
@@ -14,6 +21,7 @@ default `auto` enables it on the CPU) and a 512-token batch.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -32,30 +40,48 @@ def main():
     ap.add_argument("-n", default="64")
     ap.add_argument("-t", default="1,2")
     ap.add_argument("-r", default="3")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate the two programs N times; report median ratios")
     ap.add_argument("extra", nargs="*", help="extra arguments for strata bench")
     a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
     rows = []
     for model in a.model:
         name = os.path.basename(model)
-        s = run_json([a.strata, "bench", "-m", model, "-p", a.p, "-n", a.n, "-t", a.t,
-                      "-r", a.r, "--json", *a.extra])
-        l = run_json([a.llama_bench, "-m", model, "-p", a.p, "-n", a.n, "-t", a.t,
-                      "-r", a.r, "-o", "json"])
-        lk = {}
-        for e in l:
-            test = f"pp{e['n_prompt']}" if e["n_gen"] == 0 else f"tg{e['n_gen']}"
-            lk[(e["n_threads"], test)] = (e["avg_ts"], e["stddev_ts"])
-        for e in s:
-            key = (e["threads"], e["test"])
-            if key not in lk:
-                continue
-            la, ls = lk[key]
-            rows.append((name, e["threads"], e["test"], e["avg_ts"], e["stddev_ts"], la, ls))
-        sys.stderr.write(f"done {name}\n")
-    print("| model | threads | test | strata t/s | llama.cpp t/s | ratio |")
+        per_key = {}
+        for rnd in range(a.rounds):
+            s = run_json([a.strata, "bench", "-m", model, "-p", a.p, "-n", a.n, "-t", a.t,
+                          "-r", a.r, "--json", *a.extra])
+            l = run_json([a.llama_bench, "-m", model, "-p", a.p, "-n", a.n, "-t", a.t,
+                          "-r", a.r, "-o", "json"])
+            lk = {}
+            for e in l:
+                test = f"pp{e['n_prompt']}" if e["n_gen"] == 0 else f"tg{e['n_gen']}"
+                lk[(e["n_threads"], test)] = (e["avg_ts"], e["stddev_ts"])
+            for e in s:
+                key = (e["threads"], e["test"])
+                if key not in lk:
+                    continue
+                la, ls = lk[key]
+                per_key.setdefault(key, []).append((e["avg_ts"], e["stddev_ts"], la, ls))
+            sys.stderr.write(f"done {name} round {rnd + 1}/{a.rounds}\n")
+        for (th, test), runs in per_key.items():
+            if len(runs) == 1:
+                sa, ss, la, ls = runs[0]
+                rows.append((name, th, test, f"{sa:.2f} ± {ss:.2f}", f"{la:.2f} ± {ls:.2f}", sa / la))
+            else:
+                ratios = [r[0] / r[2] for r in runs]
+                sa = statistics.median(r[0] for r in runs)
+                la = statistics.median(r[2] for r in runs)
+                spread = f" ({min(ratios):.2f}–{max(ratios):.2f})"
+                rows.append((name, th, test, f"{sa:.2f}", f"{la:.2f}",
+                             statistics.median(ratios), spread))
+    ratio_head = "ratio" if a.rounds == 1 else f"median ratio of {a.rounds} rounds (range)"
+    print(f"| model | threads | test | strata t/s | llama.cpp t/s | {ratio_head} |")
     print("|---|---:|---|---:|---:|---:|")
-    for name, th, test, sa, ss, la, ls in rows:
-        print(f"| {name} | {th} | {test} | {sa:.2f} ± {ss:.2f} | {la:.2f} ± {ls:.2f} | {sa / la:.2f}× |")
+    for name, th, test, sa, la, ratio, *spread in rows:
+        print(f"| {name} | {th} | {test} | {sa} | {la} | {ratio:.2f}×{''.join(spread)} |")
 
 
 if __name__ == "__main__":
