@@ -417,6 +417,90 @@ fn in_place_ops_write_over_their_strided_source() {
     assert!(ops::make_inplace(strata::ops::Op::Sum, vec![Some(tv)]).is_err());
 }
 
+/// The binary ops on flat f32 rows run straight from the sources into dst
+/// (no scratch copies) when dst is a source's own row or disjoint from
+/// both: in place over `a`, over both operands (`x op x`), with `b` a
+/// broadcast row, and out of place must give the same bits as the plain
+/// f32 operation, for 1–3 threads.
+#[test]
+fn binary_ops_in_place_and_direct_give_the_f32_bits() {
+    use strata::ops::Op;
+    let mut rng = common::Rng::new(21);
+    let (n0, n1, n2) = (37usize, 5usize, 3usize);
+    let av = rng.vec(n0 * n1 * n2, -4.0, 4.0);
+    let full = rng.vec(n0 * n1 * n2, 0.5, 3.0);
+    let row = rng.vec(n0, 0.5, 3.0);
+    let f = |op: &Op, x: f32, y: f32| match op {
+        Op::Add => x + y,
+        Op::Sub => x - y,
+        Op::Mul => x * y,
+        _ => x / y,
+    };
+    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
+        for broadcast in [false, true] {
+            let bv = if broadcast { &row } else { &full };
+            let want: Vec<f32> = (0..av.len())
+                .map(|i| f(&op, av[i], bv[if broadcast { i % n0 } else { i }]))
+                .collect();
+            let same: Vec<f32> = av.iter().map(|&x| f(&op, x, x)).collect();
+            for nth in 1..=3 {
+                let a = Tensor::new(DType::F32, &[n0, n1, n2]).unwrap();
+                let b = Tensor::new(
+                    DType::F32,
+                    &[
+                        n0,
+                        if broadcast { 1 } else { n1 },
+                        if broadcast { 1 } else { n2 },
+                    ],
+                )
+                .unwrap();
+                let out =
+                    ops::make(op.clone(), vec![Some(a.clone()), Some(b.clone())], None).unwrap();
+                let over_a =
+                    ops::make_inplace(op.clone(), vec![Some(a.clone()), Some(b.clone())]).unwrap();
+                let g = strata::Graph::build(&[out.clone()]);
+                let _m = strata::cpu::alloc_graph_host(&g).unwrap();
+                a.write_f32(&av).unwrap();
+                b.write_f32(bv).unwrap();
+                strata::cpu::compute(&g, nth).unwrap();
+                let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+                let want_bits = bits(want.clone());
+                assert_eq!(
+                    bits(out.to_f32_vec().unwrap()),
+                    want_bits,
+                    "{} out of place, {nth} threads",
+                    op.name()
+                );
+                let g = strata::Graph::build(&[over_a.clone()]);
+                let _m = strata::cpu::alloc_graph_host(&g).unwrap();
+                a.write_f32(&av).unwrap();
+                b.write_f32(bv).unwrap();
+                strata::cpu::compute(&g, nth).unwrap();
+                assert_eq!(
+                    bits(a.to_f32_vec().unwrap()),
+                    want_bits,
+                    "{} in place, {nth} threads",
+                    op.name()
+                );
+                // x op x, in place: dst is both sources' row
+                let x = Tensor::new(DType::F32, &[n0, n1, n2]).unwrap();
+                let xx =
+                    ops::make_inplace(op.clone(), vec![Some(x.clone()), Some(x.clone())]).unwrap();
+                let g = strata::Graph::build(&[xx]);
+                let _m = strata::cpu::alloc_graph_host(&g).unwrap();
+                x.write_f32(&av).unwrap();
+                strata::cpu::compute(&g, nth).unwrap();
+                assert_eq!(
+                    bits(x.to_f32_vec().unwrap()),
+                    bits(same.clone()),
+                    "{} x op x, {nth} threads",
+                    op.name()
+                );
+            }
+        }
+    }
+}
+
 /// The CPU backend reuses a graph's resolved memory between computes; moving
 /// tensors to other buffers in between must be seen, and data-dependent checks
 /// must still run on every compute.

@@ -3,7 +3,7 @@
 
 use super::{Ctx, NodePlan, WorkSize};
 use crate::ops::{GluOp, Op, UnaryOp};
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 pub(super) fn handles(op: &Op) -> bool {
     matches!(
@@ -97,7 +97,101 @@ fn binary(a: &mut [f32], b: &[f32], f: impl Fn(f32, f32) -> f32) {
     }
 }
 
+/// True when `[p, p + n)` and `[q, q + m)` (bytes) share no byte.
+fn disjoint(p: *const u8, n: usize, q: *const u8, m: usize) -> bool {
+    let (p, q) = (p as usize, q as usize);
+    p + n <= q || q + m <= p
+}
+
+/// `d[i] = f(a[i], b[i % nb])` for i < n, through raw rows, element by
+/// element in order (so `d == a` or `d == b` computes in place).
+///
+/// # Safety
+/// `a` and `d` cover n f32, `b` covers nb >= 1 f32; `d` is writable, owned
+/// by this thread, and equal to or disjoint from each of `a` and `b`.
+#[inline(always)]
+unsafe fn binary_raw(
+    d: *mut f32,
+    a: *const f32,
+    b: *const f32,
+    n: usize,
+    nb: usize,
+    f: impl Fn(f32, f32) -> f32,
+) {
+    // SAFETY: the caller's contract; reads of index i happen before the
+    // write of index i, and no other index aliases it.
+    unsafe {
+        if nb == n {
+            for i in 0..n {
+                d.add(i)
+                    .write_unaligned(f(a.add(i).read_unaligned(), b.add(i).read_unaligned()));
+            }
+        } else {
+            for i in 0..n {
+                d.add(i)
+                    .write_unaligned(f(a.add(i).read_unaligned(), b.add(i % nb).read_unaligned()));
+            }
+        }
+    }
+}
+
+/// The binary ops on flat f32 rows (all three tensors F32 with contiguous
+/// rows) straight from the sources into `dst`, without the scratch copies,
+/// where each `dst` row is either a source's own row (in place) or
+/// disjoint from both sources' rows. Returns false, having done nothing,
+/// when the layout does not allow it (the caller then runs the general
+/// path). Same operations in the same order, so the same bits.
+fn binary_direct(node: &NodePlan, ctx: &Ctx<'_>) -> bool {
+    let (dst, a, b) = (&node.dst, node.src(0), node.src(1));
+    let f32_rows = |t: &crate::cpu::TView| t.dtype == DType::F32 && t.rows_contiguous();
+    if !(f32_rows(dst) && f32_rows(a) && f32_rows(b)) || a.ne[0] != dst.ne[0] || b.ne[0] == 0 {
+        return false;
+    }
+    let (n, nb) = (dst.ne[0], b.ne[0]);
+    // Every row of this thread's share must qualify before any is written:
+    // a partial direct pass would let a later row read a row written here.
+    let rows = ctx.rows(dst.nrows());
+    let ptrs = |r: usize| {
+        let (i1, i2, i3) = dst.row_coords(r);
+        (
+            dst.row_ptr(i1, i2, i3),
+            a.row_ptr(i1, i2, i3),
+            b.row_ptr(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]),
+        )
+    };
+    let ok = rows.clone().all(|r| {
+        let (d, pa, pb) = ptrs(r);
+        (d == pa || disjoint(d, 4 * n, pa, 4 * n)) && (d == pb || disjoint(d, 4 * n, pb, 4 * nb))
+    });
+    if !ok {
+        return false;
+    }
+    for r in rows {
+        let (d, pa, pb) = ptrs(r);
+        let (d, pa, pb) = (
+            d.cast::<f32>(),
+            pa.cast::<f32>().cast_const(),
+            pb.cast::<f32>().cast_const(),
+        );
+        // SAFETY: the rows are in bounds (row_ptr checked the indices; rows
+        // contiguous, n and nb values); dst's row is this thread's and is
+        // equal to or disjoint from each source row (checked above).
+        unsafe {
+            match node.op {
+                Op::Add => binary_raw(d, pa, pb, n, nb, |x, y| x + y),
+                Op::Sub => binary_raw(d, pa, pb, n, nb, |x, y| x - y),
+                Op::Mul => binary_raw(d, pa, pb, n, nb, |x, y| x * y),
+                _ => binary_raw(d, pa, pb, n, nb, |x, y| x / y),
+            }
+        }
+    }
+    true
+}
+
 pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
+    if matches!(node.op, Op::Add | Op::Sub | Op::Mul | Op::Div) && binary_direct(node, ctx) {
+        return;
+    }
     let dst = &node.dst;
     let a = node.src(0);
     let n0 = dst.ne[0];
