@@ -6,7 +6,7 @@
 //! (the dispatcher in `super` does, through `Isa::f32_level`), and the raw
 //! pointers must cover the element counts given.
 
-use crate::isa::x86::{exp, load_part, mask16, per_level, store_part, widen16, Lanes};
+use crate::isa::x86::{exp, expf, load_part, mask16, per_level, store_part, widen16, Lanes};
 use std::arch::x86_64::*;
 
 per_level! {
@@ -15,6 +15,7 @@ per_level! {
     fn f32_to_f16(n: usize, src: *const f32, dst: *mut u8) -> usize;
     fn round_f16(n: usize, x: *mut f32) -> usize;
     fn exp_shifted(n: usize, x: *mut f32, shift: f32) -> usize;
+    fn exp_libm(n: usize, x: *mut f32) -> usize;
 }
 
 /// f16 → f32 (exact), a vector at a time, then the partial one.
@@ -106,6 +107,32 @@ unsafe fn exp_shifted<L: Lanes>(n: usize, x: *mut f32, shift: f32) -> usize {
             let p = x.add(i);
             let v = exp::<L>(L::sub(load_part::<L>(p, n - i), s));
             store_part::<L>(p, v, n - i);
+            i = n;
+        }
+    }
+    i
+}
+
+/// `x = e^x` in place, bit-identical to `f32::exp` ([`expf`]), a vector at
+/// a time, and the last partial vector when [`Lanes::TAIL`]; returns the
+/// count done.
+///
+/// # Safety
+/// The level's features; `x` covers n f32.
+#[inline(always)]
+unsafe fn exp_libm<L: Lanes>(n: usize, x: *mut f32) -> usize {
+    let mut i = 0;
+    // SAFETY: lane arithmetic at this level; every access is to elements
+    // below n.
+    unsafe {
+        while i + L::W <= n {
+            let p = x.add(i);
+            L::store(p, expf::<L>(L::load(p)));
+            i += L::W;
+        }
+        if L::TAIL && i < n {
+            let p = x.add(i);
+            store_part::<L>(p, expf::<L>(load_part::<L>(p, n - i)), n - i);
             i = n;
         }
     }
