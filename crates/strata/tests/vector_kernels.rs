@@ -352,6 +352,14 @@ fn row_functions_refuse_mismatched_lengths() {
     assert!(vector::bf16_to_f32_row(isa, &[0u8; 7], &mut w).is_err());
     assert!(vector::f32_to_f16_row(isa, &[1.0; 3], &mut h).is_err());
     assert!(vector::f32_to_bf16_row(isa, &[1.0; 3], &mut h).is_err());
+    assert!(matches!(
+        vector::swiglu_row(isa, &[1.0; 3], &[1.0; 2], &mut w),
+        Err(strata::Error::Length { what, expected: 3, got: 2 }) if what.starts_with("swiglu_row: up")
+    ));
+    assert!(matches!(
+        vector::swiglu_row(isa, &[1.0; 2], &[1.0; 2], &mut w),
+        Err(strata::Error::Length { what, expected: 2, got: 3 }) if what.starts_with("swiglu_row: out")
+    ));
     // matching lengths still work
     vector::f16_to_f32_row(isa, &[0u8; 6], &mut w).unwrap();
     assert_eq!(w, [0.0; 3]);
@@ -515,5 +523,98 @@ fn exp_row_is_bit_identical_to_libm_on_every_f32() {
             start.elapsed().as_secs_f64()
         );
         assert_eq!(bad, 0, "{isa}");
+    }
+}
+
+/// Equal bits, except that where both factors of SwiGLU's product are NaN
+/// any NaN will do (which operand's payload `mulss` keeps is the compiler's
+/// choice of operand order).
+fn same_swiglu(got: f32, s: f32, u: f32) -> bool {
+    got.to_bits() == (s * u).to_bits() || (s.is_nan() && u.is_nan() && got.is_nan())
+}
+
+#[test]
+fn silu_and_swiglu_rows_are_bit_identical_to_the_scalar_code() {
+    let mut rng = Rng::new(29);
+    let specials = [
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7f80_0001),
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        88.0,
+        -88.0,
+        100.0,
+        -100.0,
+        1e30,
+        -1e30,
+        f32::from_bits(1),
+    ];
+    // SiLU takes e^-x: the negated HARD arguments, where exp's last bits
+    // are at stake, and all of exp's arguments.
+    let hard: Vec<f32> = HARD.iter().map(|&b| -f32::from_bits(b)).collect();
+    let every: Vec<f32> = exp_args().iter().map(|&x| -x).collect();
+    let u: Vec<f32> = (0..every.len()).map(|i| [1.5, -0.75, 3.0][i % 3]).collect();
+    for isa in levels() {
+        assert_lanes_where_expected(isa);
+        for g in [&hard, &every] {
+            let mut s = g.to_vec();
+            vector::silu_row(isa, &mut s);
+            let mut out = vec![0f32; g.len()];
+            vector::swiglu_row(isa, g, &u[..g.len()], &mut out).unwrap();
+            for (i, &x) in g.iter().enumerate() {
+                let want = vector::silu(x);
+                assert_eq!(
+                    want.to_bits(),
+                    s[i].to_bits(),
+                    "{isa} silu({x:e} = {:#x})",
+                    x.to_bits()
+                );
+                assert!(
+                    same_swiglu(out[i], want, u[i]),
+                    "{isa} swiglu({x:e}, {})",
+                    u[i]
+                );
+            }
+        }
+        for len in 0..70 {
+            for trial in 0..8 {
+                let mut val = |spread: f32| {
+                    if rng.below(10) == 0 {
+                        specials[rng.below(specials.len())]
+                    } else {
+                        rng.uniform(-spread, spread)
+                    }
+                };
+                let spread = [1.0, 8.0, 30.0, 120.0][trial % 4];
+                let g: Vec<f32> = (0..len).map(|_| val(spread)).collect();
+                let u: Vec<f32> = (0..len).map(|_| val(4.0)).collect();
+                let mut s = g.clone();
+                vector::silu_row(isa, &mut s);
+                for (i, (&x, y)) in g.iter().zip(&s).enumerate() {
+                    let want = vector::silu(x);
+                    assert_eq!(
+                        want.to_bits(),
+                        y.to_bits(),
+                        "{isa} silu({x:e}) at {i}/{len}"
+                    );
+                    assert_eq!(want.to_bits(), (x / (1.0 + (-x).exp())).to_bits());
+                }
+                let mut out = vec![0f32; len];
+                vector::swiglu_row(isa, &g, &u, &mut out).unwrap();
+                for i in 0..len {
+                    let s = vector::silu(g[i]);
+                    assert!(
+                        same_swiglu(out[i], s, u[i]),
+                        "{isa} swiglu({:e}, {:e}) at {i}/{len}: {:e}",
+                        g[i],
+                        u[i],
+                        out[i]
+                    );
+                }
+            }
+        }
     }
 }

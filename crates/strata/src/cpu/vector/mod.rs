@@ -133,11 +133,21 @@ pub fn exp_shifted_row(isa: Isa, x: &mut [f32], shift: f32) {
     }
 }
 
-// `exp_row` gives libm's bits: its lanes recompute glibc's expf exactly
-// (`isa::x86::expf`), and are used only where they reproduce this
-// process's `f32::exp` (checked once, [`libm_exp_in_lanes`]).
+// SiLU and SwiGLU need libm's bits: a 4-ulp vectorized exp in SiLU moved
+// SmolLM2's perplexity (PERFORMANCE.md), through the 8-bit quantization of
+// the FFN down projection's activations. So their lanes recompute glibc's
+// expf exactly (`isa::x86::expf`), and are used only where they reproduce
+// this process's `f32::exp` (checked once, [`libm_exp_in_lanes`]).
 
-/// True when [`exp_row`] runs in SIMD lanes at `isa` on this machine: the level has f32 lanes here, and their
+/// SiLU, `x / (1 + e^-x)` in f32 with libm's `expf` (`f32::exp`): the
+/// definition [`silu_row`] and [`swiglu_row`] reproduce bit for bit.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// True when [`exp_row`], [`silu_row`] and [`swiglu_row`] run in SIMD lanes
+/// at `isa` on this machine: the level has f32 lanes here, and their
 /// recomputation of glibc's `expf` gave `f32::exp`'s bits on a probe set
 /// (run once per process; another libm, e.g. musl's or another OS's, or
 /// another glibc `expf`, fails it and the rows stay scalar). Always false
@@ -224,6 +234,52 @@ pub fn exp_row(isa: Isa, x: &mut [f32]) {
     for v in &mut x[done..] {
         *v = v.exp();
     }
+}
+
+/// `x[i] = silu(x[i])` ([`silu`]), bit-identical to it at every level
+/// (lanes only where [`libm_exp_in_lanes`]).
+pub fn silu_row(isa: Isa, x: &mut [f32]) {
+    let done = if libm_exp_in_lanes(isa) {
+        // The kernel's extents: the pointer covers x.len() values.
+        simd!(isa, x86::silu(x.len(), x.as_mut_ptr()), 0)
+    } else {
+        0
+    };
+    for v in &mut x[done..] {
+        *v = silu(*v);
+    }
+}
+
+/// SwiGLU, `out[i] = silu(g[i]) * u[i]` in f32, bit-identical to that
+/// expression ([`silu`]) at every level (lanes only where
+/// [`libm_exp_in_lanes`]).
+///
+/// Errors: [`crate::Error::Length`] unless the three slices have one length.
+pub fn swiglu_row(isa: Isa, g: &[f32], u: &[f32], out: &mut [f32]) -> crate::Result<()> {
+    for (what, got) in [("up", u.len()), ("out", out.len())] {
+        if got != g.len() {
+            return Err(crate::Error::Length {
+                what: format!("swiglu_row: {what} values (one per gate value)"),
+                expected: g.len(),
+                got,
+            });
+        }
+    }
+    let n = g.len();
+    let done = if libm_exp_in_lanes(isa) {
+        // The kernel's extents: all three pointers cover n values (checked).
+        simd!(
+            isa,
+            x86::swiglu(n, g.as_ptr(), u.as_ptr(), out.as_mut_ptr()),
+            0
+        )
+    } else {
+        0
+    };
+    for i in done..n {
+        out[i] = silu(g[i]) * u[i];
+    }
+    Ok(())
 }
 
 /// `Σ x[i]²` accumulated in f64 (each square exact in f64; the sum's

@@ -27,6 +27,9 @@ pub(crate) trait Lanes {
     unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn div(a: Self::V, b: Self::V) -> Self::V;
+    /// Each lane with its sign bit flipped (as scalar `-x`, NaNs included).
+    unsafe fn neg(v: Self::V) -> Self::V;
     /// `maxps a, b`: `b` where either is NaN.
     unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
     /// `minps a, b`: `b` where either is NaN.
@@ -128,6 +131,17 @@ impl Lanes for L512 {
     #[inline(always)]
     unsafe fn mul(a: __m512, b: __m512) -> __m512 {
         _mm512_mul_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn div(a: __m512, b: __m512) -> __m512 {
+        _mm512_div_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn neg(v: __m512) -> __m512 {
+        _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(v),
+            _mm512_set1_epi32(i32::MIN),
+        ))
     }
     #[inline(always)]
     unsafe fn max(a: __m512, b: __m512) -> __m512 {
@@ -262,6 +276,14 @@ impl Lanes for L256 {
     #[inline(always)]
     unsafe fn mul(a: __m256, b: __m256) -> __m256 {
         _mm256_mul_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn div(a: __m256, b: __m256) -> __m256 {
+        _mm256_div_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn neg(v: __m256) -> __m256 {
+        _mm256_xor_ps(v, _mm256_set1_ps(-0.0))
     }
     #[inline(always)]
     unsafe fn max(a: __m256, b: __m256) -> __m256 {
