@@ -618,3 +618,54 @@ fn silu_and_swiglu_rows_are_bit_identical_to_the_scalar_code() {
         }
     }
 }
+
+/// SiLU, SwiGLU (split and fused, swapped or not) through the CPU backend:
+/// the scalar expression's bits at every level.
+#[test]
+fn silu_and_swiglu_ops_match_the_scalar_code_bit_for_bit() {
+    let (n, rows) = (37, 5);
+    let mut rng = Rng::new(31);
+    let xv = rng.vec(2 * n * rows, -12.0, 12.0);
+    let yv = rng.vec(n * rows, -3.0, 3.0);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for isa in levels() {
+        assert_lanes_where_expected(isa);
+        let a = tensor("a", DType::F32, &[n, rows]);
+        let out = ops::silu(&a).unwrap();
+        let got = run_levels(isa, &out, &[(&a, xv[..n * rows].to_vec())]);
+        let want: Vec<f32> = xv[..n * rows].iter().map(|&x| vector::silu(x)).collect();
+        assert_eq!(bits(&got), bits(&want), "{isa} silu");
+        let (a, b) = (
+            tensor("a", DType::F32, &[n, rows]),
+            tensor("b", DType::F32, &[n, rows]),
+        );
+        let out = ops::swiglu_split(&a, &b).unwrap();
+        let got = run_levels(
+            isa,
+            &out,
+            &[(&a, xv[..n * rows].to_vec()), (&b, yv.clone())],
+        );
+        let want: Vec<f32> = xv
+            .iter()
+            .zip(&yv)
+            .map(|(&x, &y)| vector::silu(x) * y)
+            .collect();
+        assert_eq!(bits(&got), bits(&want), "{isa} swiglu split");
+        for swapped in [false, true] {
+            let a = tensor("a", DType::F32, &[2 * n, rows]);
+            let out = ops::glu(&a, ops::GluOp::Swiglu, swapped).unwrap();
+            let got = run_levels(isa, &out, &[(&a, xv.clone())]);
+            let mut want = Vec::new();
+            for r in xv.chunks(2 * n) {
+                let (g, u) = r.split_at(n);
+                let (g, u) = if swapped { (u, g) } else { (g, u) };
+                want.extend(g.iter().zip(u).map(|(&x, &y)| vector::silu(x) * y));
+            }
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "{isa} swiglu fused, swapped {swapped}"
+            );
+        }
+    }
+}
