@@ -2,6 +2,7 @@
 //! scale, clamp and gated linear units.
 
 use super::{Ctx, NodePlan, WorkSize};
+use crate::cpu::vector::{self, silu};
 use crate::ops::{GluOp, Op, UnaryOp};
 use crate::tensor::{DType, Tensor};
 
@@ -49,12 +50,6 @@ pub(crate) fn gelu(x: f32) -> f32 {
 #[inline]
 pub(crate) fn gelu_erf(x: f32) -> f32 {
     0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
-}
-
-/// x * sigmoid(x)
-#[inline]
-pub(crate) fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
 }
 
 #[inline]
@@ -219,35 +214,38 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
             Op::Sin => row_a.iter_mut().for_each(|x| *x = x.sin()),
             Op::Cos => row_a.iter_mut().for_each(|x| *x = x.cos()),
             Op::Clamp { min, max } => row_a.iter_mut().for_each(|x| *x = x.max(*min).min(*max)),
+            // SiLU and SwiGLU in lanes that give libm expf's bits (a
+            // vectorized exp within 4 ulp moved the model's perplexity, see
+            // PERFORMANCE.md; `cpu::vector::silu_row`).
+            Op::Unary(UnaryOp::Silu) => vector::silu_row(ctx.isa, row_a),
             Op::Unary(u) => row_a.iter_mut().for_each(|x| *x = unary(*u, *x)),
-            Op::Glu { op, swapped } => match node.src[1].as_ref() {
-                Some(b) => {
-                    let (row_b, out) = rest.split_at_mut(b.ne[0]);
-                    let _ = out;
-                    b.load_row(i1, i2, i3, row_b);
-                    // SiLU / SwiGLU stay scalar (libm expf): a vectorized
-                    // kernel (within 4 ulp; deleted, see PERFORMANCE.md) moved
-                    // the model's perplexity by -0.7 %, amplified through the
-                    // 8-bit activation quantization of the FFN down projection.
-                    for (x, &y) in row_a.iter_mut().zip(row_b.iter()) {
-                        *x = glu_act(*op, *x) * y;
+            Op::Glu { op, swapped } => {
+                let (gate, up, out): (&[f32], &[f32], &mut [f32]) = match node.src[1].as_ref() {
+                    Some(b) => {
+                        let (row_b, out) = rest.split_at_mut(b.ne[0]);
+                        b.load_row(i1, i2, i3, row_b);
+                        (&row_a[..n0], &row_b[..n0], &mut out[..n0])
                     }
-                }
-                None => {
-                    let (first, second) = row_a.split_at_mut(n0);
-                    let (gate, up) = if *swapped {
-                        (&*second, &*first)
-                    } else {
-                        (&*first, &*second)
-                    };
-                    let out = &mut rest[..n0];
+                    None => {
+                        let (first, second) = row_a.split_at(n0);
+                        let out = &mut rest[..n0];
+                        if *swapped {
+                            (second, first, out)
+                        } else {
+                            (first, second, out)
+                        }
+                    }
+                };
+                if *op == GluOp::Swiglu {
+                    vector::swiglu_row(ctx.isa, gate, up, out).expect(vector::SIZED);
+                } else {
                     for i in 0..n0 {
                         out[i] = glu_act(*op, gate[i]) * up[i];
                     }
-                    dst.store_row(i1, i2, i3, out);
-                    continue;
                 }
-            },
+                dst.store_row(i1, i2, i3, out);
+                continue;
+            }
             op => unreachable!("{} is not element-wise", op.name()),
         }
         dst.store_row(i1, i2, i3, &row_a[..n0]);

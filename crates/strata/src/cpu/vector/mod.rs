@@ -133,6 +133,155 @@ pub fn exp_shifted_row(isa: Isa, x: &mut [f32], shift: f32) {
     }
 }
 
+// SiLU and SwiGLU need libm's bits: a 4-ulp vectorized exp in SiLU moved
+// SmolLM2's perplexity (PERFORMANCE.md), through the 8-bit quantization of
+// the FFN down projection's activations. So their lanes recompute glibc's
+// expf exactly (`isa::x86::expf`), and are used only where they reproduce
+// this process's `f32::exp` (checked once, [`libm_exp_in_lanes`]).
+
+/// SiLU, `x / (1 + e^-x)` in f32 with libm's `expf` (`f32::exp`): the
+/// definition [`silu_row`] and [`swiglu_row`] reproduce bit for bit.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// True when [`exp_row`], [`silu_row`] and [`swiglu_row`] run in SIMD lanes
+/// at `isa` on this machine: the level has f32 lanes here, and their
+/// recomputation of glibc's `expf` gave `f32::exp`'s bits on a probe set
+/// (run once per process; another libm, e.g. musl's or another OS's, or
+/// another glibc `expf`, fails it and the rows stay scalar). Always false
+/// off x86-64.
+pub fn libm_exp_in_lanes(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static SAME: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        isa.f32_level() != Isa::Scalar && *SAME.get_or_init(lanes_match_libm)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        false
+    }
+}
+
+/// The bits of arguments where another `expf` is likely to differ from
+/// glibc's FMA build, found by a search of all 2^32 (`tests/vector_kernels.rs`
+/// says how): where its result hinges on the fused `r` (the one of its five
+/// contractions that moves any f32 result) or on the last bit of `N / ln 2`
+/// (1-ulp changes of the polynomial's coefficients move none), at a tie, and
+/// where it is not the correctly rounded result (spread over the range).
+#[cfg(target_arch = "x86_64")]
+const PROBE_WITNESSES: [u32; 24] = [
+    // fused r
+    0x4202_422f,
+    0xc27c_65d9,
+    // N / ln 2
+    0xc1d2_107a,
+    0xc27f_1f83,
+    0x4197_276c,
+    0xc263_3f4c,
+    0xc23d_d581,
+    // the f64 result on an f32 rounding midpoint
+    0x3e73_ade2,
+    // not correctly rounded
+    0xc2a5_59c0,
+    0xc298_2714,
+    0xc277_a817,
+    0xc245_5526,
+    0xc211_7d15,
+    0xc1db_1430,
+    0xc132_0bee,
+    0xc085_e1d2,
+    0x4001_4e2c,
+    0x4192_89f5,
+    0x41d2_a112,
+    0x4214_4cfb,
+    0x4243_855c,
+    0x427f_0629,
+    0x4294_0fc4,
+    0x429f_2d8b,
+];
+
+/// The probe of [`libm_exp_in_lanes`]: the AVX2 lanes (which every lane
+/// level here runs) against `f32::exp`, bit for bit, on
+/// [`PROBE_WITNESSES`] and an even spread over glibc's fast path (4096 in
+/// all, whole vectors).
+#[cfg(target_arch = "x86_64")]
+fn lanes_match_libm() -> bool {
+    let mut args: Vec<f32> = PROBE_WITNESSES.iter().map(|&b| f32::from_bits(b)).collect();
+    let (lo, hi, n) = (-87.9f32, 87.9f32, 4096 - args.len());
+    args.extend((0..n).map(|i| lo + (hi - lo) * i as f32 / n as f32));
+    let mut y = args.clone();
+    // The kernel's extents: the pointer covers y.len() values.
+    let done = simd!(Isa::Avx2, x86::exp_libm(y.len(), y.as_mut_ptr()), 0);
+    done == args.len()
+        && args
+            .iter()
+            .zip(&y)
+            .all(|(x, y)| x.exp().to_bits() == y.to_bits())
+}
+
+/// `x[i] = e^x[i]`, bit-identical to `f32::exp` at every level (lanes only
+/// where [`libm_exp_in_lanes`]).
+pub fn exp_row(isa: Isa, x: &mut [f32]) {
+    let done = if libm_exp_in_lanes(isa) {
+        // The kernel's extents: the pointer covers x.len() values.
+        simd!(isa, x86::exp_libm(x.len(), x.as_mut_ptr()), 0)
+    } else {
+        0
+    };
+    for v in &mut x[done..] {
+        *v = v.exp();
+    }
+}
+
+/// `x[i] = silu(x[i])` ([`silu`]), bit-identical to it at every level
+/// (lanes only where [`libm_exp_in_lanes`]).
+pub fn silu_row(isa: Isa, x: &mut [f32]) {
+    let done = if libm_exp_in_lanes(isa) {
+        // The kernel's extents: the pointer covers x.len() values.
+        simd!(isa, x86::silu(x.len(), x.as_mut_ptr()), 0)
+    } else {
+        0
+    };
+    for v in &mut x[done..] {
+        *v = silu(*v);
+    }
+}
+
+/// SwiGLU, `out[i] = silu(g[i]) * u[i]` in f32, bit-identical to that
+/// expression ([`silu`]) at every level (lanes only where
+/// [`libm_exp_in_lanes`]).
+///
+/// Errors: [`crate::Error::Length`] unless the three slices have one length.
+pub fn swiglu_row(isa: Isa, g: &[f32], u: &[f32], out: &mut [f32]) -> crate::Result<()> {
+    for (what, got) in [("up", u.len()), ("out", out.len())] {
+        if got != g.len() {
+            return Err(crate::Error::Length {
+                what: format!("swiglu_row: {what} values (one per gate value)"),
+                expected: g.len(),
+                got,
+            });
+        }
+    }
+    let n = g.len();
+    let done = if libm_exp_in_lanes(isa) {
+        // The kernel's extents: all three pointers cover n values (checked).
+        simd!(
+            isa,
+            x86::swiglu(n, g.as_ptr(), u.as_ptr(), out.as_mut_ptr()),
+            0
+        )
+    } else {
+        0
+    };
+    for i in done..n {
+        out[i] = silu(g[i]) * u[i];
+    }
+    Ok(())
+}
+
 /// `Σ x[i]²` accumulated in f64 (each square exact in f64; the sum's
 /// rounding is the only error, relative <= n · 2^-53).
 pub fn sum_squares_f64(isa: Isa, x: &[f32]) -> f64 {

@@ -6,7 +6,7 @@
 //! (the dispatcher in `super` does, through `Isa::f32_level`), and the raw
 //! pointers must cover the element counts given.
 
-use crate::isa::x86::{exp, load_part, mask16, per_level, store_part, widen16, Lanes};
+use crate::isa::x86::{exp, expf, load_part, mask16, per_level, store_part, widen16, Lanes};
 use std::arch::x86_64::*;
 
 per_level! {
@@ -15,6 +15,9 @@ per_level! {
     fn f32_to_f16(n: usize, src: *const f32, dst: *mut u8) -> usize;
     fn round_f16(n: usize, x: *mut f32) -> usize;
     fn exp_shifted(n: usize, x: *mut f32, shift: f32) -> usize;
+    fn exp_libm(n: usize, x: *mut f32) -> usize;
+    fn silu(n: usize, x: *mut f32) -> usize;
+    fn swiglu(n: usize, g: *const f32, u: *const f32, out: *mut f32) -> usize;
 }
 
 /// f16 → f32 (exact), a vector at a time, then the partial one.
@@ -106,6 +109,112 @@ unsafe fn exp_shifted<L: Lanes>(n: usize, x: *mut f32, shift: f32) -> usize {
             let p = x.add(i);
             let v = exp::<L>(L::sub(load_part::<L>(p, n - i), s));
             store_part::<L>(p, v, n - i);
+            i = n;
+        }
+    }
+    i
+}
+
+/// SiLU per lane in the scalar code's operations and order,
+/// `x / (1 + e^(-x))` in f32 with [`expf`], so bit-identical to it.
+///
+/// # Safety
+/// The level's features.
+#[inline(always)]
+unsafe fn silu_lanes<L: Lanes>(x: L::V) -> L::V {
+    // SAFETY: lane arithmetic at this level.
+    unsafe { L::div(x, L::add(L::splat(1.0), expf::<L>(L::neg(x)))) }
+}
+
+/// [`silu_lanes`] when `SILU`, else [`expf`].
+///
+/// # Safety
+/// The level's features.
+#[inline(always)]
+unsafe fn silu_or_exp<L: Lanes, const SILU: bool>(x: L::V) -> L::V {
+    // SAFETY: lane arithmetic at this level.
+    unsafe {
+        if SILU {
+            silu_lanes::<L>(x)
+        } else {
+            expf::<L>(x)
+        }
+    }
+}
+
+/// `x = silu(x)` when `SILU`, else `x = e^x` (both bit-identical to the
+/// scalar code), in place, a vector at a time, and the last partial vector
+/// when [`Lanes::TAIL`]; returns the count done. (A const parameter, not a
+/// closure: a closure not inlined is compiled without the level's
+/// features, and calls every intrinsic.)
+///
+/// # Safety
+/// The level's features; `x` covers n f32.
+#[inline(always)]
+unsafe fn map<L: Lanes, const SILU: bool>(n: usize, x: *mut f32) -> usize {
+    let mut i = 0;
+    // SAFETY: lane arithmetic at this level; every access is to elements
+    // below n.
+    unsafe {
+        while i + L::W <= n {
+            let p = x.add(i);
+            L::store(p, silu_or_exp::<L, SILU>(L::load(p)));
+            i += L::W;
+        }
+        if L::TAIL && i < n {
+            let p = x.add(i);
+            let v = silu_or_exp::<L, SILU>(load_part::<L>(p, n - i));
+            store_part::<L>(p, v, n - i);
+            i = n;
+        }
+    }
+    i
+}
+
+/// `x = e^x` in place, bit-identical to `f32::exp` ([`expf`]); returns the
+/// count done (as [`map`]).
+///
+/// # Safety
+/// The level's features; `x` covers n f32.
+#[inline(always)]
+unsafe fn exp_libm<L: Lanes>(n: usize, x: *mut f32) -> usize {
+    // SAFETY: forwarded contract.
+    unsafe { map::<L, false>(n, x) }
+}
+
+/// `x = silu(x)` in place (as [`map`]); returns the count done.
+///
+/// # Safety
+/// The level's features; `x` covers n f32.
+#[inline(always)]
+unsafe fn silu<L: Lanes>(n: usize, x: *mut f32) -> usize {
+    // SAFETY: forwarded contract.
+    unsafe { map::<L, true>(n, x) }
+}
+
+/// `out = silu(g) · u`, a vector at a time, and the last partial vector
+/// when [`Lanes::TAIL`]; returns the count done.
+///
+/// # Safety
+/// The level's features; `g` and `u` hold n f32, `out` room for n (it may
+/// be either source: each vector is read before it is written).
+#[inline(always)]
+unsafe fn swiglu<L: Lanes>(n: usize, g: *const f32, u: *const f32, out: *mut f32) -> usize {
+    let mut i = 0;
+    // SAFETY: every access is to elements below n.
+    unsafe {
+        while i + L::W <= n {
+            let y = L::mul(silu_lanes::<L>(L::load(g.add(i))), L::load(u.add(i)));
+            L::store(out.add(i), y);
+            i += L::W;
+        }
+        if L::TAIL && i < n {
+            let k = n - i;
+            let y = L::mul(
+                silu_lanes::<L>(load_part::<L>(g.add(i), k)),
+                load_part::<L>(u.add(i), k),
+            );
+            store_part::<L>(out.add(i), y, k);
             i = n;
         }
     }

@@ -27,6 +27,9 @@ pub(crate) trait Lanes {
     unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn div(a: Self::V, b: Self::V) -> Self::V;
+    /// Each lane with its sign bit flipped (as scalar `-x`, NaNs included).
+    unsafe fn neg(v: Self::V) -> Self::V;
     /// `maxps a, b`: `b` where either is NaN.
     unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
     /// `minps a, b`: `b` where either is NaN.
@@ -57,6 +60,11 @@ pub(crate) trait Lanes {
     /// [`Lanes::EXP_FAST_HI`] (AVX-512: +inf above [`super::EXP_HI`]; AVX2:
     /// libm's `exp` of those lanes).
     unsafe fn exp_above(x: Self::V, y: Self::V) -> Self::V;
+    /// glibc's `expf` fast path per lane ([`super::expf`]): `f32::exp`'s
+    /// bits where `|x| <` [`super::expf::SLOW`], any value elsewhere.
+    unsafe fn expf_fast(x: Self::V) -> Self::V;
+    /// Bit `i` set where lane `i` is NaN or `|x| >= lim`.
+    unsafe fn abs_not_below(x: Self::V, lim: f32) -> u32;
     /// The lanes folded to eight by adding the upper half to the lower
     /// (AVX-512), or unchanged (AVX2).
     unsafe fn fold8(v: Self::V) -> __m256;
@@ -125,6 +133,17 @@ impl Lanes for L512 {
         _mm512_mul_ps(a, b)
     }
     #[inline(always)]
+    unsafe fn div(a: __m512, b: __m512) -> __m512 {
+        _mm512_div_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn neg(v: __m512) -> __m512 {
+        _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(v),
+            _mm512_set1_epi32(i32::MIN),
+        ))
+    }
+    #[inline(always)]
     unsafe fn max(a: __m512, b: __m512) -> __m512 {
         _mm512_max_ps(a, b)
     }
@@ -170,6 +189,24 @@ impl Lanes for L512 {
     unsafe fn exp_above(x: __m512, y: __m512) -> __m512 {
         // SAFETY: lane arithmetic at this level.
         unsafe { Self::select_gt(x, Self::splat(super::EXP_HI), Self::splat(f32::INFINITY), y) }
+    }
+    #[inline(always)]
+    unsafe fn expf_fast(x: __m512) -> __m512 {
+        let lo = _mm512_castps512_ps256(x);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x)));
+        // SAFETY: this level has AVX-512 F.
+        let (lo, hi) = unsafe { (super::expf::fast8_avx512(lo), super::expf::fast8_avx512(hi)) };
+        _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+            _mm512_castpd256_pd512(_mm256_castps_pd(lo)),
+            _mm256_castps_pd(hi),
+        ))
+    }
+    #[inline(always)]
+    unsafe fn abs_not_below(x: __m512, lim: f32) -> u32 {
+        u32::from(_mm512_cmp_ps_mask::<_CMP_NLT_UQ>(
+            _mm512_abs_ps(x),
+            _mm512_set1_ps(lim),
+        ))
     }
     #[inline(always)]
     unsafe fn fold8(v: __m512) -> __m256 {
@@ -241,6 +278,14 @@ impl Lanes for L256 {
         _mm256_mul_ps(a, b)
     }
     #[inline(always)]
+    unsafe fn div(a: __m256, b: __m256) -> __m256 {
+        _mm256_div_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn neg(v: __m256) -> __m256 {
+        _mm256_xor_ps(v, _mm256_set1_ps(-0.0))
+    }
+    #[inline(always)]
     unsafe fn max(a: __m256, b: __m256) -> __m256 {
         _mm256_max_ps(a, b)
     }
@@ -297,6 +342,16 @@ impl Lanes for L256 {
         }
         // SAFETY: v holds eight f32.
         unsafe { _mm256_loadu_ps(v.as_ptr()) }
+    }
+    #[inline(always)]
+    unsafe fn expf_fast(x: __m256) -> __m256 {
+        // SAFETY: this level has AVX2 and FMA.
+        unsafe { super::expf::fast8_avx2(x) }
+    }
+    #[inline(always)]
+    unsafe fn abs_not_below(x: __m256, lim: f32) -> u32 {
+        let a = _mm256_andnot_ps(_mm256_set1_ps(-0.0), x);
+        _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_NLT_UQ>(a, _mm256_set1_ps(lim))) as u32
     }
     #[inline(always)]
     unsafe fn fold8(v: __m256) -> __m256 {

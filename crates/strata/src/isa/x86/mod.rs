@@ -1,7 +1,8 @@
 //! x86-64 f32 vector code shared by every kernel family: the lane
 //! abstraction ([`Lanes`], one implementation per level: [`L512`] for
-//! AVX-512 F/BW/VL, [`L256`] for AVX2 + FMA + F16C), the one vectorized
-//! [`exp`] of the crate, and row helpers written once over the lanes.
+//! AVX-512 F/BW/VL, [`L256`] for AVX2 + FMA + F16C), the crate's two
+//! vectorized exponentials ([`exp`], fast and within 2 ulp; [`expf`],
+//! bit-identical to libm's), and row helpers written once over the lanes.
 //!
 //! A kernel is a generic `unsafe fn k<L: Lanes>(..)` marked
 //! `#[inline(always)]`; [`per_level!`] instantiates it per level inside
@@ -20,7 +21,12 @@
 //! against f64); 0 below [`EXP_LO`] (where e^x is subnormal) and for −∞;
 //! +∞ above [`EXP_HI`]; NaN for NaN. soft_max and FLASH_ATTN_EXT both use
 //! it at the SIMD levels (the scalar level uses libm's `exp` everywhere).
+//!
+//! **expf.** [`expf`] returns exactly `f32::exp`'s bits (glibc's `expf`
+//! recomputed in f64 lanes, module [`expf`](mod@expf)): for SiLU and
+//! SwiGLU, whose model-level results moved with a 4-ulp exp.
 
+pub(crate) mod expf;
 mod lanes;
 
 pub(crate) use lanes::{Lanes, L256, L512};
@@ -73,6 +79,27 @@ pub(crate) unsafe fn exp<L: Lanes>(x: L::V) -> L::V {
         let e = L::add(L::fma(p, L::mul(r, r), r), L::splat(1.0));
         let y = L::select_lt(x, lo, L::zero(), L::pow2(e, n));
         L::exp_above(x, y)
+    }
+}
+
+/// `f32::exp` per lane, bit for bit where this process's libm is glibc's
+/// (module [`expf`](mod@expf)); lanes with `|x| >= 88` or NaN are computed
+/// by `f32::exp` itself.
+#[inline(always)]
+pub(crate) unsafe fn expf<L: Lanes>(x: L::V) -> L::V {
+    // SAFETY: lane arithmetic, and stores and loads of W <= 16 f32 to and
+    // from 16-element arrays; the caller has the level's features.
+    unsafe {
+        let y = L::expf_fast(x);
+        let slow = L::abs_not_below(x, expf::SLOW);
+        if slow == 0 {
+            return y;
+        }
+        let (mut xs, mut ys) = ([0f32; 16], [0f32; 16]);
+        L::store(xs.as_mut_ptr(), x);
+        L::store(ys.as_mut_ptr(), y);
+        expf::patch(&xs, &mut ys, slow);
+        L::load(ys.as_ptr())
     }
 }
 
