@@ -191,3 +191,109 @@ proptest! {
         check([n_dims + extra, ne1, ne2, ne3], dtype, p, with_ff, permuted, seed);
     }
 }
+
+/// ROPE nodes of one graph with parameter sets that differ in one field
+/// each, over two position tensors, computed several times with new
+/// positions: every cached result (no frequency factors) must equal bit for
+/// bit the same node with frequency factors of 1 (never cached; dividing by
+/// 1 is exact), and the f64 reference. A cos/sin cache entry reused for
+/// other parameters or another position would show here. Nodes with other
+/// frequency factors (new values each compute) follow, against the
+/// reference: they must not read what the others cached.
+#[test]
+fn cached_cos_sin_never_cross_parameters_or_positions() {
+    let ne = [64, 3, 6, 1];
+    let base = RopeParams::new(64, RopeMode::Neox, 10000.0);
+    let mut sets = vec![base];
+    for f in [
+        (|p: &mut RopeParams| p.freq_base = 500000.0) as fn(&mut RopeParams),
+        |p| p.n_dims = 32,
+        |p| p.mode = RopeMode::Normal,
+        |_| {},
+        |p| p.freq_scale = 0.5,
+        |p| p.ext_factor = 0.5,
+        |p| p.attn_factor = 0.75,
+        |p| p.beta_fast = 16.0,
+        |p| p.beta_slow = 2.0,
+        |p| p.n_ctx_orig = 256,
+    ] {
+        // After the first three, YaRN variants of a YaRN base.
+        let mut p = if sets.len() < 4 { base } else { yarn(base) };
+        f(&mut p);
+        sets.push(p);
+    }
+    let x = tensor("x", DType::F32, &ne);
+    let pos = [
+        tensor("pos_a", DType::I32, &[ne[2]]),
+        tensor("pos_b", DType::I32, &[ne[2]]),
+    ];
+    let ones = tensor("ones", DType::F32, &[32]);
+    let factors = tensor("factors", DType::F32, &[32]);
+    // Each set next to the previous one, on both position tensors.
+    let mut nodes = Vec::new();
+    for i in 1..sets.len() {
+        for (s, pi) in [(i - 1, 0), (i, 0), (i - 1, 1), (i, 1)] {
+            nodes.push((s, pi));
+        }
+    }
+    let mut outs: Vec<Tensor> = nodes
+        .iter()
+        .map(|&(s, pi)| ops::rope_ext(&x, &pos[pi], None, sets[s]).unwrap())
+        .collect();
+    outs.extend(nodes.iter().map(|&(s, pi)| {
+        let ff = ops::view_1d(&ones, sets[s].n_dims / 2, 0).unwrap();
+        ops::rope_ext(&x, &pos[pi], Some(&ff), sets[s]).unwrap()
+    }));
+    let factored: Vec<(usize, usize)> = (0..sets.len()).map(|s| (s, s % 2)).collect();
+    outs.extend(factored.iter().map(|&(s, pi)| {
+        let ff = ops::view_1d(&factors, sets[s].n_dims / 2, 0).unwrap();
+        ops::rope_ext(&x, &pos[pi], Some(&ff), sets[s]).unwrap()
+    }));
+    let mut rng = Rng::new(77);
+    let ones_data = vec![1.0f32; 32];
+    let calls: [[Vec<f32>; 2]; 3] = [
+        [
+            (0..6).map(|i| i as f32).collect(),
+            vec![5.0, 4.0, 3.0, 100.0, 2047.0, 4097.0],
+        ],
+        [
+            (0..6).map(|i| (i + 4096) as f32).collect(),
+            (0..6).map(|_| rng.below(9000) as f32).collect(),
+        ],
+        [
+            vec![1.0, 1.0, 0.0, 8192.0, 3.0, 4.0],
+            (0..6).map(|i| (i + 1) as f32).collect(),
+        ],
+    ];
+    for (call, [pa, pb]) in calls.iter().enumerate() {
+        let x_data = rng.vec(x.nelements(), -2.0, 2.0);
+        let ff_data = rng.vec(32, 1.0, 4.0);
+        let inputs: Vec<(&Tensor, &[f32])> = vec![
+            (&x, &x_data),
+            (&pos[0], pa),
+            (&pos[1], pb),
+            (&ones, &ones_data),
+            (&factors, &ff_data),
+        ];
+        let got = run_threads(&outs, &inputs);
+        let (cached, rest) = got.split_at(nodes.len());
+        let (uncached, with_ff) = rest.split_at(nodes.len());
+        for (k, &(s, pi)) in factored.iter().enumerate() {
+            let what = format!("call {call} factors {k}: {:?} pos {pi}", sets[s]);
+            let ff = &ff_data[..sets[s].n_dims / 2];
+            let want = rope_ref(&x_data, ne, [pa, pb][pi], Some(ff), &sets[s]);
+            assert_close(&what, &with_ff[k], &want, 1e-9);
+        }
+        for (k, &(s, pi)) in nodes.iter().enumerate() {
+            let what = format!("call {call} node {k}: {:?} pos {pi}", sets[s]);
+            let same = cached[k]
+                .iter()
+                .zip(&uncached[k])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{what}: cached and uncached differ");
+            let p = [pa, pb][pi];
+            let want = rope_ref(&x_data, ne, p, None, &sets[s]);
+            assert_close(&what, &cached[k], &want, 1e-9);
+        }
+    }
+}

@@ -57,10 +57,12 @@
 //!
 //! Threads: one-chunk rows (grouped by kv head, up to four rows sharing each
 //! K/V load) are split across threads in contiguous ranges; tiles are handed
-//! out by a shared counter (one barrier to reset it). Every row is computed
-//! by the same arithmetic whichever thread runs it, so the one-chunk and
-//! tiled results do not depend on the thread count (split-KV does, see
-//! above). The split-KV partials live at the start of each thread's own work
+//! out by a shared counter once the threads have shared the node's
+//! preparation (the mask's class per tile pair and f32 copies of K and V,
+//! in the shared work memory; see `tiled`) and met at one barrier. Every
+//! row is computed by the same arithmetic whichever thread runs it, so the
+//! one-chunk and tiled results do not depend on the thread count (split-KV
+//! does, see above). The split-KV partials live at the start of each thread's own work
 //! memory and are read by the merging threads after the barrier (the op's
 //! `work_size` is not told the thread count, so they cannot be sized in the
 //! shared part).
@@ -205,9 +207,9 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
             shared: 0,
             per_thread: (partial_floats(q.ne[2], dv) + one_chunk_floats(d, dv, n_kv)) * 4,
         },
-        // The tile counter.
+        // The tile counter, the mask class table and the K/V copies.
         Path::Tiled => WorkSize {
-            shared: 64,
+            shared: tiled::shared_bytes(q, k, v, node.src[3].as_ref()),
             per_thread: TileLayout::new(d, dv).total * 4,
         },
         Path::OneChunk => WorkSize {
