@@ -39,7 +39,7 @@
 use super::k::{IQ4_XS_LINES, Q4_K_LINES, Q5_K_LINES, Q6_K_D};
 use super::tags::{k_kernel_table, tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
 use super::x86_avx2::tile;
-use super::x86_avx2_k23::{q2_k, q3_k};
+use super::x86_avx2_k23::{bsums_dot, q2_k, q3_k, sums16};
 use super::{Kernels, Tile, TileFn};
 use crate::isa::Isa;
 use crate::tensor::DType;
@@ -161,13 +161,7 @@ pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
             unsafe { iq4_xs::<N>(t.w.add(b * IQ4_XS_CHUNK), h, cols) }
         } else {
             // SAFETY: as above.
-            unsafe {
-                if N <= 2 {
-                    q6_k_narrow::<N>(t.w.add(b * Q6_K_CHUNK), h, cols)
-                } else {
-                    q6_k::<N>(t.w.add(b * Q6_K_CHUNK), h, cols)
-                }
-            }
+            unsafe { q6_k::<N>(t.w.add(b * Q6_K_CHUNK), h, cols) }
         };
         for (acc, t) in acc.iter_mut().zip(terms) {
             *acc = _mm256_add_ps(*acc, t);
@@ -394,7 +388,10 @@ unsafe fn iq4_xs<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -
 }
 
 /// One Q6_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
-/// `cols`: per column the eight rows' f32 terms.
+/// `cols`: per column the eight rows' f32 terms. The sub-block sums are
+/// [`sums16`]'s straight-code steps (two dwords per `vpmaddwd`), so each
+/// quant register is decoded with the shifts of its constant `k`, and for
+/// one or two columns each line once for all four `k`.
 ///
 /// # Safety
 /// The chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
@@ -403,150 +400,45 @@ unsafe fn iq4_xs<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -
 unsafe fn q6_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> [__m256; N] {
     let line = |w: usize| c.wrapping_add(64 * w + 32 * h);
     let (m4, m30) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x30));
-    // SAFETY: the four scale lines (body dwords 48..52) are inside the chunk.
-    let sc: [__m256i; 4] = std::array::from_fn(|p| unsafe { load(line(48 + p)) });
-    let mut isum = [_mm256_setzero_si256(); N];
-    // Element 128 hh + 32 k + l: low nibble in ql dword 16 hh + 8 (k % 2) + l / 4
-    // (high nibbles for k ≥ 2), top bits 2k, 2k + 1 of qh dword 8 hh + l / 4.
-    for hh in 0..2 {
-        for k in 0..4 {
-            for e in 0..2 {
-                let j = 8 * hh + 2 * k + e;
-                let scale = pair(sc[j / 4], (j % 4) as u32, (j % 4) as u32, true);
-                for half_sb in 0..2 {
-                    let mut s16 = [_mm256_setzero_si256(); N];
-                    for tq in 4 * e + 2 * half_sb..4 * e + 2 * half_sb + 2 {
-                        // SAFETY: ql line 16hh + 8(k%2) + tq and qh line
-                        // 32 + 8hh + tq are inside the chunk.
-                        let (ql, qh) = unsafe {
-                            (
-                                load(line(16 * hh + 8 * (k % 2) + tq)),
-                                load(line(32 + 8 * hh + tq)),
-                            )
-                        };
-                        let lo = if k < 2 { ql } else { _mm256_srli_epi16(ql, 4) };
-                        let hi = match k {
-                            0 => _mm256_slli_epi16(qh, 4),
-                            1 => _mm256_slli_epi16(qh, 2),
-                            2 => qh,
-                            _ => _mm256_srli_epi16(qh, 2),
-                        };
-                        let q =
-                            _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30));
-                        for (s, &p) in s16.iter_mut().zip(&cols) {
-                            // SAFETY: quant dword 32hh + 8k + tq of the block.
-                            let y = unsafe { bcast(p.add(QS), 32 * hh + 8 * k + tq) };
-                            *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(q, y));
-                        }
-                    }
-                    for (acc, s16) in isum.iter_mut().zip(s16) {
-                        *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(s16, scale));
-                    }
-                }
-            }
-        }
-    }
-    // SAFETY: as above.
-    unsafe { q6_k_finish(c, h, &sc, cols, isum) }
-}
-
-/// [`q6_k`] for one or two columns (the GEMV and its neighbour), in the
-/// order that decodes each quant line once: per dword group `tq`, the two
-/// `ql` lines and the `qh` line give the quants of all four `k` (the low and
-/// high nibbles of each `ql` line, the four bit pairs of `qh`), so 3 loads
-/// feed 4 multiplies where [`q6_k`] loads 2 per multiply; the eight i16
-/// sums (4 `k` × `N` columns) stay in registers, which [`q6_k`]'s wider
-/// tiles could not afford. Same integer sums, so the same bits.
-///
-/// # Safety
-/// As [`q6_k`].
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn q6_k_narrow<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> [__m256; N] {
-    let line = |w: usize| c.wrapping_add(64 * w + 32 * h);
-    let (m4, m30) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x30));
-    // SAFETY: the four scale lines (body dwords 48..52) are inside the chunk.
-    let sc: [__m256i; 4] = std::array::from_fn(|p| unsafe { load(line(48 + p)) });
-    let mut isum = [_mm256_setzero_si256(); N];
-    for hh in 0..2 {
-        for e in 0..2 {
-            for half_sb in 0..2 {
-                // s16[k][i]: sub-block 8hh + 2k + e, column i, this pair of tq.
-                let mut s16 = [[_mm256_setzero_si256(); N]; 4];
-                for tq in 4 * e + 2 * half_sb..4 * e + 2 * half_sb + 2 {
-                    // SAFETY: ql lines 16hh + tq, 16hh + 8 + tq and qh line
-                    // 32 + 8hh + tq are inside the chunk.
-                    let (ql0, ql1, qh) = unsafe {
-                        (
-                            load(line(16 * hh + tq)),
-                            load(line(16 * hh + 8 + tq)),
-                            load(line(32 + 8 * hh + tq)),
-                        )
-                    };
-                    let q = [
-                        _mm256_or_si256(
-                            _mm256_and_si256(ql0, m4),
-                            _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(ql1, m4),
-                            _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                            _mm256_and_si256(qh, m30),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
-                        ),
-                    ];
-                    for (k, q) in q.iter().enumerate() {
-                        for (s, &p) in s16[k].iter_mut().zip(&cols) {
-                            // SAFETY: quant dword 32hh + 8k + tq of the block.
-                            let y = unsafe { bcast(p.add(QS), 32 * hh + 8 * k + tq) };
-                            *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(*q, y));
-                        }
-                    }
-                }
-                for (k, s16) in s16.iter().enumerate() {
-                    let j = 8 * hh + 2 * k + e;
-                    let scale = pair(sc[j / 4], (j % 4) as u32, (j % 4) as u32, true);
-                    for (acc, s) in isum.iter_mut().zip(s16) {
-                        *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(*s, scale));
-                    }
-                }
-            }
-        }
-    }
-    // SAFETY: as above.
-    unsafe { q6_k_finish(c, h, &sc, cols, isum) }
-}
-
-/// The Q6_K epilogue shared by [`q6_k`] and [`q6_k_narrow`]: takes off the
-/// `-32` offset (`32 · Σ_j s_j bsums_j`, from the scale pairs) and scales.
-///
-/// # Safety
-/// As [`q6_k`]; `sc` are the chunk's four scale lines of half `h`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn q6_k_finish<const N: usize>(
-    c: *const u8,
-    h: usize,
-    sc: &[__m256i; 4],
-    cols: [*const u8; N],
-    isum: [__m256i; N],
-) -> [__m256; N] {
-    let mut corr = [_mm256_setzero_si256(); N];
-    for i in 0..8 {
+    // Sub-block j = 8hh + 2k + e, dword t (element 128hh + 32k + 4tq + ..,
+    // tq = 4e + t): low nibble in ql line 16hh + 8(k % 2) + tq (high
+    // nibbles for k ≥ 2), top bits 2k, 2k + 1 of qh line 32 + 8hh + tq.
+    let quant = |j: usize, t: usize| {
+        let (hh, k, tq) = (j / 8, j / 2 % 4, 4 * (j % 2) + t);
+        // SAFETY: ql line 16hh + 8(k % 2) + tq (< 32) and qh line 32 + 8hh
+        // + tq (< 48) are inside the chunk.
+        let (ql, qh) = unsafe {
+            (
+                load(line(16 * hh + 8 * (k % 2) + tq)),
+                load(line(32 + 8 * hh + tq)),
+            )
+        };
+        let lo = if k < 2 { ql } else { _mm256_srli_epi16(ql, 4) };
+        // Bits 2k, 2k + 1 to bits 4, 5 (the constant k picks one shift).
+        let hi = match k {
+            0 => _mm256_slli_epi16(qh, 4),
+            1 => _mm256_slli_epi16(qh, 2),
+            2 => qh,
+            _ => _mm256_srli_epi16(qh, 2),
+        };
+        _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30))
+    };
+    let scale = |j: usize| {
+        // SAFETY: scale line 48 + j / 4 is inside the chunk.
+        let v = unsafe { load(line(48 + j / 4)) };
+        pair(v, (j % 4) as u32, (j % 4) as u32, true)
+    };
+    // SAFETY: the contract, forwarded.
+    let isum = unsafe { sums16::<N, 2>(cols, quant, scale) };
+    // The `-32` offset: `32 · Σ_j s_j bsums_j`, from the scale pairs.
+    let pairs = |i: usize| {
+        // SAFETY: scale line 48 + i / 2 is inside the chunk.
+        let v = unsafe { load(line(48 + i / 2)) };
         let a = 2 * (i % 2) as u32;
-        let scales = pair(sc[i / 2], a, a + 1, true);
-        for (corr, &p) in corr.iter_mut().zip(&cols) {
-            // SAFETY: bsums dword i (bsums 2i, 2i + 1) of the block.
-            let y = unsafe { bcast(p.add(BSUMS), i) };
-            *corr = _mm256_add_epi32(*corr, _mm256_madd_epi16(scales, y));
-        }
-    }
+        pair(v, a, a + 1, true)
+    };
+    // SAFETY: the contract, forwarded.
+    let corr = unsafe { bsums_dot(cols, pairs) };
     // SAFETY: the 8 f16 `d` of half h are inside the chunk.
     let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(Q6_K_D + 16 * h).cast()) });
     std::array::from_fn(|i| {

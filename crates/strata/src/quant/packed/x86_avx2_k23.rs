@@ -42,7 +42,8 @@
 //! loaded once for all four `k` (eight i16 sums in registers); wider
 //! passes go sub-block by sub-block with one i16 sum per column, decoding a
 //! line per `k`. The same integer sums either way. Both orders are unrolled
-//! into straight code per super-block ([`sums16`]).
+//! into straight code per super-block ([`sums16`]), which Q6_K's kernel
+//! (`x86_avx2_k.rs`, same element order, 6-bit quants) shares.
 //!
 //! The f32 epilogue is the scalar reference's ([`crate::quant::vec_dot_fn`]
 //! at `Scalar`): per super-block `(d_w d_a) · f32(isum) - (dmin_w d_a) ·
@@ -75,7 +76,8 @@ fn count(n: usize) -> __m128i {
 /// shifts, offsets and `pshufb` controls: a loop over `j` kept its index
 /// arithmetic, shift counts and controls at run time and measured much
 /// slower (packed Q3_K, n = 512: about 65 against 110 GFLOP/s; n = 1:
-/// 30–40 against 55–65).
+/// 30–40 against 55–65; packed Q6_K, whose steps chose their shifts by a
+/// `match` on `k` in loops: 21.4 against 14.4 ms, 576 × 1536 × 512).
 ///
 /// # Safety
 /// The 292-byte blocks are readable; AVX2, FMA, F16C.
