@@ -39,7 +39,7 @@
 use super::k::{IQ4_XS_LINES, Q4_K_LINES, Q5_K_LINES, Q6_K_D};
 use super::tags::{k_kernel_table, tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
 use super::x86_avx2::tile;
-use super::x86_avx2_k23::{bsums_dot, q2_k, q3_k, sums16};
+use super::x86_avx2_k23::{bsums_dot, count, fence, mul, q2_k, q3_k, sums16, widen};
 use super::{Kernels, Tile, TileFn};
 use crate::isa::Isa;
 use crate::tensor::DType;
@@ -174,8 +174,9 @@ pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
 }
 
 /// One Q4_K (`Q5` false) or Q5_K (`Q5` true) super-block (chunk at `c`,
-/// half `h`) against the Q8_K blocks `cols`: per column the eight rows' f32
-/// terms.
+/// half `h`) against the Q8_K blocks `cols`: per column the eight rows'
+/// f32 terms. The eight sub-blocks are straight-code steps
+/// ([`q45_step`]); the minimum term is one [`bsums_dot`] after them.
 ///
 /// # Safety
 /// The chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
@@ -188,75 +189,92 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
 ) -> [__m256; N] {
     let lines = if Q5 { Q5_K_LINES } else { Q4_K_LINES };
     let line = |w: usize| c.wrapping_add(lines + 64 * w + 32 * h);
-    // First quant line: after the scales (and Q5_K's eight fifth-bit lines).
-    let qs = if Q5 { 11 } else { 3 };
-    // i16 sums per vpmaddwd: all eight dwords of a sub-block (Q4_K), or
-    // four (Q5_K: 4 · 2 · 31 · 128 = 31744 ≤ 32767).
-    let run = if Q5 { 4 } else { 8 };
-    let m4 = _mm256_set1_epi8(0x0f);
-    let (m6, top) = (_mm256_set1_epi8(0x3f), _mm256_set1_epi8(0x30));
-    // SAFETY: the three scale lines are inside the chunk.
-    let (a, bm, cc) = unsafe { (load(line(0)), load(line(1)), load(line(2))) };
-    // Lane bytes: scales 0..4, 4..8, mins 0..4, 4..8 of the lane's row.
-    let sc = [
-        _mm256_and_si256(a, m6),
-        _mm256_or_si256(
-            _mm256_and_si256(cc, m4),
-            _mm256_and_si256(_mm256_srli_epi32(a, 2), top),
-        ),
-    ];
-    let mn = [
-        _mm256_and_si256(bm, m6),
-        _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi32(cc, 4), m4),
-            _mm256_and_si256(_mm256_srli_epi32(bm, 2), top),
-        ),
-    ];
+    // Lane bytes of scale line `w` (0: scales 0..4, 1: scales 4..8, 2:
+    // mins 0..4, 3: mins 4..8 of the lane's row), decoded from the three
+    // scale lines where they are used rather than held in four registers.
+    let six = |w: usize| {
+        let (m4, m6, top) = (
+            _mm256_set1_epi8(0x0f),
+            _mm256_set1_epi8(0x3f),
+            _mm256_set1_epi8(0x30),
+        );
+        let (lo, hi) = (w.is_multiple_of(2), w >= 2);
+        // SAFETY: the three scale lines are inside the chunk.
+        let x = unsafe { load(line(usize::from(hi))) };
+        if lo {
+            _mm256_and_si256(x, m6)
+        } else {
+            // SAFETY: as above.
+            let cc = unsafe { load(line(2)) };
+            let cc = if hi { _mm256_srli_epi32(cc, 4) } else { cc };
+            _mm256_or_si256(
+                _mm256_and_si256(cc, m4),
+                _mm256_and_si256(_mm256_srli_epi32(x, 2), top),
+            )
+        }
+    };
+    let scale = |j: usize| pair(six(j / 4), (j % 4) as u32, (j % 4) as u32, false);
     let mut isum = [_mm256_setzero_si256(); N];
-    let mut summs = [_mm256_setzero_si256(); N];
-    for j in 0..8 {
-        let k = (j % 4) as u32;
-        let (scale, m) = (pair(sc[j / 4], k, k, false), pair(mn[j / 4], k, k, false));
-        // Sub-block j: low nibbles of quant lines qs + 8(j/2) .. + 8 for even
-        // j, high nibbles for odd j (Q5_K: bit j of fifth-bit line 3 + tq as
-        // bit 4); activation dwords 8j .. 8j + 8.
-        let cnt = _mm_cvtsi32_si128(j as i32);
-        let mut s16 = [_mm256_setzero_si256(); N];
-        for tq in 0..8 {
-            // SAFETY: quant line qs + 8(j/2) + tq is inside the chunk.
-            let x = unsafe { load(line(qs + 8 * (j / 2) + tq)) };
-            let x = if j % 2 == 0 {
-                x
-            } else {
-                _mm256_srli_epi16(x, 4)
-            };
-            let q = _mm256_and_si256(x, m4);
-            let q = if Q5 {
-                // SAFETY: fifth-bit line 3 + tq is inside the chunk.
-                unsafe { _mm256_or_si256(q, fifth_bit(load(line(3 + tq)), cnt)) }
-            } else {
-                q
-            };
-            for (s, &p) in s16.iter_mut().zip(&cols) {
-                // SAFETY: quant dword 8j + tq of the block.
-                let y = unsafe { bcast(p.add(QS), 8 * j + tq) };
-                *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(q, y));
-            }
-            if tq % run == run - 1 {
-                for (acc, s) in isum.iter_mut().zip(&mut s16) {
-                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(*s, scale));
-                    *s = _mm256_setzero_si256();
-                }
-            }
-        }
-        for i in 0..N {
-            // SAFETY: bsums dword j (bsums 2j, 2j + 1) of the block.
-            let y = unsafe { bcast(cols[i].add(BSUMS), j) };
-            summs[i] = _mm256_add_epi32(summs[i], _mm256_madd_epi16(m, y));
-        }
+    macro_rules! steps {
+        ($($j:literal)*) => {
+            // SAFETY: the contract, forwarded.
+            unsafe { $( q45_step::<Q5, $j, N>(&line, &cols, &scale, &mut isum); )* }
+        };
     }
+    steps!(0 1 2 3 4 5 6 7);
+    // summs = Σ_j m_j (bsums_2j + bsums_2j+1): the pair (m_j, m_j) with
+    // bsums dword j.
+    let mins = |j: usize| pair(six(2 + j / 4), (j % 4) as u32, (j % 4) as u32, false);
+    // SAFETY: the contract, forwarded.
+    let summs = unsafe { bsums_dot(cols, mins) };
     // SAFETY: the 16 f16 `d` at 0 and `dmin` at 32 are inside the chunk.
     unsafe { min_terms(c, 32, h, cols, isum, summs) }
+}
+
+/// Sub-block `J` of [`q45_k`] for every column: the low nibbles of quant
+/// lines `qs + 8 (J / 2) ..+ 8` for even `J`, the high ones for odd `J`
+/// (Q5_K: bit `J` of fifth-bit line `3 + tq` as bit 4), times activation
+/// dwords `8J ..+ 8`; summed in i16 over all eight dwords (Q4_K), or four
+/// (Q5_K: 4 · 2 · 31 · 128 = 31744 ≤ 32767), per `vpmaddwd` with the scale.
+/// With `J` a constant every shift is an immediate and nothing branches.
+///
+/// # Safety
+/// As [`q45_k`]; `line(w)` is line `w` of the chunk's half.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q45_step<const Q5: bool, const J: usize, const N: usize>(
+    line: &impl Fn(usize) -> *const u8,
+    cols: &[*const u8; N],
+    scale: &impl Fn(usize) -> __m256i,
+    isum: &mut [__m256i; N],
+) {
+    // First quant line: after the scales (and Q5_K's eight fifth-bit lines).
+    let qs = if Q5 { 11 } else { 3 };
+    let run = if Q5 { 4 } else { 8 };
+    let m4 = _mm256_set1_epi8(0x0f);
+    let mut s16 = [_mm256_setzero_si256(); N];
+    for tq in 0..8 {
+        // SAFETY: quant line qs + 8(J/2) + tq is inside the chunk.
+        let x = unsafe { load(line(qs + 8 * (J / 2) + tq)) };
+        let x = if J.is_multiple_of(2) {
+            x
+        } else {
+            _mm256_srli_epi16(x, 4)
+        };
+        let q = _mm256_and_si256(x, m4);
+        let q = if Q5 {
+            // SAFETY: fifth-bit line 3 + tq is inside the chunk.
+            _mm256_or_si256(q, fifth_bit::<J>(unsafe { load(line(3 + tq)) }))
+        } else {
+            q
+        };
+        // SAFETY: quant dword 8J + tq of the blocks (the caller's).
+        unsafe { mul(cols, &mut s16, q, 8 * J + tq) };
+        if tq % run == run - 1 {
+            widen(isum, &mut s16, scale(J));
+        }
+    }
+    fence(isum);
 }
 
 /// The epilogue of the K types with a minimum (Q2_K, Q4_K, Q5_K): per
@@ -293,19 +311,20 @@ pub(super) unsafe fn min_terms<const N: usize>(
     })
 }
 
-/// Bit `j` (`j < 8`) of every byte of `qh`, as bit 4 (the Q5_K fifth bit of
-/// sub-block `j`; `j` is passed as the shift count `cnt` = `j`). The i16
-/// right shift by `j` brings each byte's own bit `j` to its bit 0 (bits
-/// shifted across the byte boundary land in the low byte's top bits), the
-/// left shift by 4 moves bit 0 of each byte to its bit 4 (and bit 4 of the
-/// low byte to the high byte's bit 0, which the mask clears). A shift count
-/// in a register keeps the sub-block loop free of a branch per `j`: a
-/// `match` on `j` here became a jump table inside the loop (measured: the
-/// packed Q5_K tiles at a third of Q4_K's speed).
+/// Bit `J` (`J < 8`) of every byte of `qh`, as bit 4 (the Q5_K fifth bit
+/// of sub-block `J`): one i16 shift by the constant `4 - J` (left) or
+/// `J - 4` (right) brings each byte's bit `J` to its bit 4, the mask drops
+/// what crossed the byte boundary. A `match` on a run-time `j` here became
+/// a jump table inside the loop (measured: the packed Q5_K tiles at a third
+/// of Q4_K's speed); a run-time shift count then kept two shifts.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn fifth_bit(qh: __m256i, cnt: __m128i) -> __m256i {
-    let x = _mm256_slli_epi16(_mm256_srl_epi16(qh, cnt), 4);
+fn fifth_bit<const J: usize>(qh: __m256i) -> __m256i {
+    let x = if J <= 4 {
+        _mm256_sll_epi16(qh, count(4 - J))
+    } else {
+        _mm256_srl_epi16(qh, count(J - 4))
+    };
     _mm256_and_si256(x, _mm256_set1_epi8(0x10))
 }
 

@@ -43,7 +43,9 @@
 //! passes go sub-block by sub-block with one i16 sum per column, decoding a
 //! line per `k`. The same integer sums either way. Both orders are unrolled
 //! into straight code per super-block ([`sums16`]), which Q6_K's kernel
-//! (`x86_avx2_k.rs`, same element order, 6-bit quants) shares.
+//! (`x86_avx2_k.rs`, same element order, 6-bit quants) shares; the
+//! Q4_K / Q5_K steps there use its helpers ([`mul`], [`widen`], [`fence`],
+//! [`bsums_dot`]).
 //!
 //! The f32 epilogue is the scalar reference's ([`crate::quant::vec_dot_fn`]
 //! at `Scalar`): per super-block `(d_w d_a) · f32(isum) - (dmin_w d_a) ·
@@ -59,7 +61,7 @@ use std::arch::x86_64::*;
 /// `n` of [`sums16`]'s steps the compiler makes it an immediate).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn count(n: usize) -> __m128i {
+pub(super) fn count(n: usize) -> __m128i {
     _mm_cvtsi32_si128(n as i32)
 }
 
@@ -172,7 +174,7 @@ unsafe fn wide<const J: usize, const N: usize, const RUN: usize>(
 /// 11.9 ms on one thread.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn fence<const N: usize>(v: &mut [__m256i; N]) {
+pub(super) fn fence<const N: usize>(v: &mut [__m256i; N]) {
     for v in v {
         let mut x = *v;
         // SAFETY: no instructions; `x` stays in its register.
@@ -190,7 +192,12 @@ fn fence<const N: usize>(v: &mut [__m256i; N]) {
 /// `dw < 64`; the 292-byte blocks are readable; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn mul<const N: usize>(cols: &[*const u8; N], s: &mut [__m256i; N], q: __m256i, dw: usize) {
+pub(super) unsafe fn mul<const N: usize>(
+    cols: &[*const u8; N],
+    s: &mut [__m256i; N],
+    q: __m256i,
+    dw: usize,
+) {
     for (s, &p) in s.iter_mut().zip(cols) {
         // SAFETY: quant dword dw of the block.
         let y = unsafe { bcast(p.add(QS), dw) };
@@ -203,7 +210,7 @@ unsafe fn mul<const N: usize>(cols: &[*const u8; N], s: &mut [__m256i; N], q: __
 /// widens to i32.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn widen<const N: usize>(isum: &mut [__m256i; N], s16: &mut [__m256i; N], sc: __m256i) {
+pub(super) fn widen<const N: usize>(isum: &mut [__m256i; N], s16: &mut [__m256i; N], sc: __m256i) {
     for (acc, s) in isum.iter_mut().zip(s16) {
         *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(*s, sc));
         *s = _mm256_setzero_si256();
