@@ -39,7 +39,7 @@
 use super::k::{IQ4_XS_LINES, Q4_K_LINES, Q5_K_LINES, Q6_K_D};
 use super::tags::{k_kernel_table, tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
 use super::x86_avx2::tile;
-use super::x86_avx2_k23::{q2_k, q3_k};
+use super::x86_avx2_k23::{bsums_dot, count, fence, mul, q2_k, q3_k, sums16, widen};
 use super::{Kernels, Tile, TileFn};
 use crate::isa::Isa;
 use crate::tensor::DType;
@@ -161,13 +161,7 @@ pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
             unsafe { iq4_xs::<N>(t.w.add(b * IQ4_XS_CHUNK), h, cols) }
         } else {
             // SAFETY: as above.
-            unsafe {
-                if N <= 2 {
-                    q6_k_narrow::<N>(t.w.add(b * Q6_K_CHUNK), h, cols)
-                } else {
-                    q6_k::<N>(t.w.add(b * Q6_K_CHUNK), h, cols)
-                }
-            }
+            unsafe { q6_k::<N>(t.w.add(b * Q6_K_CHUNK), h, cols) }
         };
         for (acc, t) in acc.iter_mut().zip(terms) {
             *acc = _mm256_add_ps(*acc, t);
@@ -180,8 +174,9 @@ pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
 }
 
 /// One Q4_K (`Q5` false) or Q5_K (`Q5` true) super-block (chunk at `c`,
-/// half `h`) against the Q8_K blocks `cols`: per column the eight rows' f32
-/// terms.
+/// half `h`) against the Q8_K blocks `cols`: per column the eight rows'
+/// f32 terms. The eight sub-blocks are straight-code steps
+/// ([`q45_step`]); the minimum term is one [`bsums_dot`] after them.
 ///
 /// # Safety
 /// The chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
@@ -194,75 +189,92 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
 ) -> [__m256; N] {
     let lines = if Q5 { Q5_K_LINES } else { Q4_K_LINES };
     let line = |w: usize| c.wrapping_add(lines + 64 * w + 32 * h);
-    // First quant line: after the scales (and Q5_K's eight fifth-bit lines).
-    let qs = if Q5 { 11 } else { 3 };
-    // i16 sums per vpmaddwd: all eight dwords of a sub-block (Q4_K), or
-    // four (Q5_K: 4 · 2 · 31 · 128 = 31744 ≤ 32767).
-    let run = if Q5 { 4 } else { 8 };
-    let m4 = _mm256_set1_epi8(0x0f);
-    let (m6, top) = (_mm256_set1_epi8(0x3f), _mm256_set1_epi8(0x30));
-    // SAFETY: the three scale lines are inside the chunk.
-    let (a, bm, cc) = unsafe { (load(line(0)), load(line(1)), load(line(2))) };
-    // Lane bytes: scales 0..4, 4..8, mins 0..4, 4..8 of the lane's row.
-    let sc = [
-        _mm256_and_si256(a, m6),
-        _mm256_or_si256(
-            _mm256_and_si256(cc, m4),
-            _mm256_and_si256(_mm256_srli_epi32(a, 2), top),
-        ),
-    ];
-    let mn = [
-        _mm256_and_si256(bm, m6),
-        _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi32(cc, 4), m4),
-            _mm256_and_si256(_mm256_srli_epi32(bm, 2), top),
-        ),
-    ];
+    // Lane bytes of scale line `w` (0: scales 0..4, 1: scales 4..8, 2:
+    // mins 0..4, 3: mins 4..8 of the lane's row), decoded from the three
+    // scale lines where they are used rather than held in four registers.
+    let six = |w: usize| {
+        let (m4, m6, top) = (
+            _mm256_set1_epi8(0x0f),
+            _mm256_set1_epi8(0x3f),
+            _mm256_set1_epi8(0x30),
+        );
+        let (lo, hi) = (w.is_multiple_of(2), w >= 2);
+        // SAFETY: the three scale lines are inside the chunk.
+        let x = unsafe { load(line(usize::from(hi))) };
+        if lo {
+            _mm256_and_si256(x, m6)
+        } else {
+            // SAFETY: as above.
+            let cc = unsafe { load(line(2)) };
+            let cc = if hi { _mm256_srli_epi32(cc, 4) } else { cc };
+            _mm256_or_si256(
+                _mm256_and_si256(cc, m4),
+                _mm256_and_si256(_mm256_srli_epi32(x, 2), top),
+            )
+        }
+    };
+    let scale = |j: usize| pair(six(j / 4), (j % 4) as u32, (j % 4) as u32, false);
     let mut isum = [_mm256_setzero_si256(); N];
-    let mut summs = [_mm256_setzero_si256(); N];
-    for j in 0..8 {
-        let k = (j % 4) as u32;
-        let (scale, m) = (pair(sc[j / 4], k, k, false), pair(mn[j / 4], k, k, false));
-        // Sub-block j: low nibbles of quant lines qs + 8(j/2) .. + 8 for even
-        // j, high nibbles for odd j (Q5_K: bit j of fifth-bit line 3 + tq as
-        // bit 4); activation dwords 8j .. 8j + 8.
-        let cnt = _mm_cvtsi32_si128(j as i32);
-        let mut s16 = [_mm256_setzero_si256(); N];
-        for tq in 0..8 {
-            // SAFETY: quant line qs + 8(j/2) + tq is inside the chunk.
-            let x = unsafe { load(line(qs + 8 * (j / 2) + tq)) };
-            let x = if j % 2 == 0 {
-                x
-            } else {
-                _mm256_srli_epi16(x, 4)
-            };
-            let q = _mm256_and_si256(x, m4);
-            let q = if Q5 {
-                // SAFETY: fifth-bit line 3 + tq is inside the chunk.
-                unsafe { _mm256_or_si256(q, fifth_bit(load(line(3 + tq)), cnt)) }
-            } else {
-                q
-            };
-            for (s, &p) in s16.iter_mut().zip(&cols) {
-                // SAFETY: quant dword 8j + tq of the block.
-                let y = unsafe { bcast(p.add(QS), 8 * j + tq) };
-                *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(q, y));
-            }
-            if tq % run == run - 1 {
-                for (acc, s) in isum.iter_mut().zip(&mut s16) {
-                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(*s, scale));
-                    *s = _mm256_setzero_si256();
-                }
-            }
-        }
-        for i in 0..N {
-            // SAFETY: bsums dword j (bsums 2j, 2j + 1) of the block.
-            let y = unsafe { bcast(cols[i].add(BSUMS), j) };
-            summs[i] = _mm256_add_epi32(summs[i], _mm256_madd_epi16(m, y));
-        }
+    macro_rules! steps {
+        ($($j:literal)*) => {
+            // SAFETY: the contract, forwarded.
+            unsafe { $( q45_step::<Q5, $j, N>(&line, &cols, &scale, &mut isum); )* }
+        };
     }
+    steps!(0 1 2 3 4 5 6 7);
+    // summs = Σ_j m_j (bsums_2j + bsums_2j+1): the pair (m_j, m_j) with
+    // bsums dword j.
+    let mins = |j: usize| pair(six(2 + j / 4), (j % 4) as u32, (j % 4) as u32, false);
+    // SAFETY: the contract, forwarded.
+    let summs = unsafe { bsums_dot(cols, mins) };
     // SAFETY: the 16 f16 `d` at 0 and `dmin` at 32 are inside the chunk.
     unsafe { min_terms(c, 32, h, cols, isum, summs) }
+}
+
+/// Sub-block `J` of [`q45_k`] for every column: the low nibbles of quant
+/// lines `qs + 8 (J / 2) ..+ 8` for even `J`, the high ones for odd `J`
+/// (Q5_K: bit `J` of fifth-bit line `3 + tq` as bit 4), times activation
+/// dwords `8J ..+ 8`; summed in i16 over all eight dwords (Q4_K), or four
+/// (Q5_K: 4 · 2 · 31 · 128 = 31744 ≤ 32767), per `vpmaddwd` with the scale.
+/// With `J` a constant every shift is an immediate and nothing branches.
+///
+/// # Safety
+/// As [`q45_k`]; `line(w)` is line `w` of the chunk's half.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q45_step<const Q5: bool, const J: usize, const N: usize>(
+    line: &impl Fn(usize) -> *const u8,
+    cols: &[*const u8; N],
+    scale: &impl Fn(usize) -> __m256i,
+    isum: &mut [__m256i; N],
+) {
+    // First quant line: after the scales (and Q5_K's eight fifth-bit lines).
+    let qs = if Q5 { 11 } else { 3 };
+    let run = if Q5 { 4 } else { 8 };
+    let m4 = _mm256_set1_epi8(0x0f);
+    let mut s16 = [_mm256_setzero_si256(); N];
+    for tq in 0..8 {
+        // SAFETY: quant line qs + 8(J/2) + tq is inside the chunk.
+        let x = unsafe { load(line(qs + 8 * (J / 2) + tq)) };
+        let x = if J.is_multiple_of(2) {
+            x
+        } else {
+            _mm256_srli_epi16(x, 4)
+        };
+        let q = _mm256_and_si256(x, m4);
+        let q = if Q5 {
+            // SAFETY: fifth-bit line 3 + tq is inside the chunk.
+            _mm256_or_si256(q, fifth_bit::<J>(unsafe { load(line(3 + tq)) }))
+        } else {
+            q
+        };
+        // SAFETY: quant dword 8J + tq of the blocks (the caller's).
+        unsafe { mul(cols, &mut s16, q, 8 * J + tq) };
+        if tq % run == run - 1 {
+            widen(isum, &mut s16, scale(J));
+        }
+    }
+    fence(isum);
 }
 
 /// The epilogue of the K types with a minimum (Q2_K, Q4_K, Q5_K): per
@@ -299,19 +311,20 @@ pub(super) unsafe fn min_terms<const N: usize>(
     })
 }
 
-/// Bit `j` (`j < 8`) of every byte of `qh`, as bit 4 (the Q5_K fifth bit of
-/// sub-block `j`; `j` is passed as the shift count `cnt` = `j`). The i16
-/// right shift by `j` brings each byte's own bit `j` to its bit 0 (bits
-/// shifted across the byte boundary land in the low byte's top bits), the
-/// left shift by 4 moves bit 0 of each byte to its bit 4 (and bit 4 of the
-/// low byte to the high byte's bit 0, which the mask clears). A shift count
-/// in a register keeps the sub-block loop free of a branch per `j`: a
-/// `match` on `j` here became a jump table inside the loop (measured: the
-/// packed Q5_K tiles at a third of Q4_K's speed).
+/// Bit `J` (`J < 8`) of every byte of `qh`, as bit 4 (the Q5_K fifth bit
+/// of sub-block `J`): one i16 shift by the constant `4 - J` (left) or
+/// `J - 4` (right) brings each byte's bit `J` to its bit 4, the mask drops
+/// what crossed the byte boundary. A `match` on a run-time `j` here became
+/// a jump table inside the loop (measured: the packed Q5_K tiles at a third
+/// of Q4_K's speed); a run-time shift count then kept two shifts.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn fifth_bit(qh: __m256i, cnt: __m128i) -> __m256i {
-    let x = _mm256_slli_epi16(_mm256_srl_epi16(qh, cnt), 4);
+fn fifth_bit<const J: usize>(qh: __m256i) -> __m256i {
+    let x = if J <= 4 {
+        _mm256_sll_epi16(qh, count(4 - J))
+    } else {
+        _mm256_srl_epi16(qh, count(J - 4))
+    };
     _mm256_and_si256(x, _mm256_set1_epi8(0x10))
 }
 
@@ -394,7 +407,10 @@ unsafe fn iq4_xs<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -
 }
 
 /// One Q6_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
-/// `cols`: per column the eight rows' f32 terms.
+/// `cols`: per column the eight rows' f32 terms. The sub-block sums are
+/// [`sums16`]'s straight-code steps (two dwords per `vpmaddwd`), so each
+/// quant register is decoded with the shifts of its constant `k`, and for
+/// one or two columns each line once for all four `k`.
 ///
 /// # Safety
 /// The chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
@@ -403,150 +419,45 @@ unsafe fn iq4_xs<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -
 unsafe fn q6_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> [__m256; N] {
     let line = |w: usize| c.wrapping_add(64 * w + 32 * h);
     let (m4, m30) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x30));
-    // SAFETY: the four scale lines (body dwords 48..52) are inside the chunk.
-    let sc: [__m256i; 4] = std::array::from_fn(|p| unsafe { load(line(48 + p)) });
-    let mut isum = [_mm256_setzero_si256(); N];
-    // Element 128 hh + 32 k + l: low nibble in ql dword 16 hh + 8 (k % 2) + l / 4
-    // (high nibbles for k ≥ 2), top bits 2k, 2k + 1 of qh dword 8 hh + l / 4.
-    for hh in 0..2 {
-        for k in 0..4 {
-            for e in 0..2 {
-                let j = 8 * hh + 2 * k + e;
-                let scale = pair(sc[j / 4], (j % 4) as u32, (j % 4) as u32, true);
-                for half_sb in 0..2 {
-                    let mut s16 = [_mm256_setzero_si256(); N];
-                    for tq in 4 * e + 2 * half_sb..4 * e + 2 * half_sb + 2 {
-                        // SAFETY: ql line 16hh + 8(k%2) + tq and qh line
-                        // 32 + 8hh + tq are inside the chunk.
-                        let (ql, qh) = unsafe {
-                            (
-                                load(line(16 * hh + 8 * (k % 2) + tq)),
-                                load(line(32 + 8 * hh + tq)),
-                            )
-                        };
-                        let lo = if k < 2 { ql } else { _mm256_srli_epi16(ql, 4) };
-                        let hi = match k {
-                            0 => _mm256_slli_epi16(qh, 4),
-                            1 => _mm256_slli_epi16(qh, 2),
-                            2 => qh,
-                            _ => _mm256_srli_epi16(qh, 2),
-                        };
-                        let q =
-                            _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30));
-                        for (s, &p) in s16.iter_mut().zip(&cols) {
-                            // SAFETY: quant dword 32hh + 8k + tq of the block.
-                            let y = unsafe { bcast(p.add(QS), 32 * hh + 8 * k + tq) };
-                            *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(q, y));
-                        }
-                    }
-                    for (acc, s16) in isum.iter_mut().zip(s16) {
-                        *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(s16, scale));
-                    }
-                }
-            }
-        }
-    }
-    // SAFETY: as above.
-    unsafe { q6_k_finish(c, h, &sc, cols, isum) }
-}
-
-/// [`q6_k`] for one or two columns (the GEMV and its neighbour), in the
-/// order that decodes each quant line once: per dword group `tq`, the two
-/// `ql` lines and the `qh` line give the quants of all four `k` (the low and
-/// high nibbles of each `ql` line, the four bit pairs of `qh`), so 3 loads
-/// feed 4 multiplies where [`q6_k`] loads 2 per multiply; the eight i16
-/// sums (4 `k` × `N` columns) stay in registers, which [`q6_k`]'s wider
-/// tiles could not afford. Same integer sums, so the same bits.
-///
-/// # Safety
-/// As [`q6_k`].
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn q6_k_narrow<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> [__m256; N] {
-    let line = |w: usize| c.wrapping_add(64 * w + 32 * h);
-    let (m4, m30) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x30));
-    // SAFETY: the four scale lines (body dwords 48..52) are inside the chunk.
-    let sc: [__m256i; 4] = std::array::from_fn(|p| unsafe { load(line(48 + p)) });
-    let mut isum = [_mm256_setzero_si256(); N];
-    for hh in 0..2 {
-        for e in 0..2 {
-            for half_sb in 0..2 {
-                // s16[k][i]: sub-block 8hh + 2k + e, column i, this pair of tq.
-                let mut s16 = [[_mm256_setzero_si256(); N]; 4];
-                for tq in 4 * e + 2 * half_sb..4 * e + 2 * half_sb + 2 {
-                    // SAFETY: ql lines 16hh + tq, 16hh + 8 + tq and qh line
-                    // 32 + 8hh + tq are inside the chunk.
-                    let (ql0, ql1, qh) = unsafe {
-                        (
-                            load(line(16 * hh + tq)),
-                            load(line(16 * hh + 8 + tq)),
-                            load(line(32 + 8 * hh + tq)),
-                        )
-                    };
-                    let q = [
-                        _mm256_or_si256(
-                            _mm256_and_si256(ql0, m4),
-                            _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(ql1, m4),
-                            _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                            _mm256_and_si256(qh, m30),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
-                        ),
-                    ];
-                    for (k, q) in q.iter().enumerate() {
-                        for (s, &p) in s16[k].iter_mut().zip(&cols) {
-                            // SAFETY: quant dword 32hh + 8k + tq of the block.
-                            let y = unsafe { bcast(p.add(QS), 32 * hh + 8 * k + tq) };
-                            *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(*q, y));
-                        }
-                    }
-                }
-                for (k, s16) in s16.iter().enumerate() {
-                    let j = 8 * hh + 2 * k + e;
-                    let scale = pair(sc[j / 4], (j % 4) as u32, (j % 4) as u32, true);
-                    for (acc, s) in isum.iter_mut().zip(s16) {
-                        *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(*s, scale));
-                    }
-                }
-            }
-        }
-    }
-    // SAFETY: as above.
-    unsafe { q6_k_finish(c, h, &sc, cols, isum) }
-}
-
-/// The Q6_K epilogue shared by [`q6_k`] and [`q6_k_narrow`]: takes off the
-/// `-32` offset (`32 · Σ_j s_j bsums_j`, from the scale pairs) and scales.
-///
-/// # Safety
-/// As [`q6_k`]; `sc` are the chunk's four scale lines of half `h`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn q6_k_finish<const N: usize>(
-    c: *const u8,
-    h: usize,
-    sc: &[__m256i; 4],
-    cols: [*const u8; N],
-    isum: [__m256i; N],
-) -> [__m256; N] {
-    let mut corr = [_mm256_setzero_si256(); N];
-    for i in 0..8 {
+    // Sub-block j = 8hh + 2k + e, dword t (element 128hh + 32k + 4tq + ..,
+    // tq = 4e + t): low nibble in ql line 16hh + 8(k % 2) + tq (high
+    // nibbles for k ≥ 2), top bits 2k, 2k + 1 of qh line 32 + 8hh + tq.
+    let quant = |j: usize, t: usize| {
+        let (hh, k, tq) = (j / 8, j / 2 % 4, 4 * (j % 2) + t);
+        // SAFETY: ql line 16hh + 8(k % 2) + tq (< 32) and qh line 32 + 8hh
+        // + tq (< 48) are inside the chunk.
+        let (ql, qh) = unsafe {
+            (
+                load(line(16 * hh + 8 * (k % 2) + tq)),
+                load(line(32 + 8 * hh + tq)),
+            )
+        };
+        let lo = if k < 2 { ql } else { _mm256_srli_epi16(ql, 4) };
+        // Bits 2k, 2k + 1 to bits 4, 5 (the constant k picks one shift).
+        let hi = match k {
+            0 => _mm256_slli_epi16(qh, 4),
+            1 => _mm256_slli_epi16(qh, 2),
+            2 => qh,
+            _ => _mm256_srli_epi16(qh, 2),
+        };
+        _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30))
+    };
+    let scale = |j: usize| {
+        // SAFETY: scale line 48 + j / 4 is inside the chunk.
+        let v = unsafe { load(line(48 + j / 4)) };
+        pair(v, (j % 4) as u32, (j % 4) as u32, true)
+    };
+    // SAFETY: the contract, forwarded.
+    let isum = unsafe { sums16::<N, 2>(cols, quant, scale) };
+    // The `-32` offset: `32 · Σ_j s_j bsums_j`, from the scale pairs.
+    let pairs = |i: usize| {
+        // SAFETY: scale line 48 + i / 2 is inside the chunk.
+        let v = unsafe { load(line(48 + i / 2)) };
         let a = 2 * (i % 2) as u32;
-        let scales = pair(sc[i / 2], a, a + 1, true);
-        for (corr, &p) in corr.iter_mut().zip(&cols) {
-            // SAFETY: bsums dword i (bsums 2i, 2i + 1) of the block.
-            let y = unsafe { bcast(p.add(BSUMS), i) };
-            *corr = _mm256_add_epi32(*corr, _mm256_madd_epi16(scales, y));
-        }
-    }
+        pair(v, a, a + 1, true)
+    };
+    // SAFETY: the contract, forwarded.
+    let corr = unsafe { bsums_dot(cols, pairs) };
     // SAFETY: the 8 f16 `d` of half h are inside the chunk.
     let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(Q6_K_D + 16 * h).cast()) });
     std::array::from_fn(|i| {

@@ -39,10 +39,13 @@
 //! 12..16, each then less 32.
 //!
 //! For one or two columns (the GEMV and its neighbour) each quant line is
-//! loaded once for all four `k` (eight i16 sums in registers, as
-//! `q6_k_narrow`); wider passes go sub-block by sub-block with one i16 sum
-//! per column, decoding a line per `k`. The same integer sums either way.
-//! Both orders are unrolled into straight code per super-block ([`sums16`]).
+//! loaded once for all four `k` (eight i16 sums in registers); wider
+//! passes go sub-block by sub-block with one i16 sum per column, decoding a
+//! line per `k`. The same integer sums either way. Both orders are unrolled
+//! into straight code per super-block ([`sums16`]), which Q6_K's kernel
+//! (`x86_avx2_k.rs`, same element order, 6-bit quants) shares; the
+//! Q4_K / Q5_K steps there use its helpers ([`mul`], [`widen`], [`fence`],
+//! [`bsums_dot`]).
 //!
 //! The f32 epilogue is the scalar reference's ([`crate::quant::vec_dot_fn`]
 //! at `Scalar`): per super-block `(d_w d_a) · f32(isum) - (dmin_w d_a) ·
@@ -58,27 +61,31 @@ use std::arch::x86_64::*;
 /// `n` of [`sums16`]'s steps the compiler makes it an immediate).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn count(n: usize) -> __m128i {
+pub(super) fn count(n: usize) -> __m128i {
     _mm_cvtsi32_si128(n as i32)
 }
 
 /// The scaled sub-block sums `Σ_j scale(j) Σ_{e in j} q(e) a(e)` of one
 /// super-block against the Q8_K blocks `cols`, per column, with
-/// `quant(j, t)` the register of unsigned quants (≤ 7) of elements
+/// `quant(j, t)` the register of unsigned quants of elements
 /// `16 j + 4 t .. + 4` (lane `r`: row `8h + r`; activation dword `4 j + t`)
 /// and `scale(j)` the i16 pair `(s_j, s_j)` per lane (module docs: loop
-/// orders and bounds). Each step is its own instance with the sub-block
-/// indices as constants, so the 64 quant registers are decoded in straight
-/// code with immediate shifts, offsets and `pshufb` controls: a loop over
-/// `j` kept its index arithmetic, shift counts and controls at run time and
-/// measured much slower (packed Q3_K, n = 512: about 65 against 110
-/// GFLOP/s; n = 1: 30–40 against 55–65).
+/// orders and bounds). `RUN` (1, 2 or 4) dwords of pair sums are summed in
+/// i16 per `vpmaddwd` with the scale: 4 for Q2_K and Q3_K (quants ≤ 7);
+/// 6-bit quants (≤ 63) allow 2 (2 · 2 · 63 · 128 = 32256 ≤ 32767).
+/// Each step is its own instance with the sub-block indices as constants,
+/// so the 64 quant registers are decoded in straight code with immediate
+/// shifts, offsets and `pshufb` controls: a loop over `j` kept its index
+/// arithmetic, shift counts and controls at run time and measured much
+/// slower (packed Q3_K, n = 512: about 65 against 110 GFLOP/s; n = 1:
+/// 30–40 against 55–65; packed Q6_K, whose steps chose their shifts by a
+/// `match` on `k` in loops: 21.4 against 14.4 ms, 576 × 1536 × 512).
 ///
 /// # Safety
 /// The 292-byte blocks are readable; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn sums16<const N: usize>(
+pub(super) unsafe fn sums16<const N: usize, const RUN: usize>(
     cols: [*const u8; N],
     quant: impl Fn(usize, usize) -> __m256i,
     scale: impl Fn(usize) -> __m256i,
@@ -88,16 +95,16 @@ unsafe fn sums16<const N: usize>(
     if N <= 2 {
         // SAFETY: the contract, forwarded.
         unsafe {
-            narrow::<0, 0, N>(c, q, s, acc);
-            narrow::<0, 1, N>(c, q, s, acc);
-            narrow::<1, 0, N>(c, q, s, acc);
-            narrow::<1, 1, N>(c, q, s, acc);
+            narrow::<0, 0, N, RUN>(c, q, s, acc);
+            narrow::<0, 1, N, RUN>(c, q, s, acc);
+            narrow::<1, 0, N, RUN>(c, q, s, acc);
+            narrow::<1, 1, N, RUN>(c, q, s, acc);
         }
     } else {
         macro_rules! wide {
             ($($j:literal)*) => {
                 // SAFETY: the contract, forwarded.
-                unsafe { $( wide::<$j, N>(c, q, s, acc); )* }
+                unsafe { $( wide::<$j, N, RUN>(c, q, s, acc); )* }
             };
         }
         wide!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
@@ -113,7 +120,7 @@ unsafe fn sums16<const N: usize>(
 /// As [`sums16`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn narrow<const HH: usize, const E: usize, const N: usize>(
+unsafe fn narrow<const HH: usize, const E: usize, const N: usize, const RUN: usize>(
     cols: &[*const u8; N],
     quant: &impl Fn(usize, usize) -> __m256i,
     scale: &impl Fn(usize) -> __m256i,
@@ -126,9 +133,11 @@ unsafe fn narrow<const HH: usize, const E: usize, const N: usize>(
             // SAFETY: as the caller's.
             unsafe { mul(cols, s16, quant(j, t), 4 * j + t) };
         }
-    }
-    for (k, s16) in s16.iter().enumerate() {
-        widen(isum, s16, scale(8 * HH + 2 * k + E));
+        if t % RUN == RUN - 1 {
+            for (k, s16) in s16.iter_mut().enumerate() {
+                widen(isum, s16, scale(8 * HH + 2 * k + E));
+            }
+        }
     }
 }
 
@@ -138,7 +147,7 @@ unsafe fn narrow<const HH: usize, const E: usize, const N: usize>(
 /// As [`sums16`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn wide<const J: usize, const N: usize>(
+unsafe fn wide<const J: usize, const N: usize, const RUN: usize>(
     cols: &[*const u8; N],
     quant: &impl Fn(usize, usize) -> __m256i,
     scale: &impl Fn(usize) -> __m256i,
@@ -148,8 +157,32 @@ unsafe fn wide<const J: usize, const N: usize>(
     for t in 0..4 {
         // SAFETY: as the caller's.
         unsafe { mul(cols, &mut s16, quant(J, t), 4 * J + t) };
+        if t % RUN == RUN - 1 {
+            widen(isum, &mut s16, scale(J));
+        }
     }
-    widen(isum, &s16, scale(J));
+    fence(isum);
+}
+
+/// Ends a step: each of `v` passes through an empty `asm!` statement that
+/// may read and write memory, so the step's work (which `v` sums) is done
+/// before it and the next step's loads (and what is computed from them)
+/// come after it. Without it the compiler interleaved the 16 steps of a
+/// super-block column by column and spilled the decoded quants: the
+/// 4-column Q2_K and Q3_K halves made over 200 stack accesses each (under
+/// 40 with it), and packed Q2_K at 576 × 1536 × 512 took 15.2 against
+/// 11.9 ms on one thread.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn fence<const N: usize>(v: &mut [__m256i; N]) {
+    for v in v {
+        let mut x = *v;
+        // SAFETY: no instructions; `x` stays in its register.
+        unsafe {
+            std::arch::asm!("/* {0} */", inout(ymm_reg) x, options(nostack, preserves_flags))
+        };
+        *v = x;
+    }
 }
 
 /// `s += q · a` in i16 pair sums, `a` the activation dword `dw` of each
@@ -159,7 +192,12 @@ unsafe fn wide<const J: usize, const N: usize>(
 /// `dw < 64`; the 292-byte blocks are readable; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn mul<const N: usize>(cols: &[*const u8; N], s: &mut [__m256i; N], q: __m256i, dw: usize) {
+pub(super) unsafe fn mul<const N: usize>(
+    cols: &[*const u8; N],
+    s: &mut [__m256i; N],
+    q: __m256i,
+    dw: usize,
+) {
     for (s, &p) in s.iter_mut().zip(cols) {
         // SAFETY: quant dword dw of the block.
         let y = unsafe { bcast(p.add(QS), dw) };
@@ -167,13 +205,15 @@ unsafe fn mul<const N: usize>(cols: &[*const u8; N], s: &mut [__m256i; N], q: __
     }
 }
 
-/// `isum += s16 · sc`: one `vpmaddwd` per column (the i16 pair sums of a
-/// sub-block times its scale pair) widens to i32.
+/// `isum += s16 · sc`, then `s16 = 0`: one `vpmaddwd` per column (the
+/// i16 pair sums of a sub-block's run of dwords times its scale pair)
+/// widens to i32.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn widen<const N: usize>(isum: &mut [__m256i; N], s16: &[__m256i; N], sc: __m256i) {
+pub(super) fn widen<const N: usize>(isum: &mut [__m256i; N], s16: &mut [__m256i; N], sc: __m256i) {
     for (acc, s) in isum.iter_mut().zip(s16) {
         *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(*s, sc));
+        *s = _mm256_setzero_si256();
     }
 }
 
@@ -184,7 +224,7 @@ fn widen<const N: usize>(isum: &mut [__m256i; N], s16: &[__m256i; N], sc: __m256
 /// The 292-byte blocks are readable; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn bsums_dot<const N: usize>(
+pub(super) unsafe fn bsums_dot<const N: usize>(
     cols: [*const u8; N],
     pairs: impl Fn(usize) -> __m256i,
 ) -> [__m256i; N] {
@@ -229,7 +269,7 @@ pub(super) unsafe fn q2_k<const N: usize>(
         _mm256_and_si256(pair(v, k, k, false), m15)
     };
     // SAFETY: the contract, forwarded.
-    let isum = unsafe { sums16(cols, quant, scale) };
+    let isum = unsafe { sums16::<N, 4>(cols, quant, scale) };
     let mins = |i: usize| {
         let a = 2 * (i % 2) as u32;
         // SAFETY: scale line i / 2 (< 4) is inside the chunk.
@@ -299,7 +339,7 @@ pub(super) unsafe fn q3_k<const N: usize>(
     };
     let scale = |j: usize| pair(sc[j / 4], (j % 4) as u32, (j % 4) as u32, true);
     // SAFETY: the contract, forwarded.
-    let isum = unsafe { sums16(cols, quant, scale) };
+    let isum = unsafe { sums16::<N, 4>(cols, quant, scale) };
     let pairs = |i: usize| {
         let a = 2 * (i % 2) as u32;
         pair(sc[i / 2], a, a + 1, true)
