@@ -191,7 +191,8 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
     let line = |w: usize| c.wrapping_add(lines + 64 * w + 32 * h);
     // Lane bytes of scale line `w` (0: scales 0..4, 1: scales 4..8, 2:
     // mins 0..4, 3: mins 4..8 of the lane's row), decoded from the three
-    // scale lines where they are used rather than held in four registers.
+    // scale lines where they are used: four held registers would spill in
+    // the steps of three or four columns.
     let six = |w: usize| {
         let (m4, m6, top) = (
             _mm256_set1_epi8(0x0f),
@@ -213,6 +214,9 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
             )
         }
     };
+    // One or two columns leave registers to hold them: decoded once.
+    let held: [__m256i; 4] = std::array::from_fn(&six);
+    let six = |w: usize| if N <= 2 { held[w] } else { six(w) };
     let scale = |j: usize| pair(six(j / 4), (j % 4) as u32, (j % 4) as u32, false);
     let mut isum = [_mm256_setzero_si256(); N];
     macro_rules! steps {
