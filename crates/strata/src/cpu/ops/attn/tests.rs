@@ -167,6 +167,8 @@ mod shared_tables {
     }
 
     /// The plan the kernels at `isa` make within `work`.
+    // only x86-64 has a vector width that depends on the level
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
     fn plan_for(graph: &Graph, isa: Isa, work: WorkSize) -> SharedPlan {
         let (plans, _) = CpuBackend::resolve(graph).unwrap();
         let node = &plans.last().unwrap().1;
