@@ -251,3 +251,66 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
         dst.store_row(i1, i2, i3, &row_a[..n0]);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::{alloc_graph_host, CpuBackend, ThreadPool};
+    use crate::ops::{make, make_inplace, transpose};
+    use crate::Graph;
+
+    /// Whether `binary_direct` takes the graph's last node at `nth` threads
+    /// (every thread must agree), and its output.
+    fn direct_taken(out: &Tensor, nth: usize) -> bool {
+        let graph = Graph::build(std::slice::from_ref(out));
+        let _bufs = alloc_graph_host(&graph).unwrap();
+        let (plans, _) = CpuBackend::resolve(&graph).unwrap();
+        let node = &plans.last().unwrap().1;
+        let work = work_size(node);
+        let mut mem = vec![0u64; work.total(nth).div_ceil(8)];
+        let addr = mem.as_mut_ptr() as usize;
+        let pool = ThreadPool::new(nth);
+        let taken = std::sync::atomic::AtomicUsize::new(0);
+        assert!(pool.run(&|w| {
+            let ctx = Ctx::new(w, addr as *mut u8, work, crate::isa::Isa::Scalar);
+            if binary_direct(node, &ctx) {
+                taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }));
+        let taken = taken.into_inner();
+        assert!(
+            taken == 0 || taken == nth,
+            "{taken} of {nth} threads direct"
+        );
+        taken == nth
+    }
+
+    /// The layouts the direct path serves take it (so the bit-for-bit test
+    /// in `tests/tensor_backend.rs` exercises it), and the ones it must not
+    /// serve decline it before writing anything.
+    #[test]
+    fn direct_path_is_taken_where_the_layout_allows() {
+        let t = |ne: &[usize]| Tensor::new(DType::F32, ne).unwrap();
+        for nth in 1..=3 {
+            for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
+                let (a, b, row) = (t(&[37, 5, 3]), t(&[37, 5, 3]), t(&[37, 1, 1]));
+                let two = |x: &Tensor, y: &Tensor| vec![Some(x.clone()), Some(y.clone())];
+                let out = make(op.clone(), two(&a, &b), None).unwrap();
+                assert!(direct_taken(&out, nth), "{} out of place", op.name());
+                let inplace = make_inplace(op.clone(), two(&a, &row)).unwrap();
+                assert!(direct_taken(&inplace, nth), "{} in place", op.name());
+                let same = make_inplace(op.clone(), two(&a, &a)).unwrap();
+                assert!(direct_taken(&same, nth), "{} x op x", op.name());
+                // A transposed source has no contiguous rows: general path.
+                let sq = t(&[6, 6]);
+                let tr = transpose(&sq).unwrap();
+                let out = make(op.clone(), two(&tr, &t(&[6, 6])), None).unwrap();
+                assert!(!direct_taken(&out, nth), "{} transposed", op.name());
+                // F16 sources go through the row conversions.
+                let h = Tensor::new(DType::F16, &[8, 2]).unwrap();
+                let out = make(op.clone(), two(&h, &t(&[8, 2])), None).unwrap();
+                assert!(!direct_taken(&out, nth), "{} f16", op.name());
+            }
+        }
+    }
+}
