@@ -12,14 +12,9 @@ use strata::cpu::{alloc_graph_host, packed_buffer_type, CpuBackend};
 use strata::isa::Isa;
 use strata::{ops, DType, Graph, Tensor};
 
-/// This thread's nanoseconds on a CPU so far.
-fn cpu_ns() -> Result<u64, String> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").map_err(|e| e.to_string())?;
-    s.split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| format!("unexpected schedstat {s:?}"))
-}
+#[path = "probe/cpu_time.rs"]
+mod cpu_time;
+use cpu_time::cpu_ns;
 
 fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let [t, m, k, n, iters] = args else {

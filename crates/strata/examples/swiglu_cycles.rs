@@ -15,14 +15,9 @@ use strata::isa::Isa;
 
 const ROW: usize = 1536;
 
-/// This thread's nanoseconds on a CPU so far.
-fn cpu_ns() -> Result<u64, String> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").map_err(|e| e.to_string())?;
-    s.split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| format!("unexpected schedstat {s:?}"))
-}
+#[path = "probe/cpu_time.rs"]
+mod cpu_time;
+use cpu_time::cpu_ns;
 
 /// The minimum and all of five samples of `iters` calls of `f`, in ms per call.
 fn time(iters: usize, mut f: impl FnMut()) -> Result<(f64, Vec<f64>), String> {
