@@ -16,6 +16,13 @@ pub(super) const F32: u8 = 0;
 pub(super) const F16: u8 = 1;
 pub(super) const BF16: u8 = 2;
 
+/// How far ahead (bytes) of its loads a GEMV row prefetches its weights.
+/// The rows of a weight matrix are contiguous, so this reaches into the
+/// rows the next steps read; the hardware prefetcher alone, which stops at
+/// every 4 KiB page, left the F16 model's token generation at about 70 %
+/// of this host's DRAM read bandwidth.
+const GEMV_PF: usize = 4096;
+
 per_level! {
     fn tile(t: &Tile);
     fn gemv8<const T: u8>(k: usize, rows: &[*const u8; 8], x: *const u8) -> [f32; 8];
@@ -372,6 +379,7 @@ unsafe fn load_w1<const T: u8>(p: *const u8, i: usize) -> f32 {
 #[inline(always)]
 unsafe fn gemv8<L: Lanes, const T: u8>(k: usize, rows: &[*const u8; 8], x: *const u8) -> [f32; 8] {
     let w = L::W;
+    let es = if T == F32 { 4 } else { 2 };
     // A plain loop, not a closure: closures are not compiled with the
     // function's target features (measured: a call and vzeroupper per row).
     // SAFETY: every load is of elements below k of x and the row.
@@ -381,6 +389,13 @@ unsafe fn gemv8<L: Lanes, const T: u8>(k: usize, rows: &[*const u8; 8], x: *cons
             let mut acc = [L::zero(); 4];
             let mut i = 0;
             while i + 4 * w <= k {
+                let mut o = 0;
+                while o < 4 * w * es {
+                    // A prefetch never faults: addresses past the matrix are
+                    // harmless, and wrapping_add keeps them defined.
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i * es + GEMV_PF + o).cast());
+                    o += 64;
+                }
                 for (j, a) in acc.iter_mut().enumerate() {
                     let xv = load_w::<L, T>(x, i + w * j, w, false);
                     *a = L::fma(load_w::<L, T>(p, i + w * j, w, false), xv, *a);
