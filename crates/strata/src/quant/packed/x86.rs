@@ -24,6 +24,9 @@ use crate::isa::Isa;
 use crate::tensor::DType;
 use std::arch::x86_64::*;
 
+/// How far ahead (bytes) a tile prefetches its group's weights.
+const PF_BYTES: usize = 4096;
+
 macro_rules! level {
     ($level:ident, $features:literal, |$s:ident, $w:ident, $a:ident| $dot:expr) => {
         mod $level {
@@ -85,6 +88,10 @@ macro_rules! level {
                 let offset = !has_min(T);
                 let mut acc = [_mm512_setzero_ps(); NR];
                 for b in 0..nb {
+                    // Token generation streams the weights from DRAM once:
+                    // ask for them ahead, across the pages the hardware
+                    // prefetcher stops at.
+                    super::super::x86_avx2::prefetch_ahead(w, b, cs, PF_BYTES);
                     // SAFETY: chunk b < nb is inside the group (contract).
                     let c = unsafe { w.add(b * cs) };
                     let (d, qh, qs) = offsets(T, b);
