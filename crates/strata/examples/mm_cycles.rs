@@ -2,7 +2,8 @@
 //! (`/proc/thread-self/schedstat`, Linux), for kernel A/Bs on a shared host
 //! where wall time swings: `cargo run --release -p strata --example
 //! mm_cycles -- TYPE M K N ITERS` (TYPE: q4_0, q8_0, iq4_nl, q4_k, …; one
-//! thread at the AVX2 level, or the detected level where AVX2 is missing).
+//! thread at the AVX2 level, or the detected level where AVX2 is missing,
+//! or the level `STRATA_ISA` names when it is set).
 //! Prints five samples of ITERS iterations and their minimum, which is the
 //! figure to compare between builds (PERFORMANCE.md).
 
@@ -36,7 +37,7 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     a.write_f32(&rng.vec(k * m, -1.0, 1.0))?;
     b.write_f32(&rng.vec(k * n, -1.0, 1.0))?;
     let mut cpu = CpuBackend::new(1);
-    if Isa::Avx2.is_supported() {
+    if std::env::var_os("STRATA_ISA").is_none() && Isa::Avx2.is_supported() {
         cpu.set_isa(Isa::Avx2)?;
     }
     cpu.graph_compute(&graph)?;
