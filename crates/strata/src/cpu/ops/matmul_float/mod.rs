@@ -295,14 +295,18 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
                         apack,
                         tmp,
                     );
-                    for jp in jp0..jp1 {
-                        let nv = nr.min(n - jp * nr);
-                        // SAFETY: panel (plane, jp) lies in the shared buffer
-                        // (filled before the barrier, read-only now); pc + kc <= k.
-                        let bp = unsafe { bpack.add((plane * npan + jp) * panel_len + pc * nr) };
-                        for ip in ib..ie {
-                            let mv = mr.min(m - ip * mr);
-                            let ap = apack[(ip - ib) * kc * mr..].as_ptr();
+                    // Row panel outermost: its a panel (kc · mr f32) stays
+                    // in L1 while the b panels, a third of its bytes per k
+                    // step, stream past it from L2.
+                    for ip in ib..ie {
+                        let mv = mr.min(m - ip * mr);
+                        let ap = apack[(ip - ib) * kc * mr..].as_ptr();
+                        for jp in jp0..jp1 {
+                            let nv = nr.min(n - jp * nr);
+                            // SAFETY: panel (plane, jp) lies in the shared buffer
+                            // (filled before the barrier, read-only now); pc + kc <= k.
+                            let bp =
+                                unsafe { bpack.add((plane * npan + jp) * panel_len + pc * nr) };
                             let c = d.elem_ptr(ip * mr, jp * nr, i12, i13);
                             // The tile's last element is inside dst (bounds-checked).
                             d.elem_ptr(ip * mr + mv - 1, jp * nr + nv - 1, i12, i13);
