@@ -10,6 +10,8 @@
 //! The graph is built and allocated once per case; only `graph_compute` is
 //! timed. Criterion reports throughput in "elem/s": one element is one
 //! flop. `STRATA_BENCH_ALL_LEVELS=1` adds every supported level at 1 thread.
+//! "Best level" is the one `STRATA_ISA` names where it is set (e.g.
+//! `STRATA_ISA=avx2` for the AVX2 table on an AVX-512 host).
 //!
 //! The block-quantized types run every SmolLM2 weight shape (m × k = 576 ×
 //! 576, 192 × 576, 1536 × 576, 576 × 1536, 49152 × 576) at n = 1 and 512,
@@ -133,7 +135,7 @@ fn bench_case(
 }
 
 fn bench(c: &mut Criterion) {
-    let best = isa::detected();
+    let best = isa::active();
     let mut runs: Vec<(Isa, usize)> = vec![(Isa::Scalar, 1), (best, 1), (best, 2)];
     if std::env::var_os("STRATA_BENCH_ALL_LEVELS").is_some() {
         for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
@@ -166,7 +168,7 @@ fn bench(c: &mut Criterion) {
 }
 
 fn bench_float(c: &mut Criterion) {
-    let best = isa::detected();
+    let best = isa::active();
     let mut group = flat_group(c, "matmul_float");
     for t in FLOAT_TYPES {
         for (m, k) in FLOAT_SHAPES {
@@ -186,7 +188,7 @@ fn bench_float(c: &mut Criterion) {
 }
 
 fn bench_k(c: &mut Criterion) {
-    let best = isa::detected();
+    let best = isa::active();
     let mut group = flat_group(c, "matmul_k");
     for t in K_AND_IQ4_QUANTS {
         for n in [1, 512] {
