@@ -276,6 +276,30 @@ fn convert_kv<K: Kernels>(kn: K, p: &Params<'_>, kc: &KvCopy, base: *mut u8, ctx
     }
 }
 
+/// Rows `ic .. ic + kvn` of kv head (ik2, ik3) of `t` (K or V) as f32
+/// rows of `n` values: a slice of the node's shared copy (`shared`: the
+/// copy and this head's first row in it) where there is one, else
+/// converted into `buf`.
+fn kv_rows<'a, K: Kernels>(
+    kn: K,
+    t: &TView,
+    shared: Option<(&'a [f32], usize)>,
+    (ic, kvn): (usize, usize),
+    (ik2, ik3): (usize, usize),
+    n: usize,
+    buf: &'a mut [f32],
+) -> &'a [f32] {
+    if let Some((all, row0)) = shared {
+        return &all[(row0 + ic) * n..(row0 + ic + kvn) * n];
+    }
+    for j in 0..kvn {
+        // SAFETY: K and V are read-only sources with contiguous rows.
+        let r = unsafe { t.row_bytes(ic + j, ik2, ik3) };
+        kn.to_f32(r, t.dtype, &mut buf[j * n..(j + 1) * n]);
+    }
+    &buf[..kvn * n]
+}
+
 /// What the mask holds for a query tile × key tile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum MaskTile {
@@ -491,17 +515,8 @@ fn tile<K: Kernels>(
                 }
             }
         };
-        let kf: &[f32] = match (ready.kv, kv_row0) {
-            (Some((_, kall, _)), Some(r0)) => &kall[(r0 + ic) * d..(r0 + ic + kvn) * d],
-            _ => {
-                for j in 0..kvn {
-                    // SAFETY: k is a read-only source with contiguous rows.
-                    let kr = unsafe { p.k.row_bytes(ic + j, ik2, ik3) };
-                    kn.to_f32(kr, p.k.dtype, &mut kf[j * d..(j + 1) * d]);
-                }
-                &kf[..kvn * d]
-            }
-        };
+        let shared_k = ready.kv.zip(kv_row0).map(|((_, k, _), r0)| (k, r0));
+        let kf = kv_rows(kn, p.k, shared_k, (ic, kvn), (ik2, ik3), d, kf);
         let kq = &mut kq[..kvn * np];
         kn.qk(kf, d, qt, np, kq);
         let mut sc = scale;
@@ -512,17 +527,8 @@ fn tile<K: Kernels>(
         }
         let mt = add_mask.then_some(&mt[..kvn * np]);
         kn.softmax_cols(kq, np, sc, mt, mm, ss, ms);
-        let vf: &[f32] = match (ready.kv, kv_row0) {
-            (Some((_, _, vall)), Some(r0)) => &vall[(r0 + ic) * dvp..(r0 + ic + kvn) * dvp],
-            _ => {
-                for j in 0..kvn {
-                    // SAFETY: as for k.
-                    let vr = unsafe { p.v.row_bytes(ic + j, ik2, ik3) };
-                    kn.to_f32(vr, p.v.dtype, &mut vf[j * dvp..(j + 1) * dvp]);
-                }
-                &vf[..kvn * dvp]
-            }
-        };
+        let shared_v = ready.kv.zip(kv_row0).map(|((_, _, v), r0)| (v, r0));
+        let vf = kv_rows(kn, p.v, shared_v, (ic, kvn), (ik2, ik3), dvp, vf);
         kn.pv(kq, np, rows, vf, dvp, ms, vkq);
     }
 
