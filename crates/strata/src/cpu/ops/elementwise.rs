@@ -218,6 +218,8 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
             // vectorized exp within 4 ulp moved the model's perplexity, see
             // PERFORMANCE.md; `cpu::vector::silu_row`).
             Op::Unary(UnaryOp::Silu) => vector::silu_row(ctx.isa, row_a),
+            // The same lanes, `f32::exp`'s bits (`unary`'s definition).
+            Op::Unary(UnaryOp::Exp) => vector::exp_row(ctx.isa, row_a),
             Op::Unary(u) => row_a.iter_mut().for_each(|x| *x = unary(*u, *x)),
             Op::Glu { op, swapped } => {
                 let (gate, up, out): (&[f32], &[f32], &mut [f32]) = match node.src[1].as_ref() {
@@ -283,6 +285,42 @@ mod tests {
             "{taken} of {nth} threads direct"
         );
         taken == nth
+    }
+
+    /// UNARY Exp and Silu through the backend at every level this CPU runs
+    /// (a row of 37: whole vectors and a tail) give `f32::exp`'s and
+    /// [`silu`]'s bits, on arguments spanning exp's range and its edges.
+    #[test]
+    fn unary_exp_and_silu_rows_give_the_scalar_bits() {
+        use crate::backend::Backend;
+        use crate::isa::Isa;
+        let xs: Vec<f32> = (0..37 * 3)
+            .map(|i| -100.0 + 200.0 * i as f32 / 110.0)
+            .chain([0.0, -0.0, 88.72, -87.5, f32::INFINITY, f32::NEG_INFINITY])
+            .collect();
+        for (op, f) in [
+            (UnaryOp::Exp, f32::exp as fn(f32) -> f32),
+            (UnaryOp::Silu, silu),
+        ] {
+            for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
+                let a = Tensor::new(DType::F32, &[37, 3]).unwrap();
+                let out = crate::ops::unary(&a, op).unwrap();
+                let graph = Graph::build(std::slice::from_ref(&out));
+                let _bufs = alloc_graph_host(&graph).unwrap();
+                for chunk in xs.chunks(37 * 3) {
+                    let mut v = chunk.to_vec();
+                    v.resize(37 * 3, 1.0);
+                    a.write_f32(&v).unwrap();
+                    let mut cpu = CpuBackend::new(2);
+                    cpu.set_isa(isa).unwrap();
+                    cpu.graph_compute(&graph).unwrap();
+                    let got = out.to_f32_vec().unwrap();
+                    for (x, y) in v.iter().zip(&got) {
+                        assert_eq!(f(*x).to_bits(), y.to_bits(), "{op:?}({x:e}) at {isa}");
+                    }
+                }
+            }
+        }
     }
 
     /// The layouts the direct path serves take it (so the bit-for-bit test
