@@ -104,6 +104,12 @@ pub(super) fn attention(
     };
     let attn_softcap = hp.shaping.attn_softcap;
     let (mut q, mut k, v) = qkv(hp, l, x, n_tokens, il)?;
+    // The three projections first, side by side: the CPU backend computes
+    // matmuls over one input that are live together as one step (one
+    // activation preparation, one barrier).
+    for t in [&q, &k, &v] {
+        graph.expand(t);
+    }
     if let Some(w) = &l.attn_q_norm {
         q = norm(&q, w, hp.rms_eps, "Qcur_normed", il)?;
     }

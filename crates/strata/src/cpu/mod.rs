@@ -24,6 +24,9 @@ mod packed_buffer;
 #[cfg(test)]
 mod plan_cache_tests;
 mod pool;
+mod steps;
+#[cfg(test)]
+mod steps_tests;
 pub mod vector;
 mod view;
 
@@ -172,21 +175,27 @@ struct PlanCache {
     written: crate::graph::IdSet<u64>,
     /// Thread count `works` was sized for.
     nth: usize,
-    /// Work memory of each plan for `nth` threads.
+    /// Work memory of each plan for `nth` threads (a step's members share
+    /// the largest).
     works: Vec<WorkSize>,
+    /// Ranges of `plans` that run as one step (`steps`): single nodes, and
+    /// packed MUL_MATs sharing their activations.
+    steps: Vec<std::ops::Range<usize>>,
 }
 
 impl PlanCache {
     /// Resolves `graph` for `nth` threads.
     fn new(graph: &Graph, key: Vec<u64>, nth: usize) -> Result<PlanCache> {
         let (plans, written) = CpuBackend::resolve(graph)?;
-        let works = plans.iter().map(|(_, p)| ops::work_size(p, nth)).collect();
+        let (plans, steps) = steps::schedule(plans);
+        let works = steps::works(&plans, &steps, nth);
         Ok(PlanCache {
             key,
             plans,
             written,
             nth,
             works,
+            steps,
         })
     }
 
@@ -341,6 +350,16 @@ impl CpuBackend {
         self.plan_resolutions
     }
 
+    /// The sizes of the last planned graph's steps, in order (1: a node
+    /// alone; more: matmuls sharing their input).
+    #[cfg(test)]
+    pub(crate) fn step_sizes(&self) -> Vec<usize> {
+        self.cache
+            .as_ref()
+            .map(|c| c.steps.iter().map(|s| s.len()).collect())
+            .unwrap_or_default()
+    }
+
     /// Bytes of work memory the last graph needed.
     pub fn work_size(&self) -> usize {
         self.work.len() * 8
@@ -374,11 +393,7 @@ impl CpuBackend {
         let works = if cache.nth == nth {
             &cache.works
         } else {
-            resized = cache
-                .plans
-                .iter()
-                .map(|(_, p)| ops::work_size(p, nth))
-                .collect();
+            resized = steps::works(&cache.plans, &cache.steps, nth);
             &resized
         };
         let plans = &cache.plans;
@@ -404,9 +419,18 @@ impl CpuBackend {
         let isa = self.isa;
         let t0 = Instant::now();
         let ok = self.pool.run(&|w| {
-            for ((_, plan), work) in plans.iter().zip(works) {
-                let ctx = Ctx::new(w, wdata_addr as *mut u8, *work, isa);
-                ops::forward(plan, &ctx);
+            for step in &cache.steps {
+                let ctx = Ctx::new(w, wdata_addr as *mut u8, works[step.start], isa);
+                let members = &plans[step.clone()];
+                if let [(_, plan)] = members {
+                    ops::forward(plan, &ctx);
+                } else {
+                    let mut refs = [&members[0].1; steps::MAX_STEP];
+                    for (r, (_, p)) in refs.iter_mut().zip(members) {
+                        *r = p;
+                    }
+                    ops::forward_matmuls(&refs[..members.len()], &ctx);
+                }
                 if w.ith == 0 {
                     if let Some(cb) = abort {
                         if cb() {

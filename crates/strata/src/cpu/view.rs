@@ -103,6 +103,33 @@ impl TView {
         }
     }
 
+    /// The addresses the view spans, `ggml_nbytes` from its first byte (empty
+    /// when a dimension is 0): the CPU backend compares spans to find nodes
+    /// that touch disjoint memory.
+    pub(crate) fn span(&self) -> std::ops::Range<usize> {
+        let start = self.ptr as usize;
+        if self.ne.contains(&0) {
+            return start..start;
+        }
+        let bs = self.dtype.block_size();
+        let first = if bs == 1 {
+            self.dtype.type_size() + (self.ne[0] - 1) * self.nb[0]
+        } else {
+            self.ne[0] / bs * self.nb[0]
+        };
+        let rest: usize = (1..4).map(|i| (self.ne[i] - 1) * self.nb[i]).sum();
+        start..start + first + rest
+    }
+
+    /// Whether `other` is this view: the same memory, type, shape and strides.
+    pub(crate) fn same_view(&self, other: &TView) -> bool {
+        self.ptr == other.ptr
+            && self.dtype == other.dtype
+            && self.ne == other.ne
+            && self.nb == other.nb
+            && self.packed == other.packed
+    }
+
     /// Number of rows.
     pub fn nrows(&self) -> usize {
         self.ne[1] * self.ne[2] * self.ne[3]

@@ -77,8 +77,47 @@ fn counter_offset(a_dtype: DType, k: usize, cols: usize) -> usize {
 }
 
 pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
-    let (a, b, dst) = (node.src(0), node.src(1), &node.dst);
-    debug_assert!(a.packed);
+    forward_many(&[node], ctx)
+}
+
+/// Whether two packed weight types prepare identical activation columns
+/// (same dot type, same per-block layout and offset term), so packed
+/// MUL_MATs of the two over one `src1` can share one preparation
+/// ([`forward_many`]).
+pub(crate) fn same_activations(a: DType, b: DType) -> bool {
+    packed::is_packable(a)
+        && packed::is_packable(b)
+        && vec_dot_type(a) == vec_dot_type(b)
+        && packed::act_offset(a) == packed::act_offset(b)
+}
+
+/// Several packed MUL_MATs over the same activations (`src1`, one view; the
+/// weights' types [`same_activations`]; none reads another's output): the
+/// activations are prepared once, then the units of every node are claimed
+/// from one counter, so the nodes share one preparation and one barrier
+/// and their units balance across threads together (a decode's Q, K and V,
+/// or gate and up). Every output is computed by the same arithmetic as
+/// [`forward`] of its node alone, so the results are bit-identical.
+///
+/// Where the level has kernels for some of the weights and not others, the
+/// nodes run one after another (with a barrier between them), as
+/// [`forward`] each.
+pub(super) fn forward_many(nodes: &[&NodePlan], ctx: &Ctx<'_>) {
+    let Some(first) = nodes.first() else {
+        return;
+    };
+    let has = |n: &NodePlan| packed::kernels_for(ctx.isa, n.src(0).dtype).is_some();
+    if nodes.iter().any(|n| has(n) != has(first)) {
+        for (i, n) in nodes.iter().enumerate() {
+            if i > 0 {
+                ctx.w.barrier();
+            }
+            forward_many(&[n], ctx);
+        }
+        return;
+    }
+    let (a, b) = (first.src(0), first.src(1));
+    debug_assert!(nodes.iter().all(|n| n.src(0).packed));
     let k = a.ne[0];
     let nb = k / a.dtype.block_size();
     let vdt = vec_dot_type(a.dtype);
@@ -90,7 +129,10 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     };
     let n_cols = b.nrows();
 
-    let (row_len, bytes_len) = scratch_bytes(a.dtype, k);
+    let (row_len, bytes_len) = nodes
+        .iter()
+        .map(|n| scratch_bytes(n.src(0).dtype, k))
+        .fold((0, 0), |(r, l), (r2, l2)| (r.max(r2), l.max(l2)));
     let scratch = ctx.scratch_f32((row_len + bytes_len) / 4);
     let (row, rest) = scratch.split_at_mut(k);
     // SAFETY: `rest` is this thread's f32 scratch (exclusively borrowed); its
@@ -128,25 +170,38 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     // the offset a multiple of 64), used only as this node's counter.
     let counter = unsafe { claim_counter(shared.add(counter_offset(a.dtype, k, n_cols)), ctx) };
 
-    // Phase 2: units of one group × a block of columns of one plane.
-    let groups = a.ne[1] / ROWS;
+    // Phase 2: units of one group × a block of columns of one plane, the
+    // nodes' units one after another.
     let n_plane = b.ne[1];
     let planes = b.ne[2] * b.ne[3];
-    let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
-    let width = column_block(n_plane, col_bytes, planes * groups, ctx.w.nth.max(1));
+    let groups_of = |n: &NodePlan| n.src(0).ne[1] / ROWS;
+    let all_groups: usize = nodes.iter().map(|n| groups_of(n)).sum();
+    let width = column_block(n_plane, col_bytes, planes * all_groups, ctx.w.nth.max(1));
     let blocks = n_plane.div_ceil(width);
-    let direct = dst.nb[0] == 4;
+    let per_node = |n: &NodePlan| planes * blocks * groups_of(n);
+    let units: usize = nodes.iter().map(|n| per_node(n)).sum();
     let mut tmp = [[0f32; ROWS]; Kernels::NR];
-    let units = planes * blocks * groups;
-    for u in claims(counter, units, ctx) {
+    for mut u in claims(counter, units, ctx) {
+        let mut node = nodes[0];
+        for n in nodes {
+            node = n;
+            if u < per_node(n) {
+                break;
+            }
+            u -= per_node(n);
+        }
+        let (a, dst) = (node.src(0), &node.dst);
+        let groups = groups_of(node);
+        let direct = dst.nb[0] == 4;
         let g = u % groups;
         let (cb, p) = ((u / groups) % blocks, u / groups / blocks);
         let (i12, i13) = (p % b.ne[2], p / b.ne[2]);
+        let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
         let w = a.row_ptr(g * ROWS, i12 / r2, i13 / r3);
         let (n0, n1) = (cb * width, ((cb + 1) * width).min(n_plane));
         // SAFETY (all uses): columns p·n_plane + n0 .. n1 were written before the barrier.
         let act = |c: usize| unsafe { shared.add((p * n_plane + c) * col_bytes) };
-        let Some(kern) = kernels else {
+        let Some(kern) = packed::kernels_for(ctx.isa, a.dtype) else {
             fallback(a, w, act, n0, n1, bytes, ctx, |c, out| {
                 store(dst, g, c, i12, i13, out)
             });

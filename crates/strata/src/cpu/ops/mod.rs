@@ -255,6 +255,18 @@ pub(crate) fn work_size(node: &NodePlan, nth: usize) -> WorkSize {
 }
 
 /// Runs this thread's share of `node`.
+/// Packed MUL_MATs over the same activations as one step (the CPU
+/// backend's `steps`): see `matmul_packed::forward_many`.
+pub(crate) fn forward_matmuls(nodes: &[&NodePlan], ctx: &Ctx<'_>) {
+    matmul_packed::forward_many(nodes, ctx)
+}
+
+/// Whether packed weights of types `a` and `b` prepare identical activation
+/// columns (so their MUL_MATs over one `src1` can share one step).
+pub(crate) fn matmul_activations_alike(a: crate::tensor::DType, b: crate::tensor::DType) -> bool {
+    matmul_packed::same_activations(a, b)
+}
+
 pub(crate) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     if node.op.is_view_op() {
         return;

@@ -591,6 +591,17 @@ pub(crate) fn act_bytes(dtype: DType, k: usize) -> usize {
     }
 }
 
+/// The offset whose `-offset · Σq` term the per-block activation layout of
+/// a legacy type carries (0 for the types with a Q8_1 sum or none).
+pub(crate) fn act_offset(dtype: DType) -> i32 {
+    match dtype {
+        DType::Q4_0 => 8,
+        DType::Q5_0 => 16,
+        DType::Q8_0 | DType::IQ4_NL => 128,
+        _ => 0,
+    }
+}
+
 /// Converts one activation row quantized to `vec_dot_type(dtype)` (Q8_0 or
 /// Q8_1 bytes `q`) into the kernels' per-block layout in `out`
 /// ([`act_bytes`]): the definition the kernels' own quantizers
@@ -602,12 +613,7 @@ pub(crate) fn prepare_activation(dtype: DType, q: &[u8], out: &mut [u8]) {
         out.copy_from_slice(q);
         return;
     }
-    let off: i32 = match dtype {
-        DType::Q4_0 => 8,
-        DType::Q5_0 => 16,
-        DType::Q8_0 | DType::IQ4_NL => 128,
-        _ => 0,
-    };
+    let off = act_offset(dtype);
     let min = crate::quant::vec_dot_type(dtype) == DType::Q8_1;
     let ts = if min { 36 } else { 34 };
     let qo = if min { 4 } else { 2 };

@@ -1,0 +1,231 @@
+//! Packed MUL_MATs over one input run as one step (`steps`): with the
+//! results of each matmul computed alone, bit for bit, whatever the thread
+//! count; and never where moving a node would change what it reads.
+
+use super::{alloc_graph_host, packed_buffer_type, CpuBackend};
+use crate::backend::{alloc_tensors, Backend, Buffer};
+use crate::conformance::Rng;
+use crate::{ops, DType, Graph, Tensor};
+use std::sync::Arc;
+
+const K: usize = 256;
+
+/// A packed weight of `rows` rows of K, filled from `seed`.
+fn weight(t: DType, rows: usize, seed: u64, keep: &mut Vec<Arc<dyn Buffer>>) -> Tensor {
+    let w = Tensor::new(t, &[K, rows]).unwrap();
+    keep.extend(alloc_tensors(std::slice::from_ref(&w), &packed_buffer_type()).unwrap());
+    w.write_f32(&Rng::new(seed).vec(K * rows, -1.0, 1.0))
+        .unwrap();
+    w
+}
+
+/// `mul_mat(w, x)` alone in a graph of its own on `nth` threads (the
+/// reference: a step of one node).
+fn alone(w: &Tensor, x: &[f32], cols: usize, nth: usize) -> Vec<f32> {
+    let xi = Tensor::new(DType::F32, &[K, cols]).unwrap();
+    let y = ops::mul_mat(w, &xi).unwrap();
+    let g = Graph::build(std::slice::from_ref(&y));
+    let _b = alloc_graph_host(&g).unwrap();
+    xi.write_f32(x).unwrap();
+    let mut be = CpuBackend::new(nth);
+    be.graph_compute(&g).unwrap();
+    assert_eq!(be.step_sizes(), vec![1]);
+    y.to_f32_vec().unwrap()
+}
+
+fn input(cols: usize, seed: u64) -> Vec<f32> {
+    Rng::new(seed).vec(K * cols, -2.0, 2.0)
+}
+
+#[test]
+fn matmuls_over_one_input_run_as_one_step_with_the_same_bits() {
+    // Q4_0 and Q4_0 share activations; Q4_K, Q6_K and IQ4_XS (Q8_K) too;
+    // Q4_0 and Q8_0 do not (another offset term), so they stay apart.
+    let cases: [(&[DType], &[usize]); 3] = [
+        (&[DType::Q4_0, DType::Q4_0, DType::Q4_0], &[3]),
+        (&[DType::Q4_K, DType::Q6_K, DType::IQ4_XS], &[3]),
+        (&[DType::Q4_0, DType::Q8_0], &[1, 1]),
+    ];
+    for (types, steps) in cases {
+        for cols in [1, 5, 40] {
+            for nth in [1, 2, 3] {
+                let mut keep = Vec::new();
+                let ws: Vec<Tensor> = types
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| weight(t, 32 + 16 * i, 7 + i as u64, &mut keep))
+                    .collect();
+                let x = Tensor::new(DType::F32, &[K, cols]).unwrap();
+                let ys: Vec<Tensor> = ws.iter().map(|w| ops::mul_mat(w, &x).unwrap()).collect();
+                let g = Graph::build(&ys);
+                keep.extend(alloc_graph_host(&g).unwrap());
+                let data = input(cols, 3);
+                x.write_f32(&data).unwrap();
+                let mut be = CpuBackend::new(nth);
+                be.graph_compute(&g).unwrap();
+                assert_eq!(be.step_sizes(), steps, "{types:?}");
+                for (w, y) in ws.iter().zip(&ys) {
+                    let got = y.to_f32_vec().unwrap();
+                    let want = alone(w, &data, cols, nth);
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{} with {cols} columns, {nth} threads", w.dtype());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_later_matmul_moves_up_past_nodes_it_does_not_touch() {
+    // Graph order: K, scale(K), V. V reads only x and writes memory of its
+    // own (every result is an output, so none is reused), so it joins K.
+    let mut keep = Vec::new();
+    let wk = weight(DType::Q8_0, 48, 1, &mut keep);
+    let wv = weight(DType::Q8_0, 32, 2, &mut keep);
+    let x = Tensor::new(DType::F32, &[K, 2]).unwrap();
+    let k = ops::mul_mat(&wk, &x).unwrap();
+    let rk = ops::scale(&k, 0.5).unwrap();
+    let v = ops::mul_mat(&wv, &x).unwrap();
+    let g = Graph::build(&[k.clone(), rk.clone(), v.clone()]);
+    keep.extend(alloc_graph_host(&g).unwrap());
+    let data = input(2, 9);
+    x.write_f32(&data).unwrap();
+    let mut be = CpuBackend::new(2);
+    be.graph_compute(&g).unwrap();
+    assert_eq!(
+        be.step_sizes(),
+        vec![2, 1],
+        "K and V together, then the scale"
+    );
+    assert_eq!(v.to_f32_vec().unwrap(), alone(&wv, &data, 2, 2));
+    let kk = alone(&wk, &data, 2, 2);
+    assert_eq!(k.to_f32_vec().unwrap(), kk);
+    let half: Vec<f32> = kk.iter().map(|v| v * 0.5).collect();
+    assert_eq!(rk.to_f32_vec().unwrap(), half);
+}
+
+#[test]
+fn a_matmul_never_moves_past_a_write_to_its_input() {
+    // mm1 reads x; CPY then overwrites x with z; mm2 reads the result (a view
+    // of x: the same memory, type and shape as mm1's input). Moving mm2 up
+    // to mm1 would make it read the old x.
+    let mut keep = Vec::new();
+    let w1 = weight(DType::Q4_0, 32, 4, &mut keep);
+    let w2 = weight(DType::Q4_0, 32, 5, &mut keep);
+    let x = Tensor::new(DType::F32, &[K, 3]).unwrap();
+    let z = Tensor::new(DType::F32, &[K, 3]).unwrap();
+    let y1 = ops::mul_mat(&w1, &x).unwrap();
+    let c = ops::cpy(&z, &x).unwrap();
+    let y2 = ops::mul_mat(&w2, &c).unwrap();
+    let g = Graph::build(&[y1.clone(), y2.clone()]);
+    keep.extend(alloc_graph_host(&g).unwrap());
+    let (xd, zd) = (input(3, 11), input(3, 12));
+    x.write_f32(&xd).unwrap();
+    z.write_f32(&zd).unwrap();
+    let mut be = CpuBackend::new(2);
+    be.graph_compute(&g).unwrap();
+    assert_eq!(be.step_sizes(), vec![1, 1, 1]);
+    assert_eq!(y1.to_f32_vec().unwrap(), alone(&w1, &xd, 3, 2));
+    assert_eq!(y2.to_f32_vec().unwrap(), alone(&w2, &zd, 3, 2));
+}
+
+#[test]
+fn a_matmul_never_moves_onto_memory_a_passed_node_still_reads() {
+    // K, scale(K), V with only the scale and V kept: the planner may give V
+    // the memory of K (dead after the scale). If it does, V must wait for
+    // the scale; either way the results are those of each op alone.
+    let mut keep = Vec::new();
+    let wk = weight(DType::Q4_1, 32, 6, &mut keep);
+    let wv = weight(DType::Q4_1, 32, 8, &mut keep);
+    let x = Tensor::new(DType::F32, &[K, 4]).unwrap();
+    let k = ops::mul_mat(&wk, &x).unwrap();
+    let rk = ops::scale(&k, 3.0).unwrap();
+    let v = ops::mul_mat(&wv, &x).unwrap();
+    let g = Graph::build(&[rk.clone(), v.clone()]);
+    keep.extend(alloc_graph_host(&g).unwrap());
+    let data = input(4, 13);
+    x.write_f32(&data).unwrap();
+    let mut be = CpuBackend::new(2);
+    be.graph_compute(&g).unwrap();
+    let shares = |a: &Tensor, b: &Tensor| {
+        let (sa, sb) = (a.storage().unwrap(), b.storage().unwrap());
+        Arc::ptr_eq(&sa.buffer, &sb.buffer)
+            && sa.offset < sb.offset + b.nbytes()
+            && sb.offset < sa.offset + a.nbytes()
+    };
+    let want = if shares(&k, &v) {
+        vec![1, 1, 1]
+    } else {
+        vec![2, 1]
+    };
+    assert_eq!(be.step_sizes(), want);
+    assert_eq!(v.to_f32_vec().unwrap(), alone(&wv, &data, 4, 2));
+    let kk: Vec<f32> = alone(&wk, &data, 4, 2).iter().map(|v| v * 3.0).collect();
+    assert_eq!(rk.to_f32_vec().unwrap(), kk);
+}
+
+#[test]
+fn matmuls_writing_the_same_memory_never_share_a_step() {
+    // Plans made by hand: two packed Q4_0 MUL_MATs over one input, their
+    // outputs at the same address (then apart). Nothing lies between them,
+    // so only the members' own check can keep them apart.
+    use super::ops::NodePlan;
+    use super::steps::schedule;
+    use super::TView;
+    let mut mem = vec![0u8; 1 << 16];
+    let base = mem.as_mut_ptr();
+    let view = |off: usize, t: DType, ne: [usize; 4], packed: bool| {
+        let rs = t.row_size(ne[0]);
+        let nb = [t.type_size(), rs, rs * ne[1], rs * ne[1] * ne[2]];
+        // SAFETY: every view spans at most 16 KiB from offsets below 32 KiB
+        // of `mem`, which outlives them; nothing is computed through them.
+        let mut v = unsafe { TView::from_raw(base.add(off), t, ne, nb) };
+        v.packed = packed;
+        v
+    };
+    let mm = |w_off: usize, out_off: usize| {
+        let mut src: [Option<TView>; crate::tensor::MAX_SRC] = Default::default();
+        src[0] = Some(view(w_off, DType::Q4_0, [K, 32, 1, 1], true));
+        src[1] = Some(view(0, DType::F32, [K, 1, 1, 1], false));
+        NodePlan {
+            op: crate::ops::Op::MulMat,
+            dst: view(out_off, DType::F32, [32, 1, 1, 1], false),
+            src,
+        }
+    };
+    let sizes = |plans: Vec<(usize, NodePlan)>| {
+        let (_, steps) = schedule(plans);
+        steps.iter().map(|s| s.len()).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        sizes(vec![(0, mm(4096, 30000)), (1, mm(16384, 30000))]),
+        vec![1, 1]
+    );
+    assert_eq!(
+        sizes(vec![(0, mm(4096, 30000)), (1, mm(16384, 31000))]),
+        vec![2]
+    );
+}
+
+#[test]
+fn permuting_in_place_gives_the_order() {
+    use super::steps::permute;
+    let mut rng = Rng::new(21);
+    for n in [0, 1, 2, 5, 17, 64] {
+        for _ in 0..20 {
+            // A random permutation (Fisher-Yates from the generator's floats).
+            let mut order: Vec<usize> = (0..n).collect();
+            for i in (1..n).rev() {
+                let r = rng.vec(1, 0.0, (i + 1) as f32)[0] as usize;
+                order.swap(i, r.min(i));
+            }
+            let mut v: Vec<usize> = (100..100 + n).collect();
+            permute(&mut v, &order);
+            let want: Vec<usize> = order.iter().map(|&o| 100 + o).collect();
+            assert_eq!(v, want, "{order:?}");
+        }
+    }
+}
