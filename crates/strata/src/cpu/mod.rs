@@ -163,6 +163,40 @@ pub struct CpuBackend {
     key: Vec<u64>,
     /// How many times a graph's plans were resolved (cache misses).
     plan_resolutions: u64,
+    /// Time per kind of step, when profiling ([`CpuBackend::set_profiling`]).
+    profile: Option<Profile>,
+    /// Print the profile to stderr when dropped (`STRATA_PROFILE` set).
+    print_profile: bool,
+}
+
+/// Time per kind of step: the op and the weight types of its nodes.
+#[derive(Default)]
+struct Profile {
+    entries: std::collections::HashMap<String, (u64, u64)>,
+}
+
+/// One line of [`CpuBackend::profile`]: a kind of step and the time the
+/// backend spent on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProfileEntry {
+    /// The op and its first source's type, e.g. `MUL_MAT q4_0`; matmuls
+    /// run as one step name every weight, e.g. `MUL_MAT q5_0+q5_0+q8_0`.
+    pub what: String,
+    /// Wall time from the end of the previous step to the end of this one
+    /// on thread 0 (the barrier after it included), summed over computes.
+    pub time: Duration,
+    /// How many steps of this kind ran.
+    pub count: u64,
+}
+
+/// What a step is, for the profile.
+fn step_label(members: &[(usize, NodePlan)]) -> String {
+    let (_, first) = &members[0];
+    let types: Vec<String> = members
+        .iter()
+        .map(|(_, p)| p.src[0].map_or_else(|| p.dst.dtype.to_string(), |s| s.dtype.to_string()))
+        .collect();
+    format!("{} {}", first.op.name(), types.join("+"))
 }
 
 /// Resolved plans of one graph and what they were resolved from.
@@ -288,7 +322,46 @@ impl CpuBackend {
             cache: None,
             key: Vec::new(),
             plan_resolutions: 0,
+            profile: None,
+            print_profile: false,
         }
+        .with_env_profiling()
+    }
+
+    /// `STRATA_PROFILE` set: profile, and print the table when dropped.
+    fn with_env_profiling(mut self) -> CpuBackend {
+        if std::env::var_os("STRATA_PROFILE").is_some_and(|v| !v.is_empty() && v != "0") {
+            self.set_profiling(true);
+            self.print_profile = true;
+        }
+        self
+    }
+
+    /// Starts (clearing what was gathered) or stops timing every step by
+    /// kind ([`CpuBackend::profile`]). Also on when `STRATA_PROFILE` is set
+    /// in the environment, which prints the table to stderr when the backend
+    /// is dropped (e.g. at the end of `strata bench`).
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profile = on.then(Profile::default);
+    }
+
+    /// Time per kind of step since profiling started, most first: where a
+    /// graph's time goes, op by op (ggml's `GGML_PERF` in spirit).
+    pub fn profile(&self) -> Vec<ProfileEntry> {
+        let Some(p) = &self.profile else {
+            return Vec::new();
+        };
+        let mut v: Vec<ProfileEntry> = p
+            .entries
+            .iter()
+            .map(|(what, &(ns, count))| ProfileEntry {
+                what: what.clone(),
+                time: Duration::from_nanos(ns),
+                count,
+            })
+            .collect();
+        v.sort_by(|a, b| b.time.cmp(&a.time).then_with(|| a.what.cmp(&b.what)));
+        v
     }
 
     /// A handle to this backend's accumulated kernel time (see [`KernelClock`]).
@@ -418,8 +491,14 @@ impl CpuBackend {
         let abort = self.abort.as_ref();
         let isa = self.isa;
         let t0 = Instant::now();
+        let times: Vec<AtomicU64> = if self.profile.is_some() {
+            cache.steps.iter().map(|_| AtomicU64::new(0)).collect()
+        } else {
+            Vec::new()
+        };
         let ok = self.pool.run(&|w| {
-            for step in &cache.steps {
+            let mut last = Instant::now();
+            for (si, step) in cache.steps.iter().enumerate() {
                 let ctx = Ctx::new(w, wdata_addr as *mut u8, works[step.start], isa);
                 let members = &plans[step.clone()];
                 if let [(_, plan)] = members {
@@ -439,12 +518,30 @@ impl CpuBackend {
                     }
                 }
                 w.barrier();
+                if w.ith == 0 {
+                    if let Some(t) = times.get(si) {
+                        let now = Instant::now();
+                        let ns = u64::try_from((now - last).as_nanos()).unwrap_or(u64::MAX);
+                        t.store(ns, Ordering::Relaxed);
+                        last = now;
+                    }
+                }
                 if aborted.load(Ordering::Acquire) {
                     break;
                 }
             }
         });
         self.clock.add(t0.elapsed());
+        if let Some(p) = &mut self.profile {
+            for (step, t) in cache.steps.iter().zip(&times) {
+                let e = p
+                    .entries
+                    .entry(step_label(&plans[step.clone()]))
+                    .or_default();
+                e.0 = e.0.saturating_add(t.load(Ordering::Relaxed));
+                e.1 += 1;
+            }
+        }
         if !ok {
             return Err(Error::Backend {
                 backend: "CPU".into(),
@@ -523,6 +620,32 @@ fn zeroed_words(n: usize) -> Option<Vec<u64>> {
     // SAFETY: `p` comes from the global allocator with the layout of `n`
     // u64s (so capacity `n` matches it), and all `n` are initialized (zeroed).
     Some(unsafe { Vec::from_raw_parts(p, n, n) })
+}
+
+impl Drop for CpuBackend {
+    fn drop(&mut self) {
+        if !self.print_profile {
+            return;
+        }
+        let entries = self.profile();
+        let total: Duration = entries.iter().map(|e| e.time).sum();
+        if entries.is_empty() || total.is_zero() {
+            return;
+        }
+        eprintln!(
+            "CPU profile (STRATA_PROFILE): {:.3} ms in steps",
+            total.as_secs_f64() * 1e3
+        );
+        for e in &entries {
+            eprintln!(
+                "{:>10.3} ms {:>5.1} % {:>8} x  {}",
+                e.time.as_secs_f64() * 1e3,
+                100.0 * e.time.as_secs_f64() / total.as_secs_f64(),
+                e.count,
+                e.what
+            );
+        }
+    }
 }
 
 impl Backend for CpuBackend {

@@ -229,3 +229,43 @@ fn permuting_in_place_gives_the_order() {
         }
     }
 }
+
+#[test]
+fn the_profile_counts_every_step_by_kind() {
+    let mut keep = Vec::new();
+    let w1 = weight(DType::Q4_0, 32, 1, &mut keep);
+    let w2 = weight(DType::Q4_0, 16, 2, &mut keep);
+    let x = Tensor::new(DType::F32, &[K, 2]).unwrap();
+    let y1 = ops::mul_mat(&w1, &x).unwrap();
+    let y2 = ops::mul_mat(&w2, &x).unwrap();
+    let s = ops::scale(&y1, 2.0).unwrap();
+    let g = Graph::build(&[y1, y2, s]);
+    keep.extend(alloc_graph_host(&g).unwrap());
+    x.write_f32(&input(2, 1)).unwrap();
+    let mut be = CpuBackend::new(2);
+    be.graph_compute(&g).unwrap();
+    assert!(be.profile().is_empty(), "off by default");
+    be.set_profiling(true);
+    let clock = be.kernel_clock();
+    let before = clock.elapsed();
+    for _ in 0..3 {
+        be.graph_compute(&g).unwrap();
+    }
+    let p = be.profile();
+    let kinds: Vec<(&str, u64)> = p.iter().map(|e| (e.what.as_str(), e.count)).collect();
+    assert_eq!(kinds.len(), 2, "{kinds:?}");
+    assert!(kinds.contains(&("MUL_MAT q4_0+q4_0", 3)), "{kinds:?}");
+    assert!(kinds.contains(&("SCALE f32", 3)), "{kinds:?}");
+    let total: std::time::Duration = p.iter().map(|e| e.time).sum();
+    assert!(total > std::time::Duration::ZERO);
+    assert!(
+        total <= clock.elapsed() - before,
+        "steps inside the kernel time"
+    );
+    assert!(p.windows(2).all(|w| w[0].time >= w[1].time), "most first");
+    be.set_profiling(true);
+    assert!(be.profile().is_empty(), "restarting clears");
+    be.set_profiling(false);
+    be.graph_compute(&g).unwrap();
+    assert!(be.profile().is_empty());
+}
