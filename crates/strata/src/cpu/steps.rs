@@ -23,8 +23,8 @@ use super::TView;
 use crate::ops::Op;
 use std::ops::Range;
 
-/// Most nodes one step holds.
-pub(super) const MAX_STEP: usize = 8;
+/// Most nodes one step holds (what one call of the packed matmul takes).
+pub(super) const MAX_STEP: usize = ops::MAX_MATMULS_PER_STEP;
 
 /// How far past a step's first node its members are looked for (nodes of
 /// the plan; a decode layer has about 20).

@@ -41,10 +41,13 @@ fn input(cols: usize, seed: u64) -> Vec<f32> {
 fn matmuls_over_one_input_run_as_one_step_with_the_same_bits() {
     // Q4_0 and Q4_0 share activations; Q4_K, Q6_K and IQ4_XS (Q8_K) too;
     // Q4_0 and Q8_0 do not (another offset term), so they stay apart.
-    let cases: [(&[DType], &[usize]); 3] = [
+    let cases: [(&[DType], &[usize]); 4] = [
         (&[DType::Q4_0, DType::Q4_0, DType::Q4_0], &[3]),
         (&[DType::Q4_K, DType::Q6_K, DType::IQ4_XS], &[3]),
         (&[DType::Q4_0, DType::Q8_0], &[1, 1]),
+        // Q8_0 and IQ4_NL share activations; on Arm IQ4_NL has no packed
+        // kernels where Q8_0 has, so the step runs them one after another.
+        (&[DType::Q8_0, DType::IQ4_NL], &[2]),
     ];
     for (types, steps) in cases {
         for cols in [1, 5, 40] {
@@ -78,33 +81,49 @@ fn matmuls_over_one_input_run_as_one_step_with_the_same_bits() {
     }
 }
 
-#[test]
-fn a_later_matmul_moves_up_past_nodes_it_does_not_touch() {
-    // Graph order: K, scale(K), V. V reads only x and writes memory of its
-    // own (every result is an output, so none is reused), so it joins K.
+/// The graph K = w_k·x, scale(K, s), V = w_v·x (that order) on 2 threads,
+/// K kept as an output or not; its step sizes, K, V and the scale's result,
+/// each checked against the op alone. Returns whether V's memory overlaps K's.
+fn k_scale_v(t: DType, cols: usize, s: f32, keep_k: bool, seed: u64) -> (Vec<usize>, bool) {
     let mut keep = Vec::new();
-    let wk = weight(DType::Q8_0, 48, 1, &mut keep);
-    let wv = weight(DType::Q8_0, 32, 2, &mut keep);
-    let x = Tensor::new(DType::F32, &[K, 2]).unwrap();
+    let wk = weight(t, 48, seed, &mut keep);
+    let wv = weight(t, 32, seed + 1, &mut keep);
+    let x = Tensor::new(DType::F32, &[K, cols]).unwrap();
     let k = ops::mul_mat(&wk, &x).unwrap();
-    let rk = ops::scale(&k, 0.5).unwrap();
+    let rk = ops::scale(&k, s).unwrap();
     let v = ops::mul_mat(&wv, &x).unwrap();
-    let g = Graph::build(&[k.clone(), rk.clone(), v.clone()]);
+    let outs = if keep_k {
+        vec![k.clone(), rk.clone(), v.clone()]
+    } else {
+        vec![rk.clone(), v.clone()]
+    };
+    let g = Graph::build(&outs);
     keep.extend(alloc_graph_host(&g).unwrap());
-    let data = input(2, 9);
+    let data = input(cols, seed + 2);
     x.write_f32(&data).unwrap();
     let mut be = CpuBackend::new(2);
     be.graph_compute(&g).unwrap();
-    assert_eq!(
-        be.step_sizes(),
-        vec![2, 1],
-        "K and V together, then the scale"
-    );
-    assert_eq!(v.to_f32_vec().unwrap(), alone(&wv, &data, 2, 2));
-    let kk = alone(&wk, &data, 2, 2);
-    assert_eq!(k.to_f32_vec().unwrap(), kk);
-    let half: Vec<f32> = kk.iter().map(|v| v * 0.5).collect();
-    assert_eq!(rk.to_f32_vec().unwrap(), half);
+    assert_eq!(v.to_f32_vec().unwrap(), alone(&wv, &data, cols, 2));
+    let kk = alone(&wk, &data, cols, 2);
+    if keep_k {
+        assert_eq!(k.to_f32_vec().unwrap(), kk);
+    }
+    let scaled: Vec<f32> = kk.iter().map(|v| v * s).collect();
+    assert_eq!(rk.to_f32_vec().unwrap(), scaled);
+    let (sk, sv) = (k.storage().unwrap(), v.storage().unwrap());
+    let shared = Arc::ptr_eq(&sk.buffer, &sv.buffer)
+        && sk.offset < sv.offset + v.nbytes()
+        && sv.offset < sk.offset + k.nbytes();
+    (be.step_sizes(), shared)
+}
+
+#[test]
+fn a_later_matmul_moves_up_past_nodes_it_does_not_touch() {
+    // V reads only x and writes memory of its own (every result is an
+    // output, so none is reused), so it joins K.
+    let (steps, shared) = k_scale_v(DType::Q8_0, 2, 0.5, true, 1);
+    assert!(!shared);
+    assert_eq!(steps, vec![2, 1], "K and V together, then the scale");
 }
 
 #[test]
@@ -134,37 +153,12 @@ fn a_matmul_never_moves_past_a_write_to_its_input() {
 
 #[test]
 fn a_matmul_never_moves_onto_memory_a_passed_node_still_reads() {
-    // K, scale(K), V with only the scale and V kept: the planner may give V
-    // the memory of K (dead after the scale). If it does, V must wait for
-    // the scale; either way the results are those of each op alone.
-    let mut keep = Vec::new();
-    let wk = weight(DType::Q4_1, 32, 6, &mut keep);
-    let wv = weight(DType::Q4_1, 32, 8, &mut keep);
-    let x = Tensor::new(DType::F32, &[K, 4]).unwrap();
-    let k = ops::mul_mat(&wk, &x).unwrap();
-    let rk = ops::scale(&k, 3.0).unwrap();
-    let v = ops::mul_mat(&wv, &x).unwrap();
-    let g = Graph::build(&[rk.clone(), v.clone()]);
-    keep.extend(alloc_graph_host(&g).unwrap());
-    let data = input(4, 13);
-    x.write_f32(&data).unwrap();
-    let mut be = CpuBackend::new(2);
-    be.graph_compute(&g).unwrap();
-    let shares = |a: &Tensor, b: &Tensor| {
-        let (sa, sb) = (a.storage().unwrap(), b.storage().unwrap());
-        Arc::ptr_eq(&sa.buffer, &sb.buffer)
-            && sa.offset < sb.offset + b.nbytes()
-            && sb.offset < sa.offset + a.nbytes()
-    };
-    let want = if shares(&k, &v) {
-        vec![1, 1, 1]
-    } else {
-        vec![2, 1]
-    };
-    assert_eq!(be.step_sizes(), want);
-    assert_eq!(v.to_f32_vec().unwrap(), alone(&wv, &data, 4, 2));
-    let kk: Vec<f32> = alone(&wk, &data, 4, 2).iter().map(|v| v * 3.0).collect();
-    assert_eq!(rk.to_f32_vec().unwrap(), kk);
+    // Only the scale and V kept: the planner may give V the memory of K
+    // (dead after the scale). If it does, V must wait for the scale; either
+    // way the results are those of each op alone.
+    let (steps, shared) = k_scale_v(DType::Q4_1, 4, 3.0, false, 6);
+    let want = if shared { vec![1, 1, 1] } else { vec![2, 1] };
+    assert_eq!(steps, want);
 }
 
 #[test]

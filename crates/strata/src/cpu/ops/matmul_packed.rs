@@ -35,6 +35,10 @@ use crate::quant::vec_dot_type;
 use crate::tensor::{DType, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// Most MUL_MATs [`forward_many`] runs as one (the CPU backend's steps hold
+/// at most this many).
+pub(crate) const MAX_NODES: usize = 8;
+
 /// Bytes of prepared activations per column block (kept in L2 while the
 /// weight groups stream past).
 const ACT_BLOCK_BYTES: usize = 256 << 10;
@@ -99,18 +103,29 @@ pub(crate) fn same_activations(a: DType, b: DType) -> bool {
 /// or gate and up). Every output is computed by the same arithmetic as
 /// [`forward`] of its node alone, so the results are bit-identical.
 ///
-/// Where the level has kernels for some of the weights and not others, the
-/// nodes run one after another (with a barrier between them), as
-/// [`forward`] each.
+/// Where the level has kernels for some of the weights and not others (or
+/// more than [`MAX_NODES`] come), the nodes run one after another (with a
+/// barrier between them), as [`forward`] each.
 pub(super) fn forward_many(nodes: &[&NodePlan], ctx: &Ctx<'_>) {
     let Some(first) = nodes.first() else {
         return;
     };
-    let has = |n: &NodePlan| packed::kernels_for(ctx.isa, n.src(0).dtype).is_some();
-    if nodes.iter().any(|n| has(n) != has(first)) {
+    // Each node's kernels, looked up once (not per unit).
+    let mut kerns = [None; MAX_NODES];
+    for (k, n) in kerns.iter_mut().zip(nodes) {
+        *k = packed::kernels_for(ctx.isa, n.src(0).dtype);
+    }
+    let mixed = kerns
+        .iter()
+        .take(nodes.len())
+        .any(|k| k.is_some() != kerns[0].is_some());
+    if nodes.len() > MAX_NODES || mixed {
         for (i, n) in nodes.iter().enumerate() {
             if i > 0 {
                 ctx.w.barrier();
+                // The previous node's scratch slice is gone (its call
+                // returned): hand the thread's scratch out again.
+                ctx.scratch_taken.set(false);
             }
             forward_many(&[n], ctx);
         }
@@ -121,7 +136,7 @@ pub(super) fn forward_many(nodes: &[&NodePlan], ctx: &Ctx<'_>) {
     let k = a.ne[0];
     let nb = k / a.dtype.block_size();
     let vdt = vec_dot_type(a.dtype);
-    let kernels = packed::kernels_for(ctx.isa, a.dtype);
+    let kernels = kerns[0];
     let col_bytes = if kernels.is_some() {
         packed::act_bytes(a.dtype, k)
     } else {
@@ -182,14 +197,13 @@ pub(super) fn forward_many(nodes: &[&NodePlan], ctx: &Ctx<'_>) {
     let units: usize = nodes.iter().map(|n| per_node(n)).sum();
     let mut tmp = [[0f32; ROWS]; Kernels::NR];
     for mut u in claims(counter, units, ctx) {
-        let mut node = nodes[0];
-        for n in nodes {
-            node = n;
-            if u < per_node(n) {
-                break;
-            }
-            u -= per_node(n);
+        // The node whose units hold u, and u among them.
+        let mut i = 0;
+        while u >= per_node(nodes[i]) {
+            u -= per_node(nodes[i]);
+            i += 1;
         }
+        let (node, kernels) = (nodes[i], kerns[i]);
         let (a, dst) = (node.src(0), &node.dst);
         let groups = groups_of(node);
         let direct = dst.nb[0] == 4;
@@ -201,7 +215,7 @@ pub(super) fn forward_many(nodes: &[&NodePlan], ctx: &Ctx<'_>) {
         let (n0, n1) = (cb * width, ((cb + 1) * width).min(n_plane));
         // SAFETY (all uses): columns p·n_plane + n0 .. n1 were written before the barrier.
         let act = |c: usize| unsafe { shared.add((p * n_plane + c) * col_bytes) };
-        let Some(kern) = packed::kernels_for(ctx.isa, a.dtype) else {
+        let Some(kern) = kernels else {
             fallback(a, w, act, n0, n1, bytes, ctx, |c, out| {
                 store(dst, g, c, i12, i13, out)
             });

@@ -255,8 +255,10 @@ pub(crate) fn work_size(node: &NodePlan, nth: usize) -> WorkSize {
 }
 
 /// Runs this thread's share of `node`.
+pub(crate) use matmul_packed::MAX_NODES as MAX_MATMULS_PER_STEP;
+
 /// Packed MUL_MATs over the same activations as one step (the CPU
-/// backend's `steps`): see `matmul_packed::forward_many`.
+/// backend's `steps`; at most [`MAX_MATMULS_PER_STEP`]).
 pub(crate) fn forward_matmuls(nodes: &[&NodePlan], ctx: &Ctx<'_>) {
     matmul_packed::forward_many(nodes, ctx)
 }
