@@ -24,8 +24,9 @@
 //!   `summs = Σ_j m_j (bsums_2j + bsums_2j+1)` is eight `mla` by lanes of
 //!   the column's pairwise-added bsums. Tiles of more than four columns
 //!   run as two passes ([`tile`]), as do IQ4_XS's.
-//! - Q6_K: per 16-element sub-block, four quant registers (`ql` nibble and
-//!   `qh` bit pair joined by `sli` / `sri`, minus 32: signed −32 ..= 31),
+//! - Q6_K: per 16-element sub-block, four quant registers (from the
+//!   re-coded quants of `k.rs`: six bits masked, or a nibble and a bit pair
+//!   joined by `sli`, minus 32: signed −32 ..= 31),
 //!   four `sdot`, one `mla` by the i8 scale; sub-blocks `k` and `k + 2`
 //!   share their lines and are decoded together.
 //! - Q2_K: as Q6_K with the 2-bit crumbs (0 ..= 3), the low nibble of the
@@ -337,24 +338,18 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
     }
 }
 
-/// The Q6_K quants of sub-blocks `2 KP` and `2 KP + 4` (mod 8) from one
-/// `ql` line and its `qh` line: the low nibbles with bits `2 KP, 2 KP + 1`
-/// of `qh` above them, and the high nibbles with bits `2 KP + 4, 2 KP + 5`,
-/// each minus 32 (signed −32 ..= 31). `sli` / `sri` put nibble and bit pair
-/// side by side in one instruction.
+/// The Q6_K quants of `k = KP` and `k = KP + 2` from one line of the
+/// re-coded quants (`k.rs`: `P'` for `KP = 0`, `Q'` for 1) and its `R'`
+/// line: bits 0..6 of `P'` / `Q'`, and the nibble of `R'` (low for
+/// `KP = 0`, high for 1) with bits 6, 7 of `P'` / `Q'` above it, each
+/// minus 32 (signed −32 ..= 31); `sli` puts nibble and bit pair side by
+/// side in one instruction.
 #[target_feature(enable = "neon")]
 #[inline]
-fn q6_quants<const KP: usize>(ql: uint8x16_t, qh: uint8x16_t) -> [int8x16_t; 2] {
+fn q6_quants<const KP: usize>(pq: uint8x16_t, r: uint8x16_t) -> [int8x16_t; 2] {
     let (m6, off) = (vdupq_n_u8(0x3f), vdupq_n_u8(32));
-    let (lo, hi) = if KP == 0 {
-        (
-            vandq_u8(vsliq_n_u8::<4>(ql, qh), m6),
-            vandq_u8(vsriq_n_u8::<4>(qh, ql), m6),
-        )
-    } else {
-        let h = vshrq_n_u8::<2>(qh);
-        (vandq_u8(vsliq_n_u8::<4>(ql, h), m6), vsriq_n_u8::<4>(h, ql))
-    };
+    let nib = if KP == 0 { r } else { vshrq_n_u8::<4>(r) };
+    let (lo, hi) = (vandq_u8(pq, m6), vsliq_n_u8::<4>(nib, vshrq_n_u8::<6>(pq)));
     [
         vreinterpretq_s8_u8(vsubq_u8(lo, off)),
         vreinterpretq_s8_u8(vsubq_u8(hi, off)),
@@ -364,10 +359,10 @@ fn q6_quants<const KP: usize>(ql: uint8x16_t, qh: uint8x16_t) -> [int8x16_t; 2] 
 /// One Q6_K super-block (chunk at `c`, quarter `q`) against the Q8_K
 /// blocks `cols`: per column the four rows' f32 terms.
 ///
-/// Element `128 hh + 32 k + l`: low nibble in `ql` dword
-/// `16 hh + 8 (k % 2) + l / 4` (high nibbles for `k ≥ 2`), top bits
-/// `2 k, 2 k + 1` of `qh` dword `32 + 8 hh + l / 4`; sub-block
-/// `8 hh + 2 k + l / 16`. Each step
+/// Element `128 hh + 32 k + l` in the re-coded quants (`k.rs`): for
+/// `k < 2` bits 0..6 of dword `16 hh + 8 k + l / 4`; for `k ≥ 2` the low
+/// (`k = 2`) or high nibble of dword `32 + 8 hh + l / 4` below bits 6, 7 of
+/// dword `16 hh + 8 (k - 2) + l / 4`; sub-block `8 hh + 2 k + l / 16`. Each step
 /// takes four `ql` lines and their `qh` lines once, for the two sub-blocks
 /// `k` and `k + 2` that share them; the steps are written out so that every
 /// shift and scale lane is a constant.

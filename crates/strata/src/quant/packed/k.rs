@@ -16,9 +16,20 @@
 //!
 //! A 32-byte load at `line + 32 h` gives, in its 32-bit lane `r`, body dword
 //! `w` of row `8 h + r` (the AVX2 kernels' register shape, as for the
-//! legacy types). Only bytes move, so [`pack_chunk`] and [`unpack_block`]
-//! are exact inverses for any bytes, and the chunk is the size of the 16
-//! super-blocks it holds.
+//! legacy types). Only bytes move, except in Q6_K's quants (below), so
+//! [`pack_chunk`] and [`unpack_block`] are exact inverses for any bytes, and
+//! the chunk is the size of the 16 super-blocks it holds.
+//!
+//! Q6_K's `ql` / `qh` bytes are re-coded ([`q6_recode`]), three bytes at a
+//! time in place: for `hh < 2`, `l < 32`, ggml's `P = ql[64 hh + l]` (low
+//! nibbles of `k = 0` and `k = 2`, element `128 hh + 32 k + l`), `Q =
+//! ql[64 hh + 32 + l]` (`k = 1`, `3`) and `R = qh[32 hh + l]` (top bit pairs
+//! of `k = 0..4`) become `P' = q0 | h2 << 6`, `Q' = q1 | h3 << 6` (the whole
+//! 6-bit quants of `k = 0`, `1`, each with the top pair of `k + 2` above it)
+//! and `R' = lo2 | lo3 << 4`. The kernels then decode `k = 0`, `1` with one
+//! mask and `k = 2`, `3` with two shifts, where ggml's form takes a shift
+//! and mask for every nibble and every bit pair (measured on Zen 3: the
+//! bit-pair decode was a quarter of the one-column Q6_K kernel's time).
 
 use super::ROWS;
 use crate::tensor::DType;
@@ -34,6 +45,8 @@ pub(super) struct Layout {
     pub body: (usize, usize),
     /// Offset of line 0 in the chunk.
     pub lines: usize,
+    /// Q6_K: the quants are re-coded ([`q6_recode`]) in the chunk.
+    pub q6: bool,
 }
 
 /// Chunk offset of Q4_K's line 0 (its three scale lines, then 32 quant lines).
@@ -60,46 +73,88 @@ pub(super) const fn layout(dtype: DType) -> Option<Layout> {
             heads: &[(0, 0), (2, 32)],
             body: (4, 140),
             lines: Q4_K_LINES,
+            q6: false,
         }),
         DType::Q5_K => Some(Layout {
             ts: DType::Q5_K.type_size(),
             heads: &[(0, 0), (2, 32)],
             body: (4, 172),
             lines: Q5_K_LINES,
+            q6: false,
         }),
         DType::Q6_K => Some(Layout {
             ts: DType::Q6_K.type_size(),
             heads: &[(208, Q6_K_D)],
             body: (0, 208),
             lines: 0,
+            q6: true,
         }),
         DType::Q2_K => Some(Layout {
             ts: DType::Q2_K.type_size(),
             heads: &[(80, Q2_K_D), (82, Q2_K_D + 32)],
             body: (0, 80),
             lines: 0,
+            q6: false,
         }),
         DType::Q3_K => Some(Layout {
             ts: DType::Q3_K.type_size(),
             heads: &[(108, Q3_K_D)],
             body: (0, 108),
             lines: 0,
+            q6: false,
         }),
         DType::IQ4_XS => Some(Layout {
             ts: DType::IQ4_XS.type_size(),
             heads: &[(0, 0), (2, 32)],
             body: (4, 132),
             lines: IQ4_XS_LINES,
+            q6: false,
         }),
         _ => None,
+    }
+}
+
+/// Bytes of a Q6_K block's `ql` (then its 64 bytes of `qh`).
+const Q6_QL: usize = 128;
+
+/// Re-codes (`pack`) or restores (`!pack`) the quants of one Q6_K block
+/// (its first 192 bytes: `ql`, `qh`), as the module docs describe. The two
+/// directions are inverse bijections on all byte values.
+pub(super) fn q6_recode(blk: &mut [u8], pack: bool) {
+    for hh in 0..2 {
+        for l in 0..32 {
+            let (ip, iq, ir) = (64 * hh + l, 64 * hh + 32 + l, Q6_QL + 32 * hh + l);
+            let (p, q, r) = (blk[ip], blk[iq], blk[ir]);
+            let (np, nq, nr) = if pack {
+                // p, q: ggml's ql bytes; r: the four bit pairs.
+                (
+                    (p & 0x0f) | (r & 0x03) << 4 | (r >> 4 & 0x03) << 6,
+                    (q & 0x0f) | (r >> 2 & 0x03) << 4 | (r >> 6) << 6,
+                    (p >> 4) | (q & 0xf0),
+                )
+            } else {
+                (
+                    (p & 0x0f) | (r & 0x0f) << 4,
+                    (q & 0x0f) | (r & 0xf0),
+                    (p >> 4 & 0x03) | (q >> 4 & 0x03) << 2 | (p >> 6) << 4 | (q >> 6) << 6,
+                )
+            };
+            (blk[ip], blk[iq], blk[ir]) = (np, nq, nr);
+        }
     }
 }
 
 /// Packs super-block `b` of the 16 ggml rows of `group` (row stride `rs`)
 /// into `chunk`.
 pub(super) fn pack_chunk(l: Layout, group: &[u8], rs: usize, b: usize, chunk: &mut [u8]) {
+    let mut q6 = [0u8; DType::Q6_K.type_size()];
     for r in 0..ROWS {
-        let blk = &group[r * rs + b * l.ts..][..l.ts];
+        let mut blk = &group[r * rs + b * l.ts..][..l.ts];
+        if l.q6 {
+            q6.copy_from_slice(blk);
+            q6_recode(&mut q6, true);
+            blk = &q6;
+        }
         for &(bo, co) in l.heads {
             chunk[co + 2 * r..co + 2 * r + 2].copy_from_slice(&blk[bo..bo + 2]);
         }
@@ -118,6 +173,9 @@ pub(super) fn unpack_block(l: Layout, chunk: &[u8], r: usize, blk: &mut [u8]) {
     let (start, len) = l.body;
     for (w, dst) in blk[start..start + len].chunks_exact_mut(4).enumerate() {
         dst.copy_from_slice(&chunk[l.lines + 64 * w + 4 * r..][..4]);
+    }
+    if l.q6 {
+        q6_recode(blk, false);
     }
 }
 
@@ -195,6 +253,54 @@ mod tests {
             // scales_l in line 0, qs byte i in line 1 + i / 4.
             assert_eq!(chunk[64 + 4 * r..][..4], row[4..8], "scales_l");
             assert_eq!(chunk[64 + 64 + 4 * r], row[8], "qs[0]");
+        }
+    }
+
+    /// Q6_K's re-coding: restoring inverts it for every byte triple, and
+    /// the re-coded bytes hold each element's 6-bit quant where the
+    /// kernels read it (`k = 0, 1`: `P' & 63`, `Q' & 63`; `k = 2, 3`: the
+    /// nibble of `R'` with bits 6, 7 of `P'` / `Q'` above it), checked
+    /// against ggml's decoding.
+    #[test]
+    fn q6_recode_is_invertible_and_holds_the_quants() {
+        let mut rng = crate::conformance::Rng::new(6);
+        for _ in 0..200 {
+            let ggml = rng.bytes(192);
+            let mut blk = ggml.clone();
+            q6_recode(&mut blk, true);
+            for hh in 0..2 {
+                for l in 0..32 {
+                    let (p, q, r) = (
+                        blk[64 * hh + l],
+                        blk[64 * hh + 32 + l],
+                        blk[128 + 32 * hh + l],
+                    );
+                    let got = [
+                        p & 63,
+                        q & 63,
+                        (r & 15) | (p >> 6) << 4,
+                        (r >> 4) | (q >> 6) << 4,
+                    ];
+                    for (k, &g) in got.iter().enumerate() {
+                        let nib = ggml[64 * hh + 32 * (k % 2) + l] >> (4 * (k / 2)) & 15;
+                        let top = ggml[128 + 32 * hh + l] >> (2 * k) & 3;
+                        assert_eq!(g, nib | top << 4, "hh {hh} l {l} k {k}");
+                    }
+                }
+            }
+            q6_recode(&mut blk, false);
+            assert_eq!(blk, ggml);
+        }
+        // Every value of every byte of a triple round-trips.
+        for v in 0..=255u8 {
+            for i in 0..3 {
+                let mut blk = vec![0x5au8; 192];
+                blk[[0, 32, 128][i]] = v;
+                let before = blk.clone();
+                q6_recode(&mut blk, true);
+                q6_recode(&mut blk, false);
+                assert_eq!(blk, before);
+            }
         }
     }
 

@@ -413,8 +413,9 @@ unsafe fn iq4_xs<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -
 /// One Q6_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
 /// `cols`: per column the eight rows' f32 terms. The sub-block sums are
 /// [`sums16`]'s straight-code steps (two dwords per `vpmaddwd`), so each
-/// quant register is decoded with the shifts of its constant `k`, and for
-/// one or two columns each line once for all four `k`.
+/// quant register is decoded with the shifts of its constant `k` (one mask
+/// for `k < 2`, two shifts for `k ≥ 2`, from the re-coded quants of
+/// `k.rs`), and for one or two columns each line once for all four `k`.
 ///
 /// # Safety
 /// The chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
@@ -422,28 +423,29 @@ unsafe fn iq4_xs<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -
 #[inline]
 unsafe fn q6_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> [__m256; N] {
     let line = |w: usize| c.wrapping_add(64 * w + 32 * h);
-    let (m4, m30) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x30));
+    let (m4, m30, m3f) = (
+        _mm256_set1_epi8(0x0f),
+        _mm256_set1_epi8(0x30),
+        _mm256_set1_epi8(0x3f),
+    );
     // Sub-block j = 8hh + 2k + e, dword t (element 128hh + 32k + 4tq + ..,
-    // tq = 4e + t): low nibble in ql line 16hh + 8(k % 2) + tq (high
-    // nibbles for k ≥ 2), top bits 2k, 2k + 1 of qh line 32 + 8hh + tq.
+    // tq = 4e + t), in the re-coded form (`k.rs`): for k < 2 the whole quant
+    // is bits 0..6 of line 16hh + 8k + tq (P', Q'); for k ≥ 2 its nibble is
+    // the low (k = 2) or high (k = 3) half of line 32 + 8hh + tq (R') and
+    // its top pair bits 6, 7 of line 16hh + 8(k - 2) + tq.
     let quant = |j: usize, t: usize| {
         let (hh, k, tq) = (j / 8, j / 2 % 4, 4 * (j % 2) + t);
-        // SAFETY: ql line 16hh + 8(k % 2) + tq (< 32) and qh line 32 + 8hh
-        // + tq (< 48) are inside the chunk.
-        let (ql, qh) = unsafe {
-            (
-                load(line(16 * hh + 8 * (k % 2) + tq)),
-                load(line(32 + 8 * hh + tq)),
-            )
-        };
-        let lo = if k < 2 { ql } else { _mm256_srli_epi16(ql, 4) };
-        // Bits 2k, 2k + 1 to bits 4, 5 (the constant k picks one shift).
-        let hi = match k {
-            0 => _mm256_slli_epi16(qh, 4),
-            1 => _mm256_slli_epi16(qh, 2),
-            2 => qh,
-            _ => _mm256_srli_epi16(qh, 2),
-        };
+        // SAFETY: line 16hh + 8(k % 2) + tq (< 32) is inside the chunk.
+        let pq = unsafe { load(line(16 * hh + 8 * (k % 2) + tq)) };
+        if k < 2 {
+            return _mm256_and_si256(pq, m3f);
+        }
+        // SAFETY: line 32 + 8hh + tq (< 48) is inside the chunk.
+        let r = unsafe { load(line(32 + 8 * hh + tq)) };
+        let lo = if k == 2 { r } else { _mm256_srli_epi16(r, 4) };
+        // Bits 6, 7 to bits 4, 5; the 16-bit shift's carry from the next
+        // byte lands in bits 6, 7 and is masked off.
+        let hi = _mm256_srli_epi16(pq, 2);
         _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30))
     };
     let scale = |j: usize| {
