@@ -24,16 +24,22 @@ K_TYPES = {"q2_K": (10, 256, 84), "q3_K": (11, 256, 110), "q4_K": (12, 256, 144)
 K_SHAPES = [(1024, 1024), (2816, 1024), (1024, 2816)]
 
 
+def case_line(tid, bs, ts, m, k, n):
+    """The test-file line of MUL_MAT of an m x k weight (ggml type `tid`,
+    block size `bs`, block bytes `ts`) by k x n f32 activations."""
+    rs = k // bs * ts
+    a = f"{tid} {k} {m} 1 1 {ts} {rs} {rs * m} {rs * m}"
+    b = f"0 {k} {n} 1 1 4 {4 * k} {4 * k * n} {4 * k * n}"
+    return f"{OP_MUL_MAT} 0 {m} {n} 1 1 0 2 {a} {b} -"
+
+
 def main():
     out = []
     cases = [(t, SHAPES) for t in TYPES.values()] + [(t, K_SHAPES) for t in K_TYPES.values()]
     for (tid, bs, ts), shapes in cases:
         for m, k in shapes:
             for n in (1, 512):
-                rs = k // bs * ts
-                a = f"{tid} {k} {m} 1 1 {ts} {rs} {rs * m} {rs * m}"
-                b = f"0 {k} {n} 1 1 4 {4 * k} {4 * k * n} {4 * k * n}"
-                out.append(f"{OP_MUL_MAT} 0 {m} {n} 1 1 0 2 {a} {b} -")
+                out.append(case_line(tid, bs, ts, m, k, n))
     sys.stdout.write("\n".join(out) + "\n")
 
 

@@ -19,20 +19,14 @@ import re
 import subprocess
 import tempfile
 
-# ggml type id, block size, block bytes (ggml.h / ggml.c type traits)
-TYPES = {"q4_0": (2, 32, 18), "q4_1": (3, 32, 20), "q5_0": (6, 32, 22), "q5_1": (7, 32, 24),
-         "q8_0": (8, 32, 34), "q2_K": (10, 256, 84), "q3_K": (11, 256, 110),
-         "q4_K": (12, 256, 144), "q5_K": (13, 256, 176), "q6_K": (14, 256, 210),
-         "iq4_nl": (20, 32, 18), "iq4_xs": (23, 256, 136)}
-OP_MUL_MAT = 29
+import ggml_mulmat_cases
+
+# The weight types and case lines of scripts/ggml_mulmat_cases.py.
+TYPES = {**ggml_mulmat_cases.TYPES, **ggml_mulmat_cases.K_TYPES}
 
 
 def case_line(t, m, k, n):
-    tid, bs, ts = TYPES[t]
-    rs = k // bs * ts
-    a = f"{tid} {k} {m} 1 1 {ts} {rs} {rs * m} {rs * m}"
-    b = f"0 {k} {n} 1 1 4 {4 * k} {4 * k * n} {4 * k * n}"
-    return f"{OP_MUL_MAT} 0 {m} {n} 1 1 0 2 {a} {b} -"
+    return ggml_mulmat_cases.case_line(*TYPES[t], m, k, n)
 
 
 def ggml_round(tbo, cases):
