@@ -83,7 +83,9 @@
 //! lines). Their activations are Q8_K rows as the Q8_K quantizer writes them
 //! (f32 `d`, 256 × i8, 16 × i16 sums of 16; [`prepare_activation`] is the
 //! identity), and their kernels (AVX2: `x86_avx2_k.rs`, Q2_K / Q3_K in
-//! `x86_avx2_k23.rs`, also run at the levels above it; NEON with `dotprod`:
+//! `x86_avx2_k23.rs`, also run at AVX-VNNI; AVX-512 and VNNI: `x86_k.rs`,
+//! sixteen rows per zmm register, except IQ4_XS at AVX-512 without VNNI,
+//! which runs the AVX2 tiles; NEON with `dotprod`:
 //! `aarch64_neon_k.rs`, quarters of four rows and `sdot` by element) form
 //! every super-block's integer sums exactly and then the scalar reference's
 //! f32 term in its order, so they return [`super::vec_dot_fn`]'s scalar
@@ -111,6 +113,8 @@ mod x86_avx2;
 mod x86_avx2_k;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2_k23;
+#[cfg(target_arch = "x86_64")]
+mod x86_k;
 
 /// Rows per packed group.
 pub const ROWS: usize = 16;
@@ -559,8 +563,11 @@ fn level_kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
             // K-quants.
             x86_avx2::vnni_kernels(dtype).or_else(avx2)
         } else {
-            // AVX-512 CPUs run the AVX2 tiles (has_kernels).
-            x86::kernels(isa, dtype).or_else(avx2)
+            // AVX-512 tiles for the legacy types and Q4_K .. Q6_K; the
+            // AVX2 tiles for the other K types (has_kernels).
+            x86::kernels(isa, dtype)
+                .or_else(|| x86_k::kernels(isa, dtype))
+                .or_else(avx2)
         }
     }
     #[cfg(target_arch = "aarch64")]
