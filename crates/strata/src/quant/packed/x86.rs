@@ -11,13 +11,18 @@
 //! `_1` types). The operations on a column never depend on the other
 //! columns, so a column gives the same bits in every kernel width.
 //!
+//! IQ4_NL (VNNI level only): Q4_0's chunks, each nibble register turned
+//! into the rows' table values plus 128 (u8 1 ..= 241) by one `vpshufb`,
+//! with the prepared activations' `-128 · Σa` as the start of every block
+//! sum, as the AVX-VNNI kernels of `x86_avx2.rs` do on eight rows.
+//!
 //! Every kernel here is an `unsafe fn` with `#[target_feature]`: callers get
 //! them only through [`kernels`], which the dispatcher calls after checking
 //! the CPU ([`super::has_kernels`]).
 
 use super::tags::{
-    chunk_size, has_min, kernel_table, offsets, quantize_blocks, tiles, Q4_0, Q4_1, Q5_0, Q5_1,
-    Q8_0,
+    chunk_size, has_min, kernel_table, offsets, quantize_blocks, tiles, IQ4_NL, Q4_0, Q4_1, Q5_0,
+    Q5_1, Q8_0,
 };
 use super::{Kernels, Tile, TileFn, ACT_BLOCK};
 use crate::isa::Isa;
@@ -28,7 +33,7 @@ use std::arch::x86_64::*;
 const PF_BYTES: usize = 4096;
 
 macro_rules! level {
-    ($level:ident, $features:literal, |$s:ident, $w:ident, $a:ident| $dot:expr) => {
+    ($level:ident, $features:literal, |$s:ident, $w:ident, $a:ident| $dot:expr $(, $extra:ident)*) => {
         mod $level {
             use super::*;
 
@@ -61,6 +66,17 @@ macro_rules! level {
                     let x = unsafe { _mm512_loadu_si512(c.add(qs + 64 * i).cast()) };
                     q[i] = _mm512_and_si512(x, m4);
                     q[i + 4] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+                }
+                if T == IQ4_NL {
+                    // The table values plus 128 (u8), whose `-128 · Σa`
+                    // the prepared activations carry as their sum term.
+                    // SAFETY: 16 readable bytes.
+                    let table = _mm512_broadcast_i32x4(unsafe {
+                        _mm_loadu_si128(super::super::x86_avx2::IQ4_NL_BIASED.as_ptr().cast())
+                    });
+                    for v in q.iter_mut() {
+                        *v = _mm512_shuffle_epi8(table, *v);
+                    }
                 }
                 if T == Q5_0 || T == Q5_1 {
                     let sixteen = _mm512_set1_epi8(16);
@@ -199,15 +215,18 @@ macro_rules! level {
                 _mm_cvtss_f32(_mm_cvtph_ps(h))
             }
 
-            kernel_table!();
+            kernel_table!($($extra),*);
         }
     };
 }
 
+// IQ4_NL only here: its biased table values (≤ 241) would saturate the
+// AVX-512 level's `vpmaddubsw` pair sums.
 level!(
     vnni,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-    |s, w, a| _mm512_dpbusd_epi32(s, w, a)
+    |s, w, a| _mm512_dpbusd_epi32(s, w, a),
+    IQ4_NL
 );
 
 // Pair sums of u8 quants ≤ 31 times i8 stay within i16 (|2 · 31 · 128| <

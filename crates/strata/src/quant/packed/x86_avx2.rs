@@ -176,7 +176,7 @@ fn dpbusd_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
 /// [`crate::quant::IQ4_NL_VALUES`] plus 128, as u8 (1 ..= 241): the
 /// unsigned operand of `vpdpbusd`; the `-128 · Σa` sum term of IQ4_NL's
 /// prepared activations removes the bias.
-const IQ4_NL_BIASED: [u8; 16] = {
+pub(super) const IQ4_NL_BIASED: [u8; 16] = {
     let mut t = [0u8; 16];
     let mut i = 0;
     while i < 16 {
