@@ -41,7 +41,7 @@
 //! checking the CPU ([`super::has_kernels`]).
 
 use super::k::{IQ4_XS_LINES, Q2_K_D, Q3_K_D, Q4_K_LINES, Q5_K_LINES, Q6_K_D};
-use super::tags::{tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
+use super::tags::{k_kernel_table, tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
 use super::{Kernels, Tile, TileFn};
 use crate::isa::Isa;
 use crate::tensor::DType;
@@ -834,46 +834,7 @@ macro_rules! level {
                 }
             }
 
-            /// Quantizes `nb` blocks of 256 f32 at `x` to Q8_K at `out`
-            /// with the level's row quantizer (the tiles' columns).
-            ///
-            /// # Safety
-            /// `nb · 256` f32 readable at `x`, `nb · 292` bytes writable at
-            /// `out`; the CPU runs the level.
-            unsafe fn quantize_q8_k(x: *const f32, nb: usize, out: *mut u8) {
-                // SAFETY: the contract.
-                let (x, out) = unsafe {
-                    (
-                        std::slice::from_raw_parts(x, 256 * nb),
-                        std::slice::from_raw_parts_mut(out, Q8K * nb),
-                    )
-                };
-                match crate::quant::simd::quantize_row_fn_for(Isa::$isa, DType::Q8_K) {
-                    Some(q) => q(x, out),
-                    None => crate::quant::quantize_row_q8_k(x, out),
-                }
-            }
-
-            /// The kernels of type tag `T`.
-            fn table<const T: u8>() -> Kernels {
-                Kernels {
-                    quantize: quantize_q8_k,
-                    tiles: tiles!(tile, T),
-                }
-            }
-
-            /// This level's kernels for `dtype`: Q4_K, Q5_K, Q6_K.
-            pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
-                Some(match dtype {
-                    DType::Q2_K => table::<Q2_K>(),
-                    DType::Q3_K => table::<Q3_K>(),
-                    DType::IQ4_XS => table::<IQ4_XS>(),
-                    DType::Q4_K => table::<Q4_K>(),
-                    DType::Q5_K => table::<Q5_K>(),
-                    DType::Q6_K => table::<Q6_K>(),
-                    _ => return None,
-                })
-            }
+            k_kernel_table!(Isa::$isa);
         }
     };
 }
