@@ -1,26 +1,31 @@
-//! AVX-512 kernels over the packed K-quant layout (`k.rs`) for Q4_K, Q5_K
-//! and Q6_K weights times Q8_K activation columns: sixteen rows per zmm
+//! AVX-512 kernels over the packed K-quant layout (`k.rs`) for Q2_K .. Q6_K
+//! and IQ4_XS weights times Q8_K activation columns: sixteen rows per zmm
 //! register (one row per 32-bit lane: a whole 64-byte line of a group, where
 //! the AVX2 kernels of `x86_avx2_k.rs` take it in two halves of eight rows).
-//! The other packable K types (Q2_K, Q3_K, IQ4_XS) keep the AVX2 tiles at
-//! these levels.
+//! IQ4_XS runs here at the VNNI level only (below).
 //!
 //! Per super-block, row (lane) and column, the integer sums are exact for
 //! any weight bytes and any i8 activations (`|a| ≤ 128`):
-//! - The sum of a sub-block (Q4_K / Q5_K: 32 elements, eight dwords;
-//!   Q6_K: 16 elements, four dwords) is an i32 chain of `dot`s of the
-//!   unsigned quants (u8 ≤ 63) with the broadcast activation dword:
-//!   `vpdpbusd` at the VNNI level; at the AVX-512 level `vpmaddubsw`, whose
-//!   pair sums (≤ 2 · 63 · 128 = 16128) cannot saturate, then `vpmaddwd`
-//!   with ones. Its magnitude is at most 32 · 31 · 128 (Q5_K) or
-//!   16 · 63 · 128 (Q6_K), so it is then scaled in i32 by `vpmulld` with the
-//!   sub-block's scale (Q4_K / Q5_K: 6-bit, ≤ 63; Q6_K: i8):
-//!   `isum = Σ_j s_j Σ q a`, the scalar reference's integer.
-//! - Q4_K / Q5_K's minimum term `summs = Σ_j m_j (bsums_2j + bsums_2j+1)`
-//!   is a `vpmaddwd` of the pair `(m_j, m_j)` with the Q8_K row's bsums
-//!   dword `j`; Q6_K's `-32` offset is `32 · Σ_j s_j bsums_j`, a
-//!   `vpmaddwd` of the scale pairs `(s_2i, s_2i+1)` with bsums dword `i`
-//!   (the Q8_K quantizer writes bsums that are the sums of its quants).
+//! - The sum of a sub-block (Q4_K / Q5_K / IQ4_XS: 32 elements, eight
+//!   dwords; Q2_K / Q3_K / Q6_K: 16 elements, four dwords, in ggml's Q6_K
+//!   element order) is an i32 chain of `dot`s of the unsigned quants with
+//!   the broadcast activation dword: `vpdpbusd` at the VNNI level; at the
+//!   AVX-512 level `vpmaddubsw`, whose pair sums cannot saturate for quants
+//!   ≤ 63 (2 · 63 · 128 = 16128), then `vpmaddwd` with ones. IQ4_XS's
+//!   quants are its table values plus 128 (u8 ≤ 241, one `vpshufb`), which
+//!   would saturate that pair sum: no IQ4_XS tile at the AVX-512 level.
+//! - The sum is scaled by the sub-block's scale: by `vpmulld` where it can
+//!   pass an i16 (Q5_K: 32 · 31 · 128; Q6_K: 16 · 63 · 128; IQ4_XS:
+//!   32 · 241 · 128), else by `wdot` (`vpdpwssd`) with the pair `(s, 0)`
+//!   (Q2_K: 16 · 3 · 128; Q3_K: 16 · 7 · 128; Q4_K summed as two halves of
+//!   16 · 15 · 128 at the VNNI level): `isum = Σ_j s_j Σ q a`, the scalar
+//!   reference's integer.
+//! - The offsets and minimums go through the Q8_K bsums (the Q8_K quantizer
+//!   writes bsums that are the sums of its quants), one `wdot` of an i16
+//!   pair per lane with a bsums dword: Q2_K / Q4_K / Q5_K's
+//!   `summs = Σ_j m_j bsums_j`, Q3_K's `-4` and Q6_K's `-32` as
+//!   `4 · Σ_j s_j bsums_j` and `32 · Σ_j s_j bsums_j`, and IQ4_XS's bias as
+//!   `128 · Σ_j s_j (bsums_2j + bsums_2j+1)`.
 //!
 //! The scales and mins are decoded once per super-block for the sixteen
 //! rows (the byte masks and shifts of the AVX2 kernels on whole lines). The
@@ -32,9 +37,10 @@
 //! tile width, level or thread count.
 //!
 //! A tile of `NR` columns runs in passes of at most [`PASS`] columns over
-//! the group's super-blocks; each super-block's sub-blocks are straight
-//! code with constant indices (every shift an immediate), each decoded
-//! quant register used by every column of the pass.
+//! the group's super-blocks (eight measured faster than four: Q6_K at
+//! 1024 × 1024 × 512, 5.5 against 4.3 ms); each super-block's sub-blocks
+//! are straight code with constant indices (every shift an immediate), each
+//! decoded quant register used by every column of the pass.
 //!
 //! Every kernel here is an `unsafe fn` with `#[target_feature]`: callers
 //! get them only through [`kernels`], which the dispatcher calls after
