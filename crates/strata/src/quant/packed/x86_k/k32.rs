@@ -1,0 +1,213 @@
+//! The K tiles of 32-element sub-blocks (eight activation dwords each):
+//! Q4_K and Q5_K (`q45_k`, one step per sub-block) and IQ4_XS (`iq4_xs`).
+
+/// Defines the functions below, each with `#[target_feature(enable =
+/// $features)]`, in a level's module of `x86_k.rs`, which provides `dot`,
+/// `wdot`, `SPLIT` and the imports (and, for the tiles, `sums.rs`'s
+/// helpers).
+macro_rules! k32_tiles {
+    ($features:literal) => {
+        /// Sub-block `J` of a Q4_K (`Q5` false) or Q5_K super-block
+        /// for every column: the low nibbles of quant lines
+        /// `qs + 8 (J / 2) ..+ 8` for even `J`, the high ones for odd `J`
+        /// (Q5_K: bit `J` of fifth-bit line `3 + t` as bit 4), times
+        /// activation dwords `8J ..+ 8`, scaled by the sub-block's scale.
+        ///
+        /// # Safety
+        /// The chunk at `c` and the Q8_K blocks `cols` are readable.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn q45_step<const Q5: bool, const J: usize, const N: usize>(
+            c: *const u8,
+            cols: &[*const u8; N],
+            scale: __m512i,
+            isum: &mut [__m512i; N],
+        ) {
+            let lines = if Q5 { Q5_K_LINES } else { Q4_K_LINES };
+            let qs = if Q5 { 11 } else { 3 };
+            let m4 = _mm512_set1_epi8(0x0f);
+            let quant = |t: usize| {
+                // SAFETY: quant line qs + 8 (J / 2) + t (< 35 / 43) is
+                // inside the chunk.
+                let x = unsafe { load(c.add(lines + 64 * (qs + 8 * (J / 2) + t))) };
+                let x = if J % 2 == 0 {
+                    x
+                } else {
+                    _mm512_srli_epi16::<4>(x)
+                };
+                let q = _mm512_and_si512(x, m4);
+                if Q5 {
+                    // SAFETY: fifth-bit line 3 + t is inside the chunk.
+                    let qh = unsafe { load(c.add(lines + 64 * (3 + t))) };
+                    // Bit J of each byte to bit 4: an i16 shift, then
+                    // the mask drops what crossed a byte boundary.
+                    let x = if J <= 4 {
+                        _mm512_sll_epi16(qh, count(4 - J))
+                    } else {
+                        _mm512_srl_epi16(qh, count(J - 4))
+                    };
+                    _mm512_or_si512(q, _mm512_and_si512(x, _mm512_set1_epi8(0x10)))
+                } else {
+                    q
+                }
+            };
+            if SPLIT && !Q5 {
+                for t0 in [0, 4] {
+                    // SAFETY: the contract, forwarded.
+                    let s = unsafe { sub_sums::<N, 4>(cols, quant, 8 * J, t0) };
+                    for (acc, s) in isum.iter_mut().zip(s) {
+                        *acc = wdot(*acc, s, scale);
+                    }
+                }
+            } else {
+                // SAFETY: the contract, forwarded.
+                let s = unsafe { sub_sums::<N, 8>(cols, quant, 8 * J, 0) };
+                scale_into(isum, s, scale);
+            }
+            fence(isum);
+        }
+
+        /// One Q4_K / Q5_K super-block (chunk at `c`) against the Q8_K
+        /// blocks `cols`: per column the sixteen rows' f32 terms.
+        ///
+        /// # Safety
+        /// The chunk and the 292-byte blocks are readable.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn q45_k<const Q5: bool, const N: usize>(
+            c: *const u8,
+            cols: [*const u8; N],
+        ) -> [__m512; N] {
+            let lines = if Q5 { Q5_K_LINES } else { Q4_K_LINES };
+            // SAFETY: the three scale lines are inside the chunk.
+            let (a, b, cc) = unsafe {
+                (
+                    load(c.add(lines)),
+                    load(c.add(lines + 64)),
+                    load(c.add(lines + 128)),
+                )
+            };
+            let (m4, m6, top) = (
+                _mm512_set1_epi8(0x0f),
+                _mm512_set1_epi8(0x3f),
+                _mm512_set1_epi8(0x30),
+            );
+            // Lane bytes: scales 0..4, 4..8, mins 0..4, 4..8 of the row
+            // (ggml's 12-byte form: sc0..3 | top bits, m0..3 | top
+            // bits, low nibbles of sc4..7 | m4..7).
+            let sc_lo = _mm512_and_si512(a, m6);
+            let sc_hi = _mm512_or_si512(
+                _mm512_and_si512(cc, m4),
+                _mm512_and_si512(_mm512_srli_epi32::<2>(a), top),
+            );
+            let mn_lo = _mm512_and_si512(b, m6);
+            let mn_hi = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32::<4>(cc), m4),
+                _mm512_and_si512(_mm512_srli_epi32::<2>(b), top),
+            );
+            let mut isum = [_mm512_setzero_si512(); N];
+            // SAFETY: the contract, forwarded.
+            unsafe { q45_step::<Q5, 0, N>(c, &cols, byte(sc_lo, 0), &mut isum) };
+            // SAFETY: the contract, forwarded.
+            unsafe { q45_step::<Q5, 1, N>(c, &cols, byte(sc_lo, 1), &mut isum) };
+            // SAFETY: the contract, forwarded.
+            unsafe { q45_step::<Q5, 2, N>(c, &cols, byte(sc_lo, 2), &mut isum) };
+            // SAFETY: the contract, forwarded.
+            unsafe { q45_step::<Q5, 3, N>(c, &cols, byte(sc_lo, 3), &mut isum) };
+            // SAFETY: the contract, forwarded.
+            unsafe { q45_step::<Q5, 4, N>(c, &cols, byte(sc_hi, 0), &mut isum) };
+            // SAFETY: the contract, forwarded.
+            unsafe { q45_step::<Q5, 5, N>(c, &cols, byte(sc_hi, 1), &mut isum) };
+            // SAFETY: the contract, forwarded.
+            unsafe { q45_step::<Q5, 6, N>(c, &cols, byte(sc_hi, 2), &mut isum) };
+            // SAFETY: the contract, forwarded.
+            unsafe { q45_step::<Q5, 7, N>(c, &cols, byte(sc_hi, 3), &mut isum) };
+            // summs = Σ_j m_j (bsums_2j + bsums_2j+1): the pair
+            // (m_j, m_j) with bsums dword j.
+            let mins = |j: usize| {
+                let m = byte(if j < 4 { mn_lo } else { mn_hi }, j % 4);
+                _mm512_or_si512(m, _mm512_slli_epi32::<16>(m))
+            };
+            // SAFETY: the contract, forwarded.
+            let summs = unsafe { bsums_dot(&cols, mins) };
+            // SAFETY: the 16 f16 `d` at 0 and `dmin` at 32 are inside
+            // the chunk.
+            unsafe { min_terms(c, &cols, isum, summs) }
+        }
+
+        /// One IQ4_XS super-block (chunk at `c`) against the Q8_K
+        /// blocks `cols`: per column the sixteen rows' f32 terms. The
+        /// 4-bit indices of quant line `1 + 4j + t` (low nibbles:
+        /// activation dword `8j + t`, high: `8j + 4 + t`) become the
+        /// table values biased by 128 (u8 1 ..= 241) by one `vpshufb`;
+        /// a sub-block's sum `Σ (v + 128) a` (at most 32 · 241 · 128 in
+        /// magnitude) is scaled by `vpmulld` with `s_j` (−32 ..= 31),
+        /// and the bias is taken off once per super-block as
+        /// `128 · Σ_j s_j (bsums_2j + bsums_2j+1)`.
+        ///
+        /// # Safety
+        /// The chunk and the 292-byte blocks are readable.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn iq4_xs<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
+            let line = |w: usize| c.wrapping_add(IQ4_XS_LINES + 64 * w);
+            // SAFETY: the 16 bytes of the biased table are readable.
+            let table = _mm512_broadcast_i32x4(unsafe {
+                _mm_loadu_si128(
+                    crate::quant::packed::x86_avx2::IQ4_NL_BIASED
+                        .as_ptr()
+                        .cast(),
+                )
+            });
+            let m4 = _mm512_set1_epi8(0x0f);
+            // SAFETY: line 0 (scales_l) and the 16 u16 scales_h are
+            // inside the chunk.
+            let (lo, hi) = unsafe {
+                (
+                    load(line(0)),
+                    _mm512_cvtepu16_epi32(_mm256_loadu_si256(c.add(32).cast())),
+                )
+            };
+            let scale = |j: usize| {
+                let s = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srl_epi32(lo, count(4 * j)), _mm512_set1_epi32(15)),
+                    _mm512_slli_epi32::<4>(_mm512_and_si512(
+                        _mm512_srl_epi32(hi, count(2 * j)),
+                        _mm512_set1_epi32(3),
+                    )),
+                );
+                _mm512_sub_epi32(s, _mm512_set1_epi32(32))
+            };
+            let mut isum = [_mm512_setzero_si512(); N];
+            let mut corr = [_mm512_setzero_si512(); N];
+            for j in 0..8 {
+                let quant = |t: usize| {
+                    // SAFETY: quant line 1 + 4j + t % 4 (< 33) is inside the chunk.
+                    let x = unsafe { load(line(1 + 4 * j + t % 4)) };
+                    let x = if t < 4 { x } else { _mm512_srli_epi16::<4>(x) };
+                    _mm512_shuffle_epi8(table, _mm512_and_si512(x, m4))
+                };
+                // SAFETY: the contract, forwarded.
+                let s = unsafe { sub_sums::<N, 8>(&cols, quant, 8 * j, 0) };
+                let sj = scale(j);
+                scale_into(&mut isum, s, sj);
+                // The bias term's pair (s_j, s_j) with bsums dword j.
+                let pair = _mm512_or_si512(
+                    _mm512_and_si512(sj, _mm512_set1_epi32(0xffff)),
+                    _mm512_slli_epi32::<16>(sj),
+                );
+                for (acc, &p) in corr.iter_mut().zip(&cols) {
+                    // SAFETY: bsums dword j of the block.
+                    let y = unsafe { bcast(p, BSUMS, j) };
+                    *acc = wdot(*acc, pair, y);
+                }
+                fence(&mut isum);
+            }
+            let isum: [__m512i; N] =
+                std::array::from_fn(|i| _mm512_sub_epi32(isum[i], _mm512_slli_epi32::<7>(corr[i])));
+            // SAFETY: the 16 f16 `d` are inside the chunk.
+            unsafe { terms(c, &cols, isum) }
+        }
+    };
+}
+pub(super) use k32_tiles;
