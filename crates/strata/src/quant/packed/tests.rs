@@ -48,6 +48,36 @@ fn kernels_exist_exactly_where_has_kernels_says() {
     }
 }
 
+/// The AVX-512 levels hand out their own sixteen-row tiles for the K-quants
+/// and IQ4_NL, not the AVX2 ones: every tile gives the scalar reference's
+/// integer sums, so the result tests pass on either and cannot tell a
+/// dispatch that fell back to AVX2.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx512_levels_run_their_own_k_and_iq4_nl_tiles() {
+    use crate::isa::Isa;
+    let avx2_tiles = |t| kernels_for(Isa::Avx2, t).expect("AVX2 tiles").tiles;
+    for isa in [Isa::Avx512, Isa::Vnni] {
+        if !isa.is_supported() {
+            continue;
+        }
+        for t in K_TYPES.into_iter().chain([DType::IQ4_NL]) {
+            // IQ4_XS / IQ4_NL values biased by 128 would saturate
+            // `vpmaddubsw`: the AVX-512 level without VNNI keeps AVX2's.
+            let own = isa == Isa::Vnni || !matches!(t, DType::IQ4_XS | DType::IQ4_NL);
+            let tiles = kernels_for(isa, t).expect("kernels").tiles;
+            for (nr, (a, b)) in tiles.iter().zip(avx2_tiles(t)).enumerate() {
+                assert_eq!(
+                    !std::ptr::fn_addr_eq(*a, b),
+                    own,
+                    "{isa} {t} {}-column tile: own tile expected {own}",
+                    nr + 1
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn packed_size_is_ggml_size_and_regions_tile_the_chunk() {
     for (t, cs) in [
