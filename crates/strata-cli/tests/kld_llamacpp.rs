@@ -178,7 +178,7 @@ fn kld(model: &Path, isa: Option<&str>, base: &Path, extra: &[&str]) -> Kld {
 fn reference() -> &'static str {
     use strata::isa::{active, Isa};
     match active() {
-        Isa::Vnni | Isa::Avx512 => "avx512",
+        Isa::Amx | Isa::Vnni | Isa::Avx512 => "avx512",
         Isa::Avx2 | Isa::AvxVnni | Isa::Scalar | Isa::Neon => "avx2",
     }
 }

@@ -45,7 +45,7 @@ const REFERENCES: [(&str, f64, f64); 2] =
 fn reference_level() -> Option<&'static str> {
     use strata::isa::{active, Isa};
     match active() {
-        Isa::Vnni | Isa::Avx512 => Some("avx512"),
+        Isa::Amx | Isa::Vnni | Isa::Avx512 => Some("avx512"),
         Isa::Avx2 | Isa::AvxVnni => Some("avx2"),
         Isa::Scalar | Isa::Neon => None,
     }

@@ -79,7 +79,7 @@ fn spread(model: &str) -> f64 {
 fn golden_dir() -> (&'static str, bool) {
     use strata::isa::{active, Isa};
     match active() {
-        Isa::Vnni | Isa::Avx512 => ("tests/data/kquant", false),
+        Isa::Amx | Isa::Vnni | Isa::Avx512 => ("tests/data/kquant", false),
         Isa::Avx2 | Isa::AvxVnni => ("tests/data/kquant/avx2", false),
         Isa::Scalar | Isa::Neon => ("tests/data/kquant/avx2", true),
     }

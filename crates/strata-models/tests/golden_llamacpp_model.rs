@@ -48,7 +48,7 @@ fn manifest() -> Value {
 fn golden_dir() -> (&'static str, f64) {
     use strata::isa::{active, Isa};
     match active() {
-        Isa::Vnni | Isa::Avx512 => ("tests/data", 0.0),
+        Isa::Amx | Isa::Vnni | Isa::Avx512 => ("tests/data", 0.0),
         Isa::Avx2 | Isa::AvxVnni => ("tests/data/avx2", 0.0),
         // no llama.cpp build of these levels: the nearest reference, plus
         // llama.cpp's own AVX2 / AVX-512 spread on these prompts

@@ -487,8 +487,9 @@ fn packed_k_extreme_quants_stay_exact() {
         for b in w.chunks_exact_mut(t.type_size()) {
             b[quants.clone()].fill(fill);
         }
-        // Every tile width 1..=8 (and a wider n).
-        for n in [1, 2, 3, 4, 5, 6, 7, 8, 11] {
+        // Every tile width 1..=8, a wider n, and the AMX level's steps of
+        // 16 columns (with a rest).
+        for n in [1, 2, 3, 4, 5, 6, 7, 8, 11, 16, 35] {
             let c = MatCase {
                 t,
                 k,

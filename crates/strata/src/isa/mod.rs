@@ -3,7 +3,7 @@
 //!
 //! [`detected`] is the highest level this CPU runs; [`active`] is that level
 //! or a lower one forced with the environment variable `STRATA_ISA`
-//! (`scalar`, `avx2`, `avxvnni`, `avx512`, `vnni`, `neon`), read once per
+//! (`scalar`, `avx2`, `avxvnni`, `avx512`, `vnni`, `amx`, `neon`), read once per
 //! process.
 //! Every kernel table (the quantized dot products in [`crate::quant::simd`],
 //! the packed matmul kernels, the float GEMM, the vector math, attention)
@@ -39,18 +39,25 @@ pub enum Isa {
     Avx512,
     /// x86-64 AVX-512 level plus AVX-512 VNNI (`vpdpbusd`).
     Vnni,
+    /// x86-64 VNNI level plus AMX-TILE and AMX-INT8 (Sapphire Rapids and
+    /// later Xeons), on Linux once the kernel has granted this process the
+    /// tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, requested at
+    /// detection). Everything but the packed K-quant matmuls of 16 or more
+    /// columns runs the VNNI level's kernels.
+    Amx,
     /// aarch64 Advanced SIMD.
     Neon,
 }
 
 impl Isa {
     /// Every level, lowest first.
-    pub const ALL: [Isa; 6] = [
+    pub const ALL: [Isa; 7] = [
         Isa::Scalar,
         Isa::Avx2,
         Isa::AvxVnni,
         Isa::Avx512,
         Isa::Vnni,
+        Isa::Amx,
         Isa::Neon,
     ];
 
@@ -62,6 +69,7 @@ impl Isa {
             Isa::AvxVnni => "avxvnni",
             Isa::Avx512 => "avx512",
             Isa::Vnni => "vnni",
+            Isa::Amx => "amx",
             Isa::Neon => "neon",
         }
     }
@@ -74,6 +82,7 @@ impl Isa {
     /// The next lower level on the same architecture (scalar for the lowest).
     pub const fn lower(self) -> Isa {
         match self {
+            Isa::Amx => Isa::Vnni,
             Isa::Vnni => Isa::Avx512,
             Isa::Avx512 | Isa::AvxVnni => Isa::Avx2,
             Isa::Avx2 | Isa::Neon | Isa::Scalar => Isa::Scalar,
@@ -81,13 +90,13 @@ impl Isa {
     }
 
     /// The level whose f32 lane kernels run `self` on this CPU: `Avx512`
-    /// for `Avx512` and `Vnni`, `Avx2` for `Avx2` and `AvxVnni`, else (also for a level
+    /// for `Avx512`, `Vnni` and `Amx`, `Avx2` for `Avx2` and `AvxVnni`, else (also for a level
     /// this CPU cannot run) `Scalar`, meaning the portable code.
     #[inline]
     pub(crate) fn f32_level(self) -> Isa {
         if cfg!(target_arch = "x86_64") && self.is_supported() {
             match self {
-                Isa::Avx512 | Isa::Vnni => Isa::Avx512,
+                Isa::Avx512 | Isa::Vnni | Isa::Amx => Isa::Avx512,
                 Isa::Avx2 | Isa::AvxVnni => Isa::Avx2,
                 Isa::Scalar | Isa::Neon => Isa::Scalar,
             }
@@ -122,7 +131,7 @@ impl std::str::FromStr for Isa {
                 arg: "STRATA_ISA".into(),
                 value: format!("{s:?}"),
                 expected: "an instruction-set level: one of scalar, avx2, avxvnni, avx512, \
-                               vnni, neon"
+                               vnni, amx, neon"
                     .into(),
             })
     }
@@ -139,7 +148,9 @@ fn detect() -> Isa {
     use std::arch::is_x86_feature_detected as has;
     let avx2 = has!("avx2") && has!("fma") && has!("f16c");
     let avx512 = avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl");
-    if avx512 && has!("avx512vnni") {
+    if avx512 && has!("avx512vnni") && x86::amx::usable() {
+        Isa::Amx
+    } else if avx512 && has!("avx512vnni") {
         Isa::Vnni
     } else if avx512 {
         Isa::Avx512

@@ -191,7 +191,18 @@ pub(super) fn forward_many(nodes: &[&NodePlan], ctx: &Ctx<'_>) {
     let planes = b.ne[2] * b.ne[3];
     let groups_of = |n: &NodePlan| n.src(0).ne[1] / ROWS;
     let all_groups: usize = nodes.iter().map(|n| groups_of(n)).sum();
-    let width = column_block(n_plane, col_bytes, planes * all_groups, ctx.w.nth.max(1));
+    let align = if kernels.is_some_and(|k| k.wide.is_some()) {
+        Kernels::WIDE
+    } else {
+        Kernels::NR
+    };
+    let width = column_block(
+        n_plane,
+        col_bytes,
+        planes * all_groups,
+        ctx.w.nth.max(1),
+        align,
+    );
     let blocks = n_plane.div_ceil(width);
     let per_node = |n: &NodePlan| planes * blocks * groups_of(n);
     let units: usize = nodes.iter().map(|n| per_node(n)).sum();
@@ -230,6 +241,19 @@ pub(super) fn forward_many(nodes: &[&NodePlan], ctx: &Ctx<'_>) {
             out_stride,
         };
         let mut c = n0;
+        if let (Some(wide), true) = (kern.wide, direct) {
+            // Whole steps of WIDE columns in one call (the weights decoded
+            // once for all of them), the rest by the tiles below.
+            let nw = (n1 - c) / Kernels::WIDE * Kernels::WIDE;
+            if nw > 0 {
+                dst.elem_ptr(g * ROWS + ROWS - 1, c + nw - 1, i12, i13);
+                let out = dst.elem_ptr(g * ROWS, c, i12, i13);
+                // SAFETY: as the tiles' call below, for nw columns (both
+                // corners checked).
+                unsafe { wide(tile(act(c), out, dst.nb[1]), nw) };
+                c += nw;
+            }
+        }
         while c < n1 {
             let nr = (n1 - c).min(Kernels::NR);
             let f = kern.tiles[nr - 1];
@@ -301,8 +325,8 @@ pub(super) fn claims<'a>(
 /// Width of the column blocks: as many columns as keep [`ACT_BLOCK_BYTES`]
 /// of activations, fewer when `units` (groups × planes) would leave a thread
 /// idle; a multiple of the tile width when there are several blocks.
-fn column_block(n: usize, col_bytes: usize, units: usize, nth: usize) -> usize {
-    let cache = (ACT_BLOCK_BYTES / col_bytes.max(1)).max(Kernels::NR);
+fn column_block(n: usize, col_bytes: usize, units: usize, nth: usize, align: usize) -> usize {
+    let cache = (ACT_BLOCK_BYTES / col_bytes.max(1)).max(align);
     let mut blocks = n.div_ceil(cache);
     if units * blocks < 2 * nth {
         blocks = (2 * nth).div_ceil(units).min(n.div_ceil(Kernels::NR));
@@ -310,7 +334,7 @@ fn column_block(n: usize, col_bytes: usize, units: usize, nth: usize) -> usize {
     if blocks <= 1 {
         return n.max(1);
     }
-    n.div_ceil(blocks).next_multiple_of(Kernels::NR)
+    n.div_ceil(blocks).next_multiple_of(align)
 }
 
 /// Stores the 16 outputs of group `g` for column (`c`, `i12`, `i13`).

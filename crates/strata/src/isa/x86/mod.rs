@@ -26,6 +26,7 @@
 //! recomputed in f64 lanes, module [`expf`](mod@expf)): for SiLU and
 //! SwiGLU, whose model-level results moved with a 4-ulp exp.
 
+pub(crate) mod amx;
 pub(crate) mod expf;
 mod lanes;
 

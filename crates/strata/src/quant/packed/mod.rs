@@ -178,7 +178,7 @@ pub fn has_kernels(isa: Isa, dtype: DType) -> bool {
         return false;
     }
     match isa {
-        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Vnni => true,
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 | Isa::Vnni | Isa::Amx => true,
         Isa::Neon => dtype != DType::IQ4_NL && neon_dotprod(),
         Isa::Scalar => false,
     }
@@ -523,12 +523,24 @@ pub(crate) struct Kernels {
     pub quantize: QuantizeFn,
     /// `tiles[j - 1]` computes `j` columns (1 ..= [`Kernels::NR`]).
     pub tiles: [TileFn; Kernels::NR],
+    /// A kernel for any multiple of [`Kernels::WIDE`] columns at once,
+    /// with the same results as the tiles (the AMX level's K-quants).
+    pub wide: Option<WideFn>,
 }
 
 impl Kernels {
     /// Columns per register tile of the widest kernel.
     pub const NR: usize = 8;
+    /// Columns per step of a [`WideFn`]: its column counts are multiples.
+    pub const WIDE: usize = 16;
 }
+
+/// A many-column kernel: `n` columns (a multiple of [`Kernels::WIDE`]) of
+/// a [`Tile`], every output bit-identical to the tile kernels'.
+///
+/// # Safety
+/// As [`TileFn`], for `n` columns.
+pub(crate) type WideFn = unsafe fn(t: Tile, n: usize);
 
 /// The packed kernels of `isa` for `dtype`, if it has them ([`has_kernels`]):
 /// a lookup in the level's table, built on first use.

@@ -148,6 +148,7 @@ macro_rules! kernel_table {
             Kernels {
                 quantize: quantize::<T>,
                 tiles: tiles!(tile, T),
+                wide: None,
             }
         }
 
@@ -223,6 +224,7 @@ macro_rules! k_kernel_table {
             Kernels {
                 quantize: quantize_q8_k,
                 tiles: tiles!(tile, T),
+                wide: None,
             }
         }
 

@@ -78,6 +78,30 @@ fn avx512_levels_run_their_own_k_and_iq4_nl_tiles() {
     }
 }
 
+/// The AMX level hands out the many-column kernel for the six K types and
+/// the VNNI tiles for the rest of the columns; the other types and levels
+/// have none (the result tests cannot tell a level that never used it).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn amx_level_has_the_wide_k_kernels_and_only_it() {
+    use crate::isa::Isa;
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
+        for t in DType::ALL.into_iter().filter(|&t| is_packable(t)) {
+            let Some(k) = kernels_for(isa, t) else {
+                continue;
+            };
+            let want = isa == Isa::Amx && K_TYPES.contains(&t);
+            assert_eq!(k.wide.is_some(), want, "{isa} {t}");
+            if isa == Isa::Amx {
+                let vnni = kernels_for(Isa::Vnni, t).expect("VNNI kernels");
+                for (a, b) in k.tiles.iter().zip(vnni.tiles) {
+                    assert!(std::ptr::fn_addr_eq(*a, b), "{t}: VNNI tiles");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn packed_size_is_ggml_size_and_regions_tile_the_chunk() {
     for (t, cs) in [

@@ -244,7 +244,7 @@ level!(
 /// The kernels of `isa` for `dtype` (the caller checked [`super::has_kernels`]).
 pub(super) fn kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
     match isa {
-        Isa::Vnni => vnni::kernels(dtype),
+        Isa::Vnni | Isa::Amx => vnni::kernels(dtype),
         Isa::Avx512 if dtype != DType::Q8_0 => avx512::kernels(dtype),
         _ => None,
     }

@@ -61,6 +61,7 @@ use crate::isa::Isa;
 use crate::tensor::DType;
 use std::arch::x86_64::*;
 
+mod amx;
 mod k16;
 mod k32;
 mod sums;
@@ -94,6 +95,7 @@ macro_rules! level {
         |$s:ident, $w:ident, $a:ident| $dot:expr,
         |$t:ident, $x:ident, $y:ident| $wdot:expr,
         $split:literal
+        $(, $more:ident)?
     ) => {
         mod $level {
             use super::*;
@@ -124,6 +126,7 @@ macro_rules! level {
             super::sums::k_sums!($features);
             super::k32::k32_tiles!($features);
             super::k16::k16_tiles!($features);
+            $(super::amx::$more!($features);)?
 
             /// `N` columns of one 16-row K-quant group of type `T` (the
             /// [`TileFn`] contract; `N ≤ 8`), all in one pass over the
@@ -199,7 +202,8 @@ level!(
         };
         t
     },
-    true
+    true,
+    k_amx
 );
 
 // Pair sums of u8 quants ≤ 63 times i8 stay within i16 (2 · 63 · 128 <
@@ -221,6 +225,18 @@ level!(
 pub(super) fn kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
     match isa {
         Isa::Vnni => vnni::kernels(dtype),
+        // The VNNI tiles, and AMX products for 16 columns and more.
+        Isa::Amx => vnni::kernels(dtype).map(|k| Kernels {
+            wide: Some(match dtype {
+                DType::Q2_K => vnni::wide::<Q2_K>,
+                DType::Q3_K => vnni::wide::<Q3_K>,
+                DType::Q4_K => vnni::wide::<Q4_K>,
+                DType::Q5_K => vnni::wide::<Q5_K>,
+                DType::IQ4_XS => vnni::wide::<IQ4_XS>,
+                _ => vnni::wide::<Q6_K>,
+            }),
+            ..k
+        }),
         // IQ4_XS's biased values (≤ 241) would saturate `vpmaddubsw`'s
         // pair sums: the AVX2 tiles (signed values, `vpsignb`) run it.
         Isa::Avx512 if dtype != DType::IQ4_XS => avx512::kernels(dtype),

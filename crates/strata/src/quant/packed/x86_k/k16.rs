@@ -76,8 +76,10 @@ macro_rules! k16_tiles {
             isum
         }
 
-        /// One Q6_K super-block (chunk at `c`) against the Q8_K blocks
-        /// `cols`: per column the sixteen rows' f32 terms. Sub-block
+        /// The decoders of the Q6_K super-block (chunk) at `c`:
+        /// `quant(j, t)`, the unsigned quants (0 ..= 63, the real quant
+        /// plus 32) of sub-block `j`'s dword `t` (lane `r`: row `r`), and
+        /// `scale(j)`, its signed scale per lane (i32). Sub-block
         /// `j = 8hh + 2k + e`, dword `t` (element `128hh + 32k + 4tq ..`,
         /// `tq = 4e + t`), in the re-coded form of `k.rs`: for `k < 2`
         /// the whole quant is bits 0..6 of line `16hh + 8k + tq`; for
@@ -86,17 +88,20 @@ macro_rules! k16_tiles {
         /// line `16hh + 8(k - 2) + tq`.
         ///
         /// # Safety
-        /// The chunk and the 292-byte blocks are readable.
+        /// The closures read the chunk: it stays readable while they
+        /// are called.
         #[target_feature(enable = $features)]
         #[inline]
-        unsafe fn q6_k<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
-            let line = |w: usize| c.wrapping_add(64 * w);
+        unsafe fn q6_dec(
+            c: *const u8,
+        ) -> (impl Fn(usize, usize) -> __m512i, impl Fn(usize) -> __m512i) {
+            let line = move |w: usize| c.wrapping_add(64 * w);
             let (m4, m30, m3f) = (
                 _mm512_set1_epi8(0x0f),
                 _mm512_set1_epi8(0x30),
                 _mm512_set1_epi8(0x3f),
             );
-            let quant = |j: usize, t: usize| {
+            let quant = move |j: usize, t: usize| {
                 let (hh, k, tq) = (j / 8, j / 2 % 4, 4 * (j % 2) + t);
                 // SAFETY: line 16hh + 8(k % 2) + tq (< 32) is inside the chunk.
                 let pq = unsafe { load(line(16 * hh + 8 * (k % 2) + tq)) };
@@ -112,7 +117,22 @@ macro_rules! k16_tiles {
                 _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_and_si512(hi, m30))
             };
             // SAFETY: scale line 48 + j / 4 is inside the chunk.
-            let scale = |j: usize| sbyte(unsafe { load(line(48 + j / 4)) }, j % 4);
+            let scale = move |j: usize| sbyte(unsafe { load(line(48 + j / 4)) }, j % 4);
+            (quant, scale)
+        }
+
+        /// One Q6_K super-block (chunk at `c`, decoded by [`q6_dec`])
+        /// against the Q8_K blocks `cols`: per column the sixteen rows'
+        /// f32 terms.
+        ///
+        /// # Safety
+        /// The chunk and the 292-byte blocks are readable.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn q6_k<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
+            let line = |w: usize| c.wrapping_add(64 * w);
+            // SAFETY: the contract, forwarded.
+            let (quant, scale) = unsafe { q6_dec(c) };
             // SAFETY: the contract, forwarded.
             let isum = unsafe { sums16::<N, true>(&cols, quant, scale) };
             // The `-32` offset: `32 · Σ_j s_j bsums_j`, from the scale
@@ -127,60 +147,81 @@ macro_rules! k16_tiles {
             unsafe { terms(c.add(Q6_K_D), &cols, isum) }
         }
 
-        /// One Q2_K super-block (chunk at `c`) against the Q8_K blocks
-        /// `cols`: per column the sixteen rows' f32 terms. Sub-block
-        /// `j = 8hh + 2k + e`, dword `t`: bits `2k` of `qs` line
-        /// `4 + 8hh + 4e + t`; scale line `w`: lane bytes are the
+        /// The decoders of the Q2_K super-block (chunk) at `c`:
+        /// `quant(j, t)` (0 ..= 3), `scale(j)` (0 ..= 15 per lane) and
+        /// `mins(i)`, the i16 pair of sub-blocks `2i`, `2i + 1`'s mins.
+        /// Sub-block `j = 8hh + 2k + e`, dword `t`: bits `2k` of `qs`
+        /// line `4 + 8hh + 4e + t`; scale line `w`: lane bytes are the
         /// scale / min bytes `4w .. 4w + 4` of the row (scale in the
         /// low nibble, min in the high one).
+        ///
+        /// # Safety
+        /// As [`q6_dec`].
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn q2_dec(
+            c: *const u8,
+        ) -> (
+            impl Fn(usize, usize) -> __m512i,
+            impl Fn(usize) -> __m512i,
+            impl Fn(usize) -> __m512i,
+        ) {
+            let line = move |w: usize| c.wrapping_add(64 * w);
+            let m3 = _mm512_set1_epi8(3);
+            let quant = move |j: usize, t: usize| {
+                // SAFETY: qs line 4 + 8 (j / 8) + 4 (j % 2) + t < 20 is
+                // inside the chunk.
+                let x = unsafe { load(line(4 + 8 * (j / 8) + 4 * (j % 2) + t)) };
+                _mm512_and_si512(_mm512_srl_epi16(x, count(j / 2 % 4 * 2)), m3)
+            };
+            let scale = move |j: usize| {
+                // SAFETY: scale line j / 4 (< 4) is inside the chunk.
+                let v = unsafe { load(line(j / 4)) };
+                _mm512_and_si512(byte(v, j % 4), _mm512_set1_epi32(15))
+            };
+            // summs = Σ_j m_j bsums_j: the pair (m_2i, m_2i+1) (the
+            // high nibbles of scale bytes 2i, 2i + 1) with bsums dword i.
+            let mins = move |i: usize| {
+                // SAFETY: scale line i / 2 (< 4) is inside the chunk.
+                let v = unsafe { load(line(i / 2)) };
+                _mm512_srli_epi16::<4>(upair(v, 2 * (i % 2)))
+            };
+            (quant, scale, mins)
+        }
+
+        /// One Q2_K super-block (chunk at `c`, decoded by [`q2_dec`])
+        /// against the Q8_K blocks `cols`: per column the sixteen rows'
+        /// f32 terms.
         ///
         /// # Safety
         /// The chunk and the 292-byte blocks are readable.
         #[target_feature(enable = $features)]
         #[inline]
         unsafe fn q2_k<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
-            let line = |w: usize| c.wrapping_add(64 * w);
-            let m3 = _mm512_set1_epi8(3);
-            let quant = |j: usize, t: usize| {
-                // SAFETY: qs line 4 + 8 (j / 8) + 4 (j % 2) + t < 20 is
-                // inside the chunk.
-                let x = unsafe { load(line(4 + 8 * (j / 8) + 4 * (j % 2) + t)) };
-                _mm512_and_si512(_mm512_srl_epi16(x, count(j / 2 % 4 * 2)), m3)
-            };
-            let scale = |j: usize| {
-                // SAFETY: scale line j / 4 (< 4) is inside the chunk.
-                let v = unsafe { load(line(j / 4)) };
-                _mm512_and_si512(byte(v, j % 4), _mm512_set1_epi32(15))
-            };
+            // SAFETY: the contract, forwarded.
+            let (quant, scale, mins) = unsafe { q2_dec(c) };
             // SAFETY: the contract, forwarded.
             let isum = unsafe { sums16::<N, false>(&cols, quant, scale) };
-            // summs = Σ_j m_j bsums_j: the pair (m_2i, m_2i+1) (the
-            // high nibbles of scale bytes 2i, 2i + 1) with bsums dword i.
-            let mins = |i: usize| {
-                // SAFETY: scale line i / 2 (< 4) is inside the chunk.
-                let v = unsafe { load(line(i / 2)) };
-                _mm512_srli_epi16::<4>(upair(v, 2 * (i % 2)))
-            };
             // SAFETY: the contract, forwarded.
             let summs = unsafe { bsums_dot(&cols, mins) };
             // SAFETY: the 16 f16 `d` and `dmin` are inside the chunk.
             unsafe { min_terms(c.add(Q2_K_D), &cols, isum, summs) }
         }
 
-        /// One Q3_K super-block (chunk at `c`) against the Q8_K blocks
-        /// `cols`: per column the sixteen rows' f32 terms, from the
-        /// unsigned `q' = q2 | hbit << 2 ≤ 7` (the real quant is
-        /// `q' - 4`, taken off once per super-block as
-        /// `4 · Σ_j s_j bsums_j`). The scales (`a`, `b`, `c` = bytes
-        /// 0..4, 4..8, 8..12 of the 12-byte packing, lines 24..27) are
-        /// decoded for the sixteen rows as at AVX2 (`x86_avx2_k23.rs`).
+        /// The decoders of the Q3_K super-block (chunk) at `c`:
+        /// `quant(j, t)`, the unsigned `q' = q2 | hbit << 2 ≤ 7` (the
+        /// real quant is `q' - 4`), and the signed scales (−32 ..= 31):
+        /// lane bytes `4w .. 4w + 4` of line `w` are the row's scales
+        /// `4w .. 4w + 4`. The scales (`a`, `b`, `c` = bytes 0..4, 4..8,
+        /// 8..12 of the 12-byte packing, lines 24..27) are decoded for
+        /// the sixteen rows as at AVX2 (`x86_avx2_k23.rs`).
         ///
         /// # Safety
-        /// The chunk and the 292-byte blocks are readable.
+        /// As [`q6_dec`].
         #[target_feature(enable = $features)]
         #[inline]
-        unsafe fn q3_k<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
-            let line = |w: usize| c.wrapping_add(64 * w);
+        unsafe fn q3_dec(c: *const u8) -> (impl Fn(usize, usize) -> __m512i, [__m512i; 4]) {
+            let line = move |w: usize| c.wrapping_add(64 * w);
             let (m3, m4, m15, m48) = (
                 _mm512_set1_epi8(3),
                 _mm512_set1_epi8(4),
@@ -204,7 +245,7 @@ macro_rules! k16_tiles {
             .map(|s| _mm512_sub_epi8(s, m32));
             // Sub-block j = 8hh + 2k + e, dword t: qs line 8 + 8hh + tq,
             // bits 2k, and bit 4hh + k of hmask line tq (tq = 4e + t).
-            let quant = |j: usize, t: usize| {
+            let quant = move |j: usize, t: usize| {
                 let (hh, k, tq) = (j / 8, j / 2 % 4, 4 * (j % 2) + t);
                 // SAFETY: qs line 8 + 8hh + tq (< 24) and hmask line tq
                 // (< 8) are inside the chunk.
@@ -220,6 +261,21 @@ macro_rules! k16_tiles {
                 };
                 _mm512_or_si512(q2, _mm512_and_si512(hb, m4))
             };
+            (quant, sc)
+        }
+
+        /// One Q3_K super-block (chunk at `c`, decoded by [`q3_dec`])
+        /// against the Q8_K blocks `cols`: per column the sixteen rows'
+        /// f32 terms, from the unsigned `q'`, the `-4` taken off once per
+        /// super-block as `4 · Σ_j s_j bsums_j`.
+        ///
+        /// # Safety
+        /// The chunk and the 292-byte blocks are readable.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn q3_k<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
+            // SAFETY: the contract, forwarded.
+            let (quant, sc) = unsafe { q3_dec(c) };
             // (s_j, 0) per lane: the sign-extended scale's low i16.
             let scale =
                 |j: usize| _mm512_and_si512(sbyte(sc[j / 4], j % 4), _mm512_set1_epi32(0xffff));

@@ -7,11 +7,95 @@
 /// helpers).
 macro_rules! k32_tiles {
     ($features:literal) => {
+        /// Dword `t` of sub-block `j` of the Q4_K (`Q5` false) or Q5_K
+        /// super-block (chunk) at `c`, per lane: the low nibbles of quant
+        /// line `qs + 8 (j / 2) + t` for even `j`, the high ones for odd
+        /// `j` (Q5_K: bit `j` of fifth-bit line `3 + t` as bit 4).
+        ///
+        /// # Safety
+        /// The chunk is readable.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn q45_quant<const Q5: bool>(c: *const u8, j: usize, t: usize) -> __m512i {
+            let lines = if Q5 { Q5_K_LINES } else { Q4_K_LINES };
+            let qs = if Q5 { 11 } else { 3 };
+            let m4 = _mm512_set1_epi8(0x0f);
+            // SAFETY: quant line qs + 8 (j / 2) + t (< 35 / 43) is
+            // inside the chunk.
+            let x = unsafe { load(c.add(lines + 64 * (qs + 8 * (j / 2) + t))) };
+            let x = if j % 2 == 0 {
+                x
+            } else {
+                _mm512_srli_epi16::<4>(x)
+            };
+            let q = _mm512_and_si512(x, m4);
+            if Q5 {
+                // SAFETY: fifth-bit line 3 + t is inside the chunk.
+                let qh = unsafe { load(c.add(lines + 64 * (3 + t))) };
+                // Bit j of each byte to bit 4: an i16 shift, then the
+                // mask drops what crossed a byte boundary.
+                let x = if j <= 4 {
+                    _mm512_sll_epi16(qh, count(4 - j))
+                } else {
+                    _mm512_srl_epi16(qh, count(j - 4))
+                };
+                _mm512_or_si512(q, _mm512_and_si512(x, _mm512_set1_epi8(0x10)))
+            } else {
+                q
+            }
+        }
+
+        /// The scales and mins of the Q4_K / Q5_K super-block at `c`:
+        /// lane bytes of `[0]` and `[1]` are the row's scales 0..4 and
+        /// 4..8, of `[2]` and `[3]` its mins 0..4 and 4..8 (ggml's
+        /// 12-byte form: sc0..3 | top bits, m0..3 | top bits, low
+        /// nibbles of sc4..7 | m4..7).
+        ///
+        /// # Safety
+        /// The chunk is readable.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn q45_scales<const Q5: bool>(c: *const u8) -> [__m512i; 4] {
+            let lines = if Q5 { Q5_K_LINES } else { Q4_K_LINES };
+            // SAFETY: the three scale lines are inside the chunk.
+            let (a, b, cc) = unsafe {
+                (
+                    load(c.add(lines)),
+                    load(c.add(lines + 64)),
+                    load(c.add(lines + 128)),
+                )
+            };
+            let (m4, m6, top) = (
+                _mm512_set1_epi8(0x0f),
+                _mm512_set1_epi8(0x3f),
+                _mm512_set1_epi8(0x30),
+            );
+            [
+                _mm512_and_si512(a, m6),
+                _mm512_or_si512(
+                    _mm512_and_si512(cc, m4),
+                    _mm512_and_si512(_mm512_srli_epi32::<2>(a), top),
+                ),
+                _mm512_and_si512(b, m6),
+                _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi32::<4>(cc), m4),
+                    _mm512_and_si512(_mm512_srli_epi32::<2>(b), top),
+                ),
+            ]
+        }
+
+        /// The i16 pair `(m_j, m_j)` per lane: sub-block `j`'s min (of
+        /// [`q45_scales`]' `sc`) twice, for its bsums dword `j`.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn q45_min_pair(sc: &[__m512i; 4], j: usize) -> __m512i {
+            let m = byte(sc[2 + j / 4], j % 4);
+            _mm512_or_si512(m, _mm512_slli_epi32::<16>(m))
+        }
+
         /// Sub-block `J` of a Q4_K (`Q5` false) or Q5_K super-block
-        /// for every column: the low nibbles of quant lines
-        /// `qs + 8 (J / 2) ..+ 8` for even `J`, the high ones for odd `J`
-        /// (Q5_K: bit `J` of fifth-bit line `3 + t` as bit 4), times
-        /// activation dwords `8J ..+ 8`, scaled by the sub-block's scale.
+        /// for every column: its quants ([`q45_quant`]) times activation
+        /// dwords `8J ..+ 8`, scaled by the sub-block's scale.
         ///
         /// # Safety
         /// The chunk at `c` and the Q8_K blocks `cols` are readable.
@@ -23,34 +107,8 @@ macro_rules! k32_tiles {
             scale: __m512i,
             isum: &mut [__m512i; N],
         ) {
-            let lines = if Q5 { Q5_K_LINES } else { Q4_K_LINES };
-            let qs = if Q5 { 11 } else { 3 };
-            let m4 = _mm512_set1_epi8(0x0f);
-            let quant = |t: usize| {
-                // SAFETY: quant line qs + 8 (J / 2) + t (< 35 / 43) is
-                // inside the chunk.
-                let x = unsafe { load(c.add(lines + 64 * (qs + 8 * (J / 2) + t))) };
-                let x = if J % 2 == 0 {
-                    x
-                } else {
-                    _mm512_srli_epi16::<4>(x)
-                };
-                let q = _mm512_and_si512(x, m4);
-                if Q5 {
-                    // SAFETY: fifth-bit line 3 + t is inside the chunk.
-                    let qh = unsafe { load(c.add(lines + 64 * (3 + t))) };
-                    // Bit J of each byte to bit 4: an i16 shift, then
-                    // the mask drops what crossed a byte boundary.
-                    let x = if J <= 4 {
-                        _mm512_sll_epi16(qh, count(4 - J))
-                    } else {
-                        _mm512_srl_epi16(qh, count(J - 4))
-                    };
-                    _mm512_or_si512(q, _mm512_and_si512(x, _mm512_set1_epi8(0x10)))
-                } else {
-                    q
-                }
-            };
+            // SAFETY: the chunk is readable (contract).
+            let quant = |t: usize| unsafe { q45_quant::<Q5>(c, J, t) };
             if SPLIT && !Q5 {
                 for t0 in [0, 4] {
                     // SAFETY: the contract, forwarded.
@@ -78,33 +136,9 @@ macro_rules! k32_tiles {
             c: *const u8,
             cols: [*const u8; N],
         ) -> [__m512; N] {
-            let lines = if Q5 { Q5_K_LINES } else { Q4_K_LINES };
-            // SAFETY: the three scale lines are inside the chunk.
-            let (a, b, cc) = unsafe {
-                (
-                    load(c.add(lines)),
-                    load(c.add(lines + 64)),
-                    load(c.add(lines + 128)),
-                )
-            };
-            let (m4, m6, top) = (
-                _mm512_set1_epi8(0x0f),
-                _mm512_set1_epi8(0x3f),
-                _mm512_set1_epi8(0x30),
-            );
-            // Lane bytes: scales 0..4, 4..8, mins 0..4, 4..8 of the row
-            // (ggml's 12-byte form: sc0..3 | top bits, m0..3 | top
-            // bits, low nibbles of sc4..7 | m4..7).
-            let sc_lo = _mm512_and_si512(a, m6);
-            let sc_hi = _mm512_or_si512(
-                _mm512_and_si512(cc, m4),
-                _mm512_and_si512(_mm512_srli_epi32::<2>(a), top),
-            );
-            let mn_lo = _mm512_and_si512(b, m6);
-            let mn_hi = _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi32::<4>(cc), m4),
-                _mm512_and_si512(_mm512_srli_epi32::<2>(b), top),
-            );
+            // SAFETY: the contract, forwarded.
+            let sc = unsafe { q45_scales::<Q5>(c) };
+            let (sc_lo, sc_hi) = (sc[0], sc[1]);
             let mut isum = [_mm512_setzero_si512(); N];
             // SAFETY: the contract, forwarded.
             unsafe { q45_step::<Q5, 0, N>(c, &cols, byte(sc_lo, 0), &mut isum) };
@@ -124,10 +158,7 @@ macro_rules! k32_tiles {
             unsafe { q45_step::<Q5, 7, N>(c, &cols, byte(sc_hi, 3), &mut isum) };
             // summs = Σ_j m_j (bsums_2j + bsums_2j+1): the pair
             // (m_j, m_j) with bsums dword j.
-            let mins = |j: usize| {
-                let m = byte(if j < 4 { mn_lo } else { mn_hi }, j % 4);
-                _mm512_or_si512(m, _mm512_slli_epi32::<16>(m))
-            };
+            let mins = |j: usize| q45_min_pair(&sc, j);
             // SAFETY: the contract, forwarded.
             let summs = unsafe { bsums_dot(&cols, mins) };
             // SAFETY: the 16 f16 `d` at 0 and `dmin` at 32 are inside
@@ -135,22 +166,22 @@ macro_rules! k32_tiles {
             unsafe { min_terms(c, &cols, isum, summs) }
         }
 
-        /// One IQ4_XS super-block (chunk at `c`) against the Q8_K
-        /// blocks `cols`: per column the sixteen rows' f32 terms. The
-        /// 4-bit indices of quant line `1 + 4j + t` (low nibbles:
-        /// activation dword `8j + t`, high: `8j + 4 + t`) become the
-        /// table values biased by 128 (u8 1 ..= 241) by one `vpshufb`;
-        /// a sub-block's sum `Σ (v + 128) a` (at most 32 · 241 · 128 in
-        /// magnitude) is scaled by `vpmulld` with `s_j` (−32 ..= 31),
-        /// and the bias is taken off once per super-block as
-        /// `128 · Σ_j s_j (bsums_2j + bsums_2j+1)`.
+        /// The decoders of the IQ4_XS super-block (chunk) at `c`:
+        /// `quant(j, t)`, dword `t` of sub-block `j` as table values
+        /// biased by 128 (u8 1 ..= 241): the 4-bit indices of quant line
+        /// `1 + 4j + t % 4` (low nibbles for `t < 4`: activation dword
+        /// `8j + t`; high ones: `8j + 4 + t`) through one `vpshufb`;
+        /// `scale(j)`, the signed scale `s_j` (−32 ..= 31) per lane.
         ///
         /// # Safety
-        /// The chunk and the 292-byte blocks are readable.
+        /// The closures read the chunk: it stays readable while they
+        /// are called.
         #[target_feature(enable = $features)]
         #[inline]
-        unsafe fn iq4_xs<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
-            let line = |w: usize| c.wrapping_add(IQ4_XS_LINES + 64 * w);
+        unsafe fn iq4_xs_dec(
+            c: *const u8,
+        ) -> (impl Fn(usize, usize) -> __m512i, impl Fn(usize) -> __m512i) {
+            let line = move |w: usize| c.wrapping_add(IQ4_XS_LINES + 64 * w);
             // SAFETY: the 16 bytes of the biased table are readable.
             let table = _mm512_broadcast_i32x4(unsafe {
                 _mm_loadu_si128(
@@ -168,7 +199,7 @@ macro_rules! k32_tiles {
                     _mm512_cvtepu16_epi32(_mm256_loadu_si256(c.add(32).cast())),
                 )
             };
-            let scale = |j: usize| {
+            let scale = move |j: usize| {
                 let s = _mm512_or_si512(
                     _mm512_and_si512(_mm512_srl_epi32(lo, count(4 * j)), _mm512_set1_epi32(15)),
                     _mm512_slli_epi32::<4>(_mm512_and_si512(
@@ -178,17 +209,34 @@ macro_rules! k32_tiles {
                 );
                 _mm512_sub_epi32(s, _mm512_set1_epi32(32))
             };
+            let quant = move |j: usize, t: usize| {
+                // SAFETY: quant line 1 + 4j + t % 4 (< 33) is inside the chunk.
+                let x = unsafe { load(line(1 + 4 * j + t % 4)) };
+                let x = if t < 4 { x } else { _mm512_srli_epi16::<4>(x) };
+                _mm512_shuffle_epi8(table, _mm512_and_si512(x, m4))
+            };
+            (quant, scale)
+        }
+
+        /// One IQ4_XS super-block (chunk at `c`) against the Q8_K
+        /// blocks `cols`: per column the sixteen rows' f32 terms. With
+        /// the biased values of [`iq4_xs_dec`], a sub-block's sum `Σ (v + 128) a` (at most 32 · 241 · 128 in
+        /// magnitude) is scaled by `vpmulld` with `s_j` (−32 ..= 31),
+        /// and the bias is taken off once per super-block as
+        /// `128 · Σ_j s_j (bsums_2j + bsums_2j+1)`.
+        ///
+        /// # Safety
+        /// The chunk and the 292-byte blocks are readable.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn iq4_xs<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
+            // SAFETY: the contract, forwarded.
+            let (quant, scale) = unsafe { iq4_xs_dec(c) };
             let mut isum = [_mm512_setzero_si512(); N];
             let mut corr = [_mm512_setzero_si512(); N];
             for j in 0..8 {
-                let quant = |t: usize| {
-                    // SAFETY: quant line 1 + 4j + t % 4 (< 33) is inside the chunk.
-                    let x = unsafe { load(line(1 + 4 * j + t % 4)) };
-                    let x = if t < 4 { x } else { _mm512_srli_epi16::<4>(x) };
-                    _mm512_shuffle_epi8(table, _mm512_and_si512(x, m4))
-                };
                 // SAFETY: the contract, forwarded.
-                let s = unsafe { sub_sums::<N, 8>(&cols, quant, 8 * j, 0) };
+                let s = unsafe { sub_sums::<N, 8>(&cols, |t| quant(j, t), 8 * j, 0) };
                 let sj = scale(j);
                 scale_into(&mut isum, s, sj);
                 // The bias term's pair (s_j, s_j) with bsums dword j.
