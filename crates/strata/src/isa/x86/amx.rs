@@ -172,6 +172,79 @@ impl Tiles {
     }
 }
 
+impl Tiles {
+    /// [`Tiles::dot_planes`] for 32 columns: rows `m` of the first A at
+    /// `a + m · a_stride`, of the second 16 rows later; each plane tile is
+    /// loaded once for both. C: `c` (first 16 columns, `lo`), `c + 1024`
+    /// (their `hi`), `c + 2048` and `c + 3072` (the next 16).
+    ///
+    /// # Safety
+    /// The reads and writes above are in bounds.
+    #[inline]
+    pub(crate) unsafe fn dot_planes32(
+        &mut self,
+        a: *const u8,
+        a_stride: usize,
+        planes: *const u8,
+        c: *mut u8,
+    ) {
+        let a1 = a.wrapping_add(16 * a_stride);
+        // SAFETY: the tiles are configured (self); the caller guarantees
+        // the memory.
+        unsafe {
+            std::arch::asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                "tileloadd tmm4, [{a} + {sa}*1]",
+                "tileloadd tmm6, [{p} + {s}*1]",
+                "tileloadd tmm7, [{p} + {s}*1 + 4096]",
+                "tileloadd tmm5, [{b} + {sa}*1]",
+                "tdpbsud tmm0, tmm4, tmm6",
+                "tdpbssd tmm1, tmm4, tmm7",
+                "tdpbsud tmm2, tmm5, tmm6",
+                "tdpbssd tmm3, tmm5, tmm7",
+                "tileloadd tmm4, [{a} + {sa}*1 + 64]",
+                "tileloadd tmm6, [{p} + {s}*1 + 1024]",
+                "tileloadd tmm7, [{p} + {s}*1 + 5120]",
+                "tileloadd tmm5, [{b} + {sa}*1 + 64]",
+                "tdpbsud tmm0, tmm4, tmm6",
+                "tdpbssd tmm1, tmm4, tmm7",
+                "tdpbsud tmm2, tmm5, tmm6",
+                "tdpbssd tmm3, tmm5, tmm7",
+                "tileloadd tmm4, [{a} + {sa}*1 + 128]",
+                "tileloadd tmm6, [{p} + {s}*1 + 2048]",
+                "tileloadd tmm7, [{p} + {s}*1 + 6144]",
+                "tileloadd tmm5, [{b} + {sa}*1 + 128]",
+                "tdpbsud tmm0, tmm4, tmm6",
+                "tdpbssd tmm1, tmm4, tmm7",
+                "tdpbsud tmm2, tmm5, tmm6",
+                "tdpbssd tmm3, tmm5, tmm7",
+                "tileloadd tmm4, [{a} + {sa}*1 + 192]",
+                "tileloadd tmm6, [{p} + {s}*1 + 3072]",
+                "tileloadd tmm7, [{p} + {s}*1 + 7168]",
+                "tileloadd tmm5, [{b} + {sa}*1 + 192]",
+                "tdpbsud tmm0, tmm4, tmm6",
+                "tdpbssd tmm1, tmm4, tmm7",
+                "tdpbsud tmm2, tmm5, tmm6",
+                "tdpbssd tmm3, tmm5, tmm7",
+                "tilestored [{c} + {s}*1], tmm0",
+                "tilestored [{c} + {s}*1 + 1024], tmm1",
+                "tilestored [{c} + {s}*1 + 2048], tmm2",
+                "tilestored [{c} + {s}*1 + 3072], tmm3",
+                a = in(reg) a,
+                b = in(reg) a1,
+                sa = in(reg) a_stride,
+                p = in(reg) planes,
+                s = in(reg) 64usize,
+                c = in(reg) c,
+                options(nostack, preserves_flags)
+            )
+        };
+    }
+}
+
 impl Drop for Tiles {
     fn drop(&mut self) {
         // SAFETY: the tiles were configured (new), so AMX is usable.

@@ -72,6 +72,68 @@ macro_rules! k_amx {
             }
         }
 
+        /// The f32 terms of super-block `b` (chunk at `c`) for 16 columns
+        /// (Q8_K blocks at `a + i · a_stride`) from their products at
+        /// `prod` (`lo` C tile, `hi` C tile 1024 bytes later), added to
+        /// their 16 outputs at `out + i · out_stride` (set for `b = 0`).
+        ///
+        /// # Safety
+        /// All of the above is readable (and the outputs writable).
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn epilogue<const T: u8>(
+            c: *const u8,
+            b: usize,
+            a: *const u8,
+            a_stride: usize,
+            prod: *const u8,
+            out: *mut u8,
+            out_stride: usize,
+        ) {
+            let cols: [*const u8; 16] = std::array::from_fn(|i| a.wrapping_add(i * a_stride));
+            let isum: [__m512i; 16] = std::array::from_fn(|i| {
+                // SAFETY: C rows i of both products (contract).
+                let (l, h) = unsafe { (load(prod.add(64 * i)), load(prod.add(1024 + 64 * i))) };
+                _mm512_add_epi32(l, _mm512_slli_epi32::<8>(h))
+            });
+            // SAFETY (each arm): the chunk and the columns' blocks are
+            // readable (contract).
+            let terms = unsafe {
+                match T {
+                    Q2_K => {
+                        let (_, _, mins) = q2_dec(c);
+                        let summs = bsums_dot(&cols, mins);
+                        min_terms(c.add(Q2_K_D), &cols, isum, summs)
+                    }
+                    Q3_K => terms(c.add(Q3_K_D), &cols, isum),
+                    Q4_K | Q5_K => {
+                        let sc = if T == Q5_K {
+                            q45_scales::<true>(c)
+                        } else {
+                            q45_scales::<false>(c)
+                        };
+                        let summs = bsums_dot(&cols, |j| q45_min_pair(&sc, j));
+                        min_terms(c, &cols, isum, summs)
+                    }
+                    IQ4_XS => terms(c, &cols, isum),
+                    _ => terms(c.add(Q6_K_D), &cols, isum),
+                }
+            };
+            for (i, term) in terms.into_iter().enumerate() {
+                // SAFETY: the 16 rows of column i are writable (contract);
+                // from block 1 on they hold the sum of the earlier blocks.
+                unsafe {
+                    let o = out.add(i * out_stride).cast::<f32>();
+                    let prev = if b == 0 {
+                        _mm512_setzero_ps()
+                    } else {
+                        _mm512_loadu_ps(o)
+                    };
+                    _mm512_storeu_ps(o, _mm512_add_ps(prev, term));
+                }
+            }
+        }
+
         /// `n` columns (a multiple of 16) of one 16-row K-quant group of
         /// type `T` (the [`WideFn`](super::super::WideFn) contract), by
         /// AMX tile products over each super-block's decoded planes.
@@ -125,69 +187,36 @@ macro_rules! k_amx {
                         }
                     }
                 }
-                for c0 in (0..n).step_by(16) {
-                    // SAFETY: columns c0 .. c0 + 16 have block b (contract).
+                let mut c0 = 0;
+                while c0 < n {
+                    // SAFETY: columns c0 .. c0 + 16 (32) have block b (contract).
                     let a = unsafe { t.a.add(c0 * t.a_stride + b * Q8K) };
-                    // SAFETY: A rows are the 16 columns' 256 quants of
-                    // block b; the planes and `out` are 8192 / 2048
-                    // bytes in place.
+                    let wide = n - c0 >= 32;
+                    // SAFETY: A rows are the columns' 256 quants of block
+                    // b; the planes and `out` are 8192 and 4096 bytes.
                     unsafe {
-                        tiles.dot_planes(
-                            a.add(QS),
-                            t.a_stride,
-                            pl.0 .0.as_ptr(),
-                            out.0.as_mut_ptr(),
-                        )
-                    };
-                    let cols: [*const u8; 16] =
-                        std::array::from_fn(|i| a.wrapping_add(i * t.a_stride));
-                    let isum: [__m512i; 16] = std::array::from_fn(|i| {
-                        // SAFETY: C rows i of both products are in `out`.
-                        let (l, h) = unsafe {
-                            (
-                                load(out.0.as_ptr().add(64 * i)),
-                                load(out.0.as_ptr().add(1024 + 64 * i)),
-                            )
-                        };
-                        _mm512_add_epi32(l, _mm512_slli_epi32::<8>(h))
-                    });
-                    // SAFETY (each arm): the chunk and the columns' blocks
-                    // are readable.
-                    let terms = unsafe {
-                        match T {
-                            Q2_K => {
-                                let (_, _, mins) = q2_dec(c);
-                                let summs = bsums_dot(&cols, mins);
-                                min_terms(c.add(Q2_K_D), &cols, isum, summs)
-                            }
-                            Q3_K => terms(c.add(Q3_K_D), &cols, isum),
-                            Q4_K | Q5_K => {
-                                let sc = if T == Q5_K {
-                                    q45_scales::<true>(c)
-                                } else {
-                                    q45_scales::<false>(c)
-                                };
-                                let summs = bsums_dot(&cols, |j| q45_min_pair(&sc, j));
-                                min_terms(c, &cols, isum, summs)
-                            }
-                            IQ4_XS => terms(c, &cols, isum),
-                            _ => terms(c.add(Q6_K_D), &cols, isum),
-                        }
-                    };
-                    for (i, term) in terms.into_iter().enumerate() {
-                        // SAFETY: the 16 rows of column c0 + i are
-                        // writable (contract); from block 1 on they hold
-                        // the sum of the earlier blocks.
-                        unsafe {
-                            let o = t.out.add((c0 + i) * t.out_stride).cast::<f32>();
-                            let prev = if b == 0 {
-                                _mm512_setzero_ps()
-                            } else {
-                                _mm512_loadu_ps(o)
-                            };
-                            _mm512_storeu_ps(o, _mm512_add_ps(prev, term));
+                        let (p, o) = (pl.0 .0.as_ptr(), out.0.as_mut_ptr());
+                        if wide {
+                            tiles.dot_planes32(a.add(QS), t.a_stride, p, o);
+                        } else {
+                            tiles.dot_planes(a.add(QS), t.a_stride, p, o);
                         }
                     }
+                    for h in 0..if wide { 2 } else { 1 } {
+                        // SAFETY: C of columns c0 + 16h .. + 16 at 2048h.
+                        unsafe {
+                            epilogue::<T>(
+                                c,
+                                b,
+                                a.wrapping_add(16 * h * t.a_stride),
+                                t.a_stride,
+                                out.0.as_ptr().add(2048 * h),
+                                t.out.add((c0 + 16 * h) * t.out_stride),
+                                t.out_stride,
+                            )
+                        };
+                    }
+                    c0 += if wide { 32 } else { 16 };
                 }
             }
             drop(tiles);
