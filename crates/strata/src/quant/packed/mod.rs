@@ -567,7 +567,14 @@ fn level_kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        let avx2 = || x86_avx2::kernels(dtype).or_else(|| x86_avx2_k::kernels(dtype));
+        let avx2 = || {
+            x86_avx2::kernels(dtype)
+                .or_else(|| x86_avx2_k::kernels(dtype))
+                .map(|k| Kernels {
+                    wide: x86_avx2_k::wide_for(dtype),
+                    ..k
+                })
+        };
         if isa == Isa::Avx2 {
             avx2()
         } else if isa == Isa::AvxVnni {

@@ -78,19 +78,22 @@ fn avx512_levels_run_their_own_k_and_iq4_nl_tiles() {
     }
 }
 
-/// The AMX level hands out the many-column kernel for the six K types and
-/// the VNNI tiles for the rest of the columns; the other types and levels
-/// have none (the result tests cannot tell a level that never used it).
+/// The many-column kernels are handed out where they exist: at the AMX
+/// level for the six K types (with the VNNI tiles for the rest of the
+/// columns), at the AVX2 levels for Q4_K, Q5_K and Q6_K; nowhere else (the
+/// result tests cannot tell a level that never used them).
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn amx_level_has_the_wide_k_kernels_and_only_it() {
+fn wide_kernels_are_where_they_belong() {
     use crate::isa::Isa;
     for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
         for t in DType::ALL.into_iter().filter(|&t| is_packable(t)) {
             let Some(k) = kernels_for(isa, t) else {
                 continue;
             };
-            let want = isa == Isa::Amx && K_TYPES.contains(&t);
+            let avx2 = matches!(isa, Isa::Avx2 | Isa::AvxVnni)
+                && matches!(t, DType::Q4_K | DType::Q5_K | DType::Q6_K);
+            let want = avx2 || (isa == Isa::Amx && K_TYPES.contains(&t));
             assert_eq!(k.wide.is_some(), want, "{isa} {t}");
             if isa == Isa::Amx {
                 let vnni = kernels_for(Isa::Vnni, t).expect("VNNI kernels");

@@ -187,6 +187,65 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
     h: usize,
     cols: [*const u8; N],
 ) -> [__m256; N] {
+    // SAFETY: the contract, forwarded.
+    unsafe { q45_k_with::<Q5, N>(c, h, cols, q45_quant::<Q5>(c, h)) }
+}
+
+/// The quant decoder of half `h` of the Q4_K / Q5_K super-block (chunk)
+/// at `c`: `quant(j, tq)`, the low nibbles of quant line
+/// `qs + 8 (j / 2) + tq` for even `j`, the high ones for odd `j` (Q5_K: bit
+/// `j` of fifth-bit line `3 + tq` as bit 4).
+///
+/// # Safety
+/// The closure reads the chunk: it stays readable while it is called.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q45_quant<const Q5: bool>(c: *const u8, h: usize) -> impl Fn(usize, usize) -> __m256i {
+    let lines = if Q5 { Q5_K_LINES } else { Q4_K_LINES };
+    let line = move |w: usize| c.wrapping_add(lines + 64 * w + 32 * h);
+    // First quant line: after the scales (and Q5_K's eight fifth-bit lines).
+    let qs = if Q5 { 11 } else { 3 };
+    move |j: usize, tq: usize| {
+        // SAFETY: quant line qs + 8(j/2) + tq is inside the chunk.
+        let x = unsafe { load(line(qs + 8 * (j / 2) + tq)) };
+        let x = if j.is_multiple_of(2) {
+            x
+        } else {
+            _mm256_srli_epi16(x, 4)
+        };
+        let q = _mm256_and_si256(x, _mm256_set1_epi8(0x0f));
+        if Q5 {
+            // SAFETY: fifth-bit line 3 + tq is inside the chunk.
+            let qh = unsafe { load(line(3 + tq)) };
+            // Bit j of each byte to bit 4: one i16 shift by a constant
+            // where `j` is one (the tiles' steps; a `match` on a run-time
+            // `j` here once became a jump table, measured at a third of
+            // Q4_K's speed), then the mask drops what crossed a byte.
+            let x = if j <= 4 {
+                _mm256_sll_epi16(qh, count(4 - j))
+            } else {
+                _mm256_srl_epi16(qh, count(j - 4))
+            };
+            _mm256_or_si256(q, _mm256_and_si256(x, _mm256_set1_epi8(0x10)))
+        } else {
+            q
+        }
+    }
+}
+
+/// [`q45_k`] with the quants from `quant` ([`q45_quant`]'s, or a decoded
+/// copy of them).
+///
+/// # Safety
+/// As [`q45_k`].
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q45_k_with<const Q5: bool, const N: usize>(
+    c: *const u8,
+    h: usize,
+    cols: [*const u8; N],
+    quant: impl Fn(usize, usize) -> __m256i,
+) -> [__m256; N] {
     let lines = if Q5 { Q5_K_LINES } else { Q4_K_LINES };
     let line = |w: usize| c.wrapping_add(lines + 64 * w + 32 * h);
     // Lane bytes of scale line `w` (0: scales 0..4, 1: scales 4..8, 2:
@@ -222,7 +281,7 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
     macro_rules! steps {
         ($($j:literal)*) => {
             // SAFETY: the contract, forwarded.
-            unsafe { $( q45_step::<Q5, $j, N>(&line, &cols, &scale, &mut isum); )* }
+            unsafe { $( q45_step::<Q5, $j, N>(&quant, &cols, &scale, &mut isum); )* }
         };
     }
     steps!(0 1 2 3 4 5 6 7);
@@ -235,10 +294,9 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
     unsafe { min_terms(c, 32, h, cols, isum, summs) }
 }
 
-/// Sub-block `J` of [`q45_k`] for every column: the low nibbles of quant
-/// lines `qs + 8 (J / 2) ..+ 8` for even `J`, the high ones for odd `J`
-/// (Q5_K: bit `J` of fifth-bit line `3 + tq` as bit 4), times activation
-/// dwords `8J ..+ 8`; summed in i16 over all eight dwords (Q4_K), or four
+/// Sub-block `J` of [`q45_k`] for every column: its quants
+/// (`quant(J, tq)`, [`q45_quant`]) times activation dwords `8J ..+ 8`;
+/// summed in i16 over all eight dwords (Q4_K), or four
 /// (Q5_K: 4 · 2 · 31 · 128 = 31744 ≤ 32767), per `vpmaddwd` with the scale.
 /// With `J` a constant every shift is an immediate and nothing branches.
 ///
@@ -247,31 +305,15 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn q45_step<const Q5: bool, const J: usize, const N: usize>(
-    line: &impl Fn(usize) -> *const u8,
+    quant: &impl Fn(usize, usize) -> __m256i,
     cols: &[*const u8; N],
     scale: &impl Fn(usize) -> __m256i,
     isum: &mut [__m256i; N],
 ) {
-    // First quant line: after the scales (and Q5_K's eight fifth-bit lines).
-    let qs = if Q5 { 11 } else { 3 };
     let run = if Q5 { 4 } else { 8 };
-    let m4 = _mm256_set1_epi8(0x0f);
     let mut s16 = [_mm256_setzero_si256(); N];
     for tq in 0..8 {
-        // SAFETY: quant line qs + 8(J/2) + tq is inside the chunk.
-        let x = unsafe { load(line(qs + 8 * (J / 2) + tq)) };
-        let x = if J.is_multiple_of(2) {
-            x
-        } else {
-            _mm256_srli_epi16(x, 4)
-        };
-        let q = _mm256_and_si256(x, m4);
-        let q = if Q5 {
-            // SAFETY: fifth-bit line 3 + tq is inside the chunk.
-            _mm256_or_si256(q, fifth_bit::<J>(unsafe { load(line(3 + tq)) }))
-        } else {
-            q
-        };
+        let q = quant(J, tq);
         // SAFETY: quant dword 8J + tq of the blocks (the caller's).
         unsafe { mul(cols, &mut s16, q, 8 * J + tq) };
         if tq % run == run - 1 {
@@ -313,23 +355,6 @@ pub(super) unsafe fn min_terms<const N: usize>(
         let m = _mm256_mul_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(summs[i]));
         _mm256_sub_ps(t, m)
     })
-}
-
-/// Bit `J` (`J < 8`) of every byte of `qh`, as bit 4 (the Q5_K fifth bit
-/// of sub-block `J`): one i16 shift by the constant `4 - J` (left) or
-/// `J - 4` (right) brings each byte's bit `J` to its bit 4, the mask drops
-/// what crossed the byte boundary. A `match` on a run-time `j` here became
-/// a jump table inside the loop (measured: the packed Q5_K tiles at a third
-/// of Q4_K's speed); a run-time shift count then kept two shifts.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn fifth_bit<const J: usize>(qh: __m256i) -> __m256i {
-    let x = if J <= 4 {
-        _mm256_sll_epi16(qh, count(4 - J))
-    } else {
-        _mm256_srl_epi16(qh, count(J - 4))
-    };
-    _mm256_and_si256(x, _mm256_set1_epi8(0x10))
 }
 
 /// One IQ4_XS super-block (chunk at `c`, half `h`) against the Q8_K blocks
@@ -422,7 +447,19 @@ unsafe fn iq4_xs<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn q6_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> [__m256; N] {
-    let line = |w: usize| c.wrapping_add(64 * w + 32 * h);
+    // SAFETY: the contract, forwarded.
+    unsafe { q6_k_with(c, h, cols, q6_quant(c, h)) }
+}
+
+/// The quant decoder of half `h` of the Q6_K super-block (chunk) at `c`:
+/// `quant(j, t)`, the unsigned quants (≤ 63) of sub-block `j`'s dword `t`.
+///
+/// # Safety
+/// The closure reads the chunk: it stays readable while it is called.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6_quant(c: *const u8, h: usize) -> impl Fn(usize, usize) -> __m256i {
+    let line = move |w: usize| c.wrapping_add(64 * w + 32 * h);
     let (m4, m30, m3f) = (
         _mm256_set1_epi8(0x0f),
         _mm256_set1_epi8(0x30),
@@ -433,7 +470,7 @@ unsafe fn q6_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> 
     // is bits 0..6 of line 16hh + 8k + tq (P', Q'); for k ≥ 2 its nibble is
     // the low (k = 2) or high (k = 3) half of line 32 + 8hh + tq (R') and
     // its top pair bits 6, 7 of line 16hh + 8(k - 2) + tq.
-    let quant = |j: usize, t: usize| {
+    move |j: usize, t: usize| {
         let (hh, k, tq) = (j / 8, j / 2 % 4, 4 * (j % 2) + t);
         // SAFETY: line 16hh + 8(k % 2) + tq (< 32) is inside the chunk.
         let pq = unsafe { load(line(16 * hh + 8 * (k % 2) + tq)) };
@@ -447,7 +484,23 @@ unsafe fn q6_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> 
         // byte lands in bits 6, 7 and is masked off.
         let hi = _mm256_srli_epi16(pq, 2);
         _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30))
-    };
+    }
+}
+
+/// [`q6_k`] with the quants from `quant` (decoded from the chunk, or
+/// read back from a decoded copy).
+///
+/// # Safety
+/// As [`q6_k`].
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6_k_with<const N: usize>(
+    c: *const u8,
+    h: usize,
+    cols: [*const u8; N],
+    quant: impl Fn(usize, usize) -> __m256i,
+) -> [__m256; N] {
+    let line = |w: usize| c.wrapping_add(64 * w + 32 * h);
     let scale = |j: usize| {
         // SAFETY: scale line 48 + j / 4 is inside the chunk.
         let v = unsafe { load(line(48 + j / 4)) };
@@ -474,4 +527,92 @@ unsafe fn q6_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> 
     })
 }
 
+/// Sixty-four 32-byte lines, 32-byte aligned: one half's decoded quants.
+#[repr(C, align(32))]
+struct Lines([u8; 2048]);
+
+/// `n` columns (a multiple of 16) of one Q4_K, Q5_K or Q6_K group of
+/// type `T` (the [`super::WideFn`] contract): per super-block and half the
+/// quants are decoded once into [`Lines`] (line `SUB j + t`: dword `t` of
+/// sub-block `j`), then every four columns run the tiles' sums over the
+/// decoded copy, the terms added to the outputs in super-block order from
+/// zero (the tiles' bits).
+///
+/// # Safety
+/// As [`super::WideFn`]; AVX2, FMA, F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn wide<const T: u8>(t: Tile, n: usize) {
+    let (chunk, sub) = match T {
+        Q4_K => (Q4_K_CHUNK, 8),
+        Q5_K => (Q5_K_CHUNK, 8),
+        _ => (Q6_K_CHUNK, 4),
+    };
+    let mut buf = Lines([0; 2048]);
+    for b in 0..t.nb {
+        // SAFETY: chunk b is in bounds (contract).
+        let c = unsafe { t.w.add(b * chunk) };
+        for h in 0..2 {
+            let mut fill = |quant: &dyn Fn(usize, usize) -> __m256i| {
+                for l in 0..64 {
+                    // SAFETY: line l < 64 of the buffer.
+                    unsafe {
+                        _mm256_store_si256(
+                            buf.0.as_mut_ptr().add(32 * l).cast(),
+                            quant(l / sub, l % sub),
+                        )
+                    };
+                }
+            };
+            // SAFETY (each arm): the chunk is readable.
+            unsafe {
+                match T {
+                    Q4_K => fill(&q45_quant::<false>(c, h)),
+                    Q5_K => fill(&q45_quant::<true>(c, h)),
+                    _ => fill(&q6_quant(c, h)),
+                }
+            }
+            // SAFETY: line sub j + d < 64 of the buffer.
+            let copy = |j: usize, d: usize| unsafe { load(buf.0.as_ptr().add(32 * (sub * j + d))) };
+            for c0 in (0..n).step_by(4) {
+                // SAFETY: columns c0 .. c0 + 4 have block b (contract).
+                let cols: [*const u8; 4] =
+                    std::array::from_fn(|i| unsafe { t.a.add((c0 + i) * t.a_stride + b * Q8K) });
+                // SAFETY (each arm): the chunk and the blocks are readable.
+                let terms = unsafe {
+                    match T {
+                        Q4_K => q45_k_with::<false, 4>(c, h, cols, copy),
+                        Q5_K => q45_k_with::<true, 4>(c, h, cols, copy),
+                        _ => q6_k_with(c, h, cols, copy),
+                    }
+                };
+                for (i, term) in terms.into_iter().enumerate() {
+                    // SAFETY: rows 8h .. 8h + 8 of column c0 + i are
+                    // writable (contract), holding the earlier blocks' sum
+                    // from block 1 on.
+                    unsafe {
+                        let o = t.out.add((c0 + i) * t.out_stride + 32 * h).cast::<f32>();
+                        let prev = if b == 0 {
+                            _mm256_setzero_ps()
+                        } else {
+                            _mm256_loadu_ps(o)
+                        };
+                        _mm256_storeu_ps(o, _mm256_add_ps(prev, term));
+                    }
+                }
+            }
+        }
+    }
+}
+
 k_kernel_table!(Isa::Avx2);
+
+/// The AVX2 many-column kernel of `dtype`, for the types whose per-line
+/// decode it saves (Q4_K, Q5_K, Q6_K).
+pub(super) fn wide_for(dtype: DType) -> Option<super::WideFn> {
+    match dtype {
+        DType::Q4_K => Some(wide::<Q4_K>),
+        DType::Q5_K => Some(wide::<Q5_K>),
+        DType::Q6_K => Some(wide::<Q6_K>),
+        _ => None,
+    }
+}
