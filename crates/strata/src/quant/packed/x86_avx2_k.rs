@@ -374,11 +374,46 @@ pub(super) unsafe fn min_terms<const N: usize>(
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn iq4_xs<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> [__m256; N] {
-    let line = |w: usize| c.wrapping_add(IQ4_XS_LINES + 64 * w + 32 * h);
+    // SAFETY: the contract, forwarded.
+    unsafe { iq4_xs_with(c, h, cols, iq4_xs_values(c, h)) }
+}
+
+/// The value decoder of half `h` of the IQ4_XS super-block (chunk) at `c`:
+/// `values(j, e, t)`, the table values of quant line `1 + 4j + t`'s low
+/// (`e = 0`) or high (`e = 1`) nibbles (activation dword `8j + 4e + t`).
+///
+/// # Safety
+/// The closure reads the chunk: it stays readable while it is called.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn iq4_xs_values(c: *const u8, h: usize) -> impl Fn(usize, usize, usize) -> __m256i {
+    let line = move |w: usize| c.wrapping_add(IQ4_XS_LINES + 64 * w + 32 * h);
     // SAFETY: IQ4_NL_VALUES is 16 readable bytes.
     let table = unsafe { _mm_loadu_si128(crate::quant::IQ4_NL_VALUES.as_ptr().cast()) };
     let table = _mm256_broadcastsi128_si256(table);
     let m4 = _mm256_set1_epi8(0x0f);
+    move |j: usize, e: usize, t: usize| {
+        // SAFETY: quant line 1 + 4j + t is inside the chunk.
+        let x = unsafe { load(line(1 + 4 * j + t)) };
+        let x = if e == 0 { x } else { _mm256_srli_epi16(x, 4) };
+        _mm256_shuffle_epi8(table, _mm256_and_si256(x, m4))
+    }
+}
+
+/// [`iq4_xs`] with the values from `values` ([`iq4_xs_values`]'s, or a
+/// decoded copy of them).
+///
+/// # Safety
+/// As [`iq4_xs`].
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn iq4_xs_with<const N: usize>(
+    c: *const u8,
+    h: usize,
+    cols: [*const u8; N],
+    values: impl Fn(usize, usize, usize) -> __m256i,
+) -> [__m256; N] {
+    let line = |w: usize| c.wrapping_add(IQ4_XS_LINES + 64 * w + 32 * h);
     // SAFETY: line 0 (scales_l) and the 8 u16 scales_h of half h are inside
     // the chunk.
     let (lo, hi) = unsafe {
@@ -408,14 +443,8 @@ unsafe fn iq4_xs<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -
             _mm256_slli_epi32(s, 16),
         );
         for t in 0..4 {
-            // SAFETY: quant line 1 + 4j + t is inside the chunk.
-            let x = unsafe { load(line(1 + 4 * j + t)) };
-            let idx = [
-                _mm256_and_si256(x, m4),
-                _mm256_and_si256(_mm256_srli_epi16(x, 4), m4),
-            ];
-            for (e, idx) in idx.into_iter().enumerate() {
-                let v = _mm256_shuffle_epi8(table, idx);
+            for e in 0..2 {
+                let v = values(j, e, t);
                 let va = _mm256_abs_epi8(v);
                 for (acc, &p) in isum.iter_mut().zip(&cols) {
                     // SAFETY: quant dword 8j + 4e + t of the block.
@@ -531,7 +560,7 @@ unsafe fn q6_k_with<const N: usize>(
 #[repr(C, align(32))]
 struct Lines([u8; 2048]);
 
-/// `n` columns (a multiple of 16) of one Q4_K, Q5_K or Q6_K group of
+/// `n` columns (a multiple of 16) of one Q4_K, Q5_K, Q6_K or IQ4_XS group of
 /// type `T` (the [`super::WideFn`] contract): per super-block and half the
 /// quants are decoded once into [`Lines`] (line `SUB j + t`: dword `t` of
 /// sub-block `j`), then every four columns run the tiles' sums over the
@@ -545,6 +574,7 @@ pub(super) unsafe fn wide<const T: u8>(t: Tile, n: usize) {
     let (chunk, sub) = match T {
         Q4_K => (Q4_K_CHUNK, 8),
         Q5_K => (Q5_K_CHUNK, 8),
+        IQ4_XS => (IQ4_XS_CHUNK, 8),
         _ => (Q6_K_CHUNK, 4),
     };
     let mut buf = Lines([0; 2048]);
@@ -568,6 +598,11 @@ pub(super) unsafe fn wide<const T: u8>(t: Tile, n: usize) {
                 match T {
                     Q4_K => fill(&q45_quant::<false>(c, h)),
                     Q5_K => fill(&q45_quant::<true>(c, h)),
+                    // Line 8j + 4e + t: values of dword t, nibbles e.
+                    IQ4_XS => {
+                        let v = iq4_xs_values(c, h);
+                        fill(&|j, d| v(j, d / 4, d % 4))
+                    }
                     _ => fill(&q6_quant(c, h)),
                 }
             }
@@ -582,6 +617,7 @@ pub(super) unsafe fn wide<const T: u8>(t: Tile, n: usize) {
                     match T {
                         Q4_K => q45_k_with::<false, 4>(c, h, cols, copy),
                         Q5_K => q45_k_with::<true, 4>(c, h, cols, copy),
+                        IQ4_XS => iq4_xs_with(c, h, cols, |j, e, t| copy(j, 4 * e + t)),
                         _ => q6_k_with(c, h, cols, copy),
                     }
                 };
@@ -607,12 +643,13 @@ pub(super) unsafe fn wide<const T: u8>(t: Tile, n: usize) {
 k_kernel_table!(Isa::Avx2);
 
 /// The AVX2 many-column kernel of `dtype`, for the types whose per-line
-/// decode it saves (Q4_K, Q5_K, Q6_K).
+/// decode it saves (Q4_K, Q5_K, Q6_K, IQ4_XS).
 pub(super) fn wide_for(dtype: DType) -> Option<super::WideFn> {
     match dtype {
         DType::Q4_K => Some(wide::<Q4_K>),
         DType::Q5_K => Some(wide::<Q5_K>),
         DType::Q6_K => Some(wide::<Q6_K>),
+        DType::IQ4_XS => Some(wide::<IQ4_XS>),
         _ => None,
     }
 }
