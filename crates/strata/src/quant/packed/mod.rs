@@ -114,6 +114,8 @@ mod x86_avx2_k;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2_k23;
 #[cfg(target_arch = "x86_64")]
+mod x86_avx2_kw;
+#[cfg(target_arch = "x86_64")]
 mod x86_k;
 
 /// Rows per packed group.
@@ -571,7 +573,7 @@ fn level_kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
             x86_avx2::kernels(dtype)
                 .or_else(|| x86_avx2_k::kernels(dtype))
                 .map(|k| Kernels {
-                    wide: x86_avx2_k::wide_for(dtype),
+                    wide: x86_avx2_kw::wide_for(dtype),
                     ..k
                 })
         };

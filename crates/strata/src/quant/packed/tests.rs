@@ -80,9 +80,9 @@ fn avx512_levels_run_their_own_k_and_iq4_nl_tiles() {
 
 /// The many-column kernels are handed out where they exist: at the AMX
 /// level for the six K types (with the VNNI tiles for the rest of the
-/// columns), with the AVX2 tiles of Q4_K, Q5_K, Q6_K and IQ4_XS (at every
-/// level that runs those); nowhere else (the result tests cannot tell a
-/// level that never used them).
+/// columns), with the AVX2 K tiles (at every level that runs those);
+/// nowhere else (the result tests cannot tell a level that never used
+/// them).
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn wide_kernels_are_where_they_belong() {
@@ -98,8 +98,7 @@ fn wide_kernels_are_where_they_belong() {
                     .zip(a.tiles)
                     .all(|(x, y)| std::ptr::fn_addr_eq(*x, y))
             });
-            let avx2 =
-                avx2_tiles && matches!(t, DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::IQ4_XS);
+            let avx2 = avx2_tiles && K_TYPES.contains(&t);
             let want = avx2 || (isa == Isa::Amx && K_TYPES.contains(&t));
             assert_eq!(k.wide.is_some(), want, "{isa} {t}");
             if isa == Isa::Amx {

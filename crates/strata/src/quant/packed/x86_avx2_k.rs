@@ -200,7 +200,10 @@ unsafe fn q45_k<const Q5: bool, const N: usize>(
 /// The closure reads the chunk: it stays readable while it is called.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn q45_quant<const Q5: bool>(c: *const u8, h: usize) -> impl Fn(usize, usize) -> __m256i {
+pub(super) unsafe fn q45_quant<const Q5: bool>(
+    c: *const u8,
+    h: usize,
+) -> impl Fn(usize, usize) -> __m256i {
     let lines = if Q5 { Q5_K_LINES } else { Q4_K_LINES };
     let line = move |w: usize| c.wrapping_add(lines + 64 * w + 32 * h);
     // First quant line: after the scales (and Q5_K's eight fifth-bit lines).
@@ -240,7 +243,7 @@ unsafe fn q45_quant<const Q5: bool>(c: *const u8, h: usize) -> impl Fn(usize, us
 /// As [`q45_k`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn q45_k_with<const Q5: bool, const N: usize>(
+pub(super) unsafe fn q45_k_with<const Q5: bool, const N: usize>(
     c: *const u8,
     h: usize,
     cols: [*const u8; N],
@@ -386,7 +389,10 @@ unsafe fn iq4_xs<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -
 /// The closure reads the chunk: it stays readable while it is called.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn iq4_xs_values(c: *const u8, h: usize) -> impl Fn(usize, usize, usize) -> __m256i {
+pub(super) unsafe fn iq4_xs_values(
+    c: *const u8,
+    h: usize,
+) -> impl Fn(usize, usize, usize) -> __m256i {
     let line = move |w: usize| c.wrapping_add(IQ4_XS_LINES + 64 * w + 32 * h);
     // SAFETY: IQ4_NL_VALUES is 16 readable bytes.
     let table = unsafe { _mm_loadu_si128(crate::quant::IQ4_NL_VALUES.as_ptr().cast()) };
@@ -407,7 +413,7 @@ unsafe fn iq4_xs_values(c: *const u8, h: usize) -> impl Fn(usize, usize, usize) 
 /// As [`iq4_xs`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn iq4_xs_with<const N: usize>(
+pub(super) unsafe fn iq4_xs_with<const N: usize>(
     c: *const u8,
     h: usize,
     cols: [*const u8; N],
@@ -487,7 +493,7 @@ unsafe fn q6_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> 
 /// The closure reads the chunk: it stays readable while it is called.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn q6_quant(c: *const u8, h: usize) -> impl Fn(usize, usize) -> __m256i {
+pub(super) unsafe fn q6_quant(c: *const u8, h: usize) -> impl Fn(usize, usize) -> __m256i {
     let line = move |w: usize| c.wrapping_add(64 * w + 32 * h);
     let (m4, m30, m3f) = (
         _mm256_set1_epi8(0x0f),
@@ -523,7 +529,7 @@ unsafe fn q6_quant(c: *const u8, h: usize) -> impl Fn(usize, usize) -> __m256i {
 /// As [`q6_k`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn q6_k_with<const N: usize>(
+pub(super) unsafe fn q6_k_with<const N: usize>(
     c: *const u8,
     h: usize,
     cols: [*const u8; N],
@@ -556,100 +562,4 @@ unsafe fn q6_k_with<const N: usize>(
     })
 }
 
-/// Sixty-four 32-byte lines, 32-byte aligned: one half's decoded quants.
-#[repr(C, align(32))]
-struct Lines([u8; 2048]);
-
-/// `n` columns (a multiple of 16) of one Q4_K, Q5_K, Q6_K or IQ4_XS group of
-/// type `T` (the [`super::WideFn`] contract): per super-block and half the
-/// quants are decoded once into [`Lines`] (line `SUB j + t`: dword `t` of
-/// sub-block `j`), then every four columns run the tiles' sums over the
-/// decoded copy, the terms added to the outputs in super-block order from
-/// zero (the tiles' bits).
-///
-/// # Safety
-/// As [`super::WideFn`]; AVX2, FMA, F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn wide<const T: u8>(t: Tile, n: usize) {
-    let (chunk, sub) = match T {
-        Q4_K => (Q4_K_CHUNK, 8),
-        Q5_K => (Q5_K_CHUNK, 8),
-        IQ4_XS => (IQ4_XS_CHUNK, 8),
-        _ => (Q6_K_CHUNK, 4),
-    };
-    let mut buf = Lines([0; 2048]);
-    for b in 0..t.nb {
-        // SAFETY: chunk b is in bounds (contract).
-        let c = unsafe { t.w.add(b * chunk) };
-        for h in 0..2 {
-            let mut fill = |quant: &dyn Fn(usize, usize) -> __m256i| {
-                for l in 0..64 {
-                    // SAFETY: line l < 64 of the buffer.
-                    unsafe {
-                        _mm256_store_si256(
-                            buf.0.as_mut_ptr().add(32 * l).cast(),
-                            quant(l / sub, l % sub),
-                        )
-                    };
-                }
-            };
-            // SAFETY (each arm): the chunk is readable.
-            unsafe {
-                match T {
-                    Q4_K => fill(&q45_quant::<false>(c, h)),
-                    Q5_K => fill(&q45_quant::<true>(c, h)),
-                    // Line 8j + 4e + t: values of dword t, nibbles e.
-                    IQ4_XS => {
-                        let v = iq4_xs_values(c, h);
-                        fill(&|j, d| v(j, d / 4, d % 4))
-                    }
-                    _ => fill(&q6_quant(c, h)),
-                }
-            }
-            // SAFETY: line sub j + d < 64 of the buffer.
-            let copy = |j: usize, d: usize| unsafe { load(buf.0.as_ptr().add(32 * (sub * j + d))) };
-            for c0 in (0..n).step_by(4) {
-                // SAFETY: columns c0 .. c0 + 4 have block b (contract).
-                let cols: [*const u8; 4] =
-                    std::array::from_fn(|i| unsafe { t.a.add((c0 + i) * t.a_stride + b * Q8K) });
-                // SAFETY (each arm): the chunk and the blocks are readable.
-                let terms = unsafe {
-                    match T {
-                        Q4_K => q45_k_with::<false, 4>(c, h, cols, copy),
-                        Q5_K => q45_k_with::<true, 4>(c, h, cols, copy),
-                        IQ4_XS => iq4_xs_with(c, h, cols, |j, e, t| copy(j, 4 * e + t)),
-                        _ => q6_k_with(c, h, cols, copy),
-                    }
-                };
-                for (i, term) in terms.into_iter().enumerate() {
-                    // SAFETY: rows 8h .. 8h + 8 of column c0 + i are
-                    // writable (contract), holding the earlier blocks' sum
-                    // from block 1 on.
-                    unsafe {
-                        let o = t.out.add((c0 + i) * t.out_stride + 32 * h).cast::<f32>();
-                        let prev = if b == 0 {
-                            _mm256_setzero_ps()
-                        } else {
-                            _mm256_loadu_ps(o)
-                        };
-                        _mm256_storeu_ps(o, _mm256_add_ps(prev, term));
-                    }
-                }
-            }
-        }
-    }
-}
-
 k_kernel_table!(Isa::Avx2);
-
-/// The AVX2 many-column kernel of `dtype`, for the types whose per-line
-/// decode it saves (Q4_K, Q5_K, Q6_K, IQ4_XS).
-pub(super) fn wide_for(dtype: DType) -> Option<super::WideFn> {
-    match dtype {
-        DType::Q4_K => Some(wide::<Q4_K>),
-        DType::Q5_K => Some(wide::<Q5_K>),
-        DType::Q6_K => Some(wide::<Q6_K>),
-        DType::IQ4_XS => Some(wide::<IQ4_XS>),
-        _ => None,
-    }
-}

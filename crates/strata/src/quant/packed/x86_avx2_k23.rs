@@ -252,14 +252,45 @@ pub(super) unsafe fn q2_k<const N: usize>(
     h: usize,
     cols: [*const u8; N],
 ) -> [__m256; N] {
-    let line = |w: usize| c.wrapping_add(64 * w + 32 * h);
-    let (m3, m15) = (_mm256_set1_epi8(3), _mm256_set1_epi16(15));
-    // Sub-block j = 8hh + 2k + e, dword t: qs line 4 + 8hh + 4e + t, bits 2k.
-    let quant = |j: usize, t: usize| {
+    // SAFETY: the contract, forwarded.
+    unsafe { q2_k_with(c, h, cols, q2_quant(c, h)) }
+}
+
+/// The quant decoder of half `h` of the Q2_K super-block (chunk) at `c`:
+/// `quant(j, t)` (0 ..= 3) of sub-block `j = 8hh + 2k + e`, dword `t`: bits
+/// `2k` of qs line `4 + 8hh + 4e + t`.
+///
+/// # Safety
+/// The closure reads the chunk: it stays readable while it is called.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn q2_quant(c: *const u8, h: usize) -> impl Fn(usize, usize) -> __m256i {
+    let line = move |w: usize| c.wrapping_add(64 * w + 32 * h);
+    move |j: usize, t: usize| {
         // SAFETY: qs line 4 + 8 (j / 8) + 4 (j % 2) + t < 20 is inside the chunk.
         let x = unsafe { load(line(4 + 8 * (j / 8) + 4 * (j % 2) + t)) };
-        _mm256_and_si256(_mm256_srl_epi16(x, count(j / 2 % 4 * 2)), m3)
-    };
+        _mm256_and_si256(
+            _mm256_srl_epi16(x, count(j / 2 % 4 * 2)),
+            _mm256_set1_epi8(3),
+        )
+    }
+}
+
+/// [`q2_k`] with the quants from `quant` ([`q2_quant`]'s, or a decoded
+/// copy of them).
+///
+/// # Safety
+/// As [`q2_k`].
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn q2_k_with<const N: usize>(
+    c: *const u8,
+    h: usize,
+    cols: [*const u8; N],
+    quant: impl Fn(usize, usize) -> __m256i,
+) -> [__m256; N] {
+    let line = |w: usize| c.wrapping_add(64 * w + 32 * h);
+    let m15 = _mm256_set1_epi16(15);
     // Scale line w: lane bytes are the scale / min bytes 4w .. 4w + 4 of
     // the row (scale in the low nibble, min in the high one).
     let scale = |j: usize| {
@@ -296,31 +327,23 @@ pub(super) unsafe fn q3_k<const N: usize>(
     h: usize,
     cols: [*const u8; N],
 ) -> [__m256; N] {
-    let line = |w: usize| c.wrapping_add(64 * w + 32 * h);
-    let (m3, m4, m15, m48) = (
-        _mm256_set1_epi8(3),
-        _mm256_set1_epi8(4),
-        _mm256_set1_epi8(15),
-        _mm256_set1_epi8(48),
-    );
-    // SAFETY: the scale lines 24, 25, 26 are inside the chunk.
-    let (a, b, cc) = unsafe { (load(line(24)), load(line(25)), load(line(26))) };
-    let lo = |x: __m256i, shift: bool| {
-        _mm256_and_si256(if shift { _mm256_srli_epi16(x, 4) } else { x }, m15)
-    };
-    let top = |x: __m256i| _mm256_and_si256(x, m48);
-    let m32 = _mm256_set1_epi8(32);
-    // Lane bytes: the signed scales 4w .. 4w + 4 of the lane's row.
-    let sc = [
-        _mm256_or_si256(lo(a, false), top(_mm256_slli_epi16(cc, 4))),
-        _mm256_or_si256(lo(b, false), top(_mm256_slli_epi16(cc, 2))),
-        _mm256_or_si256(lo(a, true), top(cc)),
-        _mm256_or_si256(lo(b, true), top(_mm256_srli_epi16(cc, 2))),
-    ]
-    .map(|s| _mm256_sub_epi8(s, m32));
-    // Sub-block j = 8hh + 2k + e, dword t: qs line 8 + 8hh + tq, bits 2k,
-    // and bit 4hh + k of hmask line tq, with tq = 4e + t.
-    let quant = |j: usize, t: usize| {
+    // SAFETY: the contract, forwarded.
+    unsafe { q3_k_with(c, h, cols, q3_quant(c, h)) }
+}
+
+/// The quant decoder of half `h` of the Q3_K super-block (chunk) at `c`:
+/// `quant(j, t)`, the unsigned `q' = q2 | hbit << 2 ≤ 7` of sub-block
+/// `j = 8hh + 2k + e`, dword `t`: qs line `8 + 8hh + tq`, bits `2k`, and
+/// bit `4hh + k` of hmask line `tq`, with `tq = 4e + t`.
+///
+/// # Safety
+/// The closure reads the chunk: it stays readable while it is called.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn q3_quant(c: *const u8, h: usize) -> impl Fn(usize, usize) -> __m256i {
+    let line = move |w: usize| c.wrapping_add(64 * w + 32 * h);
+    let (m3, m4) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
+    move |j: usize, t: usize| {
         let (hh, k, tq) = (j / 8, j / 2 % 4, 4 * (j % 2) + t);
         // SAFETY: qs line 8 + 8hh + tq (< 24) and hmask line tq (< 8) are
         // inside the chunk.
@@ -336,7 +359,39 @@ pub(super) unsafe fn q3_k<const N: usize>(
             _mm256_sll_epi16(hm, count(2 - b))
         };
         _mm256_or_si256(q2, _mm256_and_si256(hb, m4))
+    }
+}
+
+/// [`q3_k`] with the quants from `quant` ([`q3_quant`]'s, or a decoded
+/// copy of them).
+///
+/// # Safety
+/// As [`q3_k`].
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn q3_k_with<const N: usize>(
+    c: *const u8,
+    h: usize,
+    cols: [*const u8; N],
+    quant: impl Fn(usize, usize) -> __m256i,
+) -> [__m256; N] {
+    let line = |w: usize| c.wrapping_add(64 * w + 32 * h);
+    let (m15, m48) = (_mm256_set1_epi8(15), _mm256_set1_epi8(48));
+    // SAFETY: the scale lines 24, 25, 26 are inside the chunk.
+    let (a, b, cc) = unsafe { (load(line(24)), load(line(25)), load(line(26))) };
+    let lo = |x: __m256i, shift: bool| {
+        _mm256_and_si256(if shift { _mm256_srli_epi16(x, 4) } else { x }, m15)
     };
+    let top = |x: __m256i| _mm256_and_si256(x, m48);
+    let m32 = _mm256_set1_epi8(32);
+    // Lane bytes: the signed scales 4w .. 4w + 4 of the lane's row.
+    let sc = [
+        _mm256_or_si256(lo(a, false), top(_mm256_slli_epi16(cc, 4))),
+        _mm256_or_si256(lo(b, false), top(_mm256_slli_epi16(cc, 2))),
+        _mm256_or_si256(lo(a, true), top(cc)),
+        _mm256_or_si256(lo(b, true), top(_mm256_srli_epi16(cc, 2))),
+    ]
+    .map(|s| _mm256_sub_epi8(s, m32));
     let scale = |j: usize| pair(sc[j / 4], (j % 4) as u32, (j % 4) as u32, true);
     // SAFETY: the contract, forwarded.
     let isum = unsafe { sums16::<N, 4>(cols, quant, scale) };
