@@ -262,6 +262,9 @@ fn run_mul_mat(c: &MatCase, w: &[u8], bv: &[f32], isa: Isa, nth: usize, plain: b
         }
     }
     base.write_f32(&mem).unwrap();
+    // Stale outputs (a reused buffer) must not leak into the result: every
+    // kernel writes each output, none adds to what was there.
+    out.write_f32(&vec![f32::NAN; out.nelements()]).unwrap();
     let mut cpu = CpuBackend::new(nth);
     cpu.set_isa(isa).unwrap();
     cpu.graph_compute(&g).unwrap();
