@@ -221,8 +221,9 @@ fn run_on(
 }
 
 /// The shapes of [`on_buffer`]: experts [K, M, N_EXP], N_TOK tokens, two
-/// experts each (K = 256 so that the K-quants pack too).
-const PK: (usize, usize, usize, usize) = (256, 32, 4, 6);
+/// experts each (K = 256 so that the K-quants pack too; 80 pairs, so that
+/// experts get 16 columns and more: the many-column kernels).
+const PK: (usize, usize, usize, usize) = (256, 32, 4, 40);
 
 /// The inputs of [`on_buffer`]: experts, activations, ids.
 fn packed_inputs() -> (Vec<f32>, Vec<f32>, Vec<f32>) {

@@ -101,6 +101,7 @@ pub(super) fn mul_mat_id(node: &NodePlan, ctx: &Ctx<'_>) {
     let blocks = |e: usize| (offsets[e + 1] - offsets[e]).div_ceil(BLOCK_N);
     let units: usize = (0..n_exp).map(|e| blocks(e) * groups).sum();
     let mut tmp = [[0f32; ROWS]; Kernels::NR];
+    let mut wtmp = [[0f32; ROWS]; BLOCK_N];
     let (mut e, mut first) = (0, 0);
     for u in claims(counter, units, ctx) {
         // Units only grow within a thread's chunk, but a later chunk may
@@ -117,6 +118,29 @@ pub(super) fn mul_mat_id(node: &NodePlan, ctx: &Ctx<'_>) {
         let p1 = (p0 + BLOCK_N).min(offsets[e + 1]);
         let w = a.row_ptr(g * ROWS, e, 0);
         let mut p = p0;
+        if let Some(wide) = kern.wide {
+            // Whole steps of WIDE columns in one call (the weights decoded
+            // once for all of them), the rest by the tiles below.
+            let nw = (p1 - p) / Kernels::WIDE * Kernels::WIDE;
+            if nw > 0 {
+                let tile = Tile {
+                    w,
+                    nb,
+                    // SAFETY: columns p .. p + nw were prepared before the barrier.
+                    a: unsafe { cols.add(p * col) },
+                    a_stride: col,
+                    out: wtmp.as_mut_ptr().cast(),
+                    out_stride: ROWS * 4,
+                };
+                // SAFETY: as the tiles' call below, for nw ≤ BLOCK_N columns
+                // (wtmp holds BLOCK_N columns of 16 f32).
+                unsafe { wide(tile, nw) };
+                for (out, &j) in wtmp[..nw].iter().zip(&pairs[p..p + nw]) {
+                    store(dst, g * ROWS, j % n_used, j / n_used, out);
+                }
+                p += nw;
+            }
+        }
         while p < p1 {
             let nr = (p1 - p).min(Kernels::NR);
             let tile = Tile {
