@@ -321,11 +321,19 @@ fn strata_isa_values_parse_and_resolve() {
     let flag = std::arch::is_x86_feature_detected!("avxvnni");
     #[cfg(not(target_arch = "x86_64"))]
     let flag = false;
-    for top in [Isa::Avx512, Isa::Vnni] {
+    for top in [Isa::Avx512, Isa::Vnni, Isa::Amx] {
         assert_eq!(resolve(Some("avxvnni"), top).is_ok(), flag, "{top}");
     }
     assert_eq!(Isa::AvxVnni.lower(), Isa::Avx2);
     assert_eq!(Isa::Avx512.lower(), Isa::Avx2);
+    // AMX: above VNNI, which it falls back to; not implied by VNNI.
+    assert_eq!(resolve(Some("amx"), Isa::Amx).unwrap(), Isa::Amx);
+    assert_eq!(resolve(Some("vnni"), Isa::Amx).unwrap(), Isa::Vnni);
+    assert_eq!(resolve(None, Isa::Amx).unwrap(), Isa::Amx);
+    assert!(resolve(Some("amx"), Isa::Vnni).is_err());
+    assert!(resolve(Some("amx"), Isa::Neon).is_err());
+    assert_eq!(Isa::Amx.lower(), Isa::Vnni);
+    assert_eq!(Isa::Amx.to_string(), "amx");
 }
 
 /// Run by [`strata_isa_env_var_forces_the_level`] in a child process.

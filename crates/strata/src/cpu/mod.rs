@@ -281,7 +281,7 @@ impl KernelClock {
 impl CpuBackend {
     /// A CPU backend configured by an init string's parameters (`CPU:PARAMS`,
     /// see [`crate::backend::Registry::backend_from_spec`]): `threads=N` and
-    /// `isa=LEVEL` (scalar, avx2, avxvnni, avx512, vnni, neon), comma-separated, e.g.
+    /// `isa=LEVEL` (scalar, avx2, avxvnni, avx512, vnni, amx, neon), comma-separated, e.g.
     /// `threads=2,isa=avx2`; empty gives [`CpuBackend::new`] with the default
     /// thread count.
     pub fn from_params(params: &str) -> Result<CpuBackend> {
