@@ -112,7 +112,11 @@ impl Tiles {
         };
         Tiles(())
     }
+}
 
+/// The two tile products of the AMX K kernel, on the tiles ([`Tiles`]) or,
+/// in tests on CPUs without AMX, in scalar code ([`Emulated`]).
+pub(crate) trait PlaneProducts {
     /// `C_lo = Σ A·B_lo` (`tdpbsud`: signed A, unsigned B) and `C_hi =
     /// Σ A·B_hi` (`tdpbssd`: both signed) over four K steps of 64 bytes,
     /// then both stored. A: 16 rows of 256 bytes, row `m` at `a + m ·
@@ -125,14 +129,21 @@ impl Tiles {
     ///
     /// # Safety
     /// The reads and writes above are in bounds.
+    unsafe fn dot_planes(&mut self, a: *const u8, a_stride: usize, planes: *const u8, c: *mut u8);
+
+    /// [`PlaneProducts::dot_planes`] for 32 columns: rows `m` of the first
+    /// A at `a + m · a_stride`, of the second 16 rows later; each plane
+    /// tile is loaded once for both. C: `c` (first 16 columns, `lo`),
+    /// `c + 1024` (their `hi`), `c + 2048` and `c + 3072` (the next 16).
+    ///
+    /// # Safety
+    /// The reads and writes above are in bounds.
+    unsafe fn dot_planes32(&mut self, a: *const u8, a_stride: usize, planes: *const u8, c: *mut u8);
+}
+
+impl PlaneProducts for Tiles {
     #[inline]
-    pub(crate) unsafe fn dot_planes(
-        &mut self,
-        a: *const u8,
-        a_stride: usize,
-        planes: *const u8,
-        c: *mut u8,
-    ) {
+    unsafe fn dot_planes(&mut self, a: *const u8, a_stride: usize, planes: *const u8, c: *mut u8) {
         // SAFETY: the tiles are configured (self); the caller guarantees
         // the memory.
         unsafe {
@@ -170,18 +181,9 @@ impl Tiles {
             )
         };
     }
-}
 
-impl Tiles {
-    /// [`Tiles::dot_planes`] for 32 columns: rows `m` of the first A at
-    /// `a + m · a_stride`, of the second 16 rows later; each plane tile is
-    /// loaded once for both. C: `c` (first 16 columns, `lo`), `c + 1024`
-    /// (their `hi`), `c + 2048` and `c + 3072` (the next 16).
-    ///
-    /// # Safety
-    /// The reads and writes above are in bounds.
     #[inline]
-    pub(crate) unsafe fn dot_planes32(
+    unsafe fn dot_planes32(
         &mut self,
         a: *const u8,
         a_stride: usize,
@@ -249,5 +251,69 @@ impl Drop for Tiles {
     fn drop(&mut self) {
         // SAFETY: the tiles were configured (new), so AMX is usable.
         unsafe { std::arch::asm!("tilerelease", options(nostack, nomem, preserves_flags)) };
+    }
+}
+
+/// The tile products in scalar code (wrapping i32, as the tiles add): the
+/// AMX kernel's algorithm on any CPU with its other features, for tests.
+#[cfg(test)]
+pub(crate) struct Emulated;
+
+#[cfg(test)]
+impl Emulated {
+    /// One 16-column product (see [`PlaneProducts::dot_planes`]).
+    ///
+    /// # Safety
+    /// As [`PlaneProducts::dot_planes`].
+    unsafe fn product(a: *const u8, a_stride: usize, planes: *const u8, c: *mut u8) {
+        for m in 0..16 {
+            for n in 0..16 {
+                let (mut lo, mut hi) = (0i32, 0i32);
+                for e in 0..256 {
+                    let at = 64 * (e / 4) + 4 * n + e % 4;
+                    // SAFETY: A row m has 256 bytes, each plane 4096
+                    // (contract).
+                    let (x, l, h) = unsafe {
+                        (
+                            i32::from(*a.add(m * a_stride + e) as i8),
+                            i32::from(*planes.add(at)),
+                            i32::from(*planes.add(4096 + at) as i8),
+                        )
+                    };
+                    lo = lo.wrapping_add(x * l);
+                    hi = hi.wrapping_add(x * h);
+                }
+                // SAFETY: C rows m of both products (contract).
+                unsafe {
+                    c.add(64 * m + 4 * n).cast::<i32>().write_unaligned(lo);
+                    c.add(1024 + 64 * m + 4 * n)
+                        .cast::<i32>()
+                        .write_unaligned(hi);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+impl PlaneProducts for Emulated {
+    unsafe fn dot_planes(&mut self, a: *const u8, a_stride: usize, planes: *const u8, c: *mut u8) {
+        // SAFETY: the contract, forwarded.
+        unsafe { Emulated::product(a, a_stride, planes, c) }
+    }
+
+    unsafe fn dot_planes32(
+        &mut self,
+        a: *const u8,
+        a_stride: usize,
+        planes: *const u8,
+        c: *mut u8,
+    ) {
+        // SAFETY: the contract, forwarded (the second 16 columns' A rows
+        // and C tiles follow).
+        unsafe {
+            Emulated::product(a, a_stride, planes, c);
+            Emulated::product(a.add(16 * a_stride), a_stride, planes, c.add(2048));
+        }
     }
 }

@@ -243,3 +243,102 @@ pub(super) fn kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::Rng;
+    use crate::isa::x86::amx::Emulated;
+
+    /// `rows` rows of `k` random ggml bytes of `t` (every quant and scale
+    /// byte random, so the planes' bounds are reached), each f16 `d` /
+    /// `dmin` a finite value in 0.5 .. 1.
+    fn weights(t: DType, rows: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
+        let halves: &[usize] = match t {
+            DType::Q2_K => &[80, 82],
+            DType::Q3_K => &[108],
+            DType::Q4_K | DType::Q5_K => &[0, 2],
+            DType::Q6_K => &[208],
+            _ => &[0],
+        };
+        let mut w: Vec<u8> = (0..t.row_size(k) * rows)
+            .map(|_| rng.next_u64() as u8)
+            .collect();
+        for b in w.chunks_exact_mut(t.type_size()) {
+            for &at in halves {
+                let h = 0x3800 | (rng.next_u64() as u16 & 0x3ff);
+                b[at..at + 2].copy_from_slice(&h.to_le_bytes());
+            }
+        }
+        w
+    }
+
+    /// The AMX kernel's algorithm (planes, products, epilogue), with the
+    /// tile products in scalar code, gives the VNNI tiles' bits: the
+    /// decomposition is checked on every AVX-512 VNNI CPU, AMX or not
+    /// (where AMX runs, the packed MUL_MAT tests check the real one). On
+    /// CPUs without AVX-512 VNNI neither kernel can run.
+    #[test]
+    fn amx_algorithm_gives_the_vnni_tiles_bits() {
+        if !Isa::Vnni.is_supported() {
+            return;
+        }
+        let mut rng = Rng::new(41);
+        for t in super::super::K_TYPES {
+            // 48 columns: one 32-column and one 16-column product.
+            let (k, n) = (512, 48);
+            let w = weights(t, 16, k, &mut rng);
+            let mut packed = vec![0u8; w.len()];
+            super::super::pack(t, [k, 16, 1, 1], &w, &mut packed).expect("pack");
+            let col = DType::Q8_K.row_size(k);
+            let mut act = vec![0u8; col * n];
+            let x = rng.vec(k * n, -1.0, 1.0);
+            for (c, a) in act.chunks_exact_mut(col).enumerate() {
+                crate::quant::quantize_row(DType::Q8_K, &x[c * k..(c + 1) * k], a).expect("Q8_K");
+            }
+            let tile = |a: *const u8, out: *mut f32| Tile {
+                w: packed.as_ptr(),
+                nb: k / 256,
+                a,
+                a_stride: col,
+                out: out.cast(),
+                out_stride: 64,
+            };
+            let kern = kernels_for_test(t);
+            let mut want = vec![0f32; 16 * n];
+            for c0 in (0..n).step_by(8) {
+                // SAFETY: VNNI is supported (checked); 8 columns of Q8_K
+                // rows at c0 and 8 outputs of 16 f32 are in bounds.
+                unsafe {
+                    (kern.tiles[7])(tile(act[c0 * col..].as_ptr(), want[16 * c0..].as_mut_ptr()))
+                };
+            }
+            let mut got = vec![f32::NAN; 16 * n];
+            let tl = tile(act.as_ptr(), got.as_mut_ptr());
+            // SAFETY: as above, for n columns; the products are scalar.
+            unsafe {
+                match t {
+                    DType::Q2_K => vnni::wide_with::<Q2_K, _>(tl, n, &mut Emulated),
+                    DType::Q3_K => vnni::wide_with::<Q3_K, _>(tl, n, &mut Emulated),
+                    DType::Q4_K => vnni::wide_with::<Q4_K, _>(tl, n, &mut Emulated),
+                    DType::Q5_K => vnni::wide_with::<Q5_K, _>(tl, n, &mut Emulated),
+                    DType::IQ4_XS => vnni::wide_with::<IQ4_XS, _>(tl, n, &mut Emulated),
+                    _ => vnni::wide_with::<Q6_K, _>(tl, n, &mut Emulated),
+                }
+            };
+            let first = got
+                .iter()
+                .zip(&want)
+                .position(|(g, w)| g.to_bits() != w.to_bits());
+            assert_eq!(
+                first, None,
+                "{t}: first differing output (column-major, 16 rows)"
+            );
+        }
+    }
+
+    /// The VNNI level's tiles of `t`.
+    fn kernels_for_test(t: DType) -> Kernels {
+        vnni::kernels(t).expect("VNNI K tiles")
+    }
+}

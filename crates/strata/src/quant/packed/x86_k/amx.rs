@@ -142,13 +142,28 @@ macro_rules! k_amx {
         /// As [`WideFn`](super::super::WideFn); the CPU runs the AMX level.
         #[target_feature(enable = $features)]
         pub(super) unsafe fn wide<const T: u8>(t: Tile, n: usize) {
+            // SAFETY: the CPU runs the AMX level (contract).
+            let mut tiles = unsafe { crate::isa::x86::amx::Tiles::new() };
+            // SAFETY: the contract, forwarded.
+            unsafe { wide_with::<T, _>(t, n, &mut tiles) };
+        }
+
+        /// [`wide`] with the products of `tiles` (the AMX tiles, or their
+        /// scalar stand-in in tests).
+        ///
+        /// # Safety
+        /// As [`wide`], the CPU running `tiles`' instructions.
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn wide_with<const T: u8, P: crate::isa::x86::amx::PlaneProducts>(
+            t: Tile,
+            n: usize,
+            tiles: &mut P,
+        ) {
             #[repr(C, align(64))]
             struct Planes(Lines, Lines);
             let cs = chunk(T);
             let mut pl = Planes(Lines([0; 4096]), Lines([0; 4096]));
             let mut out = Lines([0; 4096]);
-            // SAFETY: the CPU runs the AMX level (contract).
-            let mut tiles = unsafe { crate::isa::x86::amx::Tiles::new() };
             for b in 0..t.nb {
                 // SAFETY: chunk b of the group is readable (contract).
                 let c = unsafe { t.w.add(b * cs) };
@@ -219,7 +234,6 @@ macro_rules! k_amx {
                     c0 += if wide { 32 } else { 16 };
                 }
             }
-            drop(tiles);
         }
     };
 }
