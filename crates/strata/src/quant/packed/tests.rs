@@ -78,34 +78,36 @@ fn avx512_levels_run_their_own_k_and_iq4_nl_tiles() {
     }
 }
 
-/// The many-column kernels are handed out where they exist: at the AMX
-/// level for the six K types (with the VNNI tiles for the rest of the
-/// columns), with the AVX2 K tiles (at every level that runs those);
-/// nowhere else (the result tests cannot tell a level that never used
-/// them).
+/// Every x86 level with K tiles has a many-column kernel for the six K
+/// types and none for the others: the decode-once kernel of its tiles
+/// (AVX2's, or the AVX-512 levels' own), and at the AMX level the AMX one
+/// beside the VNNI tiles (the result tests cannot tell a level that never
+/// used its own).
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn wide_kernels_are_where_they_belong() {
     use crate::isa::Isa;
+    let same = |a: Option<WideFn>, b: Option<WideFn>| match (a, b) {
+        (Some(a), Some(b)) => std::ptr::fn_addr_eq(a, b),
+        _ => false,
+    };
     for isa in Isa::ALL.into_iter().filter(|i| i.is_supported()) {
         for t in DType::ALL.into_iter().filter(|&t| is_packable(t)) {
             let Some(k) = kernels_for(isa, t) else {
                 continue;
             };
-            let avx2_tiles = kernels_for(Isa::Avx2, t).is_some_and(|a| {
-                k.tiles
-                    .iter()
-                    .zip(a.tiles)
-                    .all(|(x, y)| std::ptr::fn_addr_eq(*x, y))
-            });
-            let avx2 = avx2_tiles && K_TYPES.contains(&t);
-            let want = avx2 || (isa == Isa::Amx && K_TYPES.contains(&t));
-            assert_eq!(k.wide.is_some(), want, "{isa} {t}");
+            assert_eq!(k.wide.is_some(), K_TYPES.contains(&t), "{isa} {t}");
+            if !K_TYPES.contains(&t) || isa == Isa::Avx2 {
+                continue;
+            }
+            let lower = kernels_for(isa.lower(), t).expect("lower level's kernels");
+            let own_tiles = !std::ptr::fn_addr_eq(k.tiles[7], lower.tiles[7]);
             if isa == Isa::Amx {
-                let vnni = kernels_for(Isa::Vnni, t).expect("VNNI kernels");
-                for (a, b) in k.tiles.iter().zip(vnni.tiles) {
-                    assert!(std::ptr::fn_addr_eq(*a, b), "{t}: VNNI tiles");
-                }
+                assert!(!own_tiles, "{t}: the VNNI tiles at amx");
+                assert!(!same(k.wide, lower.wide), "{t}: the AMX kernel at amx");
+            } else {
+                // Its own wide kernel exactly where it has its own tiles.
+                assert_eq!(!same(k.wide, lower.wide), own_tiles, "{isa} {t}");
             }
         }
     }

@@ -65,6 +65,7 @@ mod amx;
 mod k16;
 mod k32;
 mod sums;
+mod wide;
 
 /// Super-blocks a tile prefetches ahead of the one it computes.
 const PF: usize = 2;
@@ -126,6 +127,7 @@ macro_rules! level {
             super::sums::k_sums!($features);
             super::k32::k32_tiles!($features);
             super::k16::k16_tiles!($features);
+            super::wide::k_wide!($features);
             $(super::amx::$more!($features);)?
 
             /// `N` columns of one 16-row K-quant group of type `T` (the
@@ -220,11 +222,28 @@ level!(
     false
 );
 
+/// Level `$l`'s decode-once kernel of the K type `$t`.
+macro_rules! wide_dec {
+    ($l:ident, $t:expr) => {
+        match $t {
+            DType::Q2_K => $l::wide_dec::<Q2_K> as super::WideFn,
+            DType::Q3_K => $l::wide_dec::<Q3_K>,
+            DType::Q4_K => $l::wide_dec::<Q4_K>,
+            DType::Q5_K => $l::wide_dec::<Q5_K>,
+            DType::IQ4_XS => $l::wide_dec::<IQ4_XS>,
+            _ => $l::wide_dec::<Q6_K>,
+        }
+    };
+}
+
 /// The K-quant kernels of `isa` for `dtype` (Q4_K, Q5_K, Q6_K at the
 /// AVX-512 levels; the caller checked [`super::has_kernels`]).
 pub(super) fn kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
     match isa {
-        Isa::Vnni => vnni::kernels(dtype),
+        Isa::Vnni => vnni::kernels(dtype).map(|k| Kernels {
+            wide: Some(wide_dec!(vnni, dtype)),
+            ..k
+        }),
         // The VNNI tiles, and AMX products for 16 columns and more.
         Isa::Amx => vnni::kernels(dtype).map(|k| Kernels {
             wide: Some(match dtype {
@@ -239,7 +258,10 @@ pub(super) fn kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
         }),
         // IQ4_XS's biased values (≤ 241) would saturate `vpmaddubsw`'s
         // pair sums: the AVX2 tiles (signed values, `vpsignb`) run it.
-        Isa::Avx512 if dtype != DType::IQ4_XS => avx512::kernels(dtype),
+        Isa::Avx512 if dtype != DType::IQ4_XS => avx512::kernels(dtype).map(|k| Kernels {
+            wide: Some(wide_dec!(avx512, dtype)),
+            ..k
+        }),
         _ => None,
     }
 }

@@ -130,9 +130,25 @@ macro_rules! k16_tiles {
         #[target_feature(enable = $features)]
         #[inline]
         unsafe fn q6_k<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
+            // SAFETY: the contract, forwarded.
+            unsafe { q6_k_with(c, cols, q6_dec(c).0) }
+        }
+
+        /// [`q6_k`] with the quants from `quant` ([`q6_dec`]'s, or a
+        /// decoded copy of them).
+        ///
+        /// # Safety
+        /// As [`q6_k`].
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn q6_k_with<const N: usize>(
+            c: *const u8,
+            cols: [*const u8; N],
+            quant: impl Fn(usize, usize) -> __m512i,
+        ) -> [__m512; N] {
             let line = |w: usize| c.wrapping_add(64 * w);
             // SAFETY: the contract, forwarded.
-            let (quant, scale) = unsafe { q6_dec(c) };
+            let (_, scale) = unsafe { q6_dec(c) };
             // SAFETY: the contract, forwarded.
             let isum = unsafe { sums16::<N, true>(&cols, quant, scale) };
             // The `-32` offset: `32 · Σ_j s_j bsums_j`, from the scale
@@ -199,7 +215,23 @@ macro_rules! k16_tiles {
         #[inline]
         unsafe fn q2_k<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
             // SAFETY: the contract, forwarded.
-            let (quant, scale, mins) = unsafe { q2_dec(c) };
+            unsafe { q2_k_with(c, cols, q2_dec(c).0) }
+        }
+
+        /// [`q2_k`] with the quants from `quant` ([`q2_dec`]'s, or a
+        /// decoded copy of them).
+        ///
+        /// # Safety
+        /// As [`q2_k`].
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn q2_k_with<const N: usize>(
+            c: *const u8,
+            cols: [*const u8; N],
+            quant: impl Fn(usize, usize) -> __m512i,
+        ) -> [__m512; N] {
+            // SAFETY: the contract, forwarded.
+            let (_, scale, mins) = unsafe { q2_dec(c) };
             // SAFETY: the contract, forwarded.
             let isum = unsafe { sums16::<N, false>(&cols, quant, scale) };
             // SAFETY: the contract, forwarded.
@@ -275,7 +307,23 @@ macro_rules! k16_tiles {
         #[inline]
         unsafe fn q3_k<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
             // SAFETY: the contract, forwarded.
-            let (quant, sc) = unsafe { q3_dec(c) };
+            unsafe { q3_k_with(c, cols, q3_dec(c).0) }
+        }
+
+        /// [`q3_k`] with the quants from `quant` ([`q3_dec`]'s, or a
+        /// decoded copy of them).
+        ///
+        /// # Safety
+        /// As [`q3_k`].
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn q3_k_with<const N: usize>(
+            c: *const u8,
+            cols: [*const u8; N],
+            quant: impl Fn(usize, usize) -> __m512i,
+        ) -> [__m512; N] {
+            // SAFETY: the contract, forwarded.
+            let (_, sc) = unsafe { q3_dec(c) };
             // (s_j, 0) per lane: the sign-extended scale's low i16.
             let scale =
                 |j: usize| _mm512_and_si512(sbyte(sc[j / 4], j % 4), _mm512_set1_epi32(0xffff));

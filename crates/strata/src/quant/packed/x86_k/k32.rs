@@ -102,13 +102,12 @@ macro_rules! k32_tiles {
         #[target_feature(enable = $features)]
         #[inline]
         unsafe fn q45_step<const Q5: bool, const J: usize, const N: usize>(
-            c: *const u8,
+            quant: &impl Fn(usize, usize) -> __m512i,
             cols: &[*const u8; N],
             scale: __m512i,
             isum: &mut [__m512i; N],
         ) {
-            // SAFETY: the chunk is readable (contract).
-            let quant = |t: usize| unsafe { q45_quant::<Q5>(c, J, t) };
+            let quant = |t: usize| quant(J, t);
             if SPLIT && !Q5 {
                 for t0 in [0, 4] {
                     // SAFETY: the contract, forwarded.
@@ -136,26 +135,44 @@ macro_rules! k32_tiles {
             c: *const u8,
             cols: [*const u8; N],
         ) -> [__m512; N] {
+            // SAFETY: the chunk is readable (contract).
+            let quant = |j: usize, t: usize| unsafe { q45_quant::<Q5>(c, j, t) };
+            // SAFETY: the contract, forwarded.
+            unsafe { q45_k_with::<Q5, N>(c, cols, quant) }
+        }
+
+        /// [`q45_k`] with the quants from `quant` ([`q45_quant`]'s, or a
+        /// decoded copy of them).
+        ///
+        /// # Safety
+        /// As [`q45_k`].
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn q45_k_with<const Q5: bool, const N: usize>(
+            c: *const u8,
+            cols: [*const u8; N],
+            quant: impl Fn(usize, usize) -> __m512i,
+        ) -> [__m512; N] {
             // SAFETY: the contract, forwarded.
             let sc = unsafe { q45_scales::<Q5>(c) };
             let (sc_lo, sc_hi) = (sc[0], sc[1]);
             let mut isum = [_mm512_setzero_si512(); N];
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 0, N>(c, &cols, byte(sc_lo, 0), &mut isum) };
+            unsafe { q45_step::<Q5, 0, N>(&quant, &cols, byte(sc_lo, 0), &mut isum) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 1, N>(c, &cols, byte(sc_lo, 1), &mut isum) };
+            unsafe { q45_step::<Q5, 1, N>(&quant, &cols, byte(sc_lo, 1), &mut isum) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 2, N>(c, &cols, byte(sc_lo, 2), &mut isum) };
+            unsafe { q45_step::<Q5, 2, N>(&quant, &cols, byte(sc_lo, 2), &mut isum) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 3, N>(c, &cols, byte(sc_lo, 3), &mut isum) };
+            unsafe { q45_step::<Q5, 3, N>(&quant, &cols, byte(sc_lo, 3), &mut isum) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 4, N>(c, &cols, byte(sc_hi, 0), &mut isum) };
+            unsafe { q45_step::<Q5, 4, N>(&quant, &cols, byte(sc_hi, 0), &mut isum) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 5, N>(c, &cols, byte(sc_hi, 1), &mut isum) };
+            unsafe { q45_step::<Q5, 5, N>(&quant, &cols, byte(sc_hi, 1), &mut isum) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 6, N>(c, &cols, byte(sc_hi, 2), &mut isum) };
+            unsafe { q45_step::<Q5, 6, N>(&quant, &cols, byte(sc_hi, 2), &mut isum) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 7, N>(c, &cols, byte(sc_hi, 3), &mut isum) };
+            unsafe { q45_step::<Q5, 7, N>(&quant, &cols, byte(sc_hi, 3), &mut isum) };
             // summs = Σ_j m_j (bsums_2j + bsums_2j+1): the pair
             // (m_j, m_j) with bsums dword j.
             let mins = |j: usize| q45_min_pair(&sc, j);
@@ -231,7 +248,23 @@ macro_rules! k32_tiles {
         #[inline]
         unsafe fn iq4_xs<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
             // SAFETY: the contract, forwarded.
-            let (quant, scale) = unsafe { iq4_xs_dec(c) };
+            unsafe { iq4_xs_with(c, cols, iq4_xs_dec(c).0) }
+        }
+
+        /// [`iq4_xs`] with the values from `quant` ([`iq4_xs_dec`]'s, or
+        /// a decoded copy of them).
+        ///
+        /// # Safety
+        /// As [`iq4_xs`].
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn iq4_xs_with<const N: usize>(
+            c: *const u8,
+            cols: [*const u8; N],
+            quant: impl Fn(usize, usize) -> __m512i,
+        ) -> [__m512; N] {
+            // SAFETY: the contract, forwarded.
+            let (_, scale) = unsafe { iq4_xs_dec(c) };
             let mut isum = [_mm512_setzero_si512(); N];
             let mut corr = [_mm512_setzero_si512(); N];
             for j in 0..8 {
