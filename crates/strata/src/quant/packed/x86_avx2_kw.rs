@@ -23,21 +23,33 @@ const Q8K: usize = DType::Q8_K.type_size();
 #[repr(C, align(32))]
 struct Lines([u8; 2048]);
 
-/// `n` columns (a multiple of 16) of one K-quant group of type `T` (the [`super::WideFn`] contract): per super-block and half the
-/// quants are decoded once into [`Lines`] (line `SUB j + t`: dword `t` of
-/// sub-block `j`), then every four columns run the tiles' sums over the
-/// decoded copy, the terms added to the outputs in super-block order from
-/// zero (the tiles' bits).
+/// Writes line `sub j + t` of `buf` as `quant(j, t)` for all 64 lines.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn fill(buf: &mut Lines, sub: usize, quant: impl Fn(usize, usize) -> __m256i) {
+    for (l, line) in buf.0.chunks_exact_mut(32).enumerate() {
+        // SAFETY: the line is 32 writable bytes, 32-aligned (Lines).
+        unsafe { _mm256_store_si256(line.as_mut_ptr().cast(), quant(l / sub, l % sub)) };
+    }
+}
+
+/// `n` columns (a multiple of 16) of one K-quant group of type `T` (the
+/// [`super::WideFn`] contract): per super-block and half the quants are
+/// decoded once into [`Lines`] (line `sub j + t`: dword `t` of sub-block
+/// `j`), then every four columns run the tiles' sums over the decoded
+/// copy, the terms added to the outputs in super-block order from zero
+/// (the tiles' bits).
 ///
 /// # Safety
 /// As [`super::WideFn`]; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn wide<const T: u8>(t: Tile, n: usize) {
-    let (sub, chunk) = match T {
-        Q2_K | Q3_K | Q6_K => (4, 16),
-        _ => (8, 16),
+    // Dwords per sub-block.
+    let sub = match T {
+        Q2_K | Q3_K | Q6_K => 4,
+        _ => 8,
     };
-    let chunk = chunk
+    let chunk = 16
         * match T {
             Q2_K => DType::Q2_K,
             Q3_K => DType::Q3_K,
@@ -52,30 +64,19 @@ pub(super) unsafe fn wide<const T: u8>(t: Tile, n: usize) {
         // SAFETY: chunk b is in bounds (contract).
         let c = unsafe { t.w.add(b * chunk) };
         for h in 0..2 {
-            let mut fill = |quant: &dyn Fn(usize, usize) -> __m256i| {
-                for l in 0..64 {
-                    // SAFETY: line l < 64 of the buffer.
-                    unsafe {
-                        _mm256_store_si256(
-                            buf.0.as_mut_ptr().add(32 * l).cast(),
-                            quant(l / sub, l % sub),
-                        )
-                    };
-                }
-            };
             // SAFETY (each arm): the chunk is readable.
             unsafe {
                 match T {
-                    Q2_K => fill(&q2_quant(c, h)),
-                    Q3_K => fill(&q3_quant(c, h)),
-                    Q4_K => fill(&q45_quant::<false>(c, h)),
-                    Q5_K => fill(&q45_quant::<true>(c, h)),
+                    Q2_K => fill(&mut buf, sub, q2_quant(c, h)),
+                    Q3_K => fill(&mut buf, sub, q3_quant(c, h)),
+                    Q4_K => fill(&mut buf, sub, q45_quant::<false>(c, h)),
+                    Q5_K => fill(&mut buf, sub, q45_quant::<true>(c, h)),
                     // Line 8j + 4e + t: values of dword t, nibbles e.
                     IQ4_XS => {
                         let v = iq4_xs_values(c, h);
-                        fill(&|j, d| v(j, d / 4, d % 4))
+                        fill(&mut buf, sub, |j, d| v(j, d / 4, d % 4))
                     }
-                    _ => fill(&q6_quant(c, h)),
+                    _ => fill(&mut buf, sub, q6_quant(c, h)),
                 }
             }
             // SAFETY: line sub j + d < 64 of the buffer.

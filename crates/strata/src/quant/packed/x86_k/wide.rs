@@ -10,6 +10,20 @@
 /// and `*_with` sums in scope).
 macro_rules! k_wide {
     ($features:literal) => {
+        /// Sixty-four 64-byte lines, 64-byte aligned.
+        #[repr(C, align(64))]
+        struct Copy([u8; 4096]);
+
+        /// Writes line `sub j + t` of `buf` as `quant(j, t)`, all 64.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn fill(buf: &mut Copy, sub: usize, quant: impl Fn(usize, usize) -> __m512i) {
+            for (l, line) in buf.0.chunks_exact_mut(64).enumerate() {
+                // SAFETY: the line is 64 writable bytes, 64-aligned (Copy).
+                unsafe { _mm512_store_si512(line.as_mut_ptr().cast(), quant(l / sub, l % sub)) };
+            }
+        }
+
         /// `n` columns (a multiple of 16) of one 16-row K-quant group of
         /// type `T` (the [`WideFn`](super::super::WideFn) contract), each
         /// super-block decoded once for all of them.
@@ -18,8 +32,6 @@ macro_rules! k_wide {
         /// As [`WideFn`](super::super::WideFn); the CPU runs the level.
         #[target_feature(enable = $features)]
         pub(super) unsafe fn wide_dec<const T: u8>(t: Tile, n: usize) {
-            #[repr(C, align(64))]
-            struct Copy([u8; 4096]);
             let cs = chunk(T);
             let sub = match T {
                 Q2_K | Q3_K | Q6_K => 4,
@@ -29,26 +41,15 @@ macro_rules! k_wide {
             for b in 0..t.nb {
                 // SAFETY: chunk b of the group is readable (contract).
                 let c = unsafe { t.w.add(b * cs) };
-                let mut fill = |quant: &dyn Fn(usize, usize) -> __m512i| {
-                    for l in 0..64 {
-                        // SAFETY: line l < 64 of the copy.
-                        unsafe {
-                            _mm512_store_si512(
-                                buf.0.as_mut_ptr().add(64 * l).cast(),
-                                quant(l / sub, l % sub),
-                            )
-                        };
-                    }
-                };
                 // SAFETY (each arm): the chunk is readable.
                 unsafe {
                     match T {
-                        Q2_K => fill(&q2_dec(c).0),
-                        Q3_K => fill(&q3_dec(c).0),
-                        Q4_K => fill(&|j, t| q45_quant::<false>(c, j, t)),
-                        Q5_K => fill(&|j, t| q45_quant::<true>(c, j, t)),
-                        IQ4_XS => fill(&iq4_xs_dec(c).0),
-                        _ => fill(&q6_dec(c).0),
+                        Q2_K => fill(&mut buf, sub, q2_dec(c).0),
+                        Q3_K => fill(&mut buf, sub, q3_dec(c).0),
+                        Q4_K => fill(&mut buf, sub, |j, t| q45_quant::<false>(c, j, t)),
+                        Q5_K => fill(&mut buf, sub, |j, t| q45_quant::<true>(c, j, t)),
+                        IQ4_XS => fill(&mut buf, sub, iq4_xs_dec(c).0),
+                        _ => fill(&mut buf, sub, q6_dec(c).0),
                     }
                 }
                 // SAFETY: line sub j + d < 64 of the copy.
