@@ -46,10 +46,11 @@ def ggml_round(tbo, cases):
 
 
 def strata_one(mm, t, m, k, n):
-    # About 0.2-0.5 s per sample: the on-CPU time of /proc/thread-self/schedstat
+    # Samples of 6e10 multiply-adds (0.15-0.5 s at 1024 x 1024 x 512 on
+    # the hosts so far): the on-CPU time of /proc/thread-self/schedstat
     # advances in scheduler ticks on some kernels (4 ms here), so short
     # samples come out as multiples of the tick.
-    iters = max(1, int(1e10 // (m * k * n)))
+    iters = max(1, int(6e10 // (m * k * n)))
     out = subprocess.run([mm, t, str(m), str(k), str(n), str(iters)],
                          capture_output=True, text=True, check=True).stdout
     mt = re.search(r"best ([\d.]+) ms/iter", out)

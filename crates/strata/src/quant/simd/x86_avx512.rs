@@ -22,7 +22,84 @@ super::table! {
         F32 => dot_f32_imp, F16 => dot_f16_imp, BF16 => dot_bf16_imp,
     ],
     dot4: [Q4_0 => dot_q4_0_n, Q4_1 => dot_q4_1_n, Q5_0 => dot_q5_0_n, Q5_1 => dot_q5_1_n],
-    quantize: [],
+    quantize: [Q8_K => quantize_q8_k],
+}
+
+/// f32 → Q8_K, bit-identical to the scalar `quantize_row_q8_k` (and to
+/// the AVX2 quantizer, whose rules it follows sixteen lanes at a time).
+fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
+    super::super::debug_check_row(DType::Q8_K, src.len(), dst.len());
+    let q8k = DType::Q8_K.type_size();
+    let nb = (src.len() / super::super::QK_K).min(dst.len() / q8k);
+    // SAFETY: only handed out once the CPU was checked for this level's
+    // features; nb whole blocks fit both slices.
+    unsafe { quantize_q8_k_imp(nb, src.as_ptr(), dst.as_mut_ptr()) };
+}
+
+/// Per block: the absolute maximum (NaNs skipped) and the first element
+/// of that magnitude, `iscale = -127 / it`, `q = min(127,
+/// round_ties_even(x · iscale))` with non-finite products giving 0, the
+/// sums of sixteen, and `d = 1 / iscale`; an all-zero block is zero bytes.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn quantize_q8_k_imp(nb: usize, src: *const f32, dst: *mut u8) {
+    const QK_K: usize = super::super::QK_K;
+    let q8k = DType::Q8_K.type_size();
+    for b in 0..nb {
+        // SAFETY: block b of both rows is in bounds (nb from the slice lengths).
+        let (x, y) = unsafe { (src.add(b * QK_K), dst.add(b * q8k)) };
+        // SAFETY: the block's 256 f32 are readable.
+        let ld = |k: usize| _mm512_abs_ps(unsafe { _mm512_loadu_ps(x.add(16 * k)) });
+        let mut m = _mm512_setzero_ps();
+        for k in 0..QK_K / 16 {
+            // maxps returns its second operand when either is NaN: NaNs are
+            // skipped, as the scalar `>` comparison skips them.
+            m = _mm512_max_ps(ld(k), m);
+        }
+        let amax = _mm512_reduce_max_ps(m);
+        if amax == 0.0 {
+            // SAFETY: the block's Q8_K bytes are writable and only written here.
+            unsafe { std::ptr::write_bytes(y, 0, q8k) };
+            continue;
+        }
+        // The first element whose magnitude is amax keeps its sign.
+        let av = _mm512_set1_ps(amax);
+        let first = (0..QK_K / 16)
+            .find_map(|k| {
+                let hit = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(ld(k), av);
+                (hit != 0).then(|| 16 * k + hit.trailing_zeros() as usize)
+            })
+            .unwrap_or(0);
+        // SAFETY: first < 256.
+        let iscale = -127.0 / unsafe { *x.add(first) };
+        let iv = _mm512_set1_ps(iscale);
+        let inf = _mm512_set1_ps(f32::INFINITY);
+        for g in 0..QK_K / 16 {
+            // SAFETY: the block's 256 f32 are readable.
+            let r = _mm512_mul_ps(iv, unsafe { _mm512_loadu_ps(x.add(16 * g)) });
+            // NaN and ±inf → 0, then round half to even (the default MXCSR
+            // mode, as ggml's nearest_int) and cap at 127.
+            let finite = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(_mm512_abs_ps(r), inf);
+            let q = _mm512_min_epi32(
+                _mm512_cvtps_epi32(_mm512_maskz_mov_ps(finite, r)),
+                _mm512_set1_epi32(127),
+            );
+            // |q| ≤ 127 here, so the saturating narrowing keeps every value.
+            // SAFETY: quants 16g .. 16g + 16 of the block are writable.
+            unsafe { _mm_storeu_si128(y.add(4 + 16 * g).cast(), _mm512_cvtsepi32_epi8(q)) };
+            let sum = _mm512_reduce_add_epi32(q) as i16;
+            // SAFETY: bsum g is bytes 260 + 2g .. 262 + 2g of the block.
+            unsafe {
+                y.add(4 + QK_K + 2 * g)
+                    .cast::<[u8; 2]>()
+                    .write_unaligned(sum.to_le_bytes())
+            };
+        }
+        // SAFETY: d is the block's first four bytes.
+        unsafe {
+            y.cast::<[u8; 4]>()
+                .write_unaligned((1.0 / iscale).to_le_bytes())
+        };
+    }
 }
 
 /// Two 256-bit halves as one 512-bit register (`lo` in the low half).
