@@ -6,6 +6,7 @@
 //! `quantize::<T>` and `tile::<T, NR>` functions.
 
 use super::ACT_BLOCK;
+use crate::tensor::DType;
 
 /// Type tag: Q4_0.
 pub(super) const Q4_0: u8 = 0;
@@ -49,6 +50,30 @@ pub(super) const fn chunk_size(t: u8) -> usize {
         Q5_0 => 352,
         Q5_1 => 384,
         _ => 544,
+    }
+}
+
+/// Chunk bytes of the K type `t` (16 super-blocks, one per row).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) const fn k_chunk_size(t: u8) -> usize {
+    16 * match t {
+        Q2_K => DType::Q2_K,
+        Q3_K => DType::Q3_K,
+        Q4_K => DType::Q4_K,
+        Q5_K => DType::Q5_K,
+        IQ4_XS => DType::IQ4_XS,
+        _ => DType::Q6_K,
+    }
+    .type_size()
+}
+
+/// Activation dwords per sub-block of the K type `t`: 4 for the
+/// 16-element sub-blocks (Q2_K, Q3_K, Q6_K), 8 for the 32-element ones.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) const fn k_sub_dwords(t: u8) -> usize {
+    match t {
+        Q2_K | Q3_K | Q6_K => 4,
+        _ => 8,
     }
 }
 

@@ -37,7 +37,7 @@
 //! is the reference's bits whatever the tile width or thread count.
 
 use super::k::{IQ4_XS_LINES, Q4_K_LINES, Q5_K_LINES, Q6_K_D};
-use super::tags::{k_kernel_table, tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
+use super::tags::{k_chunk_size, k_kernel_table, tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
 use super::x86_avx2::tile;
 use super::x86_avx2_k23::{bsums_dot, count, fence, mul, q2_k, q3_k, sums16, widen};
 use super::{Kernels, Tile, TileFn};
@@ -54,15 +54,6 @@ const Q8K: usize = DType::Q8_K.type_size();
 pub(super) const QS: usize = 4;
 /// Offset of a Q8_K block's 16 i16 bsums.
 pub(super) const BSUMS: usize = 4 + 256;
-
-/// Packed chunk bytes of a Q2_K .. Q6_K super-block (16 rows).
-const Q2_K_CHUNK: usize = 16 * DType::Q2_K.type_size();
-const Q3_K_CHUNK: usize = 16 * DType::Q3_K.type_size();
-const Q4_K_CHUNK: usize = 16 * DType::Q4_K.type_size();
-const Q5_K_CHUNK: usize = 16 * DType::Q5_K.type_size();
-const Q6_K_CHUNK: usize = 16 * DType::Q6_K.type_size();
-/// Packed chunk bytes of an IQ4_XS super-block (16 rows).
-const IQ4_XS_CHUNK: usize = 16 * DType::IQ4_XS.type_size();
 
 /// The activation dword `i` (bytes `4i..4i+4` from `p`) in every lane.
 ///
@@ -129,14 +120,7 @@ pub(super) unsafe fn q8_k_d(p: *const u8) -> __m256 {
 #[inline]
 pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
     let mut acc = [_mm256_setzero_ps(); N];
-    let chunk = match T {
-        Q2_K => Q2_K_CHUNK,
-        Q3_K => Q3_K_CHUNK,
-        Q4_K => Q4_K_CHUNK,
-        Q5_K => Q5_K_CHUNK,
-        IQ4_XS => IQ4_XS_CHUNK,
-        _ => Q6_K_CHUNK,
-    };
+    let chunk = k_chunk_size(T);
     for b in 0..t.nb {
         if h == 0 {
             super::x86_avx2::prefetch_ahead(t.w, b, chunk, PF * chunk);
@@ -146,22 +130,22 @@ pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
             std::array::from_fn(|i| unsafe { t.a.add(i * t.a_stride + b * Q8K) });
         let terms = if T == Q2_K {
             // SAFETY: as above.
-            unsafe { q2_k::<N>(t.w.add(b * Q2_K_CHUNK), h, cols) }
+            unsafe { q2_k::<N>(t.w.add(b * chunk), h, cols) }
         } else if T == Q3_K {
             // SAFETY: as above.
-            unsafe { q3_k::<N>(t.w.add(b * Q3_K_CHUNK), h, cols) }
+            unsafe { q3_k::<N>(t.w.add(b * chunk), h, cols) }
         } else if T == Q4_K {
             // SAFETY: as above.
-            unsafe { q45_k::<false, N>(t.w.add(b * Q4_K_CHUNK), h, cols) }
+            unsafe { q45_k::<false, N>(t.w.add(b * chunk), h, cols) }
         } else if T == Q5_K {
             // SAFETY: as above.
-            unsafe { q45_k::<true, N>(t.w.add(b * Q5_K_CHUNK), h, cols) }
+            unsafe { q45_k::<true, N>(t.w.add(b * chunk), h, cols) }
         } else if T == IQ4_XS {
             // SAFETY: as above.
-            unsafe { iq4_xs::<N>(t.w.add(b * IQ4_XS_CHUNK), h, cols) }
+            unsafe { iq4_xs::<N>(t.w.add(b * chunk), h, cols) }
         } else {
             // SAFETY: as above.
-            unsafe { q6_k::<N>(t.w.add(b * Q6_K_CHUNK), h, cols) }
+            unsafe { q6_k::<N>(t.w.add(b * chunk), h, cols) }
         };
         for (acc, t) in acc.iter_mut().zip(terms) {
             *acc = _mm256_add_ps(*acc, t);

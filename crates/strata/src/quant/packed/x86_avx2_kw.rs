@@ -7,7 +7,7 @@
 //! for every four columns, the terms added to the outputs in super-block
 //! order from zero: the tiles' (and the scalar reference's) bits.
 
-use super::tags::{IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
+use super::tags::{k_chunk_size, k_sub_dwords, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
 use super::x86_avx2_k::{
     iq4_xs_values, iq4_xs_with, load, q45_k_with, q45_quant, q6_k_with, q6_quant,
 };
@@ -44,21 +44,7 @@ fn fill(buf: &mut Lines, sub: usize, quant: impl Fn(usize, usize) -> __m256i) {
 /// As [`super::WideFn`]; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn wide<const T: u8>(t: Tile, n: usize) {
-    // Dwords per sub-block.
-    let sub = match T {
-        Q2_K | Q3_K | Q6_K => 4,
-        _ => 8,
-    };
-    let chunk = 16
-        * match T {
-            Q2_K => DType::Q2_K,
-            Q3_K => DType::Q3_K,
-            Q4_K => DType::Q4_K,
-            Q5_K => DType::Q5_K,
-            IQ4_XS => DType::IQ4_XS,
-            _ => DType::Q6_K,
-        }
-        .type_size();
+    let (sub, chunk) = (k_sub_dwords(T), k_chunk_size(T));
     let mut buf = Lines([0; 2048]);
     for b in 0..t.nb {
         // SAFETY: chunk b is in bounds (contract).

@@ -55,7 +55,10 @@
 //! checking the CPU ([`super::has_kernels`]).
 
 use super::k::{IQ4_XS_LINES, Q2_K_D, Q3_K_D, Q4_K_LINES, Q5_K_LINES, Q6_K_D};
-use super::tags::{k_kernel_table, tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
+use super::tags::{
+    k_chunk_size as chunk, k_kernel_table, k_sub_dwords, tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K,
+    Q6_K,
+};
 use super::{Kernels, Tile, TileFn};
 use crate::isa::Isa;
 use crate::tensor::DType;
@@ -75,18 +78,6 @@ const Q8K: usize = DType::Q8_K.type_size();
 const QS: usize = 4;
 /// Offset of a Q8_K block's 16 i16 bsums.
 const BSUMS: usize = 4 + 256;
-
-/// Chunk bytes of type tag `t` (16 super-blocks).
-const fn chunk(t: u8) -> usize {
-    match t {
-        Q2_K => 16 * DType::Q2_K.type_size(),
-        Q3_K => 16 * DType::Q3_K.type_size(),
-        IQ4_XS => 16 * DType::IQ4_XS.type_size(),
-        Q4_K => 16 * DType::Q4_K.type_size(),
-        Q5_K => 16 * DType::Q5_K.type_size(),
-        _ => 16 * DType::Q6_K.type_size(),
-    }
-}
 
 macro_rules! level {
     (

@@ -33,10 +33,7 @@ macro_rules! k_wide {
         #[target_feature(enable = $features)]
         pub(super) unsafe fn wide_dec<const T: u8>(t: Tile, n: usize) {
             let cs = chunk(T);
-            let sub = match T {
-                Q2_K | Q3_K | Q6_K => 4,
-                _ => 8,
-            };
+            let sub = k_sub_dwords(T);
             let mut buf = Copy([0; 4096]);
             for b in 0..t.nb {
                 // SAFETY: chunk b of the group is readable (contract).
