@@ -3,13 +3,14 @@
 //! each pass of four columns, which at n = 512 is a quarter or more of the
 //! work (Q3_K's two-part quants, Q5_K's fifth bit, Q6_K's re-coded pairs,
 //! IQ4_XS's table). Here each super-block half is decoded once into 64
-//! lines of scratch, and the tiles' own sums (`*_with`) run over the copy
+//! lines of scratch (IQ4_XS: also its magnitudes and eight scale
+//! registers), and the tiles' own sums (`*_with`) run over the copy
 //! for every four columns, the terms added to the outputs in super-block
 //! order from zero: the tiles' (and the scalar reference's) bits.
 
 use super::tags::{k_chunk_size, k_sub_dwords, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
 use super::x86_avx2_k::{
-    iq4_xs_values, iq4_xs_with, load, q45_k_with, q45_quant, q6_k_with, q6_quant,
+    iq4_xs_scales, iq4_xs_values, iq4_xs_with, load, q45_k_with, q45_quant, q6_k_with, q6_quant,
 };
 use super::x86_avx2_k23::{q2_k_with, q2_quant, q3_k_with, q3_quant};
 use super::Tile;
@@ -46,6 +47,10 @@ fn fill(buf: &mut Lines, sub: usize, quant: impl Fn(usize, usize) -> __m256i) {
 pub(super) unsafe fn wide<const T: u8>(t: Tile, n: usize) {
     let (sub, chunk) = (k_sub_dwords(T), k_chunk_size(T));
     let mut buf = Lines([0; 2048]);
+    // IQ4_XS's magnitudes (`vpabsb` of its signed values) and sub-block
+    // scales, decoded once too.
+    let mut mag = Lines([0; 2048]);
+    let mut scales = [_mm256_setzero_si256(); 8];
     for b in 0..t.nb {
         // SAFETY: chunk b is in bounds (contract).
         let c = unsafe { t.w.add(b * chunk) };
@@ -60,13 +65,18 @@ pub(super) unsafe fn wide<const T: u8>(t: Tile, n: usize) {
                     // Line 8j + 4e + t: values of dword t, nibbles e.
                     IQ4_XS => {
                         let v = iq4_xs_values(c, h);
-                        fill(&mut buf, sub, |j, d| v(j, d / 4, d % 4))
+                        fill(&mut buf, sub, |j, d| v(j, d / 4, d % 4));
+                        fill(&mut mag, sub, |j, d| _mm256_abs_epi8(v(j, d / 4, d % 4)));
+                        let s = iq4_xs_scales(c, h);
+                        scales = std::array::from_fn(s);
                     }
                     _ => fill(&mut buf, sub, q6_quant(c, h)),
                 }
             }
             // SAFETY: line sub j + d < 64 of the buffer.
             let copy = |j: usize, d: usize| unsafe { load(buf.0.as_ptr().add(32 * (sub * j + d))) };
+            // SAFETY: as above.
+            let mag = |j: usize, d: usize| unsafe { load(mag.0.as_ptr().add(32 * (sub * j + d))) };
             for c0 in (0..n).step_by(4) {
                 // SAFETY: columns c0 .. c0 + 4 have block b (contract).
                 let cols: [*const u8; 4] =
@@ -78,7 +88,10 @@ pub(super) unsafe fn wide<const T: u8>(t: Tile, n: usize) {
                         Q3_K => q3_k_with(c, h, cols, copy),
                         Q4_K => q45_k_with::<false, 4>(c, h, cols, copy),
                         Q5_K => q45_k_with::<true, 4>(c, h, cols, copy),
-                        IQ4_XS => iq4_xs_with(c, h, cols, |j, e, t| copy(j, 4 * e + t)),
+                        IQ4_XS => {
+                            let v = |j, e, t| (copy(j, 4 * e + t), mag(j, 4 * e + t));
+                            iq4_xs_with(c, h, cols, v, |j| scales[j])
+                        }
                         _ => q6_k_with(c, h, cols, copy),
                     }
                 };
