@@ -131,11 +131,32 @@ macro_rules! k16_tiles {
         #[inline]
         unsafe fn q6_k<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
             // SAFETY: the contract, forwarded.
-            unsafe { q6_k_with(c, cols, q6_dec(c).0) }
+            unsafe {
+                let (quant, scale) = q6_dec(c);
+                q6_k_with(c, cols, quant, scale, q6_pairs(c))
+            }
         }
 
-        /// [`q6_k`] with the quants from `quant` ([`q6_dec`]'s, or a
-        /// decoded copy of them).
+        /// The scale pairs `(s_2i, s_2i+1)` (i16, per lane) of the Q6_K
+        /// super-block (chunk) at `c`, for its bsums dword `i` (0 ..= 7).
+        ///
+        /// # Safety
+        /// As [`q6_dec`].
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn q6_pairs(c: *const u8) -> impl Fn(usize) -> __m512i {
+            // SAFETY: scale line 48 + i / 2 is inside the chunk.
+            move |i: usize| {
+                spair(
+                    unsafe { load(c.wrapping_add(64 * (48 + i / 2))) },
+                    2 * (i % 2),
+                )
+            }
+        }
+
+        /// [`q6_k`] with the quants from `quant`, the scales from `scale`
+        /// and the scale pairs from `pairs` ([`q6_dec`]'s and
+        /// [`q6_pairs`]', or a decoded copy of them).
         ///
         /// # Safety
         /// As [`q6_k`].
@@ -145,16 +166,13 @@ macro_rules! k16_tiles {
             c: *const u8,
             cols: [*const u8; N],
             quant: impl Fn(usize, usize) -> __m512i,
+            scale: impl Fn(usize) -> __m512i,
+            pairs: impl Fn(usize) -> __m512i,
         ) -> [__m512; N] {
-            let line = |w: usize| c.wrapping_add(64 * w);
-            // SAFETY: the contract, forwarded.
-            let (_, scale) = unsafe { q6_dec(c) };
             // SAFETY: the contract, forwarded.
             let isum = unsafe { sums16::<N, true>(&cols, quant, scale) };
             // The `-32` offset: `32 · Σ_j s_j bsums_j`, from the scale
             // pairs (s_2i, s_2i+1) and bsums dword i.
-            // SAFETY: scale line 48 + i / 2 is inside the chunk.
-            let pairs = |i: usize| spair(unsafe { load(line(48 + i / 2)) }, 2 * (i % 2));
             // SAFETY: the contract, forwarded.
             let corr = unsafe { bsums_dot(&cols, pairs) };
             let isum: [__m512i; N] =

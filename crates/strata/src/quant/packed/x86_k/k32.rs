@@ -138,10 +138,15 @@ macro_rules! k32_tiles {
             // SAFETY: the chunk is readable (contract).
             let quant = |j: usize, t: usize| unsafe { q45_quant::<Q5>(c, j, t) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_k_with::<Q5, N>(c, cols, quant) }
+            let sc = unsafe { q45_scales::<Q5>(c) };
+            let scale = |j: usize| byte(sc[j / 4], j % 4);
+            // SAFETY: the contract, forwarded.
+            unsafe { q45_k_with::<Q5, N>(c, cols, quant, scale, |j| q45_min_pair(&sc, j)) }
         }
 
-        /// [`q45_k`] with the quants from `quant` ([`q45_quant`]'s, or a
+        /// [`q45_k`] with the quants from `quant`, the sub-block scales
+        /// (u8 per lane) from `scale` and the min pairs from `mins`
+        /// ([`q45_quant`]'s, [`q45_scales`]' and [`q45_min_pair`]'s, or a
         /// decoded copy of them).
         ///
         /// # Safety
@@ -152,30 +157,28 @@ macro_rules! k32_tiles {
             c: *const u8,
             cols: [*const u8; N],
             quant: impl Fn(usize, usize) -> __m512i,
+            scale: impl Fn(usize) -> __m512i,
+            mins: impl Fn(usize) -> __m512i,
         ) -> [__m512; N] {
-            // SAFETY: the contract, forwarded.
-            let sc = unsafe { q45_scales::<Q5>(c) };
-            let (sc_lo, sc_hi) = (sc[0], sc[1]);
             let mut isum = [_mm512_setzero_si512(); N];
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 0, N>(&quant, &cols, byte(sc_lo, 0), &mut isum) };
+            unsafe { q45_step::<Q5, 0, N>(&quant, &cols, scale(0), &mut isum) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 1, N>(&quant, &cols, byte(sc_lo, 1), &mut isum) };
+            unsafe { q45_step::<Q5, 1, N>(&quant, &cols, scale(1), &mut isum) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 2, N>(&quant, &cols, byte(sc_lo, 2), &mut isum) };
+            unsafe { q45_step::<Q5, 2, N>(&quant, &cols, scale(2), &mut isum) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 3, N>(&quant, &cols, byte(sc_lo, 3), &mut isum) };
+            unsafe { q45_step::<Q5, 3, N>(&quant, &cols, scale(3), &mut isum) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 4, N>(&quant, &cols, byte(sc_hi, 0), &mut isum) };
+            unsafe { q45_step::<Q5, 4, N>(&quant, &cols, scale(4), &mut isum) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 5, N>(&quant, &cols, byte(sc_hi, 1), &mut isum) };
+            unsafe { q45_step::<Q5, 5, N>(&quant, &cols, scale(5), &mut isum) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 6, N>(&quant, &cols, byte(sc_hi, 2), &mut isum) };
+            unsafe { q45_step::<Q5, 6, N>(&quant, &cols, scale(6), &mut isum) };
             // SAFETY: the contract, forwarded.
-            unsafe { q45_step::<Q5, 7, N>(&quant, &cols, byte(sc_hi, 3), &mut isum) };
+            unsafe { q45_step::<Q5, 7, N>(&quant, &cols, scale(7), &mut isum) };
             // summs = Σ_j m_j (bsums_2j + bsums_2j+1): the pair
             // (m_j, m_j) with bsums dword j.
-            let mins = |j: usize| q45_min_pair(&sc, j);
             // SAFETY: the contract, forwarded.
             let summs = unsafe { bsums_dot(&cols, mins) };
             // SAFETY: the 16 f16 `d` at 0 and `dmin` at 32 are inside
@@ -248,11 +251,27 @@ macro_rules! k32_tiles {
         #[inline]
         unsafe fn iq4_xs<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
             // SAFETY: the contract, forwarded.
-            unsafe { iq4_xs_with(c, cols, iq4_xs_dec(c).0) }
+            unsafe {
+                let (quant, scale) = iq4_xs_dec(c);
+                iq4_xs_with(c, cols, quant, |j| iq4_xs_scale(scale(j)))
+            }
         }
 
-        /// [`iq4_xs`] with the values from `quant` ([`iq4_xs_dec`]'s, or
-        /// a decoded copy of them).
+        /// A sub-block scale `s_j` (per lane, i32) with its bias term's
+        /// pair `(s_j, s_j)` (i16) for bsums dword `j`.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn iq4_xs_scale(sj: __m512i) -> (__m512i, __m512i) {
+            let pair = _mm512_or_si512(
+                _mm512_and_si512(sj, _mm512_set1_epi32(0xffff)),
+                _mm512_slli_epi32::<16>(sj),
+            );
+            (sj, pair)
+        }
+
+        /// [`iq4_xs`] with the values from `quant` and the scales with
+        /// their pairs from `scale` ([`iq4_xs_dec`]'s and
+        /// [`iq4_xs_scale`], or a decoded copy of them).
         ///
         /// # Safety
         /// As [`iq4_xs`].
@@ -262,21 +281,16 @@ macro_rules! k32_tiles {
             c: *const u8,
             cols: [*const u8; N],
             quant: impl Fn(usize, usize) -> __m512i,
+            scale: impl Fn(usize) -> (__m512i, __m512i),
         ) -> [__m512; N] {
-            // SAFETY: the contract, forwarded.
-            let (_, scale) = unsafe { iq4_xs_dec(c) };
             let mut isum = [_mm512_setzero_si512(); N];
             let mut corr = [_mm512_setzero_si512(); N];
             for j in 0..8 {
                 // SAFETY: the contract, forwarded.
                 let s = unsafe { sub_sums::<N, 8>(&cols, |t| quant(j, t), 8 * j, 0) };
-                let sj = scale(j);
+                let (sj, pair) = scale(j);
                 scale_into(&mut isum, s, sj);
-                // The bias term's pair (s_j, s_j) with bsums dword j.
-                let pair = _mm512_or_si512(
-                    _mm512_and_si512(sj, _mm512_set1_epi32(0xffff)),
-                    _mm512_slli_epi32::<16>(sj),
-                );
+                // The bias term: the pair (s_j, s_j) with bsums dword j.
                 for (acc, &p) in corr.iter_mut().zip(&cols) {
                     // SAFETY: bsums dword j of the block.
                     let y = unsafe { bcast(p, BSUMS, j) };
