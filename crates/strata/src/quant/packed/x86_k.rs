@@ -213,16 +213,16 @@ level!(
     false
 );
 
-/// Level `$l`'s decode-once kernel of the K type `$t`.
-macro_rules! wide_dec {
-    ($l:ident, $t:expr) => {
+/// `$l::$f::<T>` (a level module's many-column kernel) for the K type `$t`.
+macro_rules! wide_fn {
+    ($l:ident :: $f:ident, $t:expr) => {
         match $t {
-            DType::Q2_K => $l::wide_dec::<Q2_K> as super::WideFn,
-            DType::Q3_K => $l::wide_dec::<Q3_K>,
-            DType::Q4_K => $l::wide_dec::<Q4_K>,
-            DType::Q5_K => $l::wide_dec::<Q5_K>,
-            DType::IQ4_XS => $l::wide_dec::<IQ4_XS>,
-            _ => $l::wide_dec::<Q6_K>,
+            DType::Q2_K => $l::$f::<Q2_K> as super::WideFn,
+            DType::Q3_K => $l::$f::<Q3_K>,
+            DType::Q4_K => $l::$f::<Q4_K>,
+            DType::Q5_K => $l::$f::<Q5_K>,
+            DType::IQ4_XS => $l::$f::<IQ4_XS>,
+            _ => $l::$f::<Q6_K>,
         }
     };
 }
@@ -232,25 +232,18 @@ macro_rules! wide_dec {
 pub(super) fn kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
     match isa {
         Isa::Vnni => vnni::kernels(dtype).map(|k| Kernels {
-            wide: Some(wide_dec!(vnni, dtype)),
+            wide: Some(wide_fn!(vnni::wide_dec, dtype)),
             ..k
         }),
         // The VNNI tiles, and AMX products for 16 columns and more.
         Isa::Amx => vnni::kernels(dtype).map(|k| Kernels {
-            wide: Some(match dtype {
-                DType::Q2_K => vnni::wide::<Q2_K>,
-                DType::Q3_K => vnni::wide::<Q3_K>,
-                DType::Q4_K => vnni::wide::<Q4_K>,
-                DType::Q5_K => vnni::wide::<Q5_K>,
-                DType::IQ4_XS => vnni::wide::<IQ4_XS>,
-                _ => vnni::wide::<Q6_K>,
-            }),
+            wide: Some(wide_fn!(vnni::wide, dtype)),
             ..k
         }),
         // IQ4_XS's biased values (≤ 241) would saturate `vpmaddubsw`'s
         // pair sums: the AVX2 tiles (signed values, `vpsignb`) run it.
         Isa::Avx512 if dtype != DType::IQ4_XS => avx512::kernels(dtype).map(|k| Kernels {
-            wide: Some(wide_dec!(avx512, dtype)),
+            wide: Some(wide_fn!(avx512::wide_dec, dtype)),
             ..k
         }),
         _ => None,

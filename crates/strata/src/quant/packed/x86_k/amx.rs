@@ -23,13 +23,10 @@
 //! unit's columns (the tiles re-decode every super-block per 8 columns).
 
 /// Defines `wide::<T>` in the VNNI level's module of `x86_k.rs` (its
-/// decoders, `terms`, `min_terms`, `bsums_dot` and the tags in scope).
+/// decoders, `terms`, `min_terms`, `bsums_dot`, `Lines`, `dup16` and the
+/// tags in scope).
 macro_rules! k_amx {
     ($features:literal) => {
-        /// Sixty-four 64-byte lines, 64-byte aligned.
-        #[repr(C, align(64))]
-        struct Lines([u8; 4096]);
-
         /// Writes the planes of one super-block: line `L = SUB j + t`
         /// (elements `4L .. 4L + 4` of each row, sub-block `j` of `SUB`
         /// dwords) of `v = scale(j) · (quant(j, t) − off)` as its low
@@ -46,11 +43,7 @@ macro_rules! k_amx {
         ) {
             let (offv, m8) = (_mm512_set1_epi16(off), _mm512_set1_epi16(0xff));
             for j in 0..64 / SUB {
-                let s = scale(j);
-                let s16 = _mm512_or_si512(
-                    _mm512_and_si512(s, _mm512_set1_epi32(0xffff)),
-                    _mm512_slli_epi32::<16>(s),
-                );
+                let s16 = dup16(scale(j));
                 for t in 0..SUB {
                     let q = quant(j, t);
                     // Even and odd bytes of each lane as i16, less the

@@ -262,11 +262,7 @@ macro_rules! k32_tiles {
         #[target_feature(enable = $features)]
         #[inline]
         fn iq4_xs_scale(sj: __m512i) -> (__m512i, __m512i) {
-            let pair = _mm512_or_si512(
-                _mm512_and_si512(sj, _mm512_set1_epi32(0xffff)),
-                _mm512_slli_epi32::<16>(sj),
-            );
-            (sj, pair)
+            (sj, dup16(sj))
         }
 
         /// [`iq4_xs`] with the values from `quant` and the scales with

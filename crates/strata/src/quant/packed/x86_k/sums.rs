@@ -41,6 +41,22 @@ macro_rules! k_sums {
             _mm_cvtsi32_si128(n as i32)
         }
 
+        /// Sixty-four 64-byte lines, 64-byte aligned: a super-block's
+        /// decoded copy (`wide.rs`) or one of its planes (`amx.rs`).
+        #[repr(C, align(64))]
+        struct Lines([u8; 4096]);
+
+        /// The low i16 of each lane of `s` in both i16 halves of the lane:
+        /// a signed scale as the pair `vpdpwssd` / `vpmullw` take.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn dup16(s: __m512i) -> __m512i {
+            _mm512_or_si512(
+                _mm512_and_si512(s, _mm512_set1_epi32(0xffff)),
+                _mm512_slli_epi32::<16>(s),
+            )
+        }
+
         /// Byte `b` of each lane of `v`, zero-extended to the lane.
         #[target_feature(enable = $features)]
         #[inline]

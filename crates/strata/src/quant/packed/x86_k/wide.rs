@@ -10,16 +10,12 @@
 /// and `*_with` sums in scope).
 macro_rules! k_wide {
     ($features:literal) => {
-        /// Sixty-four 64-byte lines, 64-byte aligned.
-        #[repr(C, align(64))]
-        struct Copy([u8; 4096]);
-
         /// Writes line `sub j + t` of `buf` as `quant(j, t)`, all 64.
         #[target_feature(enable = $features)]
         #[inline]
-        fn fill(buf: &mut Copy, sub: usize, quant: impl Fn(usize, usize) -> __m512i) {
+        fn fill(buf: &mut Lines, sub: usize, quant: impl Fn(usize, usize) -> __m512i) {
             for (l, line) in buf.0.chunks_exact_mut(64).enumerate() {
-                // SAFETY: the line is 64 writable bytes, 64-aligned (Copy).
+                // SAFETY: the line is 64 writable bytes, 64-aligned (Lines).
                 unsafe { _mm512_store_si512(line.as_mut_ptr().cast(), quant(l / sub, l % sub)) };
             }
         }
@@ -34,7 +30,7 @@ macro_rules! k_wide {
         pub(super) unsafe fn wide_dec<const T: u8>(t: Tile, n: usize) {
             let cs = chunk(T);
             let sub = k_sub_dwords(T);
-            let mut buf = Copy([0; 4096]);
+            let mut buf = Lines([0; 4096]);
             // The sub-block scales and the pairs the bsums term takes (Q6_K:
             // sixteen scales, eight scale pairs; IQ4_XS: eight scales and
             // their pairs; Q4_K / Q5_K: eight scales and min pairs),
