@@ -34,6 +34,31 @@
 use super::ROWS;
 use crate::tensor::DType;
 
+/// Bytes of a Q8_K block (f32 `d`, 256 × i8, 16 × i16 bsums at [`Q8K_BSUMS`]).
+const Q8K: usize = DType::Q8_K.type_size();
+/// Offset of a Q8_K block's 16 i16 bsums.
+const Q8K_BSUMS: usize = 4 + 256;
+
+/// IQ4_XS's prepared activations from Q8_K rows, in place: each block's 16
+/// i16 bsums become the eight i32 *bias terms* `-128 · (bsums_2j +
+/// bsums_2j+1)` (at most 128 · 32 · 128 in magnitude), the rest of the
+/// block unchanged. The AVX-512 VNNI tiles take IQ4_XS's table values
+/// biased by 128 (unsigned for `vpdpbusd`) and start sub-block `j`'s
+/// integer chain from term `j`, so the chain ends at `Σ v a` with no
+/// per-column correction after it; every other kernel reads only `d` and
+/// the quants. A trailing partial block is left as it is.
+pub(super) fn iq4_xs_bias_terms(q8k: &mut [u8]) {
+    for blk in q8k.chunks_exact_mut(Q8K) {
+        let s = &mut blk[Q8K_BSUMS..];
+        let b: [i32; 16] =
+            std::array::from_fn(|i| i32::from(i16::from_le_bytes([s[2 * i], s[2 * i + 1]])));
+        for j in 0..8 {
+            let t = -128 * (b[2 * j] + b[2 * j + 1]);
+            s[4 * j..4 * j + 4].copy_from_slice(&t.to_le_bytes());
+        }
+    }
+}
+
 /// Where a K type's bytes go inside a chunk.
 #[derive(Clone, Copy)]
 pub(super) struct Layout {

@@ -82,7 +82,7 @@
 //! side by side, the rest of each row's super-block as 64-byte dword
 //! lines). Their activations are Q8_K rows as the Q8_K quantizer writes them
 //! (f32 `d`, 256 × i8, 16 × i16 sums of 16; [`prepare_activation`] is the
-//! identity), and their kernels (AVX2: `x86_avx2_k.rs`, Q2_K / Q3_K in
+//! identity but for IQ4_XS, whose sums become i32 bias terms), and their kernels (AVX2: `x86_avx2_k.rs`, Q2_K / Q3_K in
 //! `x86_avx2_k23.rs`, also run at AVX-VNNI; AVX-512 and VNNI: `x86_k.rs`,
 //! sixteen rows per zmm register, except IQ4_XS at AVX-512 without VNNI,
 //! which runs the AVX2 tiles; NEON with `dotprod`:
@@ -620,12 +620,14 @@ pub(crate) fn act_bytes(dtype: DType, k: usize) -> usize {
 }
 
 /// The offset whose `-offset · Σq` term the per-block activation layout of
-/// a legacy type carries (0 for the types with a Q8_1 sum or none).
+/// a legacy type carries (0 for the types with a Q8_1 sum or none); 128
+/// for IQ4_XS, whose Q8_K rows carry `-128 ·` the 32-element sums in place
+/// of the bsums ([`prepare_activation`]), so no other K type shares them.
 pub(crate) fn act_offset(dtype: DType) -> i32 {
     match dtype {
         DType::Q4_0 => 8,
         DType::Q5_0 => 16,
-        DType::Q8_0 | DType::IQ4_NL => 128,
+        DType::Q8_0 | DType::IQ4_NL | DType::IQ4_XS => 128,
         _ => 0,
     }
 }
@@ -634,11 +636,15 @@ pub(crate) fn act_offset(dtype: DType) -> i32 {
 /// Q8_1 bytes `q`) into the kernels' per-block layout in `out`
 /// ([`act_bytes`]): the definition the kernels' own quantizers
 /// ([`Kernels::quantize`]) are tested against. For the K-quants the layout
-/// is the Q8_K row itself (a copy).
+/// is the Q8_K row itself (a copy), except that IQ4_XS's bsums are
+/// replaced by its bias terms (`k::iq4_xs_bias_terms`).
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn prepare_activation(dtype: DType, q: &[u8], out: &mut [u8]) {
     if k::layout(dtype).is_some() {
         out.copy_from_slice(q);
+        if dtype == DType::IQ4_XS {
+            k::iq4_xs_bias_terms(out);
+        }
         return;
     }
     let off = act_offset(dtype);

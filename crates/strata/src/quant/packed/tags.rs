@@ -244,10 +244,31 @@ macro_rules! k_kernel_table {
             }
         }
 
+        /// [`quantize_q8_k`], then IQ4_XS's bias terms in place of the
+        /// bsums (`k::iq4_xs_bias_terms`): IQ4_XS's prepared columns.
+        ///
+        /// # Safety
+        /// As [`quantize_q8_k`].
+        unsafe fn quantize_iq4_xs(x: *const f32, nb: usize, out: *mut u8) {
+            // SAFETY: the contract, forwarded; then the `nb` blocks just
+            // written, writable (the contract).
+            unsafe {
+                quantize_q8_k(x, nb, out);
+                crate::quant::packed::k::iq4_xs_bias_terms(std::slice::from_raw_parts_mut(
+                    out,
+                    DType::Q8_K.type_size() * nb,
+                ));
+            }
+        }
+
         /// The kernels of type tag `T`.
         fn table<const T: u8>() -> Kernels {
             Kernels {
-                quantize: quantize_q8_k,
+                quantize: if T == IQ4_XS {
+                    quantize_iq4_xs
+                } else {
+                    quantize_q8_k
+                },
                 tiles: tiles!(tile, T),
                 wide: None,
             }

@@ -24,8 +24,10 @@
 //!   writes bsums that are the sums of its quants), one `wdot` of an i16
 //!   pair per lane with a bsums dword: Q2_K / Q4_K / Q5_K's
 //!   `summs = Σ_j m_j bsums_j`, Q3_K's `-4` and Q6_K's `-32` as
-//!   `4 · Σ_j s_j bsums_j` and `32 · Σ_j s_j bsums_j`, and IQ4_XS's bias as
-//!   `128 · Σ_j s_j (bsums_2j + bsums_2j+1)`.
+//!   `4 · Σ_j s_j bsums_j` and `32 · Σ_j s_j bsums_j`. IQ4_XS's bias is
+//!   taken off before the scaling: its prepared columns carry `-128 ·` each
+//!   32-element sum in place of the bsums (`k::iq4_xs_bias_terms`), where
+//!   each sub-block's chain starts.
 //!
 //! The scales and mins are decoded once per super-block for the sixteen
 //! rows (the byte masks and shifts of the AVX2 kernels on whole lines). The
@@ -297,10 +299,13 @@ mod tests {
             let mut packed = vec![0u8; w.len()];
             super::super::pack(t, [k, 16, 1, 1], &w, &mut packed).expect("pack");
             let col = DType::Q8_K.row_size(k);
+            let kern = kernels_for_test(t);
             let mut act = vec![0u8; col * n];
             let x = rng.vec(k * n, -1.0, 1.0);
             for (c, a) in act.chunks_exact_mut(col).enumerate() {
-                crate::quant::quantize_row(DType::Q8_K, &x[c * k..(c + 1) * k], a).expect("Q8_K");
+                // SAFETY: VNNI is supported (checked); k f32 in, k / 256
+                // Q8_K blocks out (the type's prepared columns).
+                unsafe { (kern.quantize)(x[c * k..].as_ptr(), k / 256, a.as_mut_ptr()) };
             }
             let tile = |a: *const u8, out: *mut f32| Tile {
                 w: packed.as_ptr(),
@@ -310,7 +315,6 @@ mod tests {
                 out: out.cast(),
                 out_stride: 64,
             };
-            let kern = kernels_for_test(t);
             let mut want = vec![0f32; 16 * n];
             for c0 in (0..n).step_by(8) {
                 // SAFETY: VNNI is supported (checked); 8 columns of Q8_K

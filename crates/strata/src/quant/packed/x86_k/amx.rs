@@ -23,10 +23,21 @@
 //! unit's columns (the tiles re-decode every super-block per 8 columns).
 
 /// Defines `wide::<T>` in the VNNI level's module of `x86_k.rs` (its
-/// decoders, `terms`, `min_terms`, `bsums_dot`, `Lines`, `dup16` and the
-/// tags in scope).
+/// decoders, `terms`, `min_terms`, `bsums_dot`, `Lines` and the tags in
+/// scope).
 macro_rules! k_amx {
     ($features:literal) => {
+        /// The low i16 of each lane of `s` in both i16 halves of the lane:
+        /// a signed scale as the pair `vpmullw` takes.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn dup16(s: __m512i) -> __m512i {
+            _mm512_or_si512(
+                _mm512_and_si512(s, _mm512_set1_epi32(0xffff)),
+                _mm512_slli_epi32::<16>(s),
+            )
+        }
+
         /// Writes the planes of one super-block: line `L = SUB j + t`
         /// (elements `4L .. 4L + 4` of each row, sub-block `j` of `SUB`
         /// dwords) of `v = scale(j) · (quant(j, t) − off)` as its low

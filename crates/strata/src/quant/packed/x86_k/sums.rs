@@ -46,17 +46,6 @@ macro_rules! k_sums {
         #[repr(C, align(64))]
         struct Lines([u8; 4096]);
 
-        /// The low i16 of each lane of `s` in both i16 halves of the lane:
-        /// a signed scale as the pair `vpdpwssd` / `vpmullw` take.
-        #[target_feature(enable = $features)]
-        #[inline]
-        fn dup16(s: __m512i) -> __m512i {
-            _mm512_or_si512(
-                _mm512_and_si512(s, _mm512_set1_epi32(0xffff)),
-                _mm512_slli_epi32::<16>(s),
-            )
-        }
-
         /// Byte `b` of each lane of `v`, zero-extended to the lane.
         #[target_feature(enable = $features)]
         #[inline]
@@ -152,7 +141,25 @@ macro_rules! k_sums {
             d0: usize,
             t0: usize,
         ) -> [__m512i; N] {
-            let mut s = [_mm512_setzero_si512(); N];
+            // SAFETY: the contract, forwarded.
+            unsafe { sub_sums_from::<N, D>(cols, quant, d0, t0, [_mm512_setzero_si512(); N]) }
+        }
+
+        /// [`sub_sums`] with column `i`'s chain starting at `init[i]`
+        /// instead of zero.
+        ///
+        /// # Safety
+        /// As [`sub_sums`].
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn sub_sums_from<const N: usize, const D: usize>(
+            cols: &[*const u8; N],
+            quant: impl Fn(usize) -> __m512i,
+            d0: usize,
+            t0: usize,
+            init: [__m512i; N],
+        ) -> [__m512i; N] {
+            let mut s = init;
             let mut s1 = [_mm512_setzero_si512(); N];
             for t in t0..t0 + D {
                 let q = quant(t);

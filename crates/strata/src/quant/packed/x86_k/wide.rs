@@ -32,8 +32,8 @@ macro_rules! k_wide {
             let sub = k_sub_dwords(T);
             let mut buf = Lines([0; 4096]);
             // The sub-block scales and the pairs the bsums term takes (Q6_K:
-            // sixteen scales, eight scale pairs; IQ4_XS: eight scales and
-            // their pairs; Q4_K / Q5_K: eight scales and min pairs),
+            // sixteen scales, eight scale pairs; IQ4_XS: eight scales;
+            // Q4_K / Q5_K: eight scales and min pairs),
             // decoded once per super-block too: each pass decoding them
             // again measured 4–8 % slower at n = 512.
             let mut sc = [_mm512_setzero_si512(); 16];
@@ -61,9 +61,7 @@ macro_rules! k_wide {
                         IQ4_XS => {
                             let (quant, scale) = iq4_xs_dec(c);
                             fill(&mut buf, sub, quant);
-                            for j in 0..8 {
-                                (sc[j], pr[j]) = iq4_xs_scale(scale(j));
-                            }
+                            sc[..8].copy_from_slice(&std::array::from_fn::<_, 8, _>(scale));
                         }
                         _ => {
                             let (quant, scale) = q6_dec(c);
@@ -87,7 +85,7 @@ macro_rules! k_wide {
                             Q3_K => q3_k_with(c, cols, copy),
                             Q4_K => q45_k_with::<false, 8>(c, cols, copy, |j| sc[j], |j| pr[j]),
                             Q5_K => q45_k_with::<true, 8>(c, cols, copy, |j| sc[j], |j| pr[j]),
-                            IQ4_XS => iq4_xs_with(c, cols, copy, |j| (sc[j], pr[j])),
+                            IQ4_XS => iq4_xs_with(c, cols, copy, |j| sc[j]),
                             _ => q6_k_with(c, cols, copy, |j| sc[j], |i| pr[i]),
                         }
                     };
