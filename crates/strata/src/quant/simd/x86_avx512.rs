@@ -49,12 +49,16 @@ unsafe fn quantize_q8_k_imp(nb: usize, src: *const f32, dst: *mut u8) {
         let (x, y) = unsafe { (src.add(b * QK_K), dst.add(b * q8k)) };
         // SAFETY: the block's 256 f32 are readable.
         let ld = |k: usize| _mm512_abs_ps(unsafe { _mm512_loadu_ps(x.add(16 * k)) });
-        let mut m = _mm512_setzero_ps();
+        // Four independent chains (one chain of sixteen maxps was the
+        // block's critical path), then their maximum: the same value, as
+        // none of them is NaN.
+        let mut m = [_mm512_setzero_ps(); 4];
         for k in 0..QK_K / 16 {
             // maxps returns its second operand when either is NaN: NaNs are
             // skipped, as the scalar `>` comparison skips them.
-            m = _mm512_max_ps(ld(k), m);
+            m[k % 4] = _mm512_max_ps(ld(k), m[k % 4]);
         }
+        let m = _mm512_max_ps(_mm512_max_ps(m[0], m[1]), _mm512_max_ps(m[2], m[3]));
         let amax = _mm512_reduce_max_ps(m);
         if amax == 0.0 {
             // SAFETY: the block's Q8_K bytes are writable and only written here.
@@ -73,27 +77,75 @@ unsafe fn quantize_q8_k_imp(nb: usize, src: *const f32, dst: *mut u8) {
         let iscale = -127.0 / unsafe { *x.add(first) };
         let iv = _mm512_set1_ps(iscale);
         let inf = _mm512_set1_ps(f32::INFINITY);
-        for g in 0..QK_K / 16 {
-            // SAFETY: the block's 256 f32 are readable.
+        // Sixteen quants as i32 lanes: NaN and ±inf → 0, then round half
+        // to even (the default MXCSR mode, as ggml's nearest_int) and cap
+        // at 127.
+        let quants = |g: usize| {
+            // SAFETY: the block's 256 f32 are readable (g < 16).
             let r = _mm512_mul_ps(iv, unsafe { _mm512_loadu_ps(x.add(16 * g)) });
-            // NaN and ±inf → 0, then round half to even (the default MXCSR
-            // mode, as ggml's nearest_int) and cap at 127.
             let finite = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(_mm512_abs_ps(r), inf);
-            let q = _mm512_min_epi32(
+            _mm512_min_epi32(
                 _mm512_cvtps_epi32(_mm512_maskz_mov_ps(finite, r)),
                 _mm512_set1_epi32(127),
+            )
+        };
+        // Dword m of the packed bytes comes from dword 4 (m % 4) + m / 4:
+        // the two packs interleave four groups per 128-bit lane.
+        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        let mut sums = _mm512_setzero_si512();
+        for quad in 0..4 {
+            let g = 4 * quad;
+            // |q| ≤ 127, so the saturating packs keep every value.
+            let bytes = _mm512_permutexvar_epi32(
+                order,
+                _mm512_packs_epi16(
+                    _mm512_packs_epi32(quants(g), quants(g + 1)),
+                    _mm512_packs_epi32(quants(g + 2), quants(g + 3)),
+                ),
             );
-            // |q| ≤ 127 here, so the saturating narrowing keeps every value.
-            // SAFETY: quants 16g .. 16g + 16 of the block are writable.
-            unsafe { _mm_storeu_si128(y.add(4 + 16 * g).cast(), _mm512_cvtsepi32_epi8(q)) };
-            let sum = _mm512_reduce_add_epi32(q) as i16;
-            // SAFETY: bsum g is bytes 260 + 2g .. 262 + 2g of the block.
-            unsafe {
-                y.add(4 + QK_K + 2 * g)
-                    .cast::<[u8; 2]>()
-                    .write_unaligned(sum.to_le_bytes())
-            };
+            // SAFETY: quants 64 quad .. 64 quad + 64 of the block are writable.
+            unsafe { _mm512_storeu_si512(y.add(4 + 64 * quad).cast(), bytes) };
+            // Group g + L is 128-bit lane L: its bytes biased to u8 summed
+            // in two qwords, added into qword 2L (at most 16 · 255), which
+            // takes word `quad` of that qword in `sums`.
+            let s = _mm512_sad_epu8(
+                _mm512_xor_si512(bytes, _mm512_set1_epi8(-128)),
+                _mm512_setzero_si512(),
+            );
+            let s = _mm512_add_epi64(s, _mm512_bsrli_epi128::<8>(s));
+            sums = _mm512_or_si512(
+                sums,
+                _mm512_sll_epi64(
+                    _mm512_and_si512(s, _mm512_set1_epi64(0xffff)),
+                    _mm_cvtsi32_si128(16 * quad as i32),
+                ),
+            );
         }
+        // bsum g = 4 quad + L is word 8L + quad, less the bias 16 · 128.
+        let at = _mm512_setr_epi32(
+            0x0008_0000,
+            0x0018_0010,
+            0x0009_0001,
+            0x0019_0011,
+            0x000a_0002,
+            0x001a_0012,
+            0x000b_0003,
+            0x001b_0013,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        );
+        let bsums = _mm256_sub_epi16(
+            _mm512_castsi512_si256(_mm512_permutexvar_epi16(at, sums)),
+            _mm256_set1_epi16(16 * 128),
+        );
+        // SAFETY: the 16 i16 bsums are bytes 260 .. 292 of the block.
+        unsafe { _mm256_storeu_si256(y.add(4 + QK_K).cast(), bsums) };
         // SAFETY: d is the block's first four bytes.
         unsafe {
             y.cast::<[u8; 4]>()
