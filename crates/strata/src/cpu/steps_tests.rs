@@ -39,11 +39,14 @@ fn input(cols: usize, seed: u64) -> Vec<f32> {
 
 #[test]
 fn matmuls_over_one_input_run_as_one_step_with_the_same_bits() {
-    // Q4_0 and Q4_0 share activations; Q4_K, Q6_K and IQ4_XS (Q8_K) too;
-    // Q4_0 and Q8_0 do not (another offset term), so they stay apart.
-    let cases: [(&[DType], &[usize]); 4] = [
+    // Q4_0 and Q4_0 share activations; Q4_K and Q6_K (Q8_K) too, but not
+    // IQ4_XS, whose Q8_K columns carry bias terms in place of the bsums
+    // (two IQ4_XS weights share theirs); Q4_0 and Q8_0 do not (another
+    // offset term), so they stay apart.
+    let cases: [(&[DType], &[usize]); 5] = [
         (&[DType::Q4_0, DType::Q4_0, DType::Q4_0], &[3]),
-        (&[DType::Q4_K, DType::Q6_K, DType::IQ4_XS], &[3]),
+        (&[DType::Q4_K, DType::Q6_K, DType::IQ4_XS], &[2, 1]),
+        (&[DType::IQ4_XS, DType::IQ4_XS], &[2]),
         (&[DType::Q4_0, DType::Q8_0], &[1, 1]),
         // Q8_0 and IQ4_NL share activations; on Arm IQ4_NL has no packed
         // kernels where Q8_0 has, so the step runs them one after another.

@@ -5,7 +5,8 @@
 //! once per op to the weight's dot type (Q8_0 / Q8_1 / Q8_K, bit-identical
 //! to the unpacked path's quantizer), straight into the kernels' per-block
 //! layout ([`packed::prepare_activation`]: i8 quants, f32 scale, the block's
-//! `-offset · Σq` or Q8_1 sum term; for the K-quants the Q8_K row as is) in
+//! `-offset · Σq` or Q8_1 sum term; for the K-quants the Q8_K row as is,
+//! IQ4_XS's with bias terms in place of its bsums) in
 //! the shared work buffer; threads split the columns, then meet at a
 //! barrier.
 //!

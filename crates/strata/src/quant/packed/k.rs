@@ -208,6 +208,45 @@ pub(super) fn unpack_block(l: Layout, chunk: &[u8], r: usize, blk: &mut [u8]) {
 mod tests {
     use super::*;
 
+    /// IQ4_XS's bias terms: each pair of bsums becomes `-128 ·` their sum
+    /// as a little-endian i32 (the extremes included), `d` and the quants
+    /// untouched, every block of the row, a trailing partial block not.
+    #[test]
+    fn iq4_xs_bias_terms_replace_each_pair_of_bsums() {
+        let bsums: [i16; 16] = [
+            1, 2, -3, 7, 2048, 2048, -2048, -2048, 0, 0, 5, -5, 127, -128, 300, 1,
+        ];
+        let mut row = vec![0u8; 2 * Q8K + 7];
+        for (b, blk) in row.chunks_exact_mut(Q8K).enumerate() {
+            blk[..Q8K_BSUMS]
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = (i + b) as u8);
+            for (i, v) in bsums.iter().enumerate() {
+                let v = v * (b as i16 + 1);
+                blk[Q8K_BSUMS + 2 * i..Q8K_BSUMS + 2 * i + 2].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        let tail = row[2 * Q8K..].to_vec();
+        let before = row.clone();
+        iq4_xs_bias_terms(&mut row);
+        for (b, blk) in row.chunks_exact(Q8K).enumerate() {
+            assert_eq!(
+                blk[..Q8K_BSUMS],
+                before[b * Q8K..b * Q8K + Q8K_BSUMS],
+                "block {b}"
+            );
+            let m = b as i32 + 1;
+            let want = [3, 4, 4096, -4096, 0, 0, -1, 301].map(|s: i32| -128 * s * m);
+            for (j, w) in want.iter().enumerate() {
+                let at = Q8K_BSUMS + 4 * j;
+                let got = i32::from_le_bytes(blk[at..at + 4].try_into().unwrap());
+                assert_eq!(got, *w, "block {b} term {j}");
+            }
+        }
+        assert_eq!(row[2 * Q8K..], tail[..]);
+    }
+
     /// Header fields and lines tile the chunk exactly (the packed tensor is
     /// ggml's size), and every line is 32-byte aligned in a 32-byte aligned
     /// group whatever the chunk's index.
