@@ -190,37 +190,28 @@ unsafe fn gemm<L: Lanes, const RM: usize, const RN: usize>(
 /// (`mt` null: no mask), two register widths of columns at a time while
 /// they last: each column's `e^x` is one long dependent chain, and two
 /// independent chains per step measured faster than one (AVX2, the Q6_K
-/// file's pp512: FLASH_ATTN_EXT's softmax share fell by a third).
+/// file's pp512 on two threads: FLASH_ATTN_EXT 191 → 179–181 ms).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn softmax_cols<L: Lanes>(
-    kq: *mut f32,
-    kvn: usize,
-    np: usize,
-    scale: f32,
-    mt: *const f32,
-    m: *mut f32,
-    s: *mut f32,
-    ms: *mut f32,
-) {
+unsafe fn softmax_cols<L: Lanes>(a: Softmax) {
     let mut c = 0;
     // SAFETY (both calls): the caller's extents, columns c .. c + K·W.
     unsafe {
-        while c + 2 * L::W <= np {
-            softmax_step::<L, 2>(kq, kvn, np, scale, mt, m, s, ms, c);
+        while c + 2 * L::W <= a.np {
+            softmax_step::<L, 2>(&a, c);
             c += 2 * L::W;
         }
-        while c < np {
-            softmax_step::<L, 1>(kq, kvn, np, scale, mt, m, s, ms, c);
+        while c < a.np {
+            softmax_step::<L, 1>(&a, c);
             c += L::W;
         }
     }
 }
 
-/// Columns `c .. c + K·W` of [`softmax_cols`], `K` chunks side by side.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn softmax_step<L: Lanes, const K: usize>(
+/// The operands of [`softmax_cols`]: `kvn` × `np` scores at `kq` (and
+/// mask values at `mt` unless null), `np` running maxima at `m`, sums at
+/// `s` and rescale factors at `ms`.
+#[derive(Clone, Copy)]
+pub(crate) struct Softmax {
     kq: *mut f32,
     kvn: usize,
     np: usize,
@@ -229,13 +220,17 @@ unsafe fn softmax_step<L: Lanes, const K: usize>(
     m: *mut f32,
     s: *mut f32,
     ms: *mut f32,
-    c: usize,
-) {
+}
+
+/// Columns `c .. c + K·W` of [`softmax_cols`], `K` chunks side by side.
+#[inline(always)]
+unsafe fn softmax_step<L: Lanes, const K: usize>(a: &Softmax, c: usize) {
+    let (kq, kvn, np, mt, m, s, ms) = (a.kq, a.kvn, a.np, a.mt, a.m, a.s, a.ms);
     // SAFETY: the caller guarantees kvn·np values at kq (and mt unless
     // null) and np at m, s, ms, with c + K·W ≤ np.
     unsafe {
         let ninf = L::splat(f32::NEG_INFINITY);
-        let (one, zero, sc) = (L::splat(1.0), L::zero(), L::splat(scale));
+        let (one, zero, sc) = (L::splat(1.0), L::zero(), L::splat(a.scale));
         let mut t = [ninf; K];
         for j in 0..kvn {
             for (i, t) in t.iter_mut().enumerate() {
@@ -682,7 +677,7 @@ per_level! {
     fn to_f32(src: *const u8, half: bool, n: usize, dst: *mut f32);
     fn qk(kf: *const f32, d: usize, kvn: usize, qt: *const f32, np: usize, kq: *mut f32);
     fn pv(p: *const f32, np: usize, rows: usize, kvn: usize, vf: *const f32, dvp: usize, ms: *const f32, vkq: *mut f32);
-    fn softmax_cols(kq: *mut f32, kvn: usize, np: usize, scale: f32, mt: *const f32, m: *mut f32, s: *mut f32, ms: *mut f32);
+    fn softmax_cols(a: Softmax);
     fn one_chunk<const H: bool, const G: usize>(a: &mut ChunkArgs<G>);
     #[cfg(test)]
     fn exp_k(x: *mut f32, n: usize);
@@ -801,16 +796,16 @@ impl Kernels for Simd {
         // The kernel's extents: checked above.
         simd!(
             self.level,
-            self::softmax_cols(
-                kq.as_mut_ptr(),
+            self::softmax_cols(Softmax {
+                kq: kq.as_mut_ptr(),
                 kvn,
                 np,
                 scale,
-                mtp,
-                m.as_mut_ptr(),
-                s.as_mut_ptr(),
-                ms.as_mut_ptr()
-            ),
+                mt: mtp,
+                m: m.as_mut_ptr(),
+                s: s.as_mut_ptr(),
+                ms: ms.as_mut_ptr()
+            }),
             Scalar.softmax_cols(kq, np, scale, mt, m, s, ms)
         )
     }
