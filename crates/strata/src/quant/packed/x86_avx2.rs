@@ -344,8 +344,8 @@ macro_rules! level {
             }
 
             /// `NR` columns of one 16-row group (the [`TileFn`] contract):
-            /// both halves, in passes of at most [`PASS`] columns (AVX2's
-            /// Q8_0: eight), with the integer sums `V` picks.
+            /// both halves, in passes of at most [`PASS`] columns (eight for
+            /// AVX2's sign trick), with the integer sums `V` picks.
             ///
             /// # Safety
             /// As [`TileFn`]; the CPU supports the module's features.
@@ -355,12 +355,13 @@ macro_rules! level {
                 for h in 0..2 {
                     let mut c = 0;
                     while c < NR {
-                        // Q8_0's sign trick shares one `vpabsb` per dword
-                        // group among the pass's columns: eight at a time
-                        // measured 1.5–3 % faster than four (1536 × 576,
-                        // 576 × 576 and 576 × 1536, × 512, one thread); the
-                        // other types keep passes of four.
-                        let wide = T == Q8_0 && !V && NR - c >= 8;
+                        // The sign trick (Q8_0, IQ4_NL) shares one `vpabsb`
+                        // per dword group among the pass's columns: eight at
+                        // a time measured faster than four (one thread, ×
+                        // 512: Q8_0 1.5–3 % at 1536 × 576, 576 × 576 and
+                        // 576 × 1536; IQ4_NL 3–4 % at 1024², 1 % at
+                        // 1536 × 576); the other types keep passes of four.
+                        let wide = (T == Q8_0 || T == IQ4_NL) && !V && NR - c >= 8;
                         let n = if wide { 8 } else { (NR - c).min(PASS) };
                         let f: Half = match n {
                             1 => half::<T, 1, V>,
