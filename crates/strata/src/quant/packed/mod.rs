@@ -82,7 +82,8 @@
 //! side by side, the rest of each row's super-block as 64-byte dword
 //! lines). Their activations are Q8_K rows as the Q8_K quantizer writes them
 //! (f32 `d`, 256 × i8, 16 × i16 sums of 16; [`prepare_activation`] is the
-//! identity but for IQ4_XS, whose sums become i32 bias terms), and their kernels (AVX2: `x86_avx2_k.rs`, Q2_K / Q3_K in
+//! identity but for IQ4_XS, whose sums become i32 bias terms), and their
+//! kernels (AVX2: `x86_avx2_k.rs`, Q2_K / Q3_K in
 //! `x86_avx2_k23.rs`, also run at AVX-VNNI; AVX-512 and VNNI: `x86_k.rs`,
 //! sixteen rows per zmm register, except IQ4_XS at AVX-512 without VNNI,
 //! which runs the AVX2 tiles; NEON with `dotprod`:

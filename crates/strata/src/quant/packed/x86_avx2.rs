@@ -361,8 +361,8 @@ macro_rules! level {
                         // 512: Q8_0 1.5–3 % at 1536 × 576, 576 × 576 and
                         // 576 × 1536; IQ4_NL 3–4 % at 1024², 1 % at
                         // 1536 × 576); the other types keep passes of four.
-                        let wide = (T == Q8_0 || T == IQ4_NL) && !V && NR - c >= 8;
-                        let n = if wide { 8 } else { (NR - c).min(PASS) };
+                        let eight = (T == Q8_0 || T == IQ4_NL) && !V && NR - c >= 8;
+                        let n = if eight { 8 } else { (NR - c).min(PASS) };
                         let f: Half = match n {
                             1 => half::<T, 1, V>,
                             2 => half::<T, 2, V>,

@@ -36,6 +36,18 @@ fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
     unsafe { quantize_q8_k_imp(nb, src.as_ptr(), dst.as_mut_ptr()) };
 }
 
+/// Where the AVX-512 Q8_K quantizer's bsum `g` sits among the 32 words of
+/// its combined sums: word `8 (g % 4) + g / 4` (the upper half unused).
+const BSUM_WORDS: [u16; 32] = {
+    let mut w = [0u16; 32];
+    let mut g = 0;
+    while g < 16 {
+        w[g] = (8 * (g % 4) + g / 4) as u16;
+        g += 1;
+    }
+    w
+};
+
 /// Per block: the absolute maximum (NaNs skipped) and the first element
 /// of that magnitude, `iscale = -127 / it`, `q = min(127,
 /// round_ties_even(x · iscale))` with non-finite products giving 0, the
@@ -121,25 +133,10 @@ unsafe fn quantize_q8_k_imp(nb: usize, src: *const f32, dst: *mut u8) {
                 ),
             );
         }
-        // bsum g = 4 quad + L is word 8L + quad, less the bias 16 · 128.
-        let at = _mm512_setr_epi32(
-            0x0008_0000,
-            0x0018_0010,
-            0x0009_0001,
-            0x0019_0011,
-            0x000a_0002,
-            0x001a_0012,
-            0x000b_0003,
-            0x001b_0013,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-        );
+        // bsum g = 4 quad + L is word 8L + quad of `sums` (BSUM_WORDS),
+        // less the bias 16 · 128.
+        // SAFETY: BSUM_WORDS is 32 readable u16.
+        let at = unsafe { _mm512_loadu_si512(BSUM_WORDS.as_ptr().cast()) };
         let bsums = _mm256_sub_epi16(
             _mm512_castsi512_si256(_mm512_permutexvar_epi16(at, sums)),
             _mm256_set1_epi16(16 * 128),

@@ -243,14 +243,8 @@ unsafe fn softmax_step<L: Lanes, const K: usize>(a: &Softmax, c: usize) {
                 *t = L::max(*t, x);
             }
         }
-        let mut mnew = [zero; K];
-        for i in 0..K {
-            let at = c + i * L::W;
-            let mold = L::load(m.add(at));
-            mnew[i] = L::max(mold, t[i]);
-            let f = L::select_gt(mnew[i], mold, exp::<L>(L::sub(mold, mnew[i])), one);
-            L::store(ms.add(at), f);
-        }
+        // The new maxima; the old ones stay in `m` until the end.
+        let mnew: [L::V; K] = std::array::from_fn(|i| L::max(L::load(m.add(c + i * L::W)), t[i]));
         let mut sum = [zero; K];
         for j in 0..kvn {
             for i in 0..K {
@@ -261,12 +255,13 @@ unsafe fn softmax_step<L: Lanes, const K: usize>(a: &Softmax, c: usize) {
                 sum[i] = L::add(sum[i], e);
             }
         }
+        // The rescale factor of the earlier sums, then the new state.
         for i in 0..K {
             let at = c + i * L::W;
-            L::store(
-                s.add(at),
-                L::add(L::mul(L::load(s.add(at)), L::load(ms.add(at))), sum[i]),
-            );
+            let mold = L::load(m.add(at));
+            let f = L::select_gt(mnew[i], mold, exp::<L>(L::sub(mold, mnew[i])), one);
+            L::store(ms.add(at), f);
+            L::store(s.add(at), L::add(L::mul(L::load(s.add(at)), f), sum[i]));
             L::store(m.add(at), mnew[i]);
         }
     }

@@ -189,7 +189,7 @@ macro_rules! k_amx {
                             } else {
                                 q45_scales::<false>(c)
                             };
-                            let s = |j: usize| byte(sc[j / 4], j % 4);
+                            let s = |j: usize| q45_scale(&sc, j);
                             if T == Q5_K {
                                 planes::<8>(|j, t| q45_quant::<true>(c, j, t), s, 0, lo, hi);
                             } else {

@@ -25,7 +25,9 @@ macro_rules! k16_tiles {
             isum: &mut [__m512i; N],
         ) {
             // SAFETY: the contract, forwarded.
-            let s = unsafe { sub_sums::<N, 4>(cols, |t| quant(J, t), 4 * J, 0) };
+            let s = unsafe {
+                sub_sums::<N, 4>(cols, |t| quant(J, t), 4 * J, 0, [_mm512_setzero_si512(); N])
+            };
             if MUL {
                 scale_into(isum, s, scale);
             } else {

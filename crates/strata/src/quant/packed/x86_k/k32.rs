@@ -84,6 +84,13 @@ macro_rules! k32_tiles {
             ]
         }
 
+        /// Sub-block `j`'s scale (u8 per lane) of [`q45_scales`]' `sc`.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn q45_scale(sc: &[__m512i; 4], j: usize) -> __m512i {
+            byte(sc[j / 4], j % 4)
+        }
+
         /// The i16 pair `(m_j, m_j)` per lane: sub-block `j`'s min (of
         /// [`q45_scales`]' `sc`) twice, for its bsums dword `j`.
         #[target_feature(enable = $features)]
@@ -111,14 +118,17 @@ macro_rules! k32_tiles {
             if SPLIT && !Q5 {
                 for t0 in [0, 4] {
                     // SAFETY: the contract, forwarded.
-                    let s = unsafe { sub_sums::<N, 4>(cols, quant, 8 * J, t0) };
+                    let s = unsafe {
+                        sub_sums::<N, 4>(cols, quant, 8 * J, t0, [_mm512_setzero_si512(); N])
+                    };
                     for (acc, s) in isum.iter_mut().zip(s) {
                         *acc = wdot(*acc, s, scale);
                     }
                 }
             } else {
                 // SAFETY: the contract, forwarded.
-                let s = unsafe { sub_sums::<N, 8>(cols, quant, 8 * J, 0) };
+                let s =
+                    unsafe { sub_sums::<N, 8>(cols, quant, 8 * J, 0, [_mm512_setzero_si512(); N]) };
                 scale_into(isum, s, scale);
             }
             fence(isum);
@@ -139,9 +149,16 @@ macro_rules! k32_tiles {
             let quant = |j: usize, t: usize| unsafe { q45_quant::<Q5>(c, j, t) };
             // SAFETY: the contract, forwarded.
             let sc = unsafe { q45_scales::<Q5>(c) };
-            let scale = |j: usize| byte(sc[j / 4], j % 4);
             // SAFETY: the contract, forwarded.
-            unsafe { q45_k_with::<Q5, N>(c, cols, quant, scale, |j| q45_min_pair(&sc, j)) }
+            unsafe {
+                q45_k_with::<Q5, N>(
+                    c,
+                    cols,
+                    quant,
+                    |j| q45_scale(&sc, j),
+                    |j| q45_min_pair(&sc, j),
+                )
+            }
         }
 
         /// [`q45_k`] with the quants from `quant`, the sub-block scales
@@ -282,7 +299,7 @@ macro_rules! k32_tiles {
                 // columns of the contract).
                 let init = std::array::from_fn(|i| unsafe { bcast(cols[i], BSUMS, j) });
                 // SAFETY: the contract, forwarded.
-                let s = unsafe { sub_sums_from::<N, 8>(&cols, |t| quant(j, t), 8 * j, 0, init) };
+                let s = unsafe { sub_sums::<N, 8>(&cols, |t| quant(j, t), 8 * j, 0, init) };
                 scale_into(&mut isum, s, scale(j));
                 fence(&mut isum);
             }

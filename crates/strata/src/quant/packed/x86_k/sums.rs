@@ -126,33 +126,17 @@ macro_rules! k_sums {
             }
         }
 
-        /// The sum of one sub-block's `D` dwords for every column:
-        /// `Σ_t dot(quant(t), activation dword d0 + t)`. One or two
-        /// columns run two chains (even and odd `t`) for latency; the
-        /// same integer either way.
+        /// The sum of one sub-block's `D` dwords for every column, from
+        /// `init`: `init[i] + Σ_t dot(quant(t), activation dword d0 + t)`
+        /// (zeros, or IQ4_XS's bias terms). One or two columns run two
+        /// chains (even and odd `t`) for latency; the same integer either
+        /// way.
         ///
         /// # Safety
         /// The Q8_K blocks `cols` are readable.
         #[target_feature(enable = $features)]
         #[inline]
         unsafe fn sub_sums<const N: usize, const D: usize>(
-            cols: &[*const u8; N],
-            quant: impl Fn(usize) -> __m512i,
-            d0: usize,
-            t0: usize,
-        ) -> [__m512i; N] {
-            // SAFETY: the contract, forwarded.
-            unsafe { sub_sums_from::<N, D>(cols, quant, d0, t0, [_mm512_setzero_si512(); N]) }
-        }
-
-        /// [`sub_sums`] with column `i`'s chain starting at `init[i]`
-        /// instead of zero.
-        ///
-        /// # Safety
-        /// As [`sub_sums`].
-        #[target_feature(enable = $features)]
-        #[inline]
-        unsafe fn sub_sums_from<const N: usize, const D: usize>(
             cols: &[*const u8; N],
             quant: impl Fn(usize) -> __m512i,
             d0: usize,

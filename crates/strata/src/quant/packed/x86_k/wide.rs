@@ -55,13 +55,15 @@ macro_rules! k_wide {
                                 q45_scales::<false>(c)
                             };
                             for j in 0..8 {
-                                (sc[j], pr[j]) = (byte(s[j / 4], j % 4), q45_min_pair(&s, j));
+                                (sc[j], pr[j]) = (q45_scale(&s, j), q45_min_pair(&s, j));
                             }
                         }
                         IQ4_XS => {
                             let (quant, scale) = iq4_xs_dec(c);
                             fill(&mut buf, sub, quant);
-                            sc[..8].copy_from_slice(&std::array::from_fn::<_, 8, _>(scale));
+                            for (j, sc) in sc[..8].iter_mut().enumerate() {
+                                *sc = scale(j);
+                            }
                         }
                         _ => {
                             let (quant, scale) = q6_dec(c);

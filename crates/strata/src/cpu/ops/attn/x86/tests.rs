@@ -160,8 +160,10 @@ fn check_tiles<K: Kernels>(k: K) {
         (7, 16, 40, 48),
         (33, 48, 128, 128),
         (1, 16, 1, 16),
+        // An odd number of eight-lane chunks: the softmax's one-chunk step.
+        (5, 24, 32, 32),
     ] {
-        let np = np.max(k.width());
+        let np = np.max(k.width()).next_multiple_of(k.width());
         let kf = rng.vec(kvn * d, -1.0, 1.0);
         let qt = rng.vec(d * np, -1.0, 1.0);
         let (mut a, mut b) = (vec![0f32; kvn * np], vec![0f32; kvn * np]);
@@ -176,26 +178,33 @@ fn check_tiles<K: Kernels>(k: K) {
                 *x = f32::NEG_INFINITY;
             }
         }
-        let mut b = a.clone();
         let m0: Vec<f32> = (0..np)
             .map(|i| if i % 3 == 0 { f32::NEG_INFINITY } else { 0.5 })
             .collect();
         let s0 = vec![2.0f32; np];
-        let (mut ma, mut sa, mut fa) = (m0.clone(), s0.clone(), vec![0f32; np]);
-        let (mut mb, mut sb, mut fb) = (m0.clone(), s0.clone(), vec![0f32; np]);
-        let mt = rng.vec(kvn * np, -1.0, 0.0);
-        k.softmax_cols(&mut a, np, 0.7, Some(&mt), &mut ma, &mut sa, &mut fa);
-        Scalar.softmax_cols(&mut b, np, 0.7, Some(&mt), &mut mb, &mut sb, &mut fb);
         let close = |x: f32, y: f32| x == y || (x - y).abs() <= 4e-7 * y.abs().max(1.0);
-        assert!(ma
-            .iter()
-            .zip(&mb)
-            .all(|(x, y)| x == y || (x.is_nan() && y.is_nan())));
-        for (v, w) in [(&a, &b), (&sa, &sb), (&fa, &fb)] {
-            for (&x, &y) in v.iter().zip(w.iter()) {
-                assert!(close(x, y), "softmax {x} {y}");
+        // Both kernels over the same scores, with the mask `mt` or none;
+        // the scalar probabilities come back.
+        let softmax = |mt: Option<&[f32]>| {
+            let (mut a, mut b) = (a.clone(), a.clone());
+            let (mut ma, mut sa, mut fa) = (m0.clone(), s0.clone(), vec![0f32; np]);
+            let (mut mb, mut sb, mut fb) = (m0.clone(), s0.clone(), vec![0f32; np]);
+            k.softmax_cols(&mut a, np, 0.7, mt, &mut ma, &mut sa, &mut fa);
+            Scalar.softmax_cols(&mut b, np, 0.7, mt, &mut mb, &mut sb, &mut fb);
+            assert!(ma
+                .iter()
+                .zip(&mb)
+                .all(|(x, y)| x == y || (x.is_nan() && y.is_nan())));
+            for (v, w) in [(&a, &b), (&sa, &sb), (&fa, &fb)] {
+                for (&x, &y) in v.iter().zip(w.iter()) {
+                    assert!(close(x, y), "softmax (mask: {}) {x} {y}", mt.is_some());
+                }
             }
-        }
+            b
+        };
+        let mt = rng.vec(kvn * np, -1.0, 0.0);
+        let b = softmax(Some(&mt));
+        softmax(None);
         let vf = rng.vec(kvn * dvp, -1.0, 1.0);
         let rows = np - 1;
         let init = rng.vec(rows * dvp, -1.0, 1.0);
