@@ -5,8 +5,8 @@
 //!
 //! `cargo bench -p strata --bench attn -- --measurement-time 3`
 //!
-//! `new` is the CPU backend's kernel at this CPU's best instruction-set level
-//! (only `graph_compute` is timed: the graph is built and allocated once).
+//! `new` is the CPU backend's kernel at this CPU's best instruction-set level,
+//! or the lower one `STRATA_ISA` names (only `graph_compute` is timed: the graph is built and allocated once).
 //! `old` is a copy of strata's original scalar kernel (row by row, every
 //! K/V element converted through `half`, the f16 V accumulator rounded
 //! through `half`), run on the same data with the backend's thread pool and
@@ -127,7 +127,7 @@ impl Out {
 }
 
 fn bench(c: &mut Criterion) {
-    let isa = isa::detected();
+    let isa = isa::active();
     let mut group = flat_group(c, "attn");
     let scale = 1.0 / (D as f32).sqrt();
     for (name, n_q, n_kv) in [

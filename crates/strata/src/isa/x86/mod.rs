@@ -66,10 +66,26 @@ const EXP_P: [f32; 6] = [
 #[inline(always)]
 pub(crate) unsafe fn exp<L: Lanes>(x: L::V) -> L::V {
     // SAFETY: only lane arithmetic; the caller has the level's features.
+    unsafe { L::exp_above(x, exp_bounded::<L>(x)) }
+}
+
+/// [`exp`] for lanes at most [`Lanes::EXP_FAST_HI`] (or NaN), such as a
+/// softmax's `x - max`: the same bits there, without
+/// [`Lanes::exp_above`]'s check of the larger lanes. At AVX2 that check is
+/// a branch to libm calls, whose register clobbers kept the callers' sums
+/// in memory (FLASH_ATTN_EXT's softmax). A larger lane gives
+/// `2^127 · e^(x - 127 ln 2)`'s rounding: finite and wrong, never UB.
+#[inline(always)]
+pub(crate) unsafe fn exp_bounded<L: Lanes>(x: L::V) -> L::V {
+    // SAFETY: only lane arithmetic; the caller has the level's features.
     unsafe {
         let lo = L::splat(EXP_LO);
-        // max(lo, x) and min(hi, ·) return x when it is NaN.
-        let xc = L::min(L::splat(L::EXP_FAST_HI), L::max(lo, x));
+        // Lanes below `lo` (−∞ included: masked scores) compute e^0, not
+        // e^lo: the result is replaced by 0 below either way, and e^lo's
+        // `pow2` product is subnormal, which costs a microcode assist per
+        // vector (FLASH_ATTN_EXT's masked tiles ran 2× slower). NaN
+        // compares false and passes, as does min(hi, NaN).
+        let xc = L::min(L::splat(L::EXP_FAST_HI), L::select_lt(x, lo, L::zero(), x));
         let n = L::round_int(L::mul(xc, L::splat(std::f32::consts::LOG2_E)));
         let r = L::fma(n, L::splat(-LN2_HI), xc);
         let r = L::fma(n, L::splat(-LN2_LO), r);
@@ -78,8 +94,7 @@ pub(crate) unsafe fn exp<L: Lanes>(x: L::V) -> L::V {
             p = L::fma(p, r, L::splat(c));
         }
         let e = L::add(L::fma(p, L::mul(r, r), r), L::splat(1.0));
-        let y = L::select_lt(x, lo, L::zero(), L::pow2(e, n));
-        L::exp_above(x, y)
+        L::select_lt(x, lo, L::zero(), L::pow2(e, n))
     }
 }
 

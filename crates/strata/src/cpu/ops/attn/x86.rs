@@ -5,11 +5,12 @@
 //! * f16 → f32 is `vcvtph2ps` (exact); the f16 rounding of the one-chunk V
 //!   accumulator is `vcvtps2ph` with round to nearest even and back, the
 //!   same bits as `half::f16::from_f32(x).to_f32()` for every non-NaN x.
-//! * [`exp`] is the crate's one vectorized `e^x` (`crate::isa::x86`, the
-//!   one soft_max uses): relative error within 2 ulp for `x ≥ EXP_LO`
+//! * The exponential is the crate's one vectorized `e^x`
+//!   (`crate::isa::x86::exp`, the one soft_max uses) as [`exp_bounded`]:
+//!   the same bits for the `x ≤ 0` the kernels take, without the check for
+//!   overflowing lanes. Relative error within 2 ulp for `x ≥ EXP_LO`
 //!   (tested on a dense sweep); 0 below `EXP_LO` (results under 2⁻¹²⁶,
-//!   where f32 turns subnormal) and for −∞; NaN stays NaN (the kernels only
-//!   take `x ≤ 0`).
+//!   where f32 turns subnormal) and for −∞; NaN stays NaN.
 //! * The GEMMs of the tiled path compute every output element as one f32
 //!   FMA chain in order of the inner index (as ggml's `simd_gemm`), whatever
 //!   the register block it falls in, so results do not depend on the tile
@@ -22,7 +23,7 @@
 //! methods check slice lengths and row bounds before any raw access.
 
 use super::{ChunkJob, Kernels, RowState, Scalar};
-use crate::isa::x86::{exp, load16_part, load_part, per_level, widen16, Lanes, L256, L512};
+use crate::isa::x86::{exp_bounded, load16_part, load_part, per_level, widen16, Lanes, L256, L512};
 use crate::isa::{simd, Isa};
 use crate::tensor::DType;
 
@@ -187,15 +188,22 @@ unsafe fn gemm<L: Lanes, const RM: usize, const RN: usize>(
 }
 
 /// The column softmax of [`Kernels::softmax_cols`] over `kvn` × `np`
-/// (`mt` null: no mask), two register widths of columns at a time while
-/// they last: each column's `e^x` is one long dependent chain, and two
-/// independent chains per step measured faster than one (AVX2, the Q6_K
-/// file's pp512 on two threads: FLASH_ATTN_EXT 191 → 179–181 ms).
+/// (`mt` null: no mask), four register widths of columns at a time while
+/// they last, then two, then one: each column's `e^x` is one long
+/// dependent chain, and two independent chains per step measured faster
+/// than one (AVX2, the Q6_K file's pp512 on two threads: FLASH_ATTN_EXT
+/// 191 → 179–181 ms), four than two once the exponentials stopped
+/// branching ([`exp_bounded`]; AVX2, one FLASH_ATTN_EXT of 512 × 512, one
+/// thread: 4.54–4.58 → 4.39–4.47 ms).
 #[inline(always)]
 unsafe fn softmax_cols<L: Lanes>(a: Softmax) {
     let mut c = 0;
     // SAFETY (both calls): the caller's extents, columns c .. c + K·W.
     unsafe {
+        while c + 4 * L::W <= a.np {
+            softmax_step::<L, 4>(&a, c);
+            c += 4 * L::W;
+        }
         while c + 2 * L::W <= a.np {
             softmax_step::<L, 2>(&a, c);
             c += 2 * L::W;
@@ -249,7 +257,7 @@ unsafe fn softmax_step<L: Lanes, const K: usize>(a: &Softmax, c: usize) {
         for j in 0..kvn {
             for i in 0..K {
                 let p = kq.add(j * np + c + i * L::W);
-                let e = exp::<L>(L::sub(L::load(p), mnew[i]));
+                let e = exp_bounded::<L>(L::sub(L::load(p), mnew[i]));
                 let e = L::select_gt(t[i], ninf, e, zero);
                 L::store(p, e);
                 sum[i] = L::add(sum[i], e);
@@ -259,7 +267,7 @@ unsafe fn softmax_step<L: Lanes, const K: usize>(a: &Softmax, c: usize) {
         for i in 0..K {
             let at = c + i * L::W;
             let mold = L::load(m.add(at));
-            let f = L::select_gt(mnew[i], mold, exp::<L>(L::sub(mold, mnew[i])), one);
+            let f = L::select_gt(mnew[i], mold, exp_bounded::<L>(L::sub(mold, mnew[i])), one);
             L::store(ms.add(at), f);
             L::store(s.add(at), L::add(L::mul(L::load(s.add(at)), f), sum[i]));
             L::store(m.add(at), mnew[i]);
@@ -378,7 +386,7 @@ unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G
                 let mut c = 0;
                 while c < KB {
                     let p = e.as_mut_ptr().add(c);
-                    L::store(p, exp::<L>(L::load(p)));
+                    L::store(p, exp_bounded::<L>(L::load(p)));
                     c += w;
                 }
                 let mut sum = a.s[g];
@@ -637,16 +645,25 @@ unsafe fn pv<L: Lanes>(
 }
 
 /// `e^x` in place for the leading multiple of the width of the `n` f32 at
-/// `x` (tests).
+/// `x` (tests): [`crate::isa::x86::exp`], or with `B` [`exp_bounded`]
+/// (the softmax's).
 #[cfg(test)]
 #[inline(always)]
-unsafe fn exp_k<L: Lanes>(x: *mut f32, n: usize) {
+unsafe fn exp_k<L: Lanes, const B: bool>(x: *mut f32, n: usize) {
     let mut i = 0;
     while i + L::W <= n {
         // SAFETY: n f32 at x (forwarded contract).
         unsafe {
             let p = x.add(i);
-            L::store(p, exp::<L>(L::load(p)));
+            let v = L::load(p);
+            L::store(
+                p,
+                if B {
+                    exp_bounded::<L>(v)
+                } else {
+                    crate::isa::x86::exp::<L>(v)
+                },
+            );
         }
         i += L::W;
     }
@@ -675,7 +692,7 @@ per_level! {
     fn softmax_cols(a: Softmax);
     fn one_chunk<const H: bool, const G: usize>(a: &mut ChunkArgs<G>);
     #[cfg(test)]
-    fn exp_k(x: *mut f32, n: usize);
+    fn exp_k<const B: bool>(x: *mut f32, n: usize);
     #[cfg(test)]
     fn round_h_k(x: *mut f32, n: usize);
 }
@@ -702,7 +719,18 @@ impl Simd {
         // The kernel's extents: x.len() f32 at x.
         simd!(
             self.level,
-            self::exp_k(x.as_mut_ptr(), x.len()),
+            self::exp_k::<false>(x.as_mut_ptr(), x.len()),
+            unreachable!()
+        );
+    }
+
+    /// [`exp_bounded`] in place for the leading multiple of the width (tests).
+    #[cfg(test)]
+    pub(super) fn exp_bounded_in_place(self, x: &mut [f32]) {
+        // The kernel's extents: x.len() f32 at x.
+        simd!(
+            self.level,
+            self::exp_k::<true>(x.as_mut_ptr(), x.len()),
             unreachable!()
         );
     }

@@ -85,6 +85,43 @@ fn attention_exp_is_the_soft_max_exp() {
     }
 }
 
+/// The softmax's [`exp_bounded`] gives [`exp`]'s bits on every lane up to
+/// 88 (both levels' fast limit), −∞ and NaN included: the sweep crosses
+/// `EXP_LO`, below which both return 0 (computing e^0 there, not the
+/// subnormal e^EXP_LO).
+#[test]
+fn bounded_exp_is_exp_up_to_the_fast_limit() {
+    let mut xs: Vec<f32> = (0..1 << 16)
+        .map(|i| -110.0 + 198.0 * i as f32 / (1 << 16) as f32)
+        .collect();
+    xs.extend([
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        -1e30,
+        EXP_LO,
+        EXP_LO - 1e-5,
+        -87.336_54,
+        -0.0,
+        0.0,
+        88.0,
+    ]);
+    // The kernels take whole vectors only.
+    xs.resize(xs.len().next_multiple_of(16), -1.0);
+    for isa in [Isa::Avx512, Isa::Avx2] {
+        let Some(k) = Simd::new(isa) else { continue };
+        let (mut a, mut b) = (xs.clone(), xs.clone());
+        k.exp_in_place(&mut a);
+        k.exp_bounded_in_place(&mut b);
+        for ((&x, &e), &g) in xs.iter().zip(&a).zip(&b) {
+            assert_eq!(g.to_bits(), e.to_bits(), "{isa} exp({x:e}): {g:e} vs {e:e}");
+        }
+        let below = xs.iter().zip(&b).filter(|(&x, _)| x < EXP_LO);
+        assert!(below.clone().count() > 1000);
+        assert!(below.into_iter().all(|(_, &g)| g == 0.0));
+    }
+}
+
 #[test]
 fn vector_exp_relative_error_is_below_1_2e7() {
     if let Some(k) = Simd::new(Isa::Avx512) {
