@@ -73,8 +73,8 @@ pub(crate) unsafe fn exp<L: Lanes>(x: L::V) -> L::V {
 /// softmax's `x - max`: the same bits there, without
 /// [`Lanes::exp_above`]'s check of the larger lanes. At AVX2 that check is
 /// a branch to libm calls, whose register clobbers kept the callers' sums
-/// in memory (FLASH_ATTN_EXT's softmax). A larger lane gives
-/// `2^127 · e^(x - 127 ln 2)`'s rounding: finite and wrong, never UB.
+/// in memory (FLASH_ATTN_EXT's softmax). A larger lane gives e^`EXP_FAST_HI`
+/// (the clamp): finite and wrong, never UB.
 #[inline(always)]
 pub(crate) unsafe fn exp_bounded<L: Lanes>(x: L::V) -> L::V {
     // SAFETY: only lane arithmetic; the caller has the level's features.
