@@ -50,6 +50,18 @@ static int32_t ac[NCOL][NB];
 static float out_s[NCOL][8], out_w[NCOL][8];
 static int32_t isum_s[NB][8], isum_w[NB][8]; // column 0's integer sums
 
+// Block b's f32 step for columns c0 .. c0 + n (the same in both forms):
+// acc += f32(s) · (d_w · d_a), keeping column 0's integer sums to check.
+static inline __attribute__((always_inline)) void epilogue(__m256 *acc, const __m256i *s, int n,
+                                                           int c0, int b, int32_t isum[NB][8]) {
+    if (c0 == 0) _mm256_storeu_si256((__m256i *)isum[b], s[0]);
+    __m256 dw = _mm256_load_ps(wd[b]);
+    for (int i = 0; i < n; i++) {
+        __m256 da = _mm256_set1_ps(ad[c0 + i][b]);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i]), _mm256_mul_ps(dw, da), acc[i]);
+    }
+}
+
 __attribute__((noinline)) static void sign_trick(void) {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int c0 = 0; c0 < NCOL; c0 += PASS_S) {
@@ -68,12 +80,7 @@ __attribute__((noinline)) static void sign_trick(void) {
                         s[i], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, y), ones));
                 }
             }
-            if (c0 == 0) _mm256_storeu_si256((__m256i *)isum_s[b], s[0]);
-            __m256 dw = _mm256_load_ps(wd[b]);
-            for (int i = 0; i < PASS_S; i++) {
-                __m256 da = _mm256_set1_ps(ad[c0 + i][b]);
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i]), _mm256_mul_ps(dw, da), acc[i]);
-            }
+            epilogue(acc, s, PASS_S, c0, b, isum_s);
         }
         for (int i = 0; i < PASS_S; i++) _mm256_storeu_ps(out_s[c0 + i], acc[i]);
     }
@@ -99,12 +106,7 @@ __attribute__((noinline)) static void winograd(void) {
                     s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(u, v));
                 }
             }
-            if (c0 == 0) _mm256_storeu_si256((__m256i *)isum_w[b], s[0]);
-            __m256 dw = _mm256_load_ps(wd[b]);
-            for (int i = 0; i < PASS_W; i++) {
-                __m256 da = _mm256_set1_ps(ad[c0 + i][b]);
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i]), _mm256_mul_ps(dw, da), acc[i]);
-            }
+            epilogue(acc, s, PASS_W, c0, b, isum_w);
         }
         for (int i = 0; i < PASS_W; i++) _mm256_storeu_ps(out_w[c0 + i], acc[i]);
     }
