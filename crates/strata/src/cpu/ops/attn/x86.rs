@@ -1,6 +1,8 @@
 //! AVX-512 (sixteen f32 lanes) and AVX2 + FMA + F16C (eight lanes) kernels
 //! of FLASH_ATTN_EXT, written once over [`Lanes`] and instantiated per level
-//! inside `#[target_feature]` functions.
+//! inside `#[target_feature]` functions: here the tiled path's GEMMs and
+//! column softmax, in `x86/chunk.rs` the one-chunk path (a few rows sharing
+//! K/V, ggml's per-key f16 roundings).
 //!
 //! * f16 → f32 is `vcvtph2ps` (exact); the f16 rounding of the one-chunk V
 //!   accumulator is `vcvtps2ph` with round to nearest even and back, the
@@ -23,24 +25,13 @@
 //! methods check slice lengths and row bounds before any raw access.
 
 use super::{ChunkJob, Kernels, RowState, Scalar};
-use crate::isa::x86::{exp_bounded, load16_part, load_part, per_level, widen16, Lanes, L256, L512};
+use crate::isa::x86::{exp_bounded, per_level, widen16, Lanes, L256, L512};
 use crate::isa::{simd, Isa};
 use crate::tensor::DType;
 
-/// Elements `off .. off + n` (n ≤ W) of a K/V row (f16 when `H`) as f32
-/// lanes, zeros past `n`.
-#[inline(always)]
-unsafe fn load_row<L: Lanes, const H: bool>(row: *const u8, off: usize, n: usize) -> L::V {
-    // SAFETY: the caller guarantees elements off .. off + n of the row.
-    unsafe {
-        match (H, n == L::W) {
-            (true, true) => L::load_h(row.cast::<u16>().add(off)),
-            (true, false) => load16_part::<L, false>(row.cast::<u16>().add(off), n),
-            (false, true) => L::load(row.cast::<f32>().add(off)),
-            (false, false) => load_part::<L>(row.cast::<f32>().add(off), n),
-        }
-    }
-}
+mod chunk;
+
+use chunk::{chunk_args, one_chunk, ChunkArgs};
 
 /// Converts `n` f16 (`half`) or f32 values at `src` (any alignment) to f32 at `dst`.
 #[inline(always)]
@@ -275,302 +266,6 @@ unsafe fn softmax_step<L: Lanes, const K: usize>(a: &Softmax, c: usize) {
     }
 }
 
-/// Keys per block of the one-chunk kernel (a multiple of every `W`).
-const KB: usize = 32;
-
-/// The one-chunk kernel's operands for `G` rows (checked by the wrapper).
-pub(crate) struct ChunkArgs<const G: usize> {
-    d: usize,
-    dv: usize,
-    /// Keys.
-    n: usize,
-    /// First K row and the byte stride between rows.
-    k: *const u8,
-    ks: usize,
-    /// First V row and the byte stride between rows.
-    v: *const u8,
-    vs: usize,
-    scale: f32,
-    softcap: f32,
-    /// Queries, `d` rounded up to `W` values each.
-    q: [*const f32; G],
-    /// `n` mask values each, or null.
-    mask: [*const f32; G],
-    /// Accumulators, `dv` rounded up to `W` values each.
-    acc: [*mut f32; G],
-    m: [f32; G],
-    s: [f32; G],
-}
-
-/// `x` stored in the accumulator's type: f16 when `H`.
-#[inline(always)]
-unsafe fn store_round<L: Lanes, const H: bool>(x: L::V) -> L::V {
-    if H {
-        // SAFETY: lane arithmetic at the caller's level.
-        unsafe { L::round_h(x) }
-    } else {
-        x
-    }
-}
-
-/// The one-chunk algorithm (module docs of `attn`) for `G` rows sharing K
-/// and V, both f16 when `H` (else f32), over blocks of [`KB`] keys: the
-/// scores of a block, then per row the running maximum, the factors
-/// `exp(M_old − M_new)` / `exp(s − M)` (vectorized) and the sum, then the
-/// accumulator updates key by key (in key order, so every element sees
-/// exactly ggml's sequence of f16 roundings).
-#[inline(always)]
-#[allow(clippy::needless_range_loop)] // rows index several arrays at once
-unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G>) {
-    let w = L::W;
-    let nvc = a.dv.div_ceil(w);
-    // Scores, then factors, per row and key of the block.
-    let mut f = [[0f32; KB]; G];
-    // Rows (bits) for which each key is not masked.
-    let mut act = [0u8; KB];
-    // Rows (bits) whose maximum grows at each key.
-    let mut grew = [0u8; KB];
-    let mut b0 = 0;
-    // SAFETY: the wrapper checked every extent of `a`.
-    unsafe {
-        while b0 < a.n {
-            let nb = KB.min(a.n - b0);
-            for j in 0..nb {
-                let mut bits = 0u8;
-                for g in 0..G {
-                    let mv = if a.mask[g].is_null() {
-                        0.0
-                    } else {
-                        *a.mask[g].add(b0 + j)
-                    };
-                    f[g][j] = mv;
-                    if mv != f32::NEG_INFINITY {
-                        bits |= 1 << g;
-                    }
-                }
-                act[j] = bits;
-                grew[j] = 0;
-                if bits == 0 {
-                    continue;
-                }
-                let kr = a.k.add((b0 + j) * a.ks);
-                let dots = dot::<L, H, G>(a, kr);
-                for g in 0..G {
-                    if bits >> g & 1 != 0 {
-                        let mut x = dots[g] * a.scale;
-                        if a.softcap != 0.0 {
-                            x = a.softcap * (x / a.softcap).tanh();
-                        }
-                        f[g][j] += x;
-                    }
-                }
-            }
-            for g in 0..G {
-                let e = &mut f[g];
-                let mut mx = a.m[g];
-                for j in 0..nb {
-                    if act[j] >> g & 1 == 0 {
-                        e[j] = 0.0;
-                        continue;
-                    }
-                    let x = e[j];
-                    if x > mx {
-                        e[j] = mx - x;
-                        mx = x;
-                        grew[j] |= 1 << g;
-                    } else {
-                        e[j] = x - mx;
-                    }
-                }
-                e[nb..].fill(0.0);
-                let mut c = 0;
-                while c < KB {
-                    let p = e.as_mut_ptr().add(c);
-                    L::store(p, exp_bounded::<L>(L::load(p)));
-                    c += w;
-                }
-                let mut sum = a.s[g];
-                for j in 0..nb {
-                    if act[j] >> g & 1 != 0 {
-                        sum = if grew[j] >> g & 1 != 0 {
-                            sum * e[j] + 1.0
-                        } else {
-                            sum + e[j]
-                        };
-                    }
-                }
-                a.s[g] = sum;
-                a.m[g] = mx;
-            }
-            // Whole vectors two at a time, then one, then the partial one.
-            let nfull = a.dv / w;
-            let mut c = 0;
-            while c + 2 <= nfull {
-                apply::<L, H, G, 2, true>(a, c, b0, nb, &act, &grew, &f);
-                c += 2;
-            }
-            if c < nfull {
-                apply::<L, H, G, 1, true>(a, c, b0, nb, &act, &grew, &f);
-                c += 1;
-            }
-            if c < nvc {
-                apply::<L, H, G, 1, false>(a, c, b0, nb, &act, &grew, &f);
-            }
-            b0 += nb;
-        }
-    }
-}
-
-/// q·k for the `G` queries and the K row at `kr`, summed as ggml's
-/// `ggml_vec_dot_f16` / `ggml_vec_dot_f32` at this vector width: steps of
-/// 4·W elements into four accumulators (one FMA per vector), reduced as
-/// `(s0 + s2) + (s1 + s3)` then across lanes; the leftover elements added
-/// one by one, in f64 for f16 (the products are exact) and in f32 for f32.
-#[inline(always)]
-unsafe fn dot<L: Lanes, const H: bool, const G: usize>(
-    a: &ChunkArgs<G>,
-    kr: *const u8,
-) -> [f32; G] {
-    let w = L::W;
-    let step = 4 * w;
-    let ns = a.d / step;
-    // SAFETY: the K row holds d elements; the queries d (padded) f32.
-    unsafe {
-        let mut acc = [[L::zero(); 4]; G];
-        for st in 0..ns {
-            for (jj, i) in (st * 4..st * 4 + 4).enumerate() {
-                let kv = load_row::<L, H>(kr, i * w, w);
-                for (ag, &q) in acc.iter_mut().zip(&a.q) {
-                    ag[jj] = L::fma(kv, L::load(q.add(i * w)), ag[jj]);
-                }
-            }
-        }
-        let mut out = [0f32; G];
-        for (o, (ag, &q)) in out.iter_mut().zip(acc.iter().zip(&a.q)) {
-            let r = L::hsum(L::add(L::add(ag[0], ag[2]), L::add(ag[1], ag[3])));
-            if H {
-                let mut sum = r as f64;
-                let k = kr.cast::<u16>();
-                for i in ns * step..a.d {
-                    let kv = crate::quant::simd::f16_to_f32(k.add(i).read_unaligned());
-                    sum += (kv * *q.add(i)) as f64;
-                }
-                *o = sum as f32;
-            } else {
-                let mut sum = r;
-                let k = kr.cast::<f32>();
-                for i in ns * step..a.d {
-                    sum += k.add(i).read_unaligned() * *q.add(i);
-                }
-                *o = sum;
-            }
-        }
-        out
-    }
-}
-
-/// The accumulator updates of one key block for vectors `c .. c + NC` of
-/// every row: on a new maximum `acc = r(acc·ms)` then `acc = r(acc + v)`,
-/// else `acc = r(v·vs + acc)` (one FMA), `r` the accumulator's rounding.
-/// `FULL`: the vectors lie within `dv` (no partial V loads).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn apply<L: Lanes, const H: bool, const G: usize, const NC: usize, const FULL: bool>(
-    a: &ChunkArgs<G>,
-    c: usize,
-    b0: usize,
-    nb: usize,
-    act: &[u8; KB],
-    grew: &[u8; KB],
-    f: &[[f32; KB]; G],
-) {
-    let w = L::W;
-    let all = ((1u32 << G) - 1) as u8;
-    // SAFETY: the wrapper checked every extent of `a`; vectors c .. c + NC
-    // of each accumulator lie within its padded length, and of each V row
-    // within dv when FULL (else the loads stop at dv).
-    unsafe {
-        let mut acc = [[L::zero(); NC]; G];
-        for (g, row) in acc.iter_mut().enumerate() {
-            for (i, x) in row.iter_mut().enumerate() {
-                *x = L::load(a.acc[g].add((c + i) * w));
-            }
-        }
-        for j in 0..nb {
-            let bits = act[j];
-            if bits == 0 {
-                continue;
-            }
-            let vr = a.v.add((b0 + j) * a.vs);
-            let mut vv = [L::zero(); NC];
-            for (i, x) in vv.iter_mut().enumerate() {
-                let o = (c + i) * w;
-                *x = if FULL {
-                    load_row::<L, H>(vr, o, w)
-                } else {
-                    load_row::<L, H>(vr, o, w.min(a.dv - o))
-                };
-            }
-            if bits == all && grew[j] == 0 {
-                for (row, fg) in acc.iter_mut().zip(f) {
-                    let fv = L::splat(fg[j]);
-                    for (x, &v) in row.iter_mut().zip(&vv) {
-                        *x = store_round::<L, H>(L::fma(v, fv, *x));
-                    }
-                }
-                continue;
-            }
-            for (g, (row, fg)) in acc.iter_mut().zip(f).enumerate() {
-                if bits >> g & 1 == 0 {
-                    continue;
-                }
-                let fv = L::splat(fg[j]);
-                if grew[j] >> g & 1 != 0 {
-                    for (x, &v) in row.iter_mut().zip(&vv) {
-                        *x = store_round::<L, H>(L::mul(*x, fv));
-                        *x = store_round::<L, H>(L::add(v, *x));
-                    }
-                } else {
-                    for (x, &v) in row.iter_mut().zip(&vv) {
-                        *x = store_round::<L, H>(L::fma(v, fv, *x));
-                    }
-                }
-            }
-        }
-        for (g, row) in acc.iter().enumerate() {
-            for (i, &x) in row.iter().enumerate() {
-                L::store(a.acc[g].add((c + i) * w), x);
-            }
-        }
-    }
-}
-
-/// Builds the one-chunk operands of `G` rows (lengths checked by the caller).
-fn chunk_args<const G: usize>(
-    job: &ChunkJob<'_>,
-    rows: &mut [RowState<'_>],
-    k: *const u8,
-    v: *const u8,
-) -> ChunkArgs<G> {
-    let null = std::ptr::null::<f32>();
-    ChunkArgs {
-        d: job.k.ne[0],
-        dv: job.v.ne[0],
-        n: job.c1 - job.c0,
-        k,
-        ks: job.k.nb[1],
-        v,
-        vs: job.v.nb[1],
-        scale: job.scale,
-        softcap: job.softcap,
-        q: std::array::from_fn(|g| rows[g].q.as_ptr()),
-        mask: std::array::from_fn(|g| rows[g].mask.map_or(null, |m| m.as_ptr())),
-        acc: std::array::from_fn(|g| rows[g].acc.as_mut_ptr()),
-        m: std::array::from_fn(|g| rows[g].m),
-        s: std::array::from_fn(|g| rows[g].s),
-    }
-}
-
 /// `C = A·B` (or `diag(cs)·C + A·B`) with the level's register block
 /// ([`gemm`]): 4 rows × 4 vectors at AVX-512, 4 × 2 at AVX2 — the QK and
 /// PV products alike.
@@ -761,10 +456,7 @@ impl Simd {
             self::one_chunk::<H, G>(&mut a),
             return Scalar.one_chunk(job, rows)
         );
-        for (g, r) in rows.iter_mut().enumerate() {
-            r.m = a.m[g];
-            r.s = a.s[g];
-        }
+        a.write_back(rows);
     }
 }
 
