@@ -20,7 +20,10 @@
 //! 2 ulp of the correctly rounded value for `x` in [−87.3, 88.3] (tested
 //! against f64); 0 below [`EXP_LO`] (where e^x is subnormal) and for −∞;
 //! +∞ above [`EXP_HI`]; NaN for NaN. soft_max and FLASH_ATTN_EXT both use
-//! it at the SIMD levels (the scalar level uses libm's `exp` everywhere).
+//! it at the SIMD levels (the scalar level uses libm's `exp` everywhere);
+//! FLASH_ATTN_EXT's `x − max ≤ 0` take [`exp_bounded`], the same without
+//! the overflow check. The lanes below `EXP_LO` run the polynomial on 0
+//! ([`exp_arg`]), never on `EXP_LO`, whose product would be subnormal.
 //!
 //! **expf.** [`expf`] returns exactly `f32::exp`'s bits (glibc's `expf`
 //! recomputed in f64 lanes, module [`expf`](mod@expf)): for SiLU and
@@ -80,12 +83,7 @@ pub(crate) unsafe fn exp_bounded<L: Lanes>(x: L::V) -> L::V {
     // SAFETY: only lane arithmetic; the caller has the level's features.
     unsafe {
         let lo = L::splat(EXP_LO);
-        // Lanes below `lo` (−∞ included: masked scores) compute e^0, not
-        // e^lo: the result is replaced by 0 below either way, and e^lo's
-        // `pow2` product is subnormal, which costs a microcode assist per
-        // vector (FLASH_ATTN_EXT's masked tiles ran 2× slower). NaN
-        // compares false and passes, as does min(hi, NaN).
-        let xc = L::min(L::splat(L::EXP_FAST_HI), L::select_lt(x, lo, L::zero(), x));
+        let xc = exp_arg::<L>(x);
         let n = L::round_int(L::mul(xc, L::splat(std::f32::consts::LOG2_E)));
         let r = L::fma(n, L::splat(-LN2_HI), xc);
         let r = L::fma(n, L::splat(-LN2_LO), r);
@@ -95,6 +93,22 @@ pub(crate) unsafe fn exp_bounded<L: Lanes>(x: L::V) -> L::V {
         }
         let e = L::add(L::fma(p, L::mul(r, r), r), L::splat(1.0));
         L::select_lt(x, lo, L::zero(), L::pow2(e, n))
+    }
+}
+
+/// The argument [`exp_bounded`]'s polynomial takes for `x`: `x` at most
+/// [`Lanes::EXP_FAST_HI`], and 0 for the lanes below [`EXP_LO`] (−∞
+/// included: masked scores), whose result is replaced by 0 anyway. Not
+/// `EXP_LO` itself: e^`EXP_LO`'s last multiply by 2⁻¹²⁶ gives a subnormal,
+/// which costs a microcode assist per vector at AVX2 (FLASH_ATTN_EXT's
+/// masked tiles ran 2× slower). NaN compares false and passes, as does
+/// min(hi, NaN).
+#[inline(always)]
+pub(crate) unsafe fn exp_arg<L: Lanes>(x: L::V) -> L::V {
+    // SAFETY: only lane arithmetic; the caller has the level's features.
+    unsafe {
+        let xc = L::select_lt(x, L::splat(EXP_LO), L::zero(), x);
+        L::min(L::splat(L::EXP_FAST_HI), xc)
     }
 }
 

@@ -25,6 +25,8 @@
 //! methods check slice lengths and row bounds before any raw access.
 
 use super::{ChunkJob, Kernels, RowState, Scalar};
+#[cfg(test)]
+use crate::isa::x86::exp_arg;
 use crate::isa::x86::{exp_bounded, per_level, widen16, Lanes, L256, L512};
 use crate::isa::{simd, Isa};
 use crate::tensor::DType;
@@ -339,26 +341,33 @@ unsafe fn pv<L: Lanes>(
     unsafe { gemm_level::<L>(rows, dvp / L::W, kvn, p, 1, np, vf, dvp, vkq, dvp, ms) }
 }
 
-/// `e^x` in place for the leading multiple of the width of the `n` f32 at
-/// `x` (tests): [`crate::isa::x86::exp`], or with `B` [`exp_bounded`]
-/// (the softmax's).
+/// Which exponential [`exp_k`] runs (tests): `crate::isa::x86::exp`.
+#[cfg(test)]
+const EXP: u8 = 0;
+/// [`exp_bounded`].
+#[cfg(test)]
+const EXP_BOUNDED: u8 = 1;
+/// [`exp_arg`], the argument `exp_bounded`'s polynomial takes.
+#[cfg(test)]
+const EXP_ARG: u8 = 2;
+
+/// Exponential `F` in place for the leading multiple of the width of the
+/// `n` f32 at `x` (tests).
 #[cfg(test)]
 #[inline(always)]
-unsafe fn exp_k<L: Lanes, const B: bool>(x: *mut f32, n: usize) {
+unsafe fn exp_k<L: Lanes, const F: u8>(x: *mut f32, n: usize) {
     let mut i = 0;
     while i + L::W <= n {
         // SAFETY: n f32 at x (forwarded contract).
         unsafe {
             let p = x.add(i);
             let v = L::load(p);
-            L::store(
-                p,
-                if B {
-                    exp_bounded::<L>(v)
-                } else {
-                    crate::isa::x86::exp::<L>(v)
-                },
-            );
+            let y = match F {
+                EXP => crate::isa::x86::exp::<L>(v),
+                EXP_BOUNDED => exp_bounded::<L>(v),
+                _ => exp_arg::<L>(v),
+            };
+            L::store(p, y);
         }
         i += L::W;
     }
@@ -387,7 +396,7 @@ per_level! {
     fn softmax_cols(a: Softmax);
     fn one_chunk<const H: bool, const G: usize>(a: &mut ChunkArgs<G>);
     #[cfg(test)]
-    fn exp_k<const B: bool>(x: *mut f32, n: usize);
+    fn exp_k<const F: u8>(x: *mut f32, n: usize);
     #[cfg(test)]
     fn round_h_k(x: *mut f32, n: usize);
 }
@@ -408,26 +417,34 @@ impl Simd {
         (level != Isa::Scalar).then_some(Simd { level })
     }
 
-    /// `e^x` in place for the leading multiple of the width (tests).
+    /// Exponential `F` ([`exp_k`]) in place for the leading multiple of
+    /// the width (tests).
     #[cfg(test)]
-    pub(super) fn exp_in_place(self, x: &mut [f32]) {
+    fn exp_k_in_place<const F: u8>(self, x: &mut [f32]) {
         // The kernel's extents: x.len() f32 at x.
         simd!(
             self.level,
-            self::exp_k::<false>(x.as_mut_ptr(), x.len()),
+            self::exp_k::<F>(x.as_mut_ptr(), x.len()),
             unreachable!()
         );
+    }
+
+    /// `e^x` in place for the leading multiple of the width (tests).
+    #[cfg(test)]
+    pub(super) fn exp_in_place(self, x: &mut [f32]) {
+        self.exp_k_in_place::<EXP>(x);
     }
 
     /// [`exp_bounded`] in place for the leading multiple of the width (tests).
     #[cfg(test)]
     pub(super) fn exp_bounded_in_place(self, x: &mut [f32]) {
-        // The kernel's extents: x.len() f32 at x.
-        simd!(
-            self.level,
-            self::exp_k::<true>(x.as_mut_ptr(), x.len()),
-            unreachable!()
-        );
+        self.exp_k_in_place::<EXP_BOUNDED>(x);
+    }
+
+    /// [`exp_arg`] in place for the leading multiple of the width (tests).
+    #[cfg(test)]
+    pub(super) fn exp_arg_in_place(self, x: &mut [f32]) {
+        self.exp_k_in_place::<EXP_ARG>(x);
     }
 
     /// The f16 round trip in place for the leading multiple of the width (tests).

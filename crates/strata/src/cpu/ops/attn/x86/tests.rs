@@ -134,6 +134,40 @@ fn bounded_exp_is_exp_up_to_the_fast_limit() {
     }
 }
 
+/// The argument the exponential's polynomial takes ([`exp_arg`]): 0 for
+/// every lane below `EXP_LO` (−∞ and −1e30 included), never `EXP_LO`,
+/// whose e^x ends in a subnormal product (an assist per vector at AVX2,
+/// invisible in the results, which are 0 either way); the lanes from
+/// `EXP_LO` up unchanged up to the fast limit, clamped above it, NaN kept.
+#[test]
+fn exp_argument_below_exp_lo_is_zero_not_exp_lo() {
+    let below = [f32::NEG_INFINITY, -1e30, -104.0, -90.0, EXP_LO - 1e-3];
+    let kept = [EXP_LO, -87.0, -1.0, -0.0, 0.0, 1.0, 88.0];
+    for isa in [Isa::Avx512, Isa::Avx2] {
+        let Some(k) = Simd::new(isa) else { continue };
+        let mut xs: Vec<f32> = below.iter().chain(&kept).copied().collect();
+        xs.extend([f32::NAN, 1e30]);
+        xs.resize(32, -100.0);
+        let mut a = xs.clone();
+        k.exp_arg_in_place(&mut a);
+        let fast_hi = if isa == Isa::Avx2 {
+            <crate::isa::x86::L256 as crate::isa::x86::Lanes>::EXP_FAST_HI
+        } else {
+            <crate::isa::x86::L512 as crate::isa::x86::Lanes>::EXP_FAST_HI
+        };
+        for (&x, &y) in xs.iter().zip(&a) {
+            let want = if x.is_nan() {
+                x
+            } else if x < EXP_LO {
+                0.0
+            } else {
+                x.min(fast_hi)
+            };
+            assert_eq!(y.to_bits(), want.to_bits(), "{isa} exp_arg({x:e}): {y:e}");
+        }
+    }
+}
+
 #[test]
 fn vector_exp_relative_error_is_below_1_2e7() {
     if let Some(k) = Simd::new(Isa::Avx512) {
