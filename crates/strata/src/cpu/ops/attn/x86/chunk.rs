@@ -320,11 +320,12 @@ pub(super) fn chunk_args<const G: usize>(
 
 impl<const G: usize> ChunkArgs<G> {
     /// Hands the rows' running maximum and sum back to `rows` (the
-    /// accumulators were updated in place).
+    /// accumulators were updated in place): the first `G` rows, the ones
+    /// [`chunk_args`] took.
     pub(super) fn write_back(&self, rows: &mut [RowState<'_>]) {
-        for (g, r) in rows.iter_mut().enumerate() {
-            r.m = self.m[g];
-            r.s = self.s[g];
+        for (r, (&m, &s)) in rows.iter_mut().zip(self.m.iter().zip(&self.s)) {
+            r.m = m;
+            r.s = s;
         }
     }
 }
