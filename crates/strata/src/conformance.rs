@@ -1,7 +1,8 @@
 //! The op conformance suite (ggml's `test-backend-ops`): every op with random
 //! inputs, computed on a backend under test and on the local CPU, compared
-//! with a normalized mean squared error bound. `strata test-ops --device X`
-//! runs it against any device, remote ones included.
+//! with a normalized mean squared error bound (TOP_K, whose order ggml
+//! leaves open, as sets of indices: [`top_k_error`]). `strata test-ops
+//! --device X` runs it against any device, remote ones included.
 //!
 //! ```
 //! use strata::conformance::{cases, run_case, Outcome};
@@ -461,9 +462,16 @@ fn moe_cases(v: &mut Vec<OpCase>) {
             Ok((vec![(a, U), (b, U), (ids, Fill::Index(4))], out))
         },
     ));
+    // TOP_K is the set of the k largest in no promised order: compared as
+    // sets, or with ties as the values they pick ([`top_k_error`]).
     v.push(case("TOP_K(k=4,ne=[16,5,2])", 0.0, || {
         let a = t(DType::F32, &[16, 5, 2])?;
         Ok((vec![(a.clone(), U)], ops::top_k(&a, 4)?))
+    }));
+    // integers in 0..6 in rows of 16: the 4th largest is nearly always tied
+    v.push(case("TOP_K(k=4,ne=[16,5,2],ties)", 0.0, || {
+        let a = t(DType::F32, &[16, 5, 2])?;
+        Ok((vec![(a.clone(), Fill::Index(6))], ops::top_k(&a, 4)?))
     }));
 }
 
@@ -495,9 +503,24 @@ fn fill_values(t: &Tensor, fill: Fill, rng: &mut Rng) -> Vec<f32> {
     }
 }
 
+/// What one backend computed for a case.
+struct Computed {
+    /// Every output value (as f32).
+    out: Vec<f32>,
+    /// For a TOP_K output: the rows it ranked.
+    ranked: Option<Ranked>,
+}
+
+/// The source of a TOP_K: its values, row by row, and the k it picks.
+struct Ranked {
+    src: Vec<f32>,
+    row_len: usize,
+    k: usize,
+}
+
 /// Builds the case, allocates it for `backend`, fills inputs from `seed`,
-/// computes, and returns every output value (as f32).
-fn compute_on(case: &OpCase, backend: &mut dyn Backend, seed: u64) -> Result<Option<Vec<f32>>> {
+/// computes, and returns every output value (and a TOP_K's source).
+fn compute_on(case: &OpCase, backend: &mut dyn Backend, seed: u64) -> Result<Option<Computed>> {
     let (inputs, out) = (case.build)()?;
     let g = Graph::build(&[out.clone()]);
     // the whole graph runs on `backend`: every node of it must be supported
@@ -517,7 +540,18 @@ fn compute_on(case: &OpCase, backend: &mut dyn Backend, seed: u64) -> Result<Opt
     }
     backend.graph_compute(&g)?;
     backend.synchronize()?;
-    Ok(Some(out.to_f32_vec()?))
+    let ranked = match (out.op(), out.src(0)) {
+        (ops::Op::TopK, Some(src)) => Some(Ranked {
+            src: src.to_f32_vec()?,
+            row_len: src.ne()[0],
+            k: out.ne()[0],
+        }),
+        _ => None,
+    };
+    Ok(Some(Computed {
+        out: out.to_f32_vec()?,
+        ranked,
+    }))
 }
 
 /// Normalized mean squared error between two outputs; infinities that agree count as equal.
@@ -546,7 +580,78 @@ pub fn nmse(got: &[f32], want: &[f32]) -> f64 {
     }
 }
 
+/// TOP_K's error as ggml defines the op (the set of the `k` largest of each
+/// row, in no promised order; test-backend-ops compares it so): the
+/// fraction of rows where `got` is not a right answer, 0 when every row is.
+/// A row of `got` is right when it holds `k` distinct integer indices into
+/// its row of `src` (rows of `row_len` values) and either names the same
+/// set of indices as `want`'s row, or, where values tie, indices whose
+/// values in `src` are the same multiset as those `want`'s indices point at.
+/// Lengths that disagree give infinity.
+///
+/// ```
+/// use strata::conformance::top_k_error;
+/// let src = [0.1, 0.9, 0.5, 0.9];
+/// assert_eq!(top_k_error(&[3.0, 1.0], &[1.0, 3.0], &src, 4, 2), 0.0); // reordered
+/// assert_eq!(top_k_error(&[1.0, 2.0], &[1.0, 3.0], &src, 4, 2), 1.0); // 0.5 is not a top value
+/// ```
+pub fn top_k_error(got: &[f32], want: &[f32], src: &[f32], row_len: usize, k: usize) -> f64 {
+    if got.len() != want.len() || k == 0 || row_len == 0 {
+        return if got.len() == want.len() && got.is_empty() {
+            0.0
+        } else {
+            f64::INFINITY
+        };
+    }
+    let rows = src.len() / row_len;
+    if got.len() != rows * k || src.len() != rows * row_len {
+        return f64::INFINITY;
+    }
+    let bad = (0..rows)
+        .filter(|&r| {
+            let row = &src[r * row_len..(r + 1) * row_len];
+            let span = r * k..(r + 1) * k;
+            !top_k_row_ok(&got[span.clone()], &want[span], row)
+        })
+        .count();
+    bad as f64 / rows as f64
+}
+
+/// Whether one row of TOP_K indices `got` is as right as `want`'s (see
+/// [`top_k_error`]).
+fn top_k_row_ok(got: &[f32], want: &[f32], row: &[f32]) -> bool {
+    // sorted distinct indices into `row`, or None
+    let indices = |v: &[f32]| -> Option<Vec<usize>> {
+        let mut ix = Vec::with_capacity(v.len());
+        for &x in v {
+            if !(x >= 0.0 && x.fract() == 0.0 && (x as usize) < row.len()) {
+                return None;
+            }
+            ix.push(x as usize);
+        }
+        ix.sort_unstable();
+        ix.windows(2).all(|w| w[0] != w[1]).then_some(ix)
+    };
+    let (Some(g), Some(w)) = (indices(got), indices(want)) else {
+        return false;
+    };
+    if g == w {
+        return true;
+    }
+    let values = |ix: &[usize]| {
+        let mut v: Vec<f32> = ix.iter().map(|&i| row[i]).collect();
+        v.sort_unstable_by(f32::total_cmp);
+        v
+    };
+    values(&g)
+        .iter()
+        .zip(&values(&w))
+        .all(|(a, b)| a == b || (a.is_nan() && b.is_nan()))
+}
+
 /// Runs one case on `backend` and on a local CPU backend with the same data.
+/// Outputs are compared by [`nmse`], a TOP_K's by [`top_k_error`] (its
+/// order is unspecified).
 pub fn run_case(case: &OpCase, backend: &mut dyn Backend, seed: u64) -> Result<Outcome> {
     let Some(got) = compute_on(case, backend, seed)? else {
         return Ok(Outcome::Unsupported);
@@ -556,10 +661,14 @@ pub fn run_case(case: &OpCase, backend: &mut dyn Backend, seed: u64) -> Result<O
         backend: "CPU".into(),
         what: format!("conformance case {}", case.name),
     })?;
-    let e = nmse(&got, &want);
+    let e = match &want.ranked {
+        Some(r) => top_k_error(&got.out, &want.out, &r.src, r.row_len, r.k),
+        None => nmse(&got.out, &want.out),
+    };
     let nan = got
+        .out
         .iter()
-        .zip(&want)
+        .zip(&want.out)
         .any(|(g, w)| g.is_nan() && !w.is_nan());
     Ok(if e <= case.max_nmse && !nan {
         Outcome::Pass { nmse: e }
