@@ -14,6 +14,11 @@
 //! first. The checks run inside minijinja's bytecode (`chat/guard.rs`,
 //! `chat/fold.rs`): a template past a limit fails with
 //! [`ModelError::Template`], never by exhausting memory or the stack.
+//!
+//! Besides Jinja templates, llama.cpp's built-in formats (`--chat-template
+//! NAME`: [`Builtin`], rendered exactly as llama.cpp does), and the choice
+//! between the model's template, a named or file one, and the chatml
+//! fallback for a model without one ([`Template`], [`TemplateChoice`]).
 
 use std::collections::BTreeMap;
 
@@ -22,8 +27,13 @@ use minijinja::{context, Environment, Error as JinjaError, ErrorKind};
 
 use crate::{ModelError, Result};
 
+mod builtin;
 mod fold;
 mod guard;
+mod select;
+
+pub use builtin::Builtin;
+pub use select::{Template, TemplateChoice, TemplateOrigin, MODEL_TEMPLATE};
 
 /// One chat message.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]

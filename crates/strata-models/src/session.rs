@@ -17,11 +17,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::chat::{ChatTemplate, Message};
+use crate::chat::{Message, Template};
 use crate::context::{Context, ContextOptions, Logits};
 use crate::model::{LoadOptions, Model, Progress};
 use crate::sample::Sampler;
-use crate::{ModelError, Result};
+use crate::Result;
 
 /// Loading and context settings.
 #[derive(Clone, Default)]
@@ -113,29 +113,11 @@ impl Session {
         Ok(self.model().tokenizer.encode(text, true, true)?)
     }
 
-    /// The model's chat template applied to `messages`.
+    /// The model's chat template applied to `messages`; a model without
+    /// one falls back to chatml, as llama.cpp does
+    /// ([`crate::chat::Template::for_model`]).
     pub fn chat_prompt(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        let m = self.model();
-        const NAME: &str = "chat template (tokenizer.chat_template of the model)";
-        let src = m
-            .chat_template
-            .as_deref()
-            .ok_or_else(|| ModelError::Template {
-                name: NAME.into(),
-                msg: "the model has none: use a plain prompt (without --chat)".into(),
-            })?;
-        let text = |id: Option<u32>| {
-            id.and_then(|i| m.tokenizer.token_text(i).ok())
-                .unwrap_or("")
-                .to_string()
-        };
-        ChatTemplate::named(
-            NAME,
-            src,
-            &text(m.tokenizer.bos()),
-            &text(m.tokenizer.eos()),
-        )?
-        .render(messages, add_generation_prompt)
+        Template::for_model(self.model(), None)?.render(messages, add_generation_prompt)
     }
 
     /// Processes `prompt` after what is already cached (in `-b` chunks) and
