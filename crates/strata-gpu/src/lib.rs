@@ -6,16 +6,42 @@
 //! [`strata::backend::Registry`]. A device's memory is a buffer type whose
 //! `is_host` is false, with alignment and max size from the adapter's limits;
 //! tensor reads and writes go through the queue. A graph is recorded as one
-//! compute pass and submitted once.
+//! compute pass and submitted once. Every op of strata's conformance suite
+//! runs here; a model's layers go to a GPU through `strata-models`'
+//! placement (`-ngl`), and what a device cannot run stays on the CPU.
 //!
-//! ```no_run
-//! use strata::backend::Registry;
+//! # A graph on the first GPU
+//!
+//! Without a GPU (or a software Vulkan device such as Mesa's llvmpipe) the
+//! list is empty and the example does nothing.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use strata::backend::{alloc_graph, Backend, Device, Registry};
+//! use strata::{ops, DType, Graph, Tensor};
+//!
 //! let mut reg = Registry::with_defaults();
-//! reg.register(std::sync::Arc::new(strata_gpu::GpuProvider));
+//! reg.register(Arc::new(strata_gpu::GpuProvider));
 //! for d in reg.devices() {
 //!     println!("{}: {}", d.name(), d.description());
 //! }
+//! if let Some(gpu) = strata_gpu::devices().first() {
+//!     let x = Tensor::new(DType::F32, &[4])?;
+//!     let y = ops::sqr(&x)?;
+//!     let g = Graph::build(&[y.clone()]);
+//!     let _buffers = alloc_graph(&g, &gpu.default_buffer_type())?; // device memory
+//!     x.write_f32(&[1.0, 2.0, 3.0, 4.0])?;
+//!     gpu.backend().graph_compute(&g)?;
+//!     assert_eq!(y.to_f32_vec()?, [1.0, 4.0, 9.0, 16.0]);
+//! }
+//! # Ok::<(), strata::Error>(())
 //! ```
+//!
+//! # Stability
+//!
+//! strata-gpu is at 0.x, as strata is: a new 0.x minor version may change
+//! any API.
+#![warn(missing_docs)]
 
 mod backend;
 mod buffer;
@@ -98,10 +124,12 @@ pub fn first_device() -> std::result::Result<Arc<GpuDevice>, String> {
     })
 }
 
-/// The first GPU for a test or an example that can do without one:
+/// The first GPU for a test or an example that can do without one (a test
+/// helper, hidden from the documentation):
 /// `Ok(None)` (after printing why on stderr) when there is none, but an error
 /// when the environment says a GPU must be there (`STRATA_REQUIRE_GPU=1`,
 /// which CI sets so that a broken driver cannot skip the GPU tests).
+#[doc(hidden)]
 pub fn device_or_skip() -> std::result::Result<Option<Arc<GpuDevice>>, String> {
     match first_device() {
         Ok(d) => Ok(Some(d)),

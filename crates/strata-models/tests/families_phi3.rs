@@ -7,9 +7,10 @@
 mod tiny_models;
 
 use strata::gguf::Value;
-use strata_models::{Attention, Context, ContextOptions, LoadOptions, Logits, ModelError};
+use strata_models::{Attention, Context, ContextOptions, LoadOptions, Logits};
 use tiny_models::{
-    configs, load, load_err, metadata_key, set_meta, write_with, Config, Edit, Fam, N_VOCAB,
+    add_tensor, assert_tensor_errors, configs, drop_tensor, load, load_err, metadata_key, set_meta,
+    shrink_tensor, write_with, Config, Edit, Fam, N_VOCAB,
 };
 
 /// 13 tokens: two batches of 8.
@@ -31,28 +32,7 @@ fn bad_phi3_tensors_name_the_tensor() {
         .iter()
         .find(|c| c.fam == Fam::Phi3 && !c.fused_qkv)
         .unwrap();
-    let drop = |name: &'static str| {
-        move |p: &mut tiny_models::Parts| p.tensors.retain(|(n, _, _)| n != name)
-    };
-    let add = |name: &'static str, shape: Vec<usize>| {
-        move |p: &mut tiny_models::Parts| {
-            let n = shape.iter().product();
-            p.tensors
-                .push((name.to_string(), shape.clone(), vec![1.0; n]));
-        }
-    };
-    let shrink = |name: &'static str| {
-        move |p: &mut tiny_models::Parts| {
-            for (n, shape, data) in &mut p.tensors {
-                if n == name {
-                    let last = shape.len() - 1;
-                    let row: usize = shape[..last].iter().product();
-                    data.truncate(data.len() - row);
-                    shape[last] -= 1;
-                }
-            }
-        }
-    };
+    let (drop, add, shrink) = (drop_tensor, add_tensor, shrink_tensor);
     let (e, hd, ff) = (phi3.n_embd, phi3.head_dim, phi3.n_ff);
     let cases: Vec<(&Config, &str, Box<Edit>)> = vec![
         (
@@ -107,14 +87,7 @@ fn bad_phi3_tensors_name_the_tensor() {
             Box::new(add("blk.0.attn_q.weight", vec![e, e])),
         ),
     ];
-    for (cfg, name, mut edit) in cases {
-        let err = load_err(cfg, &mut *edit);
-        assert!(
-            matches!(&err, ModelError::Tensor { name: n, .. } if n == name),
-            "{} {name}: {err}",
-            cfg.name
-        );
-    }
+    assert_tensor_errors(cases);
     // gate+up written unfused (n_ff rows): the FFN width key is named
     let err = load_err(phi3, &mut |p: &mut tiny_models::Parts| {
         for (n, shape, data) in &mut p.tensors {
@@ -169,6 +142,8 @@ fn phi3_longrope_follows_the_context_length() {
                 n_threads: 2,
                 attention: Attention::Flash,
                 logits_all: false,
+                n_seq_max: 1,
+                batch_invariant: false,
             },
         )
         .unwrap();

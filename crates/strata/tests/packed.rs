@@ -656,8 +656,12 @@ fn buffer_round_trips_whole_and_partial_writes() {
         a.write_bytes(0, &shadow).unwrap();
         assert_eq!(a.read_bytes().unwrap(), shadow, "{t}: whole write");
         // The memory really is packed.
-        let raw =
-            unsafe { std::slice::from_raw_parts(bufs[0].host_ptr().unwrap().as_ptr(), n).to_vec() };
+        let ptr = bufs[0].host_ptr().unwrap().as_ptr();
+        assert!(bufs[0].size() >= n, "{t}: the buffer holds the tensor");
+        // SAFETY: `a` is the only tensor of `bufs[0]` (offset 0), a host buffer
+        // of at least `n` bytes (asserted above) that lives until the end of
+        // this test; nothing writes to it while the slice is copied.
+        let raw = unsafe { std::slice::from_raw_parts(ptr, n).to_vec() };
         let mut want = vec![0u8; n];
         packed::pack(t, ne, &shadow, &mut want).unwrap();
         assert_eq!(raw, want, "{t}: stored packed");

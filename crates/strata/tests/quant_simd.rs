@@ -336,10 +336,19 @@ fn strata_isa_values_parse_and_resolve() {
     assert_eq!(Isa::Amx.to_string(), "amx");
 }
 
-/// Run by [`strata_isa_env_var_forces_the_level`] in a child process.
+/// Run by [`strata_isa_env_var_forces_the_level`] in a child process (and
+/// on its own in every pass): the active level is the one `STRATA_ISA`
+/// asks for when this CPU runs it, the detected one otherwise, and this CPU
+/// supports it.
 #[test]
 fn child_reports_active_level() {
-    println!("ACTIVE={}", isa::active());
+    let (active, detected) = (isa::active(), isa::detected());
+    let var = std::env::var("STRATA_ISA").ok();
+    let want = isa::resolve(var.as_deref(), detected).unwrap_or(detected);
+    assert_eq!(active, want, "STRATA_ISA={var:?}, detected {detected}");
+    assert!(active.is_supported(), "{active} is not supported here");
+    assert!(active <= detected, "{active} above {detected}");
+    println!("ACTIVE={active}");
 }
 
 /// The environment variable itself, read by a fresh process.

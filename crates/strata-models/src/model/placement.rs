@@ -57,7 +57,7 @@ impl Override {
 
     /// `--n-cpu-moe N`: the expert tensors of blocks `0..N` on the CPU, one
     /// rule per block as llama.cpp adds them (`blk\.I` + the expert
-    /// pattern); N beyond [`MAX_CPU_MOE_LAYERS`] counts as that many.
+    /// pattern); N beyond `MAX_CPU_MOE_LAYERS` (512) counts as that many.
     pub fn n_cpu_moe(n: usize) -> Result<Vec<Override>> {
         (0..n.min(MAX_CPU_MOE_LAYERS))
             .map(|i| Override::parse(&format!(r"blk\.{i}{EXPS_PATTERN}=CPU")))

@@ -699,6 +699,48 @@ pub fn set_meta(key: &str, v: Value) -> impl FnMut(&mut Parts) + '_ {
     }
 }
 
+/// An edit that leaves tensor `name` out.
+pub fn drop_tensor(name: &'static str) -> impl FnMut(&mut Parts) {
+    move |p| p.tensors.retain(|(n, _, _)| n != name)
+}
+
+/// An edit that adds a tensor `name` of `shape`, all ones.
+pub fn add_tensor(name: &'static str, shape: Vec<usize>) -> impl FnMut(&mut Parts) {
+    move |p| {
+        let n = shape.iter().product();
+        p.tensors
+            .push((name.to_string(), shape.clone(), vec![1.0; n]));
+    }
+}
+
+/// An edit that takes one off the last dimension of tensor `name` (its
+/// last row; a vector's last element).
+pub fn shrink_tensor(name: &'static str) -> impl FnMut(&mut Parts) {
+    move |p| {
+        for (n, shape, data) in &mut p.tensors {
+            if n == name {
+                let last = shape.len() - 1;
+                let row: usize = shape[..last].iter().product();
+                data.truncate(data.len() - row);
+                shape[last] -= 1;
+            }
+        }
+    }
+}
+
+/// Asserts that each model, after its edit, fails to load with a typed
+/// error naming the tensor given beside it.
+pub fn assert_tensor_errors(cases: Vec<(&Config, &str, Box<Edit>)>) {
+    for (cfg, name, mut edit) in cases {
+        let e = load_err(cfg, &mut *edit);
+        assert!(
+            matches!(&e, strata_models::ModelError::Tensor { name: n, .. } if n == name),
+            "{} {name}: {e}",
+            cfg.name
+        );
+    }
+}
+
 /// The key a metadata error names (panics for any other error).
 pub fn metadata_key(e: &strata_models::ModelError) -> &str {
     match e {

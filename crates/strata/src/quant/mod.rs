@@ -75,6 +75,9 @@ mod q5;
 mod q6_k;
 mod q8;
 mod q8_k;
+// Public for the kernel tests and benchmarks, not part of the API: the
+// matmul reaches these kernels through `vec_dot_fn` and the CPU backend.
+#[doc(hidden)]
 pub mod simd;
 
 pub use dot::{

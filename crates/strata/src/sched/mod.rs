@@ -29,6 +29,9 @@
 //! ```
 
 mod assign;
+// The seeds' experiment for the tests and the `sched_priority` examples,
+// not part of the API.
+#[doc(hidden)]
 pub mod experiment;
 mod policy;
 mod report;

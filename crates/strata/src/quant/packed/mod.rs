@@ -81,7 +81,7 @@
 //! way per 256-element super-block (`k.rs`: the header f16 of the 16 rows
 //! side by side, the rest of each row's super-block as 64-byte dword
 //! lines). Their activations are Q8_K rows as the Q8_K quantizer writes them
-//! (f32 `d`, 256 × i8, 16 × i16 sums of 16; [`prepare_activation`] is the
+//! (f32 `d`, 256 × i8, 16 × i16 sums of 16; `prepare_activation` is the
 //! identity but for IQ4_XS, whose sums become i32 bias terms), and their
 //! kernels (AVX2: `x86_avx2_k.rs`, Q2_K / Q3_K in
 //! `x86_avx2_k23.rs`, also run at AVX-VNNI; AVX-512 and VNNI: `x86_k.rs`,
@@ -124,7 +124,7 @@ pub const ROWS: usize = 16;
 
 /// Bytes per block of a prepared activation column: 32 × i8 quants, f32
 /// scale, and an i32 `-offset · Σq` (offset types) or f32 `s` (Q8_1). (The
-/// K-quants' activations are Q8_K blocks, [`act_bytes`].)
+/// K-quants' activations are Q8_K blocks, `act_bytes`.)
 pub const ACT_BLOCK: usize = 40;
 
 const QK: usize = crate::quant::QK;
