@@ -24,6 +24,11 @@ pub struct ModelArgs {
     /// CPU threads (`strata bench` takes a comma-separated list; others use the first).
     #[arg(short = 't', long, value_delimiter = ',', default_values_t = [strata::cpu::default_threads()])]
     pub threads: Vec<usize>,
+    /// How long a CPU thread waiting for the others spins before it sleeps,
+    /// 0 to 100 (llama.cpp's --poll): 0 sleeps at once, 50 (the default)
+    /// spins about 100 µs, 100 about 200 µs.
+    #[arg(long, default_value_t = strata::cpu::Poll::DEFAULT, value_parser = parse_poll)]
+    pub poll: strata::cpu::Poll,
     /// Context size (KV cache cells).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 2048)]
     pub ctx_size: usize,
@@ -34,6 +39,10 @@ pub struct ModelArgs {
     /// queued without waiting, so devices holding different layers work at once.
     #[arg(long = "ub", visible_alias = "ubatch-size", default_value_t = 512)]
     pub ubatch_size: usize,
+    /// Sequences the KV cache holds at once (`-np`, llama.cpp's parallel
+    /// slots); they share the `-c` cells (one unified cache).
+    #[arg(long = "np", visible_alias = "parallel", default_value_t = 1, value_parser = parse_n_parallel)]
+    pub n_parallel: usize,
     /// Layers to put on the --device(s), counted as llama.cpp does: the output layer first, then
     /// blocks from the last (n_layer + 1 in all; negative: all).
     #[arg(
@@ -111,35 +120,91 @@ impl OverrideArgs {
     }
 }
 
+/// `--poll`: a level from 0 to 100 ([`strata::cpu::Poll`]).
+pub fn parse_poll(s: &str) -> Result<strata::cpu::Poll, String> {
+    s.parse().map_err(|e: strata::Error| e.to_string())
+}
+
 /// Checks thread counts (`-t`, `--threads`): 0 is an error, more than
-/// [`strata::cpu::MAX_THREADS`] is capped, and more than the cores this
-/// process may use gets a warning (the threads then wait on each other at
-/// every op, and throughput collapses). Returns the counts to use.
+/// [`strata::cpu::MAX_THREADS`] is capped, and counts above the cores this
+/// process may use get one warning ([`threads_warning`]). Returns the
+/// counts to use.
 pub fn check_threads(values: &[usize], flag: &str) -> Result<Vec<usize>, String> {
-    let cores = strata::cpu::default_threads();
-    let mut warned = false;
-    values
+    if values.contains(&0) {
+        return Err(format!("{flag} 0: at least 1 thread is needed"));
+    }
+    if let Some(w) = threads_warning(flag, values, strata::cpu::available_cores()) {
+        eprintln!("{w}");
+    }
+    Ok(values
         .iter()
-        .map(|&n| {
-            if n == 0 {
-                return Err(format!("{flag} 0: at least 1 thread is needed"));
-            }
-            let capped = n.min(strata::cpu::MAX_THREADS);
-            if capped < n {
-                eprintln!(
-                    "warning: {flag} {n} is capped at {capped} threads (the most strata runs)"
-                );
-            }
-            if capped > cores && !warned {
-                warned = true;
-                eprintln!(
-                    "warning: {flag} {capped} is more than the {cores} cores available: the threads \
-                     will wait on each other and throughput drops sharply; use {flag} {cores} or fewer"
-                );
-            }
-            Ok(capped)
-        })
-        .collect()
+        .map(|&n| n.min(strata::cpu::MAX_THREADS))
+        .collect())
+}
+
+/// The one warning for thread counts `values` (given with `flag`) on a
+/// process that may use `cores` cores, or `None` when every count fits.
+///
+/// A count above the cores is allowed: the CPU backend cuts each op's work
+/// into that many shares (so results are those of that thread count, e.g.
+/// split-KV attention's) but runs them on `cores` threads, since threads
+/// beyond the cores would share them and every op's barrier would wait for
+/// descheduled ones. The warning says so: it is no faster than `cores`
+/// threads, and costs a little (more, smaller pieces of work; work memory
+/// per share). Counts above [`strata::cpu::MAX_THREADS`] are capped, which
+/// the same warning says.
+pub fn threads_warning(flag: &str, values: &[usize], cores: usize) -> Option<String> {
+    let max = strata::cpu::MAX_THREADS;
+    let cores = cores.max(1);
+    let mut over: Vec<usize> = Vec::new();
+    for &n in values {
+        if n > cores && !over.contains(&n) {
+            over.push(n);
+        }
+    }
+    if over.is_empty() {
+        return None;
+    }
+    let noun = if cores == 1 { "core" } else { "cores" };
+    let cores_note =
+        format!("the {cores} {noun} available to this process (affinity mask and cgroup quota)");
+    let (verb, work, results) = match *over.as_slice() {
+        [n] => {
+            let m = n.min(max);
+            let cap = if n > max {
+                format!(" and is capped at {max}")
+            } else {
+                String::new()
+            };
+            (
+                format!("exceeds {cores_note}{cap}"),
+                format!("the work of {m}"),
+                format!("{flag} {m}"),
+            )
+        }
+        _ => {
+            let cap = if over.iter().any(|&n| n > max) {
+                format!(", counts above {max} capped")
+            } else {
+                String::new()
+            };
+            (
+                format!("exceed {cores_note}{cap}"),
+                "the work of each count".to_string(),
+                "that count".to_string(),
+            )
+        }
+    };
+    let list = over
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    Some(format!(
+        "warning: {flag} {list} {verb}: strata runs {cores} threads that share out {work} \
+         (results as with {results}), as more threads than cores would wait for each other at \
+         every op; expect the speed of {flag} {cores} at best, slightly less; use {flag} {cores}"
+    ))
 }
 
 /// The error for a prompt that tokenizes to nothing.
@@ -193,6 +258,7 @@ pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
             "-sm" => "--sm".into(),
             "-mg" => "--mg".into(),
             "-ub" => "--ub".into(),
+            "-np" => "--np".into(),
             "-cmoe" => "--cpu-moe".into(),
             "-ncmoe" => "--n-cpu-moe".into(),
             _ if after_ts => a.replace('/', ","),
@@ -200,6 +266,17 @@ pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
         });
     }
     out
+}
+
+/// Parses `-np`: 1 to [`strata_models::cells::MAX_SEQ`] sequences.
+pub fn parse_n_parallel(s: &str) -> Result<usize, String> {
+    let max = strata_models::cells::MAX_SEQ;
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "-np {s}: give a number of sequences from 1 to {max}"
+        )),
+    }
 }
 
 /// Parses `-n`/`--n-predict`: a count, or `-1` for "until the model ends
@@ -318,12 +395,15 @@ impl ModelArgs {
                 Attention::Flash
             },
             logits_all,
+            n_seq_max: self.n_parallel,
+            ..ContextOptions::default()
         }
     }
 
     /// Loads the model, with a progress bar while weights are copied to devices.
     pub fn load(&self) -> Result<Arc<Model>, Box<dyn std::error::Error>> {
         check_threads(&self.threads, "-t")?;
+        strata::cpu::set_default_poll(self.poll);
         let path = self.model_path()?;
         let opts = self.load_options()?;
         let bar = ProgressBar::hidden();
@@ -367,5 +447,68 @@ impl ModelArgs {
             model.repacked_bytes() as f64 / 1048576.0,
         );
         Ok(Arc::new(model))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_counts_within_the_cores_give_no_warning() {
+        assert_eq!(threads_warning("-t", &[1, 2], 2), None);
+        assert_eq!(threads_warning("-t", &[], 2), None);
+    }
+
+    /// Issue 47: one warning, naming the count, the cores and their source,
+    /// what runs instead and what to use.
+    #[test]
+    fn one_count_above_the_cores_is_explained() {
+        let w = threads_warning("-t", &[8], 2).unwrap();
+        assert_eq!(
+            w,
+            "warning: -t 8 exceeds the 2 cores available to this process (affinity mask and \
+             cgroup quota): strata runs 2 threads that share out the work of 8 (results as \
+             with -t 8), as more threads than cores would wait for each other at every op; \
+             expect the speed of -t 2 at best, slightly less; use -t 2"
+        );
+        let w = threads_warning("--threads", &[10_000], 4).unwrap();
+        assert!(w.contains("--threads 10000 exceeds the 4 cores"), "{w}");
+        assert!(w.contains("capped at 512"), "{w}");
+        assert!(
+            w.contains("the work of 512 (results as with --threads 512)"),
+            "{w}"
+        );
+        assert!(w.ends_with("use --threads 4"), "{w}");
+    }
+
+    /// `strata bench -t 1,2,3,8,64`: still one warning, listing each count
+    /// over the cores once.
+    #[test]
+    fn a_list_gets_one_warning() {
+        let w = threads_warning("-t", &[1, 2, 3, 8, 64, 8, 1000], 2).unwrap();
+        assert!(
+            w.starts_with("warning: -t 3,8,64,1000 exceed the 2 cores"),
+            "{w}"
+        );
+        assert!(w.contains("counts above 512 capped"), "{w}");
+        assert_eq!(w.matches("warning").count(), 1);
+        // A process that reports no cores still gets a sensible count.
+        let w = threads_warning("-t", &[2], 0).unwrap();
+        assert!(w.contains("exceeds the 1 core available"), "{w}");
+        assert!(w.ends_with("use -t 1"), "{w}");
+    }
+
+    #[test]
+    fn zero_threads_and_bad_poll_levels_are_errors() {
+        assert!(check_threads(&[2, 0], "-t").unwrap_err().contains("-t 0"));
+        assert_eq!(check_threads(&[1, 100_000], "-t").unwrap(), vec![1, 512]);
+        assert_eq!(parse_poll("0").unwrap(), strata::cpu::Poll::NONE);
+        assert_eq!(parse_poll("100").unwrap(), strata::cpu::Poll::MAX);
+        for bad in ["101", "-1", "", "lots", "18446744073709551616"] {
+            assert!(parse_poll(bad)
+                .unwrap_err()
+                .contains("0 (sleep at once) to 100"));
+        }
     }
 }

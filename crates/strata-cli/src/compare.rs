@@ -8,6 +8,7 @@
 
 use strata::backend::{alloc_graph, compare_graph_backend, CompareOptions};
 use strata::cpu::{cpu_buffer_type, CpuBackend};
+use strata_models::cells::{Cells, SeqSet};
 use strata_models::context::padded_kv;
 use strata_models::graph::{self, BatchShape};
 use strata_models::kv::KvCache;
@@ -109,14 +110,20 @@ pub fn run(a: Args) -> CliResult {
     let _bufs = alloc_graph(&g.graph, &cpu_buffer_type())?;
     let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
     let positions: Vec<i32> = (0..n as i32).collect();
-    g.tokens.write_i32(&ids)?;
-    g.positions.write_i32(&positions)?;
-    g.kv_idx.write_i32(&positions)?;
     // causal (and windowed in sliding-window layers): token i sees cells 0..=i
-    g.write_masks(model.hparams.swa.as_ref(), 0)?;
-    if let Some(out) = &g.out_ids {
-        out.write_i32(&[n as i32 - 1])?;
-    }
+    let at: Vec<(i32, SeqSet)> = positions.iter().map(|&p| (p, SeqSet::one(0))).collect();
+    let mut cells = Cells::new(n_kv, 1)?;
+    let slots = cells.find_slots(&at)?;
+    cells.apply(&at, &slots);
+    g.write_inputs(
+        &ids,
+        &positions,
+        &slots,
+        &[n as i32 - 1],
+        &cells,
+        &at,
+        model.hparams.swa.as_ref(),
+    )?;
     let threads = a.model.context_options(false).n_threads;
     let mut reference = CpuBackend::new(threads);
     println!(

@@ -1,7 +1,9 @@
 //! `strata devices`: every device the CLI can use, with its type, memory and
 //! description (llama.cpp's `--list-devices`). The CPU's line names the
-//! processor and the instruction-set level its kernels run at, so a log can
-//! be read against the machine it came from.
+//! processor and the instruction-set level its kernels run at, and a last
+//! line the cache sizes its matmuls block for (detected, or as
+//! `STRATA_CACHE` sets them), so a log can be read against the machine it
+//! came from.
 
 use crate::common::CliResult;
 
@@ -33,5 +35,6 @@ pub fn run(a: Args) -> CliResult {
             d.description()
         );
     }
+    println!("CPU caches: {}", strata::isa::cache::detection());
     Ok(0)
 }

@@ -65,9 +65,11 @@ fn explain_model(a: &Args, path: &std::path::Path) -> crate::common::CliResult {
     let margs = crate::common::ModelArgs {
         model: Some(path.to_path_buf()),
         threads: vec![strata::cpu::default_threads()],
+        poll: strata::cpu::default_poll(),
         ctx_size: a.ctx_size,
         batch_size: a.batch_size,
         ubatch_size: a.batch_size,
+        n_parallel: 1,
         ngl: a.ngl,
         tensor_split: Vec::new(),
         split_mode: Default::default(),

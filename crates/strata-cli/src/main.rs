@@ -1,6 +1,7 @@
 //! `strata`: the command-line tool.
 #![warn(missing_docs)]
 
+mod batched_bench;
 mod bench;
 mod chat;
 mod common;
@@ -18,12 +19,21 @@ mod run;
 mod settings;
 mod test_ops;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+/// The version and the commit the binary was built from (`build.rs`;
+/// "unknown" outside a git checkout).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("STRATA_COMMIT"),
+    ")"
+);
 
 #[derive(Parser)]
 #[command(
     name = "strata",
-    version,
+    version = VERSION,
     about = "ggml's execution runtime, rebuilt in Rust"
 )]
 struct Cli {
@@ -39,6 +49,8 @@ enum Command {
     Chat(chat::Args),
     /// Measure prompt processing and generation speed (llama-bench style).
     Bench(bench::Args),
+    /// Measure many sequences decoded together (llama-batched-bench's table).
+    BatchedBench(batched_bench::Args),
     /// Perplexity of a text file (llama-perplexity's chunking).
     Perplexity(perplexity::Args),
     /// Write the raw logits of a prompt to a file.
@@ -75,14 +87,46 @@ fn default_sigpipe() {
     }
 }
 
+/// What `strata --version` prints after the name: the version, the commit
+/// and the instruction-set level the CPU kernels run at on this machine
+/// (and the detected one when `STRATA_ISA` lowers it).
+fn version_line() -> String {
+    use strata::isa::{active, detected};
+    let (active, detected) = (active(), detected());
+    let detected = if active == detected {
+        String::new()
+    } else {
+        format!(", detected {detected}")
+    };
+    format!(
+        "{} (commit {}, ISA level {active}{detected})",
+        env!("CARGO_PKG_VERSION"),
+        env!("STRATA_COMMIT")
+    )
+}
+
+/// Parses the command line. The ISA level is read only when the version is
+/// asked for: detection logs through the subscriber `log::init` installs
+/// later, and runs once per process.
+fn parse_cli(args: Vec<String>) -> Cli {
+    let mut cmd = Cli::command();
+    if args.iter().skip(1).any(|a| a == "-V" || a == "--version") {
+        let line: &'static str = Box::leak(version_line().into_boxed_str());
+        cmd = cmd.version(line).long_version(line);
+    }
+    let matches = cmd.get_matches_from(args);
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 fn main() {
     default_sigpipe();
-    let cli = Cli::parse_from(common::normalize_args(std::env::args()));
+    let cli = parse_cli(common::normalize_args(std::env::args()));
     log::init();
     let result = match cli.command {
         Command::Run(a) => run::run(a),
         Command::Chat(a) => chat::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::BatchedBench(a) => batched_bench::run(a),
         Command::Perplexity(a) => perplexity::run(a),
         Command::Eval(a) => eval::run(a),
         Command::KldConvert(a) => perplexity::convert(a),

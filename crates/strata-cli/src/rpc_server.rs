@@ -21,6 +21,11 @@ pub struct Args {
     /// Threads per client computation (default: all cores).
     #[arg(short, long)]
     threads: Option<usize>,
+    /// How long a CPU thread waiting for the others spins before it
+    /// sleeps, 0 to 100 (llama.cpp's --poll): 0 sleeps at once, 50 (the
+    /// default) spins about 100 µs, 100 about 200 µs.
+    #[arg(long, default_value_t = strata::cpu::Poll::DEFAULT, value_parser = crate::common::parse_poll)]
+    poll: strata::cpu::Poll,
     /// Memory clients may allocate in all, in MiB (also the largest buffer;
     /// reported as the device memory). Default: two thirds of physical memory.
     #[arg(long, value_name = "MiB")]
@@ -61,6 +66,7 @@ pub fn run(args: Args) -> Result<()> {
     let threads = args.threads.unwrap_or_else(strata::cpu::default_threads);
     let threads =
         crate::common::check_threads(&[threads], "--threads").map_err(Error::InvalidArgument)?[0];
+    strata::cpu::set_default_poll(args.poll);
     if !args.host.is_loopback() {
         eprintln!("{}", WARNING.replace("{HOST}", &args.host.to_string()));
     }

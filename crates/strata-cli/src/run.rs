@@ -8,6 +8,7 @@ use strata_models::model::Model;
 use strata_models::sample::{Sampler, SamplerConfig};
 use strata_models::session::Session;
 
+use crate::chat::TemplateArgs;
 use crate::common::{CliResult, ModelArgs};
 
 /// Sampling options.
@@ -72,9 +73,11 @@ pub struct Args {
     #[arg(short = 'n', long = "n-predict", default_value = "128", allow_negative_numbers = true,
           value_parser = crate::common::parse_n_predict)]
     pub n_predict: usize,
-    /// Wrap the prompt as a user message in the model's chat template.
+    /// Wrap the prompt as a user message in the model's chat template (or --chat-template's).
     #[arg(long)]
     pub chat: bool,
+    #[command(flatten)]
+    pub template: TemplateArgs,
     /// Only report where the weights would go and the memory per device (no loading).
     #[arg(long)]
     pub fit: bool,
@@ -87,17 +90,30 @@ pub fn run(a: Args) -> CliResult {
         let r = Model::fit(&path, &a.model.load_options()?, a.model.ctx_size)?;
         print!("{}", r.to_text());
         println!(
+            "KV cache: {} cells (-c) shared by up to {} sequences (-np, one unified cache: \
+             the cells are the bound, not the sequences)",
+            a.model.ctx_size, a.model.n_parallel
+        );
+        println!(
             "(compute buffers are sized when the context is created: see `strata explain -m`)"
         );
         return Ok(0);
     }
+    if a.template.given() && !a.chat {
+        return Err("--chat-template and --chat-template-file apply to --chat: add --chat".into());
+    }
     let sampler = a.sample.sampler()?; // bad settings fail before loading
+    let choice = a.template.choice()?;
     let model = a.model.load()?;
-    let mut session = Session::from_context(a.model.context(model, false)?);
-    let text = if a.chat {
-        session.chat_prompt(&[Message::new("user", a.prompt.clone())], true)?
+    let template = if a.chat {
+        Some(TemplateArgs::template(choice.as_ref(), &model, None)?)
     } else {
-        a.prompt.clone()
+        None
+    };
+    let mut session = Session::from_context(a.model.context(model, false)?);
+    let text = match &template {
+        Some(t) => t.render(&[Message::new("user", a.prompt.clone())], true)?,
+        None => a.prompt.clone(),
     };
     let tokens = session.tokenize(&text)?;
     if tokens.is_empty() {

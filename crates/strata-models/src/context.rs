@@ -1,17 +1,53 @@
 //! A running model: scheduler (reserved once for the worst-case batch), KV
-//! cache and the decode call that turns tokens into logits.
+//! cache and the decode calls that turn tokens into logits.
+//!
+//! The cache is llama.cpp's unified cache: one pool of cells shared by up to
+//! [`ContextOptions::n_seq_max`] sequences ([`crate::cells`]). A
+//! [`Batch`] carries tokens of any sequences (prompt chunks beside single
+//! decode tokens); [`Context::decode_batch`] places them in free cells, runs
+//! them in graphs of at most `n_ubatch` tokens, and returns the logits asked
+//! for. [`Context::decode`] is the one-sequence form (sequence 0).
+//!
+//! **Batch invariance.** With [`ContextOptions::batch_invariant`], a
+//! sequence's logits are bit-identical whatever else is in the batch: alone
+//! or beside other sequences, at other cell offsets, with another number of
+//! cells attended to, in another split into micro-batches, at any thread
+//! count. What makes it hold:
+//! - every op but attention computes each token's row by the same arithmetic
+//!   whatever the other columns of the batch (the matmul kernels give the
+//!   scalar reference's bits per column at every ISA level; the norms, RoPE
+//!   and element-wise ops are per row; a MoE routes each token alone);
+//! - attention takes the one-chunk path for every shape
+//!   ([`strata::cpu::CpuBackend::set_batch_invariant`]): one pass over the
+//!   row's unmasked keys in cell order, masked keys skipped;
+//! - the cell allocator keeps each sequence's cells in position order
+//!   ([`Cells::find_slots`]), so a sequence's keys are visited in the same
+//!   order wherever they lie.
+//!
+//! Where it does not hold: with [`Attention::SoftMax`] (the softmax and the
+//! V product sum over every cell, masked ones included, in SIMD lanes that
+//! depend on the cells' offsets); on other devices than the CPU; and when the
+//! pool is so fragmented that no free cell lies above a sequence's last
+//! cell (the token then takes a lower cell, and its keys are visited out of
+//! position order). Off (the default), prompts of 64 tokens or more take
+//! the tiled attention path and long single-token decodes the split-KV path,
+//! as llama.cpp's CPU backend does; their bits depend on the batch.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use strata::backend::Backend;
 use strata::cpu::{CpuBackend, KernelClock};
+use strata::ops;
 use strata::sched::{Report, SchedConfig, Scheduler};
+use strata::{DType, Graph, Tensor};
 
+use crate::batch::{Batch, BatchLogits};
+use crate::cells::{Cells, SeqId, SeqSet};
 use crate::graph::{self, Attention, BatchGraph, BatchShape};
 use crate::kv::KvCache;
 use crate::model::Model;
-use crate::{ModelError, Result};
+use crate::{BatchError, ModelError, Result};
 
 /// Settings of a [`Context`].
 #[derive(Clone, Debug)]
@@ -31,6 +67,13 @@ pub struct ContextOptions {
     pub attention: Attention,
     /// Reserve for logits of every position of a full batch (perplexity, `--all-positions`).
     pub logits_all: bool,
+    /// Sequences the cache holds (`-np`, llama.cpp's `n_seq_max`), 1 to
+    /// [`crate::cells::MAX_SEQ`]. All share the `n_ctx` cells.
+    pub n_seq_max: usize,
+    /// Batch-invariant attention (module docs): a sequence's logits do not
+    /// depend on the rest of the batch. Costs prompt speed (no tiled
+    /// attention path).
+    pub batch_invariant: bool,
 }
 
 impl Default for ContextOptions {
@@ -42,6 +85,8 @@ impl Default for ContextOptions {
             n_threads: strata::cpu::default_threads(),
             attention: Attention::Flash,
             logits_all: false,
+            n_seq_max: 1,
+            batch_invariant: false,
         }
     }
 }
@@ -121,7 +166,9 @@ pub struct Context {
     model: Arc<Model>,
     sched: Scheduler,
     kv: KvCache,
-    n_past: usize,
+    cells: Cells,
+    /// Rows of logits a micro-batch may ask for (what the scheduler reserved).
+    n_outputs_max: usize,
     opts: ContextOptions,
     worst: BatchGraph,
     clock: KernelClock,
@@ -172,15 +219,22 @@ impl Context {
         if sched_config.n_copies == 1 && evented && model.layer_map.pipelines(model.devices.cpu()) {
             sched_config.n_copies = PIPELINE_COPIES;
         }
-        let cpu = CpuBackend::new(opts.n_threads);
+        let mut cpu = CpuBackend::new(opts.n_threads);
+        cpu.set_batch_invariant(opts.batch_invariant);
         let clock = cpu.kernel_clock();
         backends.push(Box::new(cpu));
         let mut sched = Scheduler::new(backends, None, sched_config)?;
+        let cells = Cells::new(opts.n_ctx, opts.n_seq_max)?;
         let kv = KvCache::new(&model, opts.n_ctx)?;
+        let n_outputs_max = if opts.logits_all {
+            opts.n_ubatch
+        } else {
+            opts.n_seq_max.min(opts.n_ubatch)
+        };
         let shape = BatchShape {
             n_tokens: opts.n_ubatch,
             n_kv: opts.n_ctx,
-            n_outputs: if opts.logits_all { opts.n_ubatch } else { 1 },
+            n_outputs: n_outputs_max,
         };
         let worst = graph::build(&model, &kv, shape, opts.attention)?;
         sched.reserve(&worst.graph)?;
@@ -188,7 +242,8 @@ impl Context {
             model,
             sched,
             kv,
-            n_past: 0,
+            cells,
+            n_outputs_max,
             opts,
             worst,
             clock,
@@ -217,9 +272,19 @@ impl Context {
         &self.opts
     }
 
-    /// Positions already in the cache.
+    /// Positions of sequence 0 in the cache (its highest position + 1).
     pub fn n_past(&self) -> usize {
-        self.n_past
+        self.cells.seq_pos_max(0).map_or(0, |p| p as usize + 1)
+    }
+
+    /// The cells: which positions and sequences the cache holds.
+    pub fn cells(&self) -> &Cells {
+        &self.cells
+    }
+
+    /// Cells in use (a cell shared by several sequences counts once).
+    pub fn kv_used(&self) -> usize {
+        self.cells.used()
     }
 
     /// Pipeline copies the scheduler keeps (1: no pipeline parallelism;
@@ -250,29 +315,136 @@ impl Context {
         Ok(self.sched.report_for(&self.worst.graph)?)
     }
 
-    /// Forgets all positions (the cache is rewritten from position 0).
+    /// Forgets all positions of every sequence (the cache is rewritten from cell 0).
     pub fn clear(&mut self) -> Result<()> {
         self.kv.clear()?;
-        self.n_past = 0;
+        self.cells.clear();
         Ok(())
     }
 
-    /// Keeps the first `n` positions and forgets the rest (they are
-    /// overwritten by the next decode and masked until then).
+    /// Keeps the first `n` positions of sequence 0 and forgets the rest
+    /// (their cells are freed unless another sequence shares them).
     pub fn truncate(&mut self, n: usize) -> Result<()> {
-        if n > self.n_past {
+        let n_past = self.n_past();
+        if n > n_past {
             return Err(ModelError::Invalid(format!(
-                "cannot keep {n} positions: only {} are cached",
-                self.n_past
+                "cannot keep {n} positions: only {n_past} are cached"
             )));
         }
-        self.n_past = n;
+        self.cells.seq_rm(Some(0), n as i32..)
+    }
+
+    /// Removes sequence `seq` (every sequence for `None`) from its cells
+    /// with positions in `range` (llama.cpp's `llama_memory_seq_rm`). Cells
+    /// that another sequence shares stay for it.
+    pub fn seq_rm(
+        &mut self,
+        seq: Option<SeqId>,
+        range: impl std::ops::RangeBounds<i32>,
+    ) -> Result<()> {
+        self.cells.seq_rm(seq, range)
+    }
+
+    /// Makes `dst` share the cells of `src` with positions in `range`: no
+    /// K/V is copied or computed again (llama.cpp's `seq_cp`).
+    pub fn seq_cp(
+        &mut self,
+        src: SeqId,
+        dst: SeqId,
+        range: impl std::ops::RangeBounds<i32>,
+    ) -> Result<()> {
+        self.cells.seq_cp(src, dst, range)
+    }
+
+    /// Removes every sequence but `seq`.
+    pub fn seq_keep(&mut self, seq: SeqId) -> Result<()> {
+        self.cells.seq_keep(seq)
+    }
+
+    /// Lowest cached position of `seq`.
+    pub fn seq_pos_min(&self, seq: SeqId) -> Option<i32> {
+        self.cells.seq_pos_min(seq)
+    }
+
+    /// Highest cached position of `seq`.
+    pub fn seq_pos_max(&self, seq: SeqId) -> Option<i32> {
+        self.cells.seq_pos_max(seq)
+    }
+
+    /// Adds `delta` to the positions of `seq`'s cells in `range` (llama.cpp's
+    /// `seq_add`, the context shift): the cached keys are rotated by `delta`
+    /// at once (RoPE is a rotation, so `R(p + δ) = R(δ)·R(p)`). A cell shared
+    /// with another sequence moves for it too (cells have one position, as
+    /// in llama.cpp); cells whose position would fall below 0 are freed.
+    ///
+    /// Errors: the sequence is not this context's, a position would
+    /// overflow, or the model's RoPE also scales magnitudes (YaRN), which a
+    /// second rotation would apply twice; the cache is then unchanged.
+    pub fn seq_add(
+        &mut self,
+        seq: SeqId,
+        range: impl std::ops::RangeBounds<i32> + Clone,
+        delta: i32,
+    ) -> Result<()> {
+        self.cells.check_seq(seq)?;
+        let hp = &self.model.hparams;
+        let rp = hp.rope_params();
+        if rp.ext_factor != 0.0
+            || rp.attn_factor != 1.0
+            || self.model.layers.iter().any(|l| l.rope_long.is_some())
+        {
+            return Err(ModelError::Invalid(
+                "shifting positions (seq_add) re-rotates the cached keys, which this model's \
+                 RoPE scaling (YaRN / LongRoPE magnitudes) does not allow; remove and recompute \
+                 the tokens instead"
+                    .into(),
+            ));
+        }
+        let mut trial = self.cells.clone();
+        let moved = trial.seq_add(seq, range, delta)?;
+        if !moved.is_empty() {
+            self.shift_keys(&moved)?;
+        }
+        self.cells = trial;
         Ok(())
     }
 
-    /// Appends `tokens` at the next positions, in graphs of `n_ubatch`
-    /// tokens, and returns the wanted logits (`n_vocab` per row). Graphs
-    /// whose logits are not wanted are queued without waiting for them.
+    /// Rotates the keys of cells `moved` by their shift, in every layer.
+    fn shift_keys(&mut self, moved: &[(usize, i32)]) -> Result<()> {
+        let hp = &self.model.hparams;
+        let n = moved.len();
+        let idx = Tensor::new(DType::I32, &[n])?.with_name("shift_idx");
+        let delta = Tensor::new(DType::I32, &[n])?.with_name("shift_pos");
+        idx.set_input();
+        delta.set_input();
+        let mut graph = Graph::new();
+        for (il, l) in self.model.layers.iter().enumerate() {
+            let k = &self.kv.k[il];
+            let rows = ops::get_rows(k, &idx)?; // f32 [dk · n_kv_heads, n]
+            let heads = ops::reshape(&rows, &[hp.head_dim_k, hp.n_head_kv, n])?;
+            let p = hp.rope_params_for(il);
+            let rot = match &l.rope_freqs {
+                Some(ff) => ops::rope_ext(&heads, &delta, Some(ff), p)?,
+                None => ops::rope(&heads, &delta, p)?,
+            };
+            let back = ops::reshape(&rot, &[hp.head_dim_k * hp.n_head_kv, n])?;
+            let w = ops::set_rows(k, &back, &idx)?.with_name(format!("k_shift_l{il}"));
+            graph.expand(&w);
+        }
+        self.sched.alloc_graph(&graph)?;
+        let ids: Vec<i32> = moved.iter().map(|&(c, _)| c as i32).collect();
+        idx.write_i32(&ids)?;
+        let d: Vec<i32> = moved.iter().map(|&(_, d)| d).collect();
+        delta.write_i32(&d)?;
+        self.sched.compute(&graph)?;
+        // the decode graph's allocation was replaced
+        self.last = None;
+        Ok(())
+    }
+
+    /// Appends `tokens` at the next positions of sequence 0, in graphs of
+    /// `n_ubatch` tokens, and returns the wanted logits (`n_vocab` per row).
+    /// Graphs whose logits are not wanted are queued without waiting for them.
     pub fn decode(&mut self, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
         if tokens.is_empty() {
             return Err(ModelError::Invalid(
@@ -287,60 +459,192 @@ impl Context {
                 "token id {bad} is out of range (vocabulary of {n_vocab})"
             )));
         }
-        if self.n_past + tokens.len() > self.opts.n_ctx {
+        let n_past = self.n_past();
+        if n_past + tokens.len() > self.opts.n_ctx {
             return Err(ModelError::Invalid(format!(
                 "context full: {} cached + {} new tokens exceed -c {}; use a larger context",
-                self.n_past,
+                n_past,
                 tokens.len(),
                 self.opts.n_ctx
             )));
         }
-        let mut out = Vec::new();
+        let n = tokens.len();
+        let want: Vec<bool> = (0..n)
+            .map(|i| match want {
+                Logits::Last => i + 1 == n,
+                Logits::All => true,
+                Logits::From(k) => i >= k,
+            })
+            .collect();
         let step = self.opts.n_ubatch;
-        let n_chunks = tokens.len().div_ceil(step);
+        let per_chunk = want.chunks(step).map(|c| c.iter().filter(|&&w| w).count());
+        if per_chunk.max().unwrap_or(0) > self.n_outputs_max.max(1) && !self.opts.logits_all {
+            return Err(ModelError::Invalid(
+                "logits of several positions need a context made with logits_all".into(),
+            ));
+        }
+        let at: Vec<(i32, SeqSet)> = (0..n)
+            .map(|i| ((n_past + i) as i32, SeqSet::one(0)))
+            .collect();
+        Ok(self.run(tokens, &at, &want)?.data)
+    }
+
+    /// Decodes a batch of tokens of any sequences (prompt chunks beside
+    /// single decode tokens) and returns the logits it asked for.
+    ///
+    /// The batch is checked first, and a refused batch leaves the cache
+    /// unchanged ([`BatchError`] names the token, sequence or position):
+    /// token ids within the vocabulary; every token in at least one
+    /// sequence, each below [`ContextOptions::n_seq_max`]; positions in
+    /// `0..n_ctx`, each sequence's continuing its cached ones by 1 (any start
+    /// for a sequence with no cells); enough free cells; at most the
+    /// reserved rows of logits per micro-batch. A token of several
+    /// sequences is stored once and attends as its lowest sequence
+    /// (llama.cpp reads its first). If computing fails, the batch's cells
+    /// are freed again.
+    pub fn decode_batch(&mut self, batch: &Batch) -> Result<BatchLogits> {
+        self.check_batch(batch)?;
+        let at: Vec<(i32, SeqSet)> = batch
+            .pos
+            .iter()
+            .zip(&batch.seqs)
+            .map(|(&p, &s)| (p, s))
+            .collect();
+        self.run(&batch.tokens, &at, &batch.logits)
+    }
+
+    fn check_batch(&self, b: &Batch) -> Result<()> {
+        if b.is_empty() {
+            return Err(BatchError::Empty.into());
+        }
+        let n_vocab = self.model.hparams.n_vocab;
+        let n_ctx = self.opts.n_ctx;
+        // each sequence's next position, as the batch goes on
+        let mut next: Vec<Option<i64>> = (0..self.cells.n_seq_max() as SeqId)
+            .map(|s| self.cells.seq_pos_max(s).map(|p| p as i64 + 1))
+            .collect();
+        for i in 0..b.len() {
+            if b.tokens[i] as usize >= n_vocab {
+                return Err(BatchError::TokenOutOfVocab {
+                    index: i,
+                    token: b.tokens[i],
+                    n_vocab,
+                }
+                .into());
+            }
+            if let Some(seq) = b.bad_seq[i] {
+                return Err(BatchError::SeqOutOfRange {
+                    seq,
+                    n_seq_max: self.cells.n_seq_max(),
+                }
+                .into());
+            }
+            if b.seqs[i].is_empty() {
+                return Err(BatchError::NoSequence { index: i }.into());
+            }
+            let pos = b.pos[i] as i64;
+            for s in b.seqs[i].iter() {
+                self.cells.check_seq(s)?;
+                if pos < 0 || pos >= n_ctx as i64 {
+                    return Err(BatchError::PosOutOfRange { seq: s, pos, n_ctx }.into());
+                }
+                let slot = &mut next[s as usize];
+                if let Some(expected) = *slot {
+                    if pos != expected {
+                        return Err(BatchError::PosNotConsecutive {
+                            seq: s,
+                            expected,
+                            got: pos,
+                        }
+                        .into());
+                    }
+                }
+                *slot = Some(pos + 1);
+            }
+        }
+        for chunk in b.logits.chunks(self.opts.n_ubatch) {
+            let wanted = chunk.iter().filter(|&&w| w).count();
+            if wanted > self.n_outputs_max {
+                return Err(BatchError::TooManyOutputs {
+                    wanted,
+                    reserved: self.n_outputs_max,
+                }
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Places the tokens `at` (position, sequences) in free cells and runs
+    /// them in micro-batches; the rows `want` flags are returned.
+    fn run(&mut self, tokens: &[u32], at: &[(i32, SeqSet)], want: &[bool]) -> Result<BatchLogits> {
+        let slots = self.cells.find_slots(at)?;
+        self.cells.apply(at, &slots);
+        let n_vocab = self.model.hparams.n_vocab;
+        let mut out = BatchLogits {
+            n_vocab,
+            rows: Vec::new(),
+            data: Vec::new(),
+        };
+        // Attend over a padded number of cells (see KV_PAD); the padding is masked.
+        let n_kv = padded_kv(self.cells.used_max_p1(), self.opts.n_ctx);
+        let step = self.opts.n_ubatch;
+        let mut result = Ok(());
         for (ci, chunk) in tokens.chunks(step).enumerate() {
             let off = ci * step;
             let n = chunk.len();
-            let rows: Vec<usize> = match want {
-                Logits::Last if ci + 1 == n_chunks => vec![n - 1],
-                Logits::Last => Vec::new(),
-                Logits::All => (0..n).collect(),
-                Logits::From(k) => (k.max(off).min(off + n) - off..n).collect(),
-            };
+            let rows: Vec<usize> = (0..n).filter(|&i| want[off + i]).collect();
             let read = !rows.is_empty();
             let rows = if read { rows } else { vec![n - 1] }; // logits not wanted
-            match self.decode_chunk(chunk, &rows, read) {
-                Ok(logits) => out.extend_from_slice(&logits),
+            let r = self.decode_chunk(
+                chunk,
+                &at[off..off + n],
+                &slots[off..off + n],
+                &rows,
+                read,
+                n_kv,
+            );
+            match r {
+                Ok(logits) => {
+                    if read {
+                        out.rows.extend(rows.iter().map(|&r| off + r));
+                        out.data.extend_from_slice(&logits);
+                    }
+                }
                 Err(e) => {
-                    // queued graphs may still run: let them end before the error
-                    let _ = self.sched.synchronize();
-                    return Err(e);
+                    result = Err(e);
+                    break;
                 }
             }
         }
-        // nothing stays queued past the call (a batch whose logits were not wanted)
-        self.sched.synchronize()?;
+        // nothing stays queued past the call (a batch whose logits were not
+        // wanted), and queued graphs end before an error is returned
+        let synced = self.sched.synchronize();
+        if let Err(e) = result.and(synced.map_err(ModelError::from)) {
+            self.cells.release(&slots);
+            return Err(e);
+        }
         Ok(out)
     }
 
-    /// Decodes one micro-batch; with `read`, waits for it and returns the
-    /// logits of `rows` (ascending indices into the batch), otherwise
-    /// queues it and returns nothing.
-    fn decode_chunk(&mut self, tokens: &[u32], rows: &[usize], read: bool) -> Result<Vec<f32>> {
+    /// Decodes one micro-batch of tokens at `at` in cells `slots`; with
+    /// `read`, waits for it and returns the logits of `rows` (ascending
+    /// indices into the micro-batch), otherwise queues it and returns nothing.
+    fn decode_chunk(
+        &mut self,
+        tokens: &[u32],
+        at: &[(i32, SeqSet)],
+        slots: &[usize],
+        rows: &[usize],
+        read: bool,
+        n_kv: usize,
+    ) -> Result<Vec<f32>> {
         let n = tokens.len();
-        let n_used = self.n_past + n;
-        // Attend over a padded number of cells (see KV_PAD); the padding is masked.
-        let n_kv = padded_kv(n_used, self.opts.n_ctx);
         let shape = BatchShape {
             n_tokens: n,
             n_kv,
             n_outputs: rows.len(),
         };
-        if rows.len() > 1 && !self.opts.logits_all {
-            return Err(ModelError::Invalid(
-                "logits of several positions need a context made with logits_all".into(),
-            ));
-        }
         let t0 = Instant::now();
         let g = match self.last.take() {
             Some(g) if g.shape == shape => g,
@@ -356,18 +660,17 @@ impl Context {
         }
         let t2 = Instant::now();
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        g.tokens.write_i32(&ids)?;
-        let pos: Vec<i32> = (self.n_past..n_used).map(|p| p as i32).collect();
-        g.positions.write_i32(&pos)?;
-        let idx: Vec<u8> = (self.n_past..n_used)
-            .flat_map(|p| (p as i64).to_le_bytes())
-            .collect();
-        g.kv_idx.write_bytes(0, &idx)?;
-        g.write_masks(self.model.hparams.swa.as_ref(), self.n_past)?;
-        if let Some(o) = &g.out_ids {
-            let ids: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
-            o.write_i32(&ids)?;
-        }
+        let pos: Vec<i32> = at.iter().map(|&(p, _)| p).collect();
+        let out_ids: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
+        g.write_inputs(
+            &ids,
+            &pos,
+            slots,
+            &out_ids,
+            &self.cells,
+            at,
+            self.model.hparams.swa.as_ref(),
+        )?;
         let t3 = Instant::now();
         let k0 = self.clock.elapsed();
         self.sched.compute_async(&g.graph)?;
@@ -376,7 +679,6 @@ impl Context {
         }
         let t4 = Instant::now();
         let kernels = self.clock.elapsed().saturating_sub(k0);
-        self.n_past = n_used;
         let logits = if read {
             g.logits.to_f32_vec()?
         } else {

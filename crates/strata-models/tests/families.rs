@@ -18,8 +18,8 @@ use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, ModelError, PlacementSpec,
 };
 use tiny_models::{
-    configs, load, load_err, metadata_key, set_meta, write, write_with, Config, Edit, Fam, LayerW,
-    QkvRows, Weights, N_VOCAB,
+    add_tensor, assert_tensor_errors, configs, drop_tensor, load, load_err, metadata_key, set_meta,
+    shrink_tensor, write, write_with, Config, Edit, Fam, LayerW, QkvRows, Weights, N_VOCAB,
 };
 
 // ---------------------------------------------------------------- reference
@@ -258,6 +258,8 @@ fn run(model: &Arc<Model>, attention: Attention, prompt: &[u32]) -> Vec<Vec<f32>
             n_threads: 2,
             attention,
             logits_all: true,
+            n_seq_max: 1,
+            batch_invariant: false,
         },
     )
     .unwrap();
@@ -613,29 +615,7 @@ fn rope_scaling_keys_set_the_rope_parameters() {
 fn bad_tensors_name_the_tensor() {
     let all = configs();
     let (llama, qwen2, qwen3) = (&all[0], &all[2], &all[4]);
-    let drop = |name: &'static str| {
-        move |p: &mut tiny_models::Parts| p.tensors.retain(|(n, _, _)| n != name)
-    };
-    let add = |name: &'static str, shape: Vec<usize>| {
-        move |p: &mut tiny_models::Parts| {
-            let n = shape.iter().product();
-            p.tensors
-                .push((name.to_string(), shape.clone(), vec![1.0; n]));
-        }
-    };
-    let reshape = |name: &'static str| {
-        move |p: &mut tiny_models::Parts| {
-            for (n, shape, data) in &mut p.tensors {
-                if n == name && shape.len() == 1 {
-                    data.pop();
-                    shape[0] -= 1;
-                } else if n == name {
-                    data.truncate(data.len() - shape[0]);
-                    shape[1] -= 1;
-                }
-            }
-        }
-    };
+    let (drop, add, reshape) = (drop_tensor, add_tensor, shrink_tensor);
     let cases: Vec<(&Config, &str, Box<Edit>)> = vec![
         (
             qwen3,
@@ -668,14 +648,7 @@ fn bad_tensors_name_the_tensor() {
             Box::new(add("output.bias", vec![N_VOCAB])),
         ),
     ];
-    for (cfg, name, mut edit) in cases {
-        let e = load_err(cfg, &mut *edit);
-        assert!(
-            matches!(&e, ModelError::Tensor { name: n, .. } if n == name),
-            "{} {name}: {e}",
-            cfg.name
-        );
-    }
+    assert_tensor_errors(cases);
 }
 
 // ---------------------------------------------------------------- gemma

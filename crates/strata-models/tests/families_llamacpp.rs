@@ -84,6 +84,8 @@ fn tiny_family_models_match_llamacpp() {
                         n_threads: 2,
                         attention,
                         logits_all: false,
+                        n_seq_max: 1,
+                        batch_invariant: false,
                     },
                 )
                 .unwrap();
@@ -155,6 +157,8 @@ fn long_kl(bytes: &[u8], tokens: &[u32], want: &[f32]) -> f64 {
             n_threads: 2,
             attention: Attention::Flash,
             logits_all: false,
+            n_seq_max: 1,
+            batch_invariant: false,
         },
     )
     .unwrap();

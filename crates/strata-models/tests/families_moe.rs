@@ -47,6 +47,8 @@ fn context(model: &Arc<Model>, n_batch: usize) -> Context {
             n_threads: 2,
             attention: Attention::Flash,
             logits_all: true,
+            n_seq_max: 1,
+            batch_invariant: false,
         },
     )
     .unwrap()

@@ -159,6 +159,8 @@ fn check_prompts(name: &str, model: &Arc<Model>, layout: &str, max_kl: f64) {
             n_threads: 2,
             attention: Attention::Flash,
             logits_all: false,
+            n_seq_max: 1,
+            batch_invariant: false,
         },
     )
     .unwrap();

@@ -87,6 +87,8 @@ fn context_ub(
             n_threads: threads,
             attention,
             logits_all: false,
+            n_seq_max: 1,
+            batch_invariant: false,
         },
     )
     .unwrap()

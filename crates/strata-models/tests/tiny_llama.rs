@@ -222,6 +222,8 @@ fn ctx(model: &Arc<Model>, attention: Attention, threads: usize) -> Context {
             n_threads: threads,
             attention,
             logits_all: true,
+            n_seq_max: 1,
+            batch_invariant: false,
         },
     )
     .unwrap()

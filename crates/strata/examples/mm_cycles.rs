@@ -5,7 +5,9 @@
 //! thread at the AVX2 level, or the detected level where AVX2 is missing,
 //! or the level `STRATA_ISA` names when it is set).
 //! Prints five samples of ITERS iterations and their minimum, which is the
-//! figure to compare between builds (PERFORMANCE.md).
+//! figure to compare between builds (PERFORMANCE.md), then the cache sizes
+//! the matmul blocked for: the host's, or as `STRATA_CACHE` forces them
+//! (e.g. `STRATA_CACHE=l1d=32K,l2=512K,l3=32M` blocks as on AMD Zen 3).
 
 use std::sync::Arc;
 use strata::backend::{alloc_tensors, Backend, Buffer};
@@ -55,6 +57,8 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         "{t} {m}x{k}x{n}: best {best:.3} ms/iter on-CPU ({})",
         all.join(" ")
     );
+    println!("  caches: {}", strata::isa::cache::detection());
+    println!("  {:?}", strata::isa::cache::Blocking::detected());
     drop(bufs);
     Ok(())
 }

@@ -23,6 +23,7 @@ use strata::ops;
 use strata::{DType, Graph, Tensor};
 
 use super::blocks::{self, named, AttnInputs};
+use crate::cells::{Cells, SeqSet};
 use crate::kv::KvCache;
 use crate::model::{Model, Swa};
 use crate::{ModelError, Result};
@@ -73,47 +74,97 @@ pub struct BatchGraph {
 }
 
 impl BatchGraph {
-    /// Writes the mask inputs for this batch's tokens at positions
-    /// `n_past..` (cache cell j holds position j): 0 where the token at p
-    /// may see cell j (j <= p; in the sliding-window mask also inside the
-    /// window `swa` gives), -inf elsewhere.
-    pub fn write_masks(&self, swa: Option<&Swa>, n_past: usize) -> Result<()> {
-        write_mask(&self.mask, &self.shape, n_past, |_, _| false)?;
-        if let (Some(m), Some(swa)) = (&self.mask_swa, swa) {
-            write_mask(m, &self.shape, n_past, |j, p| swa.is_masked(j, p))?;
+    /// Writes this micro-batch's inputs: token ids, positions, the cells
+    /// `slots` its tokens go to, the output rows, and the masks from the
+    /// cells (which must already hold the micro-batch's tokens `at`). An
+    /// input no node of the graph reads (the global mask when every layer
+    /// slides, say) has no buffer and is skipped, as llama.cpp skips it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_inputs(
+        &self,
+        tokens: &[i32],
+        positions: &[i32],
+        slots: &[usize],
+        out_ids: &[i32],
+        cells: &Cells,
+        at: &[(i32, SeqSet)],
+        swa: Option<&Swa>,
+    ) -> Result<()> {
+        if is_used(&self.tokens) {
+            self.tokens.write_i32(tokens)?;
+        }
+        if is_used(&self.positions) {
+            self.positions.write_i32(positions)?;
+        }
+        if is_used(&self.kv_idx) {
+            let idx: Vec<u8> = slots
+                .iter()
+                .flat_map(|&c| (c as i64).to_le_bytes())
+                .collect();
+            self.kv_idx.write_bytes(0, &idx)?;
+        }
+        if let Some(o) = self.out_ids.as_ref().filter(|o| is_used(o)) {
+            o.write_i32(out_ids)?;
+        }
+        if is_used(&self.mask) {
+            write_mask(&self.mask, &self.shape, cells, at, |_, _| false)?;
+        }
+        if let (Some(m), Some(swa)) = (self.mask_swa.as_ref().filter(|m| is_used(m)), swa) {
+            write_mask(m, &self.shape, cells, at, |j, p| swa.is_masked(j, p))?;
         }
         Ok(())
     }
 }
 
-/// One mask input: see [`BatchGraph::write_masks`]; f16 or f32 as `t` is.
+/// True when the scheduler gave `t` storage, i.e. some node reads it.
+fn is_used(t: &Tensor) -> bool {
+    t.is_allocated()
+}
+
+/// One mask input `[n_kv, n_tokens]`: 0 where token `i` (at `at[i]`) may see
+/// cell `j` (the cell holds the token's lowest sequence at a position not
+/// after the token's, and `masked(cell_pos, pos)` is false), -inf elsewhere;
+/// f16 or f32 as `t` is.
 fn write_mask(
     t: &Tensor,
     shape: &BatchShape,
-    n_past: usize,
+    cells: &Cells,
+    at: &[(i32, SeqSet)],
     masked: impl Fn(usize, usize) -> bool,
 ) -> Result<()> {
     let n_kv = shape.n_kv;
-    let mut mask = Vec::with_capacity(shape.n_tokens * n_kv);
-    for i in 0..shape.n_tokens {
-        let p = n_past + i;
-        mask.extend((0..n_kv).map(|j| {
-            if j <= p && !masked(j, p) {
-                0.0f32
-            } else {
-                f32::NEG_INFINITY
-            }
-        }));
-    }
+    let visible = |&(p, set): &(i32, SeqSet), j: usize| {
+        let s = set.first();
+        let pj = cells.pos(j);
+        !cells.is_free(j)
+            && s.is_some_and(|s| cells.seqs(j).contains(s))
+            && pj <= p
+            && !masked(pj as usize, p as usize)
+    };
     match t.dtype() {
         DType::F16 => {
-            let b: Vec<u8> = mask
-                .iter()
-                .flat_map(|&x| f16::from_f32(x).to_le_bytes())
-                .collect();
+            const NEG_INF: [u8; 2] = f16::NEG_INFINITY.to_bits().to_le_bytes();
+            let mut b = Vec::with_capacity(shape.n_tokens * n_kv * 2);
+            for tok in at.iter().take(shape.n_tokens) {
+                for j in 0..n_kv {
+                    b.extend_from_slice(if visible(tok, j) { &[0, 0] } else { &NEG_INF });
+                }
+            }
             t.write_bytes(0, &b)?;
         }
-        _ => t.write_f32(&mask)?,
+        _ => {
+            let mut m = Vec::with_capacity(shape.n_tokens * n_kv);
+            for tok in at.iter().take(shape.n_tokens) {
+                m.extend((0..n_kv).map(|j| {
+                    if visible(tok, j) {
+                        0.0
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                }));
+            }
+            t.write_f32(&m)?;
+        }
     }
     Ok(())
 }

@@ -27,6 +27,9 @@ mod pool;
 mod steps;
 #[cfg(test)]
 mod steps_tests;
+// Public for the kernel tests and the `swiglu_cycles` probe, not part of
+// the API: the CPU backend's element-wise kernels call it.
+#[doc(hidden)]
 pub mod vector;
 mod view;
 
@@ -36,13 +39,17 @@ use std::time::{Duration, Instant};
 
 pub use buffer::{cpu_buffer_type, HostBuffer, HostBufferType, HOST_ALIGNMENT, LAZY_COMMIT_MIN};
 pub use packed_buffer::{packed_buffer_type, PackedBuffer, PackedBufferType};
-pub use pool::{ThreadPool, WorkerCtx, MAX_THREADS};
+pub use pool::{
+    available_cores, default_poll, set_default_poll, Poll, PoolConfig, ThreadPool, WorkerCtx,
+    MAX_THREADS,
+};
 pub use view::TView;
 
 use crate::backend::{
     Backend, BufferType, Device, DeviceMemory, DeviceProvider, DeviceType, GraphPlan,
 };
 use crate::graph::Graph;
+use crate::isa::cache::{self, CacheSizes};
 use crate::isa::{self, Isa};
 use crate::tensor::{Tensor, MAX_SRC};
 use crate::{Error, Result};
@@ -100,9 +107,10 @@ pub fn cpu_model() -> String {
         .unwrap_or_else(|| std::env::consts::ARCH.to_string())
 }
 
-/// Number of threads used when none is given: the machine's parallelism.
+/// Number of threads used when none is given: the cores available to this
+/// process ([`available_cores`]: its affinity mask and cgroup quota).
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    available_cores()
 }
 
 impl Device for CpuDevice {
@@ -167,6 +175,10 @@ pub struct CpuBackend {
     profile: Option<Profile>,
     /// Print the profile to stderr when dropped (`STRATA_PROFILE` set).
     print_profile: bool,
+    /// Batch-invariant attention ([`CpuBackend::set_batch_invariant`]).
+    batch_invariant: bool,
+    /// The cache sizes the matmuls block for ([`CpuBackend::set_cache_sizes`]).
+    caches: CacheSizes,
 }
 
 /// Time per kind of step: the op and the weight types of its nodes.
@@ -207,7 +219,7 @@ struct PlanCache {
     plans: Vec<(usize, NodePlan)>,
     /// Storage owners the graph writes.
     written: crate::graph::IdSet<u64>,
-    /// Thread count `works` was sized for.
+    /// Share count (`WorkerCtx::shares`) `works` was sized for.
     nth: usize,
     /// Work memory of each plan for `nth` threads (a step's members share
     /// the largest).
@@ -280,17 +292,17 @@ impl KernelClock {
 
 impl CpuBackend {
     /// A CPU backend configured by an init string's parameters (`CPU:PARAMS`,
-    /// see [`crate::backend::Registry::backend_from_spec`]): `threads=N` and
-    /// `isa=LEVEL` (scalar, avx2, avxvnni, avx512, vnni, amx, neon), comma-separated, e.g.
-    /// `threads=2,isa=avx2`; empty gives [`CpuBackend::new`] with the default
-    /// thread count.
+    /// see [`crate::backend::Registry::backend_from_spec`]): `threads=N`,
+    /// `isa=LEVEL` (scalar, avx2, avxvnni, avx512, vnni, amx, neon) and
+    /// `poll=0..100` ([`Poll`]), comma-separated, e.g. `threads=2,isa=avx2`;
+    /// empty gives [`CpuBackend::new`] with the default thread count.
     pub fn from_params(params: &str) -> Result<CpuBackend> {
         let mut be = CpuBackend::new(default_threads());
         for kv in params.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let bad = |why: &str| Error::BadValue {
                 arg: "CPU init parameter".into(),
                 value: format!("'{kv}'"),
-                expected: format!("threads=N or isa=LEVEL ({why})"),
+                expected: format!("threads=N, isa=LEVEL or poll=0..100 ({why})"),
             };
             match kv.split_once('=') {
                 Some(("threads", n)) => {
@@ -304,16 +316,27 @@ impl CpuBackend {
                     let isa: Isa = level.parse().map_err(|_| bad("unknown level"))?;
                     be.set_isa(isa)?;
                 }
+                Some(("poll", level)) => {
+                    let poll: Poll = level.parse().map_err(|_| bad("a level from 0 to 100"))?;
+                    be.set_poll(poll);
+                }
                 _ => return Err(bad("unknown parameter")),
             }
         }
         Ok(be)
     }
 
-    /// A CPU backend with `n_threads` threads (at least 1).
+    /// A CPU backend computing for `n_threads` threads (1 to
+    /// [`MAX_THREADS`], clamped), at the [`default_poll`] level. It runs
+    /// them on at most [`available_cores`] OS threads: past that, the work
+    /// is still divided into `n_threads` shares, which the threads take in
+    /// turn, so results are those of `n_threads` threads (only split-KV
+    /// attention's depend on the count) and the speed that of the cores
+    /// (threads beyond the cores would only wait for each other at every
+    /// op). [`CpuBackend::set_pool_threads`] chooses another number.
     pub fn new(n_threads: usize) -> CpuBackend {
         CpuBackend {
-            pool: ThreadPool::new(n_threads),
+            pool: ThreadPool::with_config(PoolConfig::on_available_cores(n_threads)),
             work: Vec::new(),
             abort: None,
             max_work: None,
@@ -324,6 +347,8 @@ impl CpuBackend {
             plan_resolutions: 0,
             profile: None,
             print_profile: false,
+            batch_invariant: false,
+            caches: cache::detected(),
         }
         .with_env_profiling()
     }
@@ -375,6 +400,37 @@ impl CpuBackend {
         self.isa
     }
 
+    /// With `on`, FLASH_ATTN_EXT computes every query row by the one-chunk
+    /// algorithm (one pass over the row's unmasked keys in cell order), for
+    /// every batch shape: a row's result then depends only on its own query
+    /// and the keys it sees, not on the other rows of the batch, the cells'
+    /// offsets, the number of cells attended to or the thread count. Off
+    /// (the default), the path follows the shapes as ggml's does: the
+    /// tiled path for 64 rows or more, split-KV for one row over 512 keys
+    /// or more, whose bits depend on the batch (see `cpu::ops::attn`).
+    pub fn set_batch_invariant(&mut self, on: bool) {
+        self.batch_invariant = on;
+    }
+
+    /// Whether attention is batch-invariant ([`CpuBackend::set_batch_invariant`]).
+    pub fn batch_invariant(&self) -> bool {
+        self.batch_invariant
+    }
+
+    /// Blocks the matmuls (the float GEMM's column passes, the packed
+    /// quantized matmul's column blocks) for caches of these sizes instead
+    /// of the host's ([`cache::detected`], `STRATA_CACHE` included). The
+    /// blocking only groups work ([`cache::Blocking`]): results are
+    /// bit-identical for any sizes.
+    pub fn set_cache_sizes(&mut self, caches: CacheSizes) {
+        self.caches = caches;
+    }
+
+    /// The cache sizes the matmuls block for ([`CpuBackend::set_cache_sizes`]).
+    pub fn cache_sizes(&self) -> CacheSizes {
+        self.caches
+    }
+
     /// Runs the SIMD kernels at level `isa` (e.g. [`Isa::Scalar`] to compare
     /// with the reference in one process).
     ///
@@ -392,16 +448,66 @@ impl CpuBackend {
         Ok(())
     }
 
-    /// Number of threads.
+    /// Number of threads the results are computed for (`-t`; see
+    /// [`CpuBackend::new`]).
     pub fn n_threads(&self) -> usize {
+        self.pool.shares()
+    }
+
+    /// Number of OS threads in the pool (the caller's included): at most
+    /// [`CpuBackend::n_threads`]. A graph may run on fewer of them (see
+    /// [`CpuBackend::set_adaptive`]).
+    pub fn pool_threads(&self) -> usize {
         self.pool.n_threads()
     }
 
-    /// Changes the number of threads (restarts the pool).
+    /// Changes the number of threads as [`CpuBackend::new`] takes it
+    /// (restarts the pool, of at most [`available_cores`] OS threads).
     pub fn set_n_threads(&mut self, n_threads: usize) {
-        if n_threads.max(1) != self.pool.n_threads() {
-            self.pool = ThreadPool::new(n_threads);
+        let n = n_threads.clamp(1, MAX_THREADS);
+        let threads = n.min(available_cores());
+        let c = self.pool.config();
+        if (n, threads) != (c.shares, c.threads) {
+            self.pool = ThreadPool::with_config(PoolConfig {
+                threads,
+                shares: n,
+                ..c
+            });
         }
+    }
+
+    /// Runs the [`CpuBackend::n_threads`] shares on a pool of `threads` OS
+    /// threads (clamped to 1..=n_threads; restarts the pool), e.g. more than
+    /// the available cores to measure oversubscription. Results do not change.
+    pub fn set_pool_threads(&mut self, threads: usize) {
+        let c = self.pool.config();
+        let threads = threads.clamp(1, c.shares);
+        if threads != c.threads {
+            self.pool = ThreadPool::with_config(PoolConfig { threads, ..c });
+        }
+    }
+
+    /// Whether a graph may run on fewer of the pool's threads while that is
+    /// faster (on by default; restarts the pool when it changes): when
+    /// another process keeps descheduling the pool's threads, so that they
+    /// keep waiting for each other at every op (see [`PoolConfig::adaptive`]).
+    /// Results do not change.
+    pub fn set_adaptive(&mut self, on: bool) {
+        let c = self.pool.config();
+        if on != c.adaptive {
+            self.pool = ThreadPool::with_config(PoolConfig { adaptive: on, ..c });
+        }
+    }
+
+    /// How long the threads spin before they sleep when they wait.
+    pub fn poll(&self) -> Poll {
+        self.pool.poll()
+    }
+
+    /// Changes how long the threads spin before they sleep when they wait
+    /// (llama.cpp's `--poll`; [`default_poll`] unless changed).
+    pub fn set_poll(&mut self, poll: Poll) {
+        self.pool.set_poll(poll);
     }
 
     /// Sets (or clears) the abort callback, asked after every node.
@@ -443,7 +549,9 @@ impl CpuBackend {
     /// afresh. Data-dependent checks (row indices) run every time.
     fn plan(&mut self, graph: &Graph) -> Result<&PlanCache> {
         graph.storage_key(&mut self.key);
-        let nth = self.pool.n_threads();
+        // Work memory is sized per share: split-KV attention keeps one
+        // partial per share (`WorkerCtx::shares`).
+        let nth = self.pool.shares();
         let hit = self
             .cache
             .as_ref()
@@ -461,7 +569,7 @@ impl CpuBackend {
     /// Runs resolved plans (sized for `cache.nth` threads when that is the
     /// pool's count, re-sized otherwise).
     fn run(&mut self, cache: &PlanCache) -> Result<()> {
-        let nth = self.pool.n_threads();
+        let nth = self.pool.shares();
         let resized: Vec<WorkSize>;
         let works = if cache.nth == nth {
             &cache.works
@@ -490,6 +598,8 @@ impl CpuBackend {
         let aborted = AtomicBool::new(false);
         let abort = self.abort.as_ref();
         let isa = self.isa;
+        let invariant = self.batch_invariant;
+        let blocking = cache::Blocking::for_caches(self.caches);
         let t0 = Instant::now();
         let times: Vec<AtomicU64> = if self.profile.is_some() {
             cache.steps.iter().map(|_| AtomicU64::new(0)).collect()
@@ -499,7 +609,9 @@ impl CpuBackend {
         let ok = self.pool.run(&|w| {
             let mut last = Instant::now();
             for (si, step) in cache.steps.iter().enumerate() {
-                let ctx = Ctx::new(w, wdata_addr as *mut u8, works[step.start], isa);
+                let mut ctx = Ctx::new(w, wdata_addr as *mut u8, works[step.start], isa);
+                ctx.batch_invariant = invariant;
+                ctx.blocking = blocking;
                 let members = &plans[step.clone()];
                 if let [(_, plan)] = members {
                     ops::forward(plan, &ctx);
@@ -675,7 +787,7 @@ impl Backend for CpuBackend {
     fn graph_plan_create(&mut self, graph: &Graph) -> Result<GraphPlan> {
         let mut key = Vec::new();
         graph.storage_key(&mut key);
-        let cache = PlanCache::new(graph, key, self.pool.n_threads())?;
+        let cache = PlanCache::new(graph, key, self.pool.shares())?;
         Ok(GraphPlan::new(
             graph.clone(),
             self.name(),

@@ -95,3 +95,57 @@ fn a_view_follows_its_base_storage() {
     assert_eq!(be.plan_resolutions(), 2);
     assert_eq!(y.to_f32_vec().unwrap(), vec![15.0, 18.0]);
 }
+
+/// Issue 47: the backend computes for the thread count asked (`n_threads`)
+/// on at most the available cores (`pool_threads`); the poll level is
+/// kept across pool restarts; the init string takes `poll=`.
+#[test]
+fn thread_counts_above_the_cores_run_on_the_cores() {
+    use super::{available_cores, Poll, MAX_THREADS};
+    let cores = available_cores();
+    let mut cpu = CpuBackend::new(cores + 6);
+    assert_eq!(cpu.n_threads(), cores + 6);
+    assert_eq!(cpu.pool_threads(), cores);
+    cpu.set_poll(Poll::NONE);
+    cpu.set_n_threads(10_000);
+    assert_eq!(
+        (cpu.n_threads(), cpu.pool_threads(), cpu.poll()),
+        (MAX_THREADS, cores.min(MAX_THREADS), Poll::NONE)
+    );
+    cpu.set_pool_threads(usize::MAX);
+    assert_eq!(cpu.pool_threads(), MAX_THREADS);
+    cpu.set_n_threads(3);
+    assert_eq!((cpu.n_threads(), cpu.pool_threads()), (3, cores.min(3)));
+    cpu.set_pool_threads(0);
+    assert_eq!(cpu.pool_threads(), 1);
+    assert_eq!(CpuBackend::new(0).n_threads(), 1);
+
+    // The same graph gives the same values at every split, and its work
+    // memory follows the share count.
+    let (g, _x, y, _b) = small_graph();
+    let mut want = None;
+    for (n, active, adaptive) in [(1, 1, true), (64, 2, true), (64, 64, false), (5, 1, true)] {
+        let mut cpu = CpuBackend::new(n);
+        cpu.set_pool_threads(active);
+        cpu.set_adaptive(adaptive);
+        assert_eq!(cpu.pool_threads(), active);
+        cpu.graph_compute(&g).unwrap();
+        let got = y.to_f32_vec().unwrap();
+        assert_eq!(got, *want.get_or_insert_with(|| got.clone()));
+    }
+    assert_eq!(want.unwrap(), vec![3.0, 5.0, 7.0, 9.0]);
+
+    let cpu = CpuBackend::from_params("threads=2,poll=0").unwrap();
+    assert_eq!((cpu.n_threads(), cpu.poll()), (2, Poll::NONE));
+    assert_eq!(
+        CpuBackend::from_params("").unwrap().poll(),
+        super::default_poll()
+    );
+    for bad in ["poll=101", "poll=x", "poll=-1"] {
+        let e = CpuBackend::from_params(bad)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("poll=0..100"), "{e}");
+    }
+}

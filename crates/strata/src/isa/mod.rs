@@ -12,12 +12,13 @@
 //!
 //! The f32 vector kernels (vector math, float GEMM, attention) are written
 //! once over the lane abstraction of `x86` (x86-64 only) and instantiated
-//! per level; [`Isa::f32_level`] is the one map from a level to the lanes
+//! per level; `Isa::f32_level` is the one map from a level to the lanes
 //! this CPU runs, and `simd!` the one dispatch on it.
 
 use crate::{Error, Result};
 use std::sync::OnceLock;
 
+pub mod cache;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 

@@ -11,7 +11,8 @@
 //! barrier.
 //!
 //! The products are then computed in units of one 16-row group × a block of
-//! columns (wide enough to keep the activations of a block in L2, narrow
+//! columns (as wide as keeps the activations of a block in an eighth of L2,
+//! from the cache sizes detected at run time, `isa::cache::Blocking`; narrow
 //! enough to give every thread work): for each unit the tile kernel runs
 //! over 8 columns at a time (the weight chunk decoded once per 8 columns,
 //! accumulators in registers across K); for token generation (one column)
@@ -39,10 +40,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Most MUL_MATs [`forward_many`] runs as one (the CPU backend's steps hold
 /// at most this many).
 pub(crate) const MAX_NODES: usize = 8;
-
-/// Bytes of prepared activations per column block (kept in L2 while the
-/// weight groups stream past).
-const ACT_BLOCK_BYTES: usize = 256 << 10;
 
 /// `Some(supported)` when `t`'s weight is packed (this path decides), `None`
 /// when it is not (the unpacked path decides).
@@ -200,6 +197,7 @@ pub(super) fn forward_many(nodes: &[&NodePlan], ctx: &Ctx<'_>) {
     let width = column_block(
         n_plane,
         col_bytes,
+        ctx.blocking.packed_act_bytes,
         planes * all_groups,
         ctx.w.nth.max(1),
         align,
@@ -323,11 +321,21 @@ pub(super) fn claims<'a>(
     .flatten()
 }
 
-/// Width of the column blocks: as many columns as keep [`ACT_BLOCK_BYTES`]
-/// of activations, fewer when `units` (groups × planes) would leave a thread
+/// Width of the column blocks: as many columns as keep `act_bytes` of
+/// activations ([`Blocking::packed_act_bytes`], an eighth of L2 up to
+/// 256 KiB), fewer when `units` (groups × planes) would leave a thread
 /// idle; a multiple of the tile width when there are several blocks.
-fn column_block(n: usize, col_bytes: usize, units: usize, nth: usize, align: usize) -> usize {
-    let cache = (ACT_BLOCK_BYTES / col_bytes.max(1)).max(align);
+///
+/// [`Blocking::packed_act_bytes`]: crate::isa::cache::Blocking::packed_act_bytes
+fn column_block(
+    n: usize,
+    col_bytes: usize,
+    act_bytes: usize,
+    units: usize,
+    nth: usize,
+    align: usize,
+) -> usize {
+    let cache = (act_bytes / col_bytes.max(1)).max(align);
     let mut blocks = n.div_ceil(cache);
     if units * blocks < 2 * nth {
         blocks = (2 * nth).div_ceil(units).min(n.div_ceil(Kernels::NR));
@@ -374,5 +382,32 @@ fn fallback(
             *o = dot(k, x, y);
         }
         store(c, &out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::column_block;
+    use crate::isa::cache::{Blocking, CacheSizes};
+
+    #[test]
+    fn column_blocks_follow_the_l2() {
+        let act = |l2: usize| {
+            Blocking::for_caches(CacheSizes {
+                l2,
+                ..CacheSizes::DEFAULT
+            })
+            .packed_act_bytes
+        };
+        // Q8_0 activations: 40 bytes a block of 32; SmolLM2's shapes, a
+        // pp512 batch, 2 threads, the 16-column wide tiles.
+        // K = 1536 (ffn_down, 36 groups of 576 rows): 1920 bytes a column.
+        assert_eq!(column_block(512, 1920, act(2 << 20), 36, 2, 16), 128);
+        assert_eq!(column_block(512, 1920, act(512 << 10), 36, 2, 16), 32);
+        // K = 576 (ffn_up / gate, 96 groups): 720 bytes a column.
+        assert_eq!(column_block(512, 720, act(2 << 20), 96, 2, 16), 256);
+        assert_eq!(column_block(512, 720, act(512 << 10), 96, 2, 16), 96);
+        // larger caches keep the 2 MiB block
+        assert_eq!(column_block(512, 1920, act(32 << 20), 36, 2, 16), 128);
     }
 }

@@ -67,6 +67,12 @@ pub(crate) struct Ctx<'a> {
     pub isa: crate::isa::Isa,
     /// Whether this thread's scratch has been handed out for the current node.
     pub scratch_taken: std::cell::Cell<bool>,
+    /// Attention takes the one-chunk path for every shape
+    /// (`CpuBackend::set_batch_invariant`).
+    pub batch_invariant: bool,
+    /// The matmuls' blocking, from the backend's cache sizes
+    /// (`CpuBackend::set_cache_sizes`; the host's by default).
+    pub blocking: crate::isa::cache::Blocking,
 }
 
 impl<'a> Ctx<'a> {
@@ -83,6 +89,8 @@ impl<'a> Ctx<'a> {
             work,
             isa,
             scratch_taken: std::cell::Cell::new(false),
+            batch_invariant: false,
+            blocking: crate::isa::cache::Blocking::detected(),
         }
     }
 

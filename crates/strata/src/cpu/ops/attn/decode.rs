@@ -1,36 +1,49 @@
 //! The split-KV path of FLASH_ATTN_EXT: one query row decoded against many
-//! keys, the keys split across threads and their partials merged.
+//! keys, the keys split into chunks and their partials merged.
+//!
+//! The keys are cut into one chunk per *share* ([`crate::cpu::WorkerCtx::shares`],
+//! the thread count the results are defined for), each chunk's partial kept
+//! in that share's part of the work memory; the threads take the shares
+//! round-robin (one each when there are as many threads as shares). The
+//! arithmetic of a chunk and the merge order do not depend on which thread
+//! runs what, so the result depends on the share count only.
 
 use super::*;
 
-/// Pointer to thread `j`'s per-thread work memory: the layout of
+/// Pointer to share `j`'s per-thread work memory: the layout of
 /// [`Ctx::scratch_f32`] (shared part, then one 64-byte aligned part per
-/// thread), which the split-KV path addresses directly because threads read
+/// share), which the split-KV path addresses directly because threads read
 /// each other's partials after the barrier.
 fn thread_area(ctx: &Ctx<'_>, j: usize) -> *mut f32 {
-    assert!(j < ctx.w.nth);
+    assert!(j < ctx.w.shares.max(ctx.w.nth));
     let per = crate::backend::align_up(ctx.work.per_thread, 64);
     let off = crate::backend::align_up(ctx.work.shared, 64) + per * j;
-    // SAFETY: the work buffer holds WorkSize::total(nth) bytes: the shared
-    // part and nth per-thread parts of `per` bytes; `off` is the start of part j.
+    // SAFETY: the work buffer holds WorkSize::total(shares) bytes (the CPU
+    // backend sizes it per share, at least one per thread): the shared part
+    // and a per-thread part of `per` bytes per share; `off` is the start of part j.
     unsafe { ctx.wdata.add(off).cast::<f32>() }
 }
 
 /// The split-KV path (decoding one row against many keys).
 pub(super) fn split_kv<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
     let (nth, ith) = (ctx.w.nth, ctx.w.ith);
+    let shares = ctx.w.shares.max(nth);
     let (n_head, dv) = (p.n_head, p.dv);
-    let chunk = p.n_kv.div_ceil(nth);
-    let (c0, c1) = ((ith * chunk).min(p.n_kv), ((ith + 1) * chunk).min(p.n_kv));
+    let chunk = p.n_kv.div_ceil(shares);
     let stride = 2 + dv;
     let n_part = partial_floats(n_head, dv);
     let own_len = n_part + one_chunk_floats(p.d, dv, p.n_kv);
     debug_assert!(own_len * 4 <= ctx.work.per_thread);
-    {
-        // SAFETY: this thread's part of the work buffer (thread_area), at
-        // least own_len f32 (work_size); no other thread touches it before
-        // the barrier below, and this slice is dropped before it.
-        let own = unsafe { std::slice::from_raw_parts_mut(thread_area(ctx, ith), own_len) };
+    for share in ctx.w.my_shares() {
+        let (c0, c1) = (
+            (share * chunk).min(p.n_kv),
+            ((share + 1) * chunk).min(p.n_kv),
+        );
+        // SAFETY: this share's part of the work buffer (thread_area), at
+        // least own_len f32 (work_size); only this thread takes the share,
+        // nobody else touches it before the barrier below, and this slice
+        // is dropped before it.
+        let own = unsafe { std::slice::from_raw_parts_mut(thread_area(ctx, share), own_len) };
         let (parts, scratch) = own.split_at_mut(n_part);
         let (dp, dvp, mp) = (pad(p.d), pad(dv), pad(p.n_kv));
         let (mut qs, rest) = split_group(scratch, dp);
@@ -74,12 +87,13 @@ pub(super) fn split_kv<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
     for h in (ith..n_head).step_by(nth) {
         let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
         out.fill(0.0);
-        for j in 0..nth {
+        for j in 0..shares {
             if j * chunk >= p.n_kv {
                 continue;
             }
-            // SAFETY: thread j wrote its partials before the barrier; every
-            // thread only reads them now, until the node's closing barrier.
+            // SAFETY: share j's thread wrote its partials before the
+            // barrier; every thread only reads them now, until the node's
+            // closing barrier.
             let part =
                 unsafe { std::slice::from_raw_parts(thread_area(ctx, j).add(h * stride), stride) };
             let (mc, sc) = (part[0], part[1]);

@@ -21,7 +21,9 @@
 //!   an f32 accumulator. Soft-capping is `softcap·tanh(s·scale/softcap)`.
 //! * **Split-KV** ([`Path::SplitKv`], one query row, `ne3 == 1`, K and V of one
 //!   type, at least [`SPLIT_KV_MIN`] keys): the keys are cut into `nth` equal
-//!   chunks (`ceil(n_kv / nth)`, nth = the thread count); each thread runs the
+//!   chunks (`ceil(n_kv / nth)`, nth = the thread count asked for, `-t`:
+//!   `WorkerCtx::shares`, also when the CPU backend runs fewer OS threads than
+//!   that, which then take the chunks in turn); each thread runs the
 //!   one-chunk algorithm over its chunk for every head and leaves the partial
 //!   (max, sum, unnormalized f32 accumulator) in its work memory; after a
 //!   barrier the partials of each head are merged by log-sum-exp (chunks with
@@ -201,6 +203,8 @@ impl TileLayout {
 pub(super) fn work_size(node: &NodePlan) -> WorkSize {
     let (q, k, v) = (node.src(0), node.src(1), node.src(2));
     let (d, dv, n_kv) = (q.ne[0], v.ne[0], k.ne[1]);
+    // Every path's size is at least the one-chunk path's: a batch-invariant
+    // backend takes that path for every shape (`Ctx::batch_invariant`).
     match choose_path(q.ne, k.dtype, v.dtype, n_kv) {
         // Partials first, then the one-chunk scratch (a chunk is at most n_kv keys).
         Path::SplitKv => WorkSize {
@@ -210,7 +214,10 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
         // The tile counter, the mask class table and the K/V copies.
         Path::Tiled => WorkSize {
             shared: tiled::shared_bytes(q, k, v, node.src[3].as_ref()),
-            per_thread: TileLayout::new(d, dv).total * 4,
+            per_thread: TileLayout::new(d, dv)
+                .total
+                .max(one_chunk_floats(d, dv, n_kv))
+                * 4,
         },
         Path::OneChunk => WorkSize {
             shared: 0,
@@ -473,6 +480,9 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
 }
 
 fn run<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
+    if ctx.batch_invariant {
+        return one_chunk_rows(kn, p, ctx);
+    }
     match choose_path(p.q.ne, p.k.dtype, p.v.dtype, p.n_kv) {
         Path::SplitKv => split_kv(kn, p, ctx),
         Path::Tiled => tiled(kn, p, ctx),

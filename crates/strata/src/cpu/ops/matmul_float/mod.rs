@@ -36,8 +36,13 @@
 //! memory, and runs an MR × NR micro-kernel that keeps the whole output tile
 //! in registers across the K block (AVX-512: 32 × 12, 24 zmm accumulators;
 //! AVX2: 16 × 6, 12 ymm) and adds it to `dst` with masked stores at the M
-//! edge. Threads split over rows of `a` when there are enough row panels to
-//! balance, else over columns of `b` as well.
+//! edge. Within a K block the columns go in passes whose `b` panels fill at
+//! most half of L2 ([`Blocking`](crate::isa::cache::Blocking), from the
+//! cache sizes detected at run time: one pass for a 512-column batch with a
+//! 2 MiB L2, two or three with Zen 3's 512 KiB), so that every row panel
+//! reads them from L2. Threads split over rows of `a` when there are enough
+//! row panels to balance, else over columns of `b` as well. Neither the
+//! passes nor the split change what a tile computes.
 //!
 //! **GEMV.** Eight rows of `a` at a time against one f32 activation row,
 //! read one row after the other (sequential memory), four accumulator
@@ -114,17 +119,19 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
     let (a, b) = (node.src(0), node.src(1));
     let (k, n) = (a.ne[0], b.ne[1]);
     let planes = b.ne[2] * b.ne[3];
+    // the GEMM's: the b panels, then the claim counter (64 bytes); a
+    // batch-invariant backend runs one column through it too
+    let gemm = WorkSize {
+        shared: (planes * n.div_ceil(NR_MAX) * NR_MAX * k).next_multiple_of(16) * 4 + 64,
+        per_thread: (MC * KC_MAX + KC_MAX + k) * 4,
+    };
     let ours = if n == 1 {
         WorkSize {
-            shared: 0,
-            per_thread: 2 * k * 4,
+            shared: gemm.shared,
+            per_thread: gemm.per_thread.max(2 * k * 4),
         }
     } else {
-        WorkSize {
-            // the b panels, then the claim counter (64 bytes)
-            shared: (planes * n.div_ceil(NR_MAX) * NR_MAX * k).next_multiple_of(16) * 4 + 64,
-            per_thread: (MC * KC_MAX + KC_MAX + k) * 4,
-        }
+        gemm
     };
     let dots = WorkSize {
         shared: crate::quant::vec_dot_type(a.dtype).row_size(k) * b.nrows(),
@@ -137,9 +144,13 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
 }
 
 /// Computes this thread's share of `node` (call only when [`handles`]).
+///
+/// One column takes the GEMV unless the backend is batch-invariant: the
+/// GEMV sums in lanes along k, the GEMM in one FMA chain per output, so a
+/// token's row would change with the number of columns beside it.
 pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
     let g = geom(ctx.isa).expect("handles() checked the level");
-    if node.src(1).ne[1] == 1 {
+    if node.src(1).ne[1] == 1 && !ctx.batch_invariant {
         gemv(node, ctx, g);
     } else {
         gemm(node, ctx, g);
@@ -295,38 +306,50 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
                         apack,
                         tmp,
                     );
-                    // Row panel outermost: its a panel (kc · mr f32) stays
-                    // in L1 while the b panels, a third of its bytes per k
-                    // step, stream past it from L2.
-                    for ip in ib..ie {
-                        let mv = mr.min(m - ip * mr);
-                        let ap = apack[(ip - ib) * kc * mr..].as_ptr();
-                        for jp in jp0..jp1 {
-                            let nv = nr.min(n - jp * nr);
-                            // SAFETY: panel (plane, jp) lies in the shared buffer
-                            // (filled before the barrier, read-only now); pc + kc <= k.
-                            let bp =
-                                unsafe { bpack.add((plane * npan + jp) * panel_len + pc * nr) };
-                            let c = d.elem_ptr(ip * mr, jp * nr, i12, i13);
-                            // The tile's last element is inside dst (bounds-checked).
-                            d.elem_ptr(ip * mr + mv - 1, jp * nr + nv - 1, i12, i13);
-                            // SAFETY: ap holds kc * mr packed values, bp kc * nr; the
-                            // tile (mv rows × nv columns at stride nb[1]) is inside dst
-                            // (both corners checked) and owned by this thread; the level
-                            // was checked by geom().
-                            unsafe {
-                                let t = Tile {
-                                    kc,
-                                    a: ap,
-                                    b: bp,
-                                    c,
-                                    ldc: d.nb[1],
-                                    mv,
-                                    nv,
-                                    add: pc > 0,
+                    // Column passes: the b panels of one pass (at most
+                    // Blocking::gemm_b_bytes, half of L2) are read once per
+                    // row panel, so they stay in L2 across the row panels.
+                    // One pass when they fit (a 512-column batch with a
+                    // 2 MiB L2); equal passes otherwise. A tile's sum over
+                    // the K blocks is the same in any pass order.
+                    let npass_max = ctx.blocking.gemm_pass_panels(kc, nr);
+                    let passes = (jp1 - jp0).div_ceil(npass_max);
+                    let per_pass = (jp1 - jp0).div_ceil(passes);
+                    for q0 in (jp0..jp1).step_by(per_pass) {
+                        let q1 = jp1.min(q0 + per_pass);
+                        // Row panel outermost: its a panel (kc · mr f32) stays
+                        // in L1 while the pass's b panels, a third of its bytes
+                        // per k step, stream past it from L2.
+                        for ip in ib..ie {
+                            let mv = mr.min(m - ip * mr);
+                            let ap = apack[(ip - ib) * kc * mr..].as_ptr();
+                            for jp in q0..q1 {
+                                let nv = nr.min(n - jp * nr);
+                                // SAFETY: panel (plane, jp) lies in the shared buffer
+                                // (filled before the barrier, read-only now); pc + kc <= k.
+                                let bp =
+                                    unsafe { bpack.add((plane * npan + jp) * panel_len + pc * nr) };
+                                let c = d.elem_ptr(ip * mr, jp * nr, i12, i13);
+                                // The tile's last element is inside dst (bounds-checked).
+                                d.elem_ptr(ip * mr + mv - 1, jp * nr + nv - 1, i12, i13);
+                                // SAFETY: ap holds kc * mr packed values, bp kc * nr; the
+                                // tile (mv rows × nv columns at stride nb[1]) is inside dst
+                                // (both corners checked) and owned by this thread; the level
+                                // was checked by geom().
+                                unsafe {
+                                    let t = Tile {
+                                        kc,
+                                        a: ap,
+                                        b: bp,
+                                        c,
+                                        ldc: d.nb[1],
+                                        mv,
+                                        nv,
+                                        add: pc > 0,
+                                    };
+                                    kernel(g, &t)
                                 };
-                                kernel(g, &t)
-                            };
+                            }
                         }
                     }
                 }

@@ -22,6 +22,21 @@ unsafe fn load_row<L: Lanes, const H: bool>(row: *const u8, off: usize, n: usize
     }
 }
 
+/// True when the `n` mask values at `m` are all -inf (branch-free, so the
+/// compiler vectorizes it).
+///
+/// # Safety
+/// `m` points to `n` readable f32.
+#[inline(always)]
+unsafe fn all_masked(m: *const f32, n: usize) -> bool {
+    // SAFETY: the caller's contract.
+    let vals = unsafe { std::slice::from_raw_parts(m, n) };
+    let neg_inf = f32::NEG_INFINITY.to_bits();
+    vals.iter()
+        .fold(0u32, |acc, x| acc | (x.to_bits() ^ neg_inf))
+        == 0
+}
+
 /// Keys per block of the one-chunk kernel (a multiple of every `W`).
 const KB: usize = 32;
 
@@ -77,18 +92,47 @@ pub(super) unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut 
     let mut act = [0u8; KB];
     // Rows (bits) whose maximum grows at each key.
     let mut grew = [0u8; KB];
-    let mut b0 = 0;
+    // The next key to look at; each block takes the next KB keys that some
+    // row sees. A key no row sees changes nothing (no score, no maximum, no
+    // accumulator step), so leaving it out keeps every row's sequence of
+    // operations, and with it the bits: sparse masks (many sequences in one
+    // cache) then cost their visible keys, not the cache's size.
+    let mut cur = 0;
+    let mut keys = [0usize; KB];
     // SAFETY: the wrapper checked every extent of `a`.
     unsafe {
-        while b0 < a.n {
-            let nb = KB.min(a.n - b0);
+        loop {
+            let mut nb = 0;
+            while nb < KB && cur < a.n {
+                if cur.is_multiple_of(KB)
+                    && cur + KB <= a.n
+                    && a.mask
+                        .iter()
+                        .all(|&m| !m.is_null() && all_masked(m.add(cur), KB))
+                {
+                    cur += KB;
+                    continue;
+                }
+                let seen = a
+                    .mask
+                    .iter()
+                    .any(|&m| m.is_null() || *m.add(cur) != f32::NEG_INFINITY);
+                if seen {
+                    keys[nb] = cur;
+                    nb += 1;
+                }
+                cur += 1;
+            }
+            if nb == 0 {
+                break;
+            }
             for j in 0..nb {
                 let mut bits = 0u8;
                 for g in 0..G {
                     let mv = if a.mask[g].is_null() {
                         0.0
                     } else {
-                        *a.mask[g].add(b0 + j)
+                        *a.mask[g].add(keys[j])
                     };
                     f[g][j] = mv;
                     if mv != f32::NEG_INFINITY {
@@ -100,7 +144,7 @@ pub(super) unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut 
                 if bits == 0 {
                     continue;
                 }
-                let kr = a.k.add((b0 + j) * a.ks);
+                let kr = a.k.add(keys[j] * a.ks);
                 let dots = dot::<L, H, G>(a, kr);
                 for g in 0..G {
                     if bits >> g & 1 != 0 {
@@ -153,17 +197,16 @@ pub(super) unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut 
             let nfull = a.dv / w;
             let mut c = 0;
             while c + 2 <= nfull {
-                apply::<L, H, G, 2, true>(a, c, b0, nb, &act, &grew, &f);
+                apply::<L, H, G, 2, true>(a, c, &keys, nb, &act, &grew, &f);
                 c += 2;
             }
             if c < nfull {
-                apply::<L, H, G, 1, true>(a, c, b0, nb, &act, &grew, &f);
+                apply::<L, H, G, 1, true>(a, c, &keys, nb, &act, &grew, &f);
                 c += 1;
             }
             if c < nvc {
-                apply::<L, H, G, 1, false>(a, c, b0, nb, &act, &grew, &f);
+                apply::<L, H, G, 1, false>(a, c, &keys, nb, &act, &grew, &f);
             }
-            b0 += nb;
         }
     }
 }
@@ -225,7 +268,7 @@ unsafe fn dot<L: Lanes, const H: bool, const G: usize>(
 unsafe fn apply<L: Lanes, const H: bool, const G: usize, const NC: usize, const FULL: bool>(
     a: &ChunkArgs<G>,
     c: usize,
-    b0: usize,
+    keys: &[usize; KB],
     nb: usize,
     act: &[u8; KB],
     grew: &[u8; KB],
@@ -248,7 +291,7 @@ unsafe fn apply<L: Lanes, const H: bool, const G: usize, const NC: usize, const 
             if bits == 0 {
                 continue;
             }
-            let vr = a.v.add((b0 + j) * a.vs);
+            let vr = a.v.add(keys[j] * a.vs);
             let mut vv = [L::zero(); NC];
             for (i, x) in vv.iter_mut().enumerate() {
                 let o = (c + i) * w;
