@@ -165,7 +165,11 @@ pub fn threads_warning(flag: &str, values: &[usize], cores: usize) -> Option<Str
     if over.is_empty() {
         return None;
     }
-    let noun = if cores == 1 { "core" } else { "cores" };
+    let (noun, threads) = if cores == 1 {
+        ("core", "thread")
+    } else {
+        ("cores", "threads")
+    };
     let cores_note =
         format!("the {cores} {noun} available to this process (affinity mask and cgroup quota)");
     let (verb, work, results) = match *over.as_slice() {
@@ -201,7 +205,7 @@ pub fn threads_warning(flag: &str, values: &[usize], cores: usize) -> Option<Str
         .collect::<Vec<_>>()
         .join(",");
     Some(format!(
-        "warning: {flag} {list} {verb}: strata runs {cores} threads that share out {work} \
+        "warning: {flag} {list} {verb}: strata runs {cores} {threads} that share out {work} \
          (results as with {results}), as more threads than cores would wait for each other at \
          every op; expect the speed of {flag} {cores} at best, slightly less; use {flag} {cores}"
     ))
@@ -496,6 +500,7 @@ mod tests {
         // A process that reports no cores still gets a sensible count.
         let w = threads_warning("-t", &[2], 0).unwrap();
         assert!(w.contains("exceeds the 1 core available"), "{w}");
+        assert!(w.contains("strata runs 1 thread that"), "{w}");
         assert!(w.ends_with("use -t 1"), "{w}");
     }
 

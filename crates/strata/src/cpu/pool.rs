@@ -406,6 +406,8 @@ unsafe impl Send for SendJob {}
 
 /// Jobs after which a thread count's mean job time is no longer compared.
 const STALE_JOBS: u64 = 64;
+/// A pool's first jobs, not compared (they touch memory for the first time).
+const WARM_UP_JOBS: u64 = 2;
 /// Jobs between tries of one thread more, at first and at most (doubling
 /// in between while the try loses).
 const PROBE_MIN: u64 = 64;
@@ -468,7 +470,10 @@ impl Adapt {
         // descheduled now and then makes a job up to ten times slower): the
         // times measured so far do not compare with it.
         let far = |a: u64, b: u64| a / 16 >= b;
-        if barriers != self.kind || (mean > 0 && (far(ns, mean) || far(mean, ns))) {
+        if self.jobs <= WARM_UP_JOBS
+            || barriers != self.kind
+            || (mean > 0 && (far(ns, mean) || far(mean, ns)))
+        {
             self.kind = barriers;
             self.mean.iter_mut().for_each(|m| *m = (0, 0));
             self.mean[k - 1] = (ns, self.jobs);
@@ -480,14 +485,19 @@ impl Adapt {
         // in a row (rare on calm cores).
         let hit = long > 0 && k == self.last && (ns > mean + mean / 4 || self.last_long);
         self.last_long = long > 0;
+        // Then try one thread fewer, unless measured lately.
+        let try_fewer = hit && k > 1 && self.fresh(k - 1).is_none();
         let m = &mut self.mean[k - 1];
         // The first job after a change of thread count starts the mean
-        // afresh (the last one is older than the jobs in between).
-        m.0 = if m.0 == 0 || k != self.last {
-            ns
-        } else {
-            (3 * m.0 + ns) / 4
-        };
+        // afresh (the last one is older than the jobs in between). The job
+        // that sends the pool to try fewer threads is left out: fewer
+        // threads are compared with the usual time of this many (when the
+        // slowness lasts, the next jobs here bring it in).
+        if m.0 == 0 || k != self.last {
+            m.0 = ns;
+        } else if !try_fewer {
+            m.0 = (3 * m.0 + ns) / 4;
+        }
         m.1 = self.jobs;
         self.last = k;
         let here = m.0;
@@ -502,8 +512,7 @@ impl Adapt {
         } else if k < n && better(self.fresh(k + 1)) {
             self.probe_every = PROBE_MIN;
             k + 1
-        } else if hit && k > 1 && self.fresh(k - 1).is_none() {
-            // Try one thread fewer.
+        } else if try_fewer {
             wait_to_probe(self);
             k - 1
         } else if k < n && self.jobs >= self.probe_at {
@@ -981,6 +990,14 @@ mod tests {
         // steps: not sent to 1 thread by the prompt's time.
         a.record(100_000_000, 500, 1);
         let ks = drive(&mut a, 100, |k| if k == 2 { (2700, 0) } else { (4300, 0) });
+        assert!(ks.iter().all(|&k| k == 2), "{ks:?}");
+
+        // Slow first jobs (memory touched for the first time) with long
+        // waits: not taken for contention.
+        let mut a = Adapt::new(2);
+        a.record(10_000_000, 500, 2);
+        a.record(3_000_000, 500, 1);
+        let ks = drive(&mut a, 60, |k| if k == 2 { (2700, 0) } else { (4300, 0) });
         assert!(ks.iter().all(|&k| k == 2), "{ks:?}");
 
         // One thread descheduled once in a calm run (a job twice as long):
