@@ -19,8 +19,10 @@
 //! ```
 
 mod buffer;
+mod device;
 mod ops;
 mod packed_buffer;
+mod plan;
 #[cfg(test)]
 mod plan_cache_tests;
 mod pool;
@@ -38,119 +40,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use buffer::{cpu_buffer_type, HostBuffer, HostBufferType, HOST_ALIGNMENT, LAZY_COMMIT_MIN};
+pub use device::{cpu_device, cpu_model, default_threads, CpuDevice, CpuProvider};
 pub use packed_buffer::{packed_buffer_type, PackedBuffer, PackedBufferType};
+use plan::{step_label, PlanCache, Profile};
+pub use plan::{KernelClock, ProfileEntry};
 pub use pool::{
     available_cores, default_poll, set_default_poll, Poll, PoolConfig, ThreadPool, WorkerCtx,
     MAX_THREADS,
 };
 pub use view::TView;
 
-use crate::backend::{
-    Backend, BufferType, Device, DeviceMemory, DeviceProvider, DeviceType, GraphPlan,
-};
+use crate::backend::{Backend, Device, GraphPlan};
 use crate::graph::Graph;
 use crate::isa::cache::{self, CacheSizes};
 use crate::isa::{self, Isa};
-use crate::tensor::{Tensor, MAX_SRC};
+use crate::tensor::MAX_SRC;
 use crate::{Error, Result};
 use ops::{Ctx, NodePlan, WorkSize};
-
-/// The CPU device provider (registry entry "CPU").
-pub struct CpuProvider;
-
-impl DeviceProvider for CpuProvider {
-    fn name(&self) -> String {
-        "CPU".into()
-    }
-    fn devices(&self) -> Vec<Arc<dyn Device>> {
-        vec![cpu_device()]
-    }
-}
-
-/// The host CPU as a device.
-pub struct CpuDevice;
-
-/// The CPU device.
-pub fn cpu_device() -> Arc<dyn Device> {
-    static DEV: std::sync::OnceLock<Arc<CpuDevice>> = std::sync::OnceLock::new();
-    DEV.get_or_init(|| Arc::new(CpuDevice)).clone()
-}
-
-/// Total and available memory from /proc/meminfo (0 when unknown).
-fn host_memory() -> DeviceMemory {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let field = |name: &str| -> usize {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<usize>().ok())
-            .map_or(0, |kb| kb * 1024)
-    };
-    DeviceMemory {
-        free: field("MemAvailable:"),
-        total: field("MemTotal:"),
-    }
-}
-
-/// The processor's model name (`model name` of /proc/cpuinfo on Linux,
-/// the architecture where it cannot be read).
-pub fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name") || l.starts_with("Model\t"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .filter(|m| !m.is_empty())
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
-}
-
-/// Number of threads used when none is given: the cores available to this
-/// process ([`available_cores`]: its affinity mask and cgroup quota).
-pub fn default_threads() -> usize {
-    available_cores()
-}
-
-impl Device for CpuDevice {
-    fn name(&self) -> String {
-        "CPU".into()
-    }
-    fn description(&self) -> String {
-        use crate::isa::{active, detected};
-        format!(
-            "{}, {}, ISA level {} (detected {}), {} threads",
-            cpu_model(),
-            std::env::consts::ARCH,
-            active(),
-            detected(),
-            default_threads()
-        )
-    }
-    fn memory(&self) -> Result<DeviceMemory> {
-        Ok(host_memory())
-    }
-    fn device_type(&self) -> DeviceType {
-        DeviceType::Cpu
-    }
-    fn init_backend(&self) -> Result<Box<dyn Backend>> {
-        Ok(Box::new(CpuBackend::new(default_threads())))
-    }
-    /// See [`CpuBackend::from_params`].
-    fn init_backend_with(&self, params: &str) -> Result<Box<dyn Backend>> {
-        Ok(Box::new(CpuBackend::from_params(params)?))
-    }
-    fn default_buffer_type(&self) -> Arc<dyn BufferType> {
-        cpu_buffer_type()
-    }
-    fn supports_op(&self, op: &Tensor) -> bool {
-        ops::supports(op)
-    }
-    fn supports_buft(&self, buft: &Arc<dyn BufferType>) -> bool {
-        buft.is_host()
-    }
-}
 
 pub use crate::backend::AbortCallback;
 
@@ -179,115 +85,6 @@ pub struct CpuBackend {
     batch_invariant: bool,
     /// The cache sizes the matmuls block for ([`CpuBackend::set_cache_sizes`]).
     caches: CacheSizes,
-}
-
-/// Time per kind of step: the op and the weight types of its nodes.
-#[derive(Default)]
-struct Profile {
-    entries: std::collections::HashMap<String, (u64, u64)>,
-}
-
-/// One line of [`CpuBackend::profile`]: a kind of step and the time the
-/// backend spent on it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProfileEntry {
-    /// The op and its first source's type, e.g. `MUL_MAT q4_0`; matmuls
-    /// run as one step name every weight, e.g. `MUL_MAT q5_0+q5_0+q8_0`.
-    pub what: String,
-    /// Wall time from the end of the previous step to the end of this one
-    /// on thread 0 (the barrier after it included), summed over computes.
-    pub time: Duration,
-    /// How many steps of this kind ran.
-    pub count: u64,
-}
-
-/// What a step is, for the profile.
-fn step_label(members: &[(usize, NodePlan)]) -> String {
-    let (_, first) = &members[0];
-    let types: Vec<String> = members
-        .iter()
-        .map(|(_, p)| p.src[0].map_or_else(|| p.dst.dtype.to_string(), |s| s.dtype.to_string()))
-        .collect();
-    format!("{} {}", first.op.name(), types.join("+"))
-}
-
-/// Resolved plans of one graph and what they were resolved from.
-struct PlanCache {
-    /// Node ids and their effective source ids (0 for an empty slot).
-    key: Vec<u64>,
-    /// (index in the graph's nodes, plan) of every non-view node.
-    plans: Vec<(usize, NodePlan)>,
-    /// Storage owners the graph writes.
-    written: crate::graph::IdSet<u64>,
-    /// Share count (`WorkerCtx::shares`) `works` was sized for.
-    nth: usize,
-    /// Work memory of each plan for `nth` threads (a step's members share
-    /// the largest).
-    works: Vec<WorkSize>,
-    /// Ranges of `plans` that run as one step (`steps`): single nodes, and
-    /// packed MUL_MATs sharing their activations.
-    steps: Vec<std::ops::Range<usize>>,
-}
-
-impl PlanCache {
-    /// Resolves `graph` for `nth` threads.
-    fn new(graph: &Graph, key: Vec<u64>, nth: usize) -> Result<PlanCache> {
-        let (plans, written) = CpuBackend::resolve(graph)?;
-        let (plans, steps) = steps::schedule(plans);
-        let works = steps::works(&plans, &steps, nth);
-        Ok(PlanCache {
-            key,
-            plans,
-            written,
-            nth,
-            works,
-            steps,
-        })
-    }
-
-    /// The data-dependent checks (row indices), run before every compute.
-    fn validate(&self, graph: &Graph) -> Result<()> {
-        let computed = |t: &Tensor| self.written.contains(&t.storage_owner().id().get());
-        for (i, plan) in &self.plans {
-            ops::validate(&graph.nodes()[*i], plan, &computed)?;
-        }
-        Ok(())
-    }
-}
-
-/// Total wall time a [`CpuBackend`] has spent running kernels: from the
-/// thread pool's start to its end for every `graph_compute` (barriers
-/// between nodes included; graph checks and view resolution before it not).
-///
-/// A cheap shared handle: keep a clone (from [`CpuBackend::kernel_clock`])
-/// to read the time after the backend has been moved into a scheduler.
-///
-/// ```
-/// use strata::backend::Backend;
-/// use strata::cpu::{self, CpuBackend};
-/// use strata::{ops, DType, Graph, Tensor};
-///
-/// let a = Tensor::new(DType::F32, &[4]).unwrap();
-/// let g = Graph::build(&[ops::scale(&a, 2.0).unwrap()]);
-/// let _bufs = cpu::alloc_graph_host(&g).unwrap();
-/// let mut be = CpuBackend::new(1);
-/// let clock = be.kernel_clock();
-/// be.graph_compute(&g).unwrap();
-/// assert!(clock.elapsed() > std::time::Duration::ZERO);
-/// ```
-#[derive(Clone, Debug, Default)]
-pub struct KernelClock(Arc<AtomicU64>);
-
-impl KernelClock {
-    /// Kernel time accumulated so far.
-    pub fn elapsed(&self) -> Duration {
-        Duration::from_nanos(self.0.load(Ordering::Relaxed))
-    }
-
-    fn add(&self, d: Duration) {
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.0.fetch_add(ns, Ordering::Relaxed);
-    }
 }
 
 impl CpuBackend {
