@@ -101,29 +101,6 @@ impl Row {
     }
 }
 
-/// Decodes `b` in pieces of at most `n_batch` tokens (llama-batched-bench's
-/// `decode_helper`).
-fn decode_in_batches(
-    ctx: &mut Context,
-    b: &Batch,
-    n_batch: usize,
-) -> Result<(), Box<dyn std::error::Error>> {
-    if b.len() <= n_batch {
-        ctx.decode_batch(b)?;
-        return Ok(());
-    }
-    let mut piece = Batch::new();
-    for i in 0..b.len() {
-        let s: Vec<SeqId> = b.seqs(i).iter().collect();
-        piece.add(b.token(i), b.pos(i), &s, i + 1 == b.len());
-        if piece.len() == n_batch || i + 1 == b.len() {
-            ctx.decode_batch(&piece)?;
-            piece.clear();
-        }
-    }
-    Ok(())
-}
-
 /// One test: PP prompt tokens per sequence (or one shared prompt), TG steps.
 fn one(
     ctx: &mut Context,
@@ -134,14 +111,22 @@ fn one(
     n_batch: usize,
 ) -> Result<Row, Box<dyn std::error::Error>> {
     ctx.clear()?;
-    let mut b = Batch::new();
+    // the prompts position by position, as llama-batched-bench adds them,
+    // decoded in pieces of at most `n_batch` tokens (its `decode_helper`)
+    let t0 = Instant::now();
+    let mut piece = Batch::new();
     for i in 0..pp {
         for j in 0..if shared { 1 } else { pl } {
-            b.add(0, i as i32, &[j as SeqId], i + 1 == pp);
+            piece.add(0, i as i32, &[j as SeqId], i + 1 == pp);
+            if piece.len() == n_batch {
+                ctx.decode_batch(&piece)?;
+                piece.clear();
+            }
         }
     }
-    let t0 = Instant::now();
-    decode_in_batches(ctx, &b, n_batch)?;
+    if !piece.is_empty() {
+        ctx.decode_batch(&piece)?;
+    }
     if shared {
         for j in 1..pl {
             ctx.seq_cp(0, j as SeqId, ..)?;

@@ -113,8 +113,7 @@ pub fn run(a: Args) -> CliResult {
     // causal (and windowed in sliding-window layers): token i sees cells 0..=i
     let at: Vec<(i32, SeqSet)> = positions.iter().map(|&p| (p, SeqSet::one(0))).collect();
     let mut cells = Cells::new(n_kv, 1)?;
-    let slots = cells.find_slots(&at)?;
-    cells.apply(&at, &slots);
+    let slots = cells.place(&at)?;
     g.write_inputs(
         &ids,
         &positions,

@@ -16,6 +16,8 @@ use crate::cells::{SeqId, SeqSet};
 /// b.add(42, 7, &[1], true);
 /// assert_eq!(b.len(), 4);
 /// assert_eq!(b.n_outputs(), 2);
+/// assert_eq!(b.get(3).map(|(t, p, _, l)| (t, p, l)), Some((42, 7, true)));
+/// assert_eq!(b.get(4), None);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Batch {
@@ -95,19 +97,15 @@ impl Batch {
         *self = Batch::default();
     }
 
-    /// Token `i`'s id.
-    pub fn token(&self, i: usize) -> u32 {
-        self.tokens[i]
-    }
-
-    /// Token `i`'s position.
-    pub fn pos(&self, i: usize) -> i32 {
-        self.pos[i]
-    }
-
-    /// Token `i`'s sequences.
-    pub fn seqs(&self, i: usize) -> SeqSet {
-        self.seqs[i]
+    /// Token `i`: its id, position, sequences and whether its logits are
+    /// wanted (`None` past the end).
+    pub fn get(&self, i: usize) -> Option<(u32, i32, SeqSet, bool)> {
+        Some((
+            *self.tokens.get(i)?,
+            self.pos[i],
+            self.seqs[i],
+            self.logits[i],
+        ))
     }
 }
 

@@ -75,7 +75,16 @@ impl SeqSet {
 
     /// The sequences, ascending.
     pub fn iter(&self) -> impl Iterator<Item = SeqId> + '_ {
-        (0..MAX_SEQ as SeqId).filter(|&s| self.contains(s))
+        self.0.iter().enumerate().flat_map(|(i, &w)| {
+            let mut w = w;
+            std::iter::from_fn(move || {
+                (w != 0).then(|| {
+                    let b = w.trailing_zeros();
+                    w &= w - 1;
+                    (i * 64) as SeqId + b
+                })
+            })
+        })
     }
 
     /// The lowest sequence in the set.
@@ -158,19 +167,15 @@ impl Cells {
             .map_or(0, |&c| c + 1)
     }
 
-    /// True when cell `i` holds no sequence.
+    /// True when cell `i` holds no sequence (cells past the end are not free).
     pub fn is_free(&self, i: usize) -> bool {
-        self.seqs[i].is_empty()
+        self.seqs.get(i).is_some_and(SeqSet::is_empty)
     }
 
-    /// Position of cell `i` (meaningless when free).
-    pub fn pos(&self, i: usize) -> i32 {
-        self.pos[i]
-    }
-
-    /// Sequences of cell `i`.
-    pub fn seqs(&self, i: usize) -> SeqSet {
-        self.seqs[i]
+    /// Position and sequences of cell `i` when it is used.
+    pub fn cell(&self, i: usize) -> Option<(i32, SeqSet)> {
+        let set = *self.seqs.get(i)?;
+        (!set.is_empty()).then(|| (self.pos[i], set))
     }
 
     /// The cells of sequence `s`, ascending.
@@ -410,9 +415,17 @@ impl Cells {
         Ok(out)
     }
 
+    /// Finds cells for `tokens` ([`Cells::find_slots`]) and puts them there;
+    /// returns the cells. `Err` (nothing placed) when too few are free.
+    pub fn place(&mut self, tokens: &[(i32, SeqSet)]) -> Result<Vec<usize>> {
+        let slots = self.find_slots(tokens)?;
+        self.apply(tokens, &slots);
+        Ok(slots)
+    }
+
     /// Puts token `k` of `tokens` into cell `slots[k]` (cells from
     /// [`Cells::find_slots`], free).
-    pub fn apply(&mut self, tokens: &[(i32, SeqSet)], slots: &[usize]) {
+    pub(crate) fn apply(&mut self, tokens: &[(i32, SeqSet)], slots: &[usize]) {
         for (&(p, set), &i) in tokens.iter().zip(slots) {
             debug_assert!(self.is_free(i), "cell {i} is not free");
             self.pos[i] = p;
@@ -423,7 +436,7 @@ impl Cells {
     }
 
     /// Frees cells `slots` (undoes [`Cells::apply`]).
-    pub fn release(&mut self, slots: &[usize]) {
+    pub(crate) fn release(&mut self, slots: &[usize]) {
         for &i in slots {
             for s in self.seqs[i].iter().collect::<Vec<_>>() {
                 self.remove_seq(i, s);
@@ -497,6 +510,23 @@ mod tests {
         s.remove(3);
         assert_eq!(s.first(), Some(200));
         assert!(!s.contains(3) && s.contains(200) && !s.contains(300));
+        // the word boundaries
+        let mut w = SeqSet::EMPTY;
+        for id in [255, 64, 63, 0, 128] {
+            w.insert(id);
+        }
+        assert_eq!(w.iter().collect::<Vec<_>>(), vec![0, 63, 64, 128, 255]);
+        assert_eq!(w.len(), 5);
+    }
+
+    #[test]
+    fn cells_outside_the_cache_are_none_not_a_panic() {
+        let mut c = Cells::new(4, 1).unwrap();
+        c.place(&toks(0, 7, 1)).unwrap();
+        assert_eq!(c.cell(0), Some((7, SeqSet::one(0))));
+        assert_eq!(c.cell(1), None);
+        assert_eq!(c.cell(99), None);
+        assert!(!c.is_free(99));
     }
 
     #[test]

@@ -478,7 +478,7 @@ impl Context {
             .collect();
         let step = self.opts.n_ubatch;
         let per_chunk = want.chunks(step).map(|c| c.iter().filter(|&&w| w).count());
-        if per_chunk.max().unwrap_or(0) > self.n_outputs_max.max(1) && !self.opts.logits_all {
+        if per_chunk.max().unwrap_or(0) > self.n_outputs_max {
             return Err(ModelError::Invalid(
                 "logits of several positions need a context made with logits_all".into(),
             ));
@@ -578,8 +578,7 @@ impl Context {
     /// Places the tokens `at` (position, sequences) in free cells and runs
     /// them in micro-batches; the rows `want` flags are returned.
     fn run(&mut self, tokens: &[u32], at: &[(i32, SeqSet)], want: &[bool]) -> Result<BatchLogits> {
-        let slots = self.cells.find_slots(at)?;
-        self.cells.apply(at, &slots);
+        let slots = self.cells.place(at)?;
         let n_vocab = self.model.hparams.n_vocab;
         let mut out = BatchLogits {
             n_vocab,

@@ -133,21 +133,26 @@ fn write_mask(
     masked: impl Fn(usize, usize) -> bool,
 ) -> Result<()> {
     let n_kv = shape.n_kv;
-    let visible = |&(p, set): &(i32, SeqSet), j: usize| {
+    // per cell, once: its position and sequences (None when free)
+    let cell: Vec<Option<(i32, SeqSet)>> = (0..n_kv).map(|j| cells.cell(j)).collect();
+    let (cell, masked) = (&cell, &masked);
+    // a token sees a cell of its lowest sequence at a position not after its own
+    let row = |&(p, set): &(i32, SeqSet)| {
         let s = set.first();
-        let pj = cells.pos(j);
-        !cells.is_free(j)
-            && s.is_some_and(|s| cells.seqs(j).contains(s))
-            && pj <= p
-            && !masked(pj as usize, p as usize)
+        cell.iter().map(move |c| match (c, s) {
+            (Some((pj, cs)), Some(s)) => {
+                cs.contains(s) && *pj <= p && !masked(*pj as usize, p as usize)
+            }
+            _ => false,
+        })
     };
     match t.dtype() {
         DType::F16 => {
             const NEG_INF: [u8; 2] = f16::NEG_INFINITY.to_bits().to_le_bytes();
             let mut b = Vec::with_capacity(shape.n_tokens * n_kv * 2);
             for tok in at.iter().take(shape.n_tokens) {
-                for j in 0..n_kv {
-                    b.extend_from_slice(if visible(tok, j) { &[0, 0] } else { &NEG_INF });
+                for seen in row(tok) {
+                    b.extend_from_slice(if seen { &[0, 0] } else { &NEG_INF });
                 }
             }
             t.write_bytes(0, &b)?;
@@ -155,13 +160,7 @@ fn write_mask(
         _ => {
             let mut m = Vec::with_capacity(shape.n_tokens * n_kv);
             for tok in at.iter().take(shape.n_tokens) {
-                m.extend((0..n_kv).map(|j| {
-                    if visible(tok, j) {
-                        0.0
-                    } else {
-                        f32::NEG_INFINITY
-                    }
-                }));
+                m.extend(row(tok).map(|seen| if seen { 0.0 } else { f32::NEG_INFINITY }));
             }
             t.write_f32(&m)?;
         }
