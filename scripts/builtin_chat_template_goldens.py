@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the golden data of strata's built-in chat templates (llama.cpp's
-`--chat-template NAME` formats, crates/strata-models/src/chat/builtin.rs)
+`--chat-template NAME` formats, crates/strata-models/src/chat/builtin/)
 from a llama.cpp source tree:
 
     python3 scripts/builtin_chat_template_goldens.py LLAMA_CPP_DIR   (needs g++)
