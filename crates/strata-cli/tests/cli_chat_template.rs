@@ -7,15 +7,13 @@
 //! failing on the test conversation) before the first prompt, and a chat
 //! that goes on after an error in one turn.
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use strata::gguf::{GgufWriter, Value};
-use strata::DType;
-
-const E: usize = 32;
-const FF: usize = 48;
+use strata::gguf::Value;
 
 /// GPT-2's byte-to-character alphabet (`bytes_to_unicode`): the token text
 /// of each byte.
@@ -41,81 +39,15 @@ fn byte_alphabet() -> Vec<String> {
         .collect()
 }
 
-/// A tiny random llama saved as `dir/file`, with `template` as its
+/// A tiny random llama whose vocabulary is the byte alphabet, with a
+/// 512-token context, saved as `dir/file`, with `template` as its
 /// `tokenizer.chat_template` when given.
 fn tiny_model(dir: &Path, file: &str, template: Option<&str>) -> PathBuf {
-    let toks = byte_alphabet();
-    let v = toks.len();
-    let mut g = GgufWriter::new();
-    let mut md: Vec<(&str, Value)> = vec![
-        ("general.architecture", "llama".into()),
-        ("llama.block_count", Value::U32(2)),
-        ("llama.embedding_length", Value::U32(E as u32)),
-        ("llama.feed_forward_length", Value::U32(FF as u32)),
-        ("llama.attention.head_count", Value::U32(4)),
-        ("llama.attention.head_count_kv", Value::U32(2)),
-        ("llama.context_length", Value::U32(512)),
-        ("tokenizer.ggml.model", "gpt2".into()),
-        ("tokenizer.ggml.pre", "default".into()),
-    ];
+    let mut set = vec![("llama.context_length", Value::U32(512))];
     if let Some(t) = template {
-        md.push(("tokenizer.chat_template", t.into()));
+        set.push(("tokenizer.chat_template", t.into()));
     }
-    for (k, val) in md {
-        g.add_metadata(k, val).unwrap();
-    }
-    g.add_metadata("tokenizer.ggml.tokens", Value::Array(toks.into()))
-        .unwrap();
-    g.add_metadata(
-        "tokenizer.ggml.token_type",
-        Value::Array(vec![1i32; v].into()),
-    )
-    .unwrap();
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rnd = |n: usize, scale: f32, base: f32| -> Vec<u8> {
-        (0..n)
-            .flat_map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let x = ((seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32;
-                (base + x * scale).to_le_bytes()
-            })
-            .collect()
-    };
-    g.add_tensor(
-        "token_embd.weight",
-        DType::F32,
-        &[E, v],
-        rnd(E * v, 1.0, 0.0),
-    )
-    .unwrap();
-    g.add_tensor("output_norm.weight", DType::F32, &[E], rnd(E, 0.2, 1.0))
-        .unwrap();
-    for il in 0..2 {
-        for (name, a, b) in [
-            ("attn_norm", E, 1),
-            ("attn_q", E, E),
-            ("attn_k", E, 16),
-            ("attn_v", E, 16),
-            ("attn_output", E, E),
-            ("ffn_norm", E, 1),
-            ("ffn_gate", E, FF),
-            ("ffn_up", E, FF),
-            ("ffn_down", FF, E),
-        ] {
-            let (dims, data) = if b == 1 {
-                (vec![a], rnd(a, 0.2, 1.0))
-            } else {
-                (vec![a, b], rnd(a * b, 1.0 / (a as f32).sqrt(), 0.0))
-            };
-            g.add_tensor(format!("blk.{il}.{name}.weight"), DType::F32, &dims, data)
-                .unwrap();
-        }
-    }
-    let path = dir.join(file);
-    g.write_to_path(&path).unwrap();
-    path
+    common::tiny_llama(dir, file, byte_alphabet(), &set)
 }
 
 struct TempDir(PathBuf);

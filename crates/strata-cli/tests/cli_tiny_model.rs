@@ -3,41 +3,22 @@
 //! simulated FAKE0 device with llama.cpp's `-ngl` spelling, `-ot`), `--fit`,
 //! eval, perplexity, explain -m, and errors for user mistakes.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use strata::gguf::{GgufWriter, Value};
-use strata::DType;
+use strata::gguf::Value;
 
-const E: usize = 32;
-const FF: usize = 48;
 const V: usize = 40;
 
 fn tiny_model(dir: &Path) -> PathBuf {
     tiny_model_with(dir, "tiny.gguf", &[])
 }
 
-/// The tiny model saved as `dir/file` with metadata `set` (replacing or adding keys).
+/// The tiny model (a 40-letter vocabulary) saved as `dir/file` with
+/// metadata `set` (replacing or adding keys).
 fn tiny_model_with(dir: &Path, file: &str, set: &[(&str, Value)]) -> PathBuf {
-    let mut g = GgufWriter::new();
-    let mut md: Vec<(&str, Value)> = vec![
-        ("general.architecture", "llama".into()),
-        ("llama.block_count", Value::U32(2)),
-        ("llama.embedding_length", Value::U32(E as u32)),
-        ("llama.feed_forward_length", Value::U32(FF as u32)),
-        ("llama.attention.head_count", Value::U32(4)),
-        ("llama.attention.head_count_kv", Value::U32(2)),
-        ("llama.context_length", Value::U32(64)),
-        ("tokenizer.ggml.model", "gpt2".into()),
-        ("tokenizer.ggml.pre", "default".into()),
-    ];
-    for (k, v) in set {
-        md.retain(|(m, _)| m != k);
-        md.push((k, v.clone()));
-    }
-    for (k, v) in md {
-        g.add_metadata(k, v).unwrap();
-    }
     let toks: Vec<String> = (0..V)
         .map(|i| {
             ((b'a' + (i % 26) as u8) as char)
@@ -45,58 +26,7 @@ fn tiny_model_with(dir: &Path, file: &str, set: &[(&str, Value)]) -> PathBuf {
                 .repeat(1 + i / 26)
         })
         .collect();
-    g.add_metadata("tokenizer.ggml.tokens", Value::Array(toks.into()))
-        .unwrap();
-    g.add_metadata(
-        "tokenizer.ggml.token_type",
-        Value::Array(vec![1i32; V].into()),
-    )
-    .unwrap();
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rnd = |n: usize, scale: f32, base: f32| -> Vec<u8> {
-        (0..n)
-            .flat_map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let x = ((seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32;
-                (base + x * scale).to_le_bytes()
-            })
-            .collect()
-    };
-    g.add_tensor(
-        "token_embd.weight",
-        DType::F32,
-        &[E, V],
-        rnd(E * V, 1.0, 0.0),
-    )
-    .unwrap();
-    g.add_tensor("output_norm.weight", DType::F32, &[E], rnd(E, 0.2, 1.0))
-        .unwrap();
-    for il in 0..2 {
-        for (name, a, b) in [
-            ("attn_norm", E, 1),
-            ("attn_q", E, E),
-            ("attn_k", E, 16),
-            ("attn_v", E, 16),
-            ("attn_output", E, E),
-            ("ffn_norm", E, 1),
-            ("ffn_gate", E, FF),
-            ("ffn_up", E, FF),
-            ("ffn_down", FF, E),
-        ] {
-            let (dims, data) = if b == 1 {
-                (vec![a], rnd(a, 0.2, 1.0))
-            } else {
-                (vec![a, b], rnd(a * b, 1.0 / (a as f32).sqrt(), 0.0))
-            };
-            g.add_tensor(format!("blk.{il}.{name}.weight"), DType::F32, &dims, data)
-                .unwrap();
-        }
-    }
-    let path = dir.join(file);
-    g.write_to_path(&path).unwrap();
-    path
+    common::tiny_llama(dir, file, toks, set)
 }
 
 fn strata(args: &[&str]) -> Output {

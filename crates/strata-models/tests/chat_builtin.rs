@@ -15,24 +15,19 @@
 //! (ggml-org/llama.cpp@0c1e57098), written by
 //! `scripts/builtin_chat_template_goldens.py`.
 
+mod support;
+
 use std::path::PathBuf;
 
 use serde_json::Value;
-use strata_models::chat::{Builtin, Message};
+use strata_models::chat::Builtin;
+use support::messages;
 
 fn data(file: &str) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/chat/builtin")
         .join(file);
     serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
-}
-
-fn messages(conv: &Value) -> Vec<Message> {
-    conv.as_array()
-        .unwrap()
-        .iter()
-        .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
-        .collect()
 }
 
 /// The names are llama.cpp's table, all of them, in its order.

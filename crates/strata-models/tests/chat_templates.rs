@@ -7,11 +7,14 @@
 //! without the generation prompt; a template's `raise_exception` and a
 //! malformed template are typed errors naming the template.
 
+mod support;
+
 use std::path::PathBuf;
 
 use serde_json::Value;
 use strata_models::chat::{ChatTemplate, Message};
 use strata_models::ModelError;
+use support::messages;
 
 fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/chat")
@@ -31,14 +34,6 @@ fn template(stem: &str, t: &Value) -> ChatTemplate {
         t["eos_token"].as_str().unwrap(),
     )
     .unwrap_or_else(|e| panic!("{stem}: {e}"))
-}
-
-fn messages(conv: &Value) -> Vec<Message> {
-    conv.as_array()
-        .unwrap()
-        .iter()
-        .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
-        .collect()
 }
 
 #[test]

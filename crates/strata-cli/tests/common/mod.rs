@@ -1,8 +1,12 @@
-//! Helpers shared by the CLI tests: the real model, running `strata`.
+//! Helpers shared by the CLI tests: the real model, a tiny writer-made
+//! one, running `strata`.
 #![allow(dead_code)] // each test file uses its own subset
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+
+use strata::gguf::{GgufWriter, Value};
+use strata::DType;
 
 /// The shipped SmolLM2-135M-Instruct Q4_1 model (`STRATA_MODEL` overrides),
 /// or `None` with a printed reason when it is missing; under
@@ -92,4 +96,87 @@ pub fn test_ops(device: &str) -> String {
         Command::new(env!("CARGO_BIN_EXE_strata")).args(["test-ops", "--device", device]),
         &format!("test-ops --device {device}"),
     )
+}
+
+/// A tiny random llama saved as `dir/file`: 2 layers, 32 wide (4 heads of
+/// 8, 2 KV heads), a 48-wide feed-forward, f32 weights from a fixed seed, a
+/// GPT-2 tokenizer over `tokens` (all normal), a 64-token context; the
+/// metadata `set` replaces keys (in place) or adds them (at the end).
+pub fn tiny_llama(dir: &Path, file: &str, tokens: Vec<String>, set: &[(&str, Value)]) -> PathBuf {
+    const E: usize = 32;
+    const FF: usize = 48;
+    let v = tokens.len();
+    let mut g = GgufWriter::new();
+    let mut md: Vec<(&str, Value)> = vec![
+        ("general.architecture", "llama".into()),
+        ("llama.block_count", Value::U32(2)),
+        ("llama.embedding_length", Value::U32(E as u32)),
+        ("llama.feed_forward_length", Value::U32(FF as u32)),
+        ("llama.attention.head_count", Value::U32(4)),
+        ("llama.attention.head_count_kv", Value::U32(2)),
+        ("llama.context_length", Value::U32(64)),
+        ("tokenizer.ggml.model", "gpt2".into()),
+        ("tokenizer.ggml.pre", "default".into()),
+    ];
+    for (k, val) in set {
+        match md.iter_mut().find(|(m, _)| m == k) {
+            Some(slot) => slot.1 = val.clone(),
+            None => md.push((k, val.clone())),
+        }
+    }
+    for (k, val) in md {
+        g.add_metadata(k, val).unwrap();
+    }
+    g.add_metadata("tokenizer.ggml.tokens", Value::Array(tokens.into()))
+        .unwrap();
+    g.add_metadata(
+        "tokenizer.ggml.token_type",
+        Value::Array(vec![1i32; v].into()),
+    )
+    .unwrap();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = |n: usize, scale: f32, base: f32| -> Vec<u8> {
+        (0..n)
+            .flat_map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let x = ((seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32;
+                (base + x * scale).to_le_bytes()
+            })
+            .collect()
+    };
+    g.add_tensor(
+        "token_embd.weight",
+        DType::F32,
+        &[E, v],
+        rnd(E * v, 1.0, 0.0),
+    )
+    .unwrap();
+    g.add_tensor("output_norm.weight", DType::F32, &[E], rnd(E, 0.2, 1.0))
+        .unwrap();
+    for il in 0..2 {
+        for (name, a, b) in [
+            ("attn_norm", E, 1),
+            ("attn_q", E, E),
+            ("attn_k", E, 16),
+            ("attn_v", E, 16),
+            ("attn_output", E, E),
+            ("ffn_norm", E, 1),
+            ("ffn_gate", E, FF),
+            ("ffn_up", E, FF),
+            ("ffn_down", FF, E),
+        ] {
+            let (dims, data) = if b == 1 {
+                (vec![a], rnd(a, 0.2, 1.0))
+            } else {
+                (vec![a, b], rnd(a * b, 1.0 / (a as f32).sqrt(), 0.0))
+            };
+            g.add_tensor(format!("blk.{il}.{name}.weight"), DType::F32, &dims, data)
+                .unwrap();
+        }
+    }
+    let path = dir.join(file);
+    g.write_to_path(&path).unwrap();
+    path
 }

@@ -1,9 +1,11 @@
-//! Test-only helpers: where the real model is, the skip-or-fail rule, and
-//! comparing logits.
+//! Test-only helpers: where the real model is, the skip-or-fail rule,
+//! comparing logits, and reading the goldens' JSON.
 
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+
+use strata_models::chat::Message;
 
 /// `$STRATA_MODEL`, else `~/.cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf`.
 pub fn model_path() -> PathBuf {
@@ -95,6 +97,16 @@ pub fn ids_of(v: &serde_json::Value) -> Vec<u32> {
         .unwrap()
         .iter()
         .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// The messages of a JSON array of `{"role", "content"}` objects (the chat
+/// goldens' conversations).
+pub fn messages(conv: &serde_json::Value) -> Vec<Message> {
+    conv.as_array()
+        .unwrap()
+        .iter()
+        .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
         .collect()
 }
 
