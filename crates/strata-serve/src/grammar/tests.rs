@@ -1,6 +1,7 @@
 //! Grammar tests over a small in-memory GPT-2-style tokenizer, and one over
 //! the real default model's tokenizer when it is present.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -517,4 +518,170 @@ fn constraint_and_tokenizer_are_send() {
     fn sync<T: Send + Sync>() {}
     send::<Constraint>();
     sync::<GrammarTokenizer>();
+}
+
+/// The default model, or `None` when it is absent (a failure instead under
+/// `STRATA_REQUIRE_MODEL=1`).
+fn default_model() -> Option<PathBuf> {
+    let path = match std::env::var_os("STRATA_MODEL") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf"),
+    };
+    if path.exists() {
+        return Some(path);
+    }
+    let msg = format!(
+        "SKIPPED: model {} not found (run .ci/fetch-models.sh); the real-vocabulary grammar test did not run",
+        path.display()
+    );
+    if std::env::var("STRATA_REQUIRE_MODEL").is_ok_and(|v| v == "1") {
+        panic!("{msg} (STRATA_REQUIRE_MODEL=1)");
+    }
+    eprintln!("{msg}");
+    None
+}
+
+/// With the real vocabulary: steer a constrained walk to a target JSON text
+/// (at each step the allowed token spelling the longest prefix of what is
+/// left), check it ends there, and report the mask time per token.
+#[test]
+fn real_vocabulary_schema_walk() {
+    let Some(path) = default_model() else { return };
+    let file = strata::gguf::GgufFile::open(&path).unwrap();
+    let tok = strata_models::gguf::tokenizer(&file).unwrap();
+    let t0 = Instant::now();
+    let gt = GrammarTokenizer::new(&tok).unwrap();
+    eprintln!(
+        "GrammarTokenizer::new: {:?} for {} tokens",
+        t0.elapsed(),
+        tok.n_vocab()
+    );
+    assert!(gt.eog().contains(&tok.eos().unwrap()));
+    let target = r#"{"name": "Ada Lovelace", "age": 36, "color": "green", "tags": [true, false]}"#;
+    let t0 = Instant::now();
+    let mut c = gt
+        .constraint(&GrammarSpec::JsonSchema(person_schema()))
+        .unwrap();
+    eprintln!("constraint (schema compile): {:?}", t0.elapsed());
+    let pieces: Vec<Vec<u8>> = (0..tok.n_vocab() as u32)
+        .map(|t| tok.token_to_piece(t).unwrap().to_vec())
+        .collect();
+    let mut rest = target.as_bytes();
+    let mut times: Vec<Duration> = Vec::new();
+    let mut n_allowed = Vec::new();
+    let mut steps = 0;
+    while !c.is_finished() {
+        steps += 1;
+        assert!(steps < 200, "no end after {steps} tokens");
+        let t0 = Instant::now();
+        let m = c.allowed().unwrap();
+        times.push(t0.elapsed());
+        n_allowed.push(m.count());
+        let next = if rest.is_empty() {
+            m.iter().find(|t| gt.eog().contains(t))
+        } else {
+            m.iter()
+                .filter(|&t| {
+                    let p = &pieces[t as usize];
+                    !p.is_empty() && !gt.eog().contains(&t) && rest.starts_with(p)
+                })
+                .max_by_key(|&t| pieces[t as usize].len())
+        };
+        let t = next.unwrap_or_else(|| {
+            panic!(
+                "no allowed token continues {:?} ({} allowed)",
+                String::from_utf8_lossy(rest),
+                m.count()
+            )
+        });
+        c.accept(t).unwrap();
+        if !gt.eog().contains(&t) {
+            rest = &rest[pieces[t as usize].len()..];
+        }
+    }
+    assert!(rest.is_empty(), "finished early, left {rest:?}");
+    times.sort();
+    let total: Duration = times.iter().sum();
+    eprintln!(
+        "mask per token over {} steps: mean {:?}, median {:?}, max {:?}; allowed counts {:?}",
+        times.len(),
+        total / times.len() as u32,
+        times[times.len() / 2],
+        times[times.len() - 1],
+        n_allowed
+    );
+}
+
+/// With the real vocabulary: random-logit sampling under `json_object`
+/// through [`RequestSampler`] (up to 300 tokens), every choice allowed; the
+/// time per `sample` (mask, masking, draw) is reported.
+#[test]
+fn real_vocabulary_random_json_object() {
+    let Some(path) = default_model() else { return };
+    let file = strata::gguf::GgufFile::open(&path).unwrap();
+    let tok = strata_models::gguf::tokenizer(&file).unwrap();
+    let gt = GrammarTokenizer::new(&tok).unwrap();
+    let spec = GrammarSpec::JsonObject;
+    let p = SamplingParams {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        seed: 1,
+        ..SamplingParams::default()
+    };
+    let mut s =
+        RequestSampler::new(&p, Some(gt.constraint(&spec).unwrap()), gt.eog().to_vec()).unwrap();
+    let mut check = gt.constraint(&spec).unwrap();
+    let id = |t: &str| tok.encode(t, false, false).unwrap()[0];
+    let quotes = [id("\""), id("\",")];
+    let closers = [id("}"), id("\"}")];
+    // "{}" is one token: rule it out so that the object has members
+    let empty = tok.encode("{}", false, false).unwrap();
+    let mut rng = XorShift(77);
+    let mut ids = Vec::new();
+    let mut took = Duration::ZERO;
+    let mut mask_took = Vec::new();
+    for step in 0..300 {
+        let mut logits: Vec<f32> = (0..tok.n_vocab()).map(|_| rng.next_f32() * 4.0).collect();
+        for &t in &quotes {
+            logits[t as usize] += 8.0;
+        }
+        for &t in &closers {
+            logits[t as usize] += if step < 40 { -8.0 } else { 8.0 };
+        }
+        if empty.len() == 1 {
+            logits[empty[0] as usize] = f32::NEG_INFINITY;
+        }
+        let t0 = Instant::now();
+        let out = s.sample(&logits).unwrap();
+        took += t0.elapsed();
+        let t0 = Instant::now();
+        let allowed = check.allowed().unwrap().contains(out.token);
+        mask_took.push(t0.elapsed());
+        assert!(allowed);
+        s.accept(out.token).unwrap();
+        check.accept(out.token).unwrap();
+        ids.push(out.token);
+        if s.grammar_finished() || gt.eog().contains(&out.token) {
+            break;
+        }
+    }
+    let text = tok.decode(&ids, false, false).unwrap();
+    mask_took.sort();
+    eprintln!(
+        "json_object, {} tokens: sample() {:?} per token (top-k 0: strata's sampler sorts \
+         every allowed token); the mask alone: mean {:?}, \
+         median {:?}, max {:?}; text {text:?}",
+        ids.len(),
+        took / ids.len() as u32,
+        mask_took.iter().sum::<Duration>() / mask_took.len() as u32,
+        mask_took[mask_took.len() / 2],
+        mask_took[mask_took.len() - 1],
+    );
+    if s.grammar_finished() {
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert!(v.is_object());
+    }
 }
