@@ -323,3 +323,9 @@ where
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
 }
+
+/// The routes of a server whose model has not loaded: each request is
+/// parsed and checked as usual, then answered 503 (what the fuzzer drives).
+pub fn unloaded_router(opts: &ServeOptions) -> Router {
+    router(Arc::new(AppState::new(opts)), opts)
+}
