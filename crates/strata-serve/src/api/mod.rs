@@ -295,6 +295,13 @@ pub(crate) async fn run(
         let _ = stream.set_nodelay(true);
         let svc = TowerToHyperService::new(app.clone());
         tokio::spawn(async move {
+            // a connection that sends nothing is closed after the idle timeout
+            // (hyper's header timeout starts only once bytes arrive)
+            let mut first = [0u8; 1];
+            match tokio::time::timeout(idle, stream.peek(&mut first)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return,
+            }
             let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             b.http1()
                 .timer(TokioTimer::new())
