@@ -57,20 +57,25 @@ pub struct GpuCounters {
 impl Sub for GpuCounters {
     type Output = GpuCounters;
 
-    /// The calls made between two snapshots (`later - earlier`).
+    /// The calls made between two snapshots (`later - earlier`; a count
+    /// that went down, from snapshots given the wrong way round, is 0).
     fn sub(self, e: GpuCounters) -> GpuCounters {
         GpuCounters {
-            buffers_created: self.buffers_created - e.buffers_created,
-            bind_groups_created: self.bind_groups_created - e.bind_groups_created,
-            bind_group_hits: self.bind_group_hits - e.bind_group_hits,
-            pipelines_created: self.pipelines_created - e.pipelines_created,
-            submits: self.submits - e.submits,
-            readback_maps: self.readback_maps - e.readback_maps,
-            waits: self.waits - e.waits,
-            graphs_planned: self.graphs_planned - e.graphs_planned,
-            graphs_replayed: self.graphs_replayed - e.graphs_replayed,
-            fused_reads: self.fused_reads - e.fused_reads,
-            params_bytes_written: self.params_bytes_written - e.params_bytes_written,
+            buffers_created: self.buffers_created.saturating_sub(e.buffers_created),
+            bind_groups_created: self
+                .bind_groups_created
+                .saturating_sub(e.bind_groups_created),
+            bind_group_hits: self.bind_group_hits.saturating_sub(e.bind_group_hits),
+            pipelines_created: self.pipelines_created.saturating_sub(e.pipelines_created),
+            submits: self.submits.saturating_sub(e.submits),
+            readback_maps: self.readback_maps.saturating_sub(e.readback_maps),
+            waits: self.waits.saturating_sub(e.waits),
+            graphs_planned: self.graphs_planned.saturating_sub(e.graphs_planned),
+            graphs_replayed: self.graphs_replayed.saturating_sub(e.graphs_replayed),
+            fused_reads: self.fused_reads.saturating_sub(e.fused_reads),
+            params_bytes_written: self
+                .params_bytes_written
+                .saturating_sub(e.params_bytes_written),
         }
     }
 }
@@ -107,13 +112,13 @@ impl Sub for GpuTimings {
     /// The time spent between two snapshots (`later - earlier`).
     fn sub(self, e: GpuTimings) -> GpuTimings {
         GpuTimings {
-            graphs: self.graphs - e.graphs,
+            graphs: self.graphs.saturating_sub(e.graphs),
             plan: self.plan.saturating_sub(e.plan),
             record: self.record.saturating_sub(e.record),
             submit: self.submit.saturating_sub(e.submit),
             wait: self.wait.saturating_sub(e.wait),
             readback: self.readback.saturating_sub(e.readback),
-            timed_graphs: self.timed_graphs - e.timed_graphs,
+            timed_graphs: self.timed_graphs.saturating_sub(e.timed_graphs),
             device: match (self.device, e.device) {
                 (Some(a), Some(b)) => Some(a.saturating_sub(b)),
                 (a, _) => a,
