@@ -37,6 +37,21 @@ unsafe fn visible_bits(m: *const f32, n: usize) -> u64 {
     })
 }
 
+/// Asks the cache for the `bytes` bytes at `p` (a hint: no fault, no effect on results).
+#[inline(always)]
+fn prefetch_row(p: *const u8, bytes: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for off in (0..bytes).step_by(64) {
+        // SAFETY: prefetching is a hint that never faults, whatever the address.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch(
+                p.wrapping_add(off).cast::<i8>(),
+                std::arch::x86_64::_MM_HINT_T0,
+            )
+        };
+    }
+}
+
 /// Keys per block of the one-chunk kernel (a multiple of every `W`).
 const KB: usize = 32;
 
@@ -132,6 +147,12 @@ pub(super) unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut 
             }
             if nb == 0 {
                 break;
+            }
+            // Keys of many sequences lie far apart (their cells interleave):
+            // ask for the block's K and V rows before the first use.
+            for &key in &keys[..nb] {
+                prefetch_row(a.k.add(key * a.ks), a.d * if H { 2 } else { 4 });
+                prefetch_row(a.v.add(key * a.vs), a.dv * if H { 2 } else { 4 });
             }
             for j in 0..nb {
                 let mut bits = 0u8;
