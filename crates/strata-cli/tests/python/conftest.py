@@ -14,6 +14,7 @@ Environment:
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 
@@ -27,9 +28,25 @@ def env_or_skip(name):
     return value
 
 
+def ready(url, timeout=180):
+    """`url` once its /health says 200 (the server answers 503 while the model loads)."""
+    url = url.rstrip("/")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            status, body = http("GET", url + "/health", timeout=10)
+        except OSError as e:
+            status, body = None, e
+        if status == 200:
+            return url
+        if time.monotonic() > deadline:
+            pytest.fail(f"{url}/health: {status} {body} after {timeout} s")
+        time.sleep(0.25)
+
+
 @pytest.fixture(scope="session")
 def base_url():
-    return env_or_skip("STRATA_SERVE_URL").rstrip("/")
+    return ready(env_or_skip("STRATA_SERVE_URL"))
 
 
 def http(method, url, body=None, headers=None, raw=None, timeout=120):

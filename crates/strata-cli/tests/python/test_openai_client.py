@@ -13,7 +13,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from conftest import env_or_skip, http
+from conftest import env_or_skip, http, ready
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 LONG = "hello " * 20000  # longer than any context the tests start
@@ -336,7 +336,7 @@ def test_prompt_longer_than_context_is_400(client, base_url, model_id):
 
 
 def test_api_key():
-    url = env_or_skip("STRATA_SERVE_AUTH_URL").rstrip("/")
+    url = ready(env_or_skip("STRATA_SERVE_AUTH_URL"))
     key = env_or_skip("STRATA_SERVE_API_KEY")
     req = {"messages": QUESTION, "max_tokens": 4, "temperature": 0}
     for headers in [{}, {"Authorization": "Bearer wrong-" + key}, {"Authorization": key}]:
