@@ -16,6 +16,7 @@ mod perplexity;
 mod quantize;
 mod rpc_server;
 mod run;
+mod serve;
 mod settings;
 mod test_ops;
 
@@ -73,6 +74,8 @@ enum Command {
     Explain(explain::Args),
     /// Serve this machine's CPU to RPC clients (ggml RPC protocol 7.0.0).
     RpcServer(rpc_server::Args),
+    /// Serve a model over HTTP: OpenAI's and Ollama's APIs with continuous batching.
+    Serve(serve::Args),
 }
 
 /// Restores the default SIGPIPE action, as command-line tools have it: Rust
@@ -138,6 +141,7 @@ fn main() {
         Command::Explain(a) => explain::run(a),
         Command::Compare(a) => compare::run(a),
         Command::RpcServer(a) => rpc_server::run(a).map(|()| 0).map_err(Into::into),
+        Command::Serve(a) => serve::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),
