@@ -23,7 +23,7 @@ from conftest import http
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
-# Records every text the (last) assistant message shows, with the time it
+# Records every text the assistant messages' reply shows, with the time it
 # showed it, in window.__seen; and whether its `streaming` mark was on.
 RECORD = """
 window.__seen = [];
@@ -31,7 +31,7 @@ const log = document.getElementById('messages');
 new MutationObserver((records) => {
   for (const r of records) {
     const msg = r.target.closest && r.target.closest('.msg.assistant');
-    if (!msg) continue;
+    if (!msg || !r.target.classList.contains('text')) continue;
     for (const n of r.addedNodes) {
       if (n.nodeType === Node.TEXT_NODE) {
         window.__seen.push({t: performance.now(), text: n.data,
@@ -124,8 +124,10 @@ def test_page_streams_a_reply_token_by_token(page):
     final = d.find_element(By.CSS_SELECTOR, ".msg.assistant .text").text
     assert final.strip(), "an empty reply"
     assert d.find_element(By.ID, "error").text == ""
-    streamed = [s for s in seen if s["streaming"] and s["text"]]
-    lengths = sorted({len(s["text"]) for s in streamed})
+    # (the last text may come in the same read as the end of the stream, and
+    # so be recorded after the streaming mark went off)
+    streamed = [s for s in seen if s["text"]]
+    lengths = {len(s["text"]) for s in streamed if s["streaming"]}
     assert len(lengths) >= 2, f"the reply did not grow while streaming: {seen}"
     # each text shown is a prefix of the next, the last is the final reply
     texts = [s["text"] for s in streamed]
@@ -161,9 +163,19 @@ def test_page_streams_a_reply_token_by_token(page):
     assert assistant_texts(d) == [final, second]
 
 
-def test_stop_ends_the_stream(page):
+def metric(base_url, name):
+    status, text = http("GET", base_url + "/metrics")
+    assert status == 200, text
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
+
+
+def test_stop_ends_the_stream(page, base_url):
     d = page
     settings(d, temperature=0, max_tokens=1000)
+    generated = metric(base_url, "strata_generated_tokens_total")
     d.execute_script(RECORD)
     send(d, "Count from 1 to 500, one number per line.")
     # stop as soon as some of the reply has come
@@ -186,12 +198,18 @@ def test_stop_ends_the_stream(page):
     assert len(stopped_at) < 1500, len(stopped_at)
     assert d.find_element(By.ID, "send").is_enabled()
     assert not d.find_element(By.ID, "stop").is_enabled()
+    # the server saw the connection close and stopped generating too
+    assert metric(base_url, "strata_busy_slots") == 0
+    n = metric(base_url, "strata_generated_tokens_total") - generated
+    assert 0 < n < 1000, n
+    time.sleep(0.5)
+    assert metric(base_url, "strata_generated_tokens_total") - generated == n
 
 
 def test_server_error_is_shown(page, base_url):
     d = page
     # a prompt longer than any context: the server answers 400 with an error object
-    long_text = "hello " * 20000
+    long_text = " ".join(["hello"] * 20000)  # as the page sends it, trimmed
     status, body = http(
         "POST", base_url + "/v1/chat/completions",
         {"messages": [{"role": "user", "content": long_text}], "max_tokens": 4},

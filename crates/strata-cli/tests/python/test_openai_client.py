@@ -131,11 +131,58 @@ def test_n_2(client, model_id):
     assert sorted(finishes) == [0, 1]
 
 
+def test_sampling_options(client, model_id):
+    def text(**kw):
+        args = dict(model=model_id, prompt="Once upon a time", max_tokens=12)
+        args.update(kw)
+        return client.completions.create(**args).choices[0]
+
+    # a seed makes a sampled reply reproducible
+    a, b = text(temperature=1.0, seed=42), text(temperature=1.0, seed=42)
+    assert a.text == b.text
+    # top_k 1 is greedy whatever the temperature
+    top1 = text(temperature=1.5, seed=1, extra_body={"top_k": 1})
+    assert top1.text == text(temperature=0).text
+    # the penalties and min_p are taken
+    assert text(temperature=0, presence_penalty=1.0, frequency_penalty=0.5,
+                extra_body={"min_p": 0.1}).text
+    # ignore_eos: exactly max_tokens tokens
+    r = client.completions.create(
+        model=model_id, prompt="Hi", max_tokens=40, temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert r.usage.completion_tokens == 40 and r.choices[0].finish_reason == "length"
+
+
+def test_concurrent_greedy_replies_equal_one_alone(client, model_id):
+    """Four requests at once (the server's -np 4 slots, batched together)
+    get the replies each gets alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    prompts = ["The capital of France is", "def fibonacci(n):", "Water boils at",
+               "The three primary colors are"]
+    alone = [client.completions.create(model=model_id, prompt=p, max_tokens=24, temperature=0)
+             .choices[0].text for p in prompts]
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        together = list(pool.map(
+            lambda p: client.completions.create(
+                model=model_id, prompt=p, max_tokens=24, temperature=0).choices[0].text,
+            prompts))
+    assert together == alone
+
+
+def n_visible(completion_tokens, finish_reason, n):
+    """The tokens a reply shows: `completion_tokens`, less the end-of-generation
+    token that stopped it if the count includes that (as llama-server's does)."""
+    if finish_reason == "stop" and n == completion_tokens - 1:
+        return n
+    return completion_tokens
+
+
 def test_chat_logprobs(client, model_id):
     r = greedy_chat(client, model_id, max_tokens=8, logprobs=True, top_logprobs=3)
     c = r.choices[0]
     items = c.logprobs.content
-    assert len(items) == r.usage.completion_tokens
+    assert len(items) == n_visible(r.usage.completion_tokens, c.finish_reason, len(items))
     assert "".join(i.token for i in items) == c.message.content
     for i in items:
         assert i.logprob <= 0.0
@@ -159,7 +206,7 @@ def test_completions_logprobs(client, model_id):
     )
     c = r.choices[0]
     lp = c.logprobs
-    n = r.usage.completion_tokens
+    n = n_visible(r.usage.completion_tokens, c.finish_reason, len(lp.tokens))
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == n
     assert len(lp.text_offset) == n
     assert "".join(lp.tokens) == c.text
