@@ -184,26 +184,19 @@ fn openai_ollama_and_browser_clients() {
         return;
     }
     let open = Server::start(&model, &[]);
+    let auth = Server::start(&model, &["--api-key", API_KEY]);
     let model_s = model.to_str().expect("a UTF-8 model path");
+    let env = [
+        ("STRATA_SERVE_URL", open.url.as_str()),
+        ("STRATA_SERVE_AUTH_URL", auth.url.as_str()),
+        ("STRATA_SERVE_API_KEY", API_KEY),
+        ("STRATA_BIN", env!("CARGO_BIN_EXE_strata")),
+        ("STRATA_MODEL", model_s),
+    ];
     if api {
-        let auth = Server::start(&model, &["--api-key", API_KEY]);
-        pytest(
-            "test_openai_client.py",
-            &[
-                ("STRATA_SERVE_URL", &open.url),
-                ("STRATA_SERVE_AUTH_URL", &auth.url),
-                ("STRATA_SERVE_API_KEY", API_KEY),
-                ("STRATA_BIN", env!("CARGO_BIN_EXE_strata")),
-                ("STRATA_MODEL", model_s),
-            ],
-            &[&open, &auth],
-        );
+        pytest("test_openai_client.py", &env, &[&open, &auth]);
     }
     if browser {
-        pytest(
-            "test_browser.py",
-            &[("STRATA_SERVE_URL", &open.url)],
-            &[&open],
-        );
+        pytest("test_browser.py", &env, &[&open, &auth]);
     }
 }

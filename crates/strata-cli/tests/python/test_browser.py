@@ -15,10 +15,11 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-from conftest import http
+from conftest import env_or_skip, http, ready
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -223,3 +224,39 @@ def test_server_error_is_shown(page, base_url):
     assert "400" in shown
     WebDriverWait(d, 10).until(lambda d: not busy(d))
     assert not d.find_elements(By.CSS_SELECTOR, ".msg.assistant"), "an empty reply bubble stayed"
+    # Clear starts afresh: no messages, no error, and a new turn works
+    d.find_element(By.ID, "clear").click()
+    assert not d.find_elements(By.CSS_SELECTOR, "#messages .msg")
+    assert d.find_element(By.ID, "error").text == ""
+    assert not d.find_element(By.ID, "regenerate").is_enabled()
+    settings(d, max_tokens=4)
+    send(d, "Hi")
+    WebDriverWait(d, 60).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant[data-done=true]")
+    )
+    assert assistant_texts(d)[0].strip()
+    assert d.find_element(By.ID, "error").text == ""
+
+
+def test_api_key_field(driver):
+    """Against a server with --api-key: 401 without the key, shown; with the
+    key typed in the settings it is sent as a Bearer token."""
+    d = driver
+    url = ready(env_or_skip("STRATA_SERVE_AUTH_URL"))
+    key = env_or_skip("STRATA_SERVE_API_KEY")
+    d.get(url + "/")
+    WebDriverWait(d, 20).until(lambda d: "401" in d.find_element(By.ID, "error").text)
+    assert "authentication_error" in d.find_element(By.ID, "error").text
+    settings(d, api_key=key, max_tokens=4)
+    d.find_element(By.ID, "api_key").send_keys(Keys.TAB)  # `change` reloads the model
+    status, models = http("GET", url + "/v1/models", headers={"Authorization": "Bearer " + key})
+    assert status == 200, models
+    WebDriverWait(d, 20).until(
+        lambda d: d.find_element(By.ID, "model").text == models["data"][0]["id"]
+    )
+    send(d, "Hi")
+    WebDriverWait(d, 60).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant[data-done=true]")
+    )
+    assert assistant_texts(d)[0].strip()
+    assert d.find_element(By.ID, "error").text == ""
