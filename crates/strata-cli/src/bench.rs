@@ -1,7 +1,7 @@
 //! `strata bench`: llama-bench-style prompt-processing (pp) and token
 //! generation (tg) speed, mean ± stddev over repetitions.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use strata_models::{Context, Logits};
 
@@ -70,6 +70,13 @@ pub fn run(a: Args) -> CliResult {
         .max()
         .unwrap_or(0);
     let mut results = Vec::new();
+    // the GPUs the model runs on: their counters say where the host time went
+    let names = model.devices.names();
+    let gpus: Vec<_> = strata_gpu::devices()
+        .iter()
+        .filter(|d| names.contains(&d.context().name().to_string()))
+        .cloned()
+        .collect();
     let file_mib = std::fs::metadata(a.model.model_path()?)
         .map(|m| m.len() as f64 / 1048576.0)
         .unwrap_or(0.0);
@@ -107,12 +114,15 @@ pub fn run(a: Args) -> CliResult {
             };
             run_once(&mut ctx)?; // warm-up
             ctx.reset_timings();
+            let gpu0 = GpuSnapshot::take(&gpus);
             let mut tps = Vec::with_capacity(a.reps);
             for _ in 0..a.reps {
                 tps.push(run_once(&mut ctx)?);
             }
-            let (mean, sd) = mean_std(&tps);
             let tm = ctx.timings();
+            let wall: f64 = tps.iter().map(|r| n as f64 / r).sum();
+            let gpu = GpuSnapshot::take(&gpus).since(&gpu0, wall, tm.tokens);
+            let (mean, sd) = mean_std(&tps);
             let host_us = tm.outside_kernels_per_token().as_secs_f64() * 1e6;
             let per_tok = |d: std::time::Duration| d.as_secs_f64() * 1e6 / tm.tokens.max(1) as f64;
             let phases = serde_json::json!({
@@ -121,34 +131,164 @@ pub fn run(a: Args) -> CliResult {
                 "compute_outside_kernels": per_tok(tm.compute.saturating_sub(tm.kernels)),
                 "kernels": per_tok(tm.kernels), "outputs": per_tok(tm.outputs),
             });
-            results.push((t, name, mean, sd, tps, ctx.n_splits(), host_us, phases));
+            results.push((t, name, mean, sd, tps, ctx.n_splits(), host_us, phases, gpu));
         }
     }
     let backend = model.devices.names().join("+");
     if a.json {
         let v: Vec<serde_json::Value> = results
             .iter()
-            .map(|(t, name, mean, sd, tps, splits, host_us, phases)| {
-                serde_json::json!({
+            .map(|(t, name, mean, sd, tps, splits, host_us, phases, gpu)| {
+                let mut v = serde_json::json!({
                     "model": model.hparams.arch, "size_mib": file_mib, "backend": backend,
                     "threads": t, "test": name, "avg_ts": mean, "stddev_ts": sd, "samples_ts": tps,
                     "n_batch": a.model.batch_size, "flash_attn": !a.model.no_flash_attn, "n_splits": splits,
                     "outside_kernels_us_per_token": host_us, "us_per_token": phases,
-                })
+                });
+                if let Some(g) = gpu {
+                    v["gpu"] = g.json();
+                }
+                v
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!("| model | size | backend | threads | test | t/s | outside kernels µs/token |");
         println!("| --- | ---: | --- | ---: | ---: | ---: | ---: |");
-        for (t, name, mean, sd, _, _, host_us, _) in &results {
+        for (t, name, mean, sd, _, _, host_us, _, _) in &results {
             println!(
                 "| {} {}L | {file_mib:.2} MiB | {backend} | {t} | {name} | {mean:.2} ± {sd:.2} | {host_us:.0} |",
                 model.hparams.arch, model.hparams.n_layer
             );
         }
+        if results.iter().any(|r| r.8.is_some()) {
+            println!();
+            println!("{GPU_HEADER}");
+            println!("{GPU_RULE}");
+            for (t, name, .., gpu) in &results {
+                if let Some(g) = gpu {
+                    println!("| {t} | {name} | {} |", g.row());
+                }
+            }
+        }
     }
     Ok(0)
+}
+
+/// The GPU table's header: host time per token (everything but waiting for
+/// the device), the GPU backend's share of it by phase, the device's time
+/// from timestamp queries ("n/a" without them), and wgpu calls per token.
+const GPU_HEADER: &str = "| threads | test | host µs/token | plan | record | submit + wait | read-back | \
+                          device µs/token | submits | waits | maps | new buffers | new bind groups |";
+const GPU_RULE: &str =
+    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
+
+/// The GPUs' counters and timings at one moment.
+struct GpuSnapshot(Vec<(strata_gpu::GpuCounters, strata_gpu::GpuTimings)>);
+
+impl GpuSnapshot {
+    fn take(gpus: &[std::sync::Arc<strata_gpu::GpuDevice>]) -> GpuSnapshot {
+        GpuSnapshot(
+            gpus.iter()
+                .map(|g| (g.context().counters(), g.context().timings()))
+                .collect(),
+        )
+    }
+
+    /// What the GPUs did since `before`, per token of `tokens` computed in
+    /// `wall` seconds; `None` without GPUs.
+    fn since(self, before: &GpuSnapshot, wall: f64, tokens: usize) -> Option<GpuPerToken> {
+        if self.0.is_empty() || tokens == 0 {
+            return None;
+        }
+        let mut c = strata_gpu::GpuCounters::default();
+        let mut tm = strata_gpu::GpuTimings::default();
+        let mut device = Some(Duration::ZERO);
+        for ((c1, t1), (c0, t0)) in self.0.iter().zip(&before.0) {
+            let (dc, dt) = (*c1 - *c0, *t1 - *t0);
+            c.submits += dc.submits;
+            c.waits += dc.waits;
+            c.readback_maps += dc.readback_maps;
+            c.buffers_created += dc.buffers_created;
+            c.bind_groups_created += dc.bind_groups_created;
+            tm.plan += dt.plan;
+            tm.record += dt.record;
+            tm.submit += dt.submit;
+            tm.wait += dt.wait;
+            tm.readback += dt.readback;
+            // device time per graph, scaled to every graph when the
+            // device timed only some (a graph nobody waited for)
+            device = match (device, dt.device) {
+                (Some(d), Some(x)) if dt.timed_graphs > 0 => {
+                    Some(d + x.mul_f64(dt.graphs as f64 / dt.timed_graphs as f64))
+                }
+                _ => None,
+            };
+        }
+        let n = tokens as f64;
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / n;
+        Some(GpuPerToken {
+            host: (wall - tm.wait.as_secs_f64()).max(0.0) * 1e6 / n,
+            plan: us(tm.plan),
+            record: us(tm.record),
+            submit: us(tm.submit),
+            wait: us(tm.wait),
+            readback: us(tm.readback),
+            device: device.map(us),
+            submits: c.submits as f64 / n,
+            waits: c.waits as f64 / n,
+            maps: c.readback_maps as f64 / n,
+            buffers: c.buffers_created as f64 / n,
+            bind_groups: c.bind_groups_created as f64 / n,
+        })
+    }
+}
+
+/// Per token: host time outside waiting for the device (µs), the GPU
+/// backend's phases (µs), the device's time (µs) and wgpu calls.
+struct GpuPerToken {
+    host: f64,
+    plan: f64,
+    record: f64,
+    submit: f64,
+    wait: f64,
+    readback: f64,
+    device: Option<f64>,
+    submits: f64,
+    waits: f64,
+    maps: f64,
+    buffers: f64,
+    bind_groups: f64,
+}
+
+impl GpuPerToken {
+    fn row(&self) -> String {
+        let device = self.device.map_or("n/a".into(), |d| format!("{d:.0}"));
+        format!(
+            "{:.0} | {:.0} | {:.0} | {:.0} + {:.0} | {:.0} | {device} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}",
+            self.host,
+            self.plan,
+            self.record,
+            self.submit,
+            self.wait,
+            self.readback,
+            self.submits,
+            self.waits,
+            self.maps,
+            self.buffers,
+            self.bind_groups
+        )
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "host_us_per_token": self.host, "plan_us": self.plan, "record_us": self.record,
+            "submit_us": self.submit, "wait_us": self.wait, "readback_us": self.readback,
+            "device_us": self.device, "submits_per_token": self.submits,
+            "waits_per_token": self.waits, "maps_per_token": self.maps,
+            "buffers_per_token": self.buffers, "bind_groups_per_token": self.bind_groups,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -1,23 +1,68 @@
-//! The GPU backend: a graph is planned node by node into dispatches,
-//! recorded into one compute pass and submitted once.
+//! The GPU backend: a graph is planned node by node into dispatches once,
+//! kept while the same graph (the same tensors in the same memory) comes
+//! again, recorded into one compute pass with the copies of its outputs
+//! into read-back memory, and submitted once without waiting.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use strata::backend::{Backend, BufferType, Device, Event};
 use strata::graph::Graph;
 use strata::{Error, Result, Tensor};
 
-use crate::context::{GpuContext, PARAMS_BYTES, STORAGE_SLOTS};
+use crate::context::{GpuContext, Output, PARAMS_BYTES, STORAGE_SLOTS};
+use crate::counters::{Count, Phase};
 use crate::ops;
 use crate::GpuDevice;
+
+/// Graphs whose dispatch lists a backend keeps (a decode graph, the
+/// prompt's, and with pipeline copies one per copy).
+const KEEP_GRAPHS: usize = 8;
+
+/// One dispatch ready to record: everything resolved.
+struct Ready {
+    pipeline: Arc<wgpu::ComputePipeline>,
+    bind_group: wgpu::BindGroup,
+    groups: [u32; 3],
+    /// The op and shapes it computes, for `STRATA_GPU_PROFILE`'s table
+    /// (empty otherwise: a cached list must not keep tensors alive).
+    what: String,
+}
+
+/// A graph planned into dispatches, replayed while its storage key holds.
+struct Planned {
+    /// [`Graph::storage_key`] of the graph it was planned from.
+    key: Vec<u64>,
+    dispatches: Vec<Ready>,
+    /// Where its parameter blocks start in the parameter buffer.
+    region: u64,
+    /// The parameter blocks as written there.
+    params: Vec<u8>,
+    /// Buffers it binds (it is dropped when one of them is freed).
+    bases: Vec<u64>,
+    /// OUTPUT nodes, copied into read-back memory by the graph's submission.
+    outputs: Vec<Output>,
+    /// Nodes of the graph (for messages).
+    nodes: usize,
+    /// When it was last computed (a counter; the least recent is dropped).
+    used: u64,
+}
 
 /// An execution stream on one GPU.
 pub struct GpuBackend {
     dev: Arc<GpuDevice>,
     ctx: Arc<GpuContext>,
+    /// Every dispatch's parameters, at dynamic offsets (one region per
+    /// planned graph).
     params: Option<wgpu::Buffer>,
+    /// Bytes of `params` handed out to planned graphs.
+    params_used: u64,
     bind_groups: HashMap<[u64; STORAGE_SLOTS], wgpu::BindGroup>,
+    planned: Vec<Planned>,
+    /// Scratch for the storage key of the graph being computed.
+    key: Vec<u64>,
+    clock: u64,
 }
 
 impl GpuBackend {
@@ -26,7 +71,11 @@ impl GpuBackend {
             ctx: dev.ctx.clone(),
             dev,
             params: None,
+            params_used: 0,
             bind_groups: HashMap::new(),
+            planned: Vec::new(),
+            key: Vec::new(),
+            clock: 0,
         }
     }
 
@@ -55,10 +104,18 @@ impl GpuBackend {
         Ok(base)
     }
 
-    fn bind_group(&mut self, key: [u64; STORAGE_SLOTS], params: &wgpu::Buffer) -> Result<()> {
-        if self.bind_groups.contains_key(&key) {
-            return Ok(());
+    /// The bind group of `key` (source buffers, then the destination's),
+    /// from the cache or made now. Sources in another buffer than the
+    /// destination are bound read-only.
+    fn bind_group(&mut self, key: [u64; STORAGE_SLOTS]) -> Result<wgpu::BindGroup> {
+        if let Some(bg) = self.bind_groups.get(&key) {
+            self.ctx.count(Count::BindGroupHits, 1);
+            return Ok(bg.clone());
         }
+        let params = self.params.clone().ok_or_else(|| Error::Backend {
+            backend: self.ctx.name.clone(),
+            msg: "a bind group asked for before the parameter buffer was made".into(),
+        })?;
         let bufs: Vec<wgpu::Buffer> = key
             .iter()
             .map(|b| {
@@ -71,7 +128,7 @@ impl GpuBackend {
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
             resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: params,
+                buffer: &params,
                 offset: 0,
                 size: wgpu::BufferSize::new(PARAMS_BYTES),
             }),
@@ -82,91 +139,268 @@ impl GpuBackend {
                 resource: b.as_entire_binding(),
             });
         }
+        self.ctx.count(Count::BindGroupsCreated, 1);
         let bg = self
             .ctx
             .device
             .create_bind_group(&wgpu::BindGroupDescriptor {
                 label: None,
-                layout: &self.ctx.layout,
+                layout: &self.ctx.layout(read_only_mask(&key)).0,
                 entries: &entries,
             });
-        self.bind_groups.insert(key, bg);
+        self.bind_groups.insert(key, bg.clone());
+        Ok(bg)
+    }
+
+    /// Forgets bind groups and planned graphs that bind buffers freed since
+    /// the last call.
+    fn forget_dropped(&mut self) {
+        let dropped = self.ctx.take_dropped();
+        if dropped.is_empty() {
+            return;
+        }
+        self.bind_groups
+            .retain(|k, _| !k.iter().any(|b| dropped.contains(b)));
+        self.planned
+            .retain(|p| !p.bases.iter().any(|b| dropped.contains(b)));
+    }
+
+    /// Room for `bytes` of parameter blocks: the region of the planned graph
+    /// at `evict` when it is large enough, else fresh room in the parameter
+    /// buffer (after forgetting every planned graph, and making a larger
+    /// buffer, when it is full).
+    fn params_region(&mut self, bytes: u64, evict: Option<usize>) -> Result<u64> {
+        if let Some(i) = evict {
+            if self.planned[i].params.len() as u64 >= bytes {
+                return Ok(self.planned[i].region);
+            }
+        }
+        let cap = self.params.as_ref().map_or(0, |p| p.size());
+        if self.params_used + bytes <= cap {
+            let at = self.params_used;
+            self.params_used += bytes;
+            return Ok(at);
+        }
+        // full: start over (the regions of the graphs kept are reused)
+        self.planned.clear();
+        self.params_used = 0;
+        if bytes > cap / 2 {
+            let size = (2 * bytes).next_power_of_two().max(64 * 1024);
+            if size > u32::MAX as u64 {
+                return Err(Error::OutOfMemory {
+                    buffer_type: self.ctx.name.clone(),
+                    requested: bytes as usize,
+                    msg: "the graph's parameter blocks exceed what dynamic offsets address".into(),
+                });
+            }
+            self.params = Some(self.ctx.new_buffer(&wgpu::BufferDescriptor {
+                label: Some("strata params"),
+                size,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+            // every bind group names the old parameter buffer
+            self.bind_groups.clear();
+        }
+        self.params_used = bytes;
+        Ok(0)
+    }
+
+    /// Plans `graph` into dispatches (shaders, parameter blocks, bind
+    /// groups, outputs to read back) and keeps the list under the storage
+    /// key in `self.key`; returns its index in `self.planned`.
+    fn plan(&mut self, graph: &Graph) -> Result<usize> {
+        let mut dispatches = Vec::new();
+        for node in graph.nodes() {
+            let Some(planned) = ops::plan(&self.ctx, node)? else {
+                return Err(ops::unsupported(&self.ctx, node));
+            };
+            // sources the scheduler substituted (its copies of split inputs)
+            let subs: Vec<(&Tensor, &Tensor)> = node
+                .srcs()
+                .map(|s| (s, graph.effective(node, s)))
+                .filter(|(s, e)| !s.ptr_eq(e))
+                .collect();
+            for mut d in planned {
+                substitute(&mut d, &subs)?;
+                dispatches.push(d);
+            }
+        }
+        let mut keys = Vec::with_capacity(dispatches.len());
+        for d in &dispatches {
+            let Some(node) = d.slots[4].as_ref() else {
+                return Err(Error::Backend {
+                    backend: self.ctx.name.clone(),
+                    msg: "a dispatch without a destination tensor".into(),
+                });
+            };
+            let dst = self.base_of(node, node)?;
+            let mut key = [dst; STORAGE_SLOTS];
+            for (k, t) in d.slots.iter().enumerate() {
+                if let Some(t) = t {
+                    key[k] = self.base_of(t, node)?;
+                }
+            }
+            keys.push(key);
+        }
+        let outputs = self.outputs(graph)?;
+        // room for the parameters: the least recently used list's when the
+        // cache is full
+        let evict = (self.planned.len() >= KEEP_GRAPHS).then(|| {
+            (0..self.planned.len())
+                .min_by_key(|&i| self.planned[i].used)
+                .unwrap_or(0)
+        });
+        let stride = self.stride();
+        let bytes_len = stride * dispatches.len() as u64;
+        let region = self.params_region(bytes_len, evict)?;
+        // the region's old contents, when it is reused (only blocks that
+        // changed are written)
+        let old = match evict {
+            Some(i) if self.planned.get(i).is_some_and(|p| p.region == region) => {
+                Some(self.planned.swap_remove(i).params)
+            }
+            Some(i) if i < self.planned.len() => {
+                self.planned.swap_remove(i);
+                None
+            }
+            _ => None,
+        };
+        let mut bytes = vec![0u8; bytes_len as usize];
+        let profiling = profiling();
+        let mut ready = Vec::with_capacity(dispatches.len());
+        for (i, (d, key)) in dispatches.iter().zip(&keys).enumerate() {
+            let at = i * stride as usize;
+            for (k, w) in d.params.w.iter().enumerate() {
+                bytes[at + 4 * k..at + 4 * k + 4].copy_from_slice(&w.to_le_bytes());
+            }
+            let pipeline = self.ctx.pipeline(&d.pipeline, read_only_mask(key))?;
+            let bind_group = self.bind_group(*key)?;
+            let what = match (&d.slots[4], profiling) {
+                (Some(node), true) => describe(node),
+                _ => String::new(),
+            };
+            ready.push(Ready {
+                pipeline,
+                bind_group,
+                groups: d.groups,
+                what,
+            });
+        }
+        self.write_params(region, &bytes, old.as_deref())?;
+        let mut bases: Vec<u64> = keys.iter().flatten().copied().collect();
+        bases.extend(outputs.iter().map(|o| o.base));
+        bases.sort_unstable();
+        bases.dedup();
+        self.ctx.count(Count::GraphsPlanned, 1);
+        self.planned.push(Planned {
+            key: self.key.clone(),
+            dispatches: ready,
+            region,
+            params: bytes,
+            bases,
+            outputs,
+            nodes: graph.nodes().len(),
+            used: 0,
+        });
+        Ok(self.planned.len() - 1)
+    }
+
+    /// Writes parameter blocks `bytes` at `region`: only the blocks that
+    /// differ from `old` (what the region held) when it is given.
+    fn write_params(&self, region: u64, bytes: &[u8], old: Option<&[u8]>) -> Result<()> {
+        let Some(params) = &self.params else {
+            return Ok(());
+        };
+        let stride = self.stride() as usize;
+        let Some(old) = old else {
+            if !bytes.is_empty() {
+                self.ctx.queue.write_buffer(params, region, bytes);
+                self.ctx.count(Count::ParamsBytes, bytes.len() as u64);
+            }
+            return Ok(());
+        };
+        // runs of changed blocks
+        let n = bytes.len() / stride;
+        let changed = |i: usize| {
+            old.get(i * stride..(i + 1) * stride) != Some(&bytes[i * stride..(i + 1) * stride])
+        };
+        let mut i = 0;
+        while i < n {
+            if !changed(i) {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < n && changed(i) {
+                i += 1;
+            }
+            let run = &bytes[start * stride..i * stride];
+            self.ctx
+                .queue
+                .write_buffer(params, region + (start * stride) as u64, run);
+            self.ctx.count(Count::ParamsBytes, run.len() as u64);
+        }
         Ok(())
     }
 
-    /// Records `d` into `pass`, its parameters at byte `params_at`.
-    fn record(
-        &self,
-        pass: &mut wgpu::ComputePass<'_>,
-        d: &ops::Dispatch,
-        key: &[u64; STORAGE_SLOTS],
-        params_at: u64,
-    ) {
-        pass.set_pipeline(&d.pipeline);
-        pass.set_bind_group(0, &self.bind_groups[key], &[params_at as u32]);
-        let [x, y, z] = d.groups;
-        pass.dispatch_workgroups(x, y, z);
-    }
-
-    /// Runs every dispatch alone (submit and wait) and prints the time per
-    /// op and shape, slowest first (`STRATA_GPU_PROFILE=1`).
-    fn profile(
-        &self,
-        dispatches: &[ops::Dispatch],
-        keys: &[[u64; STORAGE_SLOTS]],
-        stride: u64,
-    ) -> Result<()> {
-        type Row = (u32, std::time::Duration);
-        let mut per: HashMap<String, Row> = HashMap::new();
-        for (i, (d, key)) in dispatches.iter().zip(keys).enumerate() {
-            let mut enc = self.ctx.device.create_command_encoder(&Default::default());
-            self.record(
-                &mut enc.begin_compute_pass(&Default::default()),
-                d,
-                key,
-                i as u64 * stride,
-            );
-            let t = std::time::Instant::now();
-            self.ctx.queue.submit([enc.finish()]);
-            self.ctx.wait()?;
-            let Some(node) = d.slots[4].as_ref() else {
+    /// The OUTPUT nodes of `graph` in this device's memory, as 4-byte
+    /// aligned ranges of their buffers (what the caller reads next).
+    fn outputs(&self, graph: &Graph) -> Result<Vec<Output>> {
+        let mut out = Vec::new();
+        for node in graph.nodes() {
+            if !node.is_output() {
+                continue;
+            }
+            let Some(st) = node.storage() else { continue };
+            let base = st.buffer.base();
+            let Some(buffer) = self.ctx.buffer(base) else {
                 continue;
             };
-            let what = format!(
-                "{} {} {:?} -> {:?}",
-                node.op().name(),
-                node.src(0).map_or("-".into(), |s| s.dtype().to_string()),
-                node.src(0).map_or([0; 4], |s| s.ne()),
-                node.ne()
-            );
-            let e = per.entry(what).or_default();
+            let start = st.offset as u64 & !3;
+            let end = (st.offset as u64 + node.nbytes() as u64)
+                .next_multiple_of(4)
+                .min(buffer.size());
+            if end > start {
+                out.push(Output {
+                    base,
+                    buffer,
+                    start,
+                    len: end - start,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs every dispatch of `p` alone (submit and wait) and prints the
+    /// time per op and shape, slowest first (`STRATA_GPU_PROFILE=1`).
+    fn profile(&self, p: &Planned) -> Result<()> {
+        type Row = (u32, std::time::Duration);
+        let stride = self.stride();
+        let mut per: HashMap<&str, Row> = HashMap::new();
+        for (i, d) in p.dispatches.iter().enumerate() {
+            let mut enc = self.ctx.device.create_command_encoder(&Default::default());
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&d.pipeline);
+                pass.set_bind_group(0, &d.bind_group, &[(p.region + i as u64 * stride) as u32]);
+                let [x, y, z] = d.groups;
+                pass.dispatch_workgroups(x, y, z);
+            }
+            let t = Instant::now();
+            self.ctx.submit([enc.finish()]);
+            self.ctx.wait()?;
+            let e = per.entry(&d.what).or_default();
             e.0 += 1;
             e.1 += t.elapsed();
         }
-        let mut rows: Vec<(String, Row)> = per.into_iter().collect();
+        let mut rows: Vec<(&str, Row)> = per.into_iter().collect();
         rows.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
         for (what, (n, t)) in rows {
             eprintln!("{t:>12.3?} {n:>5}x {what}");
         }
         Ok(())
-    }
-
-    /// The parameter buffer, grown to at least `bytes`.
-    fn ensure_params(&mut self, bytes: u64) -> wgpu::Buffer {
-        if let Some(p) = self.params.as_ref().filter(|p| p.size() >= bytes) {
-            return p.clone();
-        }
-        let size = bytes.next_power_of_two().max(64 * 1024);
-        let p = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("strata params"),
-            size,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        // every bind group names the old parameter buffer
-        self.bind_groups.clear();
-        self.params = Some(p.clone());
-        p
     }
 }
 
@@ -197,95 +431,87 @@ impl Backend for GpuBackend {
         }
     }
 
+    /// Queues `graph` and returns without waiting for it
+    /// ([`Backend::synchronize`] waits; reading a tensor waits for what it
+    /// reads). A graph of the same tensors in the same memory as one
+    /// computed before ([`Graph::storage_key`]) replays that one's dispatch
+    /// list: no planning, no new bind group, no parameter written. The
+    /// OUTPUT nodes are copied into read-back memory by the same
+    /// submission, so reading them afterwards costs no submission of its
+    /// own.
     fn graph_compute(&mut self, graph: &Graph) -> Result<()> {
         self.ctx.check_alive()?;
-        for b in self.ctx.take_dropped() {
-            self.bind_groups.retain(|k, _| !k.contains(&b));
-        }
-        let t0 = std::time::Instant::now();
-        let mut dispatches = Vec::new();
-        for node in graph.nodes() {
-            let Some(planned) = ops::plan(&self.ctx, node)? else {
-                return Err(ops::unsupported(&self.ctx, node));
-            };
-            // sources the scheduler substituted (its copies of split inputs)
-            let subs: Vec<(&Tensor, &Tensor)> = node
-                .srcs()
-                .map(|s| (s, graph.effective(node, s)))
-                .filter(|(s, e)| !s.ptr_eq(e))
-                .collect();
-            for mut d in planned {
-                substitute(&mut d, &subs)?;
-                dispatches.push(d);
+        let t0 = Instant::now();
+        self.forget_dropped();
+        graph.storage_key(&mut self.key);
+        let i = match self.planned.iter().position(|p| p.key == self.key) {
+            Some(i) => {
+                self.ctx.count(Count::GraphsReplayed, 1);
+                let n = self.planned[i].dispatches.len() as u64;
+                self.ctx.count(Count::BindGroupHits, n);
+                i
             }
-        }
-        if dispatches.is_empty() {
+            None => self.plan(graph)?,
+        };
+        self.clock += 1;
+        self.planned[i].used = self.clock;
+        let p = &self.planned[i];
+        if p.dispatches.is_empty() && p.outputs.is_empty() {
             return Ok(());
         }
+        self.ctx.count(Count::Graphs, 1);
+        let t1 = Instant::now();
+        self.ctx.time(Phase::Plan, t1 - t0);
         let stride = self.stride();
-        let params = self.ensure_params(stride * dispatches.len() as u64);
-        let mut bytes = vec![0u8; (stride as usize) * dispatches.len()];
-        let mut keys = Vec::with_capacity(dispatches.len());
-        for (i, d) in dispatches.iter().enumerate() {
-            let at = i * stride as usize;
-            for (k, w) in d.params.w.iter().enumerate() {
-                bytes[at + 4 * k..at + 4 * k + 4].copy_from_slice(&w.to_le_bytes());
-            }
-            let Some(node) = d.slots[4].as_ref() else {
-                return Err(Error::Backend {
-                    backend: self.ctx.name.clone(),
-                    msg: "a dispatch without a destination tensor".into(),
-                });
-            };
-            let dst = self.base_of(node, node)?;
-            let mut key = [dst; STORAGE_SLOTS];
-            for (k, t) in d.slots.iter().enumerate() {
-                if let Some(t) = t {
-                    key[k] = self.base_of(t, node)?;
-                }
-            }
-            keys.push(key);
-        }
-        for key in &keys {
-            self.bind_group(*key, &params)?;
-        }
-        self.ctx.queue.write_buffer(&params, 0, &bytes);
         let mut enc = self
             .ctx
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("strata graph"),
             });
-        {
+        let timed = !p.dispatches.is_empty() && self.ctx.timestamps.as_ref().is_some();
+        if !p.dispatches.is_empty() {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("strata graph"),
-                timestamp_writes: None,
+                timestamp_writes: self.ctx.timestamps.as_ref().filter(|_| timed).map(|t| {
+                    wgpu::ComputePassTimestampWrites {
+                        query_set: &t.set,
+                        beginning_of_pass_write_index: Some(0),
+                        end_of_pass_write_index: Some(1),
+                    }
+                }),
             });
-            for (i, (d, key)) in dispatches.iter().zip(&keys).enumerate() {
-                self.record(&mut pass, d, key, i as u64 * stride);
+            let mut last: Option<&Arc<wgpu::ComputePipeline>> = None;
+            for (k, d) in p.dispatches.iter().enumerate() {
+                if last.is_none_or(|l| !Arc::ptr_eq(l, &d.pipeline)) {
+                    pass.set_pipeline(&d.pipeline);
+                    last = Some(&d.pipeline);
+                }
+                pass.set_bind_group(0, &d.bind_group, &[(p.region + k as u64 * stride) as u32]);
+                let [x, y, z] = d.groups;
+                pass.dispatch_workgroups(x, y, z);
             }
         }
+        self.ctx.time(Phase::Record, t1.elapsed());
         if profiling() {
-            self.profile(&dispatches, &keys, stride)?;
+            self.profile(p)?;
         }
-        let t1 = std::time::Instant::now();
-        self.ctx.queue.submit([enc.finish()]);
-        self.ctx.wait()?;
+        let t2 = Instant::now();
+        self.ctx.submit_graph(enc, &p.outputs, timed)?;
         if profiling() {
+            self.ctx.wait()?;
             eprintln!(
                 "{}: {} nodes, {} dispatches: recorded in {:?}, ran in {:?}",
                 self.ctx.name,
-                graph.nodes().len(),
-                dispatches.len(),
-                t1 - t0,
-                t1.elapsed()
+                p.nodes,
+                p.dispatches.len(),
+                t2 - t0,
+                t2.elapsed()
             );
         }
-        self.ctx.take_error(&format!(
-            "a graph of {} nodes ({} dispatches)",
-            graph.nodes().len(),
-            dispatches.len()
-        ))
+        let (nodes, n) = (p.nodes, p.dispatches.len());
+        self.ctx
+            .take_error(&format!("a graph of {nodes} nodes ({n} dispatches)"))
     }
 
     fn supports_op(&self, op: &Tensor) -> bool {
@@ -299,17 +525,37 @@ impl Backend for GpuBackend {
                 what: "an event of another device".into(),
             });
         };
-        let idx = self.ctx.queue.submit([]);
+        let idx = self.ctx.submit_keep([]);
         *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(idx);
         Ok(())
     }
+}
+
+/// Bit k set: source slot k is bound read-only (its buffer is not the
+/// destination's, which is bound read-write; a buffer may not be both in
+/// one dispatch).
+pub(crate) fn read_only_mask(key: &[u64; STORAGE_SLOTS]) -> u8 {
+    let dst = key[STORAGE_SLOTS - 1];
+    (0..STORAGE_SLOTS - 1)
+        .filter(|&k| key[k] != dst)
+        .fold(0, |m, k| m | 1 << k)
+}
+
+/// A node's op, source type and shapes (the profile's rows).
+fn describe(node: &Tensor) -> String {
+    format!(
+        "{} {} {:?} -> {:?}",
+        node.op().name(),
+        node.src(0).map_or("-".into(), |s| s.dtype().to_string()),
+        node.src(0).map_or([0; 4], |s| s.ne()),
+        node.ne()
+    )
 }
 
 /// Whether `STRATA_GPU_PROFILE=1` asks for per-op times.
 fn profiling() -> bool {
     std::env::var("STRATA_GPU_PROFILE").is_ok_and(|v| v == "1")
 }
-
 /// Binds `subs`' replacements (same type and layout, other memory) where a
 /// dispatch binds the source they replace, moving the slot's byte offset
 /// by the difference of the two tensors' offsets.
@@ -341,16 +587,10 @@ impl Event for GpuEvent {
     fn synchronize(&self) -> Result<()> {
         let idx = self.index.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(idx) = idx {
-            self.ctx
-                .device
-                .poll(wgpu::PollType::Wait {
-                    submission_index: Some(idx),
-                    timeout: None,
-                })
-                .map_err(|e| Error::Backend {
-                    backend: self.ctx.name.clone(),
-                    msg: format!("waiting for an event failed: {e}"),
-                })?;
+            self.ctx.poll(wgpu::PollType::Wait {
+                submission_index: Some(idx),
+                timeout: None,
+            })?;
         }
         self.ctx.check_alive()
     }

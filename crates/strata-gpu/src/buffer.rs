@@ -108,6 +108,7 @@ impl Buffer for GpuBuffer {
 
     fn write(&self, _tensor: &Tensor, offset: usize, data: &[u8]) -> Result<()> {
         self.check("write", offset, data.len())?;
+        self.ctx.forget_reads_of(self.base);
         self.ctx.write(&self.buf, offset as u64, data)
     }
 
@@ -116,11 +117,12 @@ impl Buffer for GpuBuffer {
         if out.is_empty() {
             return Ok(());
         }
-        self.ctx.read(&self.buf, offset as u64, out)
+        self.ctx.read(self.base, &self.buf, offset as u64, out)
     }
 
     fn fill(&self, _tensor: &Tensor, offset: usize, len: usize, value: u8) -> Result<()> {
         self.check("fill", offset, len)?;
+        self.ctx.forget_reads_of(self.base);
         fill(&self.ctx, &self.buf, offset, len, value)
     }
 
@@ -145,7 +147,7 @@ impl Buffer for GpuBuffer {
         let mut enc = self.ctx.device.create_command_encoder(&Default::default());
         if sbuf == self.buf && so.max(doff) < so.min(doff) + n {
             // overlapping ranges of one buffer: through a scratch buffer
-            let tmp = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            let tmp = self.ctx.new_buffer(&wgpu::BufferDescriptor {
                 label: Some("strata copy"),
                 size: n,
                 usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
@@ -153,15 +155,16 @@ impl Buffer for GpuBuffer {
             });
             enc.copy_buffer_to_buffer(&sbuf, so, &tmp, 0, n);
             enc.copy_buffer_to_buffer(&tmp, 0, &self.buf, doff, n);
-            self.ctx.queue.submit([enc.finish()]);
+            self.ctx.submit([enc.finish()]);
             return Ok(true);
         }
         enc.copy_buffer_to_buffer(&sbuf, so, &self.buf, doff, n);
-        self.ctx.queue.submit([enc.finish()]);
+        self.ctx.submit([enc.finish()]);
         Ok(true)
     }
 
     fn clear(&self, value: u8) -> Result<()> {
+        self.ctx.forget_reads_of(self.base);
         fill(&self.ctx, &self.buf, 0, self.size, value)
     }
 
@@ -184,7 +187,7 @@ fn fill(ctx: &GpuContext, buf: &wgpu::Buffer, offset: usize, len: usize, value: 
     if value == 0 && offset.is_multiple_of(4) && len.is_multiple_of(4) {
         let mut enc = ctx.device.create_command_encoder(&Default::default());
         enc.clear_buffer(buf, offset as u64, Some(len as u64));
-        ctx.queue.submit([enc.finish()]);
+        ctx.submit([enc.finish()]);
         return Ok(());
     }
     const PIECE: usize = 1 << 22;

@@ -3,9 +3,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use strata::{Error, Result};
+
+use crate::counters::{Count, Counters, GpuCounters, GpuTimings, Phase};
+pub(crate) use crate::readback::Output;
+use crate::readback::{Fused, Timestamps};
 
 /// Bytes of one dispatch's parameter block (see `ops::Params`).
 pub(crate) const PARAMS_BYTES: u64 = 256;
@@ -26,9 +30,21 @@ pub struct GpuContext {
     pub(crate) features: wgpu::Features,
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,
-    pub(crate) layout: wgpu::BindGroupLayout,
-    pipeline_layout: wgpu::PipelineLayout,
-    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    /// The bind-group and pipeline layouts by read-only mask (bit k: source
+    /// slot k bound read-only), made on first use.
+    layouts: [OnceLock<(wgpu::BindGroupLayout, wgpu::PipelineLayout)>; 16],
+    /// Compiled shaders by key.
+    shaders: Mutex<HashMap<String, Arc<Shader>>>,
+    /// Submissions made (the ordinal of the last one).
+    submitted: AtomicU64,
+    /// Submissions known to have run (by ordinal).
+    completed: AtomicU64,
+    /// The graphs' read-back memory.
+    pub(crate) fused: Mutex<Fused>,
+    /// The staging buffer of the other reads.
+    pub(crate) staging: Mutex<Option<wgpu::Buffer>>,
+    /// Timestamp queries, where the adapter has them.
+    pub(crate) timestamps: Option<Timestamps>,
     /// Buffers by base address.
     buffers: Mutex<HashMap<u64, wgpu::Buffer>>,
     /// Bases of buffers dropped since a backend last looked (its bind-group
@@ -41,9 +57,11 @@ pub struct GpuContext {
     uncaptured: Arc<Mutex<Vec<String>>>,
     /// This device's events by key (the address of their slot).
     events: Mutex<HashMap<usize, std::sync::Weak<Mutex<Option<wgpu::SubmissionIndex>>>>>,
+    /// What was asked of wgpu and where the host time went.
+    pub(crate) counters: Counters,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -52,7 +70,10 @@ impl GpuContext {
     pub(crate) fn open(name: String, adapter: &wgpu::Adapter) -> Result<GpuContext> {
         let info = adapter.get_info();
         let limits = adapter.limits();
-        let features = adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+        let features = adapter.features()
+            & (wgpu::Features::SHADER_F16
+                | wgpu::Features::SUBGROUP
+                | wgpu::Features::TIMESTAMP_QUERY);
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("strata"),
             required_features: features,
@@ -72,36 +93,9 @@ impl GpuContext {
             tracing::error!("GPU error: {e}");
             lock(&sink).push(e.to_string());
         }));
-        let storage = |binding| wgpu::BindGroupLayoutEntry {
-            binding,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: wgpu::BufferBindingType::Storage { read_only: false },
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        };
-        let mut entries = vec![wgpu::BindGroupLayoutEntry {
-            binding: 0,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: wgpu::BufferBindingType::Uniform,
-                has_dynamic_offset: true,
-                min_binding_size: wgpu::BufferSize::new(PARAMS_BYTES),
-            },
-            count: None,
-        }];
-        entries.extend((1..=STORAGE_SLOTS as u32).map(storage));
-        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("strata op"),
-            entries: &entries,
-        });
-        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("strata op"),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
-        });
+        let timestamps = features
+            .contains(wgpu::Features::TIMESTAMP_QUERY)
+            .then(|| Timestamps::new(&device, &queue));
         Ok(GpuContext {
             heap: vulkan_heap(adapter),
             name,
@@ -110,9 +104,13 @@ impl GpuContext {
             features,
             device,
             queue,
-            layout,
-            pipeline_layout,
-            pipelines: Mutex::new(HashMap::new()),
+            layouts: Default::default(),
+            shaders: Mutex::new(HashMap::new()),
+            submitted: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            fused: Mutex::new(Fused::default()),
+            staging: Mutex::new(None),
+            timestamps,
             buffers: Mutex::new(HashMap::new()),
             dropped: Mutex::new(Vec::new()),
             next_base: AtomicU64::new(0x1000),
@@ -120,6 +118,7 @@ impl GpuContext {
             lost,
             uncaptured,
             events: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
         })
     }
 
@@ -162,6 +161,143 @@ impl GpuContext {
     /// Bytes held by buffers now.
     pub fn allocated(&self) -> usize {
         self.allocated.load(Ordering::Relaxed)
+    }
+
+    /// The wgpu calls made on this device since it was opened
+    /// ([`GpuCounters`]; subtract two snapshots for a stretch of work).
+    pub fn counters(&self) -> GpuCounters {
+        self.counters.counters()
+    }
+
+    /// Where strata-gpu's host time on this device went since it was
+    /// opened, and the device's own time where it has timestamp queries
+    /// ([`GpuTimings`]).
+    pub fn timings(&self) -> GpuTimings {
+        self.settle_timestamps();
+        self.counters.timings(self.timestamps.is_some())
+    }
+
+    /// Whether the device times its graphs (timestamp queries).
+    pub fn has_timestamps(&self) -> bool {
+        self.timestamps.is_some()
+    }
+
+    /// The bind-group and pipeline layouts for read-only mask `mask`: the
+    /// parameter block, then source slots 0..3 (read-only where `mask` has
+    /// their bit) and the destination (read-write).
+    pub(crate) fn layout(&self, mask: u8) -> &(wgpu::BindGroupLayout, wgpu::PipelineLayout) {
+        self.layouts[(mask & 15) as usize].get_or_init(|| {
+            let storage = |binding: u32| wgpu::BindGroupLayoutEntry {
+                binding,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage {
+                        read_only: binding <= 4 && mask & (1 << (binding - 1)) != 0,
+                    },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            };
+            let mut entries = vec![wgpu::BindGroupLayoutEntry {
+                binding: 0,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Uniform,
+                    has_dynamic_offset: true,
+                    min_binding_size: wgpu::BufferSize::new(PARAMS_BYTES),
+                },
+                count: None,
+            }];
+            entries.extend((1..=STORAGE_SLOTS as u32).map(storage));
+            let layout = self
+                .device
+                .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                    label: Some("strata op"),
+                    entries: &entries,
+                });
+            let pipeline_layout =
+                self.device
+                    .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                        label: Some("strata op"),
+                        bind_group_layouts: &[Some(&layout)],
+                        immediate_size: 0,
+                    });
+            (layout, pipeline_layout)
+        })
+    }
+
+    /// Counts `n` more of `c`.
+    pub(crate) fn count(&self, c: Count, n: u64) {
+        self.counters.add(c, n);
+    }
+
+    /// Adds `d` to phase `p`'s time.
+    pub(crate) fn time(&self, p: Phase, d: std::time::Duration) {
+        self.counters.time(p, d);
+    }
+
+    /// Creates a wgpu buffer (counted).
+    pub(crate) fn new_buffer(&self, desc: &wgpu::BufferDescriptor<'_>) -> wgpu::Buffer {
+        self.count(Count::BuffersCreated, 1);
+        self.device.create_buffer(desc)
+    }
+
+    /// Submits `cmds`, which may change device memory: the graphs'
+    /// read-back copies are forgotten.
+    pub(crate) fn submit(
+        &self,
+        cmds: impl IntoIterator<Item = wgpu::CommandBuffer>,
+    ) -> wgpu::SubmissionIndex {
+        self.forget_reads();
+        self.submit_raw(cmds).0
+    }
+
+    /// Submits `cmds`, which change no tensor memory (events).
+    pub(crate) fn submit_keep(
+        &self,
+        cmds: impl IntoIterator<Item = wgpu::CommandBuffer>,
+    ) -> wgpu::SubmissionIndex {
+        self.submit_raw(cmds).0
+    }
+
+    /// Submits `cmds` to the queue (counted and timed); returns the
+    /// submission's index and ordinal.
+    pub(crate) fn submit_raw(
+        &self,
+        cmds: impl IntoIterator<Item = wgpu::CommandBuffer>,
+    ) -> (wgpu::SubmissionIndex, u64) {
+        let t = std::time::Instant::now();
+        let idx = self.queue.submit(cmds);
+        let ordinal = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
+        self.count(Count::Submits, 1);
+        self.time(Phase::Submit, t.elapsed());
+        (idx, ordinal)
+    }
+
+    /// Blocks until submission `idx` (ordinal `ordinal`) has run, unless a
+    /// wait already saw it done.
+    pub(crate) fn wait_for(&self, idx: wgpu::SubmissionIndex, ordinal: u64) -> Result<()> {
+        if self.completed.load(Ordering::Acquire) < ordinal {
+            self.poll(wgpu::PollType::Wait {
+                submission_index: Some(idx),
+                timeout: None,
+            })?;
+            self.completed.fetch_max(ordinal, Ordering::AcqRel);
+        }
+        self.check_alive()
+    }
+
+    /// Blocks until `poll` is satisfied (counted and timed).
+    pub(crate) fn poll(&self, poll: wgpu::PollType) -> Result<()> {
+        let t = std::time::Instant::now();
+        let r = self.device.poll(poll);
+        self.count(Count::Waits, 1);
+        self.time(Phase::Wait, t.elapsed());
+        r.map(|_| ()).map_err(|e| Error::Backend {
+            backend: self.name.clone(),
+            msg: format!("waiting for the device failed: {e}"),
+        })
     }
 
     /// Records that the device is gone (the lost callback may come later).
@@ -227,7 +363,7 @@ impl GpuContext {
         let padded = size.max(4).next_multiple_of(4) as u64;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let vscope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+        let buf = self.new_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: padded,
             usage: wgpu::BufferUsages::STORAGE
@@ -250,6 +386,7 @@ impl GpuContext {
 
     /// Forgets the buffer at `base` (its last handle is being dropped).
     pub(crate) fn release_buffer(&self, base: u64) {
+        self.forget_reads_of(base);
         if let Some(b) = lock(&self.buffers).remove(&base) {
             self.allocated
                 .fetch_sub(b.size() as usize, Ordering::Relaxed);
@@ -270,27 +407,51 @@ impl GpuContext {
         std::mem::take(&mut *lock(&self.dropped))
     }
 
-    /// The compute pipeline `key`, compiled from `source()` the first time.
-    pub(crate) fn pipeline(
-        &self,
-        key: &str,
-        source: impl FnOnce() -> String,
-    ) -> Result<Arc<wgpu::ComputePipeline>> {
-        if let Some(p) = lock(&self.pipelines).get(key) {
+    /// The shader `key` (its WGSL text from `source()` the first time;
+    /// compiled per read-only mask by [`GpuContext::pipeline`]).
+    pub(crate) fn shader(&self, key: &str, source: impl FnOnce() -> String) -> Arc<Shader> {
+        let mut shaders = lock(&self.shaders);
+        if let Some(p) = shaders.get(key) {
+            return p.clone();
+        }
+        let shader = Arc::new(Shader {
+            key: key.to_string(),
+            source: source(),
+            pipelines: Mutex::new(Default::default()),
+        });
+        shaders.insert(key.to_string(), shader.clone());
+        shader
+    }
+
+    /// `shader`'s pipeline for read-only mask `mask` (bit k: source slot k
+    /// declared and bound read-only), compiled the first time.
+    pub(crate) fn pipeline(&self, shader: &Shader, mask: u8) -> Result<Arc<wgpu::ComputePipeline>> {
+        let mask = mask & 15;
+        if let Some(p) = &lock(&shader.pipelines)[mask as usize] {
             return Ok(p.clone());
         }
-        let src = source();
+        let mut src = shader.source.clone();
+        for k in 0..4 {
+            let access = if mask & (1 << k) != 0 {
+                "read"
+            } else {
+                "read_write"
+            };
+            src = src.replace(&format!("ACCESS_S{k}"), access);
+        }
+        self.count(Count::PipelinesCreated, 1);
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let desc = wgpu::ShaderModuleDescriptor {
-            label: Some(key),
-            source: wgpu::ShaderSource::Wgsl(src.into()),
-        };
-        let module = self.device.create_shader_module(desc);
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(&shader.key),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            });
         let p = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(key),
-                layout: Some(&self.pipeline_layout),
+                label: Some(&shader.key),
+                layout: Some(&self.layout(mask).1),
                 module: &module,
                 entry_point: Some("main"),
                 compilation_options: Default::default(),
@@ -299,64 +460,41 @@ impl GpuContext {
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Backend {
                 backend: self.name.clone(),
-                msg: format!("shader '{key}' did not compile: {e}"),
+                msg: format!("shader '{}' did not compile: {e}", shader.key),
             });
         }
         let p = Arc::new(p);
-        lock(&self.pipelines).insert(key.to_string(), p.clone());
+        lock(&shader.pipelines)[mask as usize] = Some(p.clone());
         Ok(p)
     }
 
-    /// Blocks until everything submitted so far has run.
+    /// Blocks until everything submitted so far has run; returns at once
+    /// when a wait already saw the last submission done.
     pub(crate) fn wait(&self) -> Result<()> {
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Backend {
-                backend: self.name.clone(),
-                msg: format!("waiting for the device failed: {e}"),
-            })?;
+        let last = self.submitted.load(Ordering::Acquire);
+        if self.completed.load(Ordering::Acquire) < last {
+            self.poll(wgpu::PollType::wait_indefinitely())?;
+            self.completed.fetch_max(last, Ordering::AcqRel);
+        }
         self.check_alive()
     }
 
-    /// Reads `len` bytes of `buf` from `offset` into `out` (any alignment),
-    /// after all submitted work.
-    pub(crate) fn read(&self, buf: &wgpu::Buffer, offset: u64, out: &mut [u8]) -> Result<()> {
+    /// Reads `out.len()` bytes of `buf` (the buffer at `base`) from
+    /// `offset` into `out` (any alignment), after all submitted work: from
+    /// the last graph's read-back copy when it holds them, else through the
+    /// staging buffer.
+    pub(crate) fn read(
+        &self,
+        base: u64,
+        buf: &wgpu::Buffer,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
         self.check_alive()?;
-        let start = offset & !3;
-        let end = (offset + out.len() as u64).next_multiple_of(4);
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("strata read"),
-            size: end - start,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(buf, start, &staging, 0, end - start);
-        self.queue.submit([enc.finish()]);
-        let slice = staging.slice(..);
-        let (tx, rx) = std::sync::mpsc::channel();
-        slice.map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
-        self.wait()?;
-        rx.recv()
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()))
-            .map_err(|e| Error::Backend {
-                backend: self.name.clone(),
-                msg: format!("reading device memory failed: {e}"),
-            })?;
-        {
-            let view = slice.get_mapped_range().map_err(|e| Error::Backend {
-                backend: self.name.clone(),
-                msg: format!("reading device memory failed: {e}"),
-            })?;
-            let skip = (offset - start) as usize;
-            out.copy_from_slice(&view[skip..skip + out.len()]);
+        if out.is_empty() || self.read_fused(base, offset, out)? {
+            return Ok(());
         }
-        staging.unmap();
-        staging.destroy();
-        Ok(())
+        self.read_staged(buf, offset, out)
     }
 
     /// Writes `data` into `buf` at `offset` (any alignment: unaligned edges
@@ -375,11 +513,11 @@ impl GpuContext {
         let aend = end.next_multiple_of(4);
         let mut merged = vec![0u8; (aend - start) as usize];
         // the first and last words hold bytes outside `data`: keep them
-        self.read(buf, start, &mut merged[..4])?;
+        self.read_staged(buf, start, &mut merged[..4])?;
         let n = merged.len();
         if n > 4 {
             let mut last = [0u8; 4];
-            self.read(buf, aend - 4, &mut last)?;
+            self.read_staged(buf, aend - 4, &mut last)?;
             merged[n - 4..].copy_from_slice(&last);
         }
         let skip = (offset - start) as usize;
@@ -414,4 +552,12 @@ impl std::fmt::Debug for GpuContext {
             .field("adapter", &self.info.name)
             .finish()
     }
+}
+
+/// A shader's WGSL text and its pipelines, one per read-only mask.
+pub(crate) struct Shader {
+    key: String,
+    /// The text, `ACCESS_S0..3` left to fill per mask.
+    source: String,
+    pipelines: Mutex<[Option<Arc<wgpu::ComputePipeline>>; 16]>,
 }

@@ -5,8 +5,13 @@
 //! `GPU1`, … in wgpu's order; [`GpuProvider`] puts them in a
 //! [`strata::backend::Registry`]. A device's memory is a buffer type whose
 //! `is_host` is false, with alignment and max size from the adapter's limits;
-//! tensor reads and writes go through the queue. A graph is recorded as one
-//! compute pass and submitted once. Every op of strata's conformance suite
+//! tensor reads and writes go through the queue. A graph is planned into
+//! dispatches once and replayed while the same tensors in the same memory
+//! come again (a decode token), recorded as one compute pass with the copies
+//! of its OUTPUT tensors into read-back memory, and submitted once without
+//! waiting; reading those outputs then waits for that submission alone.
+//! [`GpuContext::counters`] counts the wgpu calls made and
+//! [`GpuContext::timings`] says where the host time went. Every op of strata's conformance suite
 //! runs here; a model's layers go to a GPU through `strata-models`'
 //! placement (`-ngl`), and what a device cannot run stays on the CPU.
 //!
@@ -46,7 +51,9 @@
 mod backend;
 mod buffer;
 mod context;
+mod counters;
 mod ops;
+mod readback;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -58,6 +65,7 @@ use strata::{Result, Tensor};
 pub use backend::{GpuBackend, GpuEvent};
 pub use buffer::{GpuBuffer, GpuBufferType};
 pub use context::GpuContext;
+pub use counters::{GpuCounters, GpuTimings};
 /// The kind of adapter (`GpuContext::adapter_info().device_type`).
 pub use wgpu::DeviceType as AdapterType;
 

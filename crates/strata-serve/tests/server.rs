@@ -609,3 +609,77 @@ fn idle_connections_do_not_starve_clients() {
     assert!(t0.elapsed() < Duration::from_secs(20));
     drop(idle);
 }
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Connections past `max_connections` are closed at once, an idle one is
+/// closed after the idle timeout, and memory stays bounded through it.
+#[test]
+fn connections_are_bounded_and_idle_ones_time_out() {
+    use std::io::Read;
+    let Some(s) = start(
+        ServeOptions {
+            max_connections: 8,
+            idle_timeout: Duration::from_secs(1),
+            ..opts(1)
+        },
+        512,
+    ) else {
+        return;
+    };
+    let a = s.addr;
+    let rss0 = rss_kib();
+    let idle: Vec<_> = (0..8)
+        .map(|_| std::net::TcpStream::connect(a).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // the ninth is closed without an answer
+    let mut extra = std::net::TcpStream::connect(a).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(extra.read(&mut buf).unwrap_or(0), 0);
+    // the idle ones are closed after the timeout
+    for mut c in idle {
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let t0 = Instant::now();
+        let n = c.read(&mut buf).unwrap_or(0);
+        assert_eq!(n, 0);
+        assert!(t0.elapsed() < Duration::from_secs(4));
+    }
+    // a keep-alive connection idle after its request is closed too
+    let mut k = std::net::TcpStream::connect(a).unwrap();
+    k.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    std::io::Write::write_all(&mut k, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let t0 = Instant::now();
+    loop {
+        let mut b = [0u8; 512];
+        match k.read(&mut b) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&b[..n]),
+            Err(e) => panic!("not closed after {:?}: {e}", t0.elapsed()),
+        }
+    }
+    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"));
+    assert!(t0.elapsed() < Duration::from_secs(4));
+    // then a client is served again
+    let r = post(
+        a,
+        "/v1/completions",
+        &json!({"prompt": "Hi", "max_tokens": 2}),
+    );
+    assert_eq!(r.status, 200);
+    let grown = rss_kib().saturating_sub(rss0);
+    assert!(grown < 256 << 10, "RSS grew by {grown} KiB");
+}

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use strata::ops::Op;
 use strata::{DType, Error, Result, Tensor};
 
-use crate::context::{GpuContext, PARAMS_BYTES};
+use crate::context::{GpuContext, Shader, PARAMS_BYTES};
 
 /// Invocations per workgroup of the one-item-per-invocation kernels.
 pub(crate) const WG: u32 = 256;
@@ -88,10 +88,11 @@ impl Params {
     }
 }
 
-/// One compute dispatch: pipeline, parameters, the tensors whose buffers
-/// are bound to the five storage slots, and the workgroup grid.
+/// One compute dispatch: shader, parameters, the tensors whose buffers
+/// are bound to the five storage slots, and the workgroup grid. The
+/// pipeline is the shader's for the read-only mask of the buffers bound.
 pub(crate) struct Dispatch {
-    pub(crate) pipeline: Arc<wgpu::ComputePipeline>,
+    pub(crate) pipeline: Arc<Shader>,
     pub(crate) params: Params,
     pub(crate) slots: [Option<Tensor>; 5],
     pub(crate) groups: [u32; 3],
@@ -188,9 +189,10 @@ impl Kernel {
         k
     }
 
-    /// The compiled pipeline (cached on the device).
-    pub(crate) fn pipeline(&self, ctx: &GpuContext) -> Result<Arc<wgpu::ComputePipeline>> {
-        ctx.pipeline(&self.full_key(), || self.source())
+    /// The shader (cached on the device; compiled per read-only mask when
+    /// a graph binds it).
+    pub(crate) fn pipeline(&self, ctx: &GpuContext) -> Result<Arc<Shader>> {
+        Ok(ctx.shader(&self.full_key(), || self.source()))
     }
 
     /// The whole WGSL text.

@@ -1,5 +1,7 @@
 // strata-gpu shader prelude: the parameter block, the five storage bindings
-// (sources s0..s3 and the destination d, all bound whole as 32-bit words)
+// (sources s0..s3, only read, and the destination d, all bound whole as
+// 32-bit words; `ACCESS_Sk` is `read` where source k's buffer is not d's,
+// so it is bound read-only, else `read_write`)
 // and typed loads/stores by byte address. Generated per pipeline: `DST_DECL`
 // and the store functions depend on the destination's type (16-bit and byte
 // stores into shared words go through atomics).
@@ -22,10 +24,10 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read_write> s0: array<u32>;
-@group(0) @binding(2) var<storage, read_write> s1: array<u32>;
-@group(0) @binding(3) var<storage, read_write> s2: array<u32>;
-@group(0) @binding(4) var<storage, read_write> s3: array<u32>;
+@group(0) @binding(1) var<storage, ACCESS_S0> s0: array<u32>;
+@group(0) @binding(2) var<storage, ACCESS_S1> s1: array<u32>;
+@group(0) @binding(3) var<storage, ACCESS_S2> s2: array<u32>;
+@group(0) @binding(4) var<storage, ACCESS_S3> s3: array<u32>;
 DST_DECL
 
 // The work item of this invocation over a dispatch of (x, y, z) workgroups

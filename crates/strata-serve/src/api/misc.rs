@@ -82,8 +82,8 @@ fn yes() -> bool {
 /// `with_pieces`, each token as `{"id", "piece"}`.
 pub(super) async fn tokenize(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     let r = (|| {
-        let ready = state.get()?;
         let req: TokenizeRequest = request::parse(&body)?;
+        let ready = state.get()?;
         let tok = &ready.model.tokenizer;
         let ids = tok
             .encode(&req.content, req.add_special, req.parse_special)
@@ -117,8 +117,8 @@ struct DetokenizeRequest {
 /// `POST /detokenize`: `{"tokens"}` → `{"content"}`.
 pub(super) async fn detokenize(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     let r = (|| {
-        let ready = state.get()?;
         let req: DetokenizeRequest = request::parse(&body)?;
+        let ready = state.get()?;
         let n_vocab = ready.model.hparams.n_vocab;
         let ids = req
             .tokens
@@ -156,8 +156,8 @@ struct TemplateRequest {
 /// request would tokenize.
 pub(super) async fn apply_template(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     let r = (|| {
-        let ready = state.get()?;
         let req: TemplateRequest = request::parse(&body)?;
+        let ready = state.get()?;
         let msgs = request::messages(req.messages)?;
         Ok::<_, ApiError>(json!({ "prompt": request::chat_prompt(ready, &msgs)? }))
     })();

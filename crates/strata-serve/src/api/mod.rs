@@ -295,6 +295,13 @@ pub(crate) async fn run(
         let _ = stream.set_nodelay(true);
         let svc = TowerToHyperService::new(app.clone());
         tokio::spawn(async move {
+            // a connection that sends nothing is closed after the idle timeout
+            // (hyper's header timeout starts only once bytes arrive)
+            let mut first = [0u8; 1];
+            match tokio::time::timeout(idle, stream.peek(&mut first)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return,
+            }
             let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             b.http1()
                 .timer(TokioTimer::new())
@@ -322,4 +329,10 @@ where
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
+}
+
+/// The routes of a server whose model has not loaded: each request is
+/// parsed and checked as usual, then answered 503 (what the fuzzer drives).
+pub fn unloaded_router(opts: &ServeOptions) -> Router {
+    router(Arc::new(AppState::new(opts)), opts)
 }

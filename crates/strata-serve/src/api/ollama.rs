@@ -142,9 +142,9 @@ fn ndjson(
 pub(super) async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     let r = async {
         let received = Instant::now();
-        let ready = state.get()?;
         let req: ChatRequest = request::parse(&body)?;
         let msgs = request::messages(req.messages)?;
+        let ready = state.get()?;
         let text = request::chat_prompt(ready, &msgs)?;
         let prompt = request::tokenize(ready, &text)?;
         let rx = submit(
@@ -177,8 +177,8 @@ pub(super) async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Res
 pub(super) async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     let r = async {
         let received = Instant::now();
-        let ready = state.get()?;
         let req: GenerateRequest = request::parse(&body)?;
+        let ready = state.get()?;
         let text = if req.raw {
             req.prompt
         } else {

@@ -159,12 +159,13 @@ pub(super) async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Res
 
 async fn chat_inner(state: &Arc<AppState>, body: &[u8]) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let ready = state.get()?;
     let req: ChatRequest = request::parse(body)?;
     let logprobs = req.logprobs;
     let top = top_count(req.top_logprobs, "top_logprobs")?;
     let params = req.sampling.params(logprobs.then_some(top))?;
     let msgs = request::messages(req.messages)?;
+    let grammar = grammar_of(&req.response_format)?;
+    let ready = state.get()?;
     let text = request::chat_prompt(ready, &msgs)?;
     let prompt = request::tokenize(ready, &text)?;
     let n = req.n.unwrap_or(1);
@@ -173,7 +174,7 @@ async fn chat_inner(state: &Arc<AppState>, body: &[u8]) -> Result<Response, ApiE
         Gen {
             prompt,
             params,
-            grammar: grammar_of(&req.response_format)?,
+            grammar,
             n,
             max_tokens: req
                 .max_completion_tokens
@@ -350,13 +351,14 @@ pub(super) async fn completions(State(state): State<Arc<AppState>>, body: Bytes)
 
 async fn completions_inner(state: &Arc<AppState>, body: &[u8]) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let ready = state.get()?;
     let req: CompletionRequest = request::parse(body)?;
     let logprobs = match req.logprobs {
         None => None,
         Some(n) => Some(top_count(Some(n), "logprobs")?),
     };
     let params = req.sampling.params(logprobs)?;
+    let grammar = grammar_of(&req.response_format)?;
+    let ready = state.get()?;
     let prompt = match req.prompt {
         Prompt::Text(t) => request::tokenize(ready, &t)?,
         Prompt::Tokens(t) => t,
@@ -376,7 +378,7 @@ async fn completions_inner(state: &Arc<AppState>, body: &[u8]) -> Result<Respons
         Gen {
             prompt,
             params,
-            grammar: grammar_of(&req.response_format)?,
+            grammar,
             n,
             max_tokens: req.max_tokens.or(req.n_predict),
             stop: req.stop.map(Stop::into_vec).unwrap_or_default(),

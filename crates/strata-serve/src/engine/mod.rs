@@ -233,8 +233,13 @@ pub fn spawn(
     std::thread::Builder::new()
         .name("strata-engine".into())
         .spawn(move || {
-            engine.run(rx);
+            // a bug in a step must not leave clients waiting forever: their
+            // channels close with the engine, and new requests get 500
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.run(rx)));
             alive.store(false, Ordering::Release);
+            if r.is_err() {
+                tracing::error!(target: "strata_serve::engine", "the engine thread panicked");
+            }
         })?;
     Ok(handle)
 }
