@@ -22,19 +22,19 @@ unsafe fn load_row<L: Lanes, const H: bool>(row: *const u8, off: usize, n: usize
     }
 }
 
-/// True when the `n` mask values at `m` are all -inf (branch-free, so the
-/// compiler vectorizes it).
+/// Bit `i` set when mask value `i` of the `n` (≤ 64) at `m` is not -inf
+/// (branch-free, so the compiler vectorizes it).
 ///
 /// # Safety
 /// `m` points to `n` readable f32.
 #[inline(always)]
-unsafe fn all_masked(m: *const f32, n: usize) -> bool {
+unsafe fn visible_bits(m: *const f32, n: usize) -> u64 {
     // SAFETY: the caller's contract.
     let vals = unsafe { std::slice::from_raw_parts(m, n) };
     let neg_inf = f32::NEG_INFINITY.to_bits();
-    vals.iter()
-        .fold(0u32, |acc, x| acc | (x.to_bits() ^ neg_inf))
-        == 0
+    vals.iter().enumerate().fold(0u64, |acc, (i, x)| {
+        acc | (u64::from(x.to_bits() != neg_inf) << i)
+    })
 }
 
 /// Keys per block of the one-chunk kernel (a multiple of every `W`).
@@ -92,36 +92,43 @@ pub(super) unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut 
     let mut act = [0u8; KB];
     // Rows (bits) whose maximum grows at each key.
     let mut grew = [0u8; KB];
-    // The next key to look at; each block takes the next KB keys that some
-    // row sees. A key no row sees changes nothing (no score, no maximum, no
-    // accumulator step), so leaving it out keeps every row's sequence of
-    // operations, and with it the bits: sparse masks (many sequences in one
-    // cache) then cost their visible keys, not the cache's size.
-    let mut cur = 0;
+    // Each block takes the next KB keys that some row sees. A key no row
+    // sees changes nothing (no score, no maximum, no accumulator step), so
+    // leaving it out keeps every row's sequence of operations, and with it
+    // the bits: sparse masks (many sequences in one cache, their cells
+    // interleaved) then cost their visible keys, not the cache's size. The
+    // keys come from 64-key windows of visibility bits (any row's), taken
+    // in ascending order.
+    let mut win = 0;
+    let mut pend = 0u64;
+    let mut base = 0;
     let mut keys = [0usize; KB];
     // SAFETY: the wrapper checked every extent of `a`.
     unsafe {
         loop {
             let mut nb = 0;
-            while nb < KB && cur < a.n {
-                if cur.is_multiple_of(KB)
-                    && cur + KB <= a.n
-                    && a.mask
-                        .iter()
-                        .all(|&m| !m.is_null() && all_masked(m.add(cur), KB))
-                {
-                    cur += KB;
+            while nb < KB {
+                if pend == 0 {
+                    if win >= a.n {
+                        break;
+                    }
+                    let len = (a.n - win).min(64);
+                    let mut u = 0u64;
+                    for &m in &a.mask {
+                        if m.is_null() {
+                            u = u64::MAX >> (64 - len);
+                            break;
+                        }
+                        u |= visible_bits(m.add(win), len);
+                    }
+                    pend = u;
+                    base = win;
+                    win += len;
                     continue;
                 }
-                let seen = a
-                    .mask
-                    .iter()
-                    .any(|&m| m.is_null() || *m.add(cur) != f32::NEG_INFINITY);
-                if seen {
-                    keys[nb] = cur;
-                    nb += 1;
-                }
-                cur += 1;
+                keys[nb] = base + pend.trailing_zeros() as usize;
+                pend &= pend - 1;
+                nb += 1;
             }
             if nb == 0 {
                 break;
