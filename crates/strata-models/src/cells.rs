@@ -158,6 +158,15 @@ impl Cells {
         self.used
     }
 
+    /// One past the highest cell of any of `seqs` (0 when they have none):
+    /// the cells a batch of these sequences' tokens can see.
+    pub fn span_of(&self, seqs: impl IntoIterator<Item = SeqId>) -> usize {
+        seqs.into_iter()
+            .filter_map(|s| self.seq_cells.get(s as usize)?.last())
+            .max()
+            .map_or(0, |&c| c + 1)
+    }
+
     /// One past the highest used cell (0 when all are free).
     pub fn used_max_p1(&self) -> usize {
         self.seq_cells

@@ -585,8 +585,15 @@ impl Context {
             rows: Vec::new(),
             data: Vec::new(),
         };
-        // Attend over a padded number of cells (see KV_PAD); the padding is masked.
-        let n_kv = padded_kv(self.cells.used_max_p1(), self.opts.n_ctx);
+        // Attend over the cells the batch's sequences reach, padded (see
+        // KV_PAD; the padding is masked). A token sees only cells of its
+        // lowest sequence, so cells above those (other sequences', a prefix
+        // cache's) need not be in the graph: with many sequences in one
+        // cache this keeps each batch's attention to its own span.
+        let span = self
+            .cells
+            .span_of(at.iter().filter_map(|(_, s)| s.iter().next()));
+        let n_kv = padded_kv(span.max(1), self.opts.n_ctx);
         let step = self.opts.n_ubatch;
         let mut result = Ok(());
         for (ci, chunk) in tokens.chunks(step).enumerate() {
