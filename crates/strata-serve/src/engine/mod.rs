@@ -905,7 +905,7 @@ impl Engine {
         usage.ttft = j
             .first_token
             .map_or(usage.total, |t| t.duration_since(j.received).as_secs_f64());
-        let _ = j.events.send(Event::Usage(usage));
+        // counted before the client can see the end of its request
         self.metrics.requests.inc();
         self.metrics
             .prompt_tokens
@@ -913,6 +913,8 @@ impl Engine {
         self.metrics
             .prompt_tokens_cached
             .inc_by(usage.cached_tokens as u64);
+        self.update_gauges();
+        let _ = j.events.send(Event::Usage(usage));
         let _ = s.admitted;
         tracing::info!(
             target: "strata_serve::request",

@@ -66,9 +66,12 @@ impl TextStream {
         }
     }
 
-    /// The text still held (the request ended without a stop string).
+    /// The text still held (the request ended without a stop string). A
+    /// character cut by the end (the last token was its first bytes) is
+    /// dropped, as llama-server does, rather than sent as U+FFFD.
     pub fn finish(&mut self) -> String {
-        let tail = take_utf8(&mut self.bytes, true);
+        let tail = take_utf8(&mut self.bytes, false);
+        self.bytes.clear();
         self.held.push_str(&tail);
         std::mem::take(&mut self.held)
     }
@@ -142,7 +145,7 @@ mod tests {
         assert_eq!(t.push(&euro[1..]).text, "€");
         assert_eq!(t.push(&[0xff, b'x']).text, "\u{fffd}x");
         t.push(&euro[..2]);
-        assert_eq!(t.finish(), "\u{fffd}");
+        assert_eq!(t.finish(), "");
     }
 
     #[test]
