@@ -45,6 +45,8 @@ struct Planned {
     outputs: Vec<Output>,
     /// Nodes of the graph (for messages).
     nodes: usize,
+    /// Nodes computed inside another node's dispatch (fused).
+    fused: usize,
     /// When it was last computed (a counter; the least recent is dropped).
     used: u64,
 }
@@ -211,16 +213,34 @@ impl GpuBackend {
     /// key in `self.key`; returns its index in `self.planned`.
     fn plan(&mut self, graph: &Graph) -> Result<usize> {
         let mut dispatches = Vec::new();
-        for node in graph.nodes() {
-            let Some(planned) = ops::plan(&self.ctx, node)? else {
-                return Err(ops::unsupported(&self.ctx, node));
+        let nodes = graph.nodes();
+        let uses = ops::fuse::use_counts(graph);
+        let mut done = vec![false; nodes.len()];
+        let mut fused = 0;
+        for i in 0..nodes.len() {
+            if done[i] {
+                continue;
+            }
+            // a run of nodes one dispatch computes, else the node alone
+            let (planned, group) = match ops::fuse::plan(&self.ctx, graph, i, &uses)? {
+                Some(f) => (f.dispatches, f.nodes),
+                None => match ops::plan(&self.ctx, &nodes[i])? {
+                    Some(d) => (d, vec![i]),
+                    None => return Err(ops::unsupported(&self.ctx, &nodes[i])),
+                },
             };
             // sources the scheduler substituted (its copies of split inputs)
-            let subs: Vec<(&Tensor, &Tensor)> = node
-                .srcs()
-                .map(|s| (s, graph.effective(node, s)))
-                .filter(|(s, e)| !s.ptr_eq(e))
-                .collect();
+            let mut subs: Vec<(&Tensor, &Tensor)> = Vec::new();
+            for &j in &group {
+                done[j] = true;
+                let node = &nodes[j];
+                subs.extend(
+                    node.srcs()
+                        .map(|s| (s, graph.effective(node, s)))
+                        .filter(|(s, e)| !s.ptr_eq(e)),
+                );
+            }
+            fused += group.len() - 1;
             for mut d in planned {
                 substitute(&mut d, &subs)?;
                 dispatches.push(d);
@@ -301,6 +321,7 @@ impl GpuBackend {
             bases,
             outputs,
             nodes: graph.nodes().len(),
+            fused,
             used: 0,
         });
         Ok(self.planned.len() - 1)
@@ -460,6 +481,8 @@ impl Backend for GpuBackend {
             return Ok(());
         }
         self.ctx.count(Count::Graphs, 1);
+        self.ctx.count(Count::Dispatches, p.dispatches.len() as u64);
+        self.ctx.count(Count::NodesFused, p.fused as u64);
         let t1 = Instant::now();
         self.ctx.time(Phase::Plan, t1 - t0);
         let stride = self.stride();

@@ -52,6 +52,11 @@ pub struct GpuCounters {
     pub fused_reads: u64,
     /// Bytes of dispatch parameters written to the device.
     pub params_bytes_written: u64,
+    /// Compute dispatches recorded (every graph computed, replayed or not).
+    pub dispatches: u64,
+    /// Graph nodes computed inside another node's dispatch (fused into
+    /// it), counted like `dispatches`: every time a graph is recorded.
+    pub nodes_fused: u64,
 }
 
 impl Sub for GpuCounters {
@@ -76,6 +81,8 @@ impl Sub for GpuCounters {
             params_bytes_written: self
                 .params_bytes_written
                 .saturating_sub(e.params_bytes_written),
+            dispatches: self.dispatches.saturating_sub(e.dispatches),
+            nodes_fused: self.nodes_fused.saturating_sub(e.nodes_fused),
         }
     }
 }
@@ -143,6 +150,8 @@ pub(crate) enum Count {
     ParamsBytes,
     Graphs,
     TimedGraphs,
+    Dispatches,
+    NodesFused,
 }
 
 /// Which phase a duration goes to.
@@ -159,7 +168,7 @@ pub(crate) enum Phase {
 /// The device's counters (atomics, so shared references count).
 #[derive(Default)]
 pub(crate) struct Counters {
-    counts: [AtomicU64; 13],
+    counts: [AtomicU64; 15],
     nanos: [AtomicU64; 6],
 }
 
@@ -195,6 +204,8 @@ impl Counters {
             graphs_replayed: self.get(Count::GraphsReplayed),
             fused_reads: self.get(Count::FusedReads),
             params_bytes_written: self.get(Count::ParamsBytes),
+            dispatches: self.get(Count::Dispatches),
+            nodes_fused: self.get(Count::NodesFused),
         }
     }
 

@@ -2,9 +2,9 @@
 //! steady state asks nothing of wgpu but one submission and one read-back
 //! per token: no buffer and no bind group is created, the graph's dispatch
 //! list is replayed, and the logits come back through the graph's own
-//! submission (issue #45). Counted by strata-gpu at its wgpu call sites
-//! (`GpuContext::counters`). Skips without a GPU (fails under
-//! `STRATA_REQUIRE_GPU=1`).
+//! submission (issue #45), in fewer dispatches than nodes (fusion).
+//! Counted by strata-gpu at its wgpu call sites (`GpuContext::counters`).
+//! Skips without a GPU (fails under `STRATA_REQUIRE_GPU=1`).
 
 #[path = "support/tiny_models.rs"]
 mod tiny_models;
@@ -23,6 +23,7 @@ fn a_decode_token_costs_one_submission_and_one_read_back() {
     // model's are
     let mut cfg = configs().remove(0);
     cfg.wtype = WType::Q8_0;
+    let n_layer = cfg.n_layer as u64;
     let (bytes, _) = write(&cfg);
     let dev: Arc<dyn strata::backend::Device> = gpu.clone();
     let context = |devices| {
@@ -73,6 +74,15 @@ fn a_decode_token_costs_one_submission_and_one_read_back() {
             assert_eq!(spent.waits, 1, "token {i}: {spent:?}");
             assert_eq!(spent.fused_reads, 1, "token {i}: {spent:?}");
             assert!(spent.bind_group_hits > 0, "token {i}: {spent:?}");
+            // fused (strata-gpu's ops/fuse.rs): per layer both norms with
+            // their MULs, both residual ADDs into the matrix-vector
+            // products before them, and K's ROPE into the cache write; the
+            // output norm with its MUL
+            assert_eq!(spent.nodes_fused, 5 * n_layer + 1, "token {i}: {spent:?}");
+            assert_eq!(
+                spent.bind_group_hits, spent.dispatches,
+                "token {i}: {spent:?}"
+            );
         }
         // this token's logits, not a stale read-back: the CPU's, within
         // the GPU's rounding (it dequantizes where the CPU quantizes the

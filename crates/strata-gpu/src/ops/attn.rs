@@ -192,7 +192,11 @@ fn rope(ctx: &GpuContext, node: &Tensor, p: Params, rp: &RopeParams) -> Result<V
         .float(4, corr[1])
         .float(5, hi)
         .float(6, lo);
-    let k = Kernel::new("rope", include_str!("../shaders/rope.wgsl"), node);
+    let body = concat!(
+        include_str!("../shaders/rope.wgsl"),
+        include_str!("../shaders/rope_main.wgsl")
+    );
+    let k = Kernel::new("rope", body, node);
     let items = node.nrows() * (node.ne()[0] - half);
     Ok(vec![per_item(ctx, k, node, p, items)?])
 }

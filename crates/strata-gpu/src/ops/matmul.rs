@@ -108,7 +108,6 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
     };
     let dq = || dequant::source(&[(0, a.dtype()), (1, b.dtype())]);
     let p = Params::of(node);
-    let max = ctx.limits.max_compute_workgroups_per_dimension;
     let d = node.ne();
     match node.op() {
         Op::GetRows => {
@@ -135,31 +134,65 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
                 ],
             }])
         }
-        Op::MulMat | Op::MulMatId => {
-            let colmap = if matches!(node.op(), Op::MulMat) {
-                "col_mm"
-            } else {
-                "col_id"
-            };
-            let cols = (d[1] * d[2] * d[3]) as u32;
-            let k = Kernel::new("mul_mat_vec", include_str!("../shaders/matvec.wgsl"), node)
-                .def("COLMAP", colmap)
-                .def("TPR", format!("{}u", tpr(ctx)))
-                .def("MAXY", format!("{max}u"))
-                .def("DEQUANT", dq());
-            let rows = a.ne()[1].div_ceil(rows_per_group(ctx)) as u32;
-            let groups = if cols <= max {
-                [rows, cols, 1]
-            } else {
-                [rows, max, cols.div_ceil(max)]
-            };
-            Ok(vec![Dispatch {
-                pipeline: k.pipeline(ctx)?,
-                params: p.items(cols),
-                slots: slots_of(node),
-                groups,
-            }])
-        }
+        Op::MulMat | Op::MulMatId => Ok(vec![plan_matvec(ctx, node, None)?]),
         _ => Err(super::unsupported(ctx, node)),
     }
+}
+
+/// Whether [`plan`] computes MUL_MAT `node` on the matrix-vector kernel.
+pub(crate) fn matvec_plan(node: &Tensor) -> bool {
+    node.op() == &Op::MulMat && node.ne()[1] <= MATVEC_MAX_N
+}
+
+/// The matrix-vector dispatch of MUL_MAT or MUL_MAT_ID `node`; with `add`
+/// (MUL_MAT only), the kernel also adds the f32 bias the caller binds to
+/// slot 3 (broadcast over the product) and stores into the caller's
+/// destination.
+pub(crate) fn plan_matvec(
+    ctx: &GpuContext,
+    node: &Tensor,
+    add: Option<&Tensor>,
+) -> Result<Dispatch> {
+    let (Some(a), Some(b)) = (node.src(0), node.src(1)) else {
+        return Err(super::unsupported(ctx, node));
+    };
+    let max = ctx.limits.max_compute_workgroups_per_dimension;
+    let d = node.ne();
+    let colmap = if matches!(node.op(), Op::MulMat) {
+        "col_mm"
+    } else {
+        "col_id"
+    };
+    let cols = (d[1] * d[2] * d[3]) as u32;
+    let mut k = Kernel::new("mul_mat_vec", include_str!("../shaders/matvec.wgsl"), node)
+        .def("COLMAP", colmap)
+        .def("TPR", format!("{}u", tpr(ctx)))
+        .def("MAXY", format!("{max}u"))
+        .def(
+            "DEQUANT",
+            dequant::source(&[(0, a.dtype()), (1, b.dtype())]),
+        )
+        .def(
+            "BIAS(",
+            if add.is_some() {
+                "bias_s3("
+            } else {
+                "bias_none("
+            },
+        );
+    if add.is_some() {
+        k.src_types[3] = Some(DType::F32);
+    }
+    let rows = a.ne()[1].div_ceil(rows_per_group(ctx)) as u32;
+    let groups = if cols <= max {
+        [rows, cols, 1]
+    } else {
+        [rows, max, cols.div_ceil(max)]
+    };
+    Ok(Dispatch {
+        pipeline: k.pipeline(ctx)?,
+        params: Params::of(node).items(cols),
+        slots: slots_of(node),
+        groups,
+    })
 }

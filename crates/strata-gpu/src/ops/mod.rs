@@ -10,6 +10,7 @@
 
 mod attn;
 mod elementwise;
+pub(crate) mod fuse;
 mod matmul;
 mod misc;
 mod norm;

@@ -29,6 +29,21 @@ fn col_id(c: u32) -> vec4<u32> {
     return vec4<u32>(a, addr(1u, 0u, s % P.ne[1].y, t, 0u), addr(4u, 0u, s, t, 0u), select(0u, 1u, ok));
 }
 
+// Row r of column c of the bias in s3 (f32, broadcast over d): MUL_MAT
+// fused with the ADD of a bias (issue #45); `BIAS` is `bias_none` without.
+fn bias_s3(c: u32, r: u32) -> f32 {
+    let n = P.ne[4];
+    let b = P.ne[3];
+    let i1 = c % n.y;
+    let i2 = (c / n.y) % n.z;
+    let i3 = c / (n.y * n.z);
+    return ld_f32_s3(addr(3u, r % b.x, i1 % b.y, i2 % b.z, i3 % b.w));
+}
+
+fn bias_none(c: u32, r: u32) -> f32 {
+    return 0.0;
+}
+
 var<workgroup> red0: array<f32, 64>;
 var<workgroup> red1: array<f32, 64>;
 
@@ -69,7 +84,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         workgroupBarrier();
     }
     if (t == 0u && r0 < m) {
-        ST(cm.z + r0 * P.nb[4].x, red0[lid]);
-        if (r0 + 1u < m) { ST(cm.z + (r0 + 1u) * P.nb[4].x, red1[lid]); }
+        ST(cm.z + r0 * P.nb[4].x, red0[lid] + BIAS(c, r0));
+        if (r0 + 1u < m) { ST(cm.z + (r0 + 1u) * P.nb[4].x, red1[lid] + BIAS(c, r0 + 1u)); }
     }
 }

@@ -1,4 +1,5 @@
-// ROPE: one invocation per rotated pair (j < n_dims/2 = P.dn.z) or per
+// ROPE's functions (the kernel: `rope_main.wgsl`; fused into SET_ROWS:
+// `rope_set_rows.wgsl`). ROPE: one invocation per rotated pair (j < n_dims/2 = P.dn.z) or per
 // element past n_dims (copied), for each row (i1, i2, i3) of s0. Pairs are
 // (2j, 2j+1) (normal) or (j, j + n_dims/2) (NEOX, P.dn.w = 1). Each
 // invocation reads and writes only its own elements, so dst may alias s0.
@@ -21,24 +22,9 @@ fn reduce_angle(t: f32) -> f32 {
     return ((t - k * 6.28125) - k * 0.0019353071693331003) - k * 1.0253131677018246e-11;
 }
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = item_id(wid, nwg, lid, 256u);
-    if (i >= P.dn.y) { return; }
-    let ne = P.ne[0];
-    let h = P.dn.z;
-    let per_row = ne.x - h;
-    let j = i % per_row;
-    let r = i / per_row;
-    let i1 = r % ne.y;
-    let i2 = (r / ne.y) % ne.z;
-    let i3 = r / (ne.y * ne.z);
-    if (j >= h) {
-        let k = j + h;
-        ST(addr(4u, k, i1, i2, i3), LD0(addr(0u, k, i1, i2, i3)));
-        return;
-    }
+// cos and sin of pair j's angle at the position of row i2 (token), times
+// mscale.
+fn rope_cs(j: u32, i2: u32) -> vec2<f32> {
     var extrap = f32(ld_i32_s1(addr(1u, i2, 0u, 0u, 0u))) * base_freq(j);
     if (P.i.x != 0u) { extrap = extrap / ld_f32_s2(P.off[2] + 4u * j); }
     var theta = P.f.x * extrap;
@@ -48,16 +34,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         theta = theta * (1.0 - mix) + extrap * mix;
     }
     let t = reduce_angle(theta);
-    let c = cos(t) * P.f.z;
-    let s = sin(t) * P.f.z;
-    var a = 2u * j;
-    var b = a + 1u;
-    if (P.dn.w != 0u) {
-        a = j;
-        b = j + h;
-    }
-    let x0 = LD0(addr(0u, a, i1, i2, i3));
-    let x1 = LD0(addr(0u, b, i1, i2, i3));
-    ST(addr(4u, a, i1, i2, i3), x0 * c - x1 * s);
-    ST(addr(4u, b, i1, i2, i3), x0 * s + x1 * c);
+    return vec2<f32>(cos(t), sin(t)) * P.f.z;
+}
+
+// The elements pair j rotates: (2j, 2j+1), or (j, j + n_dims/2) for NEOX.
+fn rope_pair(j: u32) -> vec2<u32> {
+    if (P.dn.w != 0u) { return vec2<u32>(j, j + P.dn.z); }
+    return vec2<u32>(2u * j, 2u * j + 1u);
 }

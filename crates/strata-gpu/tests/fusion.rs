@@ -1,0 +1,181 @@
+//! Fusion (issue #45): runs of nodes the backend computes in one dispatch
+//! when the node between them is used once and is not an OUTPUT, and not
+//! otherwise; the results are the CPU's either way. Counted through
+//! `GpuContext::counters` (`dispatches`, `nodes_fused`). The conformance
+//! suite's fused cases (`RMS_NORM+MUL`, ...) check the values of each
+//! fusion; this checks when it happens. Skips without a GPU.
+
+use std::sync::Mutex;
+
+use strata::backend::{alloc_graph, Backend};
+use strata::conformance::{nmse, Rng};
+use strata::cpu::CpuBackend;
+use strata::ops::{RopeMode, RopeParams};
+use strata::{ops, DType, Flags, Graph, Tensor};
+
+mod support;
+
+/// Computes `out` (its inputs filled with `inputs`' values) on `backend`;
+/// returns its values.
+fn compute(backend: &mut dyn Backend, inputs: &[(Tensor, Vec<f32>)], out: &Tensor) -> Vec<f32> {
+    let g = Graph::build(std::slice::from_ref(out));
+    let _bufs = alloc_graph(&g, &backend.default_buffer_type()).unwrap();
+    for (t, v) in inputs {
+        if t.dtype() == DType::I32 {
+            t.write_i32(&v.iter().map(|&x| x as i32).collect::<Vec<_>>())
+                .unwrap();
+        } else {
+            t.write_f32(v).unwrap();
+        }
+    }
+    backend.graph_compute(&g).unwrap();
+    backend.synchronize().unwrap();
+    out.to_f32_vec().unwrap()
+}
+
+/// Builds a graph twice (fresh tensors for each backend), computes it on
+/// the GPU and the CPU and returns the GPU's (dispatches, nodes fused).
+fn run(build: impl Fn() -> (Vec<(Tensor, Vec<f32>)>, Tensor)) -> Option<(u64, u64)> {
+    // the counters are the device's: one test at a time counts
+    static ONE: Mutex<()> = Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    let dev = support::gpu()?;
+    let mut gpu = dev.backend();
+    let (ins, out) = build();
+    let before = dev.context().counters();
+    let got = compute(&mut gpu, &ins, &out);
+    let spent = dev.context().counters() - before;
+    let (ins, out) = build();
+    let want = compute(&mut CpuBackend::new(1), &ins, &out);
+    let e = nmse(&got, &want);
+    assert!(e < 1e-6, "nmse {e}");
+    Some((spent.dispatches, spent.nodes_fused))
+}
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    Rng::new(seed).vec(n, -1.0, 1.0)
+}
+
+fn input(dims: &[usize], seed: u64) -> (Tensor, Vec<f32>) {
+    let t = Tensor::new(DType::F32, dims).unwrap();
+    let n = t.nelements();
+    (t, values(n, seed))
+}
+
+#[test]
+fn rms_norm_then_mul_is_one_dispatch() {
+    let r = run(|| {
+        let (x, w) = (input(&[64, 3], 1), input(&[64], 2));
+        let out = ops::mul(&ops::rms_norm(&x.0, 1e-5).unwrap(), &w.0).unwrap();
+        (vec![x, w], out)
+    });
+    if let Some(r) = r {
+        assert_eq!(r, (1, 1));
+    }
+}
+
+#[test]
+fn a_norm_used_again_is_not_fused() {
+    let r = run(|| {
+        let (x, w) = (input(&[64, 3], 1), input(&[64], 2));
+        let n = ops::rms_norm(&x.0, 1e-5).unwrap();
+        let out = ops::add(&ops::mul(&n, &w.0).unwrap(), &n).unwrap();
+        (vec![x, w], out)
+    });
+    if let Some(r) = r {
+        assert_eq!(r, (3, 0));
+    }
+}
+
+#[test]
+fn an_output_norm_is_not_fused() {
+    let r = run(|| {
+        let (x, w) = (input(&[64, 3], 1), input(&[64], 2));
+        let n = ops::rms_norm(&x.0, 1e-5).unwrap();
+        n.set_flags(Flags(n.flags().0 | Flags::OUTPUT.0));
+        let out = ops::mul(&n, &w.0).unwrap();
+        (vec![x, w], out)
+    });
+    if let Some(r) = r {
+        assert_eq!(r, (2, 0));
+    }
+}
+
+#[test]
+fn the_residual_add_and_the_norm_are_one_dispatch() {
+    // the sum is used again (the next residual): stored by the fused kernel
+    let r = run(|| {
+        let (a, b, w) = (input(&[300, 2], 1), input(&[300, 2], 2), input(&[300], 3));
+        let sum = ops::add(&a.0, &b.0).unwrap();
+        let normed = ops::mul(&ops::rms_norm(&sum, 1e-6).unwrap(), &w.0).unwrap();
+        let out = ops::add(&normed, &sum).unwrap();
+        (vec![a, b, w], out)
+    });
+    if let Some(r) = r {
+        assert_eq!(r, (2, 2));
+    }
+}
+
+#[test]
+fn a_bias_add_joins_the_matrix_vector_product() {
+    let r = run(|| {
+        let (a, b, bias) = (input(&[64, 16], 1), input(&[64, 2], 2), input(&[16], 3));
+        let out = ops::add(&ops::mul_mat(&a.0, &b.0).unwrap(), &bias.0).unwrap();
+        (vec![a, b, bias], out)
+    });
+    if let Some(r) = r {
+        assert_eq!(r, (1, 1));
+    }
+    // the product used again: two dispatches (and the third op)
+    let r = run(|| {
+        let (a, b, bias) = (input(&[64, 16], 1), input(&[64, 2], 2), input(&[16], 3));
+        let p = ops::mul_mat(&a.0, &b.0).unwrap();
+        let out = ops::mul(&ops::add(&p, &bias.0).unwrap(), &p).unwrap();
+        (vec![a, b, bias], out)
+    });
+    if let Some(r) = r {
+        assert_eq!(r, (3, 0));
+    }
+}
+
+/// ROPE of K `[64, 2, 3]` reshaped into rows of a `[128, 8]` cache;
+/// `reuse`: the rotated K is read again (added to itself after the write).
+fn rope_into_cache(reuse: bool) -> (Vec<(Tensor, Vec<f32>)>, Tensor) {
+    let x = input(&[64, 2, 3], 1);
+    let pos = Tensor::new(DType::I32, &[3]).unwrap();
+    let cache = Tensor::new(DType::F16, &[128, 8]).unwrap();
+    let ids = Tensor::new(DType::I32, &[3]).unwrap();
+    let r = ops::rope(&x.0, &pos, RopeParams::new(64, RopeMode::Neox, 10000.0)).unwrap();
+    let rows = ops::reshape(&r, &[128, 3]).unwrap();
+    let mut out = ops::set_rows(&cache, &rows, &ids).unwrap();
+    let ids2 = Tensor::new(DType::I32, &[3]).unwrap();
+    if reuse {
+        // twice the rotated K into three other cells
+        let twice = ops::reshape(&ops::add(&r, &r).unwrap(), &[128, 3]).unwrap();
+        out = ops::set_rows(&out, &twice, &ids2).unwrap();
+    }
+    let mut inputs = vec![
+        x,
+        (pos, vec![7.0, 8.0, 9.0]),
+        (cache, values(128 * 8, 4)),
+        (ids, vec![5.0, 0.0, 2.0]),
+    ];
+    if reuse {
+        inputs.push((ids2, vec![1.0, 3.0, 4.0]));
+    }
+    (inputs, out)
+}
+
+#[test]
+fn rope_writes_the_cache_rows_itself() {
+    if let Some(r) = run(|| rope_into_cache(false)) {
+        assert_eq!(r, (1, 1));
+    }
+}
+
+#[test]
+fn a_rotated_k_used_again_is_not_fused() {
+    if let Some((_, fused)) = run(|| rope_into_cache(true)) {
+        assert_eq!(fused, 0);
+    }
+}
