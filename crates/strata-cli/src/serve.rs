@@ -11,6 +11,10 @@ use crate::common::{CliResult, ModelArgs};
 
 /// Serve a model over HTTP: OpenAI's and Ollama's APIs, continuous batching over `-np` slots, a prefix cache, and a chat page at `/`.
 #[derive(clap::Args)]
+#[command(
+    after_help = "Unless given, -np is 4 (llama-server's slots) and -c the model's \
+    training context, at most 8192 cells, instead of the defaults listed above."
+)]
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
