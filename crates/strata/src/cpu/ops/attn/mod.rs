@@ -98,6 +98,9 @@ pub(crate) const SPLIT_KV_MIN: usize = 512;
 const PAD: usize = 16;
 /// Most query rows the one-chunk kernels process together (rows sharing K/V).
 const GROUP: usize = 4;
+/// Query tokens above which a row group may take heads of two tokens
+/// (a prompt chunk, whose tokens see mostly the same keys).
+const CROSS_TOKENS: usize = 64;
 
 /// The algorithm a FLASH_ATTN_EXT node runs (ggml's choice; module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -526,11 +529,15 @@ fn one_chunk_rows<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
     let range = ctx.rows(n_q * p.n_head * ne3);
     let mut u = range.start;
     while u < range.end {
-        let (_, _, iq3, ik2) = coords(u);
+        let (_, iq0, iq3, ik2) = coords(u);
         let mut g = 1;
         while g < GROUP && u + g < range.end && {
-            let (_, _, j3, jk2) = coords(u + g);
-            (j3, jk2) == (iq3, ik2)
+            let (_, jq, j3, jk2) = coords(u + g);
+            // A group spanning two query tokens gathers the keys either
+            // sees: in a batch of decode tokens of different sequences that
+            // doubles the keys each row scores, so few-token batches keep
+            // a group to one token's heads (the bits do not depend on it)
+            (j3, jk2) == (iq3, ik2) && (jq == iq0 || n_q > CROSS_TOKENS)
         } {
             g += 1;
         }
