@@ -101,9 +101,10 @@ fn an_output_norm_is_not_fused() {
     }
 }
 
+/// ADD+RMS_NORM+MUL is off (see `ops::fuse::plan`): the add stays its own
+/// dispatch, the norm and the weight still fuse.
 #[test]
-fn the_residual_add_and_the_norm_are_one_dispatch() {
-    // the sum is used again (the next residual): stored by the fused kernel
+fn the_residual_add_stays_apart_from_the_norm() {
     let r = run(|| {
         let (a, b, w) = (input(&[300, 2], 1), input(&[300, 2], 2), input(&[300], 3));
         let sum = ops::add(&a.0, &b.0).unwrap();
@@ -112,7 +113,7 @@ fn the_residual_add_and_the_norm_are_one_dispatch() {
         (vec![a, b, w], out)
     });
     if let Some(r) = r {
-        assert_eq!(r, (2, 2));
+        assert_eq!(r, (3, 1));
     }
 }
 

@@ -59,7 +59,10 @@ pub(crate) fn plan(
     let nodes = graph.nodes();
     let node = &nodes[i];
     let f = match node.op() {
-        Op::Add => add_norm_mul(ctx, graph, i, uses)?,
+        // ADD+RMS_NORM+MUL (`add_norm_mul`) is off: with it, a partly
+        // offloaded SmolLM2 prompt's logits drifted from llama.cpp's (KL
+        // 2.2e-2 against the 1e-2 bar, golden_llamacpp_model's GPU test);
+        // it fires only for prompt batches. Owed: find why, then turn it on.
         Op::RmsNorm { .. } => norm_mul(ctx, graph, i, uses)?,
         Op::MulMat => mul_mat_add(ctx, graph, i, uses)?,
         Op::Rope(_) => rope_set_rows(ctx, graph, i, uses)?,
@@ -159,6 +162,7 @@ fn norm_mul(
 /// ADD at `i` (stored: it is the residual), then RMS_NORM of the sum, then
 /// the MUL by the norm's weight. The sum is stored through source slot 3,
 /// so it must be in the destination's buffer (bound read-write).
+#[allow(dead_code)] // off until its drift is found (see `plan`)
 fn add_norm_mul(
     ctx: &GpuContext,
     graph: &Graph,
