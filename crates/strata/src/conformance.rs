@@ -848,15 +848,17 @@ pub const DEVICE_CHECK_SEED: u64 = 1;
 
 /// Runs the whole suite on the device `make` returns (an error: the device
 /// is [`DeviceCheck::Unavailable`]). With `ops`, the device must pass exactly
-/// the cases of those ops ([`OpCase::op_name`]) and report the others as
-/// unsupported; without, every case of the CPU suite. At least one case
+/// the cases of those ops ([`OpCase::op_name`]; a case of several ops joined
+/// by `+` when it has all of them) and report the others as unsupported; without, every case of the CPU suite. At least one case
 /// must run.
 pub fn check_device(make: impl FnOnce() -> Result<UnderTest>, ops: Option<&[&str]>) -> DeviceCheck {
     let mut dut = match make() {
         Ok(d) => d,
         Err(e) => return DeviceCheck::Unavailable(e.to_string()),
     };
-    let wanted = |c: &OpCase| ops.is_none_or(|o| o.contains(&c.op_name()));
+    // a case of several ops (`MUL_MAT+ADD`, a run a backend may fuse) is
+    // wanted when every one of its ops is
+    let wanted = |c: &OpCase| ops.is_none_or(|o| c.op_name().split('+').all(|p| o.contains(&p)));
     let mut wrong = Vec::new();
     let summary = run_suite(dut.backend(), None, DEVICE_CHECK_SEED, |case, r| {
         let ok = match r {
