@@ -17,6 +17,9 @@
 //! one test per device that runs the whole suite and checks its counts
 //! against the CPU suite's ([`check_device`]).
 
+mod fused;
+mod moe;
+
 use std::any::Any;
 use std::fmt;
 
@@ -310,8 +313,8 @@ pub fn cases() -> Vec<OpCase> {
             ));
         }
     }
-    moe_cases(&mut v);
-    fused_cases(&mut v);
+    moe::moe_cases(&mut v);
+    fused::fused_cases(&mut v);
     let tables = [DType::F32, DType::F16, DType::Q4_1, DType::Q8_0];
     for a_t in tables.into_iter().chain(K_AND_IQ4_QUANTS) {
         v.push(case(format!("GET_ROWS(type={a_t})"), 1e-6, move || {
@@ -411,139 +414,6 @@ pub fn cases() -> Vec<OpCase> {
         ));
     }
     v
-}
-
-/// Runs of ops a backend may compute in one kernel (ggml-vulkan's fusions,
-/// issue #45), each named by its ops joined with `+`: RMS_NORM then MUL by
-/// the weight; ADD, RMS_NORM of the sum and MUL, with the sum used again
-/// (it is the residual); MUL_MAT then ADD of a bias, a row or a whole
-/// matrix; ROPE, reshaped into rows, into SET_ROWS (the K cache write).
-fn fused_cases(v: &mut Vec<OpCase>) {
-    v.push(case("RMS_NORM+MUL(ne=[64,5,2],w=[64])", 1e-6, || {
-        let x = t(DType::F32, &[64, 5, 2])?;
-        let w = t(DType::F32, &[64])?;
-        let out = ops::mul(&ops::rms_norm(&x, 1e-5)?, &w)?;
-        Ok((vec![(x, U), (w, U)], out))
-    }));
-    v.push(case("ADD+RMS_NORM+MUL(ne=[300,3,2],w=[300])", 1e-6, || {
-        let a = t(DType::F32, &[300, 3, 2])?;
-        let b = t(DType::F32, &[300, 3, 2])?;
-        let w = t(DType::F32, &[300])?;
-        let sum = ops::add(&a, &b)?;
-        let normed = ops::mul(&ops::rms_norm(&sum, 1e-6)?, &w)?;
-        let out = ops::add(&normed, &sum)?;
-        Ok((vec![(a, U), (b, U), (w, U)], out))
-    }));
-    for (a_t, bias_rows) in [
-        (DType::F32, 1),
-        (DType::F16, 3),
-        (DType::Q8_0, 1),
-        (DType::Q4_K, 3),
-    ] {
-        let k = a_t.block_size().max(64);
-        let tol = if a_t.is_quantized() { 1e-4 } else { 1e-5 };
-        v.push(case(
-            format!("MUL_MAT+ADD(type_a={a_t},m=16,n=3,k={k},bias=[16,{bias_rows}])"),
-            tol,
-            move || {
-                let a = t(a_t, &[k, 16])?;
-                let b = t(DType::F32, &[k, 3])?;
-                let bias = t(DType::F32, &[16, bias_rows])?;
-                let out = ops::add(&ops::mul_mat(&a, &b)?, &bias)?;
-                Ok((vec![(a, U), (b, U), (bias, U)], out))
-            },
-        ));
-    }
-    let ropes = [
-        (DType::F16, RopeMode::Normal, 64),
-        (DType::F32, RopeMode::Neox, 32),
-    ];
-    for (kv_t, mode, n_dims) in ropes {
-        v.push(case(
-            format!("ROPE+SET_ROWS(kv={kv_t},mode={mode:?},n_dims={n_dims})"),
-            1e-6,
-            move || {
-                // [head dim 64, 2 KV heads, 3 tokens] into 8 cells
-                let x = t(DType::F32, &[64, 2, 3])?;
-                let pos = t(DType::I32, &[3])?;
-                let cache = t(kv_t, &[128, 8])?;
-                let ids = t(DType::I32, &[3])?;
-                let r = ops::rope(&x, &pos, RopeParams::new(n_dims, mode, 10000.0))?;
-                let rows = ops::reshape(&r, &[128, 3])?;
-                let out = ops::set_rows(&cache, &rows, &ids)?;
-                let ins = vec![
-                    (x, U),
-                    (pos, Fill::Index(100)),
-                    (cache, U),
-                    (ids, Fill::Permutation(8)),
-                ];
-                Ok((ins, out))
-            },
-        ));
-    }
-}
-
-/// MUL_MAT_ID for every weight type (rows a multiple of 16, so that the
-/// `CPU_PACKED` device packs the legacy quants), with `b` broadcast over the
-/// slots and per slot, one token, and experts routed by ARGSORT as
-/// llama.cpp does; ADD_ID; TOP_K.
-fn moe_cases(v: &mut Vec<OpCase>) {
-    // (n_expert, n_used, tokens, b per slot)
-    let shapes = [(4, 2, 5, false), (6, 3, 1, true)];
-    for a_t in WEIGHT_TYPES {
-        let k = a_t.block_size().max(64);
-        for (n_exp, n_used, n_tok, per_slot) in shapes {
-            let n_b = if per_slot { n_used } else { 1 };
-            let tol = if a_t.is_quantized() { 1e-4 } else { 1e-5 };
-            v.push(case(
-                format!("MUL_MAT_ID(type_a={a_t},n_expert={n_exp},n_used={n_used},n_b={n_b},tokens={n_tok},m=32,k={k})"),
-                tol,
-                move || {
-                    let a = t(a_t, &[k, 32, n_exp])?;
-                    let b = t(DType::F32, &[k, n_b, n_tok])?;
-                    let ids = t(DType::I32, &[n_used, n_tok])?;
-                    let out = ops::mul_mat_id(&a, &b, &ids)?;
-                    Ok((vec![(a, U), (b, U), (ids, Fill::Index(n_exp))], out))
-                },
-            ));
-        }
-    }
-    for a_t in [DType::F16, DType::Q4_0] {
-        v.push(case(
-            format!("MUL_MAT_ID(type_a={a_t},ids=argsort_top_k,n_expert=8,n_used=2,tokens=7)"),
-            1e-4,
-            move || {
-                let a = t(a_t, &[64, 48, 8])?;
-                let b = t(DType::F32, &[64, 1, 7])?;
-                let logits = t(DType::F32, &[8, 7])?;
-                let ids = ops::argsort_top_k(&logits, 2)?;
-                let out = ops::mul_mat_id(&a, &b, &ids)?;
-                Ok((vec![(a, U), (b, U), (logits, U)], out))
-            },
-        ));
-    }
-    v.push(case(
-        "ADD_ID(n=16,n_expert=4,n_used=2,tokens=5)",
-        1e-6,
-        || {
-            let a = t(DType::F32, &[16, 2, 5])?;
-            let b = t(DType::F32, &[16, 4])?;
-            let ids = t(DType::I32, &[2, 5])?;
-            let out = ops::add_id(&a, &b, &ids)?;
-            Ok((vec![(a, U), (b, U), (ids, Fill::Index(4))], out))
-        },
-    ));
-    // TOP_K is the set of the k largest in no promised order: compared as
-    // sets, or with ties as the values they pick ([`top_k_error`]).
-    v.push(case("TOP_K(k=4,ne=[16,5,2])", 0.0, || {
-        let a = t(DType::F32, &[16, 5, 2])?;
-        Ok((vec![(a.clone(), U)], ops::top_k(&a, 4)?))
-    }));
-    // integers in 0..6 in rows of 16: the 4th largest is nearly always tied
-    v.push(case("TOP_K(k=4,ne=[16,5,2],ties)", 0.0, || {
-        let a = t(DType::F32, &[16, 5, 2])?;
-        Ok((vec![(a.clone(), Fill::Index(6))], ops::top_k(&a, 4)?))
-    }));
 }
 
 fn fill_values(t: &Tensor, fill: Fill, rng: &mut Rng) -> Vec<f32> {
@@ -849,7 +719,8 @@ pub const DEVICE_CHECK_SEED: u64 = 1;
 /// Runs the whole suite on the device `make` returns (an error: the device
 /// is [`DeviceCheck::Unavailable`]). With `ops`, the device must pass exactly
 /// the cases of those ops ([`OpCase::op_name`]; a case of several ops joined
-/// by `+` when it has all of them) and report the others as unsupported; without, every case of the CPU suite. At least one case
+/// by `+` when it has all of them) and report the others as unsupported;
+/// without, every case of the CPU suite. At least one case
 /// must run.
 pub fn check_device(make: impl FnOnce() -> Result<UnderTest>, ops: Option<&[&str]>) -> DeviceCheck {
     let mut dut = match make() {
