@@ -1,7 +1,9 @@
 //! Streaming text out of token pieces: pieces may cut a UTF-8 character
 //! (held until complete), and text that may be the start of a stop string
 //! is held until it is known not to be one, so a client never sees any
-//! part of a stop string.
+//! part of a stop string. The text stops where a stop string is first
+//! complete (the longest of those ending there), as llama-server checks
+//! them token by token.
 
 /// What [`TextStream::push`] gives.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -34,21 +36,26 @@ impl TextStream {
     pub fn push(&mut self, piece: &[u8]) -> Pushed {
         self.bytes.extend_from_slice(piece);
         let complete = take_utf8(&mut self.bytes, false);
-        self.held.push_str(&complete);
-        // the earliest stop string in the held text
-        if let Some(at) = self
-            .stops
-            .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min()
-        {
-            let text = self.held[..at].to_string();
-            self.held.clear();
-            self.bytes.clear();
-            return Pushed {
-                text,
-                stopped: true,
-            };
+        // character by character: the request stops where the first stop
+        // string is complete (of several ending there, the longest), however
+        // the text was cut into pieces
+        for ch in complete.chars() {
+            self.held.push(ch);
+            let at = self
+                .stops
+                .iter()
+                .filter(|s| self.held.ends_with(s.as_str()))
+                .map(|s| self.held.len() - s.len())
+                .min();
+            if let Some(at) = at {
+                let text = self.held[..at].to_string();
+                self.held.clear();
+                self.bytes.clear();
+                return Pushed {
+                    text,
+                    stopped: true,
+                };
+            }
         }
         // hold back the longest tail that begins some stop string
         let keep = self
@@ -182,7 +189,11 @@ mod tests {
         ) {
             let whole: String = words.concat();
             let bytes = whole.as_bytes();
-            let want = stops.iter().filter_map(|s| whole.find(s.as_str())).min();
+            // the first end of any stop string (the longest of those ending there)
+            let want = whole.char_indices().map(|(i, c)| i + c.len_utf8()).find_map(|end| {
+                stops.iter().filter(|s| whole[..end].ends_with(s.as_str()))
+                    .map(|s| end - s.len()).min()
+            });
             let mut t = TextStream::new(stops.clone());
             let (mut got, mut stopped, mut i) = (String::new(), false, 0);
             for c in cuts.iter().chain(std::iter::repeat(&1)) {
