@@ -61,25 +61,15 @@ fn given(flags: &[&str]) -> bool {
     })
 }
 
-/// Raises the open-file limit to its hard limit: every connection is a
-/// descriptor, and the default soft limit (often 1024) is below
-/// `--max-connections`.
+/// Descriptors for every connection, and no SIGPIPE death when a client
+/// goes away mid-write.
 fn raise_fd_limit() {
+    strata_serve::raise_fd_limit();
     #[cfg(unix)]
-    {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit/setrlimit write/read the struct we own.
-        unsafe {
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
-                r.rlim_cur = r.rlim_max;
-                libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-            }
-            // a client gone mid-write must not end the server (SIGPIPE)
-            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-        }
+    // SAFETY: installs SIG_IGN, no handler code; tokio's threads write
+    // sockets, and an ignored SIGPIPE turns their writes into errors.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
 }
 

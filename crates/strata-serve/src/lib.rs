@@ -168,3 +168,24 @@ where
     }
     server.await.map_err(ServeError::Io)
 }
+
+/// Raises this process's open-file limit to its hard limit: every
+/// connection is a descriptor, and the usual soft limit (1024) is below
+/// [`ServeOptions::max_connections`]. Does nothing where there is no such
+/// limit.
+pub fn raise_fd_limit() {
+    #[cfg(unix)]
+    {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit/setrlimit read and write the struct we own.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+                r.rlim_cur = r.rlim_max;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+            }
+        }
+    }
+}

@@ -158,7 +158,9 @@ impl ApiError {
                 message: e.to_string(),
                 retry_after: Some(1),
             },
-            SubmitError::TooManyChoices { .. } => ApiError::bad(e.to_string()),
+            SubmitError::TooManyChoices { .. } | SubmitError::Invalid(_) => {
+                ApiError::bad(e.to_string())
+            }
             SubmitError::Stopped(_) => ApiError::server(e.to_string()),
         }
     }

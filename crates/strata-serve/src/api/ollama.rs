@@ -160,14 +160,7 @@ pub(super) async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Res
             json!({ "model": model, "created_at": rfc3339_now(),
                     "message": { "role": "assistant", "content": t }, "done": false })
         };
-        if req.stream.unwrap_or(true) {
-            return Ok(ndjson(rx, line));
-        }
-        let (choices, usage) = request::collect(rx, 1).await?;
-        let c = choices.into_iter().next().unwrap_or_default();
-        let mut v = line(&c.text);
-        done_fields(&mut v, c.finish.unwrap_or(FinishReason::Stop), &usage);
-        Ok::<_, ApiError>(Json(v).into_response())
+        respond(rx, line, req.stream.unwrap_or(true)).await
     };
     r.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -200,16 +193,26 @@ pub(super) async fn generate(State(state): State<Arc<AppState>>, body: Bytes) ->
         )?;
         let model = state.model_name.clone();
         let line = move |t: &str| json!({ "model": model, "created_at": rfc3339_now(), "response": t, "done": false });
-        if req.stream.unwrap_or(true) {
-            return Ok(ndjson(rx, line));
-        }
-        let (choices, usage) = request::collect(rx, 1).await?;
-        let c = choices.into_iter().next().unwrap_or_default();
-        let mut v = line(&c.text);
-        done_fields(&mut v, c.finish.unwrap_or(FinishReason::Stop), &usage);
-        Ok::<_, ApiError>(Json(v).into_response())
+        respond(rx, line, req.stream.unwrap_or(true)).await
     };
     r.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The answer: NDJSON lines while generating (`stream`, Ollama's default),
+/// or one object at the end; the last carries the counts.
+async fn respond(
+    rx: mpsc::UnboundedReceiver<Event>,
+    line: impl Fn(&str) -> Value + Send + 'static,
+    stream: bool,
+) -> Result<Response, ApiError> {
+    if stream {
+        return Ok(ndjson(rx, line));
+    }
+    let (choices, usage) = request::collect(rx, 1).await?;
+    let c = choices.into_iter().next().unwrap_or_default();
+    let mut v = line(&c.text);
+    done_fields(&mut v, c.finish.unwrap_or(FinishReason::Stop), &usage);
+    Ok(Json(v).into_response())
 }
 
 fn submit(

@@ -64,7 +64,8 @@ impl Drop for Server {
 /// context of `n_ctx` cells.
 pub fn start(mut opts: ServeOptions, n_ctx: usize) -> Option<Server> {
     let path = model_path()?;
-    raise_fd_limit();
+    // a test with 1000 idle connections holds both ends of each
+    strata_serve::raise_fd_limit();
     let model = model(&path);
     opts.addr = "127.0.0.1:0".parse().unwrap();
     let n_seq = opts.n_seq();
@@ -287,23 +288,4 @@ pub fn metric(addr: SocketAddr, name: &str) -> f64 {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no metric {name} in:\n{body}"))
-}
-
-/// Raises the open-file limit to its hard limit: a test with 1000 idle
-/// connections holds both ends of each in this process.
-fn raise_fd_limit() {
-    #[cfg(unix)]
-    {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit/setrlimit read and write the struct we own.
-        unsafe {
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
-                r.rlim_cur = r.rlim_max;
-                libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-            }
-        }
-    }
 }

@@ -1,0 +1,73 @@
+//! Conformance cases for runs of ops a backend may fuse into one kernel.
+
+use super::*;
+
+/// Runs of ops a backend may compute in one kernel (ggml-vulkan's fusions,
+/// issue #45), each named by its ops joined with `+`: RMS_NORM then MUL by
+/// the weight; ADD, RMS_NORM of the sum and MUL, with the sum used again
+/// (it is the residual); MUL_MAT then ADD of a bias, a row or a whole
+/// matrix; ROPE, reshaped into rows, into SET_ROWS (the K cache write).
+pub(super) fn fused_cases(v: &mut Vec<OpCase>) {
+    v.push(case("RMS_NORM+MUL(ne=[64,5,2],w=[64])", 1e-6, || {
+        let x = t(DType::F32, &[64, 5, 2])?;
+        let w = t(DType::F32, &[64])?;
+        let out = ops::mul(&ops::rms_norm(&x, 1e-5)?, &w)?;
+        Ok((vec![(x, U), (w, U)], out))
+    }));
+    v.push(case("ADD+RMS_NORM+MUL(ne=[300,3,2],w=[300])", 1e-6, || {
+        let a = t(DType::F32, &[300, 3, 2])?;
+        let b = t(DType::F32, &[300, 3, 2])?;
+        let w = t(DType::F32, &[300])?;
+        let sum = ops::add(&a, &b)?;
+        let normed = ops::mul(&ops::rms_norm(&sum, 1e-6)?, &w)?;
+        let out = ops::add(&normed, &sum)?;
+        Ok((vec![(a, U), (b, U), (w, U)], out))
+    }));
+    for (a_t, bias_rows) in [
+        (DType::F32, 1),
+        (DType::F16, 3),
+        (DType::Q8_0, 1),
+        (DType::Q4_K, 3),
+    ] {
+        let k = a_t.block_size().max(64);
+        let tol = if a_t.is_quantized() { 1e-4 } else { 1e-5 };
+        v.push(case(
+            format!("MUL_MAT+ADD(type_a={a_t},m=16,n=3,k={k},bias=[16,{bias_rows}])"),
+            tol,
+            move || {
+                let a = t(a_t, &[k, 16])?;
+                let b = t(DType::F32, &[k, 3])?;
+                let bias = t(DType::F32, &[16, bias_rows])?;
+                let out = ops::add(&ops::mul_mat(&a, &b)?, &bias)?;
+                Ok((vec![(a, U), (b, U), (bias, U)], out))
+            },
+        ));
+    }
+    let ropes = [
+        (DType::F16, RopeMode::Normal, 64),
+        (DType::F32, RopeMode::Neox, 32),
+    ];
+    for (kv_t, mode, n_dims) in ropes {
+        v.push(case(
+            format!("ROPE+SET_ROWS(kv={kv_t},mode={mode:?},n_dims={n_dims})"),
+            1e-6,
+            move || {
+                // [head dim 64, 2 KV heads, 3 tokens] into 8 cells
+                let x = t(DType::F32, &[64, 2, 3])?;
+                let pos = t(DType::I32, &[3])?;
+                let cache = t(kv_t, &[128, 8])?;
+                let ids = t(DType::I32, &[3])?;
+                let r = ops::rope(&x, &pos, RopeParams::new(n_dims, mode, 10000.0))?;
+                let rows = ops::reshape(&r, &[128, 3])?;
+                let out = ops::set_rows(&cache, &rows, &ids)?;
+                let ins = vec![
+                    (x, U),
+                    (pos, Fill::Index(100)),
+                    (cache, U),
+                    (ids, Fill::Permutation(8)),
+                ];
+                Ok((ins, out))
+            },
+        ));
+    }
+}
