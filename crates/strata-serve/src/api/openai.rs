@@ -294,17 +294,22 @@ fn chat_chunks(
             ));
             v
         }
-        Event::Usage(u) => {
-            if include_usage {
-                let mut c = chunk(json!([]));
-                c["usage"] = usage_json(u);
-                vec![c]
-            } else {
-                Vec::new()
-            }
+        Event::Usage(_) | Event::Error(_) => last_lines(ev, include_usage, &chunk),
+    }
+}
+
+/// The SSE lines of a stream's last event: the usage chunk (when asked
+/// for, an empty `choices`) or OpenAI's error object.
+fn last_lines(ev: &Event, include_usage: bool, chunk: &impl Fn(Value) -> Value) -> Vec<Value> {
+    match ev {
+        Event::Usage(u) if include_usage => {
+            let mut c = chunk(json!([]));
+            c["usage"] = usage_json(u);
+            vec![c]
         }
         Event::Error(e) => vec![json!({ "error": { "message": e, "type": "server_error",
                                                    "param": null, "code": 500 } })],
+        _ => Vec::new(),
     }
 }
 
@@ -437,17 +442,7 @@ async fn completions_inner(state: &Arc<AppState>, body: &[u8]) -> Result<Respons
                                         "finish_reason": reason.as_str() }]),
                     )]
                 }
-                Event::Usage(u) => {
-                    if include_usage {
-                        let mut c = chunk(json!([]));
-                        c["usage"] = usage_json(&u);
-                        vec![c]
-                    } else {
-                        Vec::new()
-                    }
-                }
-                Event::Error(e) => vec![json!({ "error": { "message": e, "type": "server_error",
-                                                           "param": null, "code": 500 } })],
+                ev @ (Event::Usage(_) | Event::Error(_)) => last_lines(&ev, include_usage, &chunk),
             }
         });
         return Ok(stream_body(s, "text/event-stream"));
