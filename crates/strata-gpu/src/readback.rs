@@ -237,7 +237,7 @@ impl GpuContext {
             return Ok(false);
         };
         if state.load(Ordering::Acquire) == PENDING {
-            self.wait_for(idx, ordinal)?;
+            self.await_map(idx, ordinal, &state)?;
         }
         if state.load(Ordering::Acquire) != DONE {
             // the map failed (or was cancelled): read the ordinary way
@@ -260,6 +260,30 @@ impl GpuContext {
         self.count(Count::FusedReads, 1);
         self.time(Phase::Readback, t.elapsed());
         Ok(true)
+    }
+
+    /// Waits for submission `idx` and then for the map whose callback sets
+    /// `state`. wgpu runs a map's callback in a poll after the submission
+    /// completes; when another thread's poll completed it first (before the
+    /// map was asked for, or while it is still running the callbacks), the
+    /// submission is done but the state is still pending, so this polls
+    /// again until the callback has run.
+    fn await_map(&self, idx: wgpu::SubmissionIndex, ordinal: u64, state: &AtomicU8) -> Result<()> {
+        self.wait_for(idx, ordinal)?;
+        let start = Instant::now();
+        while state.load(Ordering::Acquire) == PENDING {
+            if start.elapsed() > Duration::from_secs(60) {
+                return Err(Error::Backend {
+                    backend: self.name.clone(),
+                    msg: "reading device memory failed: the staging buffer was not mapped \
+                          within 60 s of its copy completing"
+                        .into(),
+                });
+            }
+            self.poll(wgpu::PollType::Poll)?;
+            std::thread::yield_now();
+        }
+        Ok(())
     }
 
     /// Reads `out.len()` bytes of `buf` from `offset` (any alignment) after
@@ -303,7 +327,7 @@ impl GpuContext {
             });
             self.count(Count::ReadbackMaps, 1);
             self.time(Phase::Readback, t.elapsed());
-            self.wait_for(idx, ordinal)?;
+            self.await_map(idx, ordinal, &state)?;
             let t = Instant::now();
             if state.load(Ordering::Acquire) != DONE {
                 s.unmap();
