@@ -14,10 +14,10 @@ and llama.cpp's `llama-server` alike (both take `ignore_eos` and
 or run it once per server with `--label` and paste the tables together.
 
 What it does, for each URL and each concurrency level C:
-  * makes --num-prompts prompts of 40-400 random words each from a fixed word
-    list, deterministic in (--seed, C): the same prompts for every server,
-    distinct across levels (so a prefix cache cannot reuse an earlier level's
-    prompts) and across seeds;
+  * makes --num-prompts prompts of --prompt-words (default 40-400) random
+    words each from a fixed word list, deterministic in (--seed, C): the same
+    prompts for every server, distinct across levels (so a prefix cache
+    cannot reuse an earlier level's prompts) and across seeds;
   * sends them with C client threads, each one streaming request at a time,
     `max_tokens` --max-tokens with `ignore_eos: true`, to /v1/chat/completions
     (--endpoint chat, the default) or /v1/completions (--endpoint completions);
@@ -78,12 +78,21 @@ def make_words(rng, n):
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def make_prompts(seed, level, count):
+def make_prompts(seed, level, count, words=(40, 400)):
     rng = random.Random(f"prompts/{seed}/{level}")
     return [
-        f"Request {i}: continue this text. " + make_words(rng, rng.randint(40, 400))
+        f"Request {i}: continue this text. " + make_words(rng, rng.randint(*words))
         for i in range(count)
     ]
+
+
+def word_range(text):
+    """--prompt-words: "MIN-MAX" (or one number) as a (min, max) pair."""
+    lo, _, hi = text.partition("-")
+    lo, hi = int(lo), int(hi or lo)
+    if not 1 <= lo <= hi <= 100_000:
+        raise argparse.ArgumentTypeError(f"want MIN-MAX with 1 <= MIN <= MAX, got {text!r}")
+    return lo, hi
 
 
 def make_prefix(seed, level, words):
@@ -201,7 +210,7 @@ def request_body(args, model, prompt, prefix):
 
 def run_level(server, args, model, level):
     path = "/v1/chat/completions" if args.endpoint == "chat" else "/v1/completions"
-    prompts = make_prompts(args.seed, level, args.num_prompts)
+    prompts = make_prompts(args.seed, level, args.num_prompts, args.prompt_words)
     prefix = make_prefix(args.seed, level, args.shared_prefix_words) if args.shared_prefix_words else ""
     bodies = [request_body(args, model, p, prefix) for p in prompts]
     results = []
@@ -297,6 +306,8 @@ def main(argv=None):
     p.add_argument("--concurrency", default="1,4,8,16",
                    help="comma-separated client counts (default 1,4,8,16)")
     p.add_argument("--num-prompts", type=int, default=32)
+    p.add_argument("--prompt-words", type=word_range, default=(40, 400), metavar="MIN-MAX",
+                   help="each request's own prompt length in words (default 40-400)")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0, help="the prompts' seed")
@@ -317,7 +328,8 @@ def main(argv=None):
 
     labels = args.label + [None] * (len(args.url) - len(args.label))
     servers = [Server(u, lab, args.api_key, args.timeout) for u, lab in zip(args.url, labels)]
-    print(f"# bench_serve: {args.endpoint}, {args.num_prompts} prompts of 40-400 words, "
+    lo, hi = args.prompt_words
+    print(f"# bench_serve: {args.endpoint}, {args.num_prompts} prompts of {lo}-{hi} words, "
           f"max_tokens {args.max_tokens} (ignore_eos), seed {args.seed}"
           + (f", shared prefix {args.shared_prefix_words} words" if args.shared_prefix_words else ""))
     rows = []
