@@ -428,6 +428,35 @@ pub(crate) struct RowState<'a> {
     acc: &'a mut [f32],
 }
 
+/// The operands of [`Kernels::softmax_cols`], the online softmax over the
+/// columns of `kq` (keys × `np`): first `kq ← kq·scale (+ mt)` (`mt` keys
+/// × `np` like kq), then per column the tile max, `ms = exp(M_old −
+/// M_new)` (1 if the max did not grow), `kq ← exp(kq − M_new)` (0 in
+/// columns whose tile max is -inf), `s ← s·ms + Σ kq`, `m ← M_new`.
+pub(crate) struct SoftmaxCols<'a> {
+    pub(crate) kq: &'a mut [f32],
+    pub(crate) np: usize,
+    pub(crate) scale: f32,
+    pub(crate) mt: Option<&'a [f32]>,
+    pub(crate) m: &'a mut [f32],
+    pub(crate) s: &'a mut [f32],
+    pub(crate) ms: &'a mut [f32],
+}
+
+/// The operands of [`Kernels::pv`]: `vkq[i][..] = vkq[i][..]·ms[i] +
+/// Σ_j p[j][i] · vf[j][..]` for `rows` rows i (vkq and vf rows of `dvp`,
+/// p rows of `np`): the rescale, then the products accumulated in order
+/// of j.
+pub(crate) struct PvCols<'a> {
+    pub(crate) p: &'a [f32],
+    pub(crate) np: usize,
+    pub(crate) rows: usize,
+    pub(crate) vf: &'a [f32],
+    pub(crate) dvp: usize,
+    pub(crate) ms: &'a [f32],
+    pub(crate) vkq: &'a mut [f32],
+}
+
 /// The heavy loops of the three paths at one instruction-set level.
 pub(crate) trait Kernels: Copy {
     /// f32 lanes per vector; the tile kernels take rows of a multiple of it.
@@ -439,36 +468,10 @@ pub(crate) trait Kernels: Copy {
     /// (kf rows of `d`), `np` query columns (qt rows of `np`), each sum
     /// accumulated in order of d from 0.
     fn qk(self, kf: &[f32], d: usize, qt: &[f32], np: usize, kq: &mut [f32]);
-    /// The online softmax over the columns of `kq` (keys × `np`): first
-    /// `kq ← kq·scale (+ mt)` (`mt` keys × `np` like kq), then per column the
-    /// tile max, `ms = exp(M_old − M_new)` (1 if the max did not grow),
-    /// `kq ← exp(kq − M_new)` (0 in columns whose tile max is -inf),
-    /// `s ← s·ms + Σ kq`, `m ← M_new`.
-    #[allow(clippy::too_many_arguments)]
-    fn softmax_cols(
-        self,
-        kq: &mut [f32],
-        np: usize,
-        scale: f32,
-        mt: Option<&[f32]>,
-        m: &mut [f32],
-        s: &mut [f32],
-        ms: &mut [f32],
-    );
-    /// `vkq[i][..] = vkq[i][..]·ms[i] + Σ_j p[j][i] · vf[j][..]` for `rows`
-    /// rows i (vkq and vf rows of `dvp`, p rows of `np`): the rescale, then
-    /// the products accumulated in order of j.
-    #[allow(clippy::too_many_arguments)]
-    fn pv(
-        self,
-        p: &[f32],
-        np: usize,
-        rows: usize,
-        vf: &[f32],
-        dvp: usize,
-        ms: &[f32],
-        vkq: &mut [f32],
-    );
+    /// The online softmax over the columns of `a.kq` ([`SoftmaxCols`]).
+    fn softmax_cols(self, a: SoftmaxCols<'_>);
+    /// The rescale and V products of the tiled path ([`PvCols`]).
+    fn pv(self, a: PvCols<'_>);
     /// Runs the one-chunk algorithm for up to [`GROUP`] rows sharing K/V.
     fn one_chunk(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]);
 }
@@ -686,16 +689,9 @@ impl Kernels for Scalar {
         }
     }
 
-    fn softmax_cols(
-        self,
-        kq: &mut [f32],
-        np: usize,
-        scale: f32,
-        mt: Option<&[f32]>,
-        m: &mut [f32],
-        s: &mut [f32],
-        ms: &mut [f32],
-    ) {
+    fn softmax_cols(self, a: SoftmaxCols<'_>) {
+        let (kq, np, scale, mt) = (a.kq, a.np, a.scale, a.mt);
+        let (m, s, ms) = (a.m, a.s, a.ms);
         let kvn = kq.len() / np;
         match mt {
             Some(mt) => kq
@@ -729,16 +725,9 @@ impl Kernels for Scalar {
         }
     }
 
-    fn pv(
-        self,
-        p: &[f32],
-        np: usize,
-        rows: usize,
-        vf: &[f32],
-        dvp: usize,
-        ms: &[f32],
-        vkq: &mut [f32],
-    ) {
+    fn pv(self, a: PvCols<'_>) {
+        let (p, np, rows, ms) = (a.p, a.np, a.rows, a.ms);
+        let (vf, dvp, vkq) = (a.vf, a.dvp, a.vkq);
         let kvn = vf.len() / dvp;
         for (i, out) in vkq.chunks_exact_mut(dvp).take(rows).enumerate() {
             out.iter_mut().for_each(|o| *o *= ms[i]);

@@ -526,10 +526,26 @@ fn tile<K: Kernels>(
             sc = 1.0;
         }
         let mt = add_mask.then_some(&mt[..kvn * np]);
-        kn.softmax_cols(kq, np, sc, mt, mm, ss, ms);
+        kn.softmax_cols(SoftmaxCols {
+            kq,
+            np,
+            scale: sc,
+            mt,
+            m: mm,
+            s: ss,
+            ms,
+        });
         let shared_v = ready.kv.zip(kv_row0).map(|((_, _, v), r0)| (v, r0));
         let vf = kv_rows(kn, p.v, shared_v, (ic, kvn), (ik2, ik3), dvp, vf);
-        kn.pv(kq, np, rows, vf, dvp, ms, vkq);
+        kn.pv(PvCols {
+            p: kq,
+            np,
+            rows,
+            vf,
+            dvp,
+            ms,
+            vkq,
+        });
     }
 
     for i in 0..rows {

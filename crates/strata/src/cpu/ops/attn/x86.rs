@@ -24,7 +24,7 @@
 //! for a level this CPU runs ([`Isa::f32_level`]) and whose safe [`Kernels`]
 //! methods check slice lengths and row bounds before any raw access.
 
-use super::{ChunkJob, Kernels, RowState, Scalar};
+use super::{ChunkJob, Kernels, PvCols, RowState, Scalar, SoftmaxCols};
 #[cfg(test)]
 use crate::isa::x86::exp_arg;
 use crate::isa::x86::{exp_bounded, per_level, widen16, Lanes, L256, L512};
@@ -48,14 +48,11 @@ unsafe fn to_f32<L: Lanes>(src: *const u8, half: bool, n: usize, dst: *mut f32) 
     }
 }
 
-/// One register block of a GEMM: `C[RM × RN·W] = A·B` over `kd` steps, or
-/// `C = diag(cs)·C + A·B` when `cs` is not null; element (r, k) of A at
-/// `a[r·a_rs + k·a_ks]`, row k of B at `b + k·ldb`, row r of C at
-/// `c + r·ldc`; each output an FMA chain in order of k.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn block<L: Lanes, const RM: usize, const RN: usize>(
-    kd: usize,
+/// A GEMM's operands: element (r, k) of A at `a[r·a_rs + k·a_ks]`, row k
+/// of B at `b + k·ldb`, row r of C at `c + r·ldc`, and one scale per row
+/// of C at `cs` (`C = diag(cs)·C + A·B`), or null (`C = A·B`).
+#[derive(Clone, Copy)]
+struct Gemm {
     a: *const f32,
     a_rs: usize,
     a_ks: usize,
@@ -64,7 +61,50 @@ unsafe fn block<L: Lanes, const RM: usize, const RN: usize>(
     c: *mut f32,
     ldc: usize,
     cs: *const f32,
-) {
+}
+
+impl Gemm {
+    /// The operands from row `i` of A and C (and its scale) on.
+    #[inline(always)]
+    fn at_row(self, i: usize) -> Gemm {
+        Gemm {
+            a: self.a.wrapping_add(i * self.a_rs),
+            c: self.c.wrapping_add(i * self.ldc),
+            cs: if self.cs.is_null() {
+                self.cs
+            } else {
+                self.cs.wrapping_add(i)
+            },
+            ..self
+        }
+    }
+
+    /// The operands from vector `v` (of `W` lanes) of B's and C's rows on.
+    #[inline(always)]
+    fn at_vector(self, v: usize, w: usize) -> Gemm {
+        Gemm {
+            b: self.b.wrapping_add(v * w),
+            c: self.c.wrapping_add(v * w),
+            ..self
+        }
+    }
+}
+
+/// One register block of a GEMM: `C[RM × RN·W] = A·B` (or with the row
+/// scales, layout as [`Gemm`]) over `kd` steps, each output an FMA chain
+/// in order of k.
+#[inline(always)]
+unsafe fn block<L: Lanes, const RM: usize, const RN: usize>(kd: usize, g: Gemm) {
+    let Gemm {
+        a,
+        a_rs,
+        a_ks,
+        b,
+        ldb,
+        c,
+        ldc,
+        cs,
+    } = g;
     // SAFETY: the caller guarantees the A, B and C extents above, and RM
     // row scales at cs unless null.
     unsafe {
@@ -97,85 +137,34 @@ unsafe fn block<L: Lanes, const RM: usize, const RN: usize>(
     }
 }
 
-/// One row block of a GEMM (`RM` rows, or 1 when `one`) across all `nv`
-/// vectors of C, in groups of RN (layout as [`block`]).
+/// `C[m × nv·W] (+)= A·B` in blocks of RM rows × RN vectors (layout as
+/// [`Gemm`]): whole blocks first, then the remaining rows and vectors one
+/// at a time.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn row_block<L: Lanes, const RM: usize, const RN: usize>(
-    one: bool,
-    nv: usize,
-    kd: usize,
-    a: *const f32,
-    a_rs: usize,
-    a_ks: usize,
-    b: *const f32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-    cs: *const f32,
-) {
-    // SAFETY: the caller guarantees the extents; blocks stay inside them.
-    unsafe {
-        let mut v = 0;
-        while v + RN <= nv {
-            let (b, c) = (b.add(v * L::W), c.add(v * L::W));
-            if one {
-                block::<L, 1, RN>(kd, a, a_rs, a_ks, b, ldb, c, ldc, cs);
-            } else {
-                block::<L, RM, RN>(kd, a, a_rs, a_ks, b, ldb, c, ldc, cs);
-            }
-            v += RN;
-        }
-        while v < nv {
-            let (b, c) = (b.add(v * L::W), c.add(v * L::W));
-            if one {
-                block::<L, 1, 1>(kd, a, a_rs, a_ks, b, ldb, c, ldc, cs);
-            } else {
-                block::<L, RM, 1>(kd, a, a_rs, a_ks, b, ldb, c, ldc, cs);
-            }
-            v += 1;
-        }
-    }
-}
-
-/// `p + i`, or null for null `p`.
-#[inline(always)]
-fn at(p: *const f32, i: usize) -> *const f32 {
-    if p.is_null() {
-        p
-    } else {
-        p.wrapping_add(i)
-    }
-}
-
-/// `C[m × nv·W] (+)= A·B` in blocks of RM rows × RN vectors (layout as [`block`]).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn gemm<L: Lanes, const RM: usize, const RN: usize>(
     m: usize,
     nv: usize,
     kd: usize,
-    a: *const f32,
-    a_rs: usize,
-    a_ks: usize,
-    b: *const f32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-    cs: *const f32,
+    g: Gemm,
 ) {
     // SAFETY: the caller guarantees the extents; blocks stay inside them.
     unsafe {
         let mut i = 0;
-        while i + RM <= m {
-            let (a, c, s) = (a.add(i * a_rs), c.add(i * ldc), at(cs, i));
-            row_block::<L, RM, RN>(false, nv, kd, a, a_rs, a_ks, b, ldb, c, ldc, s);
-            i += RM;
-        }
         while i < m {
-            let (a, c, s) = (a.add(i * a_rs), c.add(i * ldc), at(cs, i));
-            row_block::<L, RM, RN>(true, nv, kd, a, a_rs, a_ks, b, ldb, c, ldc, s);
-            i += 1;
+            let rows = i + RM <= m;
+            let mut v = 0;
+            while v < nv {
+                let g = g.at_row(i).at_vector(v, L::W);
+                let cols = v + RN <= nv;
+                match (rows, cols) {
+                    (true, true) => block::<L, RM, RN>(kd, g),
+                    (false, true) => block::<L, 1, RN>(kd, g),
+                    (true, false) => block::<L, RM, 1>(kd, g),
+                    (false, false) => block::<L, 1, 1>(kd, g),
+                }
+                v += if cols { RN } else { 1 };
+            }
+            i += if rows { RM } else { 1 };
         }
     }
 }
@@ -272,26 +261,13 @@ unsafe fn softmax_step<L: Lanes, const K: usize>(a: &Softmax, c: usize) {
 /// ([`gemm`]): 4 rows × 4 vectors at AVX-512, 4 × 2 at AVX2 — the QK and
 /// PV products alike.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_level<L: Lanes>(
-    m: usize,
-    nv: usize,
-    kd: usize,
-    a: *const f32,
-    a_rs: usize,
-    a_ks: usize,
-    b: *const f32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-    cs: *const f32,
-) {
+unsafe fn gemm_level<L: Lanes>(m: usize, nv: usize, kd: usize, g: Gemm) {
     // SAFETY: forwarded contract.
     unsafe {
         if L::W == 16 {
-            gemm::<L, 4, 4>(m, nv, kd, a, a_rs, a_ks, b, ldb, c, ldc, cs)
+            gemm::<L, 4, 4>(m, nv, kd, g)
         } else {
-            gemm::<L, 4, 2>(m, nv, kd, a, a_rs, a_ks, b, ldb, c, ldc, cs)
+            gemm::<L, 4, 2>(m, nv, kd, g)
         }
     }
 }
@@ -306,28 +282,41 @@ unsafe fn qk<L: Lanes>(
     np: usize,
     kq: *mut f32,
 ) {
+    let g = Gemm {
+        a: kf,
+        a_rs: d,
+        a_ks: 1,
+        b: qt,
+        ldb: np,
+        c: kq,
+        ldc: np,
+        cs: std::ptr::null(),
+    };
     // SAFETY: forwarded contract: A = kf (kvn × d), B = qt (d × np), C = kq (kvn × np).
-    unsafe {
-        gemm_level::<L>(
-            kvn,
-            np / L::W,
-            d,
-            kf,
-            d,
-            1,
-            qt,
-            np,
-            kq,
-            np,
-            std::ptr::null(),
-        )
-    }
+    unsafe { gemm_level::<L>(kvn, np / L::W, d, g) }
 }
 
 /// [`Kernels::pv`] on raw pointers: `vkq = diag(ms)·vkq + pᵀ·vf`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn pv<L: Lanes>(
+unsafe fn pv<L: Lanes>(a: Pv) {
+    let g = Gemm {
+        a: a.p,
+        a_rs: 1,
+        a_ks: a.np,
+        b: a.vf,
+        ldb: a.dvp,
+        c: a.vkq,
+        ldc: a.dvp,
+        cs: a.ms,
+    };
+    // SAFETY: forwarded contract: A = pᵀ (rows × kvn, stride np), B = vf (kvn × dvp), C = vkq, rows scales ms.
+    unsafe { gemm_level::<L>(a.rows, a.dvp / L::W, a.kvn, g) }
+}
+
+/// The operands of [`pv`]: `kvn` × `np` probabilities at `p`, `kvn` V rows
+/// of `dvp` at `vf`, `rows` scales at `ms` and accumulator rows at `vkq`.
+#[derive(Clone, Copy)]
+pub(crate) struct Pv {
     p: *const f32,
     np: usize,
     rows: usize,
@@ -336,9 +325,6 @@ unsafe fn pv<L: Lanes>(
     dvp: usize,
     ms: *const f32,
     vkq: *mut f32,
-) {
-    // SAFETY: forwarded contract: A = pᵀ (rows × kvn, stride np), B = vf (kvn × dvp), C = vkq, rows scales ms.
-    unsafe { gemm_level::<L>(rows, dvp / L::W, kvn, p, 1, np, vf, dvp, vkq, dvp, ms) }
 }
 
 /// Which exponential [`exp_k`] runs (tests): `crate::isa::x86::exp`.
@@ -392,7 +378,7 @@ unsafe fn round_h_k<L: Lanes>(x: *mut f32, n: usize) {
 per_level! {
     fn to_f32(src: *const u8, half: bool, n: usize, dst: *mut f32);
     fn qk(kf: *const f32, d: usize, kvn: usize, qt: *const f32, np: usize, kq: *mut f32);
-    fn pv(p: *const f32, np: usize, rows: usize, kvn: usize, vf: *const f32, dvp: usize, ms: *const f32, vkq: *mut f32);
+    fn pv(a: Pv);
     fn softmax_cols(a: Softmax);
     fn one_chunk<const H: bool, const G: usize>(a: &mut ChunkArgs<G>);
     #[cfg(test)]
@@ -510,69 +496,45 @@ impl Kernels for Simd {
         )
     }
 
-    fn softmax_cols(
-        self,
-        kq: &mut [f32],
-        np: usize,
-        scale: f32,
-        mt: Option<&[f32]>,
-        m: &mut [f32],
-        s: &mut [f32],
-        ms: &mut [f32],
-    ) {
-        assert!(np > 0 && np.is_multiple_of(self.width()) && kq.len().is_multiple_of(np));
-        assert!(m.len() >= np && s.len() >= np && ms.len() >= np);
-        assert!(mt.is_none_or(|t| t.len() >= kq.len()));
-        let kvn = kq.len() / np;
-        let mtp = mt.map_or(std::ptr::null(), |t| t.as_ptr());
+    fn softmax_cols(self, a: SoftmaxCols<'_>) {
+        let np = a.np;
+        assert!(np > 0 && np.is_multiple_of(self.width()) && a.kq.len().is_multiple_of(np));
+        assert!(a.m.len() >= np && a.s.len() >= np && a.ms.len() >= np);
+        assert!(a.mt.is_none_or(|t| t.len() >= a.kq.len()));
+        let raw = Softmax {
+            kq: a.kq.as_mut_ptr(),
+            kvn: a.kq.len() / np,
+            np,
+            scale: a.scale,
+            mt: a.mt.map_or(std::ptr::null(), |t| t.as_ptr()),
+            m: a.m.as_mut_ptr(),
+            s: a.s.as_mut_ptr(),
+            ms: a.ms.as_mut_ptr(),
+        };
         // The kernel's extents: checked above.
-        simd!(
-            self.level,
-            self::softmax_cols(Softmax {
-                kq: kq.as_mut_ptr(),
-                kvn,
-                np,
-                scale,
-                mt: mtp,
-                m: m.as_mut_ptr(),
-                s: s.as_mut_ptr(),
-                ms: ms.as_mut_ptr()
-            }),
-            Scalar.softmax_cols(kq, np, scale, mt, m, s, ms)
-        )
+        simd!(self.level, self::softmax_cols(raw), Scalar.softmax_cols(a))
     }
 
-    fn pv(
-        self,
-        p: &[f32],
-        np: usize,
-        rows: usize,
-        vf: &[f32],
-        dvp: usize,
-        ms: &[f32],
-        vkq: &mut [f32],
-    ) {
+    fn pv(self, a: PvCols<'_>) {
+        let (np, dvp, rows) = (a.np, a.dvp, a.rows);
         if dvp == 0 {
             return;
         }
-        assert!(dvp.is_multiple_of(self.width()) && vf.len().is_multiple_of(dvp) && rows <= np);
-        let kvn = vf.len() / dvp;
-        assert!(p.len() >= kvn * np && vkq.len() >= rows * dvp && ms.len() >= rows);
+        assert!(dvp.is_multiple_of(self.width()) && a.vf.len().is_multiple_of(dvp) && rows <= np);
+        let kvn = a.vf.len() / dvp;
+        assert!(a.p.len() >= kvn * np && a.vkq.len() >= rows * dvp && a.ms.len() >= rows);
+        let raw = Pv {
+            p: a.p.as_ptr(),
+            np,
+            rows,
+            kvn,
+            vf: a.vf.as_ptr(),
+            dvp,
+            ms: a.ms.as_ptr(),
+            vkq: a.vkq.as_mut_ptr(),
+        };
         // The kernel's extents: checked above.
-        simd!(
-            self.level,
-            self::pv(
-                p.as_ptr(),
-                np,
-                rows,
-                kvn,
-                vf.as_ptr(),
-                dvp,
-                ms.as_ptr(),
-                vkq.as_mut_ptr()
-            ),
-            Scalar.pv(p, np, rows, vf, dvp, ms, vkq)
-        )
+        simd!(self.level, self::pv(raw), Scalar.pv(a))
     }
 
     fn one_chunk(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]) {

@@ -272,8 +272,17 @@ fn check_tiles<K: Kernels>(k: K) {
             let (mut a, mut b) = (a.clone(), a.clone());
             let (mut ma, mut sa, mut fa) = (m0.clone(), s0.clone(), vec![0f32; np]);
             let (mut mb, mut sb, mut fb) = (m0.clone(), s0.clone(), vec![0f32; np]);
-            k.softmax_cols(&mut a, np, 0.7, mt, &mut ma, &mut sa, &mut fa);
-            Scalar.softmax_cols(&mut b, np, 0.7, mt, &mut mb, &mut sb, &mut fb);
+            let cols = |kq, m, s, ms| SoftmaxCols {
+                kq,
+                np,
+                scale: 0.7,
+                mt,
+                m,
+                s,
+                ms,
+            };
+            k.softmax_cols(cols(&mut a, &mut ma, &mut sa, &mut fa));
+            Scalar.softmax_cols(cols(&mut b, &mut mb, &mut sb, &mut fb));
             assert!(ma
                 .iter()
                 .zip(&mb)
@@ -293,8 +302,17 @@ fn check_tiles<K: Kernels>(k: K) {
         let init = rng.vec(rows * dvp, -1.0, 1.0);
         let (mut va, mut vb) = (init.clone(), init);
         let ms = rng.vec(np, 0.0, 1.0);
-        k.pv(&b, np, rows, &vf, dvp, &ms, &mut va);
-        Scalar.pv(&b, np, rows, &vf, dvp, &ms, &mut vb);
+        let cols = |vkq| PvCols {
+            p: &b,
+            np,
+            rows,
+            vf: &vf,
+            dvp,
+            ms: &ms,
+            vkq,
+        };
+        k.pv(cols(&mut va));
+        Scalar.pv(cols(&mut vb));
         for (x, y) in va.iter().zip(&vb) {
             assert!((x - y).abs() <= 1e-5 * kvn as f32, "pv {x} {y}");
         }
