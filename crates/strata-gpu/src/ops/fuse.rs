@@ -14,7 +14,9 @@
 //! product before its bias, the rotated K) must have exactly one consumer
 //! in the graph and must not be an OUTPUT; the nodes of a run must follow
 //! one another (only views in between), so nothing computed between them
-//! can overwrite what the run reads. SwiGLU needs no fusion here: strata's
+//! can overwrite what the run reads. A stored result may not meet what the
+//! run still reads elsewhere in memory ([`apart`]): the planner reuses
+//! dead sources' bytes as if the nodes ran one after another. SwiGLU needs no fusion here: strata's
 //! graphs express it as one GLU node over the gate and up products.
 
 use strata::graph::{Graph, IdMap};
@@ -59,10 +61,7 @@ pub(crate) fn plan(
     let nodes = graph.nodes();
     let node = &nodes[i];
     let f = match node.op() {
-        // ADD+RMS_NORM+MUL (`add_norm_mul`) is off: with it, a partly
-        // offloaded SmolLM2 prompt's logits drifted from llama.cpp's (KL
-        // 2.2e-2 against the 1e-2 bar, golden_llamacpp_model's GPU test);
-        // it fires only for prompt batches. Owed: find why, then turn it on.
+        Op::Add => add_norm_mul(ctx, graph, i, uses)?,
         Op::RmsNorm { .. } => norm_mul(ctx, graph, i, uses)?,
         Op::MulMat => mul_mat_add(ctx, graph, i, uses)?,
         Op::Rope(_) => rope_set_rows(ctx, graph, i, uses)?,
@@ -91,6 +90,26 @@ fn reads(graph: &Graph, node: &Tensor, k: usize, t: &Tensor) -> bool {
 fn broadcasts(b: &Tensor, d: &Tensor) -> bool {
     let (nb, nd) = (b.ne(), d.ne());
     (0..4).all(|k| nb[k] > 0 && nd[k] % nb[k] == 0)
+}
+
+/// Whether a fused kernel may write `dst` while reading `src`. Unfused,
+/// the memory planner may give a source's bytes, once dead, to a later
+/// node's result at any offset; fused, the two run at once, and a row one
+/// workgroup writes could be a row another has yet to read. Safe: another
+/// buffer, bytes that do not meet, or (when `same_ok`, for kernels that
+/// read each element before the same invocation writes it) the very same
+/// elements.
+fn apart(dst: &Tensor, src: &Tensor, same_ok: bool) -> bool {
+    let (Some(d), Some(s)) = (dst.storage(), src.storage()) else {
+        return false;
+    };
+    if d.buffer.base() != s.buffer.base() {
+        return true;
+    }
+    let (d0, s0) = (d.offset, s.offset);
+    let (d1, s1) = (d0 + dst.nbytes(), s0 + src.nbytes());
+    let same = d0 == s0 && dst.ne() == src.ne() && dst.nb() == src.nb();
+    d1 <= s0 || s1 <= d0 || (same_ok && same && dst.dtype() == src.dtype())
 }
 
 /// The MUL at node `j` scales RMS_NORM `rms` by a weight: `rms` is its
@@ -139,6 +158,9 @@ fn norm_mul(
     };
     let (x, mul) = (rms.src(0), &nodes[j]);
     let Some(x) = x else { return Ok(None) };
+    if !apart(mul, x, true) || !apart(mul, w, false) {
+        return Ok(None);
+    }
     let mut p = Params::of(mul).float(0, eps);
     p.set_tensor(0, x);
     p.set_tensor(1, w);
@@ -162,7 +184,6 @@ fn norm_mul(
 /// ADD at `i` (stored: it is the residual), then RMS_NORM of the sum, then
 /// the MUL by the norm's weight. The sum is stored through source slot 3,
 /// so it must be in the destination's buffer (bound read-write).
-#[allow(dead_code)] // off until its drift is found (see `plan`)
 fn add_norm_mul(
     ctx: &GpuContext,
     graph: &Graph,
@@ -201,6 +222,17 @@ fn add_norm_mul(
         return Ok(None);
     };
     if sa.buffer.base() != sm.buffer.base() {
+        return Ok(None);
+    }
+    // the norm's result may not meet the sum's sources (the sum itself it
+    // may replace: each element is read back before it is overwritten)
+    let ok = [(mul, a), (mul, b), (add, a), (add, b)]
+        .iter()
+        .all(|(d, s)| apart(d, s, true))
+        && apart(mul, add, true)
+        && apart(mul, w, false)
+        && apart(add, w, false);
+    if !ok {
         return Ok(None);
     }
     let mut p = Params::of(mul).float(0, eps);
@@ -271,6 +303,11 @@ fn mul_mat_add(
         || add.ne() != mm.ne()
         || !broadcasts(bias, add)
     {
+        return Ok(None);
+    }
+    // every workgroup reads the whole vector: the sum may not meet it
+    let srcs = [graph.src(mm, 0), graph.src(mm, 1)];
+    if !srcs.iter().flatten().all(|s| apart(add, s, false)) || !apart(add, bias, false) {
         return Ok(None);
     }
     let mut d = matmul::plan_matvec(ctx, mm, Some(add))?;
@@ -368,4 +405,47 @@ fn rope_set_rows(
         dispatches: vec![d],
         nodes: vec![i, j],
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use strata::backend::{alloc_tensors, Backend};
+    use strata::cpu::CpuBackend;
+    use strata::{ops, DType, Tensor};
+
+    use super::apart;
+
+    /// Two rows of 300 f32 at byte `offset` of `base`.
+    fn rows_at(base: &Tensor, offset: usize) -> Tensor {
+        ops::view_2d(base, 300, 2, 1200, offset).unwrap()
+    }
+
+    #[test]
+    fn a_result_may_not_meet_what_it_reads_unless_element_for_element() {
+        let buft = CpuBackend::new(1).default_buffer_type();
+        let base = Tensor::new(DType::F32, &[2000]).unwrap();
+        let other = Tensor::new(DType::F32, &[600]).unwrap();
+        let _bufs = alloc_tensors(&[base.clone()], &buft).unwrap();
+        let _other = alloc_tensors(&[other.clone()], &buft).unwrap();
+        let dst = rows_at(&base, 0);
+        // the same elements: safe only for kernels that read before writing
+        assert!(apart(&dst, &rows_at(&base, 0), true));
+        assert!(!apart(&dst, &rows_at(&base, 0), false));
+        // shifted by a row, or by one element: another workgroup's row
+        assert!(!apart(&dst, &rows_at(&base, 1200), true));
+        assert!(!apart(&dst, &rows_at(&base, 4), true));
+        // the same start with other strides is not the same elements
+        let strided = ops::view_2d(&base, 300, 2, 2400, 0).unwrap();
+        assert!(!apart(&dst, &strided, true));
+        // bytes that do not meet, in the same buffer or another
+        assert!(apart(&dst, &rows_at(&base, 2400), false));
+        assert!(apart(
+            &dst,
+            &ops::view_2d(&other, 300, 2, 1200, 0).unwrap(),
+            false
+        ));
+        // unallocated: nothing is known, so no
+        let loose = Tensor::new(DType::F32, &[300, 2]).unwrap();
+        assert!(!apart(&dst, &loose, true));
+    }
 }
