@@ -40,41 +40,33 @@ static void *fma_loop(void *arg) {
     return NULL;
 }
 
-static void *int8_loop(void *arg) {
-    __m256i w = _mm256_set1_epi8(7), ones = _mm256_set1_epi16(1);
-    __m256i x0 = _mm256_set1_epi8(-3), x1 = _mm256_set1_epi8(-2), x2 = _mm256_set1_epi8(-1);
-    __m256i x3 = _mm256_set1_epi8(1), x4 = _mm256_set1_epi8(2), x5 = _mm256_set1_epi8(3);
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
-#define STEP(a, x) a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones))
-    for (long it = 0; it < ITERS / 6; it++) {
-        // Opaque inputs: the products cannot be hoisted out of the loop or
-        // shared between chains.
-        __asm__ volatile("" : "+x"(x0), "+x"(x1), "+x"(x2), "+x"(x3), "+x"(x4), "+x"(x5));
-        STEP(a0, x0); STEP(a1, x1); STEP(a2, x2); STEP(a3, x3); STEP(a4, x4); STEP(a5, x5);
+// An int8 loop `name`: six independent chains of `step(acc, x)` over opaque
+// inputs (the products cannot be hoisted out of the loop or shared between
+// chains), the accumulators then summed with `add` (their lane width).
+#define INT8_LOOP(name, step, add)                                                             \
+    static void *name(void *arg) {                                                             \
+        __m256i w = _mm256_set1_epi8(7), ones = _mm256_set1_epi16(1);                          \
+        __m256i x0 = _mm256_set1_epi8(-3), x1 = _mm256_set1_epi8(-2), x2 = _mm256_set1_epi8(-1); \
+        __m256i x3 = _mm256_set1_epi8(1), x4 = _mm256_set1_epi8(2), x5 = _mm256_set1_epi8(3);  \
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;      \
+        (void)ones;                                                                            \
+        for (long it = 0; it < ITERS / 6; it++) {                                              \
+            __asm__ volatile("" : "+x"(x0), "+x"(x1), "+x"(x2), "+x"(x3), "+x"(x4), "+x"(x5)); \
+            step(a0, x0); step(a1, x1); step(a2, x2); step(a3, x3); step(a4, x4); step(a5, x5); \
+        }                                                                                      \
+        a0 = add(add(add(a0, a1), add(a2, a3)), add(a4, a5));                                  \
+        *(int *)arg = _mm256_cvtsi256_si32(a0);                                                \
+        return NULL;                                                                           \
     }
-    a0 = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
-                          _mm256_add_epi32(a4, a5));
-    *(int *)arg = _mm256_cvtsi256_si32(a0);
-    return NULL;
-}
+
+// vpmaddubsw, then vpmaddwd widening each result to i32 (ggml's AVX2 step).
+#define STEP(a, x) a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones))
+INT8_LOOP(int8_loop, STEP, _mm256_add_epi32)
 
 // vpmaddubsw alone, pair sums kept in i16 (strata's AVX2 packed kernels
 // widen once per four or eight of them).
-static void *maddubs_loop(void *arg) {
-    __m256i w = _mm256_set1_epi8(7);
-    __m256i x0 = _mm256_set1_epi8(-3), x1 = _mm256_set1_epi8(-2), x2 = _mm256_set1_epi8(-1);
-    __m256i x3 = _mm256_set1_epi8(1), x4 = _mm256_set1_epi8(2), x5 = _mm256_set1_epi8(3);
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
 #define STEP16(a, x) a = _mm256_add_epi16(a, _mm256_maddubs_epi16(w, x))
-    for (long it = 0; it < ITERS / 6; it++) {
-        __asm__ volatile("" : "+x"(x0), "+x"(x1), "+x"(x2), "+x"(x3), "+x"(x4), "+x"(x5));
-        STEP16(a0, x0); STEP16(a1, x1); STEP16(a2, x2); STEP16(a3, x3); STEP16(a4, x4); STEP16(a5, x5);
-    }
-    a0 = _mm256_add_epi16(_mm256_add_epi16(_mm256_add_epi16(a0, a1), _mm256_add_epi16(a2, a3)),
-                          _mm256_add_epi16(a4, a5));
-    *(int *)arg = _mm256_cvtsi256_si32(a0);
-    return NULL;
-}
+INT8_LOOP(maddubs_loop, STEP16, _mm256_add_epi16)
 
 #define BUF (1L << 30)
 static uint8_t *mem;

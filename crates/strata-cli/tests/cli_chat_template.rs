@@ -296,19 +296,26 @@ fn template_errors_come_at_start() {
     );
 }
 
+/// A temporary directory `name` holding a tiny model without a template
+/// and the Jinja file `template.jinja` holding `template`; returns the
+/// directory (removed on drop), the model's path and the file's.
+fn bare_model_and_template(name: &str, template: &str) -> (TempDir, String, String) {
+    let dir = TempDir::new(name);
+    let model = tiny_model(&dir.0, "bare.gguf", None);
+    let file = dir.0.join("template.jinja");
+    std::fs::write(&file, template).unwrap();
+    let path = |p: PathBuf| p.into_os_string().into_string().unwrap();
+    (dir, path(model), path(file))
+}
+
 /// A Jinja file works through both flags, with the model's BOS text.
 #[test]
 fn file_templates_work() {
-    let dir = TempDir::new("file");
-    let model = tiny_model(&dir.0, "bare.gguf", None);
-    let m = model.to_str().unwrap();
-    let file = dir.0.join("mine.jinja");
-    std::fs::write(
-        &file,
+    let (_dir, m, f) = bare_model_and_template(
+        "file",
         "{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}{% if add_generation_prompt %}>{% endif %}",
-    )
-    .unwrap();
-    let f = file.to_str().unwrap();
+    );
+    let (m, f) = (m.as_str(), f.as_str());
     for flag in ["--chat-template", "--chat-template-file"] {
         let o = run_chat(m, &[flag, f]);
         assert!(
@@ -325,21 +332,16 @@ fn file_templates_work() {
 /// message and exits 0.
 #[test]
 fn chat_goes_on_after_a_failed_turn() {
-    let dir = TempDir::new("goes-on");
-    let model = tiny_model(&dir.0, "bare.gguf", None);
-    let m = model.to_str().unwrap();
-    let file = dir.0.join("picky.jinja");
-    std::fs::write(
-        &file,
+    let (_dir, m, file) = bare_model_and_template(
+        "goes-on",
         "{% for m in messages %}{% if m.content == 'boom' %}{{ raise_exception('no booms here') }}{% endif %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:",
-    )
-    .unwrap();
+    );
     let long = "x".repeat(200);
     let input = format!("hello\nboom\n{long}\nagain\n/exit\nnever read\n");
     let o = chat(
         &[
             "-m",
-            m,
+            &m,
             "-n",
             "3",
             "-c",
@@ -349,7 +351,7 @@ fn chat_goes_on_after_a_failed_turn() {
             "--temp",
             "0",
             "--chat-template",
-            file.to_str().unwrap(),
+            &file,
         ],
         &input,
     );

@@ -46,6 +46,14 @@ fn stdout(o: &Output) -> String {
 }
 
 struct TempDir(PathBuf);
+impl TempDir {
+    /// `strata-cli-{tag}{pid}` under the temporary directory, made anew.
+    fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("strata-cli-{tag}{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -54,8 +62,7 @@ impl Drop for TempDir {
 
 #[test]
 fn cli_on_a_tiny_model() {
-    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = TempDir::new("");
     let model = tiny_model(&dir.0);
     let m = model.to_str().unwrap();
     let base = [
@@ -68,30 +75,25 @@ fn cli_on_a_tiny_model() {
         greedy.starts_with("abcab") && greedy.trim_end().len() > 5,
         "{greedy}"
     );
-    let off = strata(
-        &[
-            &base[..],
-            &["--temp", "0", "-ngl", "3", "--device", "FAKE0"],
-        ]
-        .concat(),
-    );
-    assert_eq!(stdout(&off), greedy);
-    let err = String::from_utf8_lossy(&off.stderr);
-    assert!(
-        err.contains("offloaded 3/3 layers") && err.contains("splits: 2"),
-        "{err}"
+    // the greedy text again with `extra` arguments, and stderr saying each of `notes`
+    let greedy_again = |extra: &[&str], notes: &[&str]| {
+        let o = strata(&[&base[..], &["--temp", "0"], extra].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(stdout(&o), greedy, "{extra:?}: {err}");
+        for note in notes {
+            assert!(err.contains(note), "{extra:?}: {err}");
+        }
+    };
+    greedy_again(
+        &["-ngl", "3", "--device", "FAKE0"],
+        &["offloaded 3/3 layers", "splits: 2"],
     );
     // llama.cpp's count: -ngl 1 is the output layer alone; -ngl -1 is all;
     // -ngl without a device warns and runs on the CPU
-    let one = strata(
-        &[
-            &base[..],
-            &["--temp", "0", "-ngl", "1", "--device", "FAKE0"],
-        ]
-        .concat(),
+    greedy_again(
+        &["-ngl", "1", "--device", "FAKE0"],
+        &["offloaded 1/3 layers"],
     );
-    assert_eq!(stdout(&one), greedy);
-    assert!(String::from_utf8_lossy(&one.stderr).contains("offloaded 1/3 layers"));
     let all = strata(
         &[
             &base[..],
@@ -100,28 +102,16 @@ fn cli_on_a_tiny_model() {
         .concat(),
     );
     assert!(String::from_utf8_lossy(&all.stderr).contains("offloaded 3/3 layers"));
-    let none = strata(&[&base[..], &["--temp", "0", "-ngl", "99"]].concat());
-    assert_eq!(stdout(&none), greedy);
-    let err = String::from_utf8_lossy(&none.stderr);
-    assert!(
-        err.contains("warning: -ngl 99 without a --device") && err.contains("offloaded 0/3"),
-        "{err}"
+    greedy_again(
+        &["-ngl", "99"],
+        &["warning: -ngl 99 without a --device", "offloaded 0/3"],
     );
     // two devices, -ts 1/1: a block each way, and -n -1 runs to the end of the context
-    let two = strata(
+    greedy_again(
         &[
-            &base[..],
-            &[
-                "--temp", "0", "-ngl", "3", "--device", "FAKE0", "--device", "FAKE1", "-ts", "1/2",
-            ],
-        ]
-        .concat(),
-    );
-    assert_eq!(
-        stdout(&two),
-        greedy,
-        "{}",
-        String::from_utf8_lossy(&two.stderr)
+            "-ngl", "3", "--device", "FAKE0", "--device", "FAKE1", "-ts", "1/2",
+        ],
+        &[],
     );
     let long = strata(&[
         "run", "-m", m, "-p", "abcab", "-n", "-1", "-c", "16", "-t", "1", "--temp", "0",
@@ -132,16 +122,7 @@ fn cli_on_a_tiny_model() {
         "{}",
         String::from_utf8_lossy(&long.stderr)
     );
-    let ot = strata(
-        &[
-            &base[..],
-            &[
-                "--temp", "0", "-ngl", "2", "--device", "FAKE0", "-ot", "ffn=CPU",
-            ],
-        ]
-        .concat(),
-    );
-    assert_eq!(stdout(&ot), greedy);
+    greedy_again(&["-ngl", "2", "--device", "FAKE0", "-ot", "ffn=CPU"], &[]);
     let soft = strata(&[&base[..], &["--temp", "0", "--no-flash-attn"]].concat());
     assert_eq!(stdout(&soft).len(), greedy.len());
     // sampling: the seed decides
@@ -262,8 +243,7 @@ fn failure(o: &Output) -> String {
 /// and every user mistake a typed error (exit code 1, no output left).
 #[test]
 fn quantize_a_tiny_model() {
-    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-q-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = TempDir::new("q-");
     let model = tiny_model(&dir.0);
     let m = model.to_str().unwrap();
     let q8 = dir.0.join("tiny-q8.gguf");
@@ -329,8 +309,7 @@ fn quantize_a_tiny_model() {
 /// fail with a typed error and exit code 1 (not an abort, not a hang).
 #[test]
 fn hostile_model_files_are_errors() {
-    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-h-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = TempDir::new("h-");
     let blocks = tiny_model_with(
         &dir.0,
         "blocks.gguf",
@@ -384,8 +363,7 @@ fn hostile_model_files_are_errors() {
 /// 512 shares of work run on the available cores.
 #[test]
 fn thread_counts_are_checked() {
-    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-t-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = TempDir::new("t-");
     let model = tiny_model(&dir.0);
     let m = model.to_str().unwrap();
     let o = strata(&[
@@ -420,8 +398,7 @@ fn thread_counts_are_checked() {
 /// are told about.
 #[test]
 fn messages_name_the_thing() {
-    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-m-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = TempDir::new("m-");
     let model = tiny_model(&dir.0);
     let m = model.to_str().unwrap();
     let d = dir.0.to_str().unwrap();
@@ -532,8 +509,7 @@ fn version_names_the_commit_and_the_isa_level() {
 #[test]
 fn a_closed_stdout_pipe_is_not_a_panic() {
     use std::process::Stdio;
-    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-pipe-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = TempDir::new("pipe-");
     let model = tiny_model(&dir.0);
     let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
         .arg("inspect")
@@ -558,8 +534,7 @@ fn a_closed_stdout_pipe_is_not_a_panic() {
 /// are typed errors.
 #[test]
 fn compare_on_a_tiny_model() {
-    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-cmp-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = TempDir::new("cmp-");
     let model = tiny_model(&dir.0);
     let m = model.to_str().unwrap();
     let base = ["compare", "-m", m, "-p", "abcab", "-c", "32", "-t", "1"];
@@ -626,8 +601,7 @@ fn compare_on_a_tiny_model() {
 /// `run --fit`; bad values are errors.
 #[test]
 fn batched_bench_prints_llama_batched_benchs_table() {
-    let dir = TempDir(std::env::temp_dir().join(format!("strata-cli-bb-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = TempDir::new("bb-");
     let model = tiny_model(&dir.0);
     let m = model.to_str().unwrap();
     let out = stdout(&strata(&[

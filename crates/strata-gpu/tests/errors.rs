@@ -11,6 +11,14 @@ use strata::{ops, DType, Error, Graph, Tensor};
 
 mod support;
 
+/// Asserts that error `e` matches `pat` and its message names `name`.
+macro_rules! assert_error_names {
+    ($e:expr, $pat:pat, $name:expr) => {{
+        let e = &$e;
+        assert!(matches!(e, $pat) && e.to_string().contains($name), "{e}");
+    }};
+}
+
 #[test]
 fn a_buffer_beyond_the_device_limit_is_a_typed_error() {
     let Some(dev) = support::gpu() else { return };
@@ -32,10 +40,7 @@ fn a_tensor_larger_than_a_buffer_is_named() {
     let n = buft.max_size() / 4 + 1;
     let t = Tensor::new(DType::F32, &[n]).unwrap().with_name("huge");
     let e = alloc_tensors(&[t], &buft).expect_err("refused");
-    assert!(
-        matches!(&e, Error::OutOfMemory { .. }) && e.to_string().contains("'huge'"),
-        "{e}"
-    );
+    assert_error_names!(e, Error::OutOfMemory { .. }, "'huge'");
 }
 
 #[test]
@@ -59,10 +64,7 @@ fn reads_and_writes_of_any_alignment_round_trip() {
     assert_eq!(mid, want[3..9]);
     // out of the tensor: a typed error naming it
     let e = strata::backend::tensor_set(&t, 36, &[1, 2]).unwrap_err();
-    assert!(
-        matches!(&e, Error::OutOfBounds { .. }) && e.to_string().contains("bytes"),
-        "{e}"
-    );
+    assert_error_names!(e, Error::OutOfBounds { .. }, "bytes");
 }
 
 #[test]

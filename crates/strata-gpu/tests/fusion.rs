@@ -52,6 +52,13 @@ fn run(build: impl Fn() -> (Vec<(Tensor, Vec<f32>)>, Tensor)) -> Option<(u64, u6
     Some((spent.dispatches, spent.nodes_fused))
 }
 
+/// [`run`]: on a GPU, asserts its (dispatches, nodes fused) are `want`.
+fn assert_counts(want: (u64, u64), build: impl Fn() -> (Vec<(Tensor, Vec<f32>)>, Tensor)) {
+    if let Some(r) = run(build) {
+        assert_eq!(r, want);
+    }
+}
+
 fn values(n: usize, seed: u64) -> Vec<f32> {
     Rng::new(seed).vec(n, -1.0, 1.0)
 }
@@ -62,81 +69,70 @@ fn input(dims: &[usize], seed: u64) -> (Tensor, Vec<f32>) {
     (t, values(n, seed))
 }
 
+/// A graph builder for [`run`]: RMS_NORM of x `[64, 3]`, then `then(norm,
+/// w)` with the weight w `[64]` makes the output.
+fn norm_graph(
+    then: impl Fn(Tensor, &Tensor) -> Tensor,
+) -> impl Fn() -> (Vec<(Tensor, Vec<f32>)>, Tensor) {
+    move || {
+        let (x, w) = (input(&[64, 3], 1), input(&[64], 2));
+        let n = ops::rms_norm(&x.0, 1e-5).unwrap();
+        let out = then(n, &w.0);
+        (vec![x, w], out)
+    }
+}
+
 #[test]
 fn rms_norm_then_mul_is_one_dispatch() {
-    let r = run(|| {
-        let (x, w) = (input(&[64, 3], 1), input(&[64], 2));
-        let out = ops::mul(&ops::rms_norm(&x.0, 1e-5).unwrap(), &w.0).unwrap();
-        (vec![x, w], out)
-    });
-    if let Some(r) = r {
-        assert_eq!(r, (1, 1));
-    }
+    assert_counts((1, 1), norm_graph(|n, w| ops::mul(&n, w).unwrap()));
 }
 
 #[test]
 fn a_norm_used_again_is_not_fused() {
-    let r = run(|| {
-        let (x, w) = (input(&[64, 3], 1), input(&[64], 2));
-        let n = ops::rms_norm(&x.0, 1e-5).unwrap();
-        let out = ops::add(&ops::mul(&n, &w.0).unwrap(), &n).unwrap();
-        (vec![x, w], out)
-    });
-    if let Some(r) = r {
-        assert_eq!(r, (3, 0));
-    }
+    assert_counts(
+        (3, 0),
+        norm_graph(|n, w| ops::add(&ops::mul(&n, w).unwrap(), &n).unwrap()),
+    );
 }
 
 #[test]
 fn an_output_norm_is_not_fused() {
-    let r = run(|| {
-        let (x, w) = (input(&[64, 3], 1), input(&[64], 2));
-        let n = ops::rms_norm(&x.0, 1e-5).unwrap();
-        n.set_flags(Flags(n.flags().0 | Flags::OUTPUT.0));
-        let out = ops::mul(&n, &w.0).unwrap();
-        (vec![x, w], out)
-    });
-    if let Some(r) = r {
-        assert_eq!(r, (2, 0));
-    }
+    assert_counts(
+        (2, 0),
+        norm_graph(|n, w| {
+            n.set_flags(Flags(n.flags().0 | Flags::OUTPUT.0));
+            ops::mul(&n, w).unwrap()
+        }),
+    );
 }
 
 /// ADD+RMS_NORM+MUL: the residual add joins the norm and its weight, and
 /// the sum is still stored (the final ADD reads it).
 #[test]
 fn the_residual_add_joins_the_norm_and_its_weight() {
-    let r = run(|| {
+    assert_counts((2, 2), || {
         let (a, b, w) = (input(&[300, 2], 1), input(&[300, 2], 2), input(&[300], 3));
         let sum = ops::add(&a.0, &b.0).unwrap();
         let normed = ops::mul(&ops::rms_norm(&sum, 1e-6).unwrap(), &w.0).unwrap();
         let out = ops::add(&normed, &sum).unwrap();
         (vec![a, b, w], out)
     });
-    if let Some(r) = r {
-        assert_eq!(r, (2, 2));
-    }
 }
 
 #[test]
 fn a_bias_add_joins_the_matrix_vector_product() {
-    let r = run(|| {
+    assert_counts((1, 1), || {
         let (a, b, bias) = (input(&[64, 16], 1), input(&[64, 2], 2), input(&[16], 3));
         let out = ops::add(&ops::mul_mat(&a.0, &b.0).unwrap(), &bias.0).unwrap();
         (vec![a, b, bias], out)
     });
-    if let Some(r) = r {
-        assert_eq!(r, (1, 1));
-    }
     // the product used again: two dispatches (and the third op)
-    let r = run(|| {
+    assert_counts((3, 0), || {
         let (a, b, bias) = (input(&[64, 16], 1), input(&[64, 2], 2), input(&[16], 3));
         let p = ops::mul_mat(&a.0, &b.0).unwrap();
         let out = ops::mul(&ops::add(&p, &bias.0).unwrap(), &p).unwrap();
         (vec![a, b, bias], out)
     });
-    if let Some(r) = r {
-        assert_eq!(r, (3, 0));
-    }
 }
 
 /// ROPE of K `[64, 2, 3]` reshaped into rows of a `[128, 8]` cache;
@@ -169,9 +165,7 @@ fn rope_into_cache(reuse: bool) -> (Vec<(Tensor, Vec<f32>)>, Tensor) {
 
 #[test]
 fn rope_writes_the_cache_rows_itself() {
-    if let Some(r) = run(|| rope_into_cache(false)) {
-        assert_eq!(r, (1, 1));
-    }
+    assert_counts((1, 1), || rope_into_cache(false));
 }
 
 #[test]

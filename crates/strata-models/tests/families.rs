@@ -6,6 +6,7 @@
 //! two batches (the KV cache carries over), then one more decoded token.
 //! Always on: no model file needed.
 
+mod support;
 #[path = "support/tiny_models.rs"]
 mod tiny_models;
 
@@ -14,13 +15,13 @@ use std::sync::Arc;
 use strata::backend::Backend;
 use strata::gguf::{GgufFile, Value};
 use strata::testkit::TestBackend;
-use strata_models::{
-    Attention, Context, ContextOptions, LoadOptions, Logits, Model, ModelError, PlacementSpec,
-};
+use strata_models::{Attention, Context, ContextOptions, LoadOptions, Logits, Model};
+use support::one_seq;
 use tiny_models::{
-    add_tensor, assert_tensor_errors, configs, drop_tensor, load, load_err, metadata_key, set_meta,
-    shrink_tensor, write, write_with, Config, Edit, Fam, LayerW, QkvRows, Weights, N_VOCAB,
+    assert_tensor_errors, configs, load, load_err, metadata_key, offload, set_meta, write,
+    write_with, Config, Edit, Fam, LayerW, QkvRows, TensorEdit, Weights, N_VOCAB,
 };
+use TensorEdit::{Added, Missing, Shrunk};
 
 // ---------------------------------------------------------------- reference
 
@@ -249,20 +250,11 @@ const NEXT: u32 = 257;
 
 /// Every prompt position's logits, then the next token's.
 fn run(model: &Arc<Model>, attention: Attention, prompt: &[u32]) -> Vec<Vec<f32>> {
-    let mut c = Context::new(
-        model.clone(),
-        ContextOptions {
-            n_ctx: 32,
-            n_batch: N_BATCH,
-            n_ubatch: N_BATCH,
-            n_threads: 2,
-            attention,
-            logits_all: true,
-            n_seq_max: 1,
-            batch_invariant: false,
-        },
-    )
-    .unwrap();
+    let opts = ContextOptions {
+        logits_all: true,
+        ..one_seq(32, N_BATCH, attention)
+    };
+    let mut c = Context::new(model.clone(), opts).unwrap();
     let all = c.decode(prompt, Logits::All).unwrap();
     let mut rows: Vec<Vec<f32>> = all.chunks(N_VOCAB).map(<[f32]>::to_vec).collect();
     assert_eq!(rows.len(), prompt.len());
@@ -436,15 +428,8 @@ fn offloaded_llama3_layers_get_their_own_rope_freqs() {
     let cpu_model = load(&bytes, &LoadOptions::default()).unwrap();
     let cpu = run(&cpu_model, Attention::Flash, &LONG);
     let fake = TestBackend::device("FAKE0", |_| true, 2).device();
-    let opts = LoadOptions {
-        devices: vec![fake],
-        placement: PlacementSpec {
-            // llama.cpp's count: the output layer and blocks 1 and 2
-            n_gpu_layers: 3,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    // llama.cpp's count: the output layer and blocks 1 and 2
+    let opts = offload(vec![fake], 3, Vec::new());
     let m = load(&bytes, &opts).unwrap();
     let names: Vec<String> = m
         .layers
@@ -496,14 +481,7 @@ fn llama3_rope_freqs_over_rpc_give_identical_logits() {
         Attention::Flash,
         &LONG,
     );
-    let opts = LoadOptions {
-        devices: vec![dev],
-        placement: PlacementSpec {
-            n_gpu_layers: -1,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let opts = offload(vec![dev], -1, Vec::new());
     let m = load(&bytes, &opts).unwrap();
     assert!(m
         .layers
@@ -615,38 +593,13 @@ fn rope_scaling_keys_set_the_rope_parameters() {
 fn bad_tensors_name_the_tensor() {
     let all = configs();
     let (llama, qwen2, qwen3) = (&all[0], &all[2], &all[4]);
-    let (drop, add, reshape) = (drop_tensor, add_tensor, shrink_tensor);
-    let cases: Vec<(&Config, &str, Box<Edit>)> = vec![
-        (
-            qwen3,
-            "blk.1.attn_k_norm.weight",
-            Box::new(drop("blk.1.attn_k_norm.weight")),
-        ),
-        (
-            qwen2,
-            "blk.0.attn_v.bias",
-            Box::new(reshape("blk.0.attn_v.bias")),
-        ),
-        (
-            llama,
-            "rope_freqs.weight",
-            Box::new(reshape("rope_freqs.weight")),
-        ),
-        (
-            qwen2,
-            "rope_freqs.weight",
-            Box::new(add("rope_freqs.weight", vec![8])),
-        ),
-        (
-            llama,
-            "blk.0.attn_q_norm.weight",
-            Box::new(add("blk.0.attn_q_norm.weight", vec![16])),
-        ),
-        (
-            qwen3,
-            "output.bias",
-            Box::new(add("output.bias", vec![N_VOCAB])),
-        ),
+    let cases = vec![
+        (qwen3, Missing("blk.1.attn_k_norm.weight")),
+        (qwen2, Shrunk("blk.0.attn_v.bias")),
+        (llama, Shrunk("rope_freqs.weight")),
+        (qwen2, Added("rope_freqs.weight", vec![8])),
+        (llama, Added("blk.0.attn_q_norm.weight", vec![16])),
+        (qwen3, Added("output.bias", vec![N_VOCAB])),
     ];
     assert_tensor_errors(cases);
 }
@@ -721,44 +674,12 @@ fn gemma_hyperparameters_follow_llamacpp() {
 #[test]
 fn bad_gemma_files_are_typed_errors() {
     let (g2, g3) = (gemma("gemma2-swa-softcap"), gemma("gemma3-swa-untied"));
-    let drop = |name: &'static str| {
-        move |p: &mut tiny_models::Parts| p.tensors.retain(|(n, _, _)| n != name)
-    };
-    for (cfg, name, mut edit) in [
-        (
-            &g2,
-            "blk.1.post_ffw_norm.weight",
-            Box::new(drop("blk.1.post_ffw_norm.weight")) as Box<Edit>,
-        ),
-        (
-            &g3,
-            "blk.0.post_attention_norm.weight",
-            Box::new(drop("blk.0.post_attention_norm.weight")),
-        ),
-        (
-            &g3,
-            "blk.2.attn_q_norm.weight",
-            Box::new(drop("blk.2.attn_q_norm.weight")),
-        ),
-        (
-            &g2,
-            "output.weight",
-            Box::new(|p: &mut tiny_models::Parts| {
-                p.tensors.push((
-                    "output.weight".into(),
-                    vec![64, N_VOCAB],
-                    vec![0.0; 64 * N_VOCAB],
-                ))
-            }),
-        ),
-    ] {
-        let e = load_err(cfg, &mut *edit);
-        assert!(
-            matches!(&e, ModelError::Tensor { name: n, .. } if n == name),
-            "{} {name}: {e}",
-            cfg.name
-        );
-    }
+    assert_tensor_errors(vec![
+        (&g2, Missing("blk.1.post_ffw_norm.weight")),
+        (&g3, Missing("blk.0.post_attention_norm.weight")),
+        (&g3, Missing("blk.2.attn_q_norm.weight")),
+        (&g2, Added("output.weight", vec![64, N_VOCAB])),
+    ]);
     for (cfg, key, v) in [
         (&g2, "gemma2.attention.sliding_window", Value::U32(0)),
         (&g2, "gemma2.attn_logit_softcapping", Value::F32(0.0)),

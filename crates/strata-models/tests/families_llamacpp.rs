@@ -11,33 +11,18 @@
 //! committed: the manifest's hash of each proves the generator still
 //! writes the file llama.cpp ran on.
 
+mod support;
 #[path = "support/tiny_models.rs"]
 mod tiny_models;
 
 use std::path::PathBuf;
 
-use strata_models::{Attention, Context, ContextOptions, LoadOptions, Logits};
+use strata_models::{Attention, Context, LoadOptions, Logits};
+use support::{argmax, kl, max_abs_diff, one_seq};
 use tiny_models::{fnv1a64, golden_configs, load, write, WType, N_VOCAB};
 
 fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/families")
-}
-
-/// log-softmax in f64.
-fn log_softmax(x: &[f32]) -> Vec<f64> {
-    let m = x.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
-    let z: f64 = x.iter().map(|&v| (v as f64 - m).exp()).sum();
-    x.iter().map(|&v| v as f64 - m - z.ln()).collect()
-}
-
-/// KL(p ‖ q) of the distributions the logits give.
-fn kl(p: &[f32], q: &[f32]) -> f64 {
-    let (lp, lq) = (log_softmax(p), log_softmax(q));
-    lp.iter().zip(&lq).map(|(a, b)| a.exp() * (a - b)).sum()
-}
-
-fn argmax(x: &[f32]) -> usize {
-    (0..x.len()).fold(0, |b, i| if x[i] > x[b] { i } else { b })
 }
 
 #[test]
@@ -75,27 +60,10 @@ fn tiny_family_models_match_llamacpp() {
                     .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                     .collect();
                 assert_eq!(want.len(), N_VOCAB, "{}", file.display());
-                let mut c = Context::new(
-                    model.clone(),
-                    ContextOptions {
-                        n_ctx: 1024,
-                        n_batch,
-                        n_ubatch: n_batch,
-                        n_threads: 2,
-                        attention,
-                        logits_all: false,
-                        n_seq_max: 1,
-                        batch_invariant: false,
-                    },
-                )
-                .unwrap();
+                let mut c = Context::new(model.clone(), one_seq(1024, n_batch, attention)).unwrap();
                 let got = c.decode(&tokens, Logits::Last).unwrap();
                 let k = kl(&want, &got);
-                let max_abs = want
-                    .iter()
-                    .zip(&got)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0.0f32, f32::max);
+                let max_abs = max_abs_diff(&want, &got);
                 println!(
                     "{} {p} fa{fa}: KL {k:.2e}, max |Δlogit| {max_abs:.2e}",
                     cfg.name
@@ -109,13 +77,18 @@ fn tiny_family_models_match_llamacpp() {
                     assert!(k < 1e-8, "{} {p} fa{fa}: KL {k:e}", cfg.name);
                 }
                 assert!(k <= bar, "{} {p} fa{fa}: KL {k:e} > {bar:e}", cfg.name);
-                let top = argmax(&want);
+                let top = argmax(&want) as usize;
                 let second = (0..want.len())
                     .filter(|&i| i != top)
                     .map(|i| want[i])
                     .fold(f32::NEG_INFINITY, f32::max);
                 if want[top] - second >= 0.5 {
-                    assert_eq!(argmax(&got), top, "{} {p} fa{fa}: argmax", cfg.name);
+                    assert_eq!(
+                        argmax(&got) as usize,
+                        top,
+                        "{} {p} fa{fa}: argmax",
+                        cfg.name
+                    );
                 }
             }
         }
@@ -148,20 +121,7 @@ fn long_golden(name: &str) -> Vec<f32> {
 /// flash attention).
 fn long_kl(bytes: &[u8], tokens: &[u32], want: &[f32]) -> f64 {
     let model = load(bytes, &LoadOptions::default()).unwrap();
-    let mut c = Context::new(
-        model,
-        ContextOptions {
-            n_ctx: 1024,
-            n_batch: 512,
-            n_ubatch: 512,
-            n_threads: 2,
-            attention: Attention::Flash,
-            logits_all: false,
-            n_seq_max: 1,
-            batch_invariant: false,
-        },
-    )
-    .unwrap();
+    let mut c = Context::new(model, one_seq(1024, 512, Attention::Flash)).unwrap();
     kl(want, &c.decode(tokens, Logits::Last).unwrap())
 }
 

@@ -6,6 +6,7 @@
 //! themselves are checked against f64 in `families.rs` and against
 //! llama.cpp in `families_llamacpp.rs`.)
 
+mod support;
 #[path = "support/tiny_models.rs"]
 mod tiny_models;
 
@@ -15,10 +16,9 @@ use strata::backend::{Backend, Device};
 use strata::gguf::Value;
 use strata::testkit::TestBackend;
 use strata_models::model::Override;
-use strata_models::{
-    Attention, Context, ContextOptions, LoadOptions, Logits, Model, ModelError, PlacementSpec,
-};
-use tiny_models::{configs, load, write, write_with, Config, Fam, N_VOCAB};
+use strata_models::{Attention, Context, ContextOptions, LoadOptions, Logits, Model, ModelError};
+use support::one_seq;
+use tiny_models::{configs, load, offload, write, write_with, Config, Fam, N_VOCAB};
 
 /// 13 tokens: two batches of 8.
 const LONG: [u32; 13] = [84, 104, 101, 32, 113, 117, 105, 99, 107, 256, 98, 114, 111];
@@ -38,20 +38,11 @@ fn llama_moe() -> Config {
 }
 
 fn context(model: &Arc<Model>, n_batch: usize) -> Context {
-    Context::new(
-        model.clone(),
-        ContextOptions {
-            n_ctx: 64,
-            n_batch,
-            n_ubatch: n_batch,
-            n_threads: 2,
-            attention: Attention::Flash,
-            logits_all: true,
-            n_seq_max: 1,
-            batch_invariant: false,
-        },
-    )
-    .unwrap()
+    let opts = ContextOptions {
+        logits_all: true,
+        ..one_seq(64, n_batch, Attention::Flash)
+    };
+    Context::new(model.clone(), opts).unwrap()
 }
 
 /// Every position's logits of `LONG`, in batches of 8.
@@ -134,15 +125,7 @@ fn experts_on_the_cpu_with_the_rest_on_a_device() {
         vec![Override::cpu_moe().unwrap()],
     ] {
         let dev: Arc<dyn Device> = TestBackend::device("FAKE0", |_| true, 2).device();
-        let opts = LoadOptions {
-            devices: vec![dev],
-            placement: PlacementSpec {
-                n_gpu_layers: 99,
-                overrides,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let opts = offload(vec![dev], 99, overrides);
         let m = load(&bytes, &opts).unwrap();
         for l in &m.layers {
             for t in [&l.ffn_up, l.ffn_gate.as_ref().unwrap(), &l.ffn_down] {
@@ -192,15 +175,7 @@ fn experts_on_the_cpu_with_the_rest_over_rpc() {
     let cfg = qwen3moe();
     let (bytes, _) = write(&cfg);
     let cpu = run(&load(&bytes, &LoadOptions::default()).unwrap());
-    let opts = LoadOptions {
-        devices: vec![dev],
-        placement: PlacementSpec {
-            n_gpu_layers: 99,
-            overrides: vec![Override::parse("exps=CPU").unwrap()],
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let opts = offload(vec![dev], 99, vec![Override::parse("exps=CPU").unwrap()]);
     let got = run(&load(&bytes, &opts).unwrap());
     let kl = worst_kl(&cpu, &got);
     assert!(kl <= 1e-3, "KL {kl:e}");
@@ -212,15 +187,7 @@ fn n_cpu_moe_keeps_the_first_blocks_experts() {
     let cfg = qwen3moe();
     let (bytes, _) = write(&cfg);
     let dev: Arc<dyn Device> = TestBackend::device("FAKE0", |_| true, 2).device();
-    let opts = LoadOptions {
-        devices: vec![dev],
-        placement: PlacementSpec {
-            n_gpu_layers: 99,
-            overrides: Override::n_cpu_moe(1).unwrap(),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let opts = offload(vec![dev], 99, Override::n_cpu_moe(1).unwrap());
     let m = load(&bytes, &opts).unwrap();
     let on_host = |t: &strata::Tensor| t.buffer().unwrap().buffer_type().is_host();
     assert!(on_host(&m.layers[0].ffn_up) && on_host(&m.layers[0].ffn_down));

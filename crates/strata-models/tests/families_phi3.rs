@@ -3,15 +3,18 @@
 //! factors by the context length. (The logits themselves are checked against
 //! f64 in `families.rs` and against llama.cpp in `families_llamacpp.rs`.)
 
+mod support;
 #[path = "support/tiny_models.rs"]
 mod tiny_models;
 
 use strata::gguf::Value;
-use strata_models::{Attention, Context, ContextOptions, LoadOptions, Logits};
+use strata_models::{Attention, Context, LoadOptions, Logits};
+use support::one_seq;
 use tiny_models::{
-    add_tensor, assert_tensor_errors, configs, drop_tensor, load, load_err, metadata_key, set_meta,
-    shrink_tensor, write_with, Config, Edit, Fam, N_VOCAB,
+    assert_tensor_errors, configs, load, load_err, metadata_key, set_meta, write_with, Fam,
+    TensorEdit, N_VOCAB,
 };
+use TensorEdit::{Added, Missing, Shrunk};
 
 /// 13 tokens: two batches of 8.
 const LONG: [u32; 13] = [84, 104, 101, 32, 113, 117, 105, 99, 107, 256, 98, 114, 111];
@@ -32,60 +35,19 @@ fn bad_phi3_tensors_name_the_tensor() {
         .iter()
         .find(|c| c.fam == Fam::Phi3 && !c.fused_qkv)
         .unwrap();
-    let (drop, add, shrink) = (drop_tensor, add_tensor, shrink_tensor);
     let (e, hd, ff) = (phi3.n_embd, phi3.head_dim, phi3.n_ff);
-    let cases: Vec<(&Config, &str, Box<Edit>)> = vec![
-        (
-            phi3,
-            "blk.1.attn_qkv.weight",
-            Box::new(drop("blk.1.attn_qkv.weight")),
-        ),
-        (
-            phi3,
-            "blk.1.attn_qkv.weight",
-            Box::new(shrink("blk.1.attn_qkv.weight")),
-        ),
-        (
-            split,
-            "blk.1.attn_v.weight",
-            Box::new(drop("blk.1.attn_v.weight")),
-        ),
-        (
-            phi3,
-            "blk.1.ffn_up.weight",
-            Box::new(shrink("blk.1.ffn_up.weight")),
-        ),
-        (
-            phi3,
-            "rope_factors_long.weight",
-            Box::new(shrink("rope_factors_long.weight")),
-        ),
-        (
-            split,
-            "rope_factors_short.weight",
-            Box::new(shrink("rope_factors_short.weight")),
-        ),
-        (
-            phi3,
-            "blk.0.ffn_gate.weight",
-            Box::new(add("blk.0.ffn_gate.weight", vec![e, ff])),
-        ),
-        (
-            phi3,
-            "output.bias",
-            Box::new(add("output.bias", vec![N_VOCAB])),
-        ),
-        (
-            phi3,
-            "rope_freqs.weight",
-            Box::new(add("rope_freqs.weight", vec![hd / 2])),
-        ),
+    let cases = vec![
+        (phi3, Missing("blk.1.attn_qkv.weight")),
+        (phi3, Shrunk("blk.1.attn_qkv.weight")),
+        (split, Missing("blk.1.attn_v.weight")),
+        (phi3, Shrunk("blk.1.ffn_up.weight")),
+        (phi3, Shrunk("rope_factors_long.weight")),
+        (split, Shrunk("rope_factors_short.weight")),
+        (phi3, Added("blk.0.ffn_gate.weight", vec![e, ff])),
+        (phi3, Added("output.bias", vec![N_VOCAB])),
+        (phi3, Added("rope_freqs.weight", vec![hd / 2])),
         // both forms in one file: the separate Q is not loaded
-        (
-            phi3,
-            "blk.0.attn_q.weight",
-            Box::new(add("blk.0.attn_q.weight", vec![e, e])),
-        ),
+        (phi3, Added("blk.0.attn_q.weight", vec![e, e])),
     ];
     assert_tensor_errors(cases);
     // gate+up written unfused (n_ff rows): the FFN width key is named
@@ -133,20 +95,7 @@ fn phi3_longrope_follows_the_context_length() {
     assert_eq!((rope.freq_scale, rope.ext_factor), (1.0, 0.0));
     // the long and the short context give different logits
     let logits = |n_ctx: usize| {
-        let mut c = Context::new(
-            model.clone(),
-            ContextOptions {
-                n_ctx,
-                n_batch: N_BATCH,
-                n_ubatch: N_BATCH,
-                n_threads: 2,
-                attention: Attention::Flash,
-                logits_all: false,
-                n_seq_max: 1,
-                batch_invariant: false,
-            },
-        )
-        .unwrap();
+        let mut c = Context::new(model.clone(), one_seq(n_ctx, N_BATCH, Attention::Flash)).unwrap();
         c.decode(&LONG, Logits::Last).unwrap()
     };
     let (short, long) = (logits(32), logits(600));

@@ -54,10 +54,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::Value;
-use strata_models::{
-    Attention, Context, ContextOptions, LoadOptions, Logits, Model, PlacementSpec,
-};
-use support::{argmax, kl, max_abs_diff};
+use strata_models::{Attention, Context, LoadOptions, Logits, Model, PlacementSpec};
+use support::{argmax, kl, max_abs_diff, one_seq, prompt_ids};
 
 /// The mapped-weights bound (the task's bar) and the repacked one.
 const MAX_KL_MAPPED: f64 = 1e-2;
@@ -150,26 +148,10 @@ fn check_prompts(name: &str, model: &Arc<Model>, layout: &str, max_kl: f64) {
         strata::isa::active()
     );
     let manifest: Value = serde_json::from_slice(&data("tests/data/kquant/manifest.json")).unwrap();
-    let mut ctx = Context::new(
-        model.clone(),
-        ContextOptions {
-            n_ctx: 256,
-            n_batch: 64,
-            n_ubatch: 64,
-            n_threads: 2,
-            attention: Attention::Flash,
-            logits_all: false,
-            n_seq_max: 1,
-            batch_invariant: false,
-        },
-    )
-    .unwrap();
+    let mut ctx = Context::new(model.clone(), one_seq(256, 64, Attention::Flash)).unwrap();
     for p in manifest["prompts"].as_array().unwrap() {
         let prompt = p["name"].as_str().unwrap();
-        let ids = model
-            .tokenizer
-            .encode(p["prompt"].as_str().unwrap(), true, true)
-            .unwrap();
+        let ids = prompt_ids(model, p);
         let want: Vec<u32> = String::from_utf8(data(&format!(
             "tests/data/kquant/{name}.{prompt}.tokens.txt"
         )))

@@ -37,7 +37,7 @@ use strata_models::model::Override;
 use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, PlacementSpec,
 };
-use support::{argmax, ids_of, kl, max_abs_diff};
+use support::{argmax, ids_of, kl, max_abs_diff, one_seq, prompt_ids};
 
 fn manifest() -> Value {
     serde_json::from_str(include_str!("data/manifest.json")).unwrap()
@@ -78,20 +78,21 @@ fn context_ub(
     threads: usize,
     n_ubatch: usize,
 ) -> Context {
-    Context::new(
-        model.clone(),
-        ContextOptions {
-            n_ctx: 256,
-            n_batch: 64,
-            n_ubatch,
-            n_threads: threads,
-            attention,
-            logits_all: false,
-            n_seq_max: 1,
-            batch_invariant: false,
-        },
-    )
-    .unwrap()
+    let opts = ContextOptions {
+        n_ubatch,
+        n_threads: threads,
+        ..one_seq(256, 64, attention)
+    };
+    Context::new(model.clone(), opts).unwrap()
+}
+
+/// [`check_prompts`] on the default model; skipped (or a failure, under
+/// `STRATA_REQUIRE_MODEL=1`) without it, naming `what`.
+fn check_default_model(what: &str, attention: Attention, max_kl: f64) {
+    if support::require_model(what).is_none() {
+        return;
+    }
+    check_prompts(&load_default(), attention, max_kl);
 }
 
 fn check_prompts(model: &Arc<Model>, attention: Attention, max_kl: f64) {
@@ -105,10 +106,7 @@ fn check_prompts(model: &Arc<Model>, attention: Attention, max_kl: f64) {
     let mut ctx = context(model, attention, 2);
     for p in m["prompts"].as_array().unwrap() {
         let name = p["name"].as_str().unwrap();
-        let ids = model
-            .tokenizer
-            .encode(p["prompt"].as_str().unwrap(), true, true)
-            .unwrap();
+        let ids = prompt_ids(model, p);
         assert_eq!(ids, ids_of(&p["token_ids"]), "{name}: token ids");
         ctx.clear().unwrap();
         let logits = ctx.decode(&ids, Logits::Last).unwrap();
@@ -170,7 +168,7 @@ fn load_on(
     devices: Vec<Arc<dyn strata::backend::Device>>,
     no_repack: bool,
 ) -> Arc<Model> {
-    let path = support::model_path();
+    let path = support::default_model_path();
     let opts = LoadOptions {
         devices,
         placement,
@@ -371,25 +369,25 @@ fn assert_split_and_identical(what: &str, model: &Arc<Model>, cpu: &[Vec<f32>]) 
 
 #[test]
 fn golden_llamacpp_logits_and_greedy_flash_attn() {
-    if support::require_model("the golden logits test (flash attention)").is_none() {
-        return;
-    }
-    let model = load_default();
-    check_prompts(&model, Attention::Flash, 1e-2);
+    check_default_model(
+        "the golden logits test (flash attention)",
+        Attention::Flash,
+        1e-2,
+    );
 }
 
 #[test]
 fn golden_llamacpp_logits_and_greedy_softmax() {
-    if support::require_model("the golden logits test (soft_max attention)").is_none() {
-        return;
-    }
-    let model = load_default();
     // The golden logits come from llama.cpp with flash attention; strata's
     // soft_max path corresponds to llama.cpp's flash-attention-off
     // configuration, which itself lies KL 7e-4 .. 9e-3 from these logits
     // (golden NOTES.md). So this cross-configuration check allows that spread
     // on top of the 1e-2 the matching configuration (the test above) meets.
-    check_prompts(&model, Attention::SoftMax, 2e-2);
+    check_default_model(
+        "the golden logits test (soft_max attention)",
+        Attention::SoftMax,
+        2e-2,
+    );
 }
 
 /// Logits of `run_steps`' prompt, then of decoding `next` one token at a time.

@@ -53,12 +53,19 @@ fn smollm2_vocab_metadata() {
     assert!(tok.eos().is_some_and(|e| tok.is_eog(e)));
 }
 
+/// The array `key` of a golden JSON file's text, checked to hold `n` entries
+/// (so a truncated golden fails rather than checks less).
+fn golden(json: &str, key: &str, n: usize) -> Vec<Value> {
+    let golden: Value = serde_json::from_str(json).unwrap();
+    let items = golden[key].as_array().unwrap();
+    assert_eq!(items.len(), n);
+    items.clone()
+}
+
 #[test]
 fn golden_llamacpp_tokenizer_cases() {
     let Some(tok) = load() else { return };
-    let golden: Value = serde_json::from_str(include_str!("data/tokenizer.json")).unwrap();
-    let cases = golden["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 25);
+    let cases = golden(include_str!("data/tokenizer.json"), "cases", 25);
     let mut failures = Vec::new();
     for (i, c) in cases.iter().enumerate() {
         let text = String::from_utf8(unhex(c["text_utf8_hex"].as_str().unwrap())).unwrap();
@@ -125,12 +132,10 @@ fn golden_llamacpp_tokenizer_cases() {
 #[test]
 fn golden_llamacpp_prompts_and_continuations() {
     let Some(tok) = load() else { return };
-    let golden: Value = serde_json::from_str(include_str!("data/llamacpp_prompts.json")).unwrap();
-    let prompts = golden["prompts"].as_array().unwrap();
-    assert_eq!(prompts.len(), 4);
+    let prompts = golden(include_str!("data/llamacpp_prompts.json"), "prompts", 4);
     let mut failures = Vec::new();
     let mut checked_steps = 0;
-    for p in prompts {
+    for p in &prompts {
         let name = p["name"].as_str().unwrap();
         let text = String::from_utf8(unhex(p["prompt_utf8_hex"].as_str().unwrap())).unwrap();
         let want = ids_of(&p["token_ids"]);
@@ -181,9 +186,8 @@ fn golden_llamacpp_prompts_and_continuations() {
 #[test]
 fn smollm2_round_trips_long_text() {
     let Some(tok) = load() else { return };
-    let golden: Value = serde_json::from_str(include_str!("data/tokenizer.json")).unwrap();
     let mut text = String::new();
-    for c in golden["cases"].as_array().unwrap() {
+    for c in golden(include_str!("data/tokenizer.json"), "cases", 25) {
         text.push_str(c["text"].as_str().unwrap());
         text.push('\n');
     }

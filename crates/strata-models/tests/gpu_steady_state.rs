@@ -6,13 +6,15 @@
 //! Counted by strata-gpu at its wgpu call sites (`GpuContext::counters`).
 //! Skips without a GPU (fails under `STRATA_REQUIRE_GPU=1`).
 
+mod support;
 #[path = "support/tiny_models.rs"]
 mod tiny_models;
 
 use std::sync::Arc;
 
-use strata_models::{Attention, Context, ContextOptions, LoadOptions, Logits, PlacementSpec};
-use tiny_models::{configs, load, write, WType, N_VOCAB};
+use strata_models::{Attention, Context, Logits};
+use support::one_seq;
+use tiny_models::{configs, load, offload, write, WType, N_VOCAB};
 
 #[test]
 fn a_decode_token_costs_one_submission_and_one_read_back() {
@@ -27,26 +29,8 @@ fn a_decode_token_costs_one_submission_and_one_read_back() {
     let (bytes, _) = write(&cfg);
     let dev: Arc<dyn strata::backend::Device> = gpu.clone();
     let context = |devices| {
-        let opts = LoadOptions {
-            devices,
-            placement: PlacementSpec {
-                n_gpu_layers: 99,
-                ..Default::default()
-            },
-            no_repack: false,
-        };
-        let model = load(&bytes, &opts).unwrap();
-        let opts = ContextOptions {
-            n_ctx: 128,
-            n_batch: 32,
-            n_ubatch: 32,
-            n_threads: 2,
-            attention: Attention::Flash,
-            logits_all: false,
-            n_seq_max: 1,
-            batch_invariant: false,
-        };
-        Context::new(model, opts).unwrap()
+        let model = load(&bytes, &offload(devices, 99, Vec::new())).unwrap();
+        Context::new(model, one_seq(128, 32, Attention::Flash)).unwrap()
     };
     let mut ctx = context(vec![dev]);
     let mut cpu = context(Vec::new());

@@ -17,7 +17,7 @@ use strata_models::model::Override;
 use strata_models::{
     Attention, Context, ContextOptions, LoadOptions, Logits, Model, ModelError, PlacementSpec,
 };
-use tiny_models::{load, QkvRows, Rng};
+use tiny_models::{load, offload, QkvRows, Rng};
 
 const N_EMBD: usize = 32;
 const N_HEAD: usize = 4;
@@ -86,13 +86,7 @@ fn write_model_with(drop: Option<&str>, set: &[(&str, Value)]) -> (Vec<u8>, W) {
     let toks: Vec<String> = (0..N_VOCAB)
         .map(|i| format!("{}", (b'a' + (i % 26) as u8) as char).repeat(1 + i / 26))
         .collect();
-    g.add_metadata("tokenizer.ggml.tokens", Value::Array(toks.into()))
-        .unwrap();
-    g.add_metadata(
-        "tokenizer.ggml.token_type",
-        Value::Array(vec![1i32; N_VOCAB].into()),
-    )
-    .unwrap();
+    strata::testkit::add_normal_tokens(&mut g, toks).unwrap();
     g.add_metadata(
         "tokenizer.ggml.merges",
         Value::Array(Vec::<String>::new().into()),
@@ -291,14 +285,7 @@ fn tiny_llama_same_bits_for_1_2_3_threads_and_offload() {
             (-1, vec![0, 0]),
         ] {
             let fake = TestBackend::device("FAKE0", |_| true, 2).device();
-            let opts = LoadOptions {
-                devices: vec![fake],
-                placement: PlacementSpec {
-                    n_gpu_layers: ngl,
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
+            let opts = offload(vec![fake], ngl, Vec::new());
             let m = load(&bytes, &opts).unwrap();
             assert_eq!(m.layer_map.layers, layers, "-ngl {ngl}");
             assert!(
@@ -318,15 +305,11 @@ fn fit_reports_bytes_per_device_without_loading() {
     let path = dir.join("tiny.gguf");
     std::fs::write(&path, &bytes).unwrap();
     let fake = TestBackend::device("FAKE0", |_| true, 1).device();
-    let opts = LoadOptions {
-        devices: vec![fake],
-        placement: PlacementSpec {
-            n_gpu_layers: 2,
-            overrides: vec![Override::parse("blk\\.1\\.ffn_down=CPU").unwrap()],
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let opts = offload(
+        vec![fake],
+        2,
+        vec![Override::parse("blk\\.1\\.ffn_down=CPU").unwrap()],
+    );
     let r = Model::fit(&path, &opts, 16).unwrap();
     assert_eq!(r.devices, vec!["FAKE0".to_string(), "CPU".to_string()]);
     let layer: usize = NAMES.iter().map(|(_, a, b)| a * b * 4).sum();
@@ -370,14 +353,7 @@ fn user_mistakes_are_errors() {
 
     // -ngl without a device: nothing to offload to, every layer on the CPU
     // (llama.cpp's behaviour; the CLI warns)
-    let ngl = LoadOptions {
-        devices: vec![],
-        placement: PlacementSpec {
-            n_gpu_layers: 99,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let ngl = offload(vec![], 99, Vec::new());
     let m = load(&bytes, &ngl).unwrap();
     assert_eq!(
         (m.layer_map.layers.clone(), m.layer_map.output),

@@ -101,22 +101,21 @@ fn check(name: &str) {
     );
 }
 
-#[test]
-fn llama_bpe_ids_match_llamacpp() {
-    check(VOCABS[0]);
+/// One test per vocabulary, so that each passes or fails on its own.
+macro_rules! vocab_tests {
+    ($($test:ident => $vocab:expr),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                check($vocab);
+            }
+        )*
+    };
 }
 
-#[test]
-fn qwen2_ids_match_llamacpp() {
-    check(VOCABS[1]);
-}
-
-#[test]
-fn phi3_ids_match_llamacpp() {
-    check(VOCABS[2]);
-}
-
-#[test]
-fn llama_spm_ids_match_llamacpp() {
-    check(VOCABS[3]);
+vocab_tests! {
+    llama_bpe_ids_match_llamacpp => VOCABS[0],
+    qwen2_ids_match_llamacpp => VOCABS[1],
+    phi3_ids_match_llamacpp => VOCABS[2],
+    llama_spm_ids_match_llamacpp => VOCABS[3],
 }

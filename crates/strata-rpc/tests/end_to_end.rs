@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::*;
 use strata::backend::{
-    alloc_graph, alloc_tensors, Backend, BufferUsage, Device, DeviceProvider, Registry,
+    alloc_graph, alloc_tensors, Backend, Buffer, BufferType, BufferUsage, Device, DeviceProvider,
+    Registry,
 };
 use strata::ops::{self, GluOp, UnaryOp};
 use strata::{cpu, DType, Graph, Tensor};
@@ -239,26 +240,31 @@ fn data(case: &Case, seed: u64) -> Vec<Vec<f32>> {
         .collect()
 }
 
-fn run_local(case: &Case, vals: &[Vec<f32>]) -> Vec<u8> {
+/// `case`'s graph in memory of `buft`, its inputs holding `vals`: the
+/// output, the graph and the buffers.
+fn prepared(
+    case: &Case,
+    vals: &[Vec<f32>],
+    buft: &Arc<dyn BufferType>,
+) -> (Tensor, Graph, Vec<Arc<dyn Buffer>>) {
     let x = inputs(case);
     let out = (case.build)(&x).unwrap();
     let g = Graph::build(std::slice::from_ref(&out));
-    let _b = cpu::alloc_graph_host(&g).unwrap();
+    let bufs = Vec::from(alloc_graph(&g, buft).unwrap());
     for (t, v) in x.iter().zip(vals) {
         t.write_f32(v).unwrap();
     }
+    (out, g, bufs)
+}
+
+fn run_local(case: &Case, vals: &[Vec<f32>]) -> Vec<u8> {
+    let (out, g, _b) = prepared(case, vals, &cpu::cpu_buffer_type());
     cpu::compute(&g, 2).unwrap();
     out.read_bytes().unwrap()
 }
 
 fn run_remote(case: &Case, vals: &[Vec<f32>], dev: &Arc<dyn Device>) -> Vec<u8> {
-    let x = inputs(case);
-    let out = (case.build)(&x).unwrap();
-    let g = Graph::build(std::slice::from_ref(&out));
-    let _b = alloc_graph(&g, &dev.default_buffer_type()).unwrap();
-    for (t, v) in x.iter().zip(vals) {
-        t.write_f32(v).unwrap();
-    }
+    let (out, g, _b) = prepared(case, vals, &dev.default_buffer_type());
     dev.init_backend().unwrap().graph_compute(&g).unwrap();
     out.read_bytes().unwrap()
 }
@@ -306,6 +312,7 @@ fn multi_layer_graph_and_recompute() {
         }
         h
     };
+    // fresh weights, biases, input, and the output and graph over them
     let mk = || {
         let w: Vec<Tensor> = (0..3)
             .map(|_| Tensor::new(DType::F32, &[32, 4]).unwrap())
@@ -314,22 +321,25 @@ fn multi_layer_graph_and_recompute() {
             .map(|_| Tensor::new(DType::F32, &[32]).unwrap())
             .collect();
         let x = Tensor::new(DType::F32, &[32, 4]).unwrap();
-        (w, b, x)
+        let out = build(&w, &b, &x);
+        let g = Graph::build(std::slice::from_ref(&out));
+        (w, b, x, out, g)
     };
     let mut rng = Rng::new(7);
     let wv: Vec<Vec<f32>> = (0..3).map(|_| rng.vec(128, -1.0, 1.0)).collect();
     let bv: Vec<Vec<f32>> = (0..3).map(|_| rng.vec(32, -1.0, 1.0)).collect();
     let xs: Vec<Vec<f32>> = (0..3).map(|_| rng.vec(128, -2.0, 2.0)).collect();
+    let write_params = |w: &[Tensor], b: &[Tensor]| {
+        for l in 0..3 {
+            w[l].write_f32(&wv[l]).unwrap();
+            b[l].write_f32(&bv[l]).unwrap();
+        }
+    };
 
     // local reference
-    let (w, b, x) = mk();
-    let out = build(&w, &b, &x);
-    let g = Graph::build(std::slice::from_ref(&out));
+    let (w, b, x, out, g) = mk();
     let _bufs = cpu::alloc_graph_host(&g).unwrap();
-    for l in 0..3 {
-        w[l].write_f32(&wv[l]).unwrap();
-        b[l].write_f32(&bv[l]).unwrap();
-    }
+    write_params(&w, &b);
     let mut want = Vec::new();
     for xv in &xs {
         x.write_f32(xv).unwrap();
@@ -337,10 +347,17 @@ fn multi_layer_graph_and_recompute() {
         want.push(out.read_bytes().unwrap());
     }
 
+    // every input through `backend` gives the local result
+    let same_as_local = |backend: &mut dyn Backend, g: &Graph, x: &Tensor, out: &Tensor| {
+        for (i, xv) in xs.iter().enumerate() {
+            x.write_f32(xv).unwrap();
+            backend.graph_compute(g).unwrap();
+            assert_eq!(out.read_bytes().unwrap(), want[i], "input {i}");
+        }
+    };
+
     // remote
-    let (w, b, x) = mk();
-    let out = build(&w, &b, &x);
-    let g = Graph::build(std::slice::from_ref(&out));
+    let (w, b, x, out, g) = mk();
     assert_eq!(g.nodes().len(), 12);
     let buft = dev.default_buffer_type();
     let params: Vec<Tensor> = w.iter().chain(&b).cloned().collect();
@@ -348,16 +365,9 @@ fn multi_layer_graph_and_recompute() {
     wbufs[0].set_usage(BufferUsage::Weights);
     let rest: Vec<Tensor> = g.leafs().iter().chain(g.nodes()).cloned().collect();
     let _cbufs = alloc_tensors(&rest, &buft).unwrap();
-    for l in 0..3 {
-        w[l].write_f32(&wv[l]).unwrap();
-        b[l].write_f32(&bv[l]).unwrap();
-    }
+    write_params(&w, &b);
     let mut backend = dev.rpc_backend();
-    for (i, xv) in xs.iter().enumerate() {
-        x.write_f32(xv).unwrap();
-        backend.graph_compute(&g).unwrap();
-        assert_eq!(out.read_bytes().unwrap(), want[i], "input {i}");
-    }
+    same_as_local(&mut backend, &g, &x, &out);
     assert_eq!(backend.graphs_sent(), 1);
     assert_eq!(backend.graphs_recomputed(), 2);
     // Freeing any buffer makes the server forget cached graphs: the client
@@ -374,20 +384,11 @@ fn multi_layer_graph_and_recompute() {
         ..ClientOptions::default()
     };
     let (_p2, dev2) = device_opts(addr, opts);
-    let (w, b, x) = mk();
-    let out = build(&w, &b, &x);
-    let g = Graph::build(std::slice::from_ref(&out));
+    let (w, b, x, out, g) = mk();
     let _bufs2 = alloc_graph(&g, &dev2.default_buffer_type()).unwrap();
-    for l in 0..3 {
-        w[l].write_f32(&wv[l]).unwrap();
-        b[l].write_f32(&bv[l]).unwrap();
-    }
+    write_params(&w, &b);
     let mut backend = dev2.rpc_backend();
-    for (i, xv) in xs.iter().enumerate() {
-        x.write_f32(xv).unwrap();
-        backend.graph_compute(&g).unwrap();
-        assert_eq!(out.read_bytes().unwrap(), want[i], "input {i}");
-    }
+    same_as_local(&mut backend, &g, &x, &out);
     assert_eq!((backend.graphs_sent(), backend.graphs_recomputed()), (3, 0));
 }
 

@@ -15,7 +15,8 @@ use strata::cpu::CpuBackend;
 use strata::sched::{SchedConfig, Scheduler};
 use strata::Graph;
 use strata::{ops, DType, Tensor};
-use strata_rpc::server::Limits;
+use strata_rpc::server::{Limits, ServerHandle};
+use strata_rpc::RpcProvider;
 
 type Gate = Arc<(Mutex<bool>, Condvar)>;
 
@@ -33,13 +34,19 @@ fn gated_factory(gate: Gate) -> common::HookedCpuFactory {
     }
 }
 
+/// A closed [`Gate`], a server whose backends wait for it, and a client
+/// device of that server (with its provider; keep both alive).
+fn gated_device() -> (Gate, ServerHandle, Arc<RpcProvider>, Arc<dyn Device>) {
+    let gate: Gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let (addr, server) =
+        common::server_with(Arc::new(gated_factory(gate.clone())), Limits::default());
+    let (p, dev) = common::device(addr);
+    (gate, server, p, dev)
+}
+
 #[test]
 fn compute_async_returns_while_the_remote_split_runs() {
-    let gate: Gate = Arc::new((Mutex::new(false), Condvar::new()));
-    let (addr, _server) =
-        common::server_with(Arc::new(gated_factory(gate.clone())), Limits::default());
-    let (_p, dev) = common::device(addr);
-    let dev: Arc<dyn Device> = dev;
+    let (gate, _server, _p, dev) = gated_device();
     // weights on the remote device; x is a CPU input scaled on the CPU first
     let w = Tensor::new(DType::F32, &[4, 4]).unwrap().with_name("w");
     let wb = alloc_tensors(&[w.clone()], &dev.default_buffer_type()).unwrap();
@@ -106,11 +113,7 @@ fn compute_async_returns_while_the_remote_split_runs() {
 
 #[test]
 fn async_writes_and_reads_queue_behind_the_running_graph() {
-    let gate: Gate = Arc::new((Mutex::new(false), Condvar::new()));
-    let (addr, _server) =
-        common::server_with(Arc::new(gated_factory(gate.clone())), Limits::default());
-    let (_p, dev) = common::device(addr);
-    let dev: Arc<dyn Device> = dev;
+    let (gate, _server, _p, dev) = gated_device();
     let a = Tensor::new(DType::F32, &[4]).unwrap().with_name("a");
     let b = ops::scale(&a, 2.0).unwrap().with_name("b");
     let g = Graph::build(&[b.clone()]);

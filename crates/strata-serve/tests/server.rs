@@ -28,6 +28,14 @@ fn opts(n_slots: usize) -> ServeOptions {
     }
 }
 
+/// [`opts`] with the prefix cache off (no holders).
+fn no_prefix_cache(n_slots: usize) -> ServeOptions {
+    ServeOptions {
+        n_holders: 0,
+        ..opts(n_slots)
+    }
+}
+
 #[test]
 fn endpoints_answer_in_openai_and_ollama_shapes() {
     let Some(s) = start(opts(4), 2048) else {
@@ -430,13 +438,7 @@ fn same_answer_alone_and_under_load() {
     }
     // and again with the prefix cache off: the cached prompt gave the same bits
     drop(s);
-    let Some(s) = start(
-        ServeOptions {
-            n_holders: 0,
-            ..opts(8)
-        },
-        4096,
-    ) else {
+    let Some(s) = start(no_prefix_cache(8), 4096) else {
         return;
     };
     let fresh = post(s.addr, "/v1/completions", &req(&probe)).json();
@@ -474,13 +476,7 @@ fn prefix_cache_shares_a_system_prompt() {
     assert!(metric(a, "strata_prompt_tokens_cached_total") >= 3.0 * (n_prompt as f64 - 12.0));
     eprintln!("first request {first_time:?}");
     drop(s);
-    let Some(s) = start(
-        ServeOptions {
-            n_holders: 0,
-            ..opts(4)
-        },
-        4096,
-    ) else {
+    let Some(s) = start(no_prefix_cache(4), 4096) else {
         return;
     };
     for (q, text) in later {

@@ -20,6 +20,7 @@ use half::f16;
 use strata::backend::Backend;
 use strata::cpu::{alloc_graph_host, CpuBackend, ThreadPool};
 use strata::isa;
+use strata::testkit::online_softmax_step;
 use strata::{ops, DType, Graph, Tensor};
 
 const D: usize = 64;
@@ -88,16 +89,7 @@ fn old_rows(x: &Data, scale: f32, rows: std::ops::Range<usize>, out: *mut f32) {
                 s += a * b.to_f32();
             }
             s = s * scale + mv;
-            let w = if s > max {
-                let shrink = (max - s).exp();
-                max = s;
-                sum *= shrink;
-                acc.iter_mut().for_each(|a| *a = round(*a * shrink));
-                1.0
-            } else {
-                (s - max).exp()
-            };
-            sum += w;
+            let w = online_softmax_step(&mut max, &mut sum, &mut acc, s, round);
             let vrow = &x.v[(hk * x.n_kv + ic) * D..][..D];
             for (a, b) in acc.iter_mut().zip(vrow) {
                 *a = round(*a + w * b.to_f32());

@@ -3,6 +3,11 @@
 //! supports some ops. The scheduler's tests and examples use them; users can
 //! too, to check their placement policies without a GPU.
 //!
+//! It also holds the few helpers that the tests and benches of several
+//! crates share: where the default model is ([`require_model`]), a
+//! deterministic number stream ([`xorshift`]), and the reference step of
+//! flash attention's online softmax ([`online_softmax_step`]).
+//!
 //! ```
 //! use strata::backend::Backend;
 //! use strata::testkit::TestBackend;
@@ -12,11 +17,13 @@
 //! assert_eq!(cpu_adds_only.name(), "CPU");
 //! ```
 
+use std::path::PathBuf;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::backend::{Backend, Buffer, BufferType, BufferUsage, Device, DeviceMemory, DeviceType};
 use crate::cpu::{cpu_buffer_type, CpuBackend};
+use crate::gguf::{GgufWriter, Value};
 use crate::graph::Graph;
 use crate::tensor::Tensor;
 use crate::Result;
@@ -223,4 +230,89 @@ impl Backend for TestBackend {
     fn graph_compute(&mut self, graph: &Graph) -> Result<()> {
         self.cpu.graph_compute(graph)
     }
+}
+
+/// The default model's path: `$STRATA_MODEL`, else
+/// `~/.cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf`.
+pub fn default_model_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("STRATA_MODEL") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var_os("HOME").unwrap_or_default();
+    PathBuf::from(home).join(".cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// The default model's path ([`default_model_path`]) when the file exists.
+/// Otherwise prints `SKIPPED` naming `what` did not run and returns `None`,
+/// or panics when `STRATA_REQUIRE_MODEL=1` (CI, where the model must be
+/// there).
+pub fn require_model(what: &str) -> Option<PathBuf> {
+    let path = default_model_path();
+    if path.exists() {
+        return Some(path);
+    }
+    let msg = format!(
+        "SKIPPED: model {} not found (set STRATA_MODEL, run .ci/fetch-models.sh, or \
+         `strata run` once to fetch it); {what} did not run",
+        path.display()
+    );
+    if std::env::var("STRATA_REQUIRE_MODEL").is_ok_and(|v| v == "1") {
+        panic!("{msg} (STRATA_REQUIRE_MODEL=1)");
+    }
+    eprintln!("{msg}");
+    None
+}
+
+/// Writes a vocabulary of `tokens`, every one a normal token (type 1), into
+/// a GGUF file being made: `tokenizer.ggml.tokens` and
+/// `tokenizer.ggml.token_type`.
+pub fn add_normal_tokens(g: &mut GgufWriter, tokens: Vec<String>) -> Result<()> {
+    let n = tokens.len();
+    g.add_metadata("tokenizer.ggml.tokens", Value::Array(tokens.into()))?;
+    g.add_metadata(
+        "tokenizer.ggml.token_type",
+        Value::Array(vec![1i32; n].into()),
+    )
+}
+
+/// The states of a xorshift64 generator seeded from `seed` (never zero):
+/// the same numbers every run, for test and bench inputs.
+///
+/// ```
+/// let a: Vec<u64> = strata::testkit::xorshift(7).take(3).collect();
+/// assert_eq!(a, strata::testkit::xorshift(7).take(3).collect::<Vec<_>>());
+/// assert!(a.iter().all(|&x| x != 0));
+/// ```
+pub fn xorshift(seed: u64) -> impl Iterator<Item = u64> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    std::iter::repeat_with(move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    })
+}
+
+/// One key of flash attention's online softmax, as ggml's CPU kernel does
+/// it: with score `s` against the running `max` and `sum`, rescales `acc`
+/// (each value through `round`, the V accumulator's precision) when `s` is
+/// the new maximum, and returns the weight of this key's V row.
+pub fn online_softmax_step(
+    max: &mut f32,
+    sum: &mut f32,
+    acc: &mut [f32],
+    s: f32,
+    round: impl Fn(f32) -> f32,
+) -> f32 {
+    let w = if s > *max {
+        let shrink = (*max - s).exp();
+        *max = s;
+        *sum *= shrink;
+        acc.iter_mut().for_each(|a| *a = round(*a * shrink));
+        1.0
+    } else {
+        (s - *max).exp()
+    };
+    *sum += w;
+    w
 }

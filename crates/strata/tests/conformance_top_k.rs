@@ -68,7 +68,7 @@ fn malformed_indices_fail() {
 }
 
 /// What [`Tamper`] does to each row of a TOP_K's result.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum How {
     /// Reverses the row (a different order of the same set).
     Reverse,
@@ -169,12 +169,19 @@ fn top_k_cases() -> Vec<OpCase> {
     v
 }
 
+/// The suite's outcome for `case` on a device that tampers `how`, which
+/// must have changed something.
+fn run_tampered(case: &OpCase, how: How) -> Outcome {
+    let mut dut = Tamper::new(how);
+    let r = run_case(case, &mut dut, 1).unwrap();
+    assert!(dut.changed > 0, "{}: {how:?} changed nothing", case.name);
+    r
+}
+
 #[test]
 fn the_suite_passes_a_device_that_orders_top_k_otherwise() {
     for case in top_k_cases() {
-        let mut dut = Tamper::new(How::Reverse);
-        let r = run_case(&case, &mut dut, 1).unwrap();
-        assert!(dut.changed > 0);
+        let r = run_tampered(&case, How::Reverse);
         assert_eq!(r, Outcome::Pass { nmse: 0.0 }, "{}", case.name);
     }
 }
@@ -185,21 +192,15 @@ fn the_suite_passes_a_device_that_breaks_ties_otherwise() {
         .into_iter()
         .find(|c| c.name.contains("ties"))
         .unwrap();
-    let mut dut = Tamper::new(How::SwapTie);
-    let r = run_case(&case, &mut dut, 1).unwrap();
-    assert!(
-        dut.changed > 0,
-        "the ties case has no tie at the k-th value"
-    );
+    // (SwapTie changes nothing when the ties case has no tie at the k-th value)
+    let r = run_tampered(&case, How::SwapTie);
     assert_eq!(r, Outcome::Pass { nmse: 0.0 });
 }
 
 #[test]
 fn the_suite_fails_a_device_that_picks_a_wrong_index() {
     for case in top_k_cases() {
-        let mut dut = Tamper::new(How::Wrong);
-        let r = run_case(&case, &mut dut, 1).unwrap();
-        assert!(dut.changed > 0);
+        let r = run_tampered(&case, How::Wrong);
         assert!(matches!(r, Outcome::Fail { .. }), "{}: {r:?}", case.name);
     }
 }

@@ -47,30 +47,16 @@ fn check_llama(f: &GgufFile, e: &Expect) {
     let m = f.metadata();
     assert_eq!(f.version(), 3);
     assert_eq!(m.get_str("general.architecture").unwrap(), "llama");
-    assert_eq!(m.get_u32("llama.block_count").unwrap() as usize, e.n_layers);
-    assert_eq!(
-        m.get_u32("llama.embedding_length").unwrap() as usize,
-        e.n_embd
-    );
-    assert_eq!(
-        m.get_u32("llama.feed_forward_length").unwrap() as usize,
-        e.n_ff
-    );
-    assert_eq!(
-        m.get_u32("llama.attention.head_count").unwrap() as usize,
-        e.n_head
-    );
-    assert_eq!(
-        m.get_u32("llama.attention.head_count_kv").unwrap() as usize,
-        e.n_head_kv
-    );
+    let u32_at = |key: &str| m.get_u32(key).unwrap() as usize;
+    assert_eq!(u32_at("llama.block_count"), e.n_layers);
+    assert_eq!(u32_at("llama.embedding_length"), e.n_embd);
+    assert_eq!(u32_at("llama.feed_forward_length"), e.n_ff);
+    assert_eq!(u32_at("llama.attention.head_count"), e.n_head);
+    assert_eq!(u32_at("llama.attention.head_count_kv"), e.n_head_kv);
     let eps = m.get_f32("llama.attention.layer_norm_rms_epsilon").unwrap();
     assert!(eps > 0.0 && eps < 1e-3, "{eps}");
     assert!(m.get_f32("llama.rope.freq_base").unwrap() > 0.0);
-    assert_eq!(
-        m.get_u32("llama.rope.dimension_count").unwrap() as usize,
-        e.n_embd / e.n_head
-    );
+    assert_eq!(u32_at("llama.rope.dimension_count"), e.n_embd / e.n_head);
     // Wrong-type lookups name the key.
     let err = m.get_str("llama.block_count").unwrap_err().to_string();
     assert!(
@@ -145,11 +131,7 @@ fn check_llama(f: &GgufFile, e: &Expect) {
 }
 
 fn model_path() -> Option<PathBuf> {
-    let path = match std::env::var_os("STRATA_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME")?)
-            .join(".cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf"),
-    };
+    let path = strata::testkit::default_model_path();
     path.exists().then_some(path)
 }
 

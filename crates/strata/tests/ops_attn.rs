@@ -30,6 +30,7 @@ use proptest::prelude::*;
 use strata::backend::Backend;
 use strata::cpu::{alloc_graph_host, CpuBackend};
 use strata::isa::Isa;
+use strata::testkit::online_softmax_step;
 use strata::{ops, DType, Graph};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -330,16 +331,7 @@ fn old_row(
             s = c.softcap * (s / c.softcap).tanh();
         }
         s += mv;
-        let w = if s > max {
-            let shrink = (max - s).exp();
-            max = s;
-            sum *= shrink;
-            acc.iter_mut().for_each(|a| *a = v_round(*a * shrink));
-            1.0
-        } else {
-            (s - max).exp()
-        };
-        sum += w;
+        let w = online_softmax_step(&mut max, &mut sum, &mut acc, s, v_round);
         let vo = (hk * c.n_kv + ic) * c.dv;
         for (i, a) in acc.iter_mut().enumerate() {
             *a = v_round(*a + w * inp.v[vo + i]);

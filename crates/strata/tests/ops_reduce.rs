@@ -42,28 +42,32 @@ const SHAPES: [[usize; 4]; 4] = [
     [11, 2000, 1, 1],
 ];
 
-#[test]
-fn sum_all_elements() {
-    let mut rng = Rng::new(1);
+/// Calls `f(what, dtype, x, a)` for every shape of [`SHAPES`] in F32, F16
+/// and BF16, read directly and through a permuted view ([`source`]); `what`
+/// names the case.
+fn each_source(mut f: impl FnMut(String, DType, Tensor, Tensor)) {
     for dims in SHAPES {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
             for permuted in [false, true] {
                 let (x, a) = source(dtype, dims, permuted);
-                let s = ops::sum(&a).unwrap();
-                assert_eq!(s.dtype(), dtype);
-                let data = rng.vec(x.nelements(), -1.0, 2.0);
-                let out = run_threads(&[s, a], &[(&x, &data)]);
-                let want: f64 = out[1].iter().map(|&v| v as f64).sum();
-                let tol = out_tol(dtype);
-                assert_close(
-                    &format!("sum {dims:?} {dtype} p={permuted}"),
-                    &out[0],
-                    &[want],
-                    tol,
-                );
+                f(format!("{dims:?} {dtype} p={permuted}"), dtype, x, a);
             }
         }
     }
+}
+
+#[test]
+fn sum_all_elements() {
+    let mut rng = Rng::new(1);
+    each_source(|what, dtype, x, a| {
+        let s = ops::sum(&a).unwrap();
+        assert_eq!(s.dtype(), dtype);
+        let data = rng.vec(x.nelements(), -1.0, 2.0);
+        let out = run_threads(&[s, a], &[(&x, &data)]);
+        let want: f64 = out[1].iter().map(|&v| v as f64).sum();
+        let tol = out_tol(dtype);
+        assert_close(&format!("sum {what}"), &out[0], &[want], tol);
+    });
 }
 
 #[test]
@@ -83,28 +87,22 @@ fn sum_is_accurate_on_large_cancelling_input() {
 #[test]
 fn sum_rows_and_mean() {
     let mut rng = Rng::new(2);
-    for dims in SHAPES {
-        for dtype in [DType::F32, DType::F16, DType::BF16] {
-            for permuted in [false, true] {
-                let (x, a) = source(dtype, dims, permuted);
-                let sr = ops::sum_rows(&a).unwrap();
-                let mean = ops::mean(&a).unwrap();
-                assert_eq!(sr.dtype(), dtype);
-                assert_eq!(mean.dtype(), DType::F32);
-                let data = rng.vec(x.nelements(), -3.0, 1.0);
-                let out = run_threads(&[sr, mean, a.clone()], &[(&x, &data)]);
-                let ne0 = a.ne()[0];
-                let sums: Vec<f64> = rows(&out[2], ne0)
-                    .map(|r| r.iter().map(|&v| v as f64).sum())
-                    .collect();
-                let means: Vec<f64> = sums.iter().map(|s| s / ne0 as f64).collect();
-                let what = format!("{dims:?} {dtype} p={permuted}");
-                let tol = out_tol(dtype);
-                assert_close(&format!("sum_rows {what}"), &out[0], &sums, tol);
-                assert_close(&format!("mean {what}"), &out[1], &means, 1e-12);
-            }
-        }
-    }
+    each_source(|what, dtype, x, a| {
+        let sr = ops::sum_rows(&a).unwrap();
+        let mean = ops::mean(&a).unwrap();
+        assert_eq!(sr.dtype(), dtype);
+        assert_eq!(mean.dtype(), DType::F32);
+        let data = rng.vec(x.nelements(), -3.0, 1.0);
+        let out = run_threads(&[sr, mean, a.clone()], &[(&x, &data)]);
+        let ne0 = a.ne()[0];
+        let sums: Vec<f64> = rows(&out[2], ne0)
+            .map(|r| r.iter().map(|&v| v as f64).sum())
+            .collect();
+        let means: Vec<f64> = sums.iter().map(|s| s / ne0 as f64).collect();
+        let tol = out_tol(dtype);
+        assert_close(&format!("sum_rows {what}"), &out[0], &sums, tol);
+        assert_close(&format!("mean {what}"), &out[1], &means, 1e-12);
+    });
 }
 
 #[test]

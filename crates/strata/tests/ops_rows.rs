@@ -330,17 +330,25 @@ fn set_rows_bad_index_is_an_error_and_writes_nothing() {
     assert_eq!(bits(&dst.to_f32_vec().unwrap()), bits(&init));
 }
 
+/// GET_ROWS of `a` (4 x 3, F32, values 0 .. 11 in `av`) by indices the
+/// graph computes: `copied`, a CPY of `src_idx` into `idx`. Returns
+/// `(a, av, src_idx, idx, copied, get_rows)`.
+fn computed_indices() -> (Tensor, Vec<f32>, Tensor, Tensor, Tensor, Tensor) {
+    let a = tensor("a", DType::F32, &[4, 3]);
+    let src_idx = tensor("src_idx", DType::I32, &[2]);
+    let idx = tensor("idx", DType::I32, &[2]);
+    let copied = ops::cpy(&src_idx, &idx).unwrap();
+    let got = ops::get_rows(&a, &copied).unwrap();
+    let av = (0..12).map(|i| i as f32).collect();
+    (a, av, src_idx, idx, copied, got)
+}
+
 #[test]
 fn indices_computed_in_the_graph_are_checked_by_the_kernel_not_the_plan() {
     // The index tensor is produced by a CPY in the same graph: at plan time
     // its memory still holds the old (out-of-range) values, which must not
     // cause a spurious error; the fresh values are used.
-    let a = tensor("a", DType::F32, &[4, 3]);
-    let src_idx = tensor("src_idx", DType::I32, &[2]);
-    let idx = tensor("idx", DType::I32, &[2]);
-    let copied = ops::cpy(&src_idx, &idx).unwrap();
-    let out = ops::get_rows(&a, &copied).unwrap();
-    let av: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    let (a, av, src_idx, idx, _, out) = computed_indices();
     exec(
         &[out.clone()],
         || {
@@ -362,15 +370,10 @@ fn out_of_range_indices_computed_in_the_graph_never_touch_memory_out_of_range() 
     // Validation cannot see indices the graph computes; the kernels must then
     // neither read nor write outside the tensors: GET_ROWS yields a zero row,
     // SET_ROWS skips the row.
-    let a = tensor("a", DType::F32, &[4, 3]);
-    let src_idx = tensor("src_idx", DType::I32, &[2]);
-    let idx = tensor("idx", DType::I32, &[2]);
-    let copied = ops::cpy(&src_idx, &idx).unwrap();
-    let got = ops::get_rows(&a, &copied).unwrap();
+    let (a, av, src_idx, idx, copied, got) = computed_indices();
     let dst = tensor("dst", DType::F32, &[4, 3]);
     let rows = tensor("rows", DType::F32, &[4, 2]);
     let set = ops::set_rows(&dst, &rows, &copied).unwrap();
-    let av: Vec<f32> = (0..12).map(|i| i as f32).collect();
     exec(
         &[got.clone(), set],
         || {

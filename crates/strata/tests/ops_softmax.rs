@@ -180,26 +180,22 @@ fn softmax_with_masks_of_both_types_and_broadcast() {
 fn softmax_with_alibi_and_sinks() {
     // 6 heads: not a power of two, so both slope formulas are used.
     for (max_bias, sinks) in [(8.0, false), (8.0, true), (0.0, true), (3.5, true)] {
-        check(
-            [23, 4, 6, 1],
-            Some([23, 4, 1, 1]),
-            DType::F16,
-            sinks,
-            false,
-            0.5,
-            max_bias,
-            7,
-        );
-        check(
-            [23, 4, 6, 2],
-            Some([23, 4, 3, 1]),
-            DType::F32,
-            sinks,
-            true,
-            1.5,
-            max_bias,
-            8,
-        );
+        // (shape, mask shape, mask type, permuted, scale, seed)
+        for (ne, nm, mask_dtype, permuted, scale, seed) in [
+            ([23, 4, 6, 1], [23, 4, 1, 1], DType::F16, false, 0.5, 7),
+            ([23, 4, 6, 2], [23, 4, 3, 1], DType::F32, true, 1.5, 8),
+        ] {
+            check(
+                ne,
+                Some(nm),
+                mask_dtype,
+                sinks,
+                permuted,
+                scale,
+                max_bias,
+                seed,
+            );
+        }
     }
     check([9, 2, 6, 1], None, DType::F32, true, false, 1.0, 0.0, 9);
 }

@@ -327,38 +327,28 @@ fn cases() -> Vec<MatCase> {
             out.push((m, k, 9));
         }
     }
+    // Broadcasting over dims 2 and 3, non-contiguous activations.
+    let broadcast = [
+        (32, 64, 5, [2, 1], [4, 3], true),
+        (16, 96, 11, [1, 3], [2, 3], false),
+    ];
     let mut cases = Vec::new();
     for t in W32 {
-        for (i, &(m, k, n)) in out.iter().enumerate() {
+        let plain = out
+            .iter()
+            .enumerate()
+            .map(|(i, &(m, k, n))| (m, k, n, [1, 1], [1, 1], i % 3 == 1));
+        for (m, k, n, a23, b23, transposed) in plain.chain(broadcast) {
             cases.push(MatCase {
                 t,
                 k,
                 m,
                 n,
-                a23: [1, 1],
-                b23: [1, 1],
-                transposed: i % 3 == 1,
+                a23,
+                b23,
+                transposed,
             });
         }
-        // Broadcasting over dims 2 and 3, non-contiguous activations.
-        cases.push(MatCase {
-            t,
-            k: 64,
-            m: 32,
-            n: 5,
-            a23: [2, 1],
-            b23: [4, 3],
-            transposed: true,
-        });
-        cases.push(MatCase {
-            t,
-            k: 96,
-            m: 16,
-            n: 11,
-            a23: [1, 3],
-            b23: [2, 3],
-            transposed: false,
-        });
     }
     cases
 }

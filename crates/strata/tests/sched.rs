@@ -113,15 +113,18 @@ fn seed_experiment_unmarked_buffer_keeps_everything_on_the_device() {
     assert!(r.splits[0].inputs.iter().any(|i| i.copy == "FAKE0#c#0"));
 }
 
+/// The ids of every node's sources, node by node.
+fn source_ids(g: &Graph) -> Vec<Vec<strata::TensorId>> {
+    g.nodes()
+        .iter()
+        .map(|n| n.srcs().map(Tensor::id).collect())
+        .collect()
+}
+
 #[test]
 fn reserve_is_idempotent_and_does_not_touch_the_graph() {
     let mut s = seed(true);
-    let before: Vec<Vec<strata::TensorId>> = s
-        .graph
-        .nodes()
-        .iter()
-        .map(|n| n.srcs().map(Tensor::id).collect())
-        .collect();
+    let before = source_ids(&s.graph);
     s.sched.reserve(&s.graph).unwrap();
     let sizes: Vec<usize> = (0..2).map(|b| s.sched.buffer_size(BackendId(b))).collect();
     let p1 = format!("{:?}", s.sched.assign(&s.graph).unwrap());
@@ -133,12 +136,7 @@ fn reserve_is_idempotent_and_does_not_touch_the_graph() {
             .collect::<Vec<_>>()
     );
     assert_eq!(p1, format!("{:?}", s.sched.assign(&s.graph).unwrap()));
-    let after: Vec<Vec<strata::TensorId>> = s
-        .graph
-        .nodes()
-        .iter()
-        .map(|n| n.srcs().map(Tensor::id).collect())
-        .collect();
+    let after = source_ids(&s.graph);
     assert_eq!(before, after, "sources are never rewritten");
     s.sched.compute(&s.graph).unwrap();
     assert_eq!(s.out.to_f32_vec().unwrap(), expected());
@@ -217,6 +215,17 @@ fn eval_callback_sees_exactly_the_requested_nodes() {
     assert_eq!(seen[1], ("add_1".to_string(), expected()[0]));
 }
 
+/// `n` F32 vectors of `len`, named `{prefix}0`, `{prefix}1`, ...
+fn named_f32s(prefix: &str, n: usize, len: usize) -> Vec<Tensor> {
+    (0..n)
+        .map(|i| {
+            Tensor::new(DType::F32, &[len])
+                .unwrap()
+                .with_name(format!("{prefix}{i}"))
+        })
+        .collect()
+}
+
 #[test]
 fn split_input_limit_starts_new_splits_or_errors() {
     // 5 CPU inputs consumed by device ops: with max 2 inputs per split, more splits
@@ -224,13 +233,7 @@ fn split_input_limit_starts_new_splits_or_errors() {
     let w = Tensor::new(DType::F32, &[4]).unwrap().with_name("w");
     let _bw = alloc_tensors(&[w.clone()], &dev.default_buffer_type()).unwrap();
     _bw[0].set_usage(BufferUsage::Weights);
-    let xs: Vec<Tensor> = (0..5)
-        .map(|i| {
-            Tensor::new(DType::F32, &[4])
-                .unwrap()
-                .with_name(format!("x{i}"))
-        })
-        .collect();
+    let xs = named_f32s("x", 5, 4);
     let _bx = alloc_tensors(&xs, &cpu_buffer_type()).unwrap();
     let mut cur = ops::mul(&w, &w).unwrap();
     for x in &xs {
@@ -626,13 +629,7 @@ fn split_count_does_not_depend_on_how_many_buffers_hold_the_weights() {
     let splits = |max_size: usize| {
         let dev = TestBackend::device("FAKE0", |_| true, 1);
         let wd = Tensor::new(DType::F32, &[16]).unwrap().with_name("wd");
-        let wc: Vec<Tensor> = (0..2)
-            .map(|i| {
-                Tensor::new(DType::F32, &[16])
-                    .unwrap()
-                    .with_name(format!("wc{i}"))
-            })
-            .collect();
+        let wc = named_f32s("wc", 2, 16);
         let bd = alloc_tensors(&[wd.clone()], &dev.default_buffer_type()).unwrap();
         bd.set_usage(BufferUsage::Weights);
         let buft = strata::cpu::HostBufferType::with_max_size(max_size);

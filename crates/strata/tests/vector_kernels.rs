@@ -57,6 +57,11 @@ fn tricky_f32() -> Vec<f32> {
     v
 }
 
+/// The same bits, or both NaN (of any payload).
+fn same_f32(want: f32, got: f32) -> bool {
+    want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan())
+}
+
 #[test]
 fn f16_and_bf16_conversions_are_bit_exact_at_every_level() {
     let xs = tricky_f32();
@@ -85,28 +90,19 @@ fn f16_and_bf16_conversions_are_bit_exact_at_every_level() {
             vector::f16_to_f32_row(isa, &h, &mut w).unwrap();
             for (c, &y) in h.chunks(2).zip(&w) {
                 let want = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
-                assert!(
-                    want.to_bits() == y.to_bits() || (want.is_nan() && y.is_nan()),
-                    "{isa} widen f16 {want}"
-                );
+                assert!(same_f32(want, y), "{isa} widen f16 {want}");
             }
             vector::bf16_to_f32_row(isa, &b, &mut w).unwrap();
             for (c, &y) in b.chunks(2).zip(&w) {
                 let want = half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
-                assert!(
-                    want.to_bits() == y.to_bits() || (want.is_nan() && y.is_nan()),
-                    "{isa} widen bf16"
-                );
+                assert!(same_f32(want, y), "{isa} widen bf16");
             }
             // Rounding in place equals narrowing then widening.
             let mut r = src.to_vec();
             vector::round_to_f16(isa, &mut r);
             for (&x, &y) in src.iter().zip(&r) {
                 let want = half::f16::from_f32(x).to_f32();
-                assert!(
-                    want.to_bits() == y.to_bits() || (want.is_nan() && y.is_nan()),
-                    "{isa} round {x:e}"
-                );
+                assert!(same_f32(want, y), "{isa} round {x:e}");
             }
         }
     }

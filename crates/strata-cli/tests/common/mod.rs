@@ -12,25 +12,8 @@ use strata::DType;
 /// or `None` with a printed reason when it is missing; under
 /// `STRATA_REQUIRE_MODEL=1` a missing model fails the test instead.
 /// `what` names the comparison that did not run.
-pub fn q4_1_model(what: &str) -> Option<PathBuf> {
-    let path = match std::env::var_os("STRATA_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf"),
-    };
-    if path.exists() {
-        return Some(path);
-    }
-    let msg = format!(
-        "SKIPPED: model {} not found (run .ci/fetch-models.sh); {what} did not run",
-        path.display()
-    );
-    if std::env::var("STRATA_REQUIRE_MODEL").is_ok_and(|v| v == "1") {
-        panic!("{msg} (STRATA_REQUIRE_MODEL=1)");
-    }
-    eprintln!("{msg}");
-    None
-}
+#[allow(unused_imports)] // each test file uses its own subset
+pub use strata::testkit::require_model as q4_1_model;
 
 /// `strata perplexity` of `model` on the CI text (`-c 512 -b 512 -t 2`, 3
 /// chunks) with `extra` arguments: its final estimate.
@@ -127,21 +110,14 @@ pub fn tiny_llama(dir: &Path, file: &str, tokens: Vec<String>, set: &[(&str, Val
     for (k, val) in md {
         g.add_metadata(k, val).unwrap();
     }
-    g.add_metadata("tokenizer.ggml.tokens", Value::Array(tokens.into()))
-        .unwrap();
-    g.add_metadata(
-        "tokenizer.ggml.token_type",
-        Value::Array(vec![1i32; v].into()),
-    )
-    .unwrap();
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    strata::testkit::add_normal_tokens(&mut g, tokens).unwrap();
+    // (xorshift(1) starts from 0x9e37_79b9_7f4a_7c15, this model's first seed)
+    let mut seed = strata::testkit::xorshift(1);
     let mut rnd = |n: usize, scale: f32, base: f32| -> Vec<u8> {
-        (0..n)
-            .flat_map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let x = ((seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32;
+        (&mut seed)
+            .take(n)
+            .flat_map(|s| {
+                let x = ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32;
                 (base + x * scale).to_le_bytes()
             })
             .collect()

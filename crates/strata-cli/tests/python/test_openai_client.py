@@ -235,35 +235,41 @@ SCHEMA = {
 }
 
 
-def test_response_format_json_schema(client, model_id):
+def json_answer(client, model_id, prompt, max_tokens, response_format):
+    """The parsed JSON of a greedy chat answer to `prompt` under
+    `response_format`, which must have stopped on its own."""
     r = client.chat.completions.create(
         model=model_id,
-        messages=[{"role": "user", "content": "Describe Alice, 30, from Paris, as JSON."}],
-        max_tokens=120,
+        messages=[{"role": "user", "content": prompt}],
+        max_tokens=max_tokens,
         temperature=0,
-        response_format={
+        response_format=response_format,
+    )
+    c = r.choices[0]
+    assert c.finish_reason == "stop", c.message.content
+    return json.loads(c.message.content)
+
+
+def test_response_format_json_schema(client, model_id):
+    obj = json_answer(
+        client,
+        model_id,
+        "Describe Alice, 30, from Paris, as JSON.",
+        120,
+        {
             "type": "json_schema",
             "json_schema": {"name": "person", "schema": SCHEMA, "strict": True},
         },
     )
-    c = r.choices[0]
-    assert c.finish_reason == "stop", c.message.content
-    obj = json.loads(c.message.content)
     assert set(obj) >= {"name", "age"} and set(obj) <= {"name", "age", "city"}
     assert isinstance(obj["name"], str) and isinstance(obj["age"], int)
 
 
 def test_response_format_json_object(client, model_id):
-    r = client.chat.completions.create(
-        model=model_id,
-        messages=[{"role": "user", "content": "List three colors as a JSON object."}],
-        max_tokens=160,
-        temperature=0,
-        response_format={"type": "json_object"},
+    obj = json_answer(
+        client, model_id, "List three colors as a JSON object.", 160, {"type": "json_object"}
     )
-    c = r.choices[0]
-    assert c.finish_reason == "stop", c.message.content
-    assert isinstance(json.loads(c.message.content), dict)
+    assert isinstance(obj, dict)
 
 
 def test_greedy_chat_equals_strata_run(client, base_url, model_id):

@@ -22,14 +22,9 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
-        })
+    strata::testkit::xorshift(seed)
+        .take(n)
+        .map(|s| ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32)
         .collect()
 }
 
@@ -70,6 +65,15 @@ fn f32_model(path: &Path, poke: &dyn Fn(&str, &mut Vec<f32>)) {
             .unwrap();
     }
     w.write_to_path(path).unwrap();
+}
+
+/// A fresh temporary directory `name` holding [`f32_model`] (with `poke`)
+/// as `in.gguf`; returns both paths.
+fn f32_model_in(name: &str, poke: &dyn Fn(&str, &mut Vec<f32>)) -> (PathBuf, PathBuf) {
+    let d = dir(name);
+    let input = d.join("in.gguf");
+    f32_model(&input, poke);
+    (d, input)
 }
 
 fn opts(ft: FileType, threads: usize) -> QuantizeOptions {
@@ -123,9 +127,7 @@ fn leftovers(d: &Path) -> Vec<String> {
 
 #[test]
 fn q8_0_and_q4_k_m_write_the_reference_rows_in_llama_order() {
-    let d = dir("mix");
-    let input = d.join("in.gguf");
-    f32_model(&input, &|_, _| {});
+    let (d, input) = f32_model_in("mix", &|_, _| {});
     let inf = GgufFile::open(&input).unwrap();
     for ft in [
         FileType::Q8_0,
@@ -196,9 +198,7 @@ fn q8_0_and_q4_k_m_write_the_reference_rows_in_llama_order() {
 
 #[test]
 fn requantizing_needs_the_flag_and_goes_through_f32() {
-    let d = dir("requant");
-    let input = d.join("in.gguf");
-    f32_model(&input, &|_, _| {});
+    let (d, input) = f32_model_in("requant", &|_, _| {});
     let q8 = d.join("q8.gguf");
     run(&input, &q8, &opts(FileType::Q8_0, 2)).unwrap();
     let out = d.join("q4.gguf");
@@ -228,10 +228,8 @@ fn requantizing_needs_the_flag_and_goes_through_f32() {
 
 #[test]
 fn non_finite_values_are_refused_with_their_position() {
-    let d = dir("nan");
-    let input = d.join("in.gguf");
     // row 5, column 7 of blk.1.ffn_down (rows of 256): in the third slab
-    f32_model(&input, &|n, v| {
+    let (d, input) = f32_model_in("nan", &|n, v| {
         if n == "blk.1.ffn_down.weight" {
             v[5 * 256 + 7] = f32::NAN;
         }
@@ -281,9 +279,7 @@ fn non_finite_values_are_refused_with_their_position() {
 
 #[test]
 fn paths_and_options_are_checked_before_any_work() {
-    let d = dir("paths");
-    let input = d.join("in.gguf");
-    f32_model(&input, &|_, _| {});
+    let (d, input) = f32_model_in("paths", &|_, _| {});
     let o = opts(FileType::Q8_0, 1);
     let e = run(&input, &input, &o).unwrap_err();
     assert!(matches!(e, QuantizeError::SameFile { .. }), "{e}");

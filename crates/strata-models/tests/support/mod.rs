@@ -6,34 +6,11 @@
 use std::path::PathBuf;
 
 use strata_models::chat::Message;
+use strata_models::{Attention, ContextOptions, Model};
 
-/// `$STRATA_MODEL`, else `~/.cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf`.
-pub fn model_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("STRATA_MODEL") {
-        return PathBuf::from(p);
-    }
-    let home = std::env::var_os("HOME").unwrap_or_default();
-    PathBuf::from(home).join(".cache/strata/SmolLM2-135M-Instruct.Q4_1.gguf")
-}
-
-/// The model path when it exists. Otherwise prints SKIPPED naming `what`
-/// did not run, or panics when `STRATA_REQUIRE_MODEL=1` (CI).
-pub fn require_model(what: &str) -> Option<PathBuf> {
-    let path = model_path();
-    if path.exists() {
-        return Some(path);
-    }
-    let msg = format!(
-        "SKIPPED: model {} not found (set STRATA_MODEL, run .ci/fetch-models.sh, or \
-         `strata run` once to fetch it); {what} did not run",
-        path.display()
-    );
-    if std::env::var("STRATA_REQUIRE_MODEL").is_ok_and(|v| v == "1") {
-        panic!("{msg} (STRATA_REQUIRE_MODEL=1)");
-    }
-    eprintln!("{msg}");
-    None
-}
+/// Where the real model is, and the skip-or-fail rule when it is missing.
+#[allow(unused_imports)] // each test file uses its own subset
+pub use strata::testkit::{default_model_path, require_model};
 
 /// The real model requantized to `file_type` ("Q4_K_M", "Q6_K") by
 /// `strata_models::quantize` (llama-quantize's bytes, see
@@ -100,6 +77,15 @@ pub fn ids_of(v: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
+/// The ids `model` gives a golden manifest prompt's text (`p["prompt"]`),
+/// with BOS added and special tokens parsed, as llama.cpp tokenized it.
+pub fn prompt_ids(model: &Model, p: &serde_json::Value) -> Vec<u32> {
+    model
+        .tokenizer
+        .encode(p["prompt"].as_str().unwrap(), true, true)
+        .unwrap()
+}
+
 /// The messages of a JSON array of `{"role", "content"}` objects (the chat
 /// goldens' conversations).
 pub fn messages(conv: &serde_json::Value) -> Vec<Message> {
@@ -116,4 +102,21 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .fold(0f32, f32::max)
+}
+
+/// Options of a one-sequence context: `n_ctx` cells, batches and
+/// micro-batches of `n_batch` tokens, two threads, `attention`, only the
+/// last position's logits, not batch-invariant. Tests change the rest with
+/// `ContextOptions { .., ..one_seq(..) }`.
+pub fn one_seq(n_ctx: usize, n_batch: usize, attention: Attention) -> ContextOptions {
+    ContextOptions {
+        n_ctx,
+        n_batch,
+        n_ubatch: n_batch,
+        n_threads: 2,
+        attention,
+        logits_all: false,
+        n_seq_max: 1,
+        batch_invariant: false,
+    }
 }

@@ -10,9 +10,11 @@
 use std::sync::Arc;
 
 use half::f16;
+use strata::backend::Device;
 use strata::gguf::{GgufFile, GgufWriter, Value};
 use strata::DType;
-use strata_models::{LoadOptions, Model};
+use strata_models::model::Override;
+use strata_models::{LoadOptions, Model, PlacementSpec};
 
 /// The family a tiny model is written as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -682,6 +684,24 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
+/// Load options putting `n_gpu_layers` layers (llama.cpp's `-ngl` count)
+/// on `devices`, with name `overrides` (`-ot`) checked first.
+pub fn offload(
+    devices: Vec<Arc<dyn Device>>,
+    n_gpu_layers: i32,
+    overrides: Vec<Override>,
+) -> LoadOptions {
+    LoadOptions {
+        devices,
+        placement: PlacementSpec {
+            n_gpu_layers,
+            overrides,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 /// A change to a tiny model before it is written.
 pub type Edit = dyn FnMut(&mut Parts);
 
@@ -728,10 +748,25 @@ pub fn shrink_tensor(name: &'static str) -> impl FnMut(&mut Parts) {
     }
 }
 
+/// A change to one tensor of a tiny model, which its load error must name.
+pub enum TensorEdit {
+    /// The tensor left out ([`drop_tensor`]).
+    Missing(&'static str),
+    /// One off the tensor's last dimension ([`shrink_tensor`]).
+    Shrunk(&'static str),
+    /// The tensor added, of this shape, all ones ([`add_tensor`]).
+    Added(&'static str, Vec<usize>),
+}
+
 /// Asserts that each model, after its edit, fails to load with a typed
-/// error naming the tensor given beside it.
-pub fn assert_tensor_errors(cases: Vec<(&Config, &str, Box<Edit>)>) {
-    for (cfg, name, mut edit) in cases {
+/// error naming the edited tensor.
+pub fn assert_tensor_errors(cases: Vec<(&Config, TensorEdit)>) {
+    for (cfg, edit) in cases {
+        let (name, mut edit): (&str, Box<Edit>) = match edit {
+            TensorEdit::Missing(n) => (n, Box::new(drop_tensor(n))),
+            TensorEdit::Shrunk(n) => (n, Box::new(shrink_tensor(n))),
+            TensorEdit::Added(n, shape) => (n, Box::new(add_tensor(n, shape))),
+        };
         let e = load_err(cfg, &mut *edit);
         assert!(
             matches!(&e, strata_models::ModelError::Tensor { name: n, .. } if n == name),

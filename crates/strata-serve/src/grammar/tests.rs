@@ -542,14 +542,19 @@ fn default_model() -> Option<PathBuf> {
     None
 }
 
+/// The default model's tokenizer, or `None` when the model is absent (see
+/// [`default_model`]).
+fn real_tokenizer() -> Option<Tokenizer> {
+    let file = strata::gguf::GgufFile::open(default_model()?).unwrap();
+    Some(strata_models::gguf::tokenizer(&file).unwrap())
+}
+
 /// With the real vocabulary: steer a constrained walk to a target JSON text
 /// (at each step the allowed token spelling the longest prefix of what is
 /// left), check it ends there, and report the mask time per token.
 #[test]
 fn real_vocabulary_schema_walk() {
-    let Some(path) = default_model() else { return };
-    let file = strata::gguf::GgufFile::open(&path).unwrap();
-    let tok = strata_models::gguf::tokenizer(&file).unwrap();
+    let Some(tok) = real_tokenizer() else { return };
     let t0 = Instant::now();
     let gt = GrammarTokenizer::new(&tok).unwrap();
     eprintln!(
@@ -618,9 +623,7 @@ fn real_vocabulary_schema_walk() {
 /// time per `sample` (mask, masking, draw) is reported.
 #[test]
 fn real_vocabulary_random_json_object() {
-    let Some(path) = default_model() else { return };
-    let file = strata::gguf::GgufFile::open(&path).unwrap();
-    let tok = strata_models::gguf::tokenizer(&file).unwrap();
+    let Some(tok) = real_tokenizer() else { return };
     let gt = GrammarTokenizer::new(&tok).unwrap();
     let spec = GrammarSpec::JsonObject;
     let p = SamplingParams {

@@ -19,6 +19,22 @@ fn weight(t: DType, rows: usize, seed: u64, keep: &mut Vec<Arc<dyn Buffer>>) -> 
     w
 }
 
+/// Two [`weight`]s of type `t` with `rows` rows (seeds `seed` and
+/// `seed + 1`), an F32 activation of `cols` columns (not allocated), and the
+/// weights' buffers.
+fn two_weights(
+    t: DType,
+    rows: [usize; 2],
+    seed: u64,
+    cols: usize,
+) -> (Tensor, Tensor, Tensor, Vec<Arc<dyn Buffer>>) {
+    let mut keep = Vec::new();
+    let w1 = weight(t, rows[0], seed, &mut keep);
+    let w2 = weight(t, rows[1], seed + 1, &mut keep);
+    let x = Tensor::new(DType::F32, &[K, cols]).unwrap();
+    (w1, w2, x, keep)
+}
+
 /// `mul_mat(w, x)` alone in a graph of its own on `nth` threads (the
 /// reference: a step of one node).
 fn alone(w: &Tensor, x: &[f32], cols: usize, nth: usize) -> Vec<f32> {
@@ -88,10 +104,7 @@ fn matmuls_over_one_input_run_as_one_step_with_the_same_bits() {
 /// K kept as an output or not; its step sizes, K, V and the scale's result,
 /// each checked against the op alone. Returns whether V's memory overlaps K's.
 fn k_scale_v(t: DType, cols: usize, s: f32, keep_k: bool, seed: u64) -> (Vec<usize>, bool) {
-    let mut keep = Vec::new();
-    let wk = weight(t, 48, seed, &mut keep);
-    let wv = weight(t, 32, seed + 1, &mut keep);
-    let x = Tensor::new(DType::F32, &[K, cols]).unwrap();
+    let (wk, wv, x, mut keep) = two_weights(t, [48, 32], seed, cols);
     let k = ops::mul_mat(&wk, &x).unwrap();
     let rk = ops::scale(&k, s).unwrap();
     let v = ops::mul_mat(&wv, &x).unwrap();
@@ -134,10 +147,7 @@ fn a_matmul_never_moves_past_a_write_to_its_input() {
     // mm1 reads x; CPY then overwrites x with z; mm2 reads the result (a view
     // of x: the same memory, type and shape as mm1's input). Moving mm2 up
     // to mm1 would make it read the old x.
-    let mut keep = Vec::new();
-    let w1 = weight(DType::Q4_0, 32, 4, &mut keep);
-    let w2 = weight(DType::Q4_0, 32, 5, &mut keep);
-    let x = Tensor::new(DType::F32, &[K, 3]).unwrap();
+    let (w1, w2, x, mut keep) = two_weights(DType::Q4_0, [32, 32], 4, 3);
     let z = Tensor::new(DType::F32, &[K, 3]).unwrap();
     let y1 = ops::mul_mat(&w1, &x).unwrap();
     let c = ops::cpy(&z, &x).unwrap();
@@ -229,10 +239,7 @@ fn permuting_in_place_gives_the_order() {
 
 #[test]
 fn the_profile_counts_every_step_by_kind() {
-    let mut keep = Vec::new();
-    let w1 = weight(DType::Q4_0, 32, 1, &mut keep);
-    let w2 = weight(DType::Q4_0, 16, 2, &mut keep);
-    let x = Tensor::new(DType::F32, &[K, 2]).unwrap();
+    let (w1, w2, x, mut keep) = two_weights(DType::Q4_0, [32, 16], 1, 2);
     let y1 = ops::mul_mat(&w1, &x).unwrap();
     let y2 = ops::mul_mat(&w2, &x).unwrap();
     let s = ops::scale(&y1, 2.0).unwrap();

@@ -79,6 +79,15 @@ fn parse_err(bytes: Vec<u8>) -> (String, String) {
     field_of(GgufFile::from_bytes(bytes).expect_err("file should be rejected"))
 }
 
+/// Asserts that parsing `bytes` fails at `field` with a message that
+/// contains `part`.
+#[track_caller]
+fn assert_parse_err(bytes: Vec<u8>, field: &str, part: &str) {
+    let (got, msg) = parse_err(bytes);
+    assert_eq!(got, field, "{msg}");
+    assert!(msg.contains(part), "{got}: {msg} (wanted {part})");
+}
+
 #[test]
 fn gguf_round_trip_all_value_types_and_tensors() {
     for alignment in [None, Some(1), Some(8), Some(64)] {
@@ -312,25 +321,22 @@ fn gguf_reads_k_quant_and_iq4_tensors() {
         assert_eq!((t.dtype(), t.size()), (dtype, 2 * bytes), "{}", t.name());
         assert_eq!(t.shape(), [256, 2, 1, 1]);
     }
-    let (field, msg) = parse_err(Raw::header(3, 1, 0).tensor("t", &[256], 16, 0).data(256));
-    assert_eq!(field, "tensor 't' type");
-    assert!(
-        msg.contains("unknown or unsupported ggml type id 16"),
-        "{msg}"
+    assert_parse_err(
+        Raw::header(3, 1, 0).tensor("t", &[256], 16, 0).data(256),
+        "tensor 't' type",
+        "unknown or unsupported ggml type id 16",
     );
-    let (field, msg) = parse_err(Raw::header(3, 1, 0).tensor("t", &[128], 14, 0).data(256));
-    assert_eq!(field, "tensor 't' row length", "{msg}");
-    assert!(msg.contains("q6_K block size 256"), "{msg}");
+    assert_parse_err(
+        Raw::header(3, 1, 0).tensor("t", &[128], 14, 0).data(256),
+        "tensor 't' row length",
+        "q6_K block size 256",
+    );
 }
 
 #[test]
 fn gguf_rejects_bad_header() {
-    let (field, msg) = parse_err(b"GGML\x03\0\0\0".to_vec());
-    assert_eq!(field, "magic");
-    assert!(msg.contains("not a GGUF file"), "{msg}");
-    let (field, msg) = parse_err(Raw::header(1, 0, 0).0);
-    assert_eq!(field, "version");
-    assert!(msg.contains("v1 is not supported"), "{msg}");
+    assert_parse_err(b"GGML\x03\0\0\0".to_vec(), "magic", "not a GGUF file");
+    assert_parse_err(Raw::header(1, 0, 0).0, "version", "v1 is not supported");
     let (_, msg) = parse_err(Raw::header(3u32.swap_bytes(), 0, 0).0);
     assert!(msg.contains("big-endian"), "{msg}");
     let (_, msg) = parse_err(Raw::header(4, 0, 0).0);
@@ -342,9 +348,7 @@ fn gguf_rejects_bad_header() {
 
 #[test]
 fn gguf_rejects_absurd_counts_and_lengths() {
-    let (field, msg) = parse_err(Raw::header(3, u64::MAX, 0).0);
-    assert_eq!(field, "tensor_count");
-    assert!(msg.contains("cannot fit"), "{msg}");
+    assert_parse_err(Raw::header(3, u64::MAX, 0).0, "tensor_count", "cannot fit");
     assert_eq!(parse_err(Raw::header(3, 0, 1 << 40).0).0, "kv_count");
     // Each count alone fits, both together do not.
     let mut r = Raw::header(3, 1, 2);
@@ -353,18 +357,14 @@ fn gguf_rejects_absurd_counts_and_lengths() {
     // String length larger than the file.
     let mut r = Raw::header(3, 0, 1);
     r.u64(u64::MAX).bytes(&[0; 16]);
-    let (field, msg) = parse_err(r.0);
-    assert_eq!(field, "metadata key #0");
-    assert!(msg.contains("string length"), "{msg}");
+    assert_parse_err(r.0, "metadata key #0", "string length");
     // Array length larger than the file.
     let mut r = Raw::header(3, 0, 1);
     r.str("arr")
         .u32(ValueType::Array.id())
         .u32(ValueType::U64.id())
         .u64(1 << 60);
-    let (field, msg) = parse_err(r.0);
-    assert_eq!(field, "metadata key 'arr'");
-    assert!(msg.contains("array length"), "{msg}");
+    assert_parse_err(r.0, "metadata key 'arr'", "array length");
     // Array of strings: each needs at least 8 bytes.
     let mut r = Raw::header(3, 0, 1);
     r.str("arr")
@@ -379,9 +379,7 @@ fn gguf_rejects_absurd_counts_and_lengths() {
 fn gguf_rejects_bad_metadata() {
     let mut r = Raw::header(3, 0, 1);
     r.str("k").u32(13).u32(0);
-    let (field, msg) = parse_err(r.0);
-    assert_eq!(field, "metadata key 'k'");
-    assert!(msg.contains("unknown value type id 13"), "{msg}");
+    assert_parse_err(r.0, "metadata key 'k'", "unknown value type id 13");
     let mut r = Raw::header(3, 0, 1);
     r.str("k").u32(ValueType::Array.id()).u32(99).u64(0);
     assert!(parse_err(r.0).1.contains("unknown value type id 99"));
@@ -396,9 +394,7 @@ fn gguf_rejects_bad_metadata() {
 
     let mut r = Raw::header(3, 0, 1);
     r.u64(2).bytes(&[0xff, 0xfe]).u32(0).bytes(&[0]);
-    let (field, msg) = parse_err(r.0);
-    assert_eq!(field, "metadata key #0");
-    assert!(msg.contains("invalid UTF-8"), "{msg}");
+    assert_parse_err(r.0, "metadata key #0", "invalid UTF-8");
     let mut r = Raw::header(3, 0, 1);
     r.str("s").u32(ValueType::String.id()).u64(1).bytes(&[0x80]);
     assert!(parse_err(r.0).1.contains("invalid UTF-8"));
@@ -414,16 +410,12 @@ fn gguf_rejects_bad_metadata() {
         r.u32(ValueType::Array.id()).u64(1);
     }
     r.u32(ValueType::U8.id()).u64(0);
-    let (field, msg) = parse_err(r.0);
-    assert_eq!(field, "metadata key 'deep'");
-    assert!(msg.contains("nested deeper"), "{msg}");
+    assert_parse_err(r.0, "metadata key 'deep'", "nested deeper");
 
     for bad in [0u32, 3, 48] {
         let mut r = Raw::header(3, 0, 1);
         r.kv_u32("general.alignment", bad);
-        let (field, msg) = parse_err(r.0);
-        assert_eq!(field, "metadata key 'general.alignment'");
-        assert!(msg.contains("power of two"), "{msg}");
+        assert_parse_err(r.0, "metadata key 'general.alignment'", "power of two");
     }
     let mut r = Raw::header(3, 0, 1);
     r.str("general.alignment")
@@ -439,69 +431,64 @@ fn gguf_rejects_bad_tensor_infos() {
             .tensor(name, dims, ty, offset)
             .data(data)
     };
-    let check = |bytes: Vec<u8>, want_field: &str, want_msg: &str| {
-        let (field, msg) = parse_err(bytes);
-        assert_eq!(field, want_field, "{msg}");
-        assert!(msg.contains(want_msg), "{field}: {msg} (wanted {want_msg})");
-    };
-    check(
+    assert_parse_err(
         one("t", &[1, 1, 1, 1, 1], 0, 0, 4),
         "tensor 't' n_dims",
         "5 > 4",
     );
-    check(
+    assert_parse_err(
         one("t", &[4, 0], 0, 0, 16),
         "tensor 't' dims",
         "dimension 1 is zero",
     );
-    check(
+    assert_parse_err(
         one("t", &[1 << 32, 1 << 32], 0, 0, 0),
         "tensor 't' dims",
         "overflows",
     );
-    check(
+    assert_parse_err(
         one("t", &[u64::MAX, 2], 0, 0, 0),
         "tensor 't' dims",
         "overflows",
     );
-    check(
+    assert_parse_err(
         one("t", &[1 << 62], 0, 0, 0),
         "tensor 't' size",
         "overflows",
     );
-    check(
+    assert_parse_err(
         one("t", &[4], 4, 0, 16),
         "tensor 't' type",
         "unknown or unsupported ggml type id 4",
     );
-    check(one("t", &[4], 1000, 0, 16), "tensor 't' type", "id 1000");
-    check(
+    assert_parse_err(one("t", &[4], 1000, 0, 16), "tensor 't' type", "id 1000");
+    assert_parse_err(
         one("t", &[48], 8, 0, 64),
         "tensor 't' row length",
         "not a multiple of the q8_0 block size 32",
     );
-    check(
+    assert_parse_err(
         one("t", &[4], 0, 16, 64),
         "tensor 't' offset",
         "not a multiple of the alignment 32",
     );
-    check(
+    assert_parse_err(
         one("t", &[8], 0, 0, 31),
         "tensor 't' offset",
         "outside the 31-byte data section",
     );
-    check(
+    assert_parse_err(
         one("t", &[8], 0, 1 << 63, 64),
         "tensor 't' offset",
         "outside",
     );
-    check(
+    assert_parse_err(
         one("t", &[8], 0, u64::MAX - 31, 64),
         "tensor 't' offset",
         "",
     );
-    check(one("", &[8], 0, 0, 32), "tensor #0 name", "empty");
-    check(
+    assert_parse_err(one("", &[8], 0, 0, 32), "tensor #0 name", "empty");
+    assert_parse_err(
         one("t", &[8], 0, 0, 0)[..50].to_vec(),
         "tensor 't' offset",
         "truncated",
@@ -509,7 +496,7 @@ fn gguf_rejects_bad_tensor_infos() {
     // Infos end, data section missing entirely.
     let mut r = Raw::header(3, 1, 0);
     r.tensor("t", &[8], 0, 0);
-    check(r.0.clone(), "data section", "past the end");
+    assert_parse_err(r.0.clone(), "data section", "past the end");
 
     let two = |a: (&str, u64), b: (&str, u64), data: usize| {
         Raw::header(3, 2, 0)
@@ -517,17 +504,17 @@ fn gguf_rejects_bad_tensor_infos() {
             .tensor(b.0, &[16], 0, b.1)
             .data(data)
     };
-    check(
+    assert_parse_err(
         two(("a", 0), ("a", 64), 128),
         "tensor 'a' name",
         "duplicate",
     );
-    check(
+    assert_parse_err(
         two(("a", 0), ("b", 32), 128),
         "tensor 'b' offset",
         "overlaps tensor 'a'",
     );
-    check(
+    assert_parse_err(
         two(("a", 64), ("b", 32), 128),
         "tensor 'a' offset",
         "overlaps tensor 'b'",
@@ -537,7 +524,7 @@ fn gguf_rejects_bad_tensor_infos() {
     // The tensor name must be valid UTF-8 too.
     let mut r = Raw::header(3, 1, 0);
     r.u64(1).bytes(&[0xc3]).u32(1).u64(8).u32(0).u64(0);
-    check(r.data(32), "tensor #0 name", "invalid UTF-8");
+    assert_parse_err(r.data(32), "tensor #0 name", "invalid UTF-8");
 }
 
 #[test]

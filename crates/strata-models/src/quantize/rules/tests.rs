@@ -146,19 +146,20 @@ fn q6_k_and_legacy_types_on_smollm() {
 
 #[test]
 fn explicit_embedding_and_output_types() {
-    let mut o = opts(FileType::Q4_K_M);
-    o.token_embedding_type = Some(DType::Q4_0);
-    let v = choose_all(&smollm(), o, &smollm_tensors());
+    // SmolLM2's token_embd type at Q4_K_M with `set` applied to the options
+    let embd_type = |set: &dyn Fn(&mut TypeOptions)| {
+        let mut o = opts(FileType::Q4_K_M);
+        set(&mut o);
+        let v = choose_all(&smollm(), o, &smollm_tensors());
+        v.iter().find(|x| x.0 == "token_embd.weight").unwrap().1
+    };
     assert_eq!(
-        v.iter().find(|x| x.0 == "token_embd.weight").unwrap().1,
+        embd_type(&|o| o.token_embedding_type = Some(DType::Q4_0)),
         DType::Q4_0
     );
     // tied embeddings: the output type applies to token_embd
-    let mut o = opts(FileType::Q4_K_M);
-    o.output_tensor_type = Some(DType::F16);
-    let v = choose_all(&smollm(), o, &smollm_tensors());
     assert_eq!(
-        v.iter().find(|x| x.0 == "token_embd.weight").unwrap().1,
+        embd_type(&|o| o.output_tensor_type = Some(DType::F16)),
         DType::F16
     );
     // a type whose blocks do not divide the row is refused
