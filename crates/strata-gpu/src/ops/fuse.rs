@@ -22,6 +22,7 @@ use strata::ops::Op;
 use strata::{DType, Result, Tensor, TensorId};
 
 use super::norm::row_shader;
+use super::rows::wgsl;
 use super::{aligned, attn, elementwise, grid, is_noop, matmul, norm, rows, Dispatch, Kernel};
 use super::{Params, WG};
 use crate::context::GpuContext;
@@ -346,10 +347,7 @@ fn rope_set_rows(
     src_types[3] = Some(ids.dtype());
     let kernel = Kernel {
         key: "rope_set_rows".into(),
-        body: concat!(
-            include_str!("../shaders/rope.wgsl"),
-            include_str!("../shaders/rope_set_rows.wgsl")
-        ),
+        body: wgsl!("rope.wgsl", "rope_set_rows.wgsl", "item_main.wgsl"),
         src_types,
         dst_type: sr.dtype(),
         defs: vec![("IDX64", (ids.dtype() == DType::I64).to_string())],
