@@ -148,5 +148,13 @@ pub enum BatchError {
     },
 }
 
+/// A [`ModelError::Metadata`]: what is wrong with the value at `key`.
+pub(crate) fn meta(key: &str, msg: impl Into<String>) -> ModelError {
+    ModelError::Metadata {
+        key: key.to_string(),
+        msg: msg.into(),
+    }
+}
+
 /// Result with a [`ModelError`].
 pub type Result<T> = std::result::Result<T, ModelError>;
