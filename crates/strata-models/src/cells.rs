@@ -129,9 +129,10 @@ impl Cells {
     /// `n_ctx` free cells for sequences `0..n_seq_max` (1..=[`MAX_SEQ`]).
     pub fn new(n_ctx: usize, n_seq_max: usize) -> Result<Cells> {
         if n_seq_max == 0 || n_seq_max > MAX_SEQ {
-            return Err(ModelError::Invalid(format!(
-                "{n_seq_max} sequences: a cache holds 1 to {MAX_SEQ} (-np)"
-            )));
+            return Err(ModelError::SeqCount {
+                n_seq_max,
+                max: MAX_SEQ,
+            });
         }
         Ok(Cells {
             pos: vec![0; n_ctx],

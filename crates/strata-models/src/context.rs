@@ -197,9 +197,10 @@ impl Context {
             opts.n_ctx = model.hparams.n_ctx_train;
         }
         if opts.n_batch == 0 || opts.n_threads == 0 {
-            return Err(ModelError::Invalid(
-                "batch size and thread count must be at least 1".into(),
-            ));
+            return Err(ModelError::ZeroBatchOrThreads {
+                n_batch: opts.n_batch,
+                n_threads: opts.n_threads,
+            });
         }
         opts.n_batch = opts.n_batch.min(opts.n_ctx);
         if opts.n_ubatch == 0 || opts.n_ubatch > opts.n_batch {
@@ -327,9 +328,10 @@ impl Context {
     pub fn truncate(&mut self, n: usize) -> Result<()> {
         let n_past = self.n_past();
         if n > n_past {
-            return Err(ModelError::Invalid(format!(
-                "cannot keep {n} positions: only {n_past} are cached"
-            )));
+            return Err(ModelError::KeepTooMany {
+                keep: n,
+                cached: n_past,
+            });
         }
         self.cells.seq_rm(Some(0), n as i32..)
     }
@@ -393,12 +395,7 @@ impl Context {
             || rp.attn_factor != 1.0
             || self.model.layers.iter().any(|l| l.rope_long.is_some())
         {
-            return Err(ModelError::Invalid(
-                "shifting positions (seq_add) re-rotates the cached keys, which this model's \
-                 RoPE scaling (YaRN / LongRoPE magnitudes) does not allow; remove and recompute \
-                 the tokens instead"
-                    .into(),
-            ));
+            return Err(ModelError::ShiftUnsupported);
         }
         let mut trial = self.cells.clone();
         let moved = trial.seq_add(seq, range, delta)?;
@@ -447,26 +444,22 @@ impl Context {
     /// Graphs whose logits are not wanted are queued without waiting for them.
     pub fn decode(&mut self, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
         if tokens.is_empty() {
-            return Err(ModelError::Invalid(
-                "nothing to decode: the prompt has no tokens (an empty prompt, and the model \
-                 adds no BOS token); give a non-empty prompt"
-                    .into(),
-            ));
+            return Err(ModelError::EmptyPrompt);
         }
         let n_vocab = self.model.hparams.n_vocab;
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(ModelError::Invalid(format!(
-                "token id {bad} is out of range (vocabulary of {n_vocab})"
-            )));
+            return Err(ModelError::TokenOutOfVocab {
+                token: bad,
+                n_vocab,
+            });
         }
         let n_past = self.n_past();
         if n_past + tokens.len() > self.opts.n_ctx {
-            return Err(ModelError::Invalid(format!(
-                "context full: {} cached + {} new tokens exceed -c {}; use a larger context",
-                n_past,
-                tokens.len(),
-                self.opts.n_ctx
-            )));
+            return Err(ModelError::ContextFull {
+                cached: n_past,
+                new: tokens.len(),
+                n_ctx: self.opts.n_ctx,
+            });
         }
         let n = tokens.len();
         let want: Vec<bool> = (0..n)
@@ -478,10 +471,12 @@ impl Context {
             .collect();
         let step = self.opts.n_ubatch;
         let per_chunk = want.chunks(step).map(|c| c.iter().filter(|&&w| w).count());
-        if per_chunk.max().unwrap_or(0) > self.n_outputs_max {
-            return Err(ModelError::Invalid(
-                "logits of several positions need a context made with logits_all".into(),
-            ));
+        let wanted = per_chunk.max().unwrap_or(0);
+        if wanted > self.n_outputs_max {
+            return Err(ModelError::LogitsNotKept {
+                wanted,
+                reserved: self.n_outputs_max,
+            });
         }
         let at: Vec<(i32, SeqSet)> = (0..n)
             .map(|i| ((n_past + i) as i32, SeqSet::one(0)))

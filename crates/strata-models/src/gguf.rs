@@ -3,15 +3,9 @@
 
 use strata::gguf::{Array, GgufFile, Value};
 
+use crate::error::meta;
 use crate::tokenizer::{Tokenizer, TokenizerParts};
 use crate::Result;
-
-fn meta_err(key: &str, msg: impl Into<String>) -> crate::ModelError {
-    crate::ModelError::Metadata {
-        key: key.to_string(),
-        msg: msg.into(),
-    }
-}
 
 fn opt_u32(f: &GgufFile, key: &str) -> Result<Option<u32>> {
     match f.metadata().get(key) {
@@ -20,7 +14,7 @@ fn opt_u32(f: &GgufFile, key: &str) -> Result<Option<u32>> {
             .to_u64()
             .and_then(|x| u32::try_from(x).ok())
             .map(Some)
-            .ok_or_else(|| meta_err(key, "expected a token id (unsigned integer)")),
+            .ok_or_else(|| meta(key, "expected a token id (unsigned integer)")),
     }
 }
 
@@ -28,16 +22,16 @@ fn opt_bool(f: &GgufFile, key: &str) -> Result<Option<bool>> {
     match f.metadata().get(key) {
         None => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(meta_err(key, "expected a bool")),
+        Some(_) => Err(meta(key, "expected a bool")),
     }
 }
 
 fn strings(f: &GgufFile, key: &str, required: bool) -> Result<Vec<String>> {
     match f.metadata().get(key) {
         None if !required => Ok(Vec::new()),
-        None => Err(meta_err(key, "missing")),
+        None => Err(meta(key, "missing")),
         Some(Value::Array(Array::String(v))) => Ok(v.clone()),
-        Some(_) => Err(meta_err(key, "expected an array of strings")),
+        Some(_) => Err(meta(key, "expected an array of strings")),
     }
 }
 
@@ -47,19 +41,19 @@ pub fn tokenizer_parts(f: &GgufFile) -> Result<TokenizerParts> {
     let key = |k: &str| format!("tokenizer.ggml.{k}");
     let model = m
         .get_str(&key("model"))
-        .map_err(|_| meta_err(&key("model"), "missing (not a model with a tokenizer?)"))?
+        .map_err(|_| meta(&key("model"), "missing (not a model with a tokenizer?)"))?
         .to_string();
     let pre = m.get_str(&key("pre")).unwrap_or("default").to_string();
     let token_types = match m.get(&key("token_type")) {
         None => Vec::new(),
         Some(Value::Array(Array::I32(v))) => v.clone(),
         Some(Value::Array(Array::U32(v))) => v.iter().map(|&x| x as i32).collect(),
-        Some(_) => return Err(meta_err(&key("token_type"), "expected an array of i32")),
+        Some(_) => return Err(meta(&key("token_type"), "expected an array of i32")),
     };
     let scores = match m.get(&key("scores")) {
         None => None,
         Some(Value::Array(Array::F32(v))) => Some(v.clone()),
-        Some(_) => return Err(meta_err(&key("scores"), "expected an array of f32")),
+        Some(_) => return Err(meta(&key("scores"), "expected an array of f32")),
     };
     Ok(TokenizerParts {
         model,

@@ -50,18 +50,18 @@ impl SamplerConfig {
     }
 
     fn validate(&self) -> Result<()> {
-        let bad = |what: &str| Err(ModelError::Invalid(format!("sampling: {what}")));
+        let bad = |param, value, need| Err(ModelError::SamplingParam { param, value, need });
         if !self.temperature.is_finite() {
-            return bad("temperature must be finite");
+            return bad("temperature", self.temperature, "finite");
         }
         if !(0.0..=1.0).contains(&self.top_p) {
-            return bad("top-p must be in [0, 1]");
+            return bad("top-p", self.top_p, "in [0, 1]");
         }
         if !(0.0..=1.0).contains(&self.min_p) {
-            return bad("min-p must be in [0, 1]");
+            return bad("min-p", self.min_p, "in [0, 1]");
         }
         if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
-            return bad("repeat penalty must be positive");
+            return bad("repeat penalty", self.repeat_penalty, "positive");
         }
         Ok(())
     }
@@ -159,7 +159,7 @@ impl Sampler {
     /// Picks the next token from `logits` (one per vocabulary entry).
     pub fn sample(&mut self, logits: &[f32]) -> Result<u32> {
         if logits.is_empty() {
-            return Err(ModelError::Invalid("sampling: no logits".into()));
+            return Err(ModelError::NoLogits);
         }
         self.cand.clear();
         self.cand

@@ -341,7 +341,7 @@ fn user_mistakes_are_errors() {
     let mut c = ctx(&model, Attention::Flash, 1);
     assert!(matches!(
         c.decode(&[N_VOCAB as u32], Logits::Last),
-        Err(ModelError::Invalid(_))
+        Err(ModelError::TokenOutOfVocab { .. })
     ));
     assert!(c.decode(&[], Logits::Last).is_err());
     c.decode(&[1; 16], Logits::Last).unwrap();

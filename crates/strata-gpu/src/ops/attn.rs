@@ -9,7 +9,9 @@
 use strata::ops::{GluOp, Op, RopeMode, RopeParams};
 use strata::{DType, Result, Tensor};
 
+use super::elementwise::{BINARY, UNARY};
 use super::norm::{row_dispatch, row_shader};
+use super::rows::wgsl;
 use super::{aligned, grid, is_float, per_item, slots_of, ty_name, Dispatch, Kernel, Params};
 use crate::context::GpuContext;
 
@@ -85,8 +87,7 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
         &Op::DiagMaskInf { n_past } => {
             // the element-wise kernel: -inf (bits in int 5) above the diagonal
             let e = "select(x, bitcast<f32>(P.i.w), c.x > P.dn.z + c.y)";
-            let k = Kernel::new("diag_mask_inf", include_str!("../shaders/unary.wgsl"), node)
-                .def("EXPR", e);
+            let k = Kernel::new("diag_mask_inf", UNARY, node).def("EXPR", e);
             // past ne0 nothing is masked (and n_past + i1 stays in u32)
             let n_past = n_past.min(node.ne()[0]) as u32;
             let p = p.int(0, n_past).int(5, f32::NEG_INFINITY.to_bits());
@@ -140,8 +141,7 @@ fn glu(
         GluOp::GegluErf => "0.5 * a * (1.0 + erf_approx(a * 0.70710678118654752)) * b",
     };
     let a = node.src(0).ok_or_else(|| super::unsupported(ctx, node))?;
-    let mut kernel =
-        Kernel::new("glu", include_str!("../shaders/binary.wgsl"), node).def("OPER", act);
+    let mut kernel = Kernel::new("glu", BINARY, node).def("OPER", act);
     let mut slots = slots_of(node);
     let mut p = p;
     if node.src(1).is_none() {
@@ -192,10 +192,7 @@ fn rope(ctx: &GpuContext, node: &Tensor, p: Params, rp: &RopeParams) -> Result<V
         .float(4, corr[1])
         .float(5, hi)
         .float(6, lo);
-    let body = concat!(
-        include_str!("../shaders/rope.wgsl"),
-        include_str!("../shaders/rope_main.wgsl")
-    );
+    let body = wgsl!("rope.wgsl", "rope_main.wgsl", "item_main.wgsl");
     let k = Kernel::new("rope", body, node);
     let items = node.nrows() * (node.ne()[0] - half);
     Ok(vec![per_item(ctx, k, node, p, items)?])

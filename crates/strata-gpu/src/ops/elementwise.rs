@@ -4,8 +4,16 @@
 use strata::ops::{Op, UnaryOp};
 use strata::{Result, Tensor};
 
+use super::rows::wgsl;
 use super::{aligned, is_float, per_item, Dispatch, Kernel, Params};
 use crate::context::GpuContext;
+
+/// The binary kernel: `dst = OPER` of `a` (s0) and `b` (s1, broadcast),
+/// one invocation per destination element (also GLU's).
+pub(super) const BINARY: &str = wgsl!("binary.wgsl", "cpy_main.wgsl", "item_main.wgsl");
+/// The unary kernel: `dst = EXPR` of `x` (s0) at coordinates `c`, one
+/// invocation per destination element (also DIAG_MASK_INF's).
+pub(super) const UNARY: &str = wgsl!("unary.wgsl", "cpy_main.wgsl", "item_main.wgsl");
 
 /// Whether this module computes `op`.
 pub(crate) fn handles(op: &Op) -> bool {
@@ -67,7 +75,7 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
     let n = node.nelements();
     let mut p = Params::of(node);
     let k = if let Some(e) = binary(node.op()) {
-        Kernel::new("binary", include_str!("../shaders/binary.wgsl"), node).def("OPER", e)
+        Kernel::new("binary", BINARY, node).def("OPER", e)
     } else {
         match *node.op() {
             Op::Scale { scale, bias } => p = p.float(0, scale).float(1, bias),
@@ -75,7 +83,7 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
             _ => {}
         }
         let e = unary(node.op()).unwrap_or("x");
-        Kernel::new("unary", include_str!("../shaders/unary.wgsl"), node).def("EXPR", e)
+        Kernel::new("unary", UNARY, node).def("EXPR", e)
     };
     Ok(vec![per_item(ctx, k, node, p, n)?])
 }

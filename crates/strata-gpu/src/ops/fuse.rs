@@ -24,6 +24,7 @@ use strata::ops::Op;
 use strata::{DType, Result, Tensor, TensorId};
 
 use super::norm::row_shader;
+use super::rows::wgsl;
 use super::{aligned, attn, elementwise, grid, is_noop, matmul, norm, rows, Dispatch, Kernel};
 use super::{Params, WG};
 use crate::context::GpuContext;
@@ -58,32 +59,29 @@ pub(crate) fn plan(
     i: usize,
     uses: &IdMap<TensorId, u32>,
 ) -> Result<Option<Fused>> {
-    let nodes = graph.nodes();
-    let node = &nodes[i];
-    let f = match node.op() {
-        Op::Add => add_norm_mul(ctx, graph, i, uses)?,
-        Op::RmsNorm { .. } => norm_mul(ctx, graph, i, uses)?,
-        Op::MulMat => mul_mat_add(ctx, graph, i, uses)?,
-        Op::Rope(_) => rope_set_rows(ctx, graph, i, uses)?,
+    let g = Site { ctx, graph, uses };
+    let f = match graph.nodes()[i].op() {
+        Op::Add => g.add_norm_mul(i)?,
+        Op::RmsNorm { .. } => g.norm_mul(i)?,
+        Op::MulMat => g.mul_mat_add(i)?,
+        Op::Rope(_) => g.rope_set_rows(i)?,
         _ => None,
     };
     Ok(f)
 }
 
+/// A graph being planned: the patterns below are matched against its
+/// nodes.
+struct Site<'a> {
+    ctx: &'a GpuContext,
+    graph: &'a Graph,
+    /// [`use_counts`] of `graph`.
+    uses: &'a IdMap<TensorId, u32>,
+}
+
 /// The next node after `i` that computes something (views skipped).
 fn next_compute(nodes: &[Tensor], i: usize) -> Option<usize> {
     (i + 1..nodes.len()).find(|&j| !is_noop(nodes[j].op()))
-}
-
-/// Whether `t`'s result may stay unstored: exactly one consumer, not an
-/// OUTPUT.
-fn single_use(t: &Tensor, uses: &IdMap<TensorId, u32>) -> bool {
-    !t.is_output() && uses.get(&t.id()).copied() == Some(1)
-}
-
-/// Whether source `k` of `node` (as the graph computes it) is `t`.
-fn reads(graph: &Graph, node: &Tensor, k: usize, t: &Tensor) -> bool {
-    graph.src(node, k).is_some_and(|s| s.ptr_eq(t))
 }
 
 /// A binary op's second source divides the destination's shape.
@@ -112,299 +110,260 @@ fn apart(dst: &Tensor, src: &Tensor, same_ok: bool) -> bool {
     d1 <= s0 || s1 <= d0 || (same_ok && same && dst.dtype() == src.dtype())
 }
 
-/// The MUL at node `j` scales RMS_NORM `rms` by a weight: `rms` is its
-/// first source, the weight (f32) broadcasts over it, all f32.
-fn norm_weight<'a>(
+/// The fused norm kernel into `mul`, one workgroup per row: `sources` are
+/// x and the weight, or (the ADD before the norm) its two operands, the
+/// weight and the sum to store, in slots 0, 1, 2, 3.
+fn norm_mul_dispatch(
     ctx: &GpuContext,
-    graph: &'a Graph,
-    j: usize,
-    rms: &Tensor,
-) -> Option<&'a Tensor> {
-    let mul = &graph.nodes()[j];
-    if mul.op() != &Op::Mul || !reads(graph, mul, 0, rms) || !super::supported(ctx, mul) {
-        return None;
-    }
-    let w = graph.src(mul, 1)?;
-    (!w.ptr_eq(rms)
-        && w.dtype() == DType::F32
-        && mul.dtype() == DType::F32
-        && mul.ne() == rms.ne()
-        && aligned(w)
-        && aligned(mul)
-        && broadcasts(w, mul))
-    .then_some(w)
-}
-
-/// RMS_NORM at `i` then the MUL by its weight.
-fn norm_mul(
-    ctx: &GpuContext,
-    graph: &Graph,
-    i: usize,
-    uses: &IdMap<TensorId, u32>,
-) -> Result<Option<Fused>> {
-    let nodes = graph.nodes();
-    let rms = &nodes[i];
-    let &Op::RmsNorm { eps } = rms.op() else {
-        return Ok(None);
-    };
-    if !single_use(rms, uses) || !norm::supports(rms) {
-        return Ok(None);
-    }
-    let Some(j) = next_compute(nodes, i) else {
-        return Ok(None);
-    };
-    let Some(w) = norm_weight(ctx, graph, j, rms) else {
-        return Ok(None);
-    };
-    let (x, mul) = (rms.src(0), &nodes[j]);
-    let Some(x) = x else { return Ok(None) };
-    if !apart(mul, x, true) || !apart(mul, w, false) {
-        return Ok(None);
-    }
-    let mut p = Params::of(mul).float(0, eps);
-    p.set_tensor(0, x);
-    p.set_tensor(1, w);
-    let mut slots: [Option<Tensor>; 5] = Default::default();
-    slots[0] = Some(x.clone());
-    slots[1] = Some(w.clone());
-    slots[4] = Some(mul.clone());
-    let kernel = Kernel {
-        key: "norm_mul".into(),
-        body: row_shader!("../shaders/norm_mul.wgsl"),
-        src_types: [Some(DType::F32), Some(DType::F32), None, None],
-        dst_type: DType::F32,
-        defs: vec![("HAS_ADD", "false".into())],
-    };
-    Ok(Some(Fused {
-        dispatches: vec![rows_dispatch(ctx, kernel, mul, p, slots)?],
-        nodes: vec![i, j],
-    }))
-}
-
-/// ADD at `i` (stored: it is the residual), then RMS_NORM of the sum, then
-/// the MUL by the norm's weight. The sum is stored through source slot 3,
-/// so it must be in the destination's buffer (bound read-write).
-fn add_norm_mul(
-    ctx: &GpuContext,
-    graph: &Graph,
-    i: usize,
-    uses: &IdMap<TensorId, u32>,
-) -> Result<Option<Fused>> {
-    let nodes = graph.nodes();
-    let add = &nodes[i];
-    let (Some(a), Some(b)) = (graph.src(add, 0), graph.src(add, 1)) else {
-        return Ok(None);
-    };
-    let f32_like = |t: &Tensor| t.dtype() == DType::F32 && t.ne() == add.ne() && aligned(t);
-    if !f32_like(a) || !f32_like(b) || !f32_like(add) {
-        return Ok(None);
-    }
-    let Some(j) = next_compute(nodes, i) else {
-        return Ok(None);
-    };
-    let rms = &nodes[j];
-    let &Op::RmsNorm { eps } = rms.op() else {
-        return Ok(None);
-    };
-    if !reads(graph, rms, 0, add) || !single_use(rms, uses) || !norm::supports(rms) {
-        return Ok(None);
-    }
-    let Some(k) = next_compute(nodes, j) else {
-        return Ok(None);
-    };
-    let Some(w) = norm_weight(ctx, graph, k, rms) else {
-        return Ok(None);
-    };
-    let mul = &nodes[k];
-    // the sum is written through slot 3: it must share the destination's
-    // buffer (a slot in another buffer is bound read-only)
-    let (Some(sa), Some(sm)) = (add.storage(), mul.storage()) else {
-        return Ok(None);
-    };
-    if sa.buffer.base() != sm.buffer.base() {
-        return Ok(None);
-    }
-    // the norm's result may not meet the sum's sources (the sum itself it
-    // may replace: each element is read back before it is overwritten)
-    let ok = [(mul, a), (mul, b), (add, a), (add, b)]
-        .iter()
-        .all(|(d, s)| apart(d, s, true))
-        && apart(mul, add, true)
-        && apart(mul, w, false)
-        && apart(add, w, false);
-    if !ok {
-        return Ok(None);
-    }
-    let mut p = Params::of(mul).float(0, eps);
-    p.set_tensor(0, a);
-    p.set_tensor(1, w);
-    p.set_tensor(2, b);
-    p.set_tensor(3, add);
-    let slots = [
-        Some(a.clone()),
-        Some(w.clone()),
-        Some(b.clone()),
-        Some(add.clone()),
-        Some(mul.clone()),
-    ];
-    let kernel = Kernel {
-        key: "norm_mul".into(),
-        body: row_shader!("../shaders/norm_mul.wgsl"),
-        src_types: [Some(DType::F32); 4],
-        dst_type: DType::F32,
-        defs: vec![("HAS_ADD", "true".into())],
-    };
-    Ok(Some(Fused {
-        dispatches: vec![rows_dispatch(ctx, kernel, mul, p, slots)?],
-        nodes: vec![i, j, k],
-    }))
-}
-
-/// One workgroup per row of `node`.
-fn rows_dispatch(
-    ctx: &GpuContext,
-    kernel: Kernel,
-    node: &Tensor,
-    params: Params,
-    slots: [Option<Tensor>; 5],
+    mul: &Tensor,
+    eps: f32,
+    sources: &[&Tensor],
 ) -> Result<Dispatch> {
-    let mut d = norm::row_dispatch(ctx, kernel, node, params)?;
-    let mut d = d.pop().ok_or_else(|| super::unsupported(ctx, node))?;
-    d.slots = slots;
+    let has_add = sources.len() == 4;
+    let kernel = Kernel {
+        key: "norm_mul".into(),
+        body: row_shader!("../shaders/norm_mul.wgsl"),
+        src_types: std::array::from_fn(|k| (k < sources.len()).then_some(DType::F32)),
+        dst_type: DType::F32,
+        defs: vec![("HAS_ADD", has_add.to_string())],
+    };
+    let mut d = norm::row_dispatch(ctx, kernel, mul, Params::of(mul).float(0, eps))?;
+    let mut d = d.pop().ok_or_else(|| super::unsupported(ctx, mul))?;
+    // the MUL's own sources (the norm, the weight) in slots 0 and 1 give
+    // way to the fused kernel's
+    for (k, t) in sources.iter().enumerate() {
+        d.bind(k, t);
+    }
     Ok(d)
 }
 
-/// MUL_MAT at `i` on the matrix-vector kernel, then the ADD of a bias
-/// (f32, broadcast over the product).
-fn mul_mat_add(
-    ctx: &GpuContext,
-    graph: &Graph,
-    i: usize,
-    uses: &IdMap<TensorId, u32>,
-) -> Result<Option<Fused>> {
-    let nodes = graph.nodes();
-    let mm = &nodes[i];
-    if !single_use(mm, uses) || !matmul::matvec_plan(mm) || !super::supported(ctx, mm) {
-        return Ok(None);
+impl<'a> Site<'a> {
+    /// Whether `t`'s result may stay unstored: exactly one consumer, not an
+    /// OUTPUT.
+    fn single_use(&self, t: &Tensor) -> bool {
+        !t.is_output() && self.uses.get(&t.id()).copied() == Some(1)
     }
-    let Some(j) = next_compute(nodes, i) else {
-        return Ok(None);
-    };
-    let add = &nodes[j];
-    if add.op() != &Op::Add || !reads(graph, add, 0, mm) || !elementwise::supports(add) {
-        return Ok(None);
-    }
-    let Some(bias) = graph.src(add, 1) else {
-        return Ok(None);
-    };
-    if bias.ptr_eq(mm)
-        || bias.dtype() != DType::F32
-        || add.dtype() != DType::F32
-        || add.ne() != mm.ne()
-        || !broadcasts(bias, add)
-    {
-        return Ok(None);
-    }
-    // every workgroup reads the whole vector: the sum may not meet it
-    let srcs = [graph.src(mm, 0), graph.src(mm, 1)];
-    if !srcs.iter().flatten().all(|s| apart(add, s, false)) || !apart(add, bias, false) {
-        return Ok(None);
-    }
-    let mut d = matmul::plan_matvec(ctx, mm, Some(add))?;
-    d.params.set_tensor(3, bias);
-    d.params.set_tensor(4, add);
-    d.slots[3] = Some(bias.clone());
-    d.slots[4] = Some(add.clone());
-    Ok(Some(Fused {
-        dispatches: vec![d],
-        nodes: vec![i, j],
-    }))
-}
 
-/// ROPE at `i` (f32, contiguous) into SET_ROWS through a RESHAPE to rows of
-/// `ne0·ne1` (the K cache write): one invocation per rotated pair, head and
-/// plane walks the rows in order, storing into the rows the ids select.
-fn rope_set_rows(
-    ctx: &GpuContext,
-    graph: &Graph,
-    i: usize,
-    uses: &IdMap<TensorId, u32>,
-) -> Result<Option<Fused>> {
-    let nodes = graph.nodes();
-    let rope = &nodes[i];
-    let Op::Rope(rp) = rope.op() else {
-        return Ok(None);
-    };
-    let Some(x) = rope.src(0) else {
-        return Ok(None);
-    };
-    if !single_use(rope, uses)
-        || rope.dtype() != DType::F32
-        || x.dtype() != DType::F32
-        || !rope.is_contiguous()
-        || !attn::supports(rope)
-    {
-        return Ok(None);
+    /// Whether source `k` of `node` (as the graph computes it) is `t`.
+    fn reads(&self, node: &Tensor, k: usize, t: &Tensor) -> bool {
+        self.graph.src(node, k).is_some_and(|s| s.ptr_eq(t))
     }
-    let Some(j) = next_compute(nodes, i) else {
-        return Ok(None);
-    };
-    let sr = &nodes[j];
-    if sr.op() != &Op::SetRows || !rows::supports(ctx, sr) || !super::is_float(sr) {
-        return Ok(None);
+
+    /// The MUL at node `j` scales RMS_NORM `rms` by a weight: `rms` is its
+    /// first source, the weight (f32) broadcasts over it, all f32.
+    fn norm_weight(&self, j: usize, rms: &Tensor) -> Option<&'a Tensor> {
+        let mul = &self.graph.nodes()[j];
+        if mul.op() != &Op::Mul || !self.reads(mul, 0, rms) || !super::supported(self.ctx, mul) {
+            return None;
+        }
+        let w = self.graph.src(mul, 1)?;
+        (!w.ptr_eq(rms)
+            && w.dtype() == DType::F32
+            && mul.dtype() == DType::F32
+            && mul.ne() == rms.ne()
+            && aligned(w)
+            && aligned(mul)
+            && broadcasts(w, mul))
+        .then_some(w)
     }
-    // SET_ROWS reads a reshape of the rotated rows, a node between the two
-    let Some(r) = graph.src(sr, 0) else {
-        return Ok(None);
-    };
-    let between = (i + 1..j).any(|k| nodes[k].ptr_eq(r));
-    let n = rope.ne();
-    if !between
-        || r.op() != &Op::Reshape
-        || !reads(graph, r, 0, rope)
-        || !single_use(r, uses)
-        || r.ne() != [n[0] * n[1], n[2], n[3], 1]
-    {
-        return Ok(None);
+
+    /// RMS_NORM at `i`, its result used once, followed by the MUL by a weight
+    /// the fused kernel reads: the norm's epsilon, the MUL's index and the
+    /// weight.
+    fn norm_then_mul(&self, i: usize) -> Option<(f32, usize, &'a Tensor)> {
+        let rms = &self.graph.nodes()[i];
+        let &Op::RmsNorm { eps } = rms.op() else {
+            return None;
+        };
+        if !self.single_use(rms) || !norm::supports(rms) {
+            return None;
+        }
+        let j = next_compute(self.graph.nodes(), i)?;
+        let w = self.norm_weight(j, rms)?;
+        Some((eps, j, w))
     }
-    let Some(ids) = graph.src(sr, 1) else {
-        return Ok(None);
-    };
-    let mut ds = attn::plan(ctx, rope)?;
-    let Some(mut d) = ds.pop() else {
-        return Ok(None);
-    };
-    let half = rp.n_dims / 2;
-    let items = (n[0] - half) * n[1] * n[3];
-    let mut src_types = [None; 4];
-    for (k, s) in rope.src_slots().iter().take(3).enumerate() {
-        src_types[k] = s.as_ref().map(|s| s.dtype());
+
+    /// RMS_NORM at `i` then the MUL by its weight.
+    fn norm_mul(&self, i: usize) -> Result<Option<Fused>> {
+        let Some((eps, j, w)) = self.norm_then_mul(i) else {
+            return Ok(None);
+        };
+        let (rms, mul) = (&self.graph.nodes()[i], &self.graph.nodes()[j]);
+        let Some(x) = rms.src(0) else {
+            return Ok(None);
+        };
+        if !apart(mul, x, true) || !apart(mul, w, false) {
+            return Ok(None);
+        }
+        Ok(Some(Fused {
+            dispatches: vec![norm_mul_dispatch(self.ctx, mul, eps, &[x, w])?],
+            nodes: vec![i, j],
+        }))
     }
-    src_types[3] = Some(ids.dtype());
-    let kernel = Kernel {
-        key: "rope_set_rows".into(),
-        body: concat!(
-            include_str!("../shaders/rope.wgsl"),
-            include_str!("../shaders/rope_set_rows.wgsl")
-        ),
-        src_types,
-        dst_type: sr.dtype(),
-        defs: vec![("IDX64", (ids.dtype() == DType::I64).to_string())],
-    };
-    d.pipeline = kernel.pipeline(ctx)?;
-    d.params.set_tensor(3, ids);
-    d.params.set_tensor(4, sr);
-    d.params = d.params.items(items as u32);
-    d.slots[3] = Some(ids.clone());
-    d.slots[4] = Some(sr.clone());
-    d.groups = grid(
-        (items as u32).div_ceil(WG),
-        ctx.limits.max_compute_workgroups_per_dimension,
-    );
-    Ok(Some(Fused {
-        dispatches: vec![d],
-        nodes: vec![i, j],
-    }))
+
+    /// ADD at `i` (stored: it is the residual), then RMS_NORM of the sum, then
+    /// the MUL by the norm's weight. The sum is stored through source slot 3,
+    /// so it must be in the destination's buffer (bound read-write).
+    fn add_norm_mul(&self, i: usize) -> Result<Option<Fused>> {
+        let nodes = self.graph.nodes();
+        let add = &nodes[i];
+        let (Some(a), Some(b)) = (self.graph.src(add, 0), self.graph.src(add, 1)) else {
+            return Ok(None);
+        };
+        let f32_like = |t: &Tensor| t.dtype() == DType::F32 && t.ne() == add.ne() && aligned(t);
+        if !f32_like(a) || !f32_like(b) || !f32_like(add) {
+            return Ok(None);
+        }
+        let Some(j) = next_compute(nodes, i) else {
+            return Ok(None);
+        };
+        if !self.reads(&nodes[j], 0, add) {
+            return Ok(None);
+        }
+        let Some((eps, k, w)) = self.norm_then_mul(j) else {
+            return Ok(None);
+        };
+        let mul = &nodes[k];
+        // the sum is written through slot 3: it must share the destination's
+        // buffer (a slot in another buffer is bound read-only)
+        let (Some(sa), Some(sm)) = (add.storage(), mul.storage()) else {
+            return Ok(None);
+        };
+        if sa.buffer.base() != sm.buffer.base() {
+            return Ok(None);
+        }
+        // the norm's result may not meet the sum's sources (the sum itself it
+        // may replace: each element is read back before it is overwritten)
+        let ok = [(mul, a), (mul, b), (add, a), (add, b)]
+            .iter()
+            .all(|(d, s)| apart(d, s, true))
+            && apart(mul, add, true)
+            && apart(mul, w, false)
+            && apart(add, w, false);
+        if !ok {
+            return Ok(None);
+        }
+        Ok(Some(Fused {
+            dispatches: vec![norm_mul_dispatch(self.ctx, mul, eps, &[a, w, b, add])?],
+            nodes: vec![i, j, k],
+        }))
+    }
+
+    /// MUL_MAT at `i` on the matrix-vector kernel, then the ADD of a bias
+    /// (f32, broadcast over the product).
+    fn mul_mat_add(&self, i: usize) -> Result<Option<Fused>> {
+        let nodes = self.graph.nodes();
+        let mm = &nodes[i];
+        if !self.single_use(mm) || !matmul::matvec_plan(mm) || !super::supported(self.ctx, mm) {
+            return Ok(None);
+        }
+        let Some(j) = next_compute(nodes, i) else {
+            return Ok(None);
+        };
+        let add = &nodes[j];
+        if add.op() != &Op::Add || !self.reads(add, 0, mm) || !elementwise::supports(add) {
+            return Ok(None);
+        }
+        let Some(bias) = self.graph.src(add, 1) else {
+            return Ok(None);
+        };
+        if bias.ptr_eq(mm)
+            || bias.dtype() != DType::F32
+            || add.dtype() != DType::F32
+            || add.ne() != mm.ne()
+            || !broadcasts(bias, add)
+        {
+            return Ok(None);
+        }
+        // every workgroup reads the whole vector: the sum may not meet it
+        let srcs = [self.graph.src(mm, 0), self.graph.src(mm, 1)];
+        if !srcs.iter().flatten().all(|s| apart(add, s, false)) || !apart(add, bias, false) {
+            return Ok(None);
+        }
+        let mut d = matmul::plan_matvec(self.ctx, mm, Some(add))?;
+        d.bind(3, bias);
+        d.bind(4, add);
+        Ok(Some(Fused {
+            dispatches: vec![d],
+            nodes: vec![i, j],
+        }))
+    }
+
+    /// ROPE at `i` (f32, contiguous) into SET_ROWS through a RESHAPE to rows of
+    /// `ne0·ne1` (the K cache write): one invocation per rotated pair, head and
+    /// plane walks the rows in order, storing into the rows the ids select.
+    fn rope_set_rows(&self, i: usize) -> Result<Option<Fused>> {
+        let nodes = self.graph.nodes();
+        let rope = &nodes[i];
+        let Op::Rope(rp) = rope.op() else {
+            return Ok(None);
+        };
+        let Some(x) = rope.src(0) else {
+            return Ok(None);
+        };
+        if !self.single_use(rope)
+            || rope.dtype() != DType::F32
+            || x.dtype() != DType::F32
+            || !rope.is_contiguous()
+            || !attn::supports(rope)
+        {
+            return Ok(None);
+        }
+        let Some(j) = next_compute(nodes, i) else {
+            return Ok(None);
+        };
+        let sr = &nodes[j];
+        if sr.op() != &Op::SetRows || !rows::supports(self.ctx, sr) || !super::is_float(sr) {
+            return Ok(None);
+        }
+        // SET_ROWS reads a reshape of the rotated rows, a node between the two
+        let Some(r) = self.graph.src(sr, 0) else {
+            return Ok(None);
+        };
+        let between = (i + 1..j).any(|k| nodes[k].ptr_eq(r));
+        let n = rope.ne();
+        if !between
+            || r.op() != &Op::Reshape
+            || !self.reads(r, 0, rope)
+            || !self.single_use(r)
+            || r.ne() != [n[0] * n[1], n[2], n[3], 1]
+        {
+            return Ok(None);
+        }
+        let Some(ids) = self.graph.src(sr, 1) else {
+            return Ok(None);
+        };
+        let mut ds = attn::plan(self.ctx, rope)?;
+        let Some(mut d) = ds.pop() else {
+            return Ok(None);
+        };
+        let half = rp.n_dims / 2;
+        let items = (n[0] - half) * n[1] * n[3];
+        let mut src_types = [None; 4];
+        for (k, s) in rope.src_slots().iter().take(3).enumerate() {
+            src_types[k] = s.as_ref().map(|s| s.dtype());
+        }
+        src_types[3] = Some(ids.dtype());
+        let kernel = Kernel {
+            key: "rope_set_rows".into(),
+            body: wgsl!("rope.wgsl", "rope_set_rows.wgsl", "item_main.wgsl"),
+            src_types,
+            dst_type: sr.dtype(),
+            defs: vec![("IDX64", (ids.dtype() == DType::I64).to_string())],
+        };
+        d.pipeline = kernel.pipeline(self.ctx)?;
+        d.bind(3, ids);
+        d.bind(4, sr);
+        d.params = d.params.items(items as u32);
+        d.groups = grid(
+            (items as u32).div_ceil(WG),
+            self.ctx.limits.max_compute_workgroups_per_dimension,
+        );
+        Ok(Some(Fused {
+            dispatches: vec![d],
+            nodes: vec![i, j],
+        }))
+    }
 }
 
 #[cfg(test)]

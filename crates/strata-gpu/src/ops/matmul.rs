@@ -13,6 +13,7 @@ mod dequant;
 use strata::ops::Op;
 use strata::{DType, Result, Tensor};
 
+use super::rows::wgsl;
 use super::{aligned, is_float, per_item, slots_of, Dispatch, Kernel, Params};
 use crate::context::GpuContext;
 
@@ -111,7 +112,7 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
     let d = node.ne();
     match node.op() {
         Op::GetRows => {
-            let k = Kernel::new("get_rows", include_str!("../shaders/getrows.wgsl"), node)
+            let k = Kernel::new("get_rows", wgsl!("getrows.wgsl", "item_main.wgsl"), node)
                 .def("DEQUANT", dequant::source(&[(0, a.dtype())]));
             let items = d[0].div_ceil(8) * d[1] * d[2] * d[3];
             Ok(vec![per_item(ctx, k, node, p, items)?])

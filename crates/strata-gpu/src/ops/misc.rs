@@ -104,9 +104,15 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
         }
         Op::Repeat | Op::Concat { .. } => {
             let (body, name) = if node.op() == &Op::Repeat {
-                (wgsl!("repeat.wgsl", "cpy_main.wgsl"), "repeat")
+                (
+                    wgsl!("repeat.wgsl", "cpy_main.wgsl", "item_main.wgsl"),
+                    "repeat",
+                )
             } else {
-                (wgsl!("concat.wgsl", "cpy_main.wgsl"), "concat")
+                (
+                    wgsl!("concat.wgsl", "cpy_main.wgsl", "item_main.wgsl"),
+                    "concat",
+                )
             };
             let dt = node.dtype();
             let (Some((ld0, st)), Some((ld1, _))) = (raw_fns(dt, 0), raw_fns(dt, 1)) else {
@@ -123,7 +129,11 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
             Ok(vec![per_item(ctx, k, node, p.int(0, dim), n)?])
         }
         Op::AddId => {
-            let k = Kernel::new("add_id", wgsl!("add_id.wgsl", "cpy_main.wgsl"), node);
+            let k = Kernel::new(
+                "add_id",
+                wgsl!("add_id.wgsl", "cpy_main.wgsl", "item_main.wgsl"),
+                node,
+            );
             Ok(vec![per_item(ctx, k, node, p, n)?])
         }
         _ => Err(super::unsupported(ctx, node)),

@@ -99,6 +99,15 @@ pub(crate) struct Dispatch {
     pub(crate) groups: [u32; 3],
 }
 
+impl Dispatch {
+    /// Binds `t` to slot `k` (0..3: source k, 4: the destination): its
+    /// buffer, and its shape, strides and offset in the parameters.
+    pub(crate) fn bind(&mut self, k: usize, t: &Tensor) {
+        self.params.set_tensor(k, t);
+        self.slots[k] = Some(t.clone());
+    }
+}
+
 /// A grid of `n` workgroups within the per-dimension limit (x first).
 pub(crate) fn grid(n: u32, max: u32) -> [u32; 3] {
     let n = n.max(1);

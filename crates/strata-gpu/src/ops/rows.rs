@@ -37,23 +37,34 @@ pub(super) use wgsl;
 /// CPY into a block-quantized tensor: the quantizers, then the entry point
 /// (the super-block ones only for blocks of 256, to keep shaders small).
 const CPY_Q: [&str; 2] = [
-    wgsl!("quantize.wgsl", "cpy_q.wgsl"),
-    wgsl!("quantize.wgsl", "quantize_k.wgsl", "cpy_q.wgsl"),
+    wgsl!("quantize.wgsl", "cpy_q.wgsl", "item_main.wgsl"),
+    wgsl!(
+        "quantize.wgsl",
+        "quantize_k.wgsl",
+        "cpy_q.wgsl",
+        "item_main.wgsl"
+    ),
 ];
 /// SET_ROWS into a block-quantized tensor (blocks of 32, of 256).
 const SET_ROWS_Q: [&str; 2] = [
-    wgsl!("quantize.wgsl", "set_rows.wgsl", "set_rows_q.wgsl"),
+    wgsl!(
+        "quantize.wgsl",
+        "set_rows.wgsl",
+        "set_rows_q.wgsl",
+        "item_main.wgsl"
+    ),
     wgsl!(
         "quantize.wgsl",
         "quantize_k.wgsl",
         "set_rows.wgsl",
-        "set_rows_q.wgsl"
+        "set_rows_q.wgsl",
+        "item_main.wgsl"
     ),
 ];
 /// CPY / CONT / DUP between float (or equal) types.
-const CPY: &str = wgsl!("cpy.wgsl", "cpy_main.wgsl");
+const CPY: &str = wgsl!("cpy.wgsl", "cpy_main.wgsl", "item_main.wgsl");
 /// SET_ROWS into a float tensor.
-const SET_ROWS: &str = wgsl!("set_rows.wgsl", "set_rows_f.wgsl");
+const SET_ROWS: &str = wgsl!("set_rows.wgsl", "set_rows_f.wgsl", "item_main.wgsl");
 
 /// A quantizing kernel (`bodies`: [`CPY_Q`] or [`SET_ROWS_Q`]) for
 /// `node`'s type: its quantizer and block's element and byte counts.

@@ -16,10 +16,7 @@ var<workgroup> qs: array<f32, 512>;
 var<workgroup> ps: array<f32, WGS>;
 
 // dst rows are (h, iq, iq3)
-fn row_main(rc: vec3<u32>, lid: u32) {
-    let h = rc.x;
-    let iq = rc.y;
-    let iq3 = rc.z;
+fn row_main(h: u32, iq: u32, iq3: u32, lid: u32) {
     let nq = P.ne[0];
     let nk = P.ne[1];
     let n_head = nq.z;

@@ -2,11 +2,7 @@
 // invocation per 8 elements of a destination row; rows out of range are left.
 DEQUANT
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = item_id(wid, nwg, lid, 256u);
-    if (i >= P.dn.y) { return; }
+fn item_main(i: u32) {
     let n = P.ne[4];
     let groups = (n.x + 7u) / 8u;
     let g = i % groups;

@@ -3,10 +3,7 @@
 // Each invocation writes only the elements it read, so dst may alias s0.
 const WGS: u32 = 256u;
 
-fn row_main(rc: vec3<u32>, lid: u32) {
-    let i1 = rc.x;
-    let i2 = rc.y;
-    let i3 = rc.z;
+fn row_main(i1: u32, i2: u32, i3: u32, lid: u32) {
     let n = P.ne[4].x;
     var mean = 0.0;
     if (CENTER) {

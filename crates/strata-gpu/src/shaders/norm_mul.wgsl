@@ -22,10 +22,7 @@ fn x_again(i: u32, i1: u32, i2: u32, i3: u32) -> f32 {
     return ld_f32_s0(addr(0u, i, i1, i2, i3));
 }
 
-fn row_main(rc: vec3<u32>, lid: u32) {
-    let i1 = rc.x;
-    let i2 = rc.y;
-    let i3 = rc.z;
+fn row_main(i1: u32, i2: u32, i3: u32, lid: u32) {
     let n = P.ne[4].x;
     var q = 0.0;
     for (var i = lid; i < n; i += WGS) {

@@ -2,15 +2,16 @@
 // The row kernels' entry point and workgroup reductions: one workgroup of
 // WGS invocations (the including shader defines `const WGS: u32`, a power of
 // two) per row (i1, i2, i3) of the destination, P.dn.y rows; the including
-// shader defines `fn row_main(rc: vec3<u32>, lid: u32)`. Reductions return
-// a value uniform across the workgroup, so callers may branch on it around
-// barriers.
+// shader defines `fn row_main(i1: u32, i2: u32, i3: u32, lid: u32)`.
+// Reductions return a value uniform across the workgroup, so callers may
+// branch on it around barriers.
 @compute @workgroup_size(WGS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let r = group_index(wid, nwg);
     if (r >= P.dn.y) { return; }
-    row_main(row_coords(r, P.ne[4]), lid);
+    let rc = row_coords(r, P.ne[4]);
+    row_main(rc.x, rc.y, rc.z, lid);
 }
 
 var<workgroup> red: array<f32, WGS>;

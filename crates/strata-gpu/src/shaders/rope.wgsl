@@ -42,3 +42,28 @@ fn rope_pair(j: u32) -> vec2<u32> {
     if (P.dn.w != 0u) { return vec2<u32>(j, j + P.dn.z); }
     return vec2<u32>(2u * j, 2u * j + 1u);
 }
+
+// Item i's pair (or copied element) j and row r of s0: (j, r).
+fn rope_split(i: u32) -> vec2<u32> {
+    let per_row = P.ne[0].x - P.dn.z;
+    return vec2<u32>(i % per_row, i / per_row);
+}
+
+// Pair j of row (i1, i2, i3) of s0 rotated (or, for j >= n_dims/2, element
+// j + n_dims/2 copied) into the destination row whose element 0 is at byte
+// `dst` (elements P.nb[4].x bytes apart).
+fn rope_item(j: u32, i1: u32, i2: u32, i3: u32, dst: u32) {
+    let h = P.dn.z;
+    let nb = P.nb[4].x;
+    if (j >= h) {
+        let k = j + h;
+        ST(dst + k * nb, LD0(addr(0u, k, i1, i2, i3)));
+        return;
+    }
+    let cs = rope_cs(j, i2);
+    let ab = rope_pair(j);
+    let x0 = LD0(addr(0u, ab.x, i1, i2, i3));
+    let x1 = LD0(addr(0u, ab.y, i1, i2, i3));
+    ST(dst + ab.x * nb, x0 * cs.x - x1 * cs.y);
+    ST(dst + ab.y * nb, x0 * cs.y + x1 * cs.x);
+}

@@ -15,36 +15,14 @@ fn row_id(i: u32, i2: u32) -> u32 {
     return v;
 }
 
-// Stores element k of head i1 into row `row` of plane i3 of d.
-fn put(k: u32, i1: u32, row: u32, i3: u32, v: f32) {
-    ST(addr(4u, k + P.ne[0].x * i1, row, i3, 0u), v);
-}
-
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = item_id(wid, nwg, lid, 256u);
-    if (i >= P.dn.y) { return; }
+fn item_main(i: u32) {
+    let jr = rope_split(i);
     let ne = P.ne[0];
-    let h = P.dn.z;
-    let per_row = ne.x - h;
-    let j = i % per_row;
-    let r = i / per_row;
-    let i1 = r % ne.y;
-    let i3 = r / ne.y;
+    let i1 = jr.y % ne.y;
+    let i3 = jr.y / ne.y;
     for (var i2 = 0u; i2 < ne.z; i2++) {
         let row = row_id(i2, i3);
         if (row == 0xffffffffu) { continue; }
-        if (j >= h) {
-            let k = j + h;
-            put(k, i1, row, i3, LD0(addr(0u, k, i1, i2, i3)));
-            continue;
-        }
-        let cs = rope_cs(j, i2);
-        let ab = rope_pair(j);
-        let x0 = LD0(addr(0u, ab.x, i1, i2, i3));
-        let x1 = LD0(addr(0u, ab.y, i1, i2, i3));
-        put(ab.x, i1, row, i3, x0 * cs.x - x1 * cs.y);
-        put(ab.y, i1, row, i3, x0 * cs.y + x1 * cs.x);
+        rope_item(jr.x, i1, i2, i3, addr(4u, ne.x * i1, row, i3, 0u));
     }
 }

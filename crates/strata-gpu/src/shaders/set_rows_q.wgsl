@@ -4,12 +4,8 @@
 // with `QUANT(` into the selected dst row, unless a later row of the same
 // plane selects that row too (so the last one wins). Each invocation
 // quantizes once: llvmpipe miscompiled a loop of 256-value quantizations.
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
+fn item_main(t: u32) {
     let ne = P.ne[0];
-    let t = item_id(wid, nwg, lid, 256u);
-    if (t >= P.dn.y) { return; }
     let c = coords(t, vec4<u32>(ne.x / BLOCK_Nu, ne.y, ne.z, ne.w));
     let r = row_id(c.y, c.z, c.w);
     if (r == 0xffffffffu) { return; }

@@ -13,10 +13,7 @@ fn logit(i: u32, i1: u32, i2: u32, i3: u32, slope: f32) -> f32 {
     return x;
 }
 
-fn row_main(rc: vec3<u32>, lid: u32) {
-    let i1 = rc.x;
-    let i2 = rc.y;
-    let i3 = rc.z;
+fn row_main(i1: u32, i2: u32, i3: u32, lid: u32) {
     let n = P.ne[0].x;
     let slope = alibi_slope(i2);
     var m = -3.4028234663852886e38;

@@ -117,9 +117,7 @@ impl TemplateChoice {
         chat_template_file: Option<&Path>,
     ) -> Result<Option<TemplateChoice>> {
         match (chat_template, chat_template_file) {
-            (Some(_), Some(_)) => Err(ModelError::Invalid(
-                "--chat-template and --chat-template-file both given: use one".into(),
-            )),
+            (Some(_), Some(_)) => Err(ModelError::TwoTemplates),
             (Some(v), None) => TemplateChoice::parse(v).map(Some),
             (None, Some(p)) => TemplateChoice::from_file(p).map(Some),
             (None, None) => Ok(None),

@@ -310,9 +310,7 @@ pub(super) fn moe_ffn(
         il,
     );
     let Some(gate_exps) = &l.ffn_gate else {
-        return Err(ModelError::Invalid(format!(
-            "layer {il}: a mixture-of-experts FFN needs ffn_gate_exps"
-        )));
+        return Err(ModelError::MoeWithoutGate { layer: il });
     };
     let gate = named(
         ops::mul_mat_id(gate_exps, &cur, &selected)?,

@@ -187,10 +187,10 @@ pub fn build(
         || n_kv > kv.n_ctx()
         || n_kv < n_tokens
     {
-        return Err(ModelError::Invalid(format!(
-            "bad batch shape {shape:?} for a cache of {} cells",
-            kv.n_ctx()
-        )));
+        return Err(ModelError::BatchShape {
+            shape,
+            n_ctx: kv.n_ctx(),
+        });
     }
     let tokens = Tensor::new(DType::I32, &[n_tokens])?.with_name("inp_tokens");
     let positions = Tensor::new(DType::I32, &[n_tokens])?.with_name("inp_pos");

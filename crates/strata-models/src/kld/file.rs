@@ -294,11 +294,13 @@ impl BaseWriter {
                 Ok(())
             })(),
             (f, _) => {
-                return Err(ModelError::Invalid(format!(
-                    "KL-divergence base {}: a row of another layout than {f:?} (n_vocab {})",
-                    path.display(),
-                    self.header.n_vocab
-                )))
+                return Err(ModelError::LogitsFile {
+                    path: path.display().to_string(),
+                    msg: format!(
+                        "a row of another layout than {f:?} (n_vocab {})",
+                        self.header.n_vocab
+                    ),
+                })
             }
         };
         if let Err(e) = res {

@@ -318,7 +318,7 @@ pub struct Position {
 /// `target` being the token that follows.
 ///
 /// Errors: a row that does not fit `logits` (another vocabulary) or a
-/// target outside it ([`ModelError::Invalid`]).
+/// target outside it ([`ModelError::KldBaseRow`]).
 pub fn compare(base: &BaseRow, logits: &[f32], target: usize) -> Result<Position> {
     let (max, lse, imax) = log_sum_exp(logits);
     let lq: Vec<f64> = logits.iter().map(|&v| (v - max) as f64 - lse).collect();
@@ -342,10 +342,10 @@ pub fn compare_log_probs(
         BaseRow::TopK { ids, .. } => ids.iter().all(|&i| (i as usize) < n) && !ids.is_empty(),
     };
     if !fits || target >= n || imax >= n {
-        return Err(ModelError::Invalid(format!(
-            "KL divergence: the base row does not match {n} logits (target {target}); \
-             was the base written with another model's vocabulary?"
-        )));
+        return Err(ModelError::KldBaseRow {
+            n_logits: n,
+            target,
+        });
     }
     let lq = |i: usize| lq[i];
     let nll = -lq(target);

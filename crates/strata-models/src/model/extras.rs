@@ -7,8 +7,10 @@
 
 use strata::gguf::{Array, Metadata, Value};
 
+use super::hparams::get_uint;
 use super::Family;
-use crate::{ModelError, Result};
+use crate::error::meta;
+use crate::Result;
 
 /// Sliding-window attention (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`): in the
 /// layers it names, a query at position `p1` sees the keys at positions
@@ -57,13 +59,6 @@ pub struct Shaping {
     pub final_softcap: Option<f32>,
 }
 
-fn meta(key: &str, msg: impl Into<String>) -> ModelError {
-    ModelError::Metadata {
-        key: key.to_string(),
-        msg: msg.into(),
-    }
-}
-
 /// `key` as a finite positive f32, when present.
 fn positive_f32(m: &Metadata, key: &str) -> Result<Option<f32>> {
     if !m.contains_key(key) {
@@ -77,18 +72,6 @@ fn positive_f32(m: &Metadata, key: &str) -> Result<Option<f32>> {
         ));
     }
     Ok(Some(v))
-}
-
-/// `key` as an unsigned integer, when present.
-fn uint(m: &Metadata, key: &str) -> Result<Option<usize>> {
-    match m.get(key) {
-        None => Ok(None),
-        Some(v) => v
-            .to_u64()
-            .and_then(|x| usize::try_from(x).ok())
-            .map(Some)
-            .ok_or_else(|| meta(key, "expected an unsigned integer")),
-    }
 }
 
 /// The window layers: `{arch}.attention.sliding_window_pattern` as one flag
@@ -114,7 +97,7 @@ fn swa_layers(m: &Metadata, arch: &str, n_layer: usize, n_default: usize) -> Res
         }
         return Ok(flags);
     }
-    let n = uint(m, &key)?.unwrap_or(n_default);
+    let n = get_uint(m, &key)?.unwrap_or(n_default);
     Ok((0..n_layer).map(|il| n == 0 || il % n < n - 1).collect())
 }
 
@@ -146,7 +129,7 @@ pub(super) fn read(
         // every other layer; its window layers share the global RoPE unless
         // freq_base_swa is given
         Family::Gemma2 => {
-            let n_swa = uint(m, &key("attention.sliding_window"))?.unwrap_or(4096);
+            let n_swa = get_uint(m, &key("attention.sliding_window"))?.unwrap_or(4096);
             let layers = swa_layers(m, arch, n_layer, 2)?;
             let base = positive_f32(m, &key("rope.freq_base_swa"))?.unwrap_or(rope.freq_base);
             let swa = Swa {
@@ -161,7 +144,7 @@ pub(super) fn read(
         // on five layers of six, with their own RoPE base (10000 unless
         // freq_base_swa is given) and no RoPE scaling
         Family::Gemma3 => {
-            let n_swa = uint(m, &key("attention.sliding_window"))?.unwrap_or(0);
+            let n_swa = get_uint(m, &key("attention.sliding_window"))?.unwrap_or(0);
             let swa = if n_swa > 0 {
                 Some(Swa {
                     n_swa,

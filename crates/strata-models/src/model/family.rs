@@ -95,10 +95,10 @@ pub struct Spec {
 }
 
 impl Spec {
-    /// The llama layout's answers to the fields that only some families
-    /// change (no fused weights, no LongRoPE factors, scaling in attention,
-    /// an optional head, no post-norms, and llama's optional experts, as
-    /// Mixtral's GGUF is a `llama` file).
+    /// The answers each family's [`Family::spec`] starts from: no biases,
+    /// Q/K norms, RoPE frequency factors or post-norms, no fused weights,
+    /// no LongRoPE factors, scaling in attention, an optional head, and
+    /// llama's optional experts (Mixtral's GGUF is a `llama` file).
     pub const DENSE: Spec = Spec {
         qkv_bias: Need::No,
         wo_bias: Need::No,
@@ -171,43 +171,27 @@ impl Family {
         }
     }
 
-    /// The family's optional and required tensors.
+    /// The family's optional and required tensors: where it differs from
+    /// [`Spec::DENSE`].
     pub fn spec(self) -> Spec {
         use Need::*;
         match self {
             Family::Llama => Spec {
                 qkv_bias: Optional,
                 wo_bias: Optional,
-                qk_norm: No,
                 ffn_bias: Optional,
                 rope_freqs: Optional,
-                output_bias: No,
-                output: Optional,
-                post_norms: No,
-                moe: Optional,
                 ..Spec::DENSE
             },
             Family::Qwen2 => Spec {
                 qkv_bias: Optional,
-                wo_bias: No,
-                qk_norm: No,
-                ffn_bias: No,
-                rope_freqs: No,
                 output_bias: Optional,
-                output: Optional,
-                post_norms: No,
                 moe: No,
                 ..Spec::DENSE
             },
             Family::Qwen3 => Spec {
                 qkv_bias: Optional,
-                wo_bias: No,
                 qk_norm: Required,
-                ffn_bias: No,
-                rope_freqs: No,
-                output_bias: No,
-                output: Optional,
-                post_norms: No,
                 moe: No,
                 ..Spec::DENSE
             },
@@ -217,12 +201,7 @@ impl Family {
                 ..Family::Qwen3.spec()
             },
             Family::Gemma2 | Family::Gemma3 => Spec {
-                qkv_bias: No,
-                wo_bias: No,
                 qk_norm: if self == Family::Gemma3 { Required } else { No },
-                ffn_bias: No,
-                rope_freqs: No,
-                output_bias: No,
                 // gemma2 always ties the head to the embedding
                 output: if self == Family::Gemma3 { Optional } else { No },
                 post_norms: Required,
@@ -233,18 +212,12 @@ impl Family {
             // optional), no output bias, one rope_factors pair for all layers
             Family::Phi3 => Spec {
                 qkv_bias: Optional,
-                wo_bias: No,
-                qk_norm: No,
-                ffn_bias: No,
-                rope_freqs: No,
-                output_bias: No,
-                output: Optional,
-                post_norms: No,
                 moe: No,
                 fused_qkv: Optional,
                 fused_gate_up: true,
                 rope_factors: Optional,
                 prescale_q: true,
+                ..Spec::DENSE
             },
         }
     }

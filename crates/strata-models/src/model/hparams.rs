@@ -7,6 +7,7 @@ use strata::ops::RopeMode;
 use super::extras::{self, GlobalRope, Shaping, Swa};
 use super::moe::Experts;
 use super::{Family, Need};
+use crate::error::meta;
 use crate::{ModelError, Result};
 
 /// RoPE scaling from `{arch}.rope.scaling.*`.
@@ -99,7 +100,7 @@ fn check_rope_scaling_keys(m: &Metadata, arch: &str) -> Result<()> {
             if !ROPE_SCALING_KEYS.contains(&rest) {
                 return Err(meta(
                     k,
-                    &format!(
+                    format!(
                         "is not supported for {arch} (strata reads rope.scaling.{{{}}})",
                         ROPE_SCALING_KEYS.join(", ")
                     ),
@@ -110,146 +111,269 @@ fn check_rope_scaling_keys(m: &Metadata, arch: &str) -> Result<()> {
     Ok(())
 }
 
-impl HParams {
-    /// Reads the hyperparameters of `f` (`{arch}.*` keys).
-    pub fn from_gguf(f: &GgufFile) -> Result<HParams> {
-        let m = f.metadata();
-        let arch = m
-            .get_str("general.architecture")
-            .map_err(|_| meta("general.architecture", "missing"))?
-            .to_string();
-        let family = Family::from_arch(&arch).ok_or_else(|| {
-            meta(
-                "general.architecture",
-                &format!(
-                    "'{arch}' is not supported (supported: {})",
-                    Family::supported()
-                ),
-            )
-        })?;
-        let rope_mode = family.rope_mode();
-        let key = |k: &str| format!("{arch}.{k}");
-        let uint = |k: &str| -> Result<usize> {
-            let key = key(k);
-            get_uint(m, &key)?.ok_or_else(|| meta(&key, "missing"))
-        };
-        let uint_or = |k: &str, d: usize| -> Result<usize> {
-            if m.contains_key(&key(k)) {
-                uint(k)
-            } else {
-                Ok(d)
-            }
-        };
-        let float_or = |k: &str, d: f32| -> Result<f32> {
-            let v = match m.get(&key(k)) {
-                None => return Ok(d),
-                Some(_) => m
-                    .get_f32(&key(k))
-                    .map_err(|e| meta(&key(k), &e.to_string()))?,
-            };
-            if !v.is_finite() || v < 0.0 {
-                return Err(meta(
-                    &key(k),
-                    &format!("{v} is not a usable value (a finite, non-negative number is needed)"),
-                ));
-            }
-            Ok(v)
-        };
-        let n_layer = uint("block_count")?;
-        let n_embd = uint("embedding_length")?;
-        // llama.cpp's qwen3moe loader does not need feed_forward_length
-        let n_ff = match family {
-            Family::Qwen3Moe => uint_or("feed_forward_length", 0)?,
-            _ => uint("feed_forward_length")?,
-        };
-        let n_head = uint("attention.head_count")?;
-        let n_head_kv = uint_or("attention.head_count_kv", n_head)?;
+/// The `{arch}.*` keys of one file's metadata, read as the loader needs
+/// them (each error names the key).
+struct Keys<'a> {
+    m: &'a Metadata,
+    arch: &'a str,
+}
+
+impl Keys<'_> {
+    /// The full key of `k`.
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+
+    /// Whether the file has `k`.
+    fn has(&self, k: &str) -> bool {
+        self.m.contains_key(&self.key(k))
+    }
+
+    /// The unsigned integer at `k`, which must be there.
+    fn uint(&self, k: &str) -> Result<usize> {
+        let key = self.key(k);
+        get_uint(self.m, &key)?.ok_or_else(|| meta(&key, "missing"))
+    }
+
+    /// The unsigned integer at `k`, `d` when absent.
+    fn uint_or(&self, k: &str, d: usize) -> Result<usize> {
+        if self.has(k) {
+            self.uint(k)
+        } else {
+            Ok(d)
+        }
+    }
+
+    /// The finite, non-negative float at `k`, `d` when absent.
+    fn float_or(&self, k: &str, d: f32) -> Result<f32> {
+        let key = self.key(k);
+        if !self.m.contains_key(&key) {
+            return Ok(d);
+        }
+        let v = self
+            .m
+            .get_f32(&key)
+            .map_err(|e| meta(&key, e.to_string()))?;
+        if !v.is_finite() || v < 0.0 {
+            return Err(meta(
+                &key,
+                format!("{v} is not a usable value (a finite, non-negative number is needed)"),
+            ));
+        }
+        Ok(v)
+    }
+}
+
+/// The block, embedding and head sizes, which every family reads alike.
+struct Sizes {
+    n_layer: usize,
+    n_embd: usize,
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim_k: usize,
+    head_dim_v: usize,
+}
+
+impl Sizes {
+    fn read(keys: &Keys) -> Result<Sizes> {
+        let n_layer = keys.uint("block_count")?;
+        let n_embd = keys.uint("embedding_length")?;
+        let n_head = keys.uint("attention.head_count")?;
+        let n_head_kv = keys.uint_or("attention.head_count_kv", n_head)?;
         if n_layer == 0 || n_embd == 0 || n_head == 0 || n_head_kv == 0 {
             return Err(meta(
-                &key("*"),
+                &keys.key("*"),
                 "layer, embedding and head counts must be positive",
             ));
         }
         // The head size defaults to n_embd / n_head; with an explicit
         // key_length (Qwen 3) the embedding need not divide into the heads.
-        let explicit_head = m.contains_key(&key("attention.key_length"));
+        let explicit_head = keys.has("attention.key_length");
         if (!explicit_head && n_embd % n_head != 0) || n_head % n_head_kv != 0 {
             return Err(meta(
-                &key("attention.head_count"),
-                &format!(
-                    "{n_embd} embedding / {n_head} heads / {n_head_kv} KV heads do not divide"
-                ),
+                &keys.key("attention.head_count"),
+                format!("{n_embd} embedding / {n_head} heads / {n_head_kv} KV heads do not divide"),
             ));
         }
         let head_dim = n_embd / n_head;
-        let head_dim_k = uint_or("attention.key_length", head_dim)?;
-        let head_dim_v = uint_or("attention.value_length", head_dim)?;
+        let head_dim_k = keys.uint_or("attention.key_length", head_dim)?;
+        let head_dim_v = keys.uint_or("attention.value_length", head_dim)?;
         if head_dim_k == 0 || head_dim_v == 0 {
             return Err(meta(
-                &key("attention.key_length"),
+                &keys.key("attention.key_length"),
                 "head sizes must be positive",
             ));
         }
-        let experts = Experts::read(m, family, n_ff)?;
-        if experts.n_expert == 0 && n_ff == 0 {
-            return Err(meta(&key("feed_forward_length"), "must be positive"));
-        }
-        let n_rot = uint_or("rope.dimension_count", head_dim_k)?;
+        Ok(Sizes {
+            n_layer,
+            n_embd,
+            n_head,
+            n_head_kv,
+            head_dim_k,
+            head_dim_v,
+        })
+    }
+}
+
+/// RoPE's settings, which every family reads alike.
+struct Rope {
+    n_rot: usize,
+    freq_base: f32,
+    scaling: RopeScaling,
+    /// `rope.scaling.factor` (or `rope.scale_linear`), 0 when absent.
+    factor: f32,
+    n_ctx_orig: usize,
+    attn_factor: f32,
+}
+
+impl Rope {
+    /// Reads the `rope.*` keys (`n_ctx_train`: the default original context).
+    fn read(keys: &Keys, head_dim_k: usize, n_ctx_train: usize) -> Result<Rope> {
+        let n_rot = keys.uint_or("rope.dimension_count", head_dim_k)?;
         if n_rot > head_dim_k || n_rot % 2 != 0 {
             return Err(meta(
-                &key("rope.dimension_count"),
+                &keys.key("rope.dimension_count"),
                 "must be even and at most the head size",
             ));
         }
-        let n_ctx_train = uint_or("context_length", 2048)?;
-        let rms_eps = float_or("attention.layer_norm_rms_epsilon", 1e-5)?;
-        let rope_freq_base = float_or("rope.freq_base", 10000.0)?;
-        if rope_freq_base == 0.0 {
-            return Err(meta(&key("rope.freq_base"), "0 is not a RoPE base"));
+        let freq_base = keys.float_or("rope.freq_base", 10000.0)?;
+        if freq_base == 0.0 {
+            return Err(meta(&keys.key("rope.freq_base"), "0 is not a RoPE base"));
         }
-        check_rope_scaling_keys(m, &arch)?;
+        check_rope_scaling_keys(keys.m, keys.arch)?;
         // llama.cpp: the factor is rope.scaling.factor, else the older
         // rope.scale_linear; the type defaults to linear.
-        let factor = if m.contains_key(&key("rope.scaling.factor")) {
-            float_or("rope.scaling.factor", 0.0)?
+        let factor = if keys.has("rope.scaling.factor") {
+            keys.float_or("rope.scaling.factor", 0.0)?
         } else {
-            float_or("rope.scale_linear", 0.0)?
+            keys.float_or("rope.scale_linear", 0.0)?
         };
         let scaled = factor > 0.0 && factor != 1.0;
-        let type_key = key("rope.scaling.type");
-        let rope_type = match m.get(&type_key) {
+        let type_key = keys.key("rope.scaling.type");
+        let rope_type = match keys.m.get(&type_key) {
             None => "linear",
-            Some(_) => m
+            Some(_) => keys
+                .m
                 .get_str(&type_key)
-                .map_err(|e| meta(&type_key, &e.to_string()))?,
+                .map_err(|e| meta(&type_key, e.to_string()))?,
         };
         // LongRoPE (Phi-3) needs no type: its converter writes none (so
         // linear, factor 1), the rope_factors tensors and rope.scaling.attn_factor.
-        let rope_scaling = match rope_type {
+        let scaling = match rope_type {
             "yarn" if factor > 0.0 => RopeScaling::Yarn { factor },
             "linear" if scaled => RopeScaling::Linear { factor },
             "none" | "linear" | "yarn" => RopeScaling::None,
             other => {
                 return Err(meta(
                     &type_key,
-                    &format!("'{other}' is not supported (none, linear, yarn)"),
+                    format!("'{other}' is not supported (none, linear, yarn)"),
                 ))
             }
         };
-        let n_ctx_orig = uint_or("rope.scaling.original_context_length", n_ctx_train)?;
-        let rope_attn_factor = float_or("rope.scaling.attn_factor", 1.0)?;
-        let (swa, shaping) = extras::read(
-            m,
-            family,
-            n_layer,
-            n_embd,
-            n_head,
-            head_dim_k,
-            GlobalRope {
-                freq_base: rope_freq_base,
-                freq_scale: if factor == 0.0 { 1.0 } else { 1.0 / factor },
-            },
-        )?;
+        Ok(Rope {
+            n_rot,
+            freq_base,
+            scaling,
+            factor,
+            n_ctx_orig: keys.uint_or("rope.scaling.original_context_length", n_ctx_train)?,
+            attn_factor: keys.float_or("rope.scaling.attn_factor", 1.0)?,
+        })
+    }
+}
+
+/// What a family reads of its own: the FFN width and experts, the sliding
+/// window and the scalings.
+struct Own {
+    n_ff: usize,
+    experts: Experts,
+    swa: Option<Swa>,
+    shaping: Shaping,
+}
+
+impl Own {
+    /// The reader of `family`'s own keys.
+    fn read(keys: &Keys, family: Family, sizes: &Sizes, rope: &Rope) -> Result<Own> {
+        match family {
+            // dense FFNs (a llama file's may be Mixtral's experts)
+            Family::Llama | Family::Qwen2 | Family::Qwen3 | Family::Phi3 => {
+                Own::ffn(keys, family, keys.uint("feed_forward_length")?)
+            }
+            // llama.cpp's qwen3moe loader does not need feed_forward_length
+            Family::Qwen3Moe => Own::ffn(keys, family, keys.uint_or("feed_forward_length", 0)?),
+            Family::Gemma2 | Family::Gemma3 => {
+                let own = Own::ffn(keys, family, keys.uint("feed_forward_length")?)?;
+                let global = GlobalRope {
+                    freq_base: rope.freq_base,
+                    freq_scale: if rope.factor == 0.0 {
+                        1.0
+                    } else {
+                        1.0 / rope.factor
+                    },
+                };
+                let s = sizes;
+                let (swa, shaping) = extras::read(
+                    keys.m,
+                    family,
+                    s.n_layer,
+                    s.n_embd,
+                    s.n_head,
+                    s.head_dim_k,
+                    global,
+                )?;
+                Ok(Own {
+                    swa,
+                    shaping,
+                    ..own
+                })
+            }
+        }
+    }
+
+    /// The FFN width `n_ff` and the experts, no window and no scalings.
+    fn ffn(keys: &Keys, family: Family, n_ff: usize) -> Result<Own> {
+        let experts = Experts::read(keys.m, family, n_ff)?;
+        if experts.n_expert == 0 && n_ff == 0 {
+            return Err(meta(&keys.key("feed_forward_length"), "must be positive"));
+        }
+        Ok(Own {
+            n_ff,
+            experts,
+            swa: None,
+            shaping: Shaping::default(),
+        })
+    }
+}
+
+/// `general.architecture` and the family it names.
+fn architecture(m: &Metadata) -> Result<(String, Family)> {
+    let arch = m
+        .get_str("general.architecture")
+        .map_err(|_| meta("general.architecture", "missing"))?;
+    let family = Family::from_arch(arch).ok_or_else(|| {
+        meta(
+            "general.architecture",
+            format!(
+                "'{arch}' is not supported (supported: {})",
+                Family::supported()
+            ),
+        )
+    })?;
+    Ok((arch.to_string(), family))
+}
+
+impl HParams {
+    /// Reads the hyperparameters of `f` (`{arch}.*` keys): the keys every
+    /// family has, then the family's own, then checks them against the
+    /// tensors.
+    pub fn from_gguf(f: &GgufFile) -> Result<HParams> {
+        let m = f.metadata();
+        let (arch, family) = architecture(m)?;
+        let keys = Keys { m, arch: &arch };
+        let sizes = Sizes::read(&keys)?;
+        let n_ctx_train = keys.uint_or("context_length", 2048)?;
+        let rms_eps = keys.float_or("attention.layer_norm_rms_epsilon", 1e-5)?;
+        let rope = Rope::read(&keys, sizes.head_dim_k, n_ctx_train)?;
+        let own = Own::read(&keys, family, &sizes, &rope)?;
         let n_vocab = f
             .tensor("token_embd.weight")
             .map(|t| t.shape()[1])
@@ -258,40 +382,40 @@ impl HParams {
                 msg: "missing".into(),
             })?;
         let hp = HParams {
-            arch,
+            arch: arch.clone(),
             family,
-            n_layer,
-            n_embd,
-            n_ff,
-            n_expert: experts.n_expert,
-            n_expert_used: experts.n_expert_used,
-            n_ff_exp: experts.n_ff_exp,
-            n_head,
-            n_head_kv,
-            head_dim_k,
-            head_dim_v,
+            n_layer: sizes.n_layer,
+            n_embd: sizes.n_embd,
+            n_ff: own.n_ff,
+            n_expert: own.experts.n_expert,
+            n_expert_used: own.experts.n_expert_used,
+            n_ff_exp: own.experts.n_ff_exp,
+            n_head: sizes.n_head,
+            n_head_kv: sizes.n_head_kv,
+            head_dim_k: sizes.head_dim_k,
+            head_dim_v: sizes.head_dim_v,
             n_vocab,
             n_ctx_train,
             rms_eps,
-            n_rot,
-            rope_freq_base,
-            rope_mode,
-            rope_scaling,
-            n_ctx_orig,
-            rope_attn_factor,
-            swa,
-            shaping,
+            n_rot: rope.n_rot,
+            rope_freq_base: rope.freq_base,
+            rope_mode: family.rope_mode(),
+            rope_scaling: rope.scaling,
+            n_ctx_orig: rope.n_ctx_orig,
+            rope_attn_factor: rope.attn_factor,
+            swa: own.swa,
+            shaping: own.shaping,
         };
         hp.check_against_tensors(f)?;
         // after the tensor checks, which name the tensor a wrong head size
         // contradicts
-        if family.full_rotary_only() && hp.n_rot != head_dim_k {
+        if family.full_rotary_only() && hp.n_rot != hp.head_dim_k {
             return Err(meta(
-                &format!("{}.rope.dimension_count", hp.arch),
-                &format!(
-                    "{} rotated dimensions of {head_dim_k}: {} rotates the whole head \
+                &keys.key("rope.dimension_count"),
+                format!(
+                    "{} rotated dimensions of {}: {arch} rotates the whole head \
                      (llama.cpp refuses partial rotary for it too)",
-                    hp.n_rot, hp.arch
+                    hp.n_rot, hp.head_dim_k
                 ),
             ));
         }
@@ -313,7 +437,7 @@ impl HParams {
         if blocks.len() < self.n_layer {
             return Err(meta(
                 &key("block_count"),
-                &format!(
+                format!(
                     "{} blocks, but the file has tensors (blk.N.*) for {} blocks: \
                      the metadata does not describe this file",
                     self.n_layer,
@@ -415,7 +539,7 @@ impl HParams {
                 let keys: Vec<String> = keys.split(", ").map(key).collect();
                 return Err(meta(
                     &keys.join(", "),
-                    &format!("the metadata gives {says}, but {tensor} has {got} there"),
+                    format!("the metadata gives {says}, but {tensor} has {got} there"),
                 ));
             }
         }
@@ -490,11 +614,4 @@ pub(super) fn get_uint(m: &Metadata, key: &str) -> Result<Option<usize>> {
                 .ok_or_else(|| meta(key, "expected an unsigned integer"))
         })
         .transpose()
-}
-
-pub(super) fn meta(key: &str, msg: &str) -> ModelError {
-    ModelError::Metadata {
-        key: key.to_string(),
-        msg: msg.to_string(),
-    }
 }

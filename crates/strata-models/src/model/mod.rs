@@ -285,12 +285,7 @@ fn assign(
 
 /// KV cache bytes of each device for `n_ctx` positions (f16 K and V).
 fn kv_bytes(hp: &HParams, map: &LayerMap, n_dev: usize, n_ctx: usize) -> Result<Vec<usize>> {
-    let overflow = || {
-        ModelError::Invalid(format!(
-            "a context of {n_ctx} cells needs a KV cache larger than this machine can address; \
-             use a smaller -c"
-        ))
-    };
+    let overflow = || ModelError::KvCacheTooLarge { n_ctx };
     let mut v = vec![0usize; n_dev];
     let per_layer = (hp.n_embd_k_gqa() + hp.n_embd_v_gqa())
         .checked_mul(n_ctx)

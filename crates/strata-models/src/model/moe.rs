@@ -5,8 +5,9 @@
 
 use strata::gguf::Metadata;
 
-use super::hparams::{get_uint, meta};
+use super::hparams::get_uint;
 use super::{Family, Need};
+use crate::error::meta;
 use crate::Result;
 
 /// Most experts a layer may have (llama.cpp's `LLAMA_MAX_EXPERTS`).
@@ -54,7 +55,7 @@ impl Experts {
             if need == Need::Required {
                 return Err(meta(
                     &key("expert_count"),
-                    &format!("0 experts: a {arch} model needs at least one"),
+                    format!("0 experts: a {arch} model needs at least one"),
                 ));
             }
             if n_used.is_some_and(|n| n > 0) {
@@ -68,13 +69,13 @@ impl Experts {
         if need == Need::No {
             return Err(meta(
                 &key("expert_count"),
-                &format!("{n_expert} experts: {arch} models have no mixture-of-experts FFN"),
+                format!("{n_expert} experts: {arch} models have no mixture-of-experts FFN"),
             ));
         }
         if n_expert > MAX_EXPERTS {
             return Err(meta(
                 &key("expert_count"),
-                &format!("{n_expert} experts: at most {MAX_EXPERTS} are supported"),
+                format!("{n_expert} experts: at most {MAX_EXPERTS} are supported"),
             ));
         }
         let n_expert_used = match n_used {
@@ -88,7 +89,7 @@ impl Experts {
             Some(n) if n > n_expert => {
                 return Err(meta(
                     &key("expert_used_count"),
-                    &format!("{n} experts used per token, but the model has {n_expert}"),
+                    format!("{n} experts used per token, but the model has {n_expert}"),
                 ))
             }
             Some(n) => n,

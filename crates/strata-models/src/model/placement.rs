@@ -21,17 +21,15 @@ pub struct Override {
 impl Override {
     /// Parses `REGEX=DEVICE`.
     pub fn parse(spec: &str) -> Result<Override> {
-        let (re, dev) = spec.rsplit_once('=').ok_or_else(|| {
-            ModelError::Invalid(format!(
-                "override '{spec}' must be REGEX=DEVICE, e.g. 'ffn_.*=CPU'"
-            ))
+        let (re, dev) = spec
+            .rsplit_once('=')
+            .ok_or_else(|| ModelError::OverrideSyntax { spec: spec.into() })?;
+        let pattern = Regex::new(re).map_err(|e| ModelError::OverrideRegex {
+            regex: re.into(),
+            msg: e.to_string(),
         })?;
-        let pattern = Regex::new(re)
-            .map_err(|e| ModelError::Invalid(format!("override regex '{re}': {e}")))?;
         if dev.is_empty() {
-            return Err(ModelError::Invalid(format!(
-                "override '{spec}' names no device"
-            )));
+            return Err(ModelError::OverrideNoDevice { spec: spec.into() });
         }
         Ok(Override {
             pattern,
@@ -123,10 +121,7 @@ impl Devices {
                 continue; // the CPU is always there, last
             }
             if list.iter().any(|x: &Arc<dyn Device>| x.name() == d.name()) {
-                return Err(ModelError::Invalid(format!(
-                    "device '{}' given twice",
-                    d.name()
-                )));
+                return Err(ModelError::DeviceTwice { name: d.name() });
             }
             list.push(d);
         }
@@ -154,11 +149,9 @@ impl Devices {
         self.list
             .iter()
             .position(|d| d.name() == name)
-            .ok_or_else(|| {
-                ModelError::Invalid(format!(
-                    "device '{name}' is not in use (devices: {}); add it with --device",
-                    self.names().join(", ")
-                ))
+            .ok_or_else(|| ModelError::DeviceNotInUse {
+                name: name.into(),
+                devices: self.names(),
             })
     }
 }
@@ -226,33 +219,27 @@ impl PlacementSpec {
         }
         if self.split_mode == SplitMode::None {
             if self.main_device >= n_dev {
-                return Err(ModelError::Invalid(format!(
-                    "-mg {} names no device: {} device(s) given ({})",
-                    self.main_device,
-                    n_dev,
-                    devices.names()[..n_dev].join(", ")
-                )));
+                return Err(ModelError::MainDeviceOutOfRange {
+                    main_device: self.main_device,
+                    devices: devices.names()[..n_dev].to_vec(),
+                });
             }
             return Ok((0..n_dev)
                 .map(|i| if i >= self.main_device { 1.0 } else { 0.0 })
                 .collect());
         }
         if self.tensor_split.len() > n_dev {
-            return Err(ModelError::Invalid(format!(
-                "-ts gives {} shares for {} device(s) ({}); give one per --device",
-                self.tensor_split.len(),
-                n_dev,
-                devices.names()[..n_dev].join(", ")
-            )));
+            return Err(ModelError::TooManySplitShares {
+                shares: self.tensor_split.len(),
+                devices: devices.names()[..n_dev].to_vec(),
+            });
         }
         if let Some(bad) = self
             .tensor_split
             .iter()
             .find(|x| !x.is_finite() || **x < 0.0)
         {
-            return Err(ModelError::Invalid(format!(
-                "-ts share {bad} must be a finite number >= 0"
-            )));
+            return Err(ModelError::BadSplitShare { share: *bad });
         }
         let mut shares: Vec<f64> = (0..n_dev)
             .map(|i| f64::from(self.tensor_split.get(i).copied().unwrap_or(0.0)))

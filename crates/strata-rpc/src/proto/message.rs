@@ -294,23 +294,30 @@ impl Request<'_> {
                 p.extend_from_slice(&header.offset.to_le_bytes());
                 tail = data;
             }
+            // a tensor, a byte offset and a u64 (the hash, the byte count;
+            // MEMSET_TENSOR adds its byte value)
             Request::SetTensorHash {
                 tensor,
                 offset,
-                hash,
-            } => {
-                tensor.encode_into(&mut p);
-                p.extend_from_slice(&offset.to_le_bytes());
-                p.extend_from_slice(&hash.to_le_bytes());
+                hash: n,
             }
-            Request::GetTensor {
+            | Request::GetTensor {
                 tensor,
                 offset,
-                size,
+                size: n,
+            }
+            | Request::MemsetTensor {
+                tensor,
+                offset,
+                size: n,
+                ..
             } => {
                 tensor.encode_into(&mut p);
                 p.extend_from_slice(&offset.to_le_bytes());
-                p.extend_from_slice(&size.to_le_bytes());
+                p.extend_from_slice(&n.to_le_bytes());
+                if let Request::MemsetTensor { value, .. } = self {
+                    p.push(*value);
+                }
             }
             Request::CopyTensor { src, dst } => {
                 src.encode_into(&mut p);
@@ -331,17 +338,6 @@ impl Request<'_> {
             }
             Request::Hello { caps } => p.extend_from_slice(caps),
             Request::DeviceCount => {}
-            Request::MemsetTensor {
-                tensor,
-                offset,
-                size,
-                value,
-            } => {
-                tensor.encode_into(&mut p);
-                p.extend_from_slice(&offset.to_le_bytes());
-                p.extend_from_slice(&size.to_le_bytes());
-                p.push(*value);
-            }
         }
         let total = (p.len() + tail.len()) as u64;
         let mut out = Vec::with_capacity(9 + p.len());
@@ -374,37 +370,30 @@ pub fn pair_payload(a: u64, b: u64) -> [u8; 16] {
     r
 }
 
+/// `b`, a response payload that must be exactly `N` bytes.
+fn fixed<const N: usize>(cmd: Command, b: &[u8]) -> Result<&[u8; N], DecodeError> {
+    b.try_into().map_err(|_| {
+        DecodeError::new(
+            Some(cmd),
+            format!("response has {} bytes, expected {N}", b.len()),
+        )
+    })
+}
+
 /// Decodes a 16-byte two-u64 response payload.
 pub fn decode_pair(cmd: Command, b: &[u8]) -> Result<(u64, u64), DecodeError> {
-    if b.len() != 16 {
-        return Err(DecodeError::new(
-            Some(cmd),
-            format!("response has {} bytes, expected 16", b.len()),
-        ));
-    }
+    let b = fixed::<16>(cmd, b)?;
     Ok((u64_at(b, 0), u64_at(b, 8)))
 }
 
 /// Decodes an 8-byte u64 response payload.
 pub fn decode_u64(cmd: Command, b: &[u8]) -> Result<u64, DecodeError> {
-    if b.len() != 8 {
-        return Err(DecodeError::new(
-            Some(cmd),
-            format!("response has {} bytes, expected 8", b.len()),
-        ));
-    }
-    Ok(u64_at(b, 0))
+    Ok(u64::from_le_bytes(*fixed(cmd, b)?))
 }
 
 /// Decodes a 4-byte u32 response payload (DEVICE_COUNT).
 pub fn decode_u32(cmd: Command, b: &[u8]) -> Result<u32, DecodeError> {
-    if b.len() != 4 {
-        return Err(DecodeError::new(
-            Some(cmd),
-            format!("response has {} bytes, expected 4", b.len()),
-        ));
-    }
-    Ok(u32_at(b, 0))
+    Ok(u32::from_le_bytes(*fixed(cmd, b)?))
 }
 
 /// Decodes a 1-byte status response (SET_TENSOR_HASH, COPY_TENSOR): 1 = yes, 0 = no.

@@ -8,11 +8,12 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue};
 use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::request::{self, InMessage};
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, Ready};
 
 /// The chat page, built into the binary.
 const INDEX: &str = include_str!("../web/index.html");
@@ -78,12 +79,24 @@ fn yes() -> bool {
     true
 }
 
+/// A JSON endpoint over the loaded model: the body parsed as an `R`, then
+/// `f`'s answer (or the error) as the response.
+fn json_endpoint<R: DeserializeOwned>(
+    state: &AppState,
+    body: &[u8],
+    f: impl FnOnce(R, &Ready) -> Result<Value, ApiError>,
+) -> Response {
+    let r = request::parse(body).and_then(|req| f(req, state.get()?));
+    match r {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
 /// `POST /tokenize` (llama-server's): `{"content"}` → `{"tokens"}`; with
 /// `with_pieces`, each token as `{"id", "piece"}`.
 pub(super) async fn tokenize(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    let r = (|| {
-        let req: TokenizeRequest = request::parse(&body)?;
-        let ready = state.get()?;
+    json_endpoint(&state, &body, |req: TokenizeRequest, ready| {
         let tok = &ready.model.tokenizer;
         let ids = tok
             .encode(&req.content, req.add_special, req.parse_special)
@@ -101,12 +114,8 @@ pub(super) async fn tokenize(State(state): State<Arc<AppState>>, body: Bytes) ->
                 }
             })
             .collect();
-        Ok::<_, ApiError>(json!({ "tokens": pieces }))
-    })();
-    match r {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => e.into_response(),
-    }
+        Ok(json!({ "tokens": pieces }))
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -116,9 +125,7 @@ struct DetokenizeRequest {
 
 /// `POST /detokenize`: `{"tokens"}` → `{"content"}`.
 pub(super) async fn detokenize(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    let r = (|| {
-        let req: DetokenizeRequest = request::parse(&body)?;
-        let ready = state.get()?;
+    json_endpoint(&state, &body, |req: DetokenizeRequest, ready| {
         let n_vocab = ready.model.hparams.n_vocab;
         let ids = req
             .tokens
@@ -139,12 +146,8 @@ pub(super) async fn detokenize(State(state): State<Arc<AppState>>, body: Bytes) 
             .tokenizer
             .decode(&ids, false, true)
             .map_err(|e| ApiError::bad(format!("detokenizing failed: {e}")))?;
-        Ok::<_, ApiError>(json!({ "content": text }))
-    })();
-    match r {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => e.into_response(),
-    }
+        Ok(json!({ "content": text }))
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -155,14 +158,8 @@ struct TemplateRequest {
 /// `POST /apply-template`: `{"messages"}` → `{"prompt"}`, the text a chat
 /// request would tokenize.
 pub(super) async fn apply_template(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    let r = (|| {
-        let req: TemplateRequest = request::parse(&body)?;
-        let ready = state.get()?;
+    json_endpoint(&state, &body, |req: TemplateRequest, ready| {
         let msgs = request::messages(req.messages)?;
-        Ok::<_, ApiError>(json!({ "prompt": request::chat_prompt(ready, &msgs)? }))
-    })();
-    match r {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => e.into_response(),
-    }
+        Ok(json!({ "prompt": request::chat_prompt(ready, &msgs)? }))
+    })
 }

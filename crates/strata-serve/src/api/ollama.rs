@@ -146,15 +146,7 @@ pub(super) async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Res
         let msgs = request::messages(req.messages)?;
         let ready = state.get()?;
         let text = request::chat_prompt(ready, &msgs)?;
-        let prompt = request::tokenize(ready, &text)?;
-        let rx = submit(
-            ready,
-            prompt,
-            req.options,
-            &req.format,
-            "api/chat",
-            received,
-        )?;
+        let rx = submit(ready, &text, req.options, &req.format, "api/chat", received)?;
         let model = state.model_name.clone();
         let line = move |t: &str| {
             json!({ "model": model, "created_at": rfc3339_now(),
@@ -182,10 +174,9 @@ pub(super) async fn generate(State(state): State<Arc<AppState>>, body: Bytes) ->
             msgs.push(Message::new("user", req.prompt));
             request::chat_prompt(ready, &msgs)?
         };
-        let prompt = request::tokenize(ready, &text)?;
         let rx = submit(
             ready,
-            prompt,
+            &text,
             req.options,
             &req.format,
             "api/generate",
@@ -215,14 +206,17 @@ async fn respond(
     Ok(Json(v).into_response())
 }
 
+/// Tokenizes the prompt `text` and submits it with the request's options
+/// (one choice).
 fn submit(
     ready: &super::Ready,
-    prompt: Vec<u32>,
+    text: &str,
     o: Options,
     format: &Option<Value>,
     endpoint: &'static str,
     received: Instant,
 ) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+    let prompt = request::tokenize(ready, text)?;
     let params = o.sampling.params(None)?;
     // Ollama: num_predict -1 (or absent) generates until the context ends
     let max_tokens = o.num_predict.filter(|&n| n != -1 && n != -2);

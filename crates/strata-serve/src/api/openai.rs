@@ -150,16 +150,12 @@ fn completion_logprobs(ready: &Ready, tokens: &[Sampled], mut offset: usize) -> 
 }
 
 /// `POST /v1/chat/completions`.
-pub(super) async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    match chat_inner(&state, &body).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn chat_inner(state: &Arc<AppState>, body: &[u8]) -> Result<Response, ApiError> {
+pub(super) async fn chat(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let req: ChatRequest = request::parse(body)?;
+    let req: ChatRequest = request::parse(&body)?;
     let logprobs = req.logprobs;
     let top = top_count(req.top_logprobs, "top_logprobs")?;
     let params = req.sampling.params(logprobs.then_some(top))?;
@@ -185,58 +181,88 @@ async fn chat_inner(state: &Arc<AppState>, body: &[u8]) -> Result<Response, ApiE
             received,
         },
     )?;
-    let id = request_id("chatcmpl");
-    let model = state.model_name.clone();
-    let created = unix_now();
+    let head = Head::new(&state, "chatcmpl", "chat.completion.chunk");
     if req.stream {
-        let usage = req
-            .stream_options
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false);
-        let ready_state = state.clone();
+        let usage = include_usage(req.stream_options);
         let first: String = (0..n)
             .map(|i| {
-                let c = json!({ "id": id, "object": "chat.completion.chunk", "created": created,
-                    "model": model, "choices": [{ "index": i,
+                let c = head.object(json!([{ "index": i,
                     "delta": { "role": "assistant", "content": "" },
-                    "logprobs": null, "finish_reason": null }] });
+                    "logprobs": null, "finish_reason": null }]));
                 format!("data: {c}\n\n")
             })
             .collect();
-        let s = sse(rx, move |ev| {
-            let Ok(ready) = ready_state.get() else {
-                return Vec::new();
-            };
-            chat_chunks(ready, &ev, &id, &model, created, usage, logprobs)
+        let s = sse(rx, state.clone(), move |ready, ev| {
+            chat_chunks(ready, &ev, &head, usage, logprobs)
         });
         use futures::StreamExt;
         let s = futures::stream::once(async move { first }).chain(s);
         return Ok(stream_body(s, "text/event-stream"));
     }
-    let (choices, usage) = request::collect(rx, n as usize).await?;
-    let choices: Vec<Value> = choices
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            json!({
-                "index": i,
-                "message": { "role": "assistant", "content": c.text },
-                "logprobs": if logprobs {
-                    json!({ "content": c.tokens.iter().map(|s| chat_logprob(ready, s)).collect::<Vec<_>>() })
-                } else { Value::Null },
-                "finish_reason": finish(c),
-            })
+    whole(rx, n, head.with_object("chat.completion"), |i, c| {
+        json!({
+            "index": i,
+            "message": { "role": "assistant", "content": c.text },
+            "logprobs": if logprobs {
+                json!({ "content": c.tokens.iter().map(|s| chat_logprob(ready, s)).collect::<Vec<_>>() })
+            } else { Value::Null },
+            "finish_reason": finish(c),
         })
-        .collect();
-    Ok(Json(json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": choices,
-        "usage": usage_json(&usage),
-    }))
-    .into_response())
+    })
+    .await
+}
+
+/// The fields every object of one response carries: its id, the object
+/// type, when it was created and the model.
+struct Head {
+    id: String,
+    object: &'static str,
+    created: u64,
+    model: String,
+}
+
+impl Head {
+    /// A new response's: an id starting with `prefix`, objects of type
+    /// `object`.
+    fn new(state: &AppState, prefix: &str, object: &'static str) -> Head {
+        Head {
+            id: request_id(prefix),
+            object,
+            created: unix_now(),
+            model: state.model_name.clone(),
+        }
+    }
+
+    /// The same response's objects of another type.
+    fn with_object(self, object: &'static str) -> Head {
+        Head { object, ..self }
+    }
+
+    /// A response object with these `choices`.
+    fn object(&self, choices: Value) -> Value {
+        json!({ "id": self.id, "object": self.object, "created": self.created,
+                "model": self.model, "choices": choices })
+    }
+}
+
+/// Whether a stream's options ask for the usage chunk.
+fn include_usage(o: Option<StreamOptions>) -> bool {
+    o.and_then(|o| o.include_usage).unwrap_or(false)
+}
+
+/// The answer of a request not streamed: its `n` choices, each as
+/// `choice(index, c)` makes it, and the usage.
+async fn whole(
+    rx: mpsc::UnboundedReceiver<Event>,
+    n: i64,
+    head: Head,
+    choice: impl Fn(usize, &Choice) -> Value,
+) -> Result<Response, ApiError> {
+    let (choices, usage) = request::collect(rx, n as usize).await?;
+    let choices = choices.iter().enumerate().map(|(i, c)| choice(i, c));
+    let mut v = head.object(choices.collect());
+    v["usage"] = usage_json(&usage);
+    Ok(Json(v).into_response())
 }
 
 fn finish(c: &Choice) -> &'static str {
@@ -247,16 +273,11 @@ fn finish(c: &Choice) -> &'static str {
 fn chat_chunks(
     ready: &Ready,
     ev: &Event,
-    id: &str,
-    model: &str,
-    created: u64,
+    head: &Head,
     include_usage: bool,
     logprobs: bool,
 ) -> Vec<Value> {
-    let chunk = |choices: Value| {
-        json!({ "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-                "choices": choices })
-    };
+    let chunk = |choices: Value| head.object(choices);
     match ev {
         Event::Token {
             choice,
@@ -313,24 +334,30 @@ fn last_lines(ev: &Event, include_usage: bool, chunk: &impl Fn(Value) -> Value) 
     }
 }
 
-/// Maps engine events to SSE `data:` lines; ends with `data: [DONE]`
-/// after the request's last event (or if the engine drops it).
+/// Maps engine events to SSE `data:` lines (none while the model is not
+/// ready); ends with `data: [DONE]` after the request's last event (or if
+/// the engine drops it).
 pub(super) fn sse<F>(
     rx: mpsc::UnboundedReceiver<Event>,
+    state: Arc<AppState>,
     f: F,
 ) -> impl futures::Stream<Item = String> + Send
 where
-    F: FnMut(Event) -> Vec<Value> + Send + 'static,
+    F: FnMut(&Ready, Event) -> Vec<Value> + Send + 'static,
 {
-    futures::stream::unfold(Some((rx, f)), |st| async move {
-        let (mut rx, mut f) = st?;
+    futures::stream::unfold(Some((rx, state, f)), |st| async move {
+        let (mut rx, state, mut f) = st?;
         loop {
             let Some(ev) = rx.recv().await else {
                 return Some(("data: [DONE]\n\n".to_string(), None));
             };
             let last = matches!(ev, Event::Usage(_) | Event::Error(_));
+            let lines = match state.get() {
+                Ok(ready) => f(ready, ev),
+                Err(_) => Vec::new(),
+            };
             let mut s = String::new();
-            for v in f(ev) {
+            for v in lines {
                 s.push_str("data: ");
                 s.push_str(&v.to_string());
                 s.push_str("\n\n");
@@ -340,23 +367,19 @@ where
                 return Some((s, None));
             }
             if !s.is_empty() {
-                return Some((s, Some((rx, f))));
+                return Some((s, Some((rx, state, f))));
             }
         }
     })
 }
 
 /// `POST /v1/completions`.
-pub(super) async fn completions(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    match completions_inner(&state, &body).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn completions_inner(state: &Arc<AppState>, body: &[u8]) -> Result<Response, ApiError> {
+pub(super) async fn completions(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let req: CompletionRequest = request::parse(body)?;
+    let req: CompletionRequest = request::parse(&body)?;
     let logprobs = match req.logprobs {
         None => None,
         Some(n) => Some(top_count(Some(n), "logprobs")?),
@@ -391,24 +414,12 @@ async fn completions_inner(state: &Arc<AppState>, body: &[u8]) -> Result<Respons
             received,
         },
     )?;
-    let id = request_id("cmpl");
-    let model = state.model_name.clone();
-    let created = unix_now();
+    let head = Head::new(&state, "cmpl", "text_completion");
     if req.stream {
-        let include_usage = req
-            .stream_options
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false);
-        let st = state.clone();
+        let include_usage = include_usage(req.stream_options);
         let mut offsets = vec![0usize; n as usize];
-        let s = sse(rx, move |ev| {
-            let Ok(ready) = st.get() else {
-                return Vec::new();
-            };
-            let chunk = |choices: Value| {
-                json!({ "id": id, "object": "text_completion", "created": created,
-                        "model": model, "choices": choices })
-            };
+        let s = sse(rx, state.clone(), move |ready, ev| {
+            let chunk = |choices: Value| head.object(choices);
             match ev {
                 Event::Token {
                     choice,
@@ -447,28 +458,15 @@ async fn completions_inner(state: &Arc<AppState>, body: &[u8]) -> Result<Respons
         });
         return Ok(stream_body(s, "text/event-stream"));
     }
-    let (choices, usage) = request::collect(rx, n as usize).await?;
-    let choices: Vec<Value> = choices
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            json!({
-                "index": i,
-                "text": c.text,
-                "logprobs": if logprobs.is_some() {
-                    completion_logprobs(ready, &c.tokens, 0)
-                } else { Value::Null },
-                "finish_reason": finish(c),
-            })
+    whole(rx, n, head, |i, c| {
+        json!({
+            "index": i,
+            "text": c.text,
+            "logprobs": if logprobs.is_some() {
+                completion_logprobs(ready, &c.tokens, 0)
+            } else { Value::Null },
+            "finish_reason": finish(c),
         })
-        .collect();
-    Ok(Json(json!({
-        "id": id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": choices,
-        "usage": usage_json(&usage),
-    }))
-    .into_response())
+    })
+    .await
 }

@@ -66,15 +66,7 @@ impl LinearAllocator {
     /// Errors (ggml aborts instead): the tensor is a view (place its base),
     /// already has storage, or does not fit in what is left of the buffer.
     pub fn alloc(&mut self, tensor: &Tensor) -> Result<()> {
-        if tensor.is_view() {
-            return Err(Error::BadTensor {
-                op: "linear allocator",
-                tensor: tensor.name(),
-                problem: TensorProblem::View {
-                    base: tensor.storage_owner().name(),
-                },
-            });
-        }
+        tensor.check_not_view("linear allocator")?;
         if tensor.is_allocated() {
             return Err(Error::BadTensor {
                 op: "linear allocator",

@@ -286,11 +286,8 @@ impl TView {
             let bytes = unsafe { self.row_bytes(i1, i2, i3) };
             // Widening is exact at every level, so the process-wide level is fine.
             let isa = crate::isa::active();
-            if self.dtype == DType::F16 {
-                super::vector::f16_to_f32_row(isa, bytes, out).expect(super::vector::SIZED);
-            } else {
-                super::vector::bf16_to_f32_row(isa, bytes, out).expect(super::vector::SIZED);
-            }
+            let (widen, _) = super::vector::half_rows(self.dtype);
+            widen(isa, bytes, out).expect(super::vector::SIZED);
             return;
         }
         for (i0, o) in out.iter_mut().enumerate() {
@@ -328,11 +325,8 @@ impl TView {
             let bytes = unsafe { std::slice::from_raw_parts_mut(p, 2 * n) };
             // Bit-identical to the scalar rounding at every level.
             let isa = crate::isa::active();
-            if self.dtype == DType::F16 {
-                super::vector::f32_to_f16_row(isa, src, bytes).expect(super::vector::SIZED);
-            } else {
-                super::vector::f32_to_bf16_row(isa, src, bytes).expect(super::vector::SIZED);
-            }
+            let (_, round) = super::vector::half_rows(self.dtype);
+            round(isa, src, bytes).expect(super::vector::SIZED);
             return;
         }
         for (i0, &v) in src.iter().enumerate() {

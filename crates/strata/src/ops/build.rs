@@ -61,3 +61,11 @@ pub(super) fn op1(op: Op, a: &Tensor) -> Result<Tensor> {
 pub(super) fn op2(op: Op, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     make(op, vec![Some(a.clone()), Some(b.clone())], None)
 }
+
+pub(super) fn op3(op: Op, a: &Tensor, b: &Tensor, c: &Tensor) -> Result<Tensor> {
+    make(
+        op,
+        vec![Some(a.clone()), Some(b.clone()), Some(c.clone())],
+        None,
+    )
+}

@@ -1,7 +1,7 @@
 //! Element-wise ops: broadcast binary arithmetic, unary functions, scale, clamp and gated linear units.
 //! Graph builders and their shape and type inference ([`super::infer`]).
 
-use super::build::{make, op1, op2};
+use super::build::{make, op1, op2, op3};
 use super::infer::{can_repeat, contiguous, InferCx, Inferred};
 use super::{GluOp, Op, UnaryOp};
 use crate::tensor::Tensor;
@@ -131,11 +131,7 @@ pub(super) fn infer_binary(cx: &InferCx<'_>) -> Result<Inferred> {
 /// An id outside `0..n_expert` is refused before compute when `ids` is an
 /// input; one computed by the graph leaves that row of `a` unbiased.
 pub fn add_id(a: &Tensor, b: &Tensor, ids: &Tensor) -> Result<Tensor> {
-    make(
-        Op::AddId,
-        vec![Some(a.clone()), Some(b.clone()), Some(ids.clone())],
-        None,
-    )
+    op3(Op::AddId, a, b, ids)
 }
 
 /// Shape and type inference of ADD_ID (ggml's rules): a result like `a`.

@@ -1,7 +1,7 @@
 //! The matrix products MUL_MAT and MUL_MAT_ID.
 //! Graph builders and their shape and type inference ([`super::infer`]).
 
-use super::build::op2;
+use super::build::{op2, op3};
 use super::infer::{contiguous, InferCx, Inferred};
 use super::Op;
 use crate::tensor::{DType, Tensor};
@@ -80,11 +80,7 @@ fn weight_checks(cx: &InferCx<'_>, a: &Tensor, b: &Tensor) -> Result<()> {
 /// assert_eq!(ops::mul_mat_id(&w, &x, &ids).unwrap().ne(), [5, 2, 3, 1]);
 /// ```
 pub fn mul_mat_id(experts: &Tensor, b: &Tensor, ids: &Tensor) -> Result<Tensor> {
-    super::build::make(
-        Op::MulMatId,
-        vec![Some(experts.clone()), Some(b.clone()), Some(ids.clone())],
-        None,
-    )
+    op3(Op::MulMatId, experts, b, ids)
 }
 
 /// Shape and type inference of MUL_MAT_ID (ggml's rules, plus strata's

@@ -26,48 +26,7 @@ fn nonneg(id: u32, op: &str, what: &str, x: i32) -> Result<usize> {
 impl Op {
     /// ggml's op id.
     pub fn ggml_id(&self) -> u32 {
-        match self {
-            Op::None => 0,
-            Op::Dup => 1,
-            Op::Add => 2,
-            Op::Sub => 6,
-            Op::Mul => 7,
-            Op::Div => 8,
-            Op::Sqr => 9,
-            Op::Sqrt => 10,
-            Op::Log => 11,
-            Op::Sin => 12,
-            Op::Cos => 13,
-            Op::Sum => 14,
-            Op::SumRows => 15,
-            Op::Mean => 17,
-            Op::Argmax => 18,
-            Op::Repeat => 20,
-            Op::Concat { .. } => 22,
-            Op::Norm { .. } => 24,
-            Op::RmsNorm { .. } => 25,
-            Op::MulMat => 29,
-            Op::MulMatId => 30,
-            Op::AddId => 3,
-            Op::Scale { .. } => 32,
-            Op::Cpy => 34,
-            Op::Cont => 35,
-            Op::Reshape => 36,
-            Op::View { .. } => 37,
-            Op::Permute { .. } => 38,
-            Op::Transpose => 39,
-            Op::GetRows => 40,
-            Op::SetRows => 42,
-            Op::DiagMaskInf { .. } => 44,
-            Op::SoftMax { .. } => 46,
-            Op::Rope(_) => 48,
-            Op::Clamp { .. } => 50,
-            Op::Argsort { .. } => 69,
-            Op::TopK => 70,
-            Op::FlashAttnExt { .. } => 74,
-            Op::Unary(_) => 91,
-            Op::Glu { .. } => 100,
-        }
+        self.ggml_op().0
     }
 
     /// ggml's op_params for this op.

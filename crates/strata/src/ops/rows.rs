@@ -1,7 +1,7 @@
 //! Row gathers and scatters: GET_ROWS and SET_ROWS.
 //! Graph builders and their shape and type inference ([`super::infer`]).
 
-use super::build::{make, op2};
+use super::build::{op2, op3};
 use super::infer::{contiguous, view_of, InferCx, Inferred};
 use super::Op;
 use crate::tensor::{DType, Tensor};
@@ -15,11 +15,7 @@ pub fn get_rows(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// Writes the rows of `rows` into `dst` at `indices` (I32/I64); the result is
 /// a view of `dst` (compute it to perform the write).
 pub fn set_rows(dst: &Tensor, rows: &Tensor, indices: &Tensor) -> Result<Tensor> {
-    make(
-        Op::SetRows,
-        vec![Some(rows.clone()), Some(indices.clone()), Some(dst.clone())],
-        None,
-    )
+    op3(Op::SetRows, rows, indices, dst)
 }
 
 /// Shape and type inference of GET_ROWS: rows of `a` picked by I32 indices.

@@ -500,19 +500,26 @@ impl Tensor {
         self.storage().map(|s| s.buffer)
     }
 
-    /// Places the tensor in `buffer` at `offset` (allocators call this).
-    ///
-    /// Views cannot be placed (they follow their base); the range must fit the buffer.
-    pub fn set_storage(&self, buffer: Arc<dyn Buffer>, offset: usize) -> Result<()> {
+    /// Refuses to place a view (`op`: what tried to): a view follows its
+    /// base.
+    pub(crate) fn check_not_view(&self, op: &'static str) -> Result<()> {
         if self.is_view() {
             return Err(Error::BadTensor {
-                op: "set_storage",
+                op,
                 tensor: self.name(),
                 problem: TensorProblem::View {
                     base: self.storage_owner().name(),
                 },
             });
         }
+        Ok(())
+    }
+
+    /// Places the tensor in `buffer` at `offset` (allocators call this).
+    ///
+    /// Views cannot be placed (they follow their base); the range must fit the buffer.
+    pub fn set_storage(&self, buffer: Arc<dyn Buffer>, offset: usize) -> Result<()> {
+        self.check_not_view("set_storage")?;
         let end = offset.saturating_add(self.nbytes());
         if end > buffer.size() {
             return Err(Error::OutOfBounds {

@@ -14,6 +14,7 @@
 //! The math functions state their own bounds.
 
 use crate::isa::{simd, Isa};
+use crate::DType;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
@@ -65,6 +66,21 @@ pub fn bf16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) -> crate::Result<(
         }
     );
     Ok(())
+}
+
+/// A row conversion from 16-bit floats to f32 ([`f16_to_f32_row`]).
+pub(crate) type WidenRow = fn(Isa, &[u8], &mut [f32]) -> crate::Result<()>;
+/// A row conversion from f32 to 16-bit floats ([`f32_to_f16_row`]).
+pub(crate) type RoundRow = fn(Isa, &[f32], &mut [u8]) -> crate::Result<()>;
+
+/// The row conversions of the 16-bit float type `dtype`: the F16 ones for
+/// F16, else the BF16 ones.
+pub(crate) fn half_rows(dtype: DType) -> (WidenRow, RoundRow) {
+    if dtype == DType::F16 {
+        (f16_to_f32_row, f32_to_f16_row)
+    } else {
+        (bf16_to_f32_row, f32_to_bf16_row)
+    }
 }
 
 /// Rounds f32 values to little-endian f16 (`dst.len() == 2 * src.len()`),
