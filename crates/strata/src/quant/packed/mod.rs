@@ -118,6 +118,8 @@ mod x86_avx2_k23;
 mod x86_avx2_kw;
 #[cfg(target_arch = "x86_64")]
 mod x86_k;
+#[cfg(target_arch = "x86_64")]
+mod x86_kshared;
 
 /// Rows per packed group.
 pub const ROWS: usize = 16;
