@@ -58,16 +58,8 @@ nibble_dots!(
     sum2,
     sum1
 );
-pair_dot!(
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-    dot_q8_0_imp,
-    dot_q8_0_n,
-    DType::Q8_0,
-    DType::Q8_0,
-    128,
-    false,
-    |bx| _mm256_xor_si256(_mm256_loadu_si256(bx.add(2).cast()), _mm256_set1_epi8(-128)),
-    |by| _mm256_loadu_si256(by.add(2).cast()),
-    sum2,
-    sum1
-);
+pair_dot! {
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", sum2, sum1;
+    dot_q8_0_imp, dot_q8_0_n, Q8_0, 128,
+        |bx| _mm256_xor_si256(_mm256_loadu_si256(bx.add(2).cast()), _mm256_set1_epi8(-128))
+}
