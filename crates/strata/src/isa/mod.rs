@@ -18,6 +18,8 @@
 use crate::{Error, Result};
 use std::sync::OnceLock;
 
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod aarch64;
 pub mod cache;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;

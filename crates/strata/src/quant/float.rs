@@ -26,53 +26,56 @@ pub fn bf16_to_f32(b: u16) -> f32 {
     f32::from_bits(u32::from(b) << 16)
 }
 
+/// Writes each of `src` as the `B` little-endian bytes `enc` gives
+/// (`dst.len() == B * src.len()`): the body of every `quantize_row_*` here.
+#[inline(always)]
+fn encode_row<const B: usize>(src: &[f32], dst: &mut [u8], enc: impl Fn(f32) -> [u8; B]) {
+    debug_assert_eq!(dst.len(), src.len() * B);
+    for (x, y) in src.iter().zip(dst.chunks_exact_mut(B)) {
+        y.copy_from_slice(&enc(*x));
+    }
+}
+
+/// Reads each of `dst` from `B` little-endian bytes with `dec`
+/// (`src.len() == B * dst.len()`): the body of every `dequantize_row_*`.
+#[inline(always)]
+fn decode_row<const B: usize>(src: &[u8], dst: &mut [f32], dec: impl Fn([u8; B]) -> f32) {
+    debug_assert_eq!(src.len(), dst.len() * B);
+    for (x, y) in src.chunks_exact(B).zip(dst.iter_mut()) {
+        // The chunk is exactly `B` bytes.
+        *y = dec(x.try_into().unwrap_or([0; B]));
+    }
+}
+
 /// Copies an f32 row into little-endian bytes (`dst.len() == 4 * src.len()`).
 pub fn quantize_row_f32(src: &[f32], dst: &mut [u8]) {
-    debug_assert_eq!(dst.len(), src.len() * 4);
-    for (x, y) in src.iter().zip(dst.chunks_exact_mut(4)) {
-        y.copy_from_slice(&x.to_le_bytes());
-    }
+    encode_row(src, dst, f32::to_le_bytes);
 }
 
 /// Reads a little-endian f32 row (`src.len() == 4 * dst.len()`).
 pub fn dequantize_row_f32(src: &[u8], dst: &mut [f32]) {
-    debug_assert_eq!(src.len(), dst.len() * 4);
-    for (x, y) in src.chunks_exact(4).zip(dst.iter_mut()) {
-        *y = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
-    }
+    decode_row(src, dst, f32::from_le_bytes);
 }
 
 /// Rounds an f32 row to little-endian f16 (`dst.len() == 2 * src.len()`).
 pub fn quantize_row_f16(src: &[f32], dst: &mut [u8]) {
-    debug_assert_eq!(dst.len(), src.len() * 2);
-    for (x, y) in src.iter().zip(dst.chunks_exact_mut(2)) {
-        y.copy_from_slice(&f16::from_f32(*x).to_bits().to_le_bytes());
-    }
+    encode_row(src, dst, |x| f16::from_f32(x).to_bits().to_le_bytes());
 }
 
 /// Widens a little-endian f16 row to f32 (`src.len() == 2 * dst.len()`).
 pub fn dequantize_row_f16(src: &[u8], dst: &mut [f32]) {
-    debug_assert_eq!(src.len(), dst.len() * 2);
-    for (x, y) in src.chunks_exact(2).zip(dst.iter_mut()) {
-        *y = f16::from_bits(u16::from_le_bytes([x[0], x[1]])).to_f32();
-    }
+    decode_row(src, dst, |b| f16::from_bits(u16::from_le_bytes(b)).to_f32());
 }
 
 /// Rounds an f32 row to little-endian bf16 with [`f32_to_bf16`]
 /// (`dst.len() == 2 * src.len()`).
 pub fn quantize_row_bf16(src: &[f32], dst: &mut [u8]) {
-    debug_assert_eq!(dst.len(), src.len() * 2);
-    for (x, y) in src.iter().zip(dst.chunks_exact_mut(2)) {
-        y.copy_from_slice(&f32_to_bf16(*x).to_le_bytes());
-    }
+    encode_row(src, dst, |x| f32_to_bf16(x).to_le_bytes());
 }
 
 /// Widens a little-endian bf16 row to f32 (`src.len() == 2 * dst.len()`).
 pub fn dequantize_row_bf16(src: &[u8], dst: &mut [f32]) {
-    debug_assert_eq!(src.len(), dst.len() * 2);
-    for (x, y) in src.chunks_exact(2).zip(dst.iter_mut()) {
-        *y = bf16_to_f32(u16::from_le_bytes([x[0], x[1]]));
-    }
+    decode_row(src, dst, |b| bf16_to_f32(u16::from_le_bytes(b)));
 }
 
 #[cfg(test)]

@@ -181,18 +181,29 @@ pub(super) fn make_qkx2_quants(
     (scale, -min)
 }
 
+/// The start of the symmetric fits: the signed absolute maximum of `x`, or
+/// `None` for an all-zero group (below `GROUP_MAX_EPS`), whose levels `l`
+/// it sets to 0.
+#[inline(always)]
+fn symmetric_max(x: &[f32], l: &mut [i8]) -> Option<f32> {
+    let (max, amax) = signed_amax(x);
+    if amax < GROUP_MAX_EPS {
+        l[..x.len()].fill(0);
+        return None;
+    }
+    Some(max)
+}
+
 /// Symmetric fit `x ≈ scale · (L - nmax)` with `L` in `0..2 nmax`, weights
 /// `x²`: start from the grid of the signed absolute maximum, then move single
 /// levels while that improves the weighted least-squares fit, for up to five
 /// passes (ggml's `make_q3_quants` with `do_rmse`). Returns the scale (0 for
 /// an all-zero group, whose levels are all 0).
 pub(super) fn make_q3_quants(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
-    let n = x.len();
-    let (max, amax) = signed_amax(x);
-    if amax < GROUP_MAX_EPS {
-        l[..n].fill(0);
+    let Some(max) = symmetric_max(x, l) else {
         return 0.0;
-    }
+    };
+    let n = x.len();
     let iscale = -(nmax as f32) / max;
     let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
     for i in 0..n {
@@ -244,12 +255,9 @@ pub(super) fn make_q3_quants(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
 /// `make_qx_quants` with `rmse_type` 1 and no importance weights). Returns
 /// the scale (0 for an all-zero group, whose levels are all 0).
 pub(super) fn make_qx_quants(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
-    let n = x.len();
-    let (max, amax) = signed_amax(x);
-    if amax < GROUP_MAX_EPS {
-        l[..n].fill(0);
+    let Some(max) = symmetric_max(x, l) else {
         return 0.0;
-    }
+    };
     // Σ w·x·l and Σ w·l² over the grid of `iscale`, with w = x².
     let sums = |iscale: f32| {
         let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);

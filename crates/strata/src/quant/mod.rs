@@ -136,50 +136,38 @@ pub fn quantize_row_fn(dtype: DType) -> Option<QuantizeRowFn> {
 
 /// The scalar reference row quantizer ([`quantize_row_fn`]'s contract).
 fn scalar_quantize_row_fn(dtype: DType) -> Option<QuantizeRowFn> {
-    Some(match dtype {
-        DType::F32 => quantize_row_f32,
-        DType::F16 => quantize_row_f16,
-        DType::BF16 => quantize_row_bf16,
-        DType::Q4_0 => quantize_row_q4_0,
-        DType::Q4_1 => quantize_row_q4_1,
-        DType::Q5_0 => quantize_row_q5_0,
-        DType::Q5_1 => quantize_row_q5_1,
-        DType::Q8_0 => quantize_row_q8_0,
-        DType::Q8_1 => quantize_row_q8_1,
-        DType::Q2_K => quantize_row_q2_k,
-        DType::Q3_K => quantize_row_q3_k,
-        DType::Q4_K => quantize_row_q4_k,
-        DType::Q5_K => quantize_row_q5_k,
-        DType::Q6_K => quantize_row_q6_k,
-        DType::Q8_K => quantize_row_q8_k,
-        DType::IQ4_NL => quantize_row_iq4_nl,
-        DType::IQ4_XS => quantize_row_iq4_xs,
-        DType::I8 | DType::I16 | DType::I32 | DType::I64 => return None,
-    })
+    row_fns(dtype).map(|f| f.0)
 }
 
 /// The unchecked row dequantizer for `dtype`, or `None` for the integer types.
 pub fn dequantize_row_fn(dtype: DType) -> Option<DequantizeRowFn> {
-    Some(match dtype {
-        DType::F32 => dequantize_row_f32,
-        DType::F16 => dequantize_row_f16,
-        DType::BF16 => dequantize_row_bf16,
-        DType::Q4_0 => dequantize_row_q4_0,
-        DType::Q4_1 => dequantize_row_q4_1,
-        DType::Q5_0 => dequantize_row_q5_0,
-        DType::Q5_1 => dequantize_row_q5_1,
-        DType::Q8_0 => dequantize_row_q8_0,
-        DType::Q8_1 => dequantize_row_q8_1,
-        DType::Q2_K => dequantize_row_q2_k,
-        DType::Q3_K => dequantize_row_q3_k,
-        DType::Q4_K => dequantize_row_q4_k,
-        DType::Q5_K => dequantize_row_q5_k,
-        DType::Q6_K => dequantize_row_q6_k,
-        DType::Q8_K => dequantize_row_q8_k,
-        DType::IQ4_NL => dequantize_row_iq4_nl,
-        DType::IQ4_XS => dequantize_row_iq4_xs,
+    row_fns(dtype).map(|f| f.1)
+}
+
+/// The scalar row functions of `dtype`, quantizer and dequantizer in one
+/// table, or `None` for the integer types.
+fn row_fns(dtype: DType) -> Option<(QuantizeRowFn, DequantizeRowFn)> {
+    let fns: (QuantizeRowFn, DequantizeRowFn) = match dtype {
+        DType::F32 => (quantize_row_f32, dequantize_row_f32),
+        DType::F16 => (quantize_row_f16, dequantize_row_f16),
+        DType::BF16 => (quantize_row_bf16, dequantize_row_bf16),
+        DType::Q4_0 => (quantize_row_q4_0, dequantize_row_q4_0),
+        DType::Q4_1 => (quantize_row_q4_1, dequantize_row_q4_1),
+        DType::Q5_0 => (quantize_row_q5_0, dequantize_row_q5_0),
+        DType::Q5_1 => (quantize_row_q5_1, dequantize_row_q5_1),
+        DType::Q8_0 => (quantize_row_q8_0, dequantize_row_q8_0),
+        DType::Q8_1 => (quantize_row_q8_1, dequantize_row_q8_1),
+        DType::Q2_K => (quantize_row_q2_k, dequantize_row_q2_k),
+        DType::Q3_K => (quantize_row_q3_k, dequantize_row_q3_k),
+        DType::Q4_K => (quantize_row_q4_k, dequantize_row_q4_k),
+        DType::Q5_K => (quantize_row_q5_k, dequantize_row_q5_k),
+        DType::Q6_K => (quantize_row_q6_k, dequantize_row_q6_k),
+        DType::Q8_K => (quantize_row_q8_k, dequantize_row_q8_k),
+        DType::IQ4_NL => (quantize_row_iq4_nl, dequantize_row_iq4_nl),
+        DType::IQ4_XS => (quantize_row_iq4_xs, dequantize_row_iq4_xs),
         DType::I8 | DType::I16 | DType::I32 | DType::I64 => return None,
-    })
+    };
+    Some(fns)
 }
 
 /// The type activations are quantized to before a dot product with a row of
@@ -394,6 +382,29 @@ fn min_max(x: &[f32]) -> (f32, f32) {
     (min, max)
 }
 
+/// The scale header of a symmetric block (Q4_0, Q5_0) of `x`: writes
+/// `d = max / div`, `max` the element of largest magnitude with its sign
+/// ([`signed_absmax`]), as the f16 at `y[0..2]` and returns `1 / d` in f32
+/// (0 for an all-zero block).
+#[inline(always)]
+fn put_signed_header(x: &[f32], y: &mut [u8], div: f32) -> f32 {
+    let d = signed_absmax(x) / div;
+    put_f16(y, 0, d);
+    inv_or_zero(d)
+}
+
+/// The scale header of a min-offset block (Q4_1, Q5_1) of `x` with quants
+/// `0..=nmax`: writes `d = (max - min) / nmax` and `min` as the f16 at
+/// `y[0..4]` and returns `(min, 1 / d)` in f32 (0 for an all-equal block).
+#[inline(always)]
+fn put_min_header(x: &[f32], y: &mut [u8], nmax: f32) -> (f32, f32) {
+    let (min, max) = min_max(x);
+    let d = (max - min) / nmax;
+    put_f16(y, 0, d);
+    put_f16(y, 2, min);
+    (min, inv_or_zero(d))
+}
+
 /// `1 / d`, or 0 when `d` is 0 (an all-zero block).
 #[inline(always)]
 fn inv_or_zero(d: f32) -> f32 {
@@ -407,6 +418,15 @@ fn inv_or_zero(d: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The K-quant types with a dot product (Q8_K is their activation).
+    const K_TYPES: [DType; 5] = [
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+    ];
 
     #[test]
     fn function_tables_cover_exactly_the_float_and_block_types() {
@@ -425,13 +445,7 @@ mod tests {
                 assert!(quantize_row_fn(vt).is_some(), "{t}");
             }
         }
-        for t in [
-            DType::Q2_K,
-            DType::Q3_K,
-            DType::Q4_K,
-            DType::Q5_K,
-            DType::Q6_K,
-        ] {
+        for t in K_TYPES {
             assert_eq!(vec_dot_type(t), DType::Q8_K);
         }
         assert_eq!(vec_dot_type(DType::IQ4_XS), DType::Q8_K);
@@ -526,13 +540,7 @@ mod tests {
             }
         }
         // Unchecked: NaN super-blocks, never a panic.
-        for t in [
-            DType::Q2_K,
-            DType::Q3_K,
-            DType::Q4_K,
-            DType::Q5_K,
-            DType::Q6_K,
-        ] {
+        for t in K_TYPES {
             let mut x = vec![0.5f32; 512];
             x[300] = f32::NAN;
             let mut q = vec![0u8; t.row_size(512)];

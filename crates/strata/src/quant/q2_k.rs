@@ -14,7 +14,7 @@
 //! stored values. A super-block holding NaN or ±inf is written with a NaN
 //! `d` and zero everything else, so it dequantizes to NaN.
 
-use super::k_search::{make_qkx2_quants, nearest_int, nonfinite, QK_K};
+use super::k_search::{make_qkx2_quants, nearest_int, quantize_blocks, QK_K};
 use super::{debug_check_row, get_f16, put_f16};
 use crate::DType;
 
@@ -45,24 +45,13 @@ pub(super) fn pack_q2(levels: &[u8; QK_K], qs: &mut [u8]) {
     }
 }
 
-/// Writes the NaN block non-finite input maps to (see the module docs).
-fn put_nan_block(y: &mut [u8]) {
-    y.fill(0);
-    put_f16(y, D, f32::NAN);
-}
-
 /// Quantizes an f32 row to Q2_K (`src.len()` a multiple of 256,
 /// `dst.len() == 84 * src.len() / 256`).
 pub fn quantize_row_q2_k(src: &[f32], dst: &mut [u8]) {
-    debug_check_row(DType::Q2_K, src.len(), dst.len());
     let mut levels = [0u8; QK_K];
     let mut aux = [0u8; 16];
     let mut weights = [0f32; 16];
-    for (x, y) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(BYTES)) {
-        if nonfinite(x) {
-            put_nan_block(y);
-            continue;
-        }
+    quantize_blocks(DType::Q2_K, src, dst, D, |x, y| {
         let mut scales = [0f32; 16];
         let mut mins = [0f32; 16];
         let (mut max_scale, mut max_min) = (0f32, 0f32);
@@ -117,7 +106,7 @@ pub fn quantize_row_q2_k(src: &[f32], dst: &mut [u8]) {
             }
         }
         pack_q2(&levels, &mut y[QS..QS + 64]);
-    }
+    });
 }
 
 /// Dequantizes a Q2_K row (`dst.len()` a multiple of 256,

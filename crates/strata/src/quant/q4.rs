@@ -9,7 +9,7 @@
 //!
 //! Quantizing uses the f32 `d` (and `min`); only the stored copies are f16.
 
-use super::{debug_check_row, get_f16, inv_or_zero, min_max, put_f16, signed_absmax, QK};
+use super::{debug_check_row, get_f16, put_min_header, put_signed_header, QK};
 use crate::DType;
 
 const Q4_0_BYTES: usize = DType::Q4_0.type_size();
@@ -21,9 +21,7 @@ const HALF: usize = QK / 2;
 pub fn quantize_row_q4_0(src: &[f32], dst: &mut [u8]) {
     debug_check_row(DType::Q4_0, src.len(), dst.len());
     for (x, y) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q4_0_BYTES)) {
-        let d = signed_absmax(x) / -8.0;
-        let id = inv_or_zero(d);
-        put_f16(y, 0, d);
+        let id = put_signed_header(x, y, -8.0);
         let (lo, hi) = x.split_at(HALF);
         for ((q, &a), &b) in y[2..].iter_mut().zip(lo).zip(hi) {
             let qa = ((a * id + 8.5) as i32).clamp(0, 15) as u8;
@@ -52,11 +50,7 @@ pub fn dequantize_row_q4_0(src: &[u8], dst: &mut [f32]) {
 pub fn quantize_row_q4_1(src: &[f32], dst: &mut [u8]) {
     debug_check_row(DType::Q4_1, src.len(), dst.len());
     for (x, y) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q4_1_BYTES)) {
-        let (min, max) = min_max(x);
-        let d = (max - min) / 15.0;
-        let id = inv_or_zero(d);
-        put_f16(y, 0, d);
-        put_f16(y, 2, min);
+        let (min, id) = put_min_header(x, y, 15.0);
         let (lo, hi) = x.split_at(HALF);
         for ((q, &a), &b) in y[4..].iter_mut().zip(lo).zip(hi) {
             let qa = (((a - min) * id + 0.5) as i32).clamp(0, 15) as u8;

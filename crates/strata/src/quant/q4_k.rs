@@ -21,7 +21,7 @@
 //! everything else, so it dequantizes to NaN.
 
 use super::k_search::{
-    make_qkx2_quants, nearest_int, nonfinite, put_scale_min_k4, scale_min_k4, QK_K,
+    make_qkx2_quants, nearest_int, put_scale_min_k4, quantize_blocks, scale_min_k4, QK_K,
 };
 use super::{debug_check_row, get_f16, put_f16};
 use crate::DType;
@@ -103,21 +103,10 @@ fn quantize_block(x: &[f32], y: &mut [u8], nmax: i32, rmin: f32, nstep: i32) -> 
     levels
 }
 
-/// Writes the NaN block non-finite input maps to (see the module docs).
-fn put_nan_block(y: &mut [u8]) {
-    y.fill(0);
-    put_f16(y, D, f32::NAN);
-}
-
 /// Quantizes an f32 row to Q4_K (`src.len()` a multiple of 256,
 /// `dst.len() == 144 * src.len() / 256`).
 pub fn quantize_row_q4_k(src: &[f32], dst: &mut [u8]) {
-    debug_check_row(DType::Q4_K, src.len(), dst.len());
-    for (x, y) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q4_K_BYTES)) {
-        if nonfinite(x) {
-            put_nan_block(y);
-            continue;
-        }
+    quantize_blocks(DType::Q4_K, src, dst, D, |x, y| {
         let levels = quantize_block(x, y, 15, -1.0, 20);
         let qs = &mut y[Q4_QS..];
         for i in 0..4 {
@@ -125,7 +114,7 @@ pub fn quantize_row_q4_k(src: &[f32], dst: &mut [u8]) {
                 qs[32 * i + l] = levels[64 * i + l] | (levels[64 * i + 32 + l] << 4);
             }
         }
-    }
+    });
 }
 
 /// Dequantizes a Q4_K row (`dst.len()` a multiple of 256,
@@ -148,12 +137,7 @@ pub fn dequantize_row_q4_k(src: &[u8], dst: &mut [f32]) {
 /// Quantizes an f32 row to Q5_K (`src.len()` a multiple of 256,
 /// `dst.len() == 176 * src.len() / 256`).
 pub fn quantize_row_q5_k(src: &[f32], dst: &mut [u8]) {
-    debug_check_row(DType::Q5_K, src.len(), dst.len());
-    for (x, y) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q5_K_BYTES)) {
-        if nonfinite(x) {
-            put_nan_block(y);
-            continue;
-        }
+    quantize_blocks(DType::Q5_K, src, dst, D, |x, y| {
         let levels = quantize_block(x, y, 31, -0.5, 15);
         let (qh, qs) = y[Q5_QH..].split_at_mut(32);
         qh.fill(0);
@@ -166,7 +150,7 @@ pub fn quantize_row_q5_k(src: &[f32], dst: &mut [u8]) {
                 qs[32 * i + l] = (a & 0x0f) | ((b & 0x0f) << 4);
             }
         }
-    }
+    });
 }
 
 /// Dequantizes a Q5_K row (`dst.len()` a multiple of 256,

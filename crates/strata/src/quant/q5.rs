@@ -11,7 +11,7 @@
 //! Q5_1 (24 B): f16 `d`, f16 `m`, `qh`, 16 B; `x = d * q + m`, `m = min`,
 //! `d = (max - min) / 31`, `q = min(31, trunc((x - min) / d + 0.5))`.
 
-use super::{debug_check_row, get_f16, inv_or_zero, min_max, put_f16, signed_absmax, QK};
+use super::{debug_check_row, get_f16, put_min_header, put_signed_header, QK};
 use crate::DType;
 
 const Q5_0_BYTES: usize = DType::Q5_0.type_size();
@@ -49,9 +49,7 @@ fn unpack5(packed: &[u8], mut put: impl FnMut(usize, u8)) {
 pub fn quantize_row_q5_0(src: &[f32], dst: &mut [u8]) {
     debug_check_row(DType::Q5_0, src.len(), dst.len());
     for (x, y) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q5_0_BYTES)) {
-        let d = signed_absmax(x) / -16.0;
-        let id = inv_or_zero(d);
-        put_f16(y, 0, d);
+        let id = put_signed_header(x, y, -16.0);
         pack5(&mut y[2..], |j| {
             ((x[j] * id + 16.5) as i32).clamp(0, 31) as u8
         });
@@ -73,11 +71,7 @@ pub fn dequantize_row_q5_0(src: &[u8], dst: &mut [f32]) {
 pub fn quantize_row_q5_1(src: &[f32], dst: &mut [u8]) {
     debug_check_row(DType::Q5_1, src.len(), dst.len());
     for (x, y) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q5_1_BYTES)) {
-        let (min, max) = min_max(x);
-        let d = (max - min) / 31.0;
-        let id = inv_or_zero(d);
-        put_f16(y, 0, d);
-        put_f16(y, 2, min);
+        let (min, id) = put_min_header(x, y, 31.0);
         pack5(&mut y[4..], |j| {
             (((x[j] - min) * id + 0.5) as i32).clamp(0, 31) as u8
         });

@@ -31,8 +31,10 @@
 
 pub(crate) mod amx;
 pub(crate) mod expf;
+mod ints;
 mod lanes;
 
+pub(crate) use ints::IntLanes;
 pub(crate) use lanes::{Lanes, L256, L512};
 
 use std::arch::x86_64::*;

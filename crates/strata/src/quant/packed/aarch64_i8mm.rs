@@ -36,38 +36,17 @@
 //! `#[target_feature(enable = "neon,dotprod,i8mm")]`, reached only through
 //! [`kernels`] after [`available`] checked the CPU.
 
-use super::aarch64_neon::{act_block, block_term, column, mask_idx, quants, scales, seed};
-use super::tags::{chunk_size, offsets, tiles, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
-use super::{Kernels, Tile, TileFn, ACT_BLOCK};
+use super::aarch64_neon::{act_block, block_term, column, quarter_with, seed};
+use super::tags::{tiles, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use super::{Kernels, Tile, TileFn};
+use crate::isa::aarch64::smmla;
 use crate::tensor::DType;
 use std::arch::aarch64::*;
-use std::arch::asm;
 
 /// True when this CPU has `i8mm` (`smmla`) and `dotprod` (`sdot`, for the
 /// one-column tiles).
 pub(super) fn available() -> bool {
     std::arch::is_aarch64_feature_detected!("i8mm") && super::aarch64_neon::available()
-}
-
-/// `acc` plus the 2 × 2 i32 product `w · aᵀ` of two 2 × 8 i8 matrices (rows
-/// of 8 bytes): lane `2 i + j` adds `Σ_{t<8} w[8 i + t] · a[8 j + t]`
-/// (exact): `smmla`.
-#[target_feature(enable = "neon,i8mm")]
-#[inline]
-fn smmla(acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
-    let mut acc = acc;
-    // SAFETY: `smmla` reads and writes only these three vector registers;
-    // the i8mm feature is enabled for this function, so callers checked the CPU.
-    unsafe {
-        asm!(
-            "smmla {acc:v}.4s, {w:v}.16b, {a:v}.16b",
-            acc = inout(vreg) acc,
-            w = in(vreg) w,
-            a = in(vreg) a,
-            options(pure, nomem, nostack, preserves_flags),
-        )
-    };
-    acc
 }
 
 /// The quarter's quant registers `wq` (`sdot` layout) as `smmla` weight
@@ -89,7 +68,7 @@ fn row_pairs(wq: &[int8x16_t; 8]) -> [[int8x16_t; 4]; 2] {
 /// each exactly as the `sdot` kernel's [`column`] leaves it.
 ///
 /// # Safety
-/// [`ACT_BLOCK`] bytes readable at `p` and at `p + stride`; the CPU
+/// [`ACT_BLOCK`](super::ACT_BLOCK) bytes readable at `p` and at `p + stride`; the CPU
 /// supports NEON and i8mm.
 #[target_feature(enable = "neon,i8mm")]
 #[inline]
@@ -140,32 +119,16 @@ unsafe fn pair<const T: u8>(
 #[target_feature(enable = "neon,dotprod,i8mm")]
 #[inline]
 unsafe fn quarter<const T: u8, const N: usize>(t: Tile, q: usize) {
-    let Tile {
-        w,
-        nb,
-        a,
-        a_stride,
-        out,
-        out_stride,
-    } = t;
-    let cs = chunk_size(T);
-    let idx = mask_idx(q);
-    let mut acc = [vdupq_n_f32(0.0); N];
-    for b in 0..nb {
-        // SAFETY: chunk b < nb is inside the group (contract).
-        let c = unsafe { w.add(b * cs) };
-        let (d, qh, qs) = offsets(T, b);
-        // SAFETY: the whole chunk is in bounds.
-        let ((dw, mw), wq) = unsafe { (scales::<T>(c, d, q), quants::<T>(c, qh, qs, q, idx)) };
+    let block = |acc: &mut [float32x4_t; N], wq: &[int8x16_t; 8], dw, mw, b| {
         // Block b of column i (`i < N`, contract).
         // SAFETY (all uses): the offset of block b of column i < N.
-        let col = |i: usize| unsafe { a.add(i * a_stride + b * ACT_BLOCK) };
+        let col = |i: usize| unsafe { t.act(i, b) };
         if N % 2 == 1 {
             // The odd last column first, while `wq` is live anyway.
             // SAFETY: column N - 1's block b is in bounds (contract).
-            acc[N - 1] = unsafe { column::<T>(acc[N - 1], &wq, dw, mw, col(N - 1)) };
+            acc[N - 1] = unsafe { column::<T>(acc[N - 1], wq, dw, mw, col(N - 1)) };
         }
-        let wz = row_pairs(&wq);
+        let wz = row_pairs(wq);
         // Pair i (columns 2i, 2i + 1 < N): written out for each i, since
         // LLVM keeps a loop over the columns (accumulators in memory)
         // otherwise.
@@ -174,18 +137,16 @@ unsafe fn quarter<const T: u8, const N: usize>(t: Tile, q: usize) {
                 if 2 * $i + 1 < N {
                     // SAFETY: columns 2i and 2i + 1 < N are in bounds (contract).
                     let [x, y] = unsafe {
-                        pair::<T>([acc[2 * $i], acc[2 * $i + 1]], &wz, dw, mw, col(2 * $i), a_stride)
+                        pair::<T>([acc[2 * $i], acc[2 * $i + 1]], &wz, dw, mw, col(2 * $i), t.a_stride)
                     };
                     (acc[2 * $i], acc[2 * $i + 1]) = (x, y);
                 }
             )*};
         }
         pairs!(0 1 2 3);
-    }
-    for (i, acc) in acc.iter().enumerate() {
-        // SAFETY: rows 4q .. 4q + 4 of column i are writable (contract).
-        unsafe { vst1q_f32(out.add(i * out_stride + 16 * q).cast(), *acc) };
-    }
+    };
+    // SAFETY: the contract, forwarded.
+    unsafe { quarter_with::<T, N>(t, q, block) }
 }
 
 /// `NR` columns of one 16-row group (the [`TileFn`] contract): the four

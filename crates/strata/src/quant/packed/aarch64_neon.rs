@@ -47,10 +47,11 @@
 //! per-lane f32 arithmetic is written once.
 
 use super::tags::{
-    chunk_size, has_min, is_q5, kernel_table, offsets, quantize_blocks, tiles, Q4_0, Q4_1, Q5_0,
-    Q5_1, Q8_0,
+    block_quantizer, has_min, is_q5, kernel_table, quantize_blocks, tiles, Q4_0, Q4_1, Q5_0, Q5_1,
+    Q8_0,
 };
-use super::{Kernels, Tile, TileFn, ACT_BLOCK};
+use super::{Kernels, Tile, TileFn};
+pub(super) use crate::isa::aarch64::sdot_lane;
 use crate::tensor::DType;
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -59,27 +60,6 @@ use std::arch::asm;
 /// itself is mandatory on aarch64).
 pub(super) fn available() -> bool {
     std::arch::is_aarch64_feature_detected!("dotprod")
-}
-
-/// `acc` plus, per lane `r`, `Σ_t w[4 r + t] · a[4 L + t]` (i8 × i8 → i32,
-/// exact): `sdot` by element.
-#[target_feature(enable = "neon,dotprod")]
-#[inline]
-pub(super) fn sdot<const L: i32>(acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
-    let mut acc = acc;
-    // SAFETY: `sdot` reads and writes only these three vector registers; the
-    // dotprod feature is enabled for this function, so callers checked the CPU.
-    unsafe {
-        asm!(
-            "sdot {acc:v}.4s, {w:v}.16b, {a:v}.4b[{l}]",
-            acc = inout(vreg) acc,
-            w = in(vreg) w,
-            a = in(vreg) a,
-            l = const L,
-            options(pure, nomem, nostack, preserves_flags),
-        )
-    };
-    acc
 }
 
 /// Four f16 bit patterns widened to f32 (`fcvtl`): exact for every finite
@@ -193,7 +173,7 @@ pub(super) unsafe fn scales<const T: u8>(
 /// lane.
 ///
 /// # Safety
-/// [`ACT_BLOCK`] bytes readable at `p`.
+/// [`ACT_BLOCK`](super::ACT_BLOCK) bytes readable at `p`.
 #[target_feature(enable = "neon")]
 #[inline]
 pub(super) unsafe fn act_block(p: *const u8) -> (int8x16_t, int8x16_t, float32x2_t) {
@@ -248,7 +228,7 @@ pub(super) fn block_term<const T: u8>(
 /// scales `dw`, `mw` ([`scales`]).
 ///
 /// # Safety
-/// [`ACT_BLOCK`] bytes readable at `p`; the CPU supports NEON and dotprod.
+/// [`ACT_BLOCK`](super::ACT_BLOCK) bytes readable at `p`; the CPU supports NEON and dotprod.
 #[target_feature(enable = "neon,dotprod")]
 #[inline]
 pub(super) unsafe fn column<const T: u8>(
@@ -261,60 +241,70 @@ pub(super) unsafe fn column<const T: u8>(
     // SAFETY: the contract.
     let (a0, a1, st) = unsafe { act_block(p) };
     let mut s = seed::<T>(st);
-    s = sdot::<0>(s, wq[0], a0);
-    s = sdot::<1>(s, wq[1], a0);
-    s = sdot::<2>(s, wq[2], a0);
-    s = sdot::<3>(s, wq[3], a0);
-    s = sdot::<0>(s, wq[4], a1);
-    s = sdot::<1>(s, wq[5], a1);
-    s = sdot::<2>(s, wq[6], a1);
-    s = sdot::<3>(s, wq[7], a1);
+    s = sdot_lane::<0>(s, wq[0], a0);
+    s = sdot_lane::<1>(s, wq[1], a0);
+    s = sdot_lane::<2>(s, wq[2], a0);
+    s = sdot_lane::<3>(s, wq[3], a0);
+    s = sdot_lane::<0>(s, wq[4], a1);
+    s = sdot_lane::<1>(s, wq[5], a1);
+    s = sdot_lane::<2>(s, wq[6], a1);
+    s = sdot_lane::<3>(s, wq[7], a1);
     block_term::<T>(acc, s, dw, mw, st)
 }
 
+/// The frame of a quarter's pass, which the `sdot` and `smmla` tiles
+/// share: for each block `b` of the group, quarter `q`'s scales `dw`, `mw`
+/// ([`scales`]) and quant registers `wq` ([`quants`]) go to
+/// `block(acc, wq, dw, mw, b)`, which adds block `b` of every column to
+/// `acc` (one f32 register per column); then column `i`'s rows
+/// `4 q .. 4 q + 4` are stored.
+///
+/// # Safety
+/// As [`TileFn`] for `N` columns, `q < 4`.
+#[inline(always)]
+pub(super) unsafe fn quarter_with<const T: u8, const N: usize>(
+    t: Tile,
+    q: usize,
+    mut block: impl FnMut(&mut [float32x4_t; N], &[int8x16_t; 8], float32x4_t, float32x4_t, usize),
+) {
+    let idx = mask_idx(q);
+    let mut acc = [vdupq_n_f32(0.0); N];
+    for b in 0..t.nb {
+        // SAFETY: chunk b < nb (contract).
+        let (c, (d, qh, qs)) = unsafe { t.chunk::<T>(b) };
+        // SAFETY: the whole chunk is in bounds.
+        let ((dw, mw), wq) = unsafe { (scales::<T>(c, d, q), quants::<T>(c, qh, qs, q, idx)) };
+        block(&mut acc, &wq, dw, mw, b);
+    }
+    for (i, acc) in acc.iter().enumerate() {
+        // SAFETY: rows 4q .. 4q + 4 of column i are writable (contract).
+        unsafe { vst1q_f32(t.out(i).add(16 * q).cast(), *acc) };
+    }
+}
+
 /// Columns `0 .. N` of quarter `q` of one group: the [`TileFn`] contract
-/// for the four rows `4 q .. 4 q + 4`.
+/// for the four rows `4 q .. 4 q + 4`, a column at a time.
 ///
 /// # Safety
 /// As [`TileFn`]; the CPU supports NEON and dotprod.
 #[target_feature(enable = "neon,dotprod")]
 #[inline]
 unsafe fn quarter<const T: u8, const N: usize>(t: Tile, q: usize) {
-    let Tile {
-        w,
-        nb,
-        a,
-        a_stride,
-        out,
-        out_stride,
-    } = t;
-    let cs = chunk_size(T);
-    let idx = mask_idx(q);
-    let mut acc = [vdupq_n_f32(0.0); N];
-    for b in 0..nb {
-        // SAFETY: chunk b < nb is inside the group (contract).
-        let c = unsafe { w.add(b * cs) };
-        let (d, qh, qs) = offsets(T, b);
-        // SAFETY: the whole chunk is in bounds.
-        let ((dw, mw), wq) = unsafe { (scales::<T>(c, d, q), quants::<T>(c, qh, qs, q, idx)) };
+    let block = |acc: &mut [float32x4_t; N], wq: &[int8x16_t; 8], dw, mw, b| {
         // Column i (`i < N`): written out for each i, since LLVM keeps a
         // loop over the columns (accumulators in memory) otherwise.
         macro_rules! columns {
             ($($i:literal)*) => {$(
                 if let Some(acc) = acc.get_mut($i) {
                     // SAFETY: block b of column i < N is in bounds (contract).
-                    *acc = unsafe {
-                        column::<T>(*acc, &wq, dw, mw, a.add($i * a_stride + b * ACT_BLOCK))
-                    };
+                    *acc = unsafe { column::<T>(*acc, wq, dw, mw, t.act($i, b)) };
                 }
             )*};
         }
         columns!(0 1 2 3 4 5 6 7);
-    }
-    for (i, acc) in acc.iter().enumerate() {
-        // SAFETY: rows 4q .. 4q + 4 of column i are writable (contract).
-        unsafe { vst1q_f32(out.add(i * out_stride + 16 * q).cast(), *acc) };
-    }
+    };
+    // SAFETY: the contract, forwarded.
+    unsafe { quarter_with::<T, N>(t, q, block) }
 }
 
 /// `NR` columns of one 16-row group (the [`TileFn`] contract): the four
@@ -330,29 +320,11 @@ unsafe fn tile<const T: u8, const NR: usize>(t: Tile) {
     }
 }
 
-/// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 or (types with a
-/// minimum) Q8_1 with this level's quantizer (ggml's NEON rule), straight
-/// into the prepared layout of [`super::prepare_activation`] for weights of
-/// type tag `T` (Q8_0 weights ignore the offset term; it is written all
-/// the same, so the layout is the one every level shares).
-///
-/// # Safety
-/// `nb · 32` f32 readable at `x`, `nb · ACT_BLOCK` bytes writable at `out`;
-/// the CPU supports NEON.
-#[target_feature(enable = "neon")]
-unsafe fn quantize<const T: u8>(x: *const f32, nb: usize, out: *mut u8) {
-    // SAFETY: the contract, forwarded; `quantize_blocks` hands the block
-    // quantizer 32 readable f32 and 32 writable bytes.
-    unsafe {
-        quantize_blocks::<T>(
-            x,
-            nb,
-            out,
-            |x, q| crate::quant::simd::quantize_block_q8_neon(x, q),
-            f16_round,
-        )
-    }
-}
+block_quantizer!(
+    "neon",
+    crate::quant::simd::quantize_block_q8_neon,
+    f16_round
+);
 
 /// `x` rounded to f16 (nearest even, as the row quantizer stores it) and
 /// read back as the prepared layout's definition reads it.

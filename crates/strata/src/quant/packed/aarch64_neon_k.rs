@@ -57,7 +57,7 @@
 //! `#[target_feature(enable = "neon,dotprod")]`, reached only through
 //! [`kernels`] after [`super::has_kernels`] checked the CPU.
 
-use super::aarch64_neon::{f16x4, sdot};
+use super::aarch64_neon::{f16x4, sdot_lane};
 use super::k::{IQ4_XS_LINES, Q2_K_D, Q3_K_D, Q4_K_LINES, Q5_K_LINES, Q6_K_D};
 use super::tags::{k_kernel_table, tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
 use super::{Kernels, Tile, TileFn};
@@ -90,10 +90,10 @@ const fn chunk(t: u8) -> usize {
 #[target_feature(enable = "neon,dotprod")]
 #[inline]
 fn dot4(acc: int32x4_t, w: [int8x16_t; 4], a: int8x16_t) -> int32x4_t {
-    let acc = sdot::<0>(acc, w[0], a);
-    let acc = sdot::<1>(acc, w[1], a);
-    let acc = sdot::<2>(acc, w[2], a);
-    sdot::<3>(acc, w[3], a)
+    let acc = sdot_lane::<0>(acc, w[0], a);
+    let acc = sdot_lane::<1>(acc, w[1], a);
+    let acc = sdot_lane::<2>(acc, w[2], a);
+    sdot_lane::<3>(acc, w[3], a)
 }
 
 /// The four f16 at `p` (the quarter's rows of a header field) as f32.

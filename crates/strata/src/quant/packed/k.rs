@@ -92,51 +92,23 @@ pub(super) const IQ4_XS_LINES: usize = 64;
 
 /// The layout of K type `dtype`, `None` for every other type.
 pub(super) const fn layout(dtype: DType) -> Option<Layout> {
-    match dtype {
-        DType::Q4_K => Some(Layout {
-            ts: DType::Q4_K.type_size(),
-            heads: &[(0, 0), (2, 32)],
-            body: (4, 140),
-            lines: Q4_K_LINES,
-            q6: false,
-        }),
-        DType::Q5_K => Some(Layout {
-            ts: DType::Q5_K.type_size(),
-            heads: &[(0, 0), (2, 32)],
-            body: (4, 172),
-            lines: Q5_K_LINES,
-            q6: false,
-        }),
-        DType::Q6_K => Some(Layout {
-            ts: DType::Q6_K.type_size(),
-            heads: &[(208, Q6_K_D)],
-            body: (0, 208),
-            lines: 0,
-            q6: true,
-        }),
-        DType::Q2_K => Some(Layout {
-            ts: DType::Q2_K.type_size(),
-            heads: &[(80, Q2_K_D), (82, Q2_K_D + 32)],
-            body: (0, 80),
-            lines: 0,
-            q6: false,
-        }),
-        DType::Q3_K => Some(Layout {
-            ts: DType::Q3_K.type_size(),
-            heads: &[(108, Q3_K_D)],
-            body: (0, 108),
-            lines: 0,
-            q6: false,
-        }),
-        DType::IQ4_XS => Some(Layout {
-            ts: DType::IQ4_XS.type_size(),
-            heads: &[(0, 0), (2, 32)],
-            body: (4, 132),
-            lines: IQ4_XS_LINES,
-            q6: false,
-        }),
-        _ => None,
-    }
+    // Per type: the header fields, the body and line 0's offset.
+    let (heads, body, lines): (&'static [(usize, usize)], (usize, usize), usize) = match dtype {
+        DType::Q4_K => (&[(0, 0), (2, 32)], (4, 140), Q4_K_LINES),
+        DType::Q5_K => (&[(0, 0), (2, 32)], (4, 172), Q5_K_LINES),
+        DType::Q6_K => (&[(208, Q6_K_D)], (0, 208), 0),
+        DType::Q2_K => (&[(80, Q2_K_D), (82, Q2_K_D + 32)], (0, 80), 0),
+        DType::Q3_K => (&[(108, Q3_K_D)], (0, 108), 0),
+        DType::IQ4_XS => (&[(0, 0), (2, 32)], (4, 132), IQ4_XS_LINES),
+        _ => return None,
+    };
+    Some(Layout {
+        ts: dtype.type_size(),
+        heads,
+        body,
+        lines,
+        q6: matches!(dtype, DType::Q6_K),
+    })
 }
 
 /// Bytes of a Q6_K block's `ql` (then its 64 bytes of `qh`).
@@ -275,7 +247,13 @@ mod tests {
     /// checks the documented positions: `d` and `dmin` of row r at 2r and
     /// 32 + 2r, then `words` 4-byte words of row r at 64 + 64w + 4r. Returns
     /// the rows and the chunk for type-specific checks.
-    fn check_k_lines(t: DType, rs: usize, mul: usize, words: usize) -> (Vec<u8>, Vec<u8>) {
+    fn check_k_lines(
+        t: DType,
+        rs: usize,
+        mul: usize,
+        words: usize,
+        more: impl Fn(usize, &[u8], &[u8]),
+    ) {
         let l = layout(t).unwrap();
         let src: Vec<u8> = (0..ROWS * rs).map(|i| (i * mul + i / rs) as u8).collect();
         let mut chunk = vec![0u8; ROWS * rs];
@@ -287,37 +265,31 @@ mod tests {
             for w in 0..words {
                 assert_eq!(chunk[64 + 64 * w + 4 * r..][..4], row[4 + 4 * w..][..4]);
             }
+            more(r, row, &chunk);
         }
-        (src, chunk)
     }
 
     #[test]
     fn q4_k_byte_positions_match_the_documented_layout() {
-        check_k_lines(DType::Q4_K, 144, 7, 35);
+        check_k_lines(DType::Q4_K, 144, 7, 35, |_, _, _| {});
     }
 
     #[test]
     fn q5_k_byte_positions_match_the_documented_layout() {
-        let rs = 176;
-        let (src, chunk) = check_k_lines(DType::Q5_K, rs, 11, 43);
-        for r in 0..ROWS {
-            let row = &src[r * rs..][..rs];
+        check_k_lines(DType::Q5_K, 176, 11, 43, |r, row, chunk| {
             // qh byte l is in line 3 + l / 4; qs byte i in line 11 + i / 4.
             assert_eq!(chunk[64 + 64 * 3 + 4 * r], row[16], "qh[0]");
             assert_eq!(chunk[64 + 64 * 11 + 4 * r], row[48], "qs[0]");
-        }
+        });
     }
 
     #[test]
     fn iq4_xs_byte_positions_match_the_documented_layout() {
-        let rs = 136;
-        let (src, chunk) = check_k_lines(DType::IQ4_XS, rs, 13, 33);
-        for r in 0..ROWS {
-            let row = &src[r * rs..][..rs];
+        check_k_lines(DType::IQ4_XS, 136, 13, 33, |r, row, chunk| {
             // scales_l in line 0, qs byte i in line 1 + i / 4.
             assert_eq!(chunk[64 + 4 * r..][..4], row[4..8], "scales_l");
             assert_eq!(chunk[64 + 64 + 4 * r], row[8], "qs[0]");
-        }
+        });
     }
 
     /// Q6_K's re-coding: restoring inverts it for every byte triple, and

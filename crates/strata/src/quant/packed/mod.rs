@@ -118,6 +118,8 @@ mod x86_avx2_k23;
 mod x86_avx2_kw;
 #[cfg(target_arch = "x86_64")]
 mod x86_k;
+#[cfg(target_arch = "x86_64")]
+mod x86_kshared;
 
 /// Rows per packed group.
 pub const ROWS: usize = 16;
@@ -500,6 +502,42 @@ pub(crate) struct Tile {
     pub out: *mut u8,
     /// Bytes from one output column to the next.
     pub out_stride: usize,
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl Tile {
+    /// Chunk `b` of the group for the 32-element type tag `T`, and its
+    /// field offsets `(d, qh, qs)` (`tags::offsets`): where every tile
+    /// kernel's block loop starts.
+    ///
+    /// # Safety
+    /// `b < nb` (the group holds `nb` chunks).
+    #[inline(always)]
+    pub(super) unsafe fn chunk<const T: u8>(self, b: usize) -> (*const u8, (usize, usize, usize)) {
+        // SAFETY: chunk b < nb is inside the group (contract).
+        let c = unsafe { self.w.add(b * tags::chunk_size(T)) };
+        (c, tags::offsets(T, b))
+    }
+
+    /// Block `b` of activation column `i`: its [`ACT_BLOCK`] bytes.
+    ///
+    /// # Safety
+    /// Column `i` is one of the tile's and `b < nb`.
+    #[inline(always)]
+    pub(super) unsafe fn act(self, i: usize, b: usize) -> *const u8 {
+        // SAFETY: the contract: inside column i's prepared blocks.
+        unsafe { self.a.add(i * self.a_stride + b * ACT_BLOCK) }
+    }
+
+    /// Output column `i`'s 16 f32.
+    ///
+    /// # Safety
+    /// Column `i` is one of the tile's.
+    #[inline(always)]
+    pub(super) unsafe fn out(self, i: usize) -> *mut u8 {
+        // SAFETY: the contract: column i's output is writable.
+        unsafe { self.out.add(i * self.out_stride) }
+    }
 }
 
 /// A tile kernel: computes `nr` columns of a [`Tile`].

@@ -159,19 +159,54 @@ pub(super) unsafe fn quantize_blocks<const T: u8>(
     }
 }
 
-/// Defines, in a level's module, `fn table<const T: u8>() -> Kernels` (its
-/// `quantize::<T>` and `tile::<T, 1..=8>`) and `pub(super) fn
-/// kernels(dtype: DType) -> Option<Kernels>`, the level's kernels for
-/// `dtype`: the five legacy types and the extra types named in the call
-/// (each a `DType` variant with a type tag of the same name). The caller's
-/// scope provides `quantize`, `tile`, `Kernels`, `TileFn`, `DType` and the
-/// type tags.
-macro_rules! kernel_table {
-    ($($extra:ident),*) => {
-        /// The kernels of type `T`.
+/// Defines, in a level's module, `unsafe fn quantize<const T: u8>(x, nb,
+/// out)` with `#[target_feature(enable = $features)]`: the level's
+/// activation quantizer, [`quantize_blocks`] around the block quantizer
+/// `$block` (`unsafe fn(*const f32, *mut u8) -> (f32, i32)`, the level's
+/// Q8 rule) with the f16 rounding `$round` (`fn(f32) -> f32`).
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(unused_macros)
+)]
+macro_rules! block_quantizer {
+    ($features:literal, $block:path, $round:path) => {
+        /// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 or (types with a
+        /// minimum) Q8_1 exactly as the level's row quantizer, straight
+        /// into the prepared layout of [`super::prepare_activation`] for
+        /// weights of type tag `T` (Q8_0 weights ignore the offset term; it
+        /// is written all the same, so the layout is the one every level
+        /// shares).
+        ///
+        /// # Safety
+        /// `nb · 32` f32 readable at `x`, `nb · ACT_BLOCK` bytes writable
+        /// at `out`; the CPU supports the level's features.
+        #[target_feature(enable = $features)]
+        unsafe fn quantize<const T: u8>(x: *const f32, nb: usize, out: *mut u8) {
+            // SAFETY: the contract, forwarded; `quantize_blocks` hands the
+            // block quantizer 32 readable f32 and 32 writable bytes.
+            unsafe { quantize_blocks::<T>(x, nb, out, |x, q| $block(x, q), |v| $round(v)) }
+        }
+    };
+}
+pub(super) use block_quantizer;
+
+/// Defines, in a level's module, `fn table<const T: u8>() -> Kernels`
+/// (quantizer `$quantize`, an expression in `T`, and `tile::<T, 1..=8>`)
+/// and `pub(super) fn kernels(dtype: DType) -> Option<Kernels>`, the
+/// level's kernels for the types named (each a `DType` variant with a type
+/// tag of the same name): what [`kernel_table`] and [`k_kernel_table`]
+/// share. The caller's scope provides `tile`, `Kernels`, `TileFn`, `DType`
+/// and the type tags.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(unused_macros)
+)]
+macro_rules! level_table {
+    ($quantize:expr; $($t:ident),*) => {
+        /// The kernels of type tag `T`.
         fn table<const T: u8>() -> Kernels {
             Kernels {
-                quantize: quantize::<T>,
+                quantize: $quantize,
                 tiles: tiles!(tile, T),
                 wide: None,
             }
@@ -181,15 +216,24 @@ macro_rules! kernel_table {
         /// `has_kernels`).
         pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
             Some(match dtype {
-                DType::Q4_0 => table::<Q4_0>(),
-                DType::Q4_1 => table::<Q4_1>(),
-                DType::Q5_0 => table::<Q5_0>(),
-                DType::Q5_1 => table::<Q5_1>(),
-                DType::Q8_0 => table::<Q8_0>(),
-                $(DType::$extra => table::<$extra>(),)*
+                $(DType::$t => table::<$t>(),)*
                 _ => return None,
             })
         }
+    };
+}
+pub(super) use level_table;
+
+/// Defines, in a level's module, `fn table<const T: u8>() -> Kernels` (its
+/// `quantize::<T>` and `tile::<T, 1..=8>`) and `pub(super) fn
+/// kernels(dtype: DType) -> Option<Kernels>`, the level's kernels for
+/// `dtype`: the five legacy types and the extra types named in the call
+/// (each a `DType` variant with a type tag of the same name). The caller's
+/// scope provides `quantize`, `tile`, `Kernels`, `TileFn`, `DType` and the
+/// type tags.
+macro_rules! kernel_table {
+    ($($extra:ident),*) => {
+        crate::quant::packed::tags::level_table!(quantize::<T>; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 $(, $extra)*);
     };
 }
 pub(super) use kernel_table;
@@ -261,32 +305,14 @@ macro_rules! k_kernel_table {
             }
         }
 
-        /// The kernels of type tag `T`.
-        fn table<const T: u8>() -> Kernels {
-            Kernels {
-                quantize: if T == IQ4_XS {
-                    quantize_iq4_xs
-                } else {
-                    quantize_q8_k
-                },
-                tiles: tiles!(tile, T),
-                wide: None,
-            }
-        }
-
-        /// This level's kernels for the K-quant `dtype` (the caller checked
-        /// `has_kernels`).
-        pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
-            Some(match dtype {
-                DType::Q2_K => table::<Q2_K>(),
-                DType::Q3_K => table::<Q3_K>(),
-                DType::Q4_K => table::<Q4_K>(),
-                DType::Q5_K => table::<Q5_K>(),
-                DType::Q6_K => table::<Q6_K>(),
-                DType::IQ4_XS => table::<IQ4_XS>(),
-                _ => return None,
-            })
-        }
+        crate::quant::packed::tags::level_table!(
+            if T == IQ4_XS {
+                quantize_iq4_xs
+            } else {
+                quantize_q8_k
+            };
+            Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS
+        );
     };
 }
 pub(super) use k_kernel_table;

@@ -21,10 +21,9 @@
 //! the CPU ([`super::has_kernels`]).
 
 use super::tags::{
-    chunk_size, has_min, kernel_table, offsets, quantize_blocks, tiles, IQ4_NL, Q4_0, Q4_1, Q5_0,
-    Q5_1, Q8_0,
+    chunk_size, has_min, kernel_table, quantize_blocks, tiles, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 };
-use super::{Kernels, Tile, TileFn, ACT_BLOCK};
+use super::{Kernels, Tile, TileFn};
 use crate::isa::Isa;
 use crate::tensor::DType;
 use std::arch::x86_64::*;
@@ -92,25 +91,15 @@ macro_rules! level {
             /// `NR` columns of one 16-row group (the [`TileFn`] contract).
             #[target_feature(enable = $features)]
             unsafe fn tile<const T: u8, const NR: usize>(t: Tile) {
-                let Tile {
-                    w,
-                    nb,
-                    a,
-                    a_stride,
-                    out,
-                    out_stride,
-                } = t;
-                let cs = chunk_size(T);
                 let offset = !has_min(T);
                 let mut acc = [_mm512_setzero_ps(); NR];
-                for b in 0..nb {
+                for b in 0..t.nb {
                     // Token generation streams the weights from DRAM once:
                     // ask for them ahead, across the pages the hardware
                     // prefetcher stops at.
-                    super::super::x86_avx2::prefetch_ahead(w, b, cs, PF_BYTES);
-                    // SAFETY: chunk b < nb is inside the group (contract).
-                    let c = unsafe { w.add(b * cs) };
-                    let (d, qh, qs) = offsets(T, b);
+                    super::super::x86_avx2::prefetch_ahead(t.w, b, chunk_size(T), PF_BYTES);
+                    // SAFETY: chunk b < nb (contract).
+                    let (c, (d, qh, qs)) = unsafe { t.chunk::<T>(b) };
                     // SAFETY: the 16 f16 scales are inside the chunk.
                     let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(c.add(d).cast()) });
                     let mw = if has_min(T) {
@@ -123,7 +112,7 @@ macro_rules! level {
                     let q = unsafe { decode::<T>(c, qh, qs) };
                     for (j, acc) in acc.iter_mut().enumerate() {
                         // SAFETY: block b of column j is in bounds (contract).
-                        let p = unsafe { a.add(j * a_stride + b * ACT_BLOCK) };
+                        let p = unsafe { t.act(j, b) };
                         // SAFETY: ACT_BLOCK bytes at p: quants, scale, sum term.
                         let word =
                             |i: usize| unsafe { p.add(4 * i).cast::<i32>().read_unaligned() };
@@ -156,7 +145,7 @@ macro_rules! level {
                 }
                 for (j, acc) in acc.iter().enumerate() {
                     // SAFETY: 16 writable f32 per column (contract).
-                    unsafe { _mm512_storeu_ps(out.add(j * out_stride).cast(), *acc) };
+                    unsafe { _mm512_storeu_ps(t.out(j).cast(), *acc) };
                 }
             }
 

@@ -54,10 +54,10 @@
 //! ([`super::has_kernels`]).
 
 use super::tags::{
-    chunk_size, has_min, is_k, is_q5, kernel_table, offsets, quantize_blocks, tiles, IQ4_NL, Q4_0,
-    Q4_1, Q5_0, Q5_1, Q8_0,
+    block_quantizer, chunk_size, has_min, is_k, is_q5, kernel_table, quantize_blocks, tiles,
+    IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 };
-use super::{Kernels, Tile, TileFn, ACT_BLOCK};
+use super::{Kernels, Tile, TileFn};
 use crate::tensor::DType;
 use std::arch::x86_64::*;
 
@@ -211,15 +211,6 @@ macro_rules! level {
                     // SAFETY: the contract, forwarded (a K-quant group).
                     return unsafe { super::super::x86_avx2_k::half::<T, N>(t, h) };
                 }
-                let Tile {
-                    w,
-                    nb,
-                    a,
-                    a_stride,
-                    out,
-                    out_stride,
-                } = t;
-                let cs = chunk_size(T);
                 let ones = _mm256_set1_epi16(1);
                 let mut acc = [_mm256_setzero_ps(); N];
                 let mut accm = [_mm256_setzero_ps(); N];
@@ -234,22 +225,19 @@ macro_rules! level {
                 } else {
                     8
                 };
-                for b in 0..nb {
+                for b in 0..t.nb {
                     if h == 0 {
-                        prefetch_ahead(w, b, cs, PF_BYTES);
+                        prefetch_ahead(t.w, b, chunk_size(T), PF_BYTES);
                     }
-                    // SAFETY: chunk b < nb is inside the group (contract).
-                    let c = unsafe { w.add(b * cs) };
-                    let (d, qh, qs) = offsets(T, b);
+                    // SAFETY: chunk b < nb (contract).
+                    let (c, (d, qh, qs)) = unsafe { t.chunk::<T>(b) };
                     // SAFETY: the 8 f16 scales of half h are inside the chunk.
                     let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(d + 16 * h).cast()) });
                     // Block b of column i: its quant dword j, scale and sum term.
                     // SAFETY (word): block b of column i < N is in bounds
                     // (contract) and holds ACT_BLOCK bytes: quants, scale, sum term.
                     let word = |i: usize, j: usize| unsafe {
-                        a.add(i * a_stride + b * ACT_BLOCK + 4 * j)
-                            .cast::<i32>()
-                            .read_unaligned()
+                        t.act(i, b).add(4 * j).cast::<i32>().read_unaligned()
                     };
                     let mut s = [_mm256_setzero_si256(); N];
                     if V {
@@ -339,7 +327,7 @@ macro_rules! level {
                 }
                 for (i, acc) in acc.iter().enumerate() {
                     // SAFETY: rows 8h .. 8h + 8 of column i are writable (contract).
-                    unsafe { _mm256_storeu_ps(out.add(i * out_stride + 32 * h).cast(), *acc) };
+                    unsafe { _mm256_storeu_ps(t.out(i).add(32 * h).cast(), *acc) };
                 }
             }
 
@@ -433,30 +421,11 @@ pub(super) unsafe fn skip_columns(t: Tile, c: usize) -> Tile {
     }
 }
 
-/// Quantizes `nb` blocks of 32 f32 at `x` to Q8_0 or (types with a
-/// minimum) Q8_1 exactly as the level's row quantizer, straight into the
-/// prepared layout of [`super::prepare_activation`] for weights of type tag
-/// `T` (Q8_0 weights
-/// at this level ignore the offset term; it is written all the same, so the
-/// layout is the one every level shares).
-///
-/// # Safety
-/// `nb · 32` f32 readable at `x`, `nb · ACT_BLOCK` bytes writable at `out`;
-/// the CPU supports AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quantize<const T: u8>(x: *const f32, nb: usize, out: *mut u8) {
-    // SAFETY: the contract, forwarded; `quantize_blocks` hands the block
-    // quantizer 32 readable f32 and 32 writable bytes.
-    unsafe {
-        quantize_blocks::<T>(
-            x,
-            nb,
-            out,
-            |x, q| crate::quant::simd::quantize_block_q8_avx2(x, q),
-            |v| f16_round(v),
-        )
-    }
-}
+block_quantizer!(
+    "avx2,fma,f16c",
+    crate::quant::simd::quantize_block_q8_avx2,
+    f16_round
+);
 
 /// `x` rounded to f16 (nearest even, as the scalar `half` conversion) and back.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -468,7 +437,7 @@ pub(super) fn f16_round(x: f32) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{kernels_for, pack, ROWS};
+    use super::super::{kernels_for, pack, ACT_BLOCK, ROWS};
     use super::*;
     use crate::conformance::Rng;
     use crate::isa::Isa;

@@ -39,7 +39,8 @@
 use super::k::{IQ4_XS_LINES, Q4_K_LINES, Q5_K_LINES, Q6_K_D};
 use super::tags::{k_chunk_size, k_kernel_table, tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
 use super::x86_avx2::tile;
-use super::x86_avx2_k23::{bsums_dot, count, fence, mul, q2_k, q3_k, sums16, widen};
+use super::x86_avx2_k23::{madd_add, mul, q2_k_with, q2_quant, q3_k_with, q3_quant, sums16, widen};
+use super::x86_kshared::{bsums_dot, fence, fifth_bit, min_terms, terms, QS};
 use super::{Kernels, Tile, TileFn};
 use crate::isa::Isa;
 use crate::tensor::DType;
@@ -48,12 +49,9 @@ use std::arch::x86_64::*;
 /// Chunks a first half prefetches ahead of the one it computes.
 const PF: usize = 2;
 
-/// Bytes of a Q8_K block: f32 `d` at 0, quants at [`QS`], i16 bsums at [`BSUMS`].
+/// Bytes of a Q8_K block: f32 `d` at 0, quants at [`QS`], i16 bsums at
+/// [`x86_kshared::BSUMS`](super::x86_kshared::BSUMS).
 const Q8K: usize = DType::Q8_K.type_size();
-/// Offset of a Q8_K block's 256 i8 quants.
-pub(super) const QS: usize = 4;
-/// Offset of a Q8_K block's 16 i16 bsums.
-pub(super) const BSUMS: usize = 4 + 256;
 
 /// The activation dword `i` (bytes `4i..4i+4` from `p`) in every lane.
 ///
@@ -99,17 +97,6 @@ pub(super) fn pair(v: __m256i, a: u32, b: u32, signed: bool) -> __m256i {
     }
 }
 
-/// The f32 `d` of the Q8_K block at `p` in every lane.
-///
-/// # Safety
-/// `p .. p + 4` must be readable.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn q8_k_d(p: *const u8) -> __m256 {
-    // SAFETY: the caller guarantees the four bytes.
-    _mm256_set1_ps(unsafe { p.cast::<f32>().read_unaligned() })
-}
-
 /// Columns `0 .. N` (`N ≤ 4`) of half `h` of one K-quant group of type `T`
 /// (the [`TileFn`] contract for rows `8h .. 8h + 8`).
 ///
@@ -128,24 +115,18 @@ pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
         // SAFETY: chunk b and block b of every column are in bounds (contract).
         let cols: [*const u8; N] =
             std::array::from_fn(|i| unsafe { t.a.add(i * t.a_stride + b * Q8K) });
-        let terms = if T == Q2_K {
-            // SAFETY: as above.
-            unsafe { q2_k::<N>(t.w.add(b * chunk), h, cols) }
-        } else if T == Q3_K {
-            // SAFETY: as above.
-            unsafe { q3_k::<N>(t.w.add(b * chunk), h, cols) }
-        } else if T == Q4_K {
-            // SAFETY: as above.
-            unsafe { q45_k::<false, N>(t.w.add(b * chunk), h, cols) }
-        } else if T == Q5_K {
-            // SAFETY: as above.
-            unsafe { q45_k::<true, N>(t.w.add(b * chunk), h, cols) }
-        } else if T == IQ4_XS {
-            // SAFETY: as above.
-            unsafe { iq4_xs::<N>(t.w.add(b * chunk), h, cols) }
-        } else {
-            // SAFETY: as above.
-            unsafe { q6_k::<N>(t.w.add(b * chunk), h, cols) }
+        // SAFETY (each arm): chunk b and the blocks `cols` are in bounds
+        // (contract).
+        let terms = unsafe {
+            let c = t.w.add(b * chunk);
+            match T {
+                Q2_K => q2_k_with(c, h, cols, q2_quant(c, h)),
+                Q3_K => q3_k_with(c, h, cols, q3_quant(c, h)),
+                Q4_K => q45_k::<false, N>(c, h, cols),
+                Q5_K => q45_k::<true, N>(c, h, cols),
+                IQ4_XS => iq4_xs::<N>(c, h, cols),
+                _ => q6_k_with(c, h, cols, q6_quant(c, h)),
+            }
         };
         for (acc, t) in acc.iter_mut().zip(terms) {
             *acc = _mm256_add_ps(*acc, t);
@@ -153,7 +134,7 @@ pub(super) unsafe fn half<const T: u8, const N: usize>(t: Tile, h: usize) {
     }
     for (i, acc) in acc.iter().enumerate() {
         // SAFETY: rows 8h .. 8h + 8 of column i are writable (contract).
-        unsafe { _mm256_storeu_ps(t.out.add(i * t.out_stride + 32 * h).cast(), *acc) };
+        unsafe { _mm256_storeu_ps(t.out(i).add(32 * h).cast(), *acc) };
     }
 }
 
@@ -202,18 +183,8 @@ pub(super) unsafe fn q45_quant<const Q5: bool>(
         };
         let q = _mm256_and_si256(x, _mm256_set1_epi8(0x0f));
         if Q5 {
-            // SAFETY: fifth-bit line 3 + tq is inside the chunk.
-            let qh = unsafe { load(line(3 + tq)) };
-            // Bit j of each byte to bit 4: one i16 shift by a constant
-            // where `j` is one (the tiles' steps; a `match` on a run-time
-            // `j` here once became a jump table, measured at a third of
-            // Q4_K's speed), then the mask drops what crossed a byte.
-            let x = if j <= 4 {
-                _mm256_sll_epi16(qh, count(4 - j))
-            } else {
-                _mm256_srl_epi16(qh, count(j - 4))
-            };
-            _mm256_or_si256(q, _mm256_and_si256(x, _mm256_set1_epi8(0x10)))
+            // SAFETY: fifth-bit line 3 + tq is inside the chunk; AVX2.
+            unsafe { fifth_bit(q, load(line(3 + tq)), j) }
         } else {
             q
         }
@@ -276,9 +247,10 @@ pub(super) unsafe fn q45_k_with<const Q5: bool, const N: usize>(
     // bsums dword j.
     let mins = |j: usize| pair(six(2 + j / 4), (j % 4) as u32, (j % 4) as u32, false);
     // SAFETY: the contract, forwarded.
-    let summs = unsafe { bsums_dot(cols, mins) };
-    // SAFETY: the 16 f16 `d` at 0 and `dmin` at 32 are inside the chunk.
-    unsafe { min_terms(c, 32, h, cols, isum, summs) }
+    let summs = unsafe { bsums_dot(&cols, mins, |a, m, y| madd_add(a, m, y)) };
+    // SAFETY: the 16 f16 `d` at 0 and `dmin` at 32 are inside the chunk
+    // (the 8 of half h used).
+    unsafe { min_terms(c.add(16 * h), c.add(32 + 16 * h), &cols, isum, summs) }
 }
 
 /// Sub-block `J` of [`q45_k`] for every column: its quants
@@ -307,41 +279,8 @@ unsafe fn q45_step<const Q5: bool, const J: usize, const N: usize>(
             widen(isum, &mut s16, scale(J));
         }
     }
-    fence(isum);
-}
-
-/// The epilogue of the K types with a minimum (Q2_K, Q4_K, Q5_K): per
-/// column the eight rows' `(d_w d_a) · f32(isum) - (dmin_w d_a) ·
-/// f32(summs)`, the scalar reference's term, with the chunk's sixteen f16
-/// `d` at `c` and `dmin` at `c + dmin_at`.
-///
-/// # Safety
-/// The 32 bytes of `d` and of `dmin` at those offsets and the blocks'
-/// f32 `d` are readable; AVX2, FMA, F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn min_terms<const N: usize>(
-    c: *const u8,
-    dmin_at: usize,
-    h: usize,
-    cols: [*const u8; N],
-    isum: [__m256i; N],
-    summs: [__m256i; N],
-) -> [__m256; N] {
-    // SAFETY: the caller guarantees the 8 f16 `d` and `dmin` of half h.
-    let (d, dmin) = unsafe {
-        (
-            _mm256_cvtph_ps(_mm_loadu_si128(c.add(16 * h).cast())),
-            _mm256_cvtph_ps(_mm_loadu_si128(c.add(dmin_at + 16 * h).cast())),
-        )
-    };
-    std::array::from_fn(|i| {
-        // SAFETY: the block's f32 d is its first four bytes.
-        let dy = unsafe { q8_k_d(cols[i]) };
-        let t = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[i]));
-        let m = _mm256_mul_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(summs[i]));
-        _mm256_sub_ps(t, m)
-    })
+    // SAFETY: AVX2 (contract).
+    unsafe { fence(isum) };
 }
 
 /// One IQ4_XS super-block (chunk at `c`, half `h`) against the Q8_K blocks
@@ -468,28 +407,7 @@ pub(super) unsafe fn iq4_xs_with<const N: usize>(
         }
     }
     // SAFETY: the 8 f16 `d` of half h are inside the chunk.
-    let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(16 * h).cast()) });
-    std::array::from_fn(|i| {
-        // SAFETY: the block's f32 d is its first four bytes.
-        let dy = unsafe { q8_k_d(cols[i]) };
-        _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[i]))
-    })
-}
-
-/// One Q6_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
-/// `cols`: per column the eight rows' f32 terms. The sub-block sums are
-/// [`sums16`]'s straight-code steps (two dwords per `vpmaddwd`), so each
-/// quant register is decoded with the shifts of its constant `k` (one mask
-/// for `k < 2`, two shifts for `k ≥ 2`, from the re-coded quants of
-/// `k.rs`), and for one or two columns each line once for all four `k`.
-///
-/// # Safety
-/// The chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn q6_k<const N: usize>(c: *const u8, h: usize, cols: [*const u8; N]) -> [__m256; N] {
-    // SAFETY: the contract, forwarded.
-    unsafe { q6_k_with(c, h, cols, q6_quant(c, h)) }
+    unsafe { terms(c.add(16 * h), &cols, isum) }
 }
 
 /// The quant decoder of half `h` of the Q6_K super-block (chunk) at `c`:
@@ -528,11 +446,18 @@ pub(super) unsafe fn q6_quant(c: *const u8, h: usize) -> impl Fn(usize, usize) -
     }
 }
 
-/// [`q6_k`] with the quants from `quant` (decoded from the chunk, or
-/// read back from a decoded copy).
+/// One Q6_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
+/// `cols`: per column the eight rows' f32 terms. The sub-block sums are
+/// [`sums16`]'s straight-code steps (two dwords per `vpmaddwd`), so each
+/// quant register is decoded with the shifts of its constant `k` (one mask
+/// for `k < 2`, two shifts for `k ≥ 2`, from the re-coded quants of
+/// `k.rs`), and for one or two columns each line once for all four `k`.
+///
+/// The quants come from `quant` ([`q6_quant`]'s, decoded from the chunk,
+/// or read back from a decoded copy).
 ///
 /// # Safety
-/// As [`q6_k`].
+/// The chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) unsafe fn q6_k_with<const N: usize>(
@@ -557,15 +482,10 @@ pub(super) unsafe fn q6_k_with<const N: usize>(
         pair(v, a, a + 1, true)
     };
     // SAFETY: the contract, forwarded.
-    let corr = unsafe { bsums_dot(cols, pairs) };
+    let corr = unsafe { bsums_dot(&cols, pairs, |a, m, y| madd_add(a, m, y)) };
+    let isum = std::array::from_fn(|i| _mm256_sub_epi32(isum[i], _mm256_slli_epi32(corr[i], 5)));
     // SAFETY: the 8 f16 `d` of half h are inside the chunk.
-    let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(Q6_K_D + 16 * h).cast()) });
-    std::array::from_fn(|i| {
-        let isum = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(corr[i], 5));
-        // SAFETY: the block's f32 d is its first four bytes.
-        let dy = unsafe { q8_k_d(cols[i]) };
-        _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum))
-    })
+    unsafe { terms(c.add(Q6_K_D + 16 * h), &cols, isum) }
 }
 
 k_kernel_table!(Isa::Avx2);

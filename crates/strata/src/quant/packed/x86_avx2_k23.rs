@@ -44,8 +44,9 @@
 //! line per `k`. The same integer sums either way. Both orders are unrolled
 //! into straight code per super-block ([`sums16`]), which Q6_K's kernel
 //! (`x86_avx2_k.rs`, same element order, 6-bit quants) shares; the
-//! Q4_K / Q5_K steps there use its helpers ([`mul`], [`widen`], [`fence`],
-//! [`bsums_dot`]).
+//! Q4_K / Q5_K steps there use its helpers ([`mul`], [`widen`]). The step
+//! fence, the bsums terms, Q3_K's quant bits and the f32 epilogues are
+//! `x86_kshared.rs`'s, which the AVX-512 kernels share.
 //!
 //! The f32 epilogue is the scalar reference's ([`crate::quant::vec_dot_fn`]
 //! at `Scalar`): per super-block `(d_w d_a) · f32(isum) - (dmin_w d_a) ·
@@ -53,17 +54,10 @@
 //! subtraction, so every output is the reference's bits.
 
 use super::k::{Q2_K_D, Q3_K_D};
-use super::x86_avx2_k::{bcast, load, min_terms, pair, q8_k_d, BSUMS, QS};
+use super::x86_avx2_k::{bcast, load, pair};
+use super::x86_kshared::{bsums_dot, fence, min_terms, q3_bits, terms, QS};
+use crate::isa::x86::IntLanes;
 use std::arch::x86_64::*;
-
-/// A shift count for the `_mm256_s*l_epi16` forms that take it in a
-/// register, so that one expression serves every `k` (with the constant
-/// `n` of [`sums16`]'s steps the compiler makes it an immediate).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) fn count(n: usize) -> __m128i {
-    _mm_cvtsi32_si128(n as i32)
-}
 
 /// The scaled sub-block sums `Σ_j scale(j) Σ_{e in j} q(e) a(e)` of one
 /// super-block against the Q8_K blocks `cols`, per column, with
@@ -161,28 +155,8 @@ unsafe fn wide<const J: usize, const N: usize, const RUN: usize>(
             widen(isum, &mut s16, scale(J));
         }
     }
-    fence(isum);
-}
-
-/// Ends a step: each of `v` passes through an empty `asm!` statement that
-/// may read and write memory, so the step's work (which `v` sums) is done
-/// before it and the next step's loads (and what is computed from them)
-/// come after it. Without it the compiler interleaved the 16 steps of a
-/// super-block column by column and spilled the decoded quants: the
-/// 4-column Q2_K and Q3_K halves made over 200 stack accesses each (under
-/// 40 with it), and packed Q2_K at 576 × 1536 × 512 took 15.2 against
-/// 11.9 ms on one thread.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) fn fence<const N: usize>(v: &mut [__m256i; N]) {
-    for v in v {
-        let mut x = *v;
-        // SAFETY: no instructions; `x` stays in its register.
-        unsafe {
-            std::arch::asm!("/* {0} */", inout(ymm_reg) x, options(nostack, preserves_flags))
-        };
-        *v = x;
-    }
+    // SAFETY: AVX2 (contract).
+    unsafe { fence(isum) };
 }
 
 /// `s += q · a` in i16 pair sums, `a` the activation dword `dw` of each
@@ -217,43 +191,12 @@ pub(super) fn widen<const N: usize>(isum: &mut [__m256i; N], s16: &mut [__m256i;
     }
 }
 
-/// `Σ_i pairs(i) · bsums dword i` per column: the eight `vpmaddwd` of an
-/// i16 pair per lane (the sub-blocks `2i, 2i + 1`) with a bsums dword.
-///
-/// # Safety
-/// The 292-byte blocks are readable; AVX2, FMA, F16C.
+/// `acc + m.lo16 · y.lo16 + m.hi16 · y.hi16` per lane (`vpmaddwd`, then
+/// `vpaddd`): this width's `wdot` for [`bsums_dot`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(super) unsafe fn bsums_dot<const N: usize>(
-    cols: [*const u8; N],
-    pairs: impl Fn(usize) -> __m256i,
-) -> [__m256i; N] {
-    let mut acc = [_mm256_setzero_si256(); N];
-    for i in 0..8 {
-        let m = pairs(i);
-        for (acc, &p) in acc.iter_mut().zip(&cols) {
-            // SAFETY: bsums dword i (bsums 2i, 2i + 1) of the block.
-            let y = unsafe { bcast(p.add(BSUMS), i) };
-            *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(m, y));
-        }
-    }
-    acc
-}
-
-/// One Q2_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
-/// `cols`: per column the eight rows' f32 terms.
-///
-/// # Safety
-/// The 1344-byte chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn q2_k<const N: usize>(
-    c: *const u8,
-    h: usize,
-    cols: [*const u8; N],
-) -> [__m256; N] {
-    // SAFETY: the contract, forwarded.
-    unsafe { q2_k_with(c, h, cols, q2_quant(c, h)) }
+pub(super) fn madd_add(acc: __m256i, m: __m256i, y: __m256i) -> __m256i {
+    _mm256_add_epi32(acc, _mm256_madd_epi16(m, y))
 }
 
 /// The quant decoder of half `h` of the Q2_K super-block (chunk) at `c`:
@@ -269,18 +212,22 @@ pub(super) unsafe fn q2_quant(c: *const u8, h: usize) -> impl Fn(usize, usize) -
     move |j: usize, t: usize| {
         // SAFETY: qs line 4 + 8 (j / 8) + 4 (j % 2) + t < 20 is inside the chunk.
         let x = unsafe { load(line(4 + 8 * (j / 8) + 4 * (j % 2) + t)) };
+        // SAFETY: AVX2 (the closure's caller's contract).
         _mm256_and_si256(
-            _mm256_srl_epi16(x, count(j / 2 % 4 * 2)),
+            unsafe { IntLanes::shr16(x, j / 2 % 4 * 2) },
             _mm256_set1_epi8(3),
         )
     }
 }
 
-/// [`q2_k`] with the quants from `quant` ([`q2_quant`]'s, or a decoded
-/// copy of them).
+/// One Q2_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
+/// `cols`: per column the eight rows' f32 terms.
+///
+/// The quants come from `quant` ([`q2_quant`]'s, or a decoded copy of
+/// them).
 ///
 /// # Safety
-/// As [`q2_k`].
+/// The 1344-byte chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) unsafe fn q2_k_with<const N: usize>(
@@ -309,26 +256,18 @@ pub(super) unsafe fn q2_k_with<const N: usize>(
         _mm256_srli_epi16(pair(v, a, a + 1, false), 4)
     };
     // SAFETY: the contract, forwarded.
-    let summs = unsafe { bsums_dot(cols, mins) };
+    let summs = unsafe { bsums_dot(&cols, mins, |a, m, y| madd_add(a, m, y)) };
     // SAFETY: the 16 f16 `d` at Q2_K_D and `dmin` 32 bytes after them are
-    // inside the chunk.
-    unsafe { min_terms(c.add(Q2_K_D), 32, h, cols, isum, summs) }
-}
-
-/// One Q3_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
-/// `cols`: per column the eight rows' f32 terms.
-///
-/// # Safety
-/// The 1760-byte chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn q3_k<const N: usize>(
-    c: *const u8,
-    h: usize,
-    cols: [*const u8; N],
-) -> [__m256; N] {
-    // SAFETY: the contract, forwarded.
-    unsafe { q3_k_with(c, h, cols, q3_quant(c, h)) }
+    // inside the chunk (the 8 of half h used).
+    unsafe {
+        min_terms(
+            c.add(Q2_K_D + 16 * h),
+            c.add(Q2_K_D + 32 + 16 * h),
+            &cols,
+            isum,
+            summs,
+        )
+    }
 }
 
 /// The quant decoder of half `h` of the Q3_K super-block (chunk) at `c`:
@@ -342,31 +281,24 @@ pub(super) unsafe fn q3_k<const N: usize>(
 #[inline]
 pub(super) unsafe fn q3_quant(c: *const u8, h: usize) -> impl Fn(usize, usize) -> __m256i {
     let line = move |w: usize| c.wrapping_add(64 * w + 32 * h);
-    let (m3, m4) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
     move |j: usize, t: usize| {
         let (hh, k, tq) = (j / 8, j / 2 % 4, 4 * (j % 2) + t);
         // SAFETY: qs line 8 + 8hh + tq (< 24) and hmask line tq (< 8) are
         // inside the chunk.
         let (x, hm) = unsafe { (load(line(8 + 8 * hh + tq)), load(line(tq))) };
-        let q2 = _mm256_and_si256(_mm256_srl_epi16(x, count(2 * k)), m3);
-        // Bit b = 4hh + k of each byte to bit 2 by one i16 shift: the low
-        // byte's bit 2 takes its own bit b and the high byte's bit 10 its
-        // bit 8 + b (b ≤ 7), whatever crosses the byte boundary is masked.
-        let b = 4 * hh + k;
-        let hb = if b >= 2 {
-            _mm256_srl_epi16(hm, count(b - 2))
-        } else {
-            _mm256_sll_epi16(hm, count(2 - b))
-        };
-        _mm256_or_si256(q2, _mm256_and_si256(hb, m4))
+        // SAFETY: AVX2 (contract).
+        unsafe { q3_bits(x, hm, hh, k) }
     }
 }
 
-/// [`q3_k`] with the quants from `quant` ([`q3_quant`]'s, or a decoded
-/// copy of them).
+/// One Q3_K super-block (chunk at `c`, half `h`) against the Q8_K blocks
+/// `cols`: per column the eight rows' f32 terms.
+///
+/// The quants come from `quant` ([`q3_quant`]'s, or a decoded copy of
+/// them).
 ///
 /// # Safety
-/// As [`q3_k`].
+/// The 1760-byte chunk and the 292-byte blocks are readable; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) unsafe fn q3_k_with<const N: usize>(
@@ -400,13 +332,8 @@ pub(super) unsafe fn q3_k_with<const N: usize>(
         pair(sc[i / 2], a, a + 1, true)
     };
     // SAFETY: the contract, forwarded.
-    let corr = unsafe { bsums_dot(cols, pairs) };
+    let corr = unsafe { bsums_dot(&cols, pairs, |a, m, y| madd_add(a, m, y)) };
+    let isum = std::array::from_fn(|i| _mm256_sub_epi32(isum[i], _mm256_slli_epi32(corr[i], 2)));
     // SAFETY: the 8 f16 `d` of half h are inside the chunk.
-    let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(Q3_K_D + 16 * h).cast()) });
-    std::array::from_fn(|i| {
-        let isum = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(corr[i], 2));
-        // SAFETY: the block's f32 d is its first four bytes.
-        let dy = unsafe { q8_k_d(cols[i]) };
-        _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum))
-    })
+    unsafe { terms(c.add(Q3_K_D + 16 * h), &cols, isum) }
 }

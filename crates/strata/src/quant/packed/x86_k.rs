@@ -61,6 +61,7 @@ use super::tags::{
     k_chunk_size as chunk, k_kernel_table, k_sub_dwords, tiles, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K,
     Q6_K,
 };
+use super::x86_kshared::{fence, fifth_bit, min_terms, q3_bits, terms, BSUMS, QS};
 use super::{Kernels, Tile, TileFn};
 use crate::isa::Isa;
 use crate::tensor::DType;
@@ -76,10 +77,6 @@ mod wide;
 const PF: usize = 2;
 /// Bytes of a Q8_K block: f32 `d` at 0, quants at [`QS`], i16 bsums at [`BSUMS`].
 const Q8K: usize = DType::Q8_K.type_size();
-/// Offset of a Q8_K block's 256 i8 quants.
-const QS: usize = 4;
-/// Offset of a Q8_K block's 16 i16 bsums.
-const BSUMS: usize = 4 + 256;
 
 macro_rules! level {
     (
@@ -150,12 +147,18 @@ macro_rules! level {
                     // SAFETY (each arm): as above.
                     let terms = unsafe {
                         match T {
-                            Q2_K => q2_k::<N>(c, cols),
-                            Q3_K => q3_k::<N>(c, cols),
+                            Q2_K => q2_k_with(c, cols, q2_dec(c).0),
+                            Q3_K => q3_k_with(c, cols, q3_dec(c).0),
                             Q4_K => q45_k::<false, N>(c, cols),
                             Q5_K => q45_k::<true, N>(c, cols),
-                            IQ4_XS => iq4_xs::<N>(c, cols),
-                            _ => q6_k::<N>(c, cols),
+                            IQ4_XS => {
+                                let (quant, scale) = iq4_xs_dec(c);
+                                iq4_xs_with(c, cols, quant, scale)
+                            }
+                            _ => {
+                                let (quant, scale) = q6_dec(c);
+                                q6_k_with(c, cols, quant, scale, q6_pairs(c))
+                            }
                         }
                     };
                     for (acc, t) in acc.iter_mut().zip(terms) {
@@ -164,7 +167,7 @@ macro_rules! level {
                 }
                 for (i, acc) in acc.iter().enumerate() {
                     // SAFETY: the 16 rows of column i are writable (contract).
-                    unsafe { _mm512_storeu_ps(t.out.add(i * t.out_stride).cast(), *acc) };
+                    unsafe { _mm512_storeu_ps(t.out(i).cast(), *acc) };
                 }
             }
 

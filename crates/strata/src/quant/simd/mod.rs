@@ -128,6 +128,8 @@ impl Kernels {
 /// * `dot: [T => imp, ...]`: `unsafe fn imp(nb, x, y) -> f32` over `nb`
 ///   blocks (elements for the float types) of `DType::T` rows, wrapped in a
 ///   safe [`VecDotFn`] that checks the row lengths first ([`dot_blocks`]);
+/// * `dot: all`: the same for every type with a dot product, each by the
+///   level's `dot_<type>_imp`;
 /// * `dot4: [T => imp_n, ...]`: `unsafe fn imp_n::<C>(nb, x, [y; C]) -> [f32; C]`,
 ///   wrapped likewise as a [`VecDot4Fn`] with `C = 4`;
 /// * `quantize: [T => f, ...]`: safe [`QuantizeRowFn`]s, as they are.
@@ -135,6 +137,21 @@ impl Kernels {
 /// The wrapped `unsafe fn`s may assume the level's CPU features: [`own`]
 /// tables are only reached through [`kernels_for`], which checks them.
 macro_rules! table {
+    // `dot: all`: every type with a dot product, each by this level's
+    // `dot_<type>_imp` (the levels that implement them all).
+    (dot: all, $($rest:tt)*) => {
+        super::table! {
+            dot: [
+                Q4_0 => dot_q4_0_imp, Q4_1 => dot_q4_1_imp, Q5_0 => dot_q5_0_imp,
+                Q5_1 => dot_q5_1_imp, Q8_0 => dot_q8_0_imp,
+                F32 => dot_f32_imp, F16 => dot_f16_imp, BF16 => dot_bf16_imp,
+                Q2_K => dot_q2_k_imp, Q3_K => dot_q3_k_imp, Q4_K => dot_q4_k_imp,
+                Q5_K => dot_q5_k_imp, Q6_K => dot_q6_k_imp,
+                IQ4_NL => dot_iq4_nl_imp, IQ4_XS => dot_iq4_xs_imp,
+            ],
+            $($rest)*
+        }
+    };
     (
         dot: [$($dt:ident => $dimp:ident),* $(,)?],
         dot4: [$($ft:ident => $fimp:ident),* $(,)?],
@@ -272,6 +289,30 @@ pub(crate) fn f16_to_f32(h: u16) -> f32 {
 unsafe fn scale_at(p: *const u8) -> f32 {
     // SAFETY: the caller guarantees two readable bytes.
     f16_to_f32(u16::from_le_bytes(unsafe { [*p, *p.add(1)] }))
+}
+
+/// The block loop of the SIMD K-quant dot products: `Σ_b term(x_b, y_b)`
+/// over the `nb` blocks of `XB` bytes of `x` and `YB` bytes of `y`, added
+/// in block order from 0 as the scalar reference adds its block terms.
+///
+/// # Safety
+/// `nb` blocks of both rows are readable; `term` may rely on being called
+/// with in-bounds blocks only.
+#[inline(always)]
+#[allow(dead_code)] // unused on architectures without SIMD kernels
+unsafe fn sum_blocks<const XB: usize, const YB: usize>(
+    nb: usize,
+    x: *const u8,
+    y: *const u8,
+    mut term: impl FnMut(*const u8, *const u8) -> f32,
+) -> f32 {
+    let mut sumf = 0.0f32;
+    for i in 0..nb {
+        // SAFETY: block i < nb of both rows (contract).
+        let (bx, by) = unsafe { (x.add(i * XB), y.add(i * YB)) };
+        sumf += term(bx, by);
+    }
+    sumf
 }
 
 /// Checks the length contract every SIMD dot product relies on for its

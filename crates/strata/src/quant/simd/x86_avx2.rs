@@ -19,19 +19,12 @@
 use super::super::k_search::scale_min_k4;
 use super::super::q8_k::bsum_at;
 use super::super::{put_f16, DType, QK, QK_K};
-use super::f16_to_f32;
 use super::x86_avx2_k::{dot_iq4_nl_imp, dot_iq4_xs_imp, dot_q2_k_imp, dot_q3_k_imp};
+use super::{f16_to_f32, sum_blocks};
 use std::arch::x86_64::*;
 
 super::table! {
-    dot: [
-        Q4_0 => dot_q4_0_imp, Q4_1 => dot_q4_1_imp, Q5_0 => dot_q5_0_imp,
-        Q5_1 => dot_q5_1_imp, Q8_0 => dot_q8_0_imp,
-        F32 => dot_f32_imp, F16 => dot_f16_imp, BF16 => dot_bf16_imp,
-        Q2_K => dot_q2_k_imp, Q3_K => dot_q3_k_imp, Q4_K => dot_q4_k_imp,
-        Q5_K => dot_q5_k_imp, Q6_K => dot_q6_k_imp,
-        IQ4_NL => dot_iq4_nl_imp, IQ4_XS => dot_iq4_xs_imp,
-    ],
+    dot: all,
     dot4: [],
     quantize: [Q8_0 => quantize_q8_0, Q8_1 => quantize_q8_1, F16 => quantize_f16, Q8_K => quantize_q8_k],
 }
@@ -496,10 +489,7 @@ macro_rules! dot_q45 {
     ($imp:ident, $xb:expr, $qs:expr, $qh:expr) => {
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
-            let mut sumf = 0.0f32;
-            for i in 0..nb {
-                // SAFETY: block i of both rows is in bounds (nb checked by the wrapper).
-                let (bx, by) = unsafe { (x.add(i * $xb), y.add(i * Q8_K)) };
+            let term = |bx: *const u8, by: *const u8| {
                 // SAFETY: as above.
                 let ((isum, summs), d, dmin, dy) = unsafe {
                     (
@@ -509,9 +499,10 @@ macro_rules! dot_q45 {
                         q8_k_d(by),
                     )
                 };
-                sumf += d * dy * isum as f32 - dmin * dy * summs as f32;
-            }
-            sumf
+                d * dy * isum as f32 - dmin * dy * summs as f32
+            };
+            // SAFETY: nb blocks of both rows are in bounds (checked by the wrapper).
+            unsafe { sum_blocks::<{ $xb }, Q8_K>(nb, x, y, term) }
         }
     };
 }
@@ -526,10 +517,7 @@ unsafe fn dot_q6_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
     let m4 = _mm256_set1_epi8(0x0f);
     let m3 = _mm256_set1_epi8(3);
     let off = _mm256_set1_epi8(32);
-    let mut sumf = 0.0f32;
-    for i in 0..nb {
-        // SAFETY: block i of both rows is in bounds (nb checked by the wrapper).
-        let (bx, by) = unsafe { (x.add(i * Q6_K), y.add(i * Q8_K)) };
+    let term = |bx: *const u8, by: *const u8| {
         let mut acc = _mm256_setzero_si256();
         for h in 0..2 {
             // SAFETY: ql bytes 64h .. 64h + 64 and qh bytes 128 + 32h .. + 32
@@ -568,9 +556,10 @@ unsafe fn dot_q6_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
         }
         // SAFETY: d is bytes 208..210 of the super-block, d_y bytes 0..4 of the Q8_K block.
         let (d, dy) = unsafe { (f16_at(bx.add(208)), q8_k_d(by)) };
-        sumf += d * dy * hsum_epi32(acc) as f32;
-    }
-    sumf
+        d * dy * hsum_epi32(acc) as f32
+    };
+    // SAFETY: nb blocks of both rows are in bounds (checked by the wrapper).
+    unsafe { sum_blocks::<Q6_K, Q8_K>(nb, x, y, term) }
 }
 
 // ---- Q8_K activation quantization ----

@@ -25,6 +25,7 @@
 //! lengths before any raw read.
 
 use super::super::{DType, IQ4_NL_VALUES, QK_K};
+use super::sum_blocks;
 use super::x86_avx2::{f16_at, hsum_epi32, nibbles, q8_k_d, scale_product};
 use std::arch::x86_64::*;
 
@@ -78,10 +79,7 @@ fn low2(qs: __m256i, k: usize) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot_q2_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
     let m4 = _mm_set1_epi8(0x0f);
-    let mut sumf = 0.0f32;
-    for i in 0..nb {
-        // SAFETY: block i of both rows is in bounds (nb checked by the wrapper).
-        let (bx, by) = unsafe { (x.add(i * Q2_K), y.add(i * Q8_K)) };
+    let term = |bx: *const u8, by: *const u8| {
         // SAFETY: the 16 scale bytes start the super-block; the 16 i16 bsums
         // are the last 32 bytes of the Q8_K block.
         let (sc, bsums) = unsafe {
@@ -111,9 +109,10 @@ pub(super) unsafe fn dot_q2_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 
         // of the Q8_K block.
         let (d, dmin, dy) = unsafe { (f16_at(bx.add(80)), f16_at(bx.add(82)), q8_k_d(by)) };
         let (dall, dmin) = (dy * d, dy * dmin);
-        sumf += dall * isum as f32 - dmin * summs as f32;
-    }
-    sumf
+        dall * isum as f32 - dmin * summs as f32
+    };
+    // SAFETY: nb blocks of both rows are in bounds (checked by the wrapper).
+    unsafe { sum_blocks::<Q2_K, Q8_K>(nb, x, y, term) }
 }
 
 /// The sixteen 6-bit Q3_K scales at `p` (12 bytes), offset removed, as i8.
@@ -163,10 +162,7 @@ fn bit_as_4(v: __m256i, b: i32) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot_q3_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
     let four = _mm256_set1_epi8(4);
-    let mut sumf = 0.0f32;
-    for i in 0..nb {
-        // SAFETY: block i of both rows is in bounds (nb checked by the wrapper).
-        let (bx, by) = unsafe { (x.add(i * Q3_K), y.add(i * Q8_K)) };
+    let term = |bx: *const u8, by: *const u8| {
         // SAFETY: the scales are bytes 96..108 and hmask bytes 0..32 of the
         // super-block.
         let (sc, hmask) = unsafe { (q3_scales(bx.add(96)), _mm256_loadu_si256(bx.cast())) };
@@ -189,9 +185,10 @@ pub(super) unsafe fn dot_q3_k_imp(nb: usize, x: *const u8, y: *const u8) -> f32 
         }
         // SAFETY: d is bytes 108..110 of the super-block, d_y bytes 0..4 of the Q8_K block.
         let (d, dy) = unsafe { (f16_at(bx.add(108)), q8_k_d(by)) };
-        sumf += d * dy * hsum_epi32(acc) as f32;
-    }
-    sumf
+        d * dy * hsum_epi32(acc) as f32
+    };
+    // SAFETY: nb blocks of both rows are in bounds (checked by the wrapper).
+    unsafe { sum_blocks::<Q3_K, Q8_K>(nb, x, y, term) }
 }
 
 // ---- IQ4_XS / IQ4_NL: table lookups ----
@@ -224,10 +221,7 @@ unsafe fn iq4_pairs(table: __m256i, p: *const u8, y: __m256i) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot_iq4_xs_imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
     let table = iq4_table();
-    let mut sumf = 0.0f32;
-    for i in 0..nb {
-        // SAFETY: block i of both rows is in bounds (nb checked by the wrapper).
-        let (bx, by) = unsafe { (x.add(i * IQ4_XS), y.add(i * Q8_K)) };
+    let term = |bx: *const u8, by: *const u8| {
         // SAFETY: scales_h is bytes 2..4 and scales_l bytes 4..8 of the super-block.
         let (sh, sl) = unsafe {
             (
@@ -248,9 +242,10 @@ pub(super) unsafe fn dot_iq4_xs_imp(nb: usize, x: *const u8, y: *const u8) -> f3
         }
         // SAFETY: d is bytes 0..2 of the super-block, d_y bytes 0..4 of the Q8_K block.
         let (d, dy) = unsafe { (f16_at(bx), q8_k_d(by)) };
-        sumf += d * dy * hsum_epi32(acc) as f32;
-    }
-    sumf
+        d * dy * hsum_epi32(acc) as f32
+    };
+    // SAFETY: nb blocks of both rows are in bounds (checked by the wrapper).
+    unsafe { sum_blocks::<IQ4_XS, Q8_K>(nb, x, y, term) }
 }
 
 /// IQ4_NL · Q8_0: per block `(d_y d_x) · Σ v_x q_y`, added in block order,

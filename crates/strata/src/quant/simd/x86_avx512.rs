@@ -176,18 +176,21 @@ fn sum2_u8_i8(q: __m512i, y: __m512i, offset: i8) -> __m512i {
     _mm512_madd_epi16(p, _mm512_set1_epi16(1))
 }
 
-/// A quantized dot product over pairs of blocks of types `$xt` · `$yt`:
-/// `$q(bx)` gives a block's 32 unsigned quants (256 bits), `$y(by)` its
-/// partner's i8 quants; `$sum2`
+/// Quantized dot products over pairs of blocks, one per row of the table:
+/// type `$xt` times its [`vec_dot_type`](super::super::vec_dot_type)
+/// (Q8_0 or Q8_1, whose i8 quants follow its scale and, for Q8_1, sum);
+/// `$q(bx)` gives a block's 32 unsigned quants (256 bits), `$off` their
+/// offset; `$sum2`
 /// combines two blocks' quants into sixteen exact i32 lanes and `$sum1` does
-/// one block (the odd last one) in eight. `$min`: add `m_x s_y` per block.
+/// one block (the odd last one) in eight. With a Q8_1 partner, `m_x s_y`
+/// is added per block.
 ///
 /// `$impn::<C>` computes one `x` row against `C` partner rows, decoding each
 /// `x` block once; every column goes through exactly the operations of the
 /// one-column `$imp`, so the results are bit-identical to it.
 macro_rules! pair_dot {
-    ($feat:literal, $imp:ident, $impn:ident, $xt:expr, $yt:expr, $off:expr, $min:expr,
-     |$bx:ident| $q:expr, |$by:ident| $y:expr, $sum2:ident, $sum1:ident) => {
+    ($feat:literal, $sum2:ident, $sum1:ident;
+     $($imp:ident, $impn:ident, $xt:ident, $off:expr, |$bx:ident| $q:expr);+ $(;)?) => {$(
         #[target_feature(enable = $feat)]
         unsafe fn $imp(nb: usize, x: *const u8, y: *const u8) -> f32 {
             // SAFETY: forwarded contract.
@@ -196,15 +199,18 @@ macro_rules! pair_dot {
 
         #[target_feature(enable = $feat)]
         unsafe fn $impn<const C: usize>(nb: usize, x: *const u8, ys: [*const u8; C]) -> [f32; C] {
-            const XB: usize = $xt.type_size();
-            const YB: usize = $yt.type_size();
+            const YT: DType = super::super::vec_dot_type(DType::$xt);
+            const MIN: bool = matches!(YT, DType::Q8_1);
+            const XB: usize = DType::$xt.type_size();
+            const YB: usize = YT.type_size();
             let quants = |$bx: *const u8| -> __m256i {
                 // SAFETY: only called with in-bounds block pointers below.
                 unsafe { $q }
             };
-            let partner = |$by: *const u8| -> __m256i {
+            // The partner's 32 quants, after its f16 `d` (and Q8_1's `s`).
+            let partner = |by: *const u8| -> __m256i {
                 // SAFETY: as above.
-                unsafe { $y }
+                unsafe { _mm256_loadu_si256(by.add(if MIN { 4 } else { 2 }).cast()) }
             };
             let mut acc = [_mm512_setzero_ps(); C];
             let mut mins = [0.0f32; C];
@@ -220,7 +226,7 @@ macro_rules! pair_dot {
                     // SAFETY: the scales are the first bytes of in-bounds blocks.
                     let d = unsafe { halves(scale_product(x0, y0), scale_product(x1, y1)) };
                     acc[j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi), acc[j]);
-                    if $min {
+                    if MIN {
                         // SAFETY: the `_1` blocks store m / s at byte 2.
                         mins[j] += unsafe {
                             scale_product(x0.add(2), y0.add(2))
@@ -240,7 +246,7 @@ macro_rules! pair_dot {
                     // SAFETY: as above.
                     let d = unsafe { scale_product(x0, y0) };
                     sum += hsum_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi)));
-                    if $min {
+                    if MIN {
                         // SAFETY: as above.
                         mins[j] += unsafe { scale_product(x0.add(2), y0.add(2)) };
                     }
@@ -249,7 +255,7 @@ macro_rules! pair_dot {
             }
             out
         }
-    };
+    )+};
 }
 pub(super) use pair_dot;
 
@@ -259,58 +265,13 @@ pub(super) use pair_dot;
 /// (`$sum2`) and of one (`$sum1`): `Σ q y − offset Σ y`.
 macro_rules! nibble_dots {
     ($feat:literal, $sum2:ident, $sum1:ident) => {
-        pair_dot!(
-            $feat,
-            dot_q4_0_imp,
-            dot_q4_0_n,
-            DType::Q4_0,
-            DType::Q8_0,
-            8,
-            false,
-            |bx| nibbles(bx.add(2)),
-            |by| _mm256_loadu_si256(by.add(2).cast()),
-            $sum2,
-            $sum1
-        );
-        pair_dot!(
-            $feat,
-            dot_q4_1_imp,
-            dot_q4_1_n,
-            DType::Q4_1,
-            DType::Q8_1,
-            0,
-            true,
-            |bx| nibbles(bx.add(4)),
-            |by| _mm256_loadu_si256(by.add(4).cast()),
-            $sum2,
-            $sum1
-        );
-        pair_dot!(
-            $feat,
-            dot_q5_0_imp,
-            dot_q5_0_n,
-            DType::Q5_0,
-            DType::Q8_0,
-            16,
-            false,
-            |bx| _mm256_or_si256(nibbles(bx.add(6)), high_bits(bx.add(2))),
-            |by| _mm256_loadu_si256(by.add(2).cast()),
-            $sum2,
-            $sum1
-        );
-        pair_dot!(
-            $feat,
-            dot_q5_1_imp,
-            dot_q5_1_n,
-            DType::Q5_1,
-            DType::Q8_1,
-            0,
-            true,
-            |bx| _mm256_or_si256(nibbles(bx.add(8)), high_bits(bx.add(4))),
-            |by| _mm256_loadu_si256(by.add(4).cast()),
-            $sum2,
-            $sum1
-        );
+        pair_dot! {
+            $feat, $sum2, $sum1;
+            dot_q4_0_imp, dot_q4_0_n, Q4_0, 8, |bx| nibbles(bx.add(2));
+            dot_q4_1_imp, dot_q4_1_n, Q4_1, 0, |bx| nibbles(bx.add(4));
+            dot_q5_0_imp, dot_q5_0_n, Q5_0, 16, |bx| _mm256_or_si256(nibbles(bx.add(6)), high_bits(bx.add(2)));
+            dot_q5_1_imp, dot_q5_1_n, Q5_1, 0, |bx| _mm256_or_si256(nibbles(bx.add(8)), high_bits(bx.add(4)));
+        }
     };
 }
 pub(super) use nibble_dots;

@@ -41,16 +41,13 @@ fn sum2(q: __m512i, y: __m512i, offset: u8) -> __m512i {
     _mm512_sub_epi32(s, _mm512_dpbusd_epi32(z, _mm512_set1_epi8(offset as i8), y))
 }
 
-/// The one-block form of [`sum2`].
+/// The one-block form of [`sum2`]: the block in the low half (the lanes
+/// are independent, so the low eight are the block's).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn sum1(q: __m256i, y: __m256i, offset: u8) -> __m256i {
-    let z = _mm256_setzero_si256();
-    let s = _mm256_dpbusd_epi32(z, q, y);
-    if offset == 0 {
-        return s;
-    }
-    _mm256_sub_epi32(s, _mm256_dpbusd_epi32(z, _mm256_set1_epi8(offset as i8), y))
+    let (q, y) = (_mm512_zextsi256_si512(q), _mm512_zextsi256_si512(y));
+    _mm512_castsi512_si256(sum2(q, y, offset))
 }
 
 nibble_dots!(
@@ -58,16 +55,8 @@ nibble_dots!(
     sum2,
     sum1
 );
-pair_dot!(
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-    dot_q8_0_imp,
-    dot_q8_0_n,
-    DType::Q8_0,
-    DType::Q8_0,
-    128,
-    false,
-    |bx| _mm256_xor_si256(_mm256_loadu_si256(bx.add(2).cast()), _mm256_set1_epi8(-128)),
-    |by| _mm256_loadu_si256(by.add(2).cast()),
-    sum2,
-    sum1
-);
+pair_dot! {
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", sum2, sum1;
+    dot_q8_0_imp, dot_q8_0_n, Q8_0, 128,
+        |bx| _mm256_xor_si256(_mm256_loadu_si256(bx.add(2).cast()), _mm256_set1_epi8(-128))
+}

@@ -107,7 +107,7 @@ macro_rules! k_amx {
                     Q2_K => {
                         let (_, _, mins) = q2_dec(c);
                         let summs = bsums_dot(&cols, mins);
-                        min_terms(c.add(Q2_K_D), &cols, isum, summs)
+                        min_terms(c.add(Q2_K_D), c.add(Q2_K_D + 32), &cols, isum, summs)
                     }
                     Q3_K => terms(c.add(Q3_K_D), &cols, isum),
                     Q4_K | Q5_K => {
@@ -117,7 +117,7 @@ macro_rules! k_amx {
                             q45_scales::<false>(c)
                         };
                         let summs = bsums_dot(&cols, |j| q45_min_pair(&sc, j));
-                        min_terms(c, &cols, isum, summs)
+                        min_terms(c, c.add(32), &cols, isum, summs)
                     }
                     IQ4_XS => terms(c, &cols, isum),
                     _ => terms(c.add(Q6_K_D), &cols, isum),

@@ -35,7 +35,8 @@ macro_rules! k16_tiles {
                     *acc = wdot(*acc, s, scale);
                 }
             }
-            fence(isum);
+            // SAFETY: the level's features.
+            unsafe { fence(isum) };
         }
 
         /// The scaled sums `Σ_j scale(j) Σ_{e in j} q(e) a(e)` of one
@@ -123,22 +124,6 @@ macro_rules! k16_tiles {
             (quant, scale)
         }
 
-        /// One Q6_K super-block (chunk at `c`, decoded by [`q6_dec`])
-        /// against the Q8_K blocks `cols`: per column the sixteen rows'
-        /// f32 terms.
-        ///
-        /// # Safety
-        /// The chunk and the 292-byte blocks are readable.
-        #[target_feature(enable = $features)]
-        #[inline]
-        unsafe fn q6_k<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
-            // SAFETY: the contract, forwarded.
-            unsafe {
-                let (quant, scale) = q6_dec(c);
-                q6_k_with(c, cols, quant, scale, q6_pairs(c))
-            }
-        }
-
         /// The scale pairs `(s_2i, s_2i+1)` (i16, per lane) of the Q6_K
         /// super-block (chunk) at `c`, for its bsums dword `i` (0 ..= 7).
         ///
@@ -156,12 +141,14 @@ macro_rules! k16_tiles {
             }
         }
 
-        /// [`q6_k`] with the quants from `quant`, the scales from `scale`
-        /// and the scale pairs from `pairs` ([`q6_dec`]'s and
-        /// [`q6_pairs`]', or a decoded copy of them).
+        /// One Q6_K super-block (chunk at `c`) against the Q8_K blocks
+        /// `cols`: per column the sixteen rows' f32 terms, with the quants
+        /// from `quant`, the scales from `scale` and the scale pairs from
+        /// `pairs` ([`q6_dec`]'s and [`q6_pairs`]', or a decoded copy of
+        /// them).
         ///
         /// # Safety
-        /// As [`q6_k`].
+        /// The chunk and the 292-byte blocks are readable.
         #[target_feature(enable = $features)]
         #[inline]
         unsafe fn q6_k_with<const N: usize>(
@@ -225,24 +212,12 @@ macro_rules! k16_tiles {
             (quant, scale, mins)
         }
 
-        /// One Q2_K super-block (chunk at `c`, decoded by [`q2_dec`])
-        /// against the Q8_K blocks `cols`: per column the sixteen rows'
-        /// f32 terms.
+        /// One Q2_K super-block (chunk at `c`) against the Q8_K blocks
+        /// `cols`: per column the sixteen rows' f32 terms, with the quants
+        /// from `quant` ([`q2_dec`]'s, or a decoded copy of them).
         ///
         /// # Safety
         /// The chunk and the 292-byte blocks are readable.
-        #[target_feature(enable = $features)]
-        #[inline]
-        unsafe fn q2_k<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
-            // SAFETY: the contract, forwarded.
-            unsafe { q2_k_with(c, cols, q2_dec(c).0) }
-        }
-
-        /// [`q2_k`] with the quants from `quant` ([`q2_dec`]'s, or a
-        /// decoded copy of them).
-        ///
-        /// # Safety
-        /// As [`q2_k`].
         #[target_feature(enable = $features)]
         #[inline]
         unsafe fn q2_k_with<const N: usize>(
@@ -257,7 +232,7 @@ macro_rules! k16_tiles {
             // SAFETY: the contract, forwarded.
             let summs = unsafe { bsums_dot(&cols, mins) };
             // SAFETY: the 16 f16 `d` and `dmin` are inside the chunk.
-            unsafe { min_terms(c.add(Q2_K_D), &cols, isum, summs) }
+            unsafe { min_terms(c.add(Q2_K_D), c.add(Q2_K_D + 32), &cols, isum, summs) }
         }
 
         /// The decoders of the Q3_K super-block (chunk) at `c`:
@@ -274,12 +249,7 @@ macro_rules! k16_tiles {
         #[inline]
         unsafe fn q3_dec(c: *const u8) -> (impl Fn(usize, usize) -> __m512i, [__m512i; 4]) {
             let line = move |w: usize| c.wrapping_add(64 * w);
-            let (m3, m4, m15, m48) = (
-                _mm512_set1_epi8(3),
-                _mm512_set1_epi8(4),
-                _mm512_set1_epi8(15),
-                _mm512_set1_epi8(48),
-            );
+            let (m15, m48) = (_mm512_set1_epi8(15), _mm512_set1_epi8(48));
             // SAFETY: the scale lines 24, 25, 26 are inside the chunk.
             let (a, b, cc) = unsafe { (load(line(24)), load(line(25)), load(line(26))) };
             let lo = |x: __m512i, shift: bool| {
@@ -302,39 +272,20 @@ macro_rules! k16_tiles {
                 // SAFETY: qs line 8 + 8hh + tq (< 24) and hmask line tq
                 // (< 8) are inside the chunk.
                 let (x, hm) = unsafe { (load(line(8 + 8 * hh + tq)), load(line(tq))) };
-                let q2 = _mm512_and_si512(_mm512_srl_epi16(x, count(2 * k)), m3);
-                // Bit b = 4hh + k of each byte to bit 2 by one i16 shift;
-                // what crosses the byte boundary is masked off.
-                let b = 4 * hh + k;
-                let hb = if b >= 2 {
-                    _mm512_srl_epi16(hm, count(b - 2))
-                } else {
-                    _mm512_sll_epi16(hm, count(2 - b))
-                };
-                _mm512_or_si512(q2, _mm512_and_si512(hb, m4))
+                // SAFETY: the level's features.
+                unsafe { q3_bits(x, hm, hh, k) }
             };
             (quant, sc)
         }
 
-        /// One Q3_K super-block (chunk at `c`, decoded by [`q3_dec`])
-        /// against the Q8_K blocks `cols`: per column the sixteen rows'
-        /// f32 terms, from the unsigned `q'`, the `-4` taken off once per
-        /// super-block as `4 · Σ_j s_j bsums_j`.
+        /// One Q3_K super-block (chunk at `c`) against the Q8_K blocks
+        /// `cols`: per column the sixteen rows' f32 terms, from the
+        /// unsigned `q'` of `quant` ([`q3_dec`]'s, or a decoded copy of
+        /// them), the `-4` taken off once per super-block as `4 · Σ_j s_j
+        /// bsums_j`.
         ///
         /// # Safety
         /// The chunk and the 292-byte blocks are readable.
-        #[target_feature(enable = $features)]
-        #[inline]
-        unsafe fn q3_k<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
-            // SAFETY: the contract, forwarded.
-            unsafe { q3_k_with(c, cols, q3_dec(c).0) }
-        }
-
-        /// [`q3_k`] with the quants from `quant` ([`q3_dec`]'s, or a
-        /// decoded copy of them).
-        ///
-        /// # Safety
-        /// As [`q3_k`].
         #[target_feature(enable = $features)]
         #[inline]
         unsafe fn q3_k_with<const N: usize>(

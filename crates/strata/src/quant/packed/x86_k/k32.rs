@@ -30,16 +30,9 @@ macro_rules! k32_tiles {
             };
             let q = _mm512_and_si512(x, m4);
             if Q5 {
-                // SAFETY: fifth-bit line 3 + t is inside the chunk.
-                let qh = unsafe { load(c.add(lines + 64 * (3 + t))) };
-                // Bit j of each byte to bit 4: an i16 shift, then the
-                // mask drops what crossed a byte boundary.
-                let x = if j <= 4 {
-                    _mm512_sll_epi16(qh, count(4 - j))
-                } else {
-                    _mm512_srl_epi16(qh, count(j - 4))
-                };
-                _mm512_or_si512(q, _mm512_and_si512(x, _mm512_set1_epi8(0x10)))
+                // SAFETY: fifth-bit line 3 + t is inside the chunk; the
+                // level's features.
+                unsafe { fifth_bit(q, load(c.add(lines + 64 * (3 + t))), j) }
             } else {
                 q
             }
@@ -131,7 +124,8 @@ macro_rules! k32_tiles {
                     unsafe { sub_sums::<N, 8>(cols, quant, 8 * J, 0, [_mm512_setzero_si512(); N]) };
                 scale_into(isum, s, scale);
             }
-            fence(isum);
+            // SAFETY: the level's features.
+            unsafe { fence(isum) };
         }
 
         /// One Q4_K / Q5_K super-block (chunk at `c`) against the Q8_K
@@ -200,7 +194,7 @@ macro_rules! k32_tiles {
             let summs = unsafe { bsums_dot(&cols, mins) };
             // SAFETY: the 16 f16 `d` at 0 and `dmin` at 32 are inside
             // the chunk.
-            unsafe { min_terms(c, &cols, isum, summs) }
+            unsafe { min_terms(c, c.add(32), &cols, isum, summs) }
         }
 
         /// The decoders of the IQ4_XS super-block (chunk) at `c`:
@@ -265,24 +259,12 @@ macro_rules! k32_tiles {
         /// Before the bias terms, the bias was taken off per column and
         /// super-block by eight `wdot`s of scale pairs with the bsums:
         /// dropping them measured 2–4 % at 1024² × 512 (one thread).
+
+        /// The values come from `quant` and the scales from `scale`
+        /// ([`iq4_xs_dec`]'s, or a decoded copy of them).
         ///
         /// # Safety
         /// The chunk and the 292-byte blocks are readable.
-        #[target_feature(enable = $features)]
-        #[inline]
-        unsafe fn iq4_xs<const N: usize>(c: *const u8, cols: [*const u8; N]) -> [__m512; N] {
-            // SAFETY: the contract, forwarded.
-            unsafe {
-                let (quant, scale) = iq4_xs_dec(c);
-                iq4_xs_with(c, cols, quant, scale)
-            }
-        }
-
-        /// [`iq4_xs`] with the values from `quant` and the scales from
-        /// `scale` ([`iq4_xs_dec`]'s, or a decoded copy of them).
-        ///
-        /// # Safety
-        /// As [`iq4_xs`].
         #[target_feature(enable = $features)]
         #[inline]
         unsafe fn iq4_xs_with<const N: usize>(
@@ -301,7 +283,8 @@ macro_rules! k32_tiles {
                 // SAFETY: the contract, forwarded.
                 let s = unsafe { sub_sums::<N, 8>(&cols, |t| quant(j, t), 8 * j, 0, init) };
                 scale_into(&mut isum, s, scale(j));
-                fence(&mut isum);
+                // SAFETY: the level's features.
+                unsafe { fence(&mut isum) };
             }
             // SAFETY: the 16 f16 `d` are inside the chunk.
             unsafe { terms(c, &cols, isum) }

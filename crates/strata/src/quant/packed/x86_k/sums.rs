@@ -1,8 +1,9 @@
 //! What every K tile of `x86_k.rs` shares: line and activation loads, lane
 //! byte and i16-pair extraction, the exact sub-block sums (`sub_sums`) and
-//! their scaling (`scale_into`), the bsums terms (`bsums_dot`) and the two
-//! f32 epilogues (`terms`, `min_terms`), which are the AVX2 kernels' so
-//! that the results are the scalar reference's bits.
+//! their scaling (`scale_into`), and the bsums terms (`bsums_dot`, with the
+//! level's `wdot`). The step fence and the f32 epilogues are the AVX2
+//! kernels' own (`x86_kshared.rs`), so that the results are the scalar
+//! reference's bits.
 
 /// Defines the functions below, each with `#[target_feature(enable =
 /// $features)]`, in a level's module of `x86_k.rs`, which provides `dot`,
@@ -68,10 +69,8 @@ macro_rules! k_sums {
             // Low i16: byte a at its top, shifted down arithmetically;
             // high i16: byte a + 1 (already at the top of the lane for
             // a = 2, moved there by 8 for a = 0), shifted down as well.
-            let lo = _mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(_mm512_srl_epi32(
-                v,
-                count(8 * a),
-            )));
+            let lo =
+                _mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(_mm512_srl_epi32(v, count(8 * a))));
             let hi = _mm512_srai_epi32::<24>(_mm512_sll_epi32(v, count(16 - 8 * a)));
             _mm512_or_si512(
                 _mm512_and_si512(lo, _mm512_set1_epi32(0xffff)),
@@ -95,34 +94,9 @@ macro_rules! k_sums {
         /// docs for the bounds).
         #[target_feature(enable = $features)]
         #[inline]
-        fn scale_into<const N: usize>(
-            isum: &mut [__m512i; N],
-            s: [__m512i; N],
-            scale: __m512i,
-        ) {
+        fn scale_into<const N: usize>(isum: &mut [__m512i; N], s: [__m512i; N], scale: __m512i) {
             for (acc, s) in isum.iter_mut().zip(s) {
                 *acc = _mm512_add_epi32(*acc, _mm512_mullo_epi32(s, scale));
-            }
-        }
-
-        /// Ends a step: each of `v` passes through an empty `asm!`
-        /// statement, so the step's work is done before the next
-        /// step's loads (as `x86_avx2_k23::fence`: without it the
-        /// compiler may interleave steps and spill decoded quants).
-        #[target_feature(enable = $features)]
-        #[inline]
-        fn fence<const N: usize>(v: &mut [__m512i; N]) {
-            for v in v {
-                let mut x = *v;
-                // SAFETY: no instructions; `x` stays in its register.
-                unsafe {
-                    std::arch::asm!(
-                        "/* {0} */",
-                        inout(zmm_reg) x,
-                        options(nostack, preserves_flags)
-                    )
-                };
-                *v = x;
             }
         }
 
@@ -166,7 +140,9 @@ macro_rules! k_sums {
         }
 
         /// `Σ_i pairs(i) · bsums dword i` per column (the i16 pair of
-        /// sub-blocks `2i, 2i + 1` with their bsums).
+        /// sub-blocks `2i, 2i + 1` with their bsums): the shared
+        /// [`bsums_dot`](super::super::x86_kshared::bsums_dot) with this
+        /// level's [`wdot`].
         ///
         /// # Safety
         /// The Q8_K blocks `cols` are readable.
@@ -176,67 +152,8 @@ macro_rules! k_sums {
             cols: &[*const u8; N],
             pairs: impl Fn(usize) -> __m512i,
         ) -> [__m512i; N] {
-            let mut acc = [_mm512_setzero_si512(); N];
-            for i in 0..8 {
-                let m = pairs(i);
-                for (acc, &p) in acc.iter_mut().zip(cols) {
-                    // SAFETY: bsums dword i of the block.
-                    let y = unsafe { bcast(p, BSUMS, i) };
-                    *acc = wdot(*acc, m, y);
-                }
-            }
-            acc
-        }
-
-        /// `(d_w d_a) · f32(isum)` per column (the Q3_K / Q6_K / IQ4_XS
-        /// epilogue), with the sixteen f16 `d` at `d`.
-        ///
-        /// # Safety
-        /// The 32 bytes at `d` and the blocks' f32 `d` are readable.
-        #[target_feature(enable = $features)]
-        #[inline]
-        unsafe fn terms<const N: usize>(
-            d: *const u8,
-            cols: &[*const u8; N],
-            isum: [__m512i; N],
-        ) -> [__m512; N] {
-            // SAFETY: the caller guarantees the 16 f16.
-            let d = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(d.cast()) });
-            std::array::from_fn(|i| {
-                // SAFETY: the block's f32 d is its first four bytes.
-                let dy = _mm512_set1_ps(unsafe { cols[i].cast::<f32>().read_unaligned() });
-                _mm512_mul_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(isum[i]))
-            })
-        }
-
-        /// `(d_w d_a) · f32(isum) - (dmin_w d_a) · f32(summs)` per
-        /// column (the Q2_K / Q4_K / Q5_K epilogue), with the sixteen
-        /// f16 `d` at `d` and `dmin` 32 bytes after them.
-        ///
-        /// # Safety
-        /// The 64 bytes at `d` and the blocks' f32 `d` are readable.
-        #[target_feature(enable = $features)]
-        #[inline]
-        unsafe fn min_terms<const N: usize>(
-            d: *const u8,
-            cols: &[*const u8; N],
-            isum: [__m512i; N],
-            summs: [__m512i; N],
-        ) -> [__m512; N] {
-            // SAFETY: the caller guarantees the 32 f16.
-            let (d, dmin) = unsafe {
-                (
-                    _mm512_cvtph_ps(_mm256_loadu_si256(d.cast())),
-                    _mm512_cvtph_ps(_mm256_loadu_si256(d.add(32).cast())),
-                )
-            };
-            std::array::from_fn(|i| {
-                // SAFETY: the block's f32 d is its first four bytes.
-                let dy = _mm512_set1_ps(unsafe { cols[i].cast::<f32>().read_unaligned() });
-                let t = _mm512_mul_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(isum[i]));
-                let m = _mm512_mul_ps(_mm512_mul_ps(dmin, dy), _mm512_cvtepi32_ps(summs[i]));
-                _mm512_sub_ps(t, m)
-            })
+            // SAFETY: the contract; the level's features.
+            unsafe { super::super::x86_kshared::bsums_dot(cols, pairs, |t, x, y| wdot(t, x, y)) }
         }
     };
 }

@@ -22,10 +22,9 @@
 //! Q4_K and Q5_K come from the Q8_K bsums, as in the scalar reference.
 
 use super::super::super::{DType, IQ4_NL_VALUES};
-use super::super::scale_at;
+use super::super::{scale_at, sum_blocks};
 use super::{i8s as i8x32, BSUMS, Q8_K};
 use std::arch::aarch64::*;
-use std::arch::asm;
 
 const Q2_K: usize = DType::Q2_K.type_size();
 const Q3_K: usize = DType::Q3_K.type_size();
@@ -71,20 +70,7 @@ impl Isum for Sdot {
     #[target_feature(enable = "neon,dotprod")]
     #[inline]
     unsafe fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-        let mut acc = acc;
-        // SAFETY: `sdot` reads and writes only these three vector registers;
-        // the dotprod feature is enabled for this function, so the caller
-        // checked the CPU.
-        unsafe {
-            asm!(
-                "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-                acc = inout(vreg) acc,
-                a = in(vreg) a,
-                b = in(vreg) b,
-                options(pure, nomem, nostack, preserves_flags),
-            )
-        };
-        acc
+        crate::isa::aarch64::sdot(acc, a, b)
     }
 }
 
@@ -286,15 +272,12 @@ fn bit_as(v: uint8x16_t, b: usize, m: u8) -> uint8x16_t {
 #[target_feature(enable = "neon")]
 #[inline]
 unsafe fn q2_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
-    let mut sumf = 0.0f32;
-    for i in 0..nb {
-        // SAFETY: block i < nb of both rows is in bounds (caller's contract);
-        // the 16 scale bytes start the super-block, the 16 i16 bsums are the
-        // last 32 bytes of the Q8_K block.
-        let (bx, by, sc, b0, b1) = unsafe {
-            let (bx, by) = (x.add(i * Q2_K), y.add(i * Q8_K));
+    let term = |bx: *const u8, by: *const u8| {
+        // SAFETY: the 16 scale bytes start the super-block, the 16 i16 bsums
+        // are the last 32 bytes of the Q8_K block.
+        let (sc, b0, b1) = unsafe {
             let b = by.add(BSUMS).cast::<i16>();
-            (bx, by, vld1q_u8(bx), vld1q_s16(b), vld1q_s16(b.add(8)))
+            (vld1q_u8(bx), vld1q_s16(b), vld1q_s16(b.add(8)))
         };
         // Σ_j bsums_j · min_j: any i16 times u8 <= 15, exact in i32.
         let mins = vshrq_n_u8::<4>(sc);
@@ -323,9 +306,10 @@ unsafe fn q2_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
         // 0..4 of the Q8_K block.
         let (d, dmin, dy) = unsafe { (scale_at(bx.add(80)), scale_at(bx.add(82)), q8_k_d(by)) };
         let (dall, dmin) = (dy * d, dy * dmin);
-        sumf += dall * isum as f32 - dmin * summs as f32;
-    }
-    sumf
+        dall * isum as f32 - dmin * summs as f32
+    };
+    // SAFETY: nb blocks of both rows are in bounds (caller's contract).
+    unsafe { sum_blocks::<Q2_K, Q8_K>(nb, x, y, term) }
 }
 
 /// The sixteen 6-bit Q3_K scales at `p` (12 bytes), offset removed.
@@ -347,6 +331,30 @@ unsafe fn q3_scales(p: *const u8) -> int8x16_t {
     vsubq_s8(vreinterpretq_s8_u8(v), vdupq_n_s8(32))
 }
 
+/// The term of a Q3_K or Q6_K super-block at `bx` against the Q8_K block
+/// at `by`: `d_x d_y · isum`, `isum` [`isum16`]'s with the signed scales
+/// `sc` and the quants `quants`, `d_x` the f16 at `bx + d_at`.
+///
+/// # Safety
+/// The two blocks are readable, `d_at + 2` within `bx`'s; as
+/// [`Isum::dot`] for `D`.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn k16_term<D: Isum>(
+    bx: *const u8,
+    by: *const u8,
+    d_at: usize,
+    sc: int8x16_t,
+    quants: impl Fn(usize) -> [int8x16_t; 4],
+) -> f32 {
+    // SAFETY: the Q8_K quants are bytes 4..260 of its block, its f32 d
+    // bytes 0..4; the contract.
+    unsafe {
+        let isum = isum16::<D>(sc, by.add(4), quants);
+        scale_at(bx.add(d_at)) * q8_k_d(by) * isum as f32
+    }
+}
+
 /// Q3_K · Q8_K: per super-block `(d_x d_y) · Σ_j s_j Σ q_x q_y`, in block
 /// order, as the scalar reference.
 ///
@@ -355,14 +363,10 @@ unsafe fn q3_scales(p: *const u8) -> int8x16_t {
 #[target_feature(enable = "neon")]
 #[inline]
 unsafe fn q3_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
-    let mut sumf = 0.0f32;
-    for i in 0..nb {
-        // SAFETY: block i < nb of both rows is in bounds (caller's contract);
-        // hmask is bytes 0..32 and the scales bytes 96..108 of the super-block.
-        let (bx, by, hmask, sc) = unsafe {
-            let bx = x.add(i * Q3_K);
-            (bx, y.add(i * Q8_K), u8x32(bx), q3_scales(bx.add(96)))
-        };
+    let term = |bx: *const u8, by: *const u8| {
+        // SAFETY: hmask is bytes 0..32 and the scales bytes 96..108 of the
+        // super-block.
+        let (hmask, sc) = unsafe { (u8x32(bx), q3_scales(bx.add(96))) };
         // Elements 64g .. 64g + 64: runs r, r + 1 (hmask bits), k, k + 1
         // of half h.
         let quants = |g: usize| {
@@ -383,15 +387,12 @@ unsafe fn q3_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
                 q(qs.1, hmask.1, k + 1, r + 1),
             ]
         };
-        // SAFETY: the Q8_K quants are bytes 4..260 of its block; the
-        // caller's guarantee for D.
-        let isum = unsafe { isum16::<D>(sc, by.add(4), quants) };
-        // SAFETY: d is bytes 108..110 of the super-block, d_y bytes 0..4 of
-        // the Q8_K block.
-        let (d, dy) = unsafe { (scale_at(bx.add(108)), q8_k_d(by)) };
-        sumf += d * dy * isum as f32;
-    }
-    sumf
+        // SAFETY: d is bytes 108..110 of the super-block (the caller's
+        // contract); the caller's guarantee for D.
+        unsafe { k16_term::<D>(bx, by, 108, sc, quants) }
+    };
+    // SAFETY: nb blocks of both rows are in bounds (caller's contract).
+    unsafe { sum_blocks::<Q3_K, Q8_K>(nb, x, y, term) }
 }
 
 /// Q6_K · Q8_K: per super-block `d_x d_y · Σ_j s_j Σ (q - 32) q_y`, in block
@@ -405,14 +406,9 @@ unsafe fn q6_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
     let m4 = vdupq_n_u8(0x0f);
     let top = vdupq_n_u8(0x30);
     let off = vdupq_n_u8(32);
-    let mut sumf = 0.0f32;
-    for i in 0..nb {
-        // SAFETY: block i < nb of both rows is in bounds (caller's contract);
-        // the i8 scales are bytes 192..208 of the super-block.
-        let (bx, by, sc) = unsafe {
-            let bx = x.add(i * Q6_K);
-            (bx, y.add(i * Q8_K), vld1q_s8(bx.add(192).cast()))
-        };
+    let term = |bx: *const u8, by: *const u8| {
+        // SAFETY: the i8 scales are bytes 192..208 of the super-block.
+        let sc = unsafe { vld1q_s8(bx.add(192).cast()) };
         // Elements 64g .. 64g + 64: runs k, k + 1 of half h; their low
         // nibbles are those of ql bytes 64h .. 64h + 64 (high nibbles for
         // odd g), their top bits bits 2k and 2k + 2 of qh bytes 32h ..
@@ -436,15 +432,12 @@ unsafe fn q6_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
                 q(ql2.1, qh.1, k + 1),
             ]
         };
-        // SAFETY: the Q8_K quants are bytes 4..260 of its block; the
-        // caller's guarantee for D.
-        let isum = unsafe { isum16::<D>(sc, by.add(4), quants) };
-        // SAFETY: d is bytes 208..210 of the super-block, d_y bytes 0..4 of
-        // the Q8_K block.
-        let (d, dy) = unsafe { (scale_at(bx.add(208)), q8_k_d(by)) };
-        sumf += d * dy * isum as f32;
-    }
-    sumf
+        // SAFETY: d is bytes 208..210 of the super-block (the caller's
+        // contract); the caller's guarantee for D.
+        unsafe { k16_term::<D>(bx, by, 208, sc, quants) }
+    };
+    // SAFETY: nb blocks of both rows are in bounds (caller's contract).
+    unsafe { sum_blocks::<Q6_K, Q8_K>(nb, x, y, term) }
 }
 
 // ---- Q4_K / Q5_K / IQ4_XS: eight sub-blocks of 32 ----
@@ -499,16 +492,13 @@ unsafe fn q5_k<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
 #[target_feature(enable = "neon")]
 #[inline]
 unsafe fn q45<D: Isum, const Q5: bool>(nb: usize, x: *const u8, y: *const u8) -> f32 {
-    let (xb, qs) = if Q5 { (Q5_K, 48) } else { (Q4_K, 16) };
+    let qs = if Q5 { 48 } else { 16 };
     let m4 = vdupq_n_u8(0x0f);
-    let mut sumf = 0.0f32;
-    for i in 0..nb {
-        // SAFETY: block i < nb of both rows is in bounds (caller's contract);
-        // bytes 4..16 of the super-block are its scales and mins, the 16 i16
-        // bsums the last 32 bytes of the Q8_K block, Q5_K's fifth bits bytes
-        // 16..48 of its super-block.
-        let (bx, by, (sc, mn), b0, b1, qh) = unsafe {
-            let (bx, by) = (x.add(i * xb), y.add(i * Q8_K));
+    let term = |bx: *const u8, by: *const u8| {
+        // SAFETY: bytes 4..16 of the super-block are its scales and mins,
+        // the 16 i16 bsums the last 32 bytes of the Q8_K block, Q5_K's fifth
+        // bits bytes 16..48 of its super-block.
+        let ((sc, mn), b0, b1, qh) = unsafe {
             let b = by.add(BSUMS).cast::<i16>();
             let qh = if Q5 {
                 u8x32(bx.add(16))
@@ -516,7 +506,7 @@ unsafe fn q45<D: Isum, const Q5: bool>(nb: usize, x: *const u8, y: *const u8) ->
                 (vdupq_n_u8(0), vdupq_n_u8(0))
             };
             let sm = scales_mins_k4(bx.add(4));
-            (bx, by, sm, vld1q_s16(b), vld1q_s16(b.add(8)), qh)
+            (sm, vld1q_s16(b), vld1q_s16(b.add(8)), qh)
         };
         // Σ_j m_j (bsums_2j + bsums_2j+1): pair sums of any i16 widened to
         // i32, times mins <= 63, exact.
@@ -556,9 +546,16 @@ unsafe fn q45<D: Isum, const Q5: bool>(nb: usize, x: *const u8, y: *const u8) ->
         // SAFETY: d / dmin are bytes 0..4 of the super-block, d_y bytes 0..4
         // of the Q8_K block.
         let (d, dmin, dy) = unsafe { (scale_at(bx), scale_at(bx.add(2)), q8_k_d(by)) };
-        sumf += d * dy * hsum(acc) as f32 - dmin * dy * summs as f32;
+        d * dy * hsum(acc) as f32 - dmin * dy * summs as f32
+    };
+    // SAFETY: nb blocks of both rows are in bounds (caller's contract).
+    unsafe {
+        if Q5 {
+            sum_blocks::<Q5_K, Q8_K>(nb, x, y, term)
+        } else {
+            sum_blocks::<Q4_K, Q8_K>(nb, x, y, term)
+        }
     }
-    sumf
 }
 
 /// The 32 IQ4 values of the 16 index bytes at `p` (element order: low
@@ -594,14 +591,12 @@ fn iq4_table() -> int8x16_t {
 #[inline]
 unsafe fn iq4_xs<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
     let table = iq4_table();
-    let mut sumf = 0.0f32;
-    for i in 0..nb {
-        // SAFETY: block i < nb of both rows is in bounds (caller's contract);
-        // scales_h is bytes 2..4 and scales_l bytes 4..8 of the super-block.
-        let (bx, by, sl, sh) = unsafe {
-            let bx = x.add(i * IQ4_XS);
+    let term = |bx: *const u8, by: *const u8| {
+        // SAFETY: scales_h is bytes 2..4 and scales_l bytes 4..8 of the
+        // super-block.
+        let (sl, sh) = unsafe {
             let sh = u32::from(bx.add(2).cast::<u16>().read_unaligned());
-            (bx, y.add(i * Q8_K), u32_at(bx.add(4)), sh)
+            (u32_at(bx.add(4)), sh)
         };
         // Scale j: low nibble j of scales_l, bits 2j, 2j + 1 of scales_h.
         let mut sc = [0i8; 8];
@@ -632,9 +627,10 @@ unsafe fn iq4_xs<D: Isum>(nb: usize, x: *const u8, y: *const u8) -> f32 {
         // SAFETY: d is bytes 0..2 of the super-block, d_y bytes 0..4 of the
         // Q8_K block.
         let (d, dy) = unsafe { (scale_at(bx), q8_k_d(by)) };
-        sumf += d * dy * hsum(acc) as f32;
-    }
-    sumf
+        d * dy * hsum(acc) as f32
+    };
+    // SAFETY: nb blocks of both rows are in bounds (caller's contract).
+    unsafe { sum_blocks::<IQ4_XS, Q8_K>(nb, x, y, term) }
 }
 
 /// IQ4_NL · Q8_0: per block `(d_y d_x) · Σ v_x q_y`, added in block order,

@@ -36,14 +36,7 @@ const Q8_K: usize = DType::Q8_K.type_size();
 const BSUMS: usize = 4 + QK_K;
 
 super::table! {
-    dot: [
-        Q4_0 => dot_q4_0_imp, Q4_1 => dot_q4_1_imp, Q5_0 => dot_q5_0_imp,
-        Q5_1 => dot_q5_1_imp, Q8_0 => dot_q8_0_imp,
-        F32 => dot_f32_imp, F16 => dot_f16_imp, BF16 => dot_bf16_imp,
-        Q2_K => dot_q2_k_imp, Q3_K => dot_q3_k_imp, Q4_K => dot_q4_k_imp,
-        Q5_K => dot_q5_k_imp, Q6_K => dot_q6_k_imp,
-        IQ4_NL => dot_iq4_nl_imp, IQ4_XS => dot_iq4_xs_imp,
-    ],
+    dot: all,
     dot4: [],
     quantize: [Q8_0 => quantize_q8_0, Q8_1 => quantize_q8_1, Q8_K => quantize_q8_k],
 }
@@ -104,6 +97,19 @@ fn signed(q: (uint8x16_t, uint8x16_t), offset: i8) -> (int8x16_t, int8x16_t) {
     )
 }
 
+/// The 32 quants of a Q5 block less `offset`, as i8: the fifth bits in
+/// the u32 at `p`, then the 16 nibble bytes.
+///
+/// # Safety
+/// `p .. p + 20` must be readable.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn q5_quants(p: *const u8, offset: i8) -> (int8x16_t, int8x16_t) {
+    // SAFETY: the caller guarantees the 20 bytes.
+    let ((lo, hi), (hlo, hhi)) = unsafe { (nibbles(p.add(4)), high_bits(p)) };
+    signed((vorrq_u8(lo, hlo), vorrq_u8(hi, hhi)), offset)
+}
+
 /// A quantized dot product of types `$xt` · `$yt`: `$q(bx)` gives the
 /// block's signed quants, the block term is computed as the scalar
 /// reference computes it.
@@ -158,11 +164,7 @@ block_dot!(
     DType::Q5_0,
     DType::Q8_0,
     2,
-    |bx| {
-        let (lo, hi) = nibbles(bx.add(6));
-        let (hlo, hhi) = high_bits(bx.add(2));
-        signed((vorrq_u8(lo, hlo), vorrq_u8(hi, hhi)), 16)
-    },
+    |bx| q5_quants(bx.add(2), 16),
     |s, dx, dy, _mx, _sy| (dx * dy) * s
 );
 block_dot!(
@@ -170,11 +172,7 @@ block_dot!(
     DType::Q5_1,
     DType::Q8_1,
     4,
-    |bx| {
-        let (lo, hi) = nibbles(bx.add(8));
-        let (hlo, hhi) = high_bits(bx.add(4));
-        signed((vorrq_u8(lo, hlo), vorrq_u8(hi, hhi)), 0)
-    },
+    |bx| q5_quants(bx.add(4), 0),
     |s, dx, dy, mx, sy| (dx * dy) * s + mx * sy
 );
 block_dot!(
