@@ -585,9 +585,7 @@ impl Context {
         // lowest sequence, so cells above those (other sequences', a prefix
         // cache's) need not be in the graph: with many sequences in one
         // cache this keeps each batch's attention to its own span.
-        let span = self
-            .cells
-            .span_of(at.iter().filter_map(|(_, s)| s.iter().next()));
+        let span = self.cells.span_of(at.iter().filter_map(|(_, s)| s.first()));
         let n_kv = padded_kv(span.max(1), self.opts.n_ctx);
         let step = self.opts.n_ubatch;
         let mut result = Ok(());

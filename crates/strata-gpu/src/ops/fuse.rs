@@ -189,7 +189,7 @@ impl<'a> Site<'a> {
             return Ok(None);
         };
         let (rms, mul) = (&self.graph.nodes()[i], &self.graph.nodes()[j]);
-        let Some(x) = rms.src(0) else {
+        let Some(x) = self.graph.src(rms, 0) else {
             return Ok(None);
         };
         if !apart(mul, x, true) || !apart(mul, w, false) {
@@ -298,7 +298,7 @@ impl<'a> Site<'a> {
         let Op::Rope(rp) = rope.op() else {
             return Ok(None);
         };
-        let Some(x) = rope.src(0) else {
+        let Some(x) = self.graph.src(rope, 0) else {
             return Ok(None);
         };
         if !self.single_use(rope)

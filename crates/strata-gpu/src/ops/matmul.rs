@@ -117,7 +117,7 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
             let items = d[0].div_ceil(8) * d[1] * d[2] * d[3];
             Ok(vec![per_item(ctx, k, node, p, items)?])
         }
-        Op::MulMat if d[1] > MATVEC_MAX_N => {
+        Op::MulMat if !matvec_plan(node) => {
             let k = Kernel::new(
                 "mul_mat_tiled",
                 include_str!("../shaders/matmul_tiled.wgsl"),
