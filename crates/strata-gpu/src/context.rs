@@ -61,19 +61,45 @@ pub struct GpuContext {
     pub(crate) counters: Counters,
 }
 
+/// The optional features `STRATA_GPU_DISABLE` turns off: a comma-separated
+/// list of `f16`, `subgroups` and `timestamps` (as ggml-vulkan's
+/// `GGML_VK_DISABLE_*`), for a driver whose path misbehaves and for testing
+/// the fallbacks. An unknown name is logged and ignored.
+pub(crate) fn disabled_features(list: Option<&str>) -> wgpu::Features {
+    let mut off = wgpu::Features::empty();
+    for name in list.unwrap_or("").split(',').map(str::trim) {
+        match name {
+            "" => {}
+            "f16" => off |= wgpu::Features::SHADER_F16,
+            "subgroups" => off |= wgpu::Features::SUBGROUP,
+            "timestamps" => off |= wgpu::Features::TIMESTAMP_QUERY,
+            other => tracing::warn!(
+                "STRATA_GPU_DISABLE: unknown path {other:?} (known: f16, subgroups, timestamps)"
+            ),
+        }
+    }
+    off
+}
+
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl GpuContext {
-    /// Opens `adapter` with its own limits and the optional features it has.
-    pub(crate) fn open(name: String, adapter: &wgpu::Adapter) -> Result<GpuContext> {
+    /// Opens `adapter` with its own limits and the optional features it has,
+    /// less those in `off`.
+    pub(crate) fn open(
+        name: String,
+        adapter: &wgpu::Adapter,
+        off: wgpu::Features,
+    ) -> Result<GpuContext> {
         let info = adapter.get_info();
         let limits = adapter.limits();
         let features = adapter.features()
             & (wgpu::Features::SHADER_F16
                 | wgpu::Features::SUBGROUP
-                | wgpu::Features::TIMESTAMP_QUERY);
+                | wgpu::Features::TIMESTAMP_QUERY)
+            & !off;
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("strata"),
             required_features: features,
@@ -140,6 +166,17 @@ impl GpuContext {
     /// Whether the device has 16-bit float arithmetic in shaders.
     pub fn has_f16(&self) -> bool {
         self.features.contains(wgpu::Features::SHADER_F16)
+    }
+
+    /// The kernel paths this device's ops take where adapters differ, for
+    /// `strata devices` (e.g. `matvec: subgroup`).
+    pub fn kernel_paths(&self) -> Vec<String> {
+        let matvec = if self.has_subgroups() {
+            "subgroup"
+        } else {
+            "workgroup memory"
+        };
+        vec![format!("matvec: {matvec}")]
     }
 
     /// Whether the device has subgroup operations.
@@ -560,4 +597,22 @@ pub(crate) struct Shader {
     /// The text, `ACCESS_S0..3` left to fill per mask.
     source: String,
     pipelines: Mutex<[Option<Arc<wgpu::ComputePipeline>>; 16]>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::disabled_features;
+
+    #[test]
+    fn strata_gpu_disable_names_the_features_it_turns_off() {
+        assert_eq!(disabled_features(None), wgpu::Features::empty());
+        assert_eq!(
+            disabled_features(Some("subgroups")),
+            wgpu::Features::SUBGROUP
+        );
+        assert_eq!(
+            disabled_features(Some(" f16 , timestamps,,bogus")),
+            wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY
+        );
+    }
 }

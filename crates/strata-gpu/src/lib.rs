@@ -90,7 +90,8 @@ pub fn devices() -> &'static [Arc<GpuDevice>] {
         let mut out = Vec::new();
         for a in adapters() {
             let name = format!("GPU{}", out.len());
-            match GpuContext::open(name, a) {
+            let disable = std::env::var("STRATA_GPU_DISABLE").ok();
+            match GpuContext::open(name, a, context::disabled_features(disable.as_deref())) {
                 Ok(ctx) => out.push(GpuDevice::new(Arc::new(ctx))),
                 Err(e) => tracing::warn!("{e}"),
             }
@@ -103,6 +104,16 @@ pub fn devices() -> &'static [Arc<GpuDevice>] {
 /// its own: its own queue, buffers and pipelines, sharing nothing with the
 /// process-wide one (to isolate work that may break its device).
 pub fn open_private(name: &str) -> Result<Arc<GpuDevice>> {
+    let disable = std::env::var("STRATA_GPU_DISABLE").ok();
+    open_private_with(name, disable.as_deref().unwrap_or(""))
+}
+
+/// [`open_private`] with the optional paths named in `disable` turned off
+/// (the syntax of `STRATA_GPU_DISABLE`: a comma-separated list of `f16`,
+/// `subgroups`, `timestamps`), whatever the environment says: for tests and
+/// benchmarks of the fallbacks.
+#[doc(hidden)]
+pub fn open_private_with(name: &str, disable: &str) -> Result<Arc<GpuDevice>> {
     let known = || devices().iter().map(|d| d.ctx.name.clone()).collect();
     let i = devices()
         .iter()
@@ -120,7 +131,11 @@ pub fn open_private(name: &str) -> Result<Arc<GpuDevice>> {
             name: name.into(),
             known: known(),
         })?;
-    Ok(GpuDevice::new(Arc::new(GpuContext::open(name.into(), a)?)))
+    Ok(GpuDevice::new(Arc::new(GpuContext::open(
+        name.into(),
+        a,
+        context::disabled_features(Some(disable)),
+    )?)))
 }
 
 /// The first GPU, or why there is none.
@@ -215,7 +230,7 @@ impl Device for GpuDevice {
             format!("{} {}", i.driver, i.driver_info)
         };
         format!(
-            "{} ({:?}, {:?}, driver {driver}{}{})",
+            "{} ({:?}, {:?}, driver {driver}{}{}; {})",
             i.name,
             i.backend,
             i.device_type,
@@ -224,7 +239,8 @@ impl Device for GpuDevice {
                 ", subgroups"
             } else {
                 ""
-            }
+            },
+            self.ctx.kernel_paths().join(", ")
         )
     }
 

@@ -5,25 +5,39 @@
 //! reason when there is no adapter, and fails then under
 //! `STRATA_REQUIRE_GPU=1`.
 
-use strata::conformance::{cases, run_suite, Outcome};
+use strata::backend::Device;
 
 mod support;
 
 #[test]
 fn every_case_of_the_cpu_suite_passes_on_the_gpu() {
-    let Some(dev) = support::gpu() else { return };
-    let cpu_device = dev.context().adapter_info().device_type == strata_gpu::AdapterType::Cpu;
-    let mut wrong = Vec::new();
-    let summary = run_suite(&mut dev.backend(), None, 7, |case, r| {
-        let left_to_cpu =
-            !cpu_device && (case.name == "CPY(f32->q4_K)" || case.name == "CPY(f32->q5_K)");
-        match r {
-            Ok(Outcome::Pass { .. }) if !left_to_cpu => {}
-            Ok(Outcome::Unsupported) if left_to_cpu => {}
-            other => wrong.push(format!("{}: {other:?}", case.name)),
-        }
-    });
-    println!("{summary}");
-    assert!(wrong.is_empty(), "{summary}:\n  {}", wrong.join("\n  "));
-    assert_eq!(summary.passed + summary.unsupported, cases().len());
+    if let Some(dev) = support::gpu() {
+        let path = if dev.context().has_subgroups() {
+            "matvec: subgroup"
+        } else {
+            "matvec: workgroup memory"
+        };
+        assert!(dev.description().contains(path), "{}", dev.description());
+        support::conformance(&dev);
+    }
+}
+
+/// The same with the adapter's optional paths off (`subgroups`, `f16`):
+/// the kernels an adapter without them gets (the shared-memory
+/// matrix-vector reduction among them) pass every case too.
+#[test]
+fn every_case_passes_without_subgroups_or_f16() {
+    for dev in support::gpu_and_fallback().iter().skip(1) {
+        let ctx = dev.context();
+        assert!(
+            !ctx.has_subgroups() && !ctx.has_f16(),
+            "the paths were not turned off"
+        );
+        assert!(
+            dev.description().contains("matvec: workgroup memory"),
+            "{}",
+            dev.description()
+        );
+        support::conformance(dev);
+    }
 }

@@ -12,18 +12,21 @@ const U: Fill = Fill::Uniform(-1.0, 1.0);
 
 type Build = dyn Fn() -> Result<(Vec<(Tensor, Fill)>, Tensor)> + Send + Sync;
 
-/// Runs one graph on the GPU and the CPU; it must be supported and match.
+/// Runs one graph on the GPU and the CPU; it must be supported and match,
+/// with the adapter's optional paths (subgroups, f16) and without.
 fn check(name: &str, max_nmse: f64, build: Box<Build>) {
-    let Some(dev) = support::gpu() else { return };
-    let mut gpu = dev.backend();
     let case = OpCase {
         name: name.into(),
         build,
         max_nmse,
     };
-    match run_case(&case, &mut gpu, 11) {
-        Ok(Outcome::Pass { .. }) => {}
-        other => panic!("{name}: {other:?}"),
+    for dev in support::gpu_and_fallback() {
+        let mut gpu = dev.backend();
+        let paths = dev.context().has_subgroups();
+        match run_case(&case, &mut gpu, 11) {
+            Ok(Outcome::Pass { .. }) => {}
+            other => panic!("{name} (subgroups {paths}): {other:?}"),
+        }
     }
 }
 

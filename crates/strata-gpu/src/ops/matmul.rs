@@ -4,8 +4,9 @@
 //!
 //! Few columns (and MUL_MAT_ID, whose columns each pick an expert) run the
 //! matrix-vector kernel: a workgroup per few rows of one column, invocations
-//! striding over K, two rows per invocation, weights dequantized in
-//! registers. Batches run the tiled
+//! striding over K, two rows at a time, weights dequantized in registers,
+//! the invocations' parts summed by a subgroup reduction where the adapter
+//! has subgroups (else in workgroup memory). Batches run the tiled
 //! kernel: 64 × 64 output tiles, K through workgroup memory.
 
 mod dequant;
@@ -98,8 +99,15 @@ fn matvec_fits(ctx: &GpuContext, a: &Tensor, node: &Tensor, max: usize) -> bool 
     a.ne()[1].div_ceil(rows_per_group(ctx)) <= max && cols.div_ceil(max) <= max
 }
 
+/// Output rows one matrix-vector workgroup computes.
 fn rows_per_group(ctx: &GpuContext) -> usize {
-    (64 / tpr(ctx) * 2) as usize
+    if ctx.has_subgroups() {
+        // two per subgroup at the adapter's smallest subgroup size; larger
+        // subgroups take several pairs each
+        2 * (64 / ctx.info.subgroup_min_size.max(1)).max(1) as usize
+    } else {
+        (64 / tpr(ctx) * 2) as usize
+    }
 }
 
 /// The dispatches computing `node`.
@@ -165,9 +173,15 @@ pub(crate) fn plan_matvec(
         "col_id"
     };
     let cols = (d[1] * d[2] * d[3]) as u32;
-    let mut k = Kernel::new("mul_mat_vec", include_str!("../shaders/matvec.wgsl"), node)
+    let body = if ctx.has_subgroups() {
+        wgsl!("matvec.wgsl", "matvec_subgroup.wgsl")
+    } else {
+        wgsl!("matvec.wgsl", "matvec_shared.wgsl")
+    };
+    let mut k = Kernel::new("mul_mat_vec", body, node)
         .def("COLMAP", colmap)
         .def("TPR", format!("{}u", tpr(ctx)))
+        .def("RPW", format!("{}u", rows_per_group(ctx)))
         .def("MAXY", format!("{max}u"))
         .def(
             "DEQUANT",
