@@ -135,6 +135,53 @@ fn a_bias_add_joins_the_matrix_vector_product() {
     });
 }
 
+/// SwiGLU of the gate and up products of x `[64, 2]` (weights `[64, 40]`);
+/// `reuse`: the up product is read again (added to the result).
+fn gate_up(reuse: bool) -> (Vec<(Tensor, Vec<f32>)>, Tensor) {
+    let (wg, wu, x) = (input(&[64, 40], 1), input(&[64, 40], 2), input(&[64, 2], 3));
+    let up = ops::mul_mat(&wu.0, &x.0).unwrap();
+    let gate = ops::mul_mat(&wg.0, &x.0).unwrap();
+    let mut out = ops::swiglu_split(&gate, &up).unwrap();
+    if reuse {
+        out = ops::add(&out, &up).unwrap();
+    }
+    (vec![wg, wu, x], out)
+}
+
+/// Attention of the Q, K and V products of x `[64, 1]` (64 × 128, 64 ×
+/// 64, 64 × 64 weights: two query heads, one KV head, one cell).
+fn qkv() -> (Vec<(Tensor, Vec<f32>)>, Tensor) {
+    let x = input(&[64, 1], 1);
+    let (wq, wk, wv) = (
+        input(&[64, 128], 2),
+        input(&[64, 64], 3),
+        input(&[64, 64], 4),
+    );
+    let q = ops::mul_mat(&wq.0, &x.0).unwrap();
+    let k = ops::mul_mat(&wk.0, &x.0).unwrap();
+    let v = ops::mul_mat(&wv.0, &x.0).unwrap();
+    let q = ops::permute(&ops::reshape(&q, &[64, 2, 1]).unwrap(), [0, 2, 1, 3]).unwrap();
+    let k = ops::reshape(&k, &[64, 1, 1]).unwrap();
+    let v = ops::reshape(&v, &[64, 1, 1]).unwrap();
+    let out = ops::flash_attn_ext(&q, &k, &v, None, 0.125, 0.0, 0.0).unwrap();
+    (vec![x, wq, wk, wv], out)
+}
+
+#[test]
+fn products_of_one_activation_share_a_dispatch_where_subgroups_are() {
+    let Some(dev) = support::gpu() else { return };
+    if dev.context().has_subgroups() {
+        // gate and up in one dispatch, the GLU in another
+        assert_counts((2, 1), || gate_up(false));
+        assert_counts((3, 1), || gate_up(true));
+        // Q, K and V in one, the attention in another
+        assert_counts((2, 2), qkv);
+    } else {
+        assert_counts((3, 0), || gate_up(false));
+        assert_counts((4, 0), qkv);
+    }
+}
+
 /// ROPE of K `[64, 2, 3]` reshaped into rows of a `[128, 8]` cache;
 /// `reuse`: the rotated K is read again (added to itself after the write).
 fn rope_into_cache(reuse: bool) -> (Vec<(Tensor, Vec<f32>)>, Tensor) {

@@ -9,6 +9,11 @@
 //! - MUL_MAT → ADD (a bias), on the matrix-vector kernel.
 //! - ROPE → RESHAPE → SET_ROWS (the K cache write): the rotated rows go
 //!   straight into the cache rows.
+//! - MUL_MAT → MUL_MAT (→ MUL_MAT) of the same activations (the Q, K, V
+//!   projections; the gate and up products), on the subgroup
+//!   matrix-vector kernel: one dispatch, every product stored. (Their GLU
+//!   cannot join: the planner gives its result the bytes of the dead
+//!   activations every workgroup still reads.)
 //!
 //! A node whose result a fused dispatch does not store (the norm, the
 //! product before its bias, the rotated K) must have exactly one consumer
@@ -63,7 +68,10 @@ pub(crate) fn plan(
     let f = match graph.nodes()[i].op() {
         Op::Add => g.add_norm_mul(i)?,
         Op::RmsNorm { .. } => g.norm_mul(i)?,
-        Op::MulMat => g.mul_mat_add(i)?,
+        Op::MulMat => match g.mul_mat_add(i)? {
+            Some(f) => Some(f),
+            None => g.products(i)?,
+        },
         Op::Rope(_) => g.rope_set_rows(i)?,
         _ => None,
     };
@@ -286,6 +294,78 @@ impl<'a> Site<'a> {
         Ok(Some(Fused {
             dispatches: vec![d],
             nodes: vec![i, j],
+        }))
+    }
+
+    /// MUL_MAT at `i` and the next one or two nodes, MUL_MATs of the same
+    /// activation columns (one to four, nothing broadcast) into contiguous
+    /// f32 results in one buffer; on adapters with subgroups.
+    fn products(&self, i: usize) -> Result<Option<Fused>> {
+        if !self.ctx.has_subgroups() {
+            return Ok(None);
+        }
+        let nodes = self.graph.nodes();
+        let first = &nodes[i];
+        let Some(x) = self.graph.src(first, 1) else {
+            return Ok(None);
+        };
+        let base = |t: &Tensor| t.storage().map(|s| s.buffer.base());
+        let rows = |t: &Tensor| t.ne()[0];
+        let fits = |mm: &Tensor| {
+            mm.op() == &Op::MulMat
+                && matmul::matvec_plan(mm)
+                && super::supported(self.ctx, mm)
+                && mm.dtype() == DType::F32
+                && mm.is_contiguous()
+                && mm.ne()[2] == 1
+                && mm.ne()[3] == 1
+                && mm.ne()[1] == first.ne()[1]
+                && base(mm).is_some()
+                && base(mm) == base(first)
+                && self.graph.src(mm, 1).is_some_and(|y| y.ptr_eq(x))
+                && self
+                    .graph
+                    .src(mm, 0)
+                    .is_some_and(|w| w.ne()[2] == 1 && w.ne()[3] == 1 && apart(mm, w, false))
+                && apart(mm, x, false)
+        };
+        if !fits(first) {
+            return Ok(None);
+        }
+        let mut run = vec![i];
+        while run.len() < 3 {
+            let Some(j) = next_compute(nodes, run[run.len() - 1]) else {
+                break;
+            };
+            if !fits(&nodes[j]) {
+                break;
+            }
+            run.push(j);
+        }
+        if run.len() < 2 {
+            return Ok(None);
+        }
+        let products: Vec<&Tensor> = run.iter().map(|&j| &nodes[j]).collect();
+        let max = self.ctx.limits.max_compute_workgroups_per_dimension as usize;
+        let blocks: usize = products
+            .iter()
+            .map(|p| rows(p).div_ceil(matmul::rows_per_group(self.ctx)))
+            .sum();
+        if blocks > max {
+            return Ok(None);
+        }
+        let mut d = matmul::plan_matvec_products(self.ctx, &products)?;
+        // the scheduler's substitutes, as the kernel reads them
+        d.bind(1, x);
+        for (k, p) in [0, 2, 3].into_iter().zip(&products) {
+            if let Some(w) = self.graph.src(p, 0) {
+                // keep the offsets the kernel takes from the parameters
+                d.bind(k, w);
+            }
+        }
+        Ok(Some(Fused {
+            dispatches: vec![d],
+            nodes: run,
         }))
     }
 

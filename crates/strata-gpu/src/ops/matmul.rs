@@ -100,7 +100,7 @@ fn matvec_fits(ctx: &GpuContext, a: &Tensor, node: &Tensor, max: usize) -> bool 
 }
 
 /// Output rows one matrix-vector workgroup computes.
-fn rows_per_group(ctx: &GpuContext) -> usize {
+pub(crate) fn rows_per_group(ctx: &GpuContext) -> usize {
     if ctx.has_subgroups() {
         // two per subgroup at the adapter's smallest subgroup size; larger
         // subgroups take several pairs each
@@ -210,4 +210,57 @@ pub(crate) fn plan_matvec(
         slots: slots_of(node),
         groups,
     })
+}
+
+/// The fused dispatch of two or three MUL_MATs of the same activation
+/// columns (`products`, in graph order; subgroup adapters only): each
+/// product's f32 result at its own offset of the one destination buffer.
+/// The caller checked the pattern (`fuse.rs`: same columns, contiguous
+/// results in one buffer, nothing broadcast).
+pub(crate) fn plan_matvec_products(ctx: &GpuContext, products: &[&Tensor]) -> Result<Dispatch> {
+    let first = products[0];
+    let (Some(a), Some(b)) = (first.src(0), first.src(1)) else {
+        return Err(super::unsupported(ctx, first));
+    };
+    let weights: Vec<&Tensor> = products.iter().filter_map(|p| p.src(0)).collect();
+    if weights.len() != products.len() || !(2..=3).contains(&products.len()) {
+        return Err(super::unsupported(ctx, first));
+    }
+    let rpw = rows_per_group(ctx);
+    let mut slots = vec![(0, a.dtype()), (1, b.dtype()), (2, weights[1].dtype())];
+    if let Some(w) = weights.get(2) {
+        slots.push((3, w.dtype()));
+    }
+    let mut k = Kernel::new(
+        "mul_mat_vec_products",
+        wgsl!("matvec.wgsl", "matvec_multi.wgsl"),
+        first,
+    )
+    .def("RPW", format!("{rpw}u"))
+    .def("DQ3", if weights.len() == 3 { "dq_s3" } else { "dq_s2" })
+    .def("DEQUANT", dequant::source(&slots));
+    k.src_types[2] = Some(weights[1].dtype());
+    k.src_types[3] = weights.get(2).map(|w| w.dtype());
+    let blocks: usize = products
+        .iter()
+        .map(|p| Tensor::ne(p)[0].div_ceil(rpw))
+        .sum();
+    let offset = |p: &Tensor| p.storage().map_or(0, |s| s.offset as u32);
+    let mut params = Params::of(first)
+        .int(2, offset(products[1]))
+        .int(4, products.len() as u32);
+    if let Some(p) = products.get(2) {
+        params = params.int(3, offset(p));
+    }
+    let mut d = Dispatch {
+        pipeline: k.pipeline(ctx)?,
+        params,
+        slots: slots_of(first),
+        groups: [blocks as u32, first.ne()[1] as u32, 1],
+    };
+    d.bind(2, weights[1]);
+    if let Some(w) = weights.get(2) {
+        d.bind(3, w);
+    }
+    Ok(d)
 }

@@ -6,7 +6,9 @@ use super::*;
 /// issue #45), each named by its ops joined with `+`: RMS_NORM then MUL by
 /// the weight; ADD, RMS_NORM of the sum and MUL, with the sum used again
 /// (it is the residual); MUL_MAT then ADD of a bias, a row or a whole
-/// matrix; ROPE, reshaped into rows, into SET_ROWS (the K cache write).
+/// matrix; ROPE, reshaped into rows, into SET_ROWS (the K cache write);
+/// the gate and up products of one activation (types may differ), then
+/// their GLU.
 pub(super) fn fused_cases(v: &mut Vec<OpCase>) {
     v.push(case("RMS_NORM+MUL(ne=[64,5,2],w=[64])", 1e-6, || {
         let x = t(DType::F32, &[64, 5, 2])?;
@@ -67,6 +69,27 @@ pub(super) fn fused_cases(v: &mut Vec<OpCase>) {
                     (ids, Fill::Permutation(8)),
                 ];
                 Ok((ins, out))
+            },
+        ));
+    }
+    let glus = [
+        (DType::F32, DType::F32, GluOp::Swiglu, 1),
+        (DType::Q4_1, DType::Q4_1, GluOp::Swiglu, 1),
+        (DType::Q4_K, DType::Q6_K, GluOp::Swiglu, 3),
+        (DType::Q8_0, DType::Q8_0, GluOp::Geglu, 2),
+    ];
+    for (gate_t, up_t, op, n) in glus {
+        let k = gate_t.block_size().max(up_t.block_size()).max(64);
+        let tol = if gate_t.is_quantized() { 1e-4 } else { 1e-5 };
+        v.push(case(
+            format!("MUL_MAT+MUL_MAT+GLU(gate={gate_t},up={up_t},op={op:?},m=40,n={n},k={k})"),
+            tol,
+            move || {
+                let wg = t(gate_t, &[k, 40])?;
+                let wu = t(up_t, &[k, 40])?;
+                let x = t(DType::F32, &[k, n])?;
+                let out = ops::glu_split(&ops::mul_mat(&wg, &x)?, &ops::mul_mat(&wu, &x)?, op)?;
+                Ok((vec![(wg, U), (wu, U), (x, U)], out))
             },
         ));
     }
