@@ -21,13 +21,14 @@ pub enum Error {
         tensor: String,
     },
 
-    /// A graph-building call got shapes it cannot combine.
-    #[error("{op}: {msg}")]
+    /// A graph-building call got shapes it cannot combine (or a layout it
+    /// cannot use); `problem` says which, with the shapes and values.
+    #[error("{op}: {problem}")]
     Shape {
         /// The op being built.
         op: &'static str,
-        /// What is wrong, with the shapes.
-        msg: String,
+        /// What is wrong, with the tensors, shapes and values involved.
+        problem: ShapeProblem,
     },
 
     /// A graph-building call got a type it does not accept.
@@ -261,13 +262,248 @@ pub enum TensorProblem {
     },
 }
 
+/// A tensor as a shape error names it: its role in the op, its name, type
+/// and shape. Displays as "role 'name' type [ne0, ne1, ne2, ne3]" (the role
+/// and the name are left out when empty: a requested shape has no name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Operand {
+    /// What the tensor is to the op ("a", "b", "mask", "ids", ...), or "".
+    pub role: &'static str,
+    /// The tensor's name, or "" for a shape that is not a tensor yet (a
+    /// requested shape, an op's result).
+    pub name: String,
+    /// Its type.
+    pub dtype: DType,
+    /// Its shape, ggml order (`ne[0]` is the row length).
+    pub ne: [usize; 4],
+}
+
+impl Operand {
+    /// `t` in the role `role`, boxed as [`ShapeProblem`] holds it.
+    pub fn of(role: &'static str, t: &crate::Tensor) -> Box<Operand> {
+        Box::new(Operand {
+            role,
+            name: t.name(),
+            dtype: t.dtype(),
+            ne: t.ne(),
+        })
+    }
+
+    /// A shape that is no tensor (yet), `role` naming it, boxed as
+    /// [`ShapeProblem`] holds it.
+    pub fn shape(role: &'static str, dtype: DType, ne: [usize; 4]) -> Box<Operand> {
+        Box::new(Operand {
+            role,
+            name: String::new(),
+            dtype,
+            ne,
+        })
+    }
+}
+
+impl std::fmt::Display for Operand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !self.role.is_empty() {
+            write!(f, "{} ", self.role)?;
+        }
+        if !self.name.is_empty() {
+            write!(f, "'{}' ", self.name)?;
+        }
+        write!(f, "{} {:?}", self.dtype, self.ne)
+    }
+}
+
+/// What is wrong with the shapes or layout a graph-building call got
+/// ([`Error::Shape`]): the tensors, shapes and values involved, as fields a
+/// caller can match. Its text says what is wrong and what to do.
+///
+/// Tensors are boxed [`Operand`]s, which keeps [`Error`] small; match them
+/// by binding and comparing fields (`Mismatch { a, .. } if a.ne == [..]`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShapeProblem {
+    /// Two shapes that must agree do not: equal dims, one broadcast over
+    /// (dividing) the other, equal element counts. `rule` says which dims
+    /// and how, naming the operands by their roles.
+    #[error("{a} and {b}: {rule}")]
+    Mismatch {
+        /// The rule broken and how to meet it, e.g. "ne0 (K) must match".
+        rule: &'static str,
+        /// The first shape the rule names.
+        a: Box<Operand>,
+        /// The second shape the rule names.
+        b: Box<Operand>,
+    },
+
+    /// A byte copy between two tensors whose type, shape or strides differ.
+    #[error(
+        "{src} (strides {src_nb:?}) and {dst} (strides {dst_nb:?}) differ in layout: a byte copy \
+         needs one type, shape and strides; copy element by element with ops::cpy in a graph"
+    )]
+    LayoutMismatch {
+        /// The tensor copied from.
+        src: Box<Operand>,
+        /// Its strides in bytes.
+        src_nb: [usize; 4],
+        /// The tensor copied to.
+        dst: Box<Operand>,
+        /// Its strides in bytes.
+        dst_nb: [usize; 4],
+    },
+
+    /// A tensor has more dimensions than the op takes (a dim at or past
+    /// `max` is not 1).
+    #[error("{tensor} has more than {max} dimensions; reshape it to at most {max}")]
+    TooManyDims {
+        /// The tensor.
+        tensor: Box<Operand>,
+        /// How many dimensions the op takes at most.
+        max: usize,
+    },
+
+    /// A tensor is not contiguous (it is transposed, permuted or a strided
+    /// view) where the op needs it contiguous.
+    #[error("'{tensor}' is not contiguous; make a contiguous copy first (ops::cont)")]
+    NotContiguous {
+        /// Name of the tensor.
+        tensor: String,
+    },
+
+    /// A tensor's rows are not contiguous (its elements are not `nb[0]`
+    /// = the element size apart) where the op needs them so.
+    #[error(
+        "the rows of '{tensor}' are not contiguous (nb0 is not the element size); make a \
+         contiguous copy first (ops::cont)"
+    )]
+    RowsNotContiguous {
+        /// Name of the tensor.
+        tensor: String,
+    },
+
+    /// A block-quantized layout whose `nb[0]` is not the size of one block
+    /// (block types keep their rows contiguous).
+    #[error(
+        "nb0 {nb0} is not {block_bytes}, the bytes of one block: block-quantized rows must stay \
+         contiguous"
+    )]
+    BlockStride {
+        /// The `nb[0]` given.
+        nb0: usize,
+        /// The size of one block of the type, the only `nb[0]` accepted.
+        block_bytes: usize,
+    },
+
+    /// A source the op needs is missing (`None`, or fewer sources given).
+    #[error("source {index} is missing; give the op all its sources")]
+    MissingSource {
+        /// The index of the missing source.
+        index: usize,
+    },
+
+    /// A parameter the op needs was not given (the shape of RESHAPE or VIEW,
+    /// the k of TOP_K); the op's builder in [`crate::ops`] sets it.
+    #[error("needs {param}, which was not given; build the op with its ops:: function")]
+    MissingParam {
+        /// The parameter.
+        param: &'static str,
+    },
+
+    /// A value (a dim, k, a dimension count) outside the range the op
+    /// accepts.
+    #[error("{what} {value} is outside {min}..={max}; give a value in that range")]
+    OutOfRange {
+        /// The value's meaning, e.g. "dim" or "k".
+        what: &'static str,
+        /// The value given.
+        value: usize,
+        /// The smallest value accepted.
+        min: usize,
+        /// The largest value accepted.
+        max: usize,
+    },
+
+    /// A value that must be a multiple of another is not (an even row
+    /// length, a row length in whole blocks).
+    #[error("{what} {value} is not a multiple of {multiple}; give a multiple of {multiple}")]
+    NotMultiple {
+        /// The value's meaning, e.g. "n_dims".
+        what: &'static str,
+        /// The value given.
+        value: usize,
+        /// What it must be a multiple of.
+        multiple: usize,
+    },
+
+    /// PERMUTE's axes are not a permutation of 0..4.
+    #[error("axes {axes:?} are not a permutation of 0..4; give each of 0, 1, 2, 3 once")]
+    NotPermutation {
+        /// The axes given.
+        axes: [usize; 4],
+    },
+
+    /// A count that must equal another does not (sinks per head, frequency
+    /// factors per rotated pair, strides per dimension).
+    #[error("{what}: got {got}, needs {expected}")]
+    Count {
+        /// What is counted, and what it must equal.
+        what: &'static str,
+        /// The count the op needs.
+        expected: usize,
+        /// The count given.
+        got: usize,
+    },
+
+    /// A shape (with strides, where given) whose element count or byte span
+    /// overflows what strata addresses.
+    #[error(
+        "shape {ne:?}{} is too large: its element count or byte span overflows; use smaller dims",
+        strides_text(nb)
+    )]
+    Overflow {
+        /// The shape.
+        ne: [usize; 4],
+        /// The strides in bytes, where the layout has them.
+        nb: Option<[usize; 4]>,
+    },
+
+    /// A view that reaches past the end of the tensor holding its storage.
+    #[error(
+        "view {ne:?} at byte offset {offset} needs {need} bytes of '{base}', which has {size}; \
+         give a smaller view or offset"
+    )]
+    ViewOutOfBounds {
+        /// Name of the tensor holding the storage (the base of a view).
+        base: String,
+        /// The view's shape.
+        ne: [usize; 4],
+        /// The view's byte offset into `base`.
+        offset: usize,
+        /// The bytes of `base` the view spans, from its start.
+        need: usize,
+        /// The bytes `base` has.
+        size: usize,
+    },
+
+    /// An op built in place (`make_inplace`) that cannot run in place.
+    #[error("this op cannot run in place; use its ordinary form")]
+    NotInPlace,
+
+    /// A leaf (a tensor no op computes) given as an op to infer.
+    #[error("a leaf has no op to infer; give an op that computes a tensor")]
+    Leaf,
+}
+
+/// " (strides [..])" for `Some`, "" for `None` ([`ShapeProblem::Overflow`]).
+fn strides_text(nb: &Option<[usize; 4]>) -> String {
+    nb.map(|nb| format!(" (strides {nb:?})"))
+        .unwrap_or_default()
+}
+
 impl Error {
     /// Shorthand for [`Error::Shape`].
-    pub fn shape(op: &'static str, msg: impl Into<String>) -> Error {
-        Error::Shape {
-            op,
-            msg: msg.into(),
-        }
+    pub fn shape(op: &'static str, problem: ShapeProblem) -> Error {
+        Error::Shape { op, problem }
     }
 
     /// Shorthand for [`Error::Type`].
@@ -349,6 +585,17 @@ impl<T> ResultExt<T> for Result<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Result<T>` stays cheap to return: clippy's `result_large_err` bound
+    /// (128 bytes), which the boxed operands of [`ShapeProblem`] keep.
+    #[test]
+    fn error_stays_small() {
+        assert!(
+            std::mem::size_of::<Error>() <= 128,
+            "{}",
+            std::mem::size_of::<Error>()
+        );
+    }
 
     /// The structured variants' text names what was wrong and what to give.
     #[test]

@@ -38,12 +38,18 @@
 //! Where ggml asserts, strata returns an [`Error`] naming what is wrong.
 //!
 //! ```
+//! use strata::error::ShapeProblem;
 //! use strata::{ops, DType, Error, Tensor};
 //!
 //! let a = Tensor::new(DType::F32, &[3, 2])?;
 //! let b = Tensor::new(DType::F32, &[4, 2])?;
 //! // The rows of a and b differ in length: a typed error with the shapes.
-//! assert!(matches!(ops::mul_mat(&a, &b), Err(Error::Shape { .. })));
+//! let e = ops::mul_mat(&a, &b).unwrap_err();
+//! assert!(matches!(
+//!     &e,
+//!     Error::Shape { op: "MUL_MAT", problem: ShapeProblem::Mismatch { a, b, .. } }
+//!         if a.ne == [3, 2, 1, 1] && b.ne == [4, 2, 1, 1]
+//! ));
 //! // No buffer holds `a` yet.
 //! assert!(matches!(a.write_f32(&[0.0; 6]), Err(Error::Unallocated { .. })));
 //! # Ok::<(), strata::Error>(())

@@ -34,6 +34,7 @@ pub use device::{
     GraphPlan, Registry,
 };
 
+use crate::error::{Operand, ShapeProblem};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -117,19 +118,12 @@ pub fn tensor_copy(src: &Tensor, dst: &Tensor) -> Result<()> {
     {
         return Err(Error::shape(
             "tensor_copy",
-            format!(
-                "'{}' ({} {:?} strides {:?}) and '{}' ({} {:?} strides {:?}) differ in layout: \
-                 a byte copy needs one type, shape and strides; copy element by element with \
-                 ops::cpy in a graph",
-                src.name(),
-                src.dtype(),
-                src.ne(),
-                src.nb(),
-                dst.name(),
-                dst.dtype(),
-                dst.ne(),
-                dst.nb()
-            ),
+            ShapeProblem::LayoutMismatch {
+                src: Operand::of("src", src),
+                src_nb: src.nb(),
+                dst: Operand::of("dst", dst),
+                dst_nb: dst.nb(),
+            },
         ));
     }
     let n = src.nbytes();

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, BufferType, Device, DeviceMemory, DeviceType};
 use crate::cpu::{cpu_buffer_type, TView};
+use crate::error::ShapeProblem;
 use crate::graph::Graph;
 use crate::ops::Op;
 use crate::tensor::{DType, Tensor};
@@ -169,11 +170,12 @@ impl Backend for BlasBackend {
             }
             let (a, b) = match (graph.src(t, 0), graph.src(t, 1)) {
                 (Some(a), Some(b)) => (a, b),
-                _ => {
-                    return Err(Error::shape(
-                        "MUL_MAT",
-                        format!("'{}' lacks a source", t.name()),
-                    ))
+                (a, _) => {
+                    let index = usize::from(a.is_some());
+                    return Err(
+                        Error::shape("MUL_MAT", ShapeProblem::MissingSource { index })
+                            .context(format!("node '{}'", t.name())),
+                    );
                 }
             };
             let dst = TView::resolve(t, "BLAS", true)?;

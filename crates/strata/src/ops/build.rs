@@ -3,8 +3,9 @@
 //! their op family's inference (`elementwise.rs`, `matmul.rs`, ...).
 
 use super::{infer, Op};
+use crate::error::{Operand, ShapeProblem};
 use crate::tensor::{Tensor, ViewOf};
-use crate::Result;
+use crate::{Error, Result};
 
 /// Creates the tensor `op` produces from `src` (validated by [`infer`]).
 pub fn make(
@@ -24,23 +25,22 @@ pub fn make(
 pub fn make_inplace(op: Op, src: Vec<Option<Tensor>>) -> Result<Tensor> {
     let name = op.name();
     if !op.can_run_in_place() {
-        return Err(crate::Error::shape(name, "this op cannot run in place"));
+        return Err(Error::shape(name, ShapeProblem::NotInPlace));
     }
     let out = infer(&op, &src, None)?;
-    let a = src[0]
-        .clone()
-        .ok_or_else(|| crate::Error::shape(name, "source 0 is missing"))?;
+    let a = src
+        .first()
+        .cloned()
+        .flatten()
+        .ok_or_else(|| Error::shape(name, ShapeProblem::MissingSource { index: 0 }))?;
     if out.dtype != a.dtype() || out.ne != a.ne() {
-        return Err(crate::Error::shape(
+        return Err(Error::shape(
             name,
-            format!(
-                "in place needs the result ({} {:?}) to match '{}' ({} {:?})",
-                out.dtype,
-                out.ne,
-                a.name(),
-                a.dtype(),
-                a.ne()
-            ),
+            ShapeProblem::Mismatch {
+                rule: "in place needs the result to have a's type and shape; use the ordinary form",
+                a: Operand::of("a", &a),
+                b: Operand::shape("result", out.dtype, out.ne),
+            },
         ));
     }
     let view = ViewOf::alias_of(&a);

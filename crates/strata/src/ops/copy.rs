@@ -4,6 +4,7 @@
 use super::build::{op1, op2};
 use super::infer::{can_repeat, contiguous, view_of, InferCx, Inferred};
 use super::Op;
+use crate::error::{Operand, ShapeProblem};
 use crate::tensor::Tensor;
 use crate::{Error, Result};
 
@@ -42,13 +43,11 @@ pub(super) fn infer_dup(cx: &InferCx<'_>) -> Result<Inferred> {
 pub(super) fn infer_cpy(cx: &InferCx<'_>) -> Result<Inferred> {
     let (a, b) = (cx.get(0)?, cx.get(1)?);
     if a.nelements() != b.nelements() {
-        return Err(cx.shape_err(format!(
-            "'{}' {:?} and '{}' {:?} differ in element count",
-            a.name(),
-            a.ne(),
-            b.name(),
-            b.ne()
-        )));
+        return Err(cx.shape_err(ShapeProblem::Mismatch {
+            rule: "the element counts must match",
+            a: Operand::of("src", a),
+            b: Operand::of("dst", b),
+        }));
     }
     let ok = a.dtype() == b.dtype() && !a.dtype().is_quantized()
         || (a.dtype().is_float() && (b.dtype().is_float() || b.dtype().is_quantized()))
@@ -61,10 +60,7 @@ pub(super) fn infer_cpy(cx: &InferCx<'_>) -> Result<Inferred> {
         ));
     }
     if b.dtype().is_quantized() && !b.is_contiguous_rows() {
-        return Err(cx.shape_err(format!(
-            "quantized destination '{}' must have contiguous rows",
-            b.name()
-        )));
+        return Err(cx.shape_err(ShapeProblem::RowsNotContiguous { tensor: b.name() }));
     }
     Ok(view_of(b, 0, b.ne(), b.nb()))
 }
@@ -73,12 +69,11 @@ pub(super) fn infer_cpy(cx: &InferCx<'_>) -> Result<Inferred> {
 pub(super) fn infer_repeat(cx: &InferCx<'_>) -> Result<Inferred> {
     let (a, b) = (cx.get(0)?, cx.get(1)?);
     if !can_repeat(&a.ne(), &b.ne()) {
-        return Err(cx.shape_err(format!(
-            "'{}' {:?} cannot be tiled to {:?}",
-            a.name(),
-            a.ne(),
-            b.ne()
-        )));
+        return Err(cx.shape_err(ShapeProblem::Mismatch {
+            rule: "a cannot be tiled to b's shape: each dim of a must divide b's",
+            a: Operand::of("a", a),
+            b: Operand::of("b", b),
+        }));
     }
     if a.dtype().is_quantized() {
         return Err(Error::dtype(
@@ -94,7 +89,12 @@ pub(super) fn infer_repeat(cx: &InferCx<'_>) -> Result<Inferred> {
 pub(super) fn infer_concat(cx: &InferCx<'_>, dim: &usize) -> Result<Inferred> {
     let (a, b) = (cx.get(0)?, cx.get(1)?);
     if *dim >= 4 {
-        return Err(cx.shape_err(format!("dim {dim} out of range 0..4")));
+        return Err(cx.shape_err(ShapeProblem::OutOfRange {
+            what: "dim",
+            value: *dim,
+            min: 0,
+            max: 3,
+        }));
     }
     if a.dtype() != b.dtype() || a.dtype().is_quantized() {
         return Err(Error::dtype(
@@ -108,9 +108,15 @@ pub(super) fn infer_concat(cx: &InferCx<'_>, dim: &usize) -> Result<Inferred> {
     }
     let (na, nb_) = (a.ne(), b.ne());
     if (0..4).any(|i| i != *dim && na[i] != nb_[i]) {
-        return Err(cx.shape_err(format!("{na:?} and {nb_:?} differ outside dim {dim}")));
+        return Err(cx.shape_err(ShapeProblem::Mismatch {
+            rule: "the dims other than the one concatenated must match",
+            a: Operand::of("a", a),
+            b: Operand::of("b", b),
+        }));
     }
     let mut ne = na;
-    ne[*dim] += nb_[*dim];
+    // Tensors hold at most isize::MAX / 16 elements: the sum cannot
+    // saturate.
+    ne[*dim] = na[*dim].saturating_add(nb_[*dim]);
     Ok(contiguous(a.dtype(), ne))
 }

@@ -4,6 +4,7 @@
 use super::build::{make, op1, op2, op3};
 use super::infer::{can_repeat, contiguous, InferCx, Inferred};
 use super::{GluOp, Op, UnaryOp};
+use crate::error::{Operand, ShapeProblem};
 use crate::tensor::Tensor;
 use crate::Result;
 
@@ -113,13 +114,11 @@ pub(super) fn infer_binary(cx: &InferCx<'_>) -> Result<Inferred> {
     cx.float(a)?;
     cx.float(b)?;
     if !can_repeat(&b.ne(), &a.ne()) {
-        return Err(cx.shape_err(format!(
-            "'{}' {:?} cannot be broadcast to '{}' {:?} (each dim of b must divide a's)",
-            b.name(),
-            b.ne(),
-            a.name(),
-            a.ne()
-        )));
+        return Err(cx.shape_err(ShapeProblem::Mismatch {
+            rule: "b cannot be broadcast to a: each dim of b must divide a's",
+            a: Operand::of("a", a),
+            b: Operand::of("b", b),
+        }));
     }
     Ok(contiguous(a.dtype(), a.ne()))
 }
@@ -141,14 +140,19 @@ pub(super) fn infer_add_id(cx: &InferCx<'_>) -> Result<Inferred> {
     cx.float(b)?;
     cx.expert_ids(ids)?;
     let (na, nb_, ni) = (a.ne(), b.ne(), ids.ne());
-    if na[0] != nb_[0] || na[1] != ni[0] || na[2] != ni[1] {
-        return Err(cx.shape_err(format!(
-            "'{}' {na:?}, biases '{}' {nb_:?}, ids '{}' {ni:?}: need a.ne0 == b.ne0, \
-             a.ne1 == ids.ne0, a.ne2 == ids.ne1",
-            a.name(),
-            b.name(),
-            ids.name()
-        )));
+    if na[0] != nb_[0] {
+        return Err(cx.shape_err(ShapeProblem::Mismatch {
+            rule: "ne0 must match",
+            a: Operand::of("a", a),
+            b: Operand::of("biases", b),
+        }));
+    }
+    if na[1] != ni[0] || na[2] != ni[1] {
+        return Err(cx.shape_err(ShapeProblem::Mismatch {
+            rule: "need a.ne1 == ids.ne0 (n_used) and a.ne2 == ids.ne1 (tokens)",
+            a: Operand::of("a", a),
+            b: Operand::of("ids", ids),
+        }));
     }
     Ok(contiguous(a.dtype(), na))
 }
@@ -166,18 +170,22 @@ pub(super) fn infer_glu(cx: &InferCx<'_>) -> Result<Inferred> {
         Some(b) => {
             cx.float(b)?;
             if a.ne() != b.ne() || a.dtype() != b.dtype() {
-                return Err(cx.shape_err(format!(
-                    "gate {:?} and up {:?} must have one shape and type",
-                    a.ne(),
-                    b.ne()
-                )));
+                return Err(cx.shape_err(ShapeProblem::Mismatch {
+                    rule: "gate and up must have one shape and type",
+                    a: Operand::of("gate", a),
+                    b: Operand::of("up", b),
+                }));
             }
             Ok(contiguous(a.dtype(), a.ne()))
         }
         None => {
             let mut ne = a.ne();
             if ne[0] % 2 != 0 {
-                return Err(cx.shape_err(format!("fused gate/up {:?} needs an even ne0", a.ne())));
+                return Err(cx.shape_err(ShapeProblem::NotMultiple {
+                    what: "ne0 of the fused gate/up",
+                    value: ne[0],
+                    multiple: 2,
+                }));
             }
             ne[0] /= 2;
             Ok(contiguous(a.dtype(), ne))

@@ -5,6 +5,7 @@
 //! [`infer`] dispatches to them.
 
 use super::{attn, copy, elementwise, layout, matmul, norm, reduce, rope, rows, softmax, Op};
+use crate::error::ShapeProblem;
 use crate::tensor::{contiguous_strides, DType, Tensor, MAX_DIMS};
 use crate::{Error, Result};
 
@@ -105,7 +106,7 @@ impl<'a> InferCx<'a> {
         self.src
             .get(i)
             .and_then(|s| s.as_ref())
-            .ok_or_else(|| Error::shape(self.name, format!("source {i} is missing")))
+            .ok_or_else(|| self.shape_err(ShapeProblem::MissingSource { index: i }))
     }
 
     /// Optional source `i`.
@@ -153,15 +154,19 @@ impl<'a> InferCx<'a> {
         if let Some(s) = self.opt(i) {
             self.f32_only(s)?;
             if s.nelements() != n_head {
-                return Err(self.shape_err(format!("sinks need {n_head} values (one per head)")));
+                return Err(self.shape_err(ShapeProblem::Count {
+                    what: "sinks (one per head, q.ne2 / a.ne2)",
+                    expected: n_head,
+                    got: s.nelements(),
+                }));
             }
         }
         Ok(())
     }
 
     /// A shape error naming the op.
-    pub fn shape_err(&self, msg: String) -> Error {
-        Error::shape(self.name, msg)
+    pub fn shape_err(&self, problem: ShapeProblem) -> Error {
+        Error::shape(self.name, problem)
     }
 }
 
@@ -182,7 +187,7 @@ pub fn infer(
         layout,
     };
     match op {
-        Op::None => Err(cx.shape_err("a leaf has no op to infer".into())),
+        Op::None => Err(cx.shape_err(ShapeProblem::Leaf)),
         Op::Dup | Op::Cont => copy::infer_dup(cx),
         Op::Cpy => copy::infer_cpy(cx),
         Op::Repeat => copy::infer_repeat(cx),

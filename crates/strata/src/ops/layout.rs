@@ -4,6 +4,7 @@
 use super::build::{make, op1};
 use super::infer::{base_of, span, view_of, InferCx, Inferred};
 use super::Op;
+use crate::error::{Operand, ShapeProblem};
 use crate::tensor::{contiguous_strides, shape4, Tensor};
 use crate::{Error, Result};
 
@@ -19,22 +20,23 @@ pub fn view(a: &Tensor, dims: &[usize], strides: &[usize], offset: usize) -> Res
     let mut nb = [0; 4];
     nb[0] = a.dtype().type_size();
     if strides.len() + 1 != dims.len() {
-        return Err(crate::Error::shape(
+        return Err(Error::shape(
             "VIEW",
-            format!(
-                "{} dims need {} strides (nb1..), got {}",
-                dims.len(),
-                dims.len() - 1,
-                strides.len()
-            ),
+            ShapeProblem::Count {
+                what: "strides (nb1.., one per dim after the first)",
+                expected: dims.len().saturating_sub(1),
+                got: strides.len(),
+            },
         ));
     }
     nb[1..dims.len()].copy_from_slice(strides);
     for i in dims.len().max(1)..4 {
+        // Saturates instead of overflowing: VIEW's inference refuses a
+        // layout whose span overflows.
         nb[i] = if i == 1 {
             a.dtype().row_size(ne[0])
         } else {
-            nb[i - 1] * ne[i - 1]
+            nb[i - 1].saturating_mul(ne[i - 1])
         };
     }
     make(Op::View { offset }, vec![Some(a.clone())], Some((ne, nb)))
@@ -86,19 +88,28 @@ pub fn transpose(a: &Tensor) -> Result<Tensor> {
 /// Shape and type inference of RESHAPE: a contiguous view with the shape in `layout`.
 pub(super) fn infer_reshape(cx: &InferCx<'_>) -> Result<Inferred> {
     let a = cx.get(0)?;
-    let (ne, _) = cx
-        .layout
-        .ok_or_else(|| cx.shape_err("reshape needs a shape".into()))?;
+    let (ne, _) = cx.layout.ok_or_else(|| {
+        cx.shape_err(ShapeProblem::MissingParam {
+            param: "the new shape",
+        })
+    })?;
     if !a.is_contiguous() {
-        return Err(cx.shape_err(format!("'{}' is not contiguous; use cont first", a.name())));
+        return Err(cx.shape_err(ShapeProblem::NotContiguous { tensor: a.name() }));
     }
-    if ne.iter().product::<usize>() != a.nelements() || ne[0] % a.dtype().block_size() != 0 {
-        return Err(cx.shape_err(format!(
-            "cannot reshape '{}' {:?} to {:?}",
-            a.name(),
-            a.ne(),
-            ne
-        )));
+    let count = ne.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if count != Some(a.nelements()) {
+        return Err(cx.shape_err(ShapeProblem::Mismatch {
+            rule: "a reshape keeps the element count",
+            a: Operand::of("a", a),
+            b: Operand::shape("new shape", a.dtype(), ne),
+        }));
+    }
+    if !ne[0].is_multiple_of(a.dtype().block_size()) {
+        return Err(cx.shape_err(ShapeProblem::NotMultiple {
+            what: "ne0 of the new shape (whole blocks)",
+            value: ne[0],
+            multiple: a.dtype().block_size(),
+        }));
     }
     Ok(view_of(a, 0, ne, contiguous_strides(a.dtype(), ne)))
 }
@@ -106,27 +117,37 @@ pub(super) fn infer_reshape(cx: &InferCx<'_>) -> Result<Inferred> {
 /// Shape and type inference of VIEW: the shape and strides in `layout` at byte `offset`, bounds-checked.
 pub(super) fn infer_view(cx: &InferCx<'_>, offset: &usize) -> Result<Inferred> {
     let a = cx.get(0)?;
-    let (ne, nb) = cx
-        .layout
-        .ok_or_else(|| cx.shape_err("view needs a shape and strides".into()))?;
+    let (ne, nb) = cx.layout.ok_or_else(|| {
+        cx.shape_err(ShapeProblem::MissingParam {
+            param: "a shape and strides",
+        })
+    })?;
     let (base, off) = base_of(a, *offset);
+    let block = a.dtype().block_size();
+    if !ne.contains(&0) && !ne[0].is_multiple_of(block) {
+        return Err(cx.shape_err(ShapeProblem::NotMultiple {
+            what: "ne0 of the view (whole blocks)",
+            value: ne[0],
+            multiple: block,
+        }));
+    }
     let need = span(a.dtype(), &ne, &nb)
         .and_then(|s| s.checked_add(off))
-        .ok_or_else(|| {
-            cx.shape_err(format!(
-                "view {ne:?} / {nb:?} of '{}' overflows or splits a block",
-                a.name()
-            ))
-        })?;
+        .ok_or_else(|| cx.shape_err(ShapeProblem::Overflow { ne, nb: Some(nb) }))?;
     if ne.iter().all(|&n| n > 0) && need > base.nbytes() {
-        return Err(cx.shape_err(format!(
-            "view {ne:?} at offset {off} needs {need} bytes of '{}', which has {}",
-            base.name(),
-            base.nbytes()
-        )));
+        return Err(cx.shape_err(ShapeProblem::ViewOutOfBounds {
+            base: base.name(),
+            ne,
+            offset: off,
+            need,
+            size: base.nbytes(),
+        }));
     }
     if nb[0] != a.dtype().type_size() && ne[0] > 1 && a.dtype().is_quantized() {
-        return Err(cx.shape_err("quantized views must keep rows contiguous".into()));
+        return Err(cx.shape_err(ShapeProblem::BlockStride {
+            nb0: nb[0],
+            block_bytes: a.dtype().type_size(),
+        }));
     }
     Ok(view_of(a, *offset, ne, nb))
 }
@@ -137,7 +158,7 @@ pub(super) fn infer_permute(cx: &InferCx<'_>, axes: &[usize; 4]) -> Result<Infer
     let mut seen = [false; 4];
     for &x in axes {
         if x >= 4 || seen[x] {
-            return Err(cx.shape_err(format!("axes {axes:?} are not a permutation of 0..4")));
+            return Err(cx.shape_err(ShapeProblem::NotPermutation { axes: *axes }));
         }
         seen[x] = true;
     }

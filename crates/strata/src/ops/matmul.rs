@@ -4,6 +4,7 @@
 use super::build::{op2, op3};
 use super::infer::{contiguous, InferCx, Inferred};
 use super::Op;
+use crate::error::{Operand, ShapeProblem};
 use crate::tensor::{DType, Tensor};
 use crate::{Error, Result};
 
@@ -18,22 +19,18 @@ pub(super) fn infer(cx: &InferCx<'_>) -> Result<Inferred> {
     let (a, b) = (cx.get(0)?, cx.get(1)?);
     let (na, nb_) = (a.ne(), b.ne());
     if na[0] != nb_[0] {
-        return Err(cx.shape_err(format!(
-            "'{}' {:?} and '{}' {:?}: ne0 (K) must match",
-            a.name(),
-            na,
-            b.name(),
-            nb_
-        )));
+        return Err(cx.shape_err(ShapeProblem::Mismatch {
+            rule: "ne0 (K) must match",
+            a: Operand::of("a", a),
+            b: Operand::of("b", b),
+        }));
     }
     if na[2] == 0 || na[3] == 0 || nb_[2] % na[2] != 0 || nb_[3] % na[3] != 0 {
-        return Err(cx.shape_err(format!(
-            "'{}' {:?} cannot be broadcast over '{}' {:?} in dims 2, 3",
-            a.name(),
-            na,
-            b.name(),
-            nb_
-        )));
+        return Err(cx.shape_err(ShapeProblem::Mismatch {
+            rule: "a cannot be broadcast over b: a's ne2 and ne3 must divide b's",
+            a: Operand::of("a", a),
+            b: Operand::of("b", b),
+        }));
     }
     weight_checks(cx, a, b)?;
     Ok(contiguous(DType::F32, [na[1], nb_[1], nb_[2], nb_[3]]))
@@ -43,13 +40,10 @@ pub(super) fn infer(cx: &InferCx<'_>) -> Result<Inferred> {
 /// `a` float or block-quantized, not transposed, rows contiguous; `b` float.
 fn weight_checks(cx: &InferCx<'_>, a: &Tensor, b: &Tensor) -> Result<()> {
     if a.is_transposed() {
-        return Err(cx.shape_err(format!(
-            "'{}' is transposed; make it contiguous first (cont)",
-            a.name()
-        )));
+        return Err(cx.shape_err(ShapeProblem::NotContiguous { tensor: a.name() }));
     }
     if !a.is_contiguous_rows() {
-        return Err(cx.shape_err(format!("'{}' rows must be contiguous", a.name())));
+        return Err(cx.shape_err(ShapeProblem::RowsNotContiguous { tensor: a.name() }));
     }
     cx.float(b)?;
     if a.dtype().is_int() {
@@ -89,28 +83,52 @@ pub(super) fn infer_id(cx: &InferCx<'_>) -> Result<Inferred> {
     let (a, b, ids) = (cx.get(0)?, cx.get(1)?, cx.get(2)?);
     cx.expert_ids(ids)?;
     let (na, nb_, ni) = (a.ne(), b.ne(), ids.ne());
-    let why = if na[3] != 1 {
-        "the experts must be 3-d [K, M, n_expert]"
+    let (experts, acts, idso) = (
+        || Operand::of("experts", a),
+        || Operand::of("activations", b),
+        || Operand::of("ids", ids),
+    );
+    let problem = if na[3] != 1 {
+        // [K, M, n_expert]
+        Some(ShapeProblem::TooManyDims {
+            tensor: experts(),
+            max: 3,
+        })
     } else if nb_[3] != 1 {
-        "the activations must be 3-d [K, n_used or 1, tokens]"
+        // [K, n_used or 1, tokens]
+        Some(ShapeProblem::TooManyDims {
+            tensor: acts(),
+            max: 3,
+        })
     } else if ni[2] != 1 || ni[3] != 1 {
-        "the ids must be 2-d [n_used, tokens]"
+        // [n_used, tokens]
+        Some(ShapeProblem::TooManyDims {
+            tensor: idso(),
+            max: 2,
+        })
     } else if ni[1] != nb_[2] {
-        "ids.ne1 (tokens) must equal b.ne2"
+        Some(ShapeProblem::Mismatch {
+            rule: "ids.ne1 (tokens) must equal activations.ne2",
+            a: idso(),
+            b: acts(),
+        })
     } else if na[0] != nb_[0] {
-        "ne0 (K) of the experts and the activations must match"
+        Some(ShapeProblem::Mismatch {
+            rule: "ne0 (K) must match",
+            a: experts(),
+            b: acts(),
+        })
     } else if nb_[1] == 0 || ni[0] % nb_[1] != 0 {
-        "b.ne1 must divide ids.ne0 (n_used)"
+        Some(ShapeProblem::Mismatch {
+            rule: "activations.ne1 must divide ids.ne0 (n_used)",
+            a: acts(),
+            b: idso(),
+        })
     } else {
-        ""
+        None
     };
-    if !why.is_empty() {
-        return Err(cx.shape_err(format!(
-            "experts '{}' {na:?}, activations '{}' {nb_:?}, ids '{}' {ni:?}: {why}",
-            a.name(),
-            b.name(),
-            ids.name()
-        )));
+    if let Some(problem) = problem {
+        return Err(cx.shape_err(problem));
     }
     weight_checks(cx, a, b)?;
     Ok(contiguous(DType::F32, [na[1], ni[0], nb_[2], 1]))

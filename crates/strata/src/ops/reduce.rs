@@ -4,6 +4,7 @@
 use super::build::{make, op1};
 use super::infer::{contiguous, InferCx, Inferred};
 use super::{Op, SortOrder};
+use crate::error::{Operand, ShapeProblem};
 use crate::tensor::{contiguous_strides, DType, Tensor};
 use crate::Result;
 
@@ -60,7 +61,10 @@ pub(super) fn infer_argmax(cx: &InferCx<'_>) -> Result<Inferred> {
     cx.float(a)?;
     let ne = a.ne();
     if ne[2] != 1 || ne[3] != 1 {
-        return Err(cx.shape_err(format!("'{}' {:?} must be a matrix", a.name(), ne)));
+        return Err(cx.shape_err(ShapeProblem::TooManyDims {
+            tensor: Operand::of("a", a),
+            max: 2,
+        }));
     }
     Ok(contiguous(DType::I32, [ne[1], 1, 1, 1]))
 }
@@ -94,7 +98,12 @@ pub fn argsort_top_k(a: &Tensor, k: usize) -> Result<Tensor> {
     if k > ne[0] {
         return Err(crate::Error::shape(
             "ARGSORT",
-            format!("top {k} of rows of {} values", ne[0]),
+            ShapeProblem::OutOfRange {
+                what: "k (at most the row length ne0)",
+                value: k,
+                min: 0,
+                max: ne[0],
+            },
         ));
     }
     let nb = sorted.nb();
@@ -106,16 +115,26 @@ pub fn argsort_top_k(a: &Tensor, k: usize) -> Result<Tensor> {
 pub(super) fn infer_top_k(cx: &InferCx<'_>) -> Result<Inferred> {
     let a = cx.get(0)?;
     cx.float(a)?;
-    let (ne, _) = cx
-        .layout
-        .ok_or_else(|| cx.shape_err("top_k needs k (the result's shape)".into()))?;
+    let (ne, _) = cx.layout.ok_or_else(|| {
+        cx.shape_err(ShapeProblem::MissingParam {
+            param: "k (the result's shape)",
+        })
+    })?;
     let na = a.ne();
-    if ne[0] > na[0] || ne[1..] != na[1..] {
-        return Err(cx.shape_err(format!(
-            "'{}' {na:?} has no top {} of shape {ne:?}: need k <= ne0 and the other dims of a",
-            a.name(),
-            ne[0]
-        )));
+    if ne[1..] != na[1..] {
+        return Err(cx.shape_err(ShapeProblem::Mismatch {
+            rule: "the result keeps a's ne1, ne2 and ne3",
+            a: Operand::of("a", a),
+            b: Operand::shape("result", DType::I32, ne),
+        }));
+    }
+    if ne[0] > na[0] {
+        return Err(cx.shape_err(ShapeProblem::OutOfRange {
+            what: "k (at most the row length ne0)",
+            value: ne[0],
+            min: 0,
+            max: na[0],
+        }));
     }
     Ok(contiguous(DType::I32, ne))
 }

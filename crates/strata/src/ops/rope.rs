@@ -4,6 +4,7 @@
 use super::build::{make, op2};
 use super::infer::{contiguous, InferCx, Inferred};
 use super::{Op, RopeParams};
+use crate::error::{Operand, ShapeProblem};
 use crate::tensor::{DType, Tensor};
 use crate::{Error, Result};
 
@@ -36,25 +37,49 @@ pub(super) fn infer(cx: &InferCx<'_>, p: &RopeParams) -> Result<Inferred> {
     if !matches!(a.dtype(), DType::F32 | DType::F16) {
         return Err(Error::dtype(cx.name, a.dtype(), "x must be f32 or f16"));
     }
-    if pos.dtype() != DType::I32 || pos.n_dims() != 1 || pos.ne()[0] != a.ne()[2] {
-        return Err(cx.shape_err(format!(
-            "positions {:?} ({}) must be i32 with one entry per x.ne2 = {}",
-            pos.ne(),
+    if pos.dtype() != DType::I32 {
+        return Err(Error::dtype(
+            cx.name,
             pos.dtype(),
-            a.ne()[2]
-        )));
+            format!("positions '{}' must be i32", pos.name()),
+        ));
     }
-    if p.n_dims == 0 || !p.n_dims.is_multiple_of(2) || p.n_dims > a.ne()[0] {
-        return Err(cx.shape_err(format!(
-            "n_dims {} must be even and <= ne0 {}",
-            p.n_dims,
-            a.ne()[0]
-        )));
+    if pos.n_dims() != 1 {
+        return Err(cx.shape_err(ShapeProblem::TooManyDims {
+            tensor: Operand::of("positions", pos),
+            max: 1,
+        }));
+    }
+    if pos.ne()[0] != a.ne()[2] {
+        return Err(cx.shape_err(ShapeProblem::Mismatch {
+            rule: "positions need one entry per x.ne2",
+            a: Operand::of("positions", pos),
+            b: Operand::of("x", a),
+        }));
+    }
+    if !p.n_dims.is_multiple_of(2) {
+        return Err(cx.shape_err(ShapeProblem::NotMultiple {
+            what: "n_dims",
+            value: p.n_dims,
+            multiple: 2,
+        }));
+    }
+    if p.n_dims == 0 || p.n_dims > a.ne()[0] {
+        return Err(cx.shape_err(ShapeProblem::OutOfRange {
+            what: "n_dims (at most x.ne0)",
+            value: p.n_dims,
+            min: 2,
+            max: a.ne()[0],
+        }));
     }
     if let Some(f) = cx.opt(2) {
         cx.f32_only(f)?;
         if f.nelements() < p.n_dims / 2 {
-            return Err(cx.shape_err(format!("frequency factors need {} values", p.n_dims / 2)));
+            return Err(cx.shape_err(ShapeProblem::Count {
+                what: "frequency factors (at least n_dims / 2)",
+                expected: p.n_dims / 2,
+                got: f.nelements(),
+            }));
         }
     }
     Ok(contiguous(a.dtype(), a.ne()))

@@ -4,6 +4,7 @@
 use super::build::{op2, op3};
 use super::infer::{contiguous, view_of, InferCx, Inferred};
 use super::Op;
+use crate::error::{Operand, ShapeProblem};
 use crate::tensor::{DType, Tensor};
 use crate::{Error, Result};
 
@@ -25,10 +26,18 @@ pub(super) fn infer_get_rows(cx: &InferCx<'_>) -> Result<Inferred> {
         return Err(Error::dtype(cx.name, b.dtype(), "row indices must be i32"));
     }
     let (na, nb_) = (a.ne(), b.ne());
-    if na[2] != nb_[1] || nb_[3] != 1 || na[3] != nb_[2] {
-        return Err(cx.shape_err(format!(
-            "data {na:?} and indices {nb_:?}: need a.ne2 == b.ne1, a.ne3 == b.ne2, b.ne3 == 1"
-        )));
+    if nb_[3] != 1 {
+        return Err(cx.shape_err(ShapeProblem::TooManyDims {
+            tensor: Operand::of("indices", b),
+            max: 3,
+        }));
+    }
+    if na[2] != nb_[1] || na[3] != nb_[2] {
+        return Err(cx.shape_err(ShapeProblem::Mismatch {
+            rule: "need data.ne2 == indices.ne1 and data.ne3 == indices.ne2",
+            a: Operand::of("data", a),
+            b: Operand::of("indices", b),
+        }));
     }
     let dt = if a.dtype() == DType::I32 {
         DType::I32
@@ -50,22 +59,44 @@ pub(super) fn infer_set_rows(cx: &InferCx<'_>) -> Result<Inferred> {
     }
     cx.float(b)?;
     let (na, nb_, nc) = (a.ne(), b.ne(), c.ne());
-    if na[0] != nb_[0]
-        || nb_[1] != nc[0]
-        || nc[1] == 0
-        || nc[2] == 0
-        || nb_[2] % nc[1] != 0
-        || nb_[3] % nc[2] != 0
-        || nc[3] != 1
-        || na[2] != nb_[2]
-        || na[3] != nb_[3]
-    {
-        return Err(cx.shape_err(format!(
-            "destination {na:?}, rows {nb_:?}, indices {nc:?} do not match"
-        )));
+    let (dst, rows, idx) = (
+        || Operand::of("destination", a),
+        || Operand::of("rows", b),
+        || Operand::of("indices", c),
+    );
+    let problem = if na[0] != nb_[0] || na[2] != nb_[2] || na[3] != nb_[3] {
+        Some(ShapeProblem::Mismatch {
+            rule: "ne0, ne2 and ne3 must match",
+            a: rows(),
+            b: dst(),
+        })
+    } else if nc[3] != 1 {
+        Some(ShapeProblem::TooManyDims {
+            tensor: idx(),
+            max: 3,
+        })
+    } else if nb_[1] != nc[0] {
+        Some(ShapeProblem::Mismatch {
+            rule: "need one index per row: rows.ne1 == indices.ne0",
+            a: rows(),
+            b: idx(),
+        })
+    } else if nc[1] == 0 || nc[2] == 0 || nb_[2] % nc[1] != 0 || nb_[3] % nc[2] != 0 {
+        Some(ShapeProblem::Mismatch {
+            rule: "indices.ne1 and ne2 must divide rows.ne2 and ne3",
+            a: idx(),
+            b: rows(),
+        })
+    } else {
+        None
+    };
+    if let Some(problem) = problem {
+        return Err(cx.shape_err(problem));
     }
-    if !a.is_contiguous_rows() || !b.is_contiguous_rows() {
-        return Err(cx.shape_err("rows must be contiguous".into()));
+    for t in [a, b] {
+        if !t.is_contiguous_rows() {
+            return Err(cx.shape_err(ShapeProblem::RowsNotContiguous { tensor: t.name() }));
+        }
     }
     Ok(view_of(a, 0, na, a.nb()))
 }

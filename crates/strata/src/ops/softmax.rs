@@ -4,6 +4,7 @@
 use super::build::{make, op1};
 use super::infer::{contiguous, mask_fits, InferCx, Inferred};
 use super::Op;
+use crate::error::{Operand, ShapeProblem};
 use crate::tensor::{DType, Tensor};
 use crate::{Error, Result};
 
@@ -51,8 +52,16 @@ pub(super) fn infer_soft_max(cx: &InferCx<'_>) -> Result<Inferred> {
             return Err(Error::dtype(cx.name, m.dtype(), "mask must be f32 or f16"));
         }
         let (na, nm) = (a.ne(), m.ne());
-        if !m.is_contiguous_rows() || !mask_fits(nm, na[0], na[1], [na[2], na[3]]) {
-            return Err(cx.shape_err(format!("mask {nm:?} does not fit logits {na:?}")));
+        if !m.is_contiguous_rows() {
+            return Err(cx.shape_err(ShapeProblem::RowsNotContiguous { tensor: m.name() }));
+        }
+        if !mask_fits(nm, na[0], na[1], [na[2], na[3]]) {
+            return Err(cx.shape_err(ShapeProblem::Mismatch {
+                rule: "the mask needs mask.ne0 == a.ne0, mask.ne1 >= a.ne1 and its ne2, ne3 \
+                       dividing a's",
+                a: Operand::of("mask", m),
+                b: Operand::of("a", a),
+            }));
         }
     }
     cx.sinks(2, a.ne()[2])?;

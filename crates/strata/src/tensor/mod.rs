@@ -19,7 +19,7 @@ pub(crate) use id::id_newtype;
 pub use id::TensorId;
 
 use crate::backend::Buffer;
-use crate::error::TensorProblem;
+use crate::error::{ShapeProblem, TensorProblem};
 use crate::ops::Op;
 use crate::{Error, Result};
 
@@ -135,7 +135,12 @@ pub(crate) fn shape4(op: &'static str, dims: &[usize]) -> Result<[usize; MAX_DIM
     if dims.is_empty() || dims.len() > MAX_DIMS {
         return Err(Error::shape(
             op,
-            format!("a tensor has 1 to 4 dimensions, got {dims:?}"),
+            ShapeProblem::OutOfRange {
+                what: "number of dimensions",
+                value: dims.len(),
+                min: 1,
+                max: MAX_DIMS,
+            },
         ));
     }
     let mut ne = [1; MAX_DIMS];
@@ -145,7 +150,7 @@ pub(crate) fn shape4(op: &'static str, dims: &[usize]) -> Result<[usize; MAX_DIM
         total = total
             .checked_mul(d)
             .filter(|&t| t <= isize::MAX as usize / 16)
-            .ok_or_else(|| Error::shape(op, format!("shape {dims:?} is too large")))?;
+            .ok_or_else(|| Error::shape(op, ShapeProblem::Overflow { ne, nb: None }))?;
     }
     Ok(ne)
 }
@@ -215,17 +220,16 @@ impl Tensor {
         if dtype.is_quantized() && nb[0] != dtype.type_size() {
             return Err(Error::shape(
                 op,
-                format!(
-                    "nb[0] {} must be the block size {} (block types keep rows contiguous)",
-                    nb[0],
-                    dtype.type_size()
-                ),
+                ShapeProblem::BlockStride {
+                    nb0: nb[0],
+                    block_bytes: dtype.type_size(),
+                },
             ));
         }
         if crate::ops::span(dtype, &ne, &nb).is_none_or(|s| s > isize::MAX as usize) {
             return Err(Error::shape(
                 op,
-                format!("strides {nb:?} for shape {ne:?} overflow"),
+                ShapeProblem::Overflow { ne, nb: Some(nb) },
             ));
         }
         Ok(Tensor::from_parts(dtype, ne, nb, Op::None, vec![], None))
