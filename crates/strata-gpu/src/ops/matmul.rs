@@ -133,6 +133,7 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
                     d[1].div_ceil(TILE) as u32,
                     (d[2] * d[3]) as u32,
                 ],
+                scratch: None,
             }])
         }
         Op::MulMat | Op::MulMatId => Ok(vec![plan_matvec(ctx, node, None)?]),
@@ -195,5 +196,6 @@ pub(crate) fn plan_matvec(
         params: Params::of(node).items(cols),
         slots: slots_of(node),
         groups,
+        scratch: None,
     })
 }

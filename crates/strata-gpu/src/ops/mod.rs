@@ -97,6 +97,18 @@ pub(crate) struct Dispatch {
     pub(crate) params: Params,
     pub(crate) slots: [Option<Tensor>; 5],
     pub(crate) groups: [u32; 3],
+    /// A slot bound to the backend's scratch buffer instead.
+    pub(crate) scratch: Option<Scratch>,
+}
+
+/// A slot of a dispatch bound to the backend's scratch buffer (from byte 0;
+/// an intermediate between the dispatches of one node), which must hold
+/// `bytes`. The slot's tensor, if any, only names the node in messages.
+#[derive(Clone, Copy, Debug)]
+#[allow(dead_code)] // made by the integer-dot matmul (the next commit)
+pub(crate) struct Scratch {
+    pub(crate) slot: usize,
+    pub(crate) bytes: u64,
 }
 
 impl Dispatch {
@@ -139,6 +151,7 @@ pub(crate) fn per_item(
         params: params.items(items as u32),
         slots: slots_of(node),
         groups,
+        scratch: None,
     })
 }
 
