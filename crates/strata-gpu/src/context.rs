@@ -59,6 +59,8 @@ pub struct GpuContext {
     events: Mutex<HashMap<usize, std::sync::Weak<Mutex<Option<wgpu::SubmissionIndex>>>>>,
     /// What was asked of wgpu and where the host time went.
     pub(crate) counters: Counters,
+    /// The kernels MUL_MAT runs prompts on (`matmul_paths.rs`).
+    pub(crate) matmul: crate::matmul_paths::PathCell,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -119,6 +121,7 @@ impl GpuContext {
             uncaptured,
             events: Mutex::new(HashMap::new()),
             counters: Counters::default(),
+            matmul: crate::matmul_paths::PathCell::choose(adapter),
         })
     }
 

@@ -5,10 +5,13 @@
 //! Few columns (and MUL_MAT_ID, whose columns each pick an expert) run the
 //! matrix-vector kernel: a workgroup per few rows of one column, invocations
 //! striding over K, two rows per invocation, weights dequantized in
-//! registers. Batches run the tiled
-//! kernel: 64 × 64 output tiles, K through workgroup memory.
+//! registers. Batches run 64 × 64 output tiles on the device's
+//! [`MatmulPaths`](crate::MatmulPaths): the integer-dot kernel
+//! (`matmul/intdot.rs`) for the quantized types it takes, else the tiled
+//! kernel with K through f32 workgroup memory.
 
 mod dequant;
+mod intdot;
 
 use strata::ops::Op;
 use strata::{DType, Result, Tensor};
@@ -118,9 +121,15 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
             Ok(vec![per_item(ctx, k, node, p, items)?])
         }
         Op::MulMat if !matvec_plan(node) => {
+            let paths = ctx.matmul_paths();
+            if paths.int_dot && intdot::has(a.dtype()) {
+                if let Some(d) = intdot::plan(ctx, node)? {
+                    return Ok(d);
+                }
+            }
             let k = Kernel::new(
                 "mul_mat_tiled",
-                include_str!("../shaders/matmul_tiled.wgsl"),
+                wgsl!("matmul_tiled.wgsl", "matmul_store.wgsl"),
                 node,
             )
             .def("DEQUANT", dq());

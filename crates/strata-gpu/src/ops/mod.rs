@@ -105,7 +105,6 @@ pub(crate) struct Dispatch {
 /// an intermediate between the dispatches of one node), which must hold
 /// `bytes`. The slot's tensor, if any, only names the node in messages.
 #[derive(Clone, Copy, Debug)]
-#[allow(dead_code)] // made by the integer-dot matmul (the next commit)
 pub(crate) struct Scratch {
     pub(crate) slot: usize,
     pub(crate) bytes: u64,
