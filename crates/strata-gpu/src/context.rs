@@ -121,7 +121,7 @@ impl GpuContext {
             uncaptured,
             events: Mutex::new(HashMap::new()),
             counters: Counters::default(),
-            matmul: crate::matmul_paths::PathCell::choose(adapter),
+            matmul: crate::matmul_paths::PathCell::choose(adapter, features),
         })
     }
 

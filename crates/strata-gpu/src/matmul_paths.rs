@@ -15,13 +15,22 @@
 //!   backend asks), or a Vulkan CPU device with `shaderIntegerDotProduct`
 //!   (llvmpipe, which reports it unaccelerated: there the kernel still runs
 //!   a 512-column Q4_0 product 2.5× faster than f32 tiles, measured).
-//! * **f32 tiles**: everything else: the tiled kernel with weights
-//!   dequantized into f32 workgroup memory. Always there.
+//! * **f16 tiles**: weights F16 and BF16, the 64 × 64 tiled kernel with its
+//!   tiles in f16 workgroup memory (half the bytes; products and sums f32).
+//!   On where the adapter has `SHADER_F16`, unless it is a CPU device
+//!   (llvmpipe: no faster there, measured). F16 weights go into f16 exactly
+//!   and the CPU rounds their activations to f16 too; BF16 weights within
+//!   f16's normal range (6.1e-5 to 65504 in magnitude) go in exactly
+//!   (smaller ones lose under 3e-8), and their activations, which the CPU
+//!   rounds to bf16, round to f16: finer, but past 65504 infinite.
+//! * **f32 tiles**: everything else (F32 weights, whose values and precision
+//!   an f16 tile would not keep, and the other quantized types): the tiled
+//!   kernel with weights dequantized into f32 workgroup memory. Always there.
 //!
 //! The environment variable `STRATA_GPU_MATMUL` (read when a device is
 //! opened) overrides the choice: `auto`, or a comma-separated list of the
-//! paths to use besides f32 tiles (`int-dot`; `f32-tiles` alone turns it
-//! off). [`GpuContext::set_matmul_paths`] changes it for one
+//! paths to use besides f32 tiles (`int-dot`, `f16-tiles`; `f32-tiles` alone
+//! turns both off). [`GpuContext::set_matmul_paths`] changes it for one
 //! device.
 
 use std::fmt;
@@ -38,6 +47,8 @@ pub struct MatmulPaths {
     /// Quantized weights of the legacy types, Q4_K and Q6_K through 8-bit
     /// activations and integer dot products.
     pub int_dot: bool,
+    /// F16 and BF16 weights through f16 workgroup tiles (needs `SHADER_F16`).
+    pub f16_tiles: bool,
 }
 
 impl MatmulPaths {
@@ -48,23 +59,27 @@ impl MatmulPaths {
         if self.int_dot {
             v.push("int-dot");
         }
+        if self.f16_tiles {
+            v.push("f16 tiles");
+        }
         v.push("f32 tiles");
         v
     }
 
     fn bits(self) -> u8 {
-        u8::from(self.int_dot)
+        u8::from(self.int_dot) | u8::from(self.f16_tiles) << 1
     }
 
     fn from_bits(b: u8) -> MatmulPaths {
         MatmulPaths {
             int_dot: b & 1 != 0,
+            f16_tiles: b & 2 != 0,
         }
     }
 }
 
 impl fmt::Display for MatmulPaths {
-    /// The names joined by commas: `int-dot, f32 tiles`.
+    /// The names joined by commas: `int-dot, f16 tiles, f32 tiles`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.names().join(", "))
     }
@@ -73,19 +88,23 @@ impl fmt::Display for MatmulPaths {
 impl std::str::FromStr for MatmulPaths {
     type Err = Error;
 
-    /// Parses a comma-separated list of `int-dot` and `f32-tiles` (or
-    /// `f32 tiles`; case-insensitive; f32 tiles are always used). `auto` is not a set of paths: see [`GpuContext::matmul_paths`].
+    /// Parses a comma-separated list of `int-dot`, `f16-tiles` (or `f16
+    /// tiles`) and `f32-tiles` (case-insensitive; f32 tiles are always
+    /// used). `auto` is not a set of paths: see [`GpuContext::matmul_paths`].
     fn from_str(s: &str) -> Result<MatmulPaths> {
         let mut p = MatmulPaths::default();
         for item in s.split(',') {
             match item.trim().to_ascii_lowercase().replace(' ', "-").as_str() {
                 "int-dot" => p.int_dot = true,
+                "f16-tiles" => p.f16_tiles = true,
                 "f32-tiles" => {}
                 _ => {
                     return Err(Error::BadValue {
                         arg: "STRATA_GPU_MATMUL".into(),
                         value: format!("{s:?}"),
-                        expected: "auto, or a comma-separated list of int-dot, f32-tiles".into(),
+                        expected: "auto, or a comma-separated list of int-dot, f16-tiles, \
+                                   f32-tiles"
+                            .into(),
                     })
                 }
             }
@@ -100,19 +119,25 @@ impl std::str::FromStr for MatmulPaths {
 pub(crate) struct PathCell(AtomicU8);
 
 impl PathCell {
-    /// The paths for `adapter`: `STRATA_GPU_MATMUL`'s where it is set and
-    /// valid, else what the adapter offers.
-    pub(crate) fn choose(adapter: &wgpu::Adapter) -> PathCell {
+    /// The paths for `adapter` opened with `features`: `STRATA_GPU_MATMUL`'s
+    /// where it is set and valid (less f16 tiles without `SHADER_F16`), else
+    /// what the adapter offers.
+    pub(crate) fn choose(adapter: &wgpu::Adapter, features: wgpu::Features) -> PathCell {
+        let f16 = features.contains(wgpu::Features::SHADER_F16);
         let cpu = adapter.get_info().device_type == wgpu::DeviceType::Cpu;
         let auto = || {
             let (enabled, accelerated) = integer_dot(adapter);
             MatmulPaths {
                 int_dot: accelerated || (cpu && enabled),
+                f16_tiles: f16 && !cpu,
             }
         };
         let p = match std::env::var("STRATA_GPU_MATMUL") {
             Ok(v) if !v.trim().eq_ignore_ascii_case("auto") => match v.parse::<MatmulPaths>() {
-                Ok(p) => p,
+                Ok(p) => MatmulPaths {
+                    f16_tiles: p.f16_tiles && f16,
+                    ..p
+                },
                 Err(e) => {
                     tracing::warn!("{e}; using the adapter's choice");
                     auto()
@@ -126,7 +151,7 @@ impl PathCell {
 
 impl GpuContext {
     /// The kernels MUL_MAT runs prompts on, on this device (`Display`:
-    /// `"int-dot, f32 tiles"`; [`MatmulPaths::names`]).
+    /// `"int-dot, f16 tiles, f32 tiles"`; [`MatmulPaths::names`]).
     pub fn matmul_paths(&self) -> MatmulPaths {
         MatmulPaths::from_bits(self.matmul.0.load(Ordering::Relaxed))
     }
@@ -135,8 +160,15 @@ impl GpuContext {
     /// now on (a backend replays graphs it planned before as they were).
     /// int-dot runs on every adapter (where it is not accelerated, slowly).
     ///
-    /// Errors: none yet (a path an adapter cannot run will be refused).
+    /// Errors: [`Error::Unsupported`] for f16 tiles on a device without
+    /// `SHADER_F16`.
     pub fn set_matmul_paths(&self, paths: MatmulPaths) -> Result<()> {
+        if paths.f16_tiles && !self.has_f16() {
+            return Err(Error::Unsupported {
+                backend: self.name.clone(),
+                what: "f16 tiles on an adapter without SHADER_F16".into(),
+            });
+        }
         self.matmul.0.store(paths.bits(), Ordering::Relaxed);
         Ok(())
     }
@@ -181,15 +213,21 @@ mod tests {
 
     #[test]
     fn names_parse_and_print() {
-        let p: MatmulPaths = "int-dot, F32 tiles".parse().unwrap();
-        assert_eq!(p, MatmulPaths { int_dot: true });
-        assert_eq!(p.to_string(), "int-dot, f32 tiles");
+        let p: MatmulPaths = "int-dot, F16 tiles".parse().unwrap();
+        assert_eq!(
+            p,
+            MatmulPaths {
+                int_dot: true,
+                f16_tiles: true
+            }
+        );
+        assert_eq!(p.to_string(), "int-dot, f16 tiles, f32 tiles");
         assert_eq!(
             "f32-tiles".parse::<MatmulPaths>().unwrap(),
             MatmulPaths::default()
         );
         assert!("int8".parse::<MatmulPaths>().is_err());
-        for b in 0..2 {
+        for b in 0..4 {
             assert_eq!(MatmulPaths::from_bits(b).bits(), b);
         }
     }

@@ -8,7 +8,8 @@
 //! registers. Batches run 64 × 64 output tiles on the device's
 //! [`MatmulPaths`](crate::MatmulPaths): the integer-dot kernel
 //! (`matmul/intdot.rs`) for the quantized types it takes, else the tiled
-//! kernel with K through f32 workgroup memory.
+//! kernel with K through f16 (F16 / BF16 weights, f16 tiles on) or f32
+//! workgroup memory.
 
 mod dequant;
 mod intdot;
@@ -127,11 +128,14 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
                     return Ok(d);
                 }
             }
+            let f16 = paths.f16_tiles && matches!(a.dtype(), DType::F16 | DType::BF16);
             let k = Kernel::new(
                 "mul_mat_tiled",
                 wgsl!("matmul_tiled.wgsl", "matmul_store.wgsl"),
                 node,
             )
+            .def("ENABLE_F16", if f16 { "enable f16;" } else { "" })
+            .def("TILE_T", if f16 { "f16" } else { "f32" })
             .def("DEQUANT", dq());
             Ok(vec![Dispatch {
                 pipeline: k.pipeline(ctx)?,

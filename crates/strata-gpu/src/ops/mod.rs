@@ -230,7 +230,15 @@ impl Kernel {
         for (f, t) in &self.defs {
             body = body.replace(f, t);
         }
-        prelude(self.dst_type) + &body
+        // directives (a line `enable f16;`) go before every declaration
+        let (directives, rest): (Vec<&str>, Vec<&str>) = body
+            .lines()
+            .partition(|l| l.trim_start().starts_with("enable ") && l.trim_end().ends_with(';'));
+        let mut s = directives.join("\n");
+        s.push('\n');
+        s.push_str(&prelude(self.dst_type));
+        s.push_str(&rest.join("\n"));
+        s
     }
 }
 
