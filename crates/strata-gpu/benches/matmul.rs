@@ -4,7 +4,10 @@
 //! output layer, which a prompt only needs for its last token), for the
 //! weight types of the common model files. Throughput is in FLOPs (2 K M N)
 //! per second: criterion's "elem/s" reads as FLOP/s. K-quants only have
-//! the 1536 × 576 shape (their rows are whole blocks of 256).
+//! the 1536 × 576 shape (their rows are whole blocks of 256). The 512-column
+//! products run once per prompt path the type has (`MatmulPaths`: f32
+//! tiles, and int-dot or f16 tiles where they take the type and the device
+//! can), each on a backend of its own.
 //!
 //! `cargo bench -p strata-gpu --bench matmul -- q4_1` runs one type.
 
@@ -14,6 +17,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use strata::backend::{alloc_graph, Backend};
 use strata::conformance::Rng;
 use strata::{ops, DType, Graph, Tensor};
+use strata_gpu::MatmulPaths;
 
 const SHAPES: [(usize, usize); 4] = [(576, 576), (576, 1536), (1536, 576), (576, 49152)];
 const TYPES: [DType; 4] = [DType::Q4_1, DType::Q4_K, DType::Q6_K, DType::F16];
@@ -26,7 +30,9 @@ fn mul_mat(c: &mut Criterion) {
             return;
         }
     };
-    let mut backend = dev.backend();
+    let ctx = dev.context();
+    let auto = ctx.matmul_paths();
+    let backend = dev.backend();
     let mut rng = Rng::new(3);
     for t in TYPES {
         let mut g = c.benchmark_group(format!("gpu_mul_mat/{}", t.name()));
@@ -51,18 +57,44 @@ fn mul_mat(c: &mut Criterion) {
                 a.write_f32(&rng.vec(k * m, -1.0, 1.0)).unwrap();
                 b.write_f32(&rng.vec(k * n, -1.0, 1.0)).unwrap();
                 g.throughput(Throughput::Elements((2 * k * m * n) as u64));
-                let id = BenchmarkId::from_parameter(format!("{k}x{m}/n={n}"));
-                g.bench_function(id, |bch| {
-                    bch.iter(|| {
-                        backend.graph_compute(&graph).unwrap();
-                        backend.synchronize().unwrap();
-                    })
-                });
+                let float = t == DType::F16;
+                let paths: &[(&str, MatmulPaths)] = match (n, float) {
+                    (1, _) => &[("", auto)],
+                    (_, false) => &[("/f32 tiles", F32), ("/int-dot", INT)],
+                    (_, true) => &[("/f32 tiles", F32), ("/f16 tiles", F16)],
+                };
+                for &(name, p) in paths {
+                    if ctx.set_matmul_paths(p).is_err() {
+                        continue; // no SHADER_F16
+                    }
+                    let mut backend = dev.backend();
+                    let id = BenchmarkId::from_parameter(format!("{k}x{m}/n={n}{name}"));
+                    g.bench_function(id, |bch| {
+                        bch.iter(|| {
+                            backend.graph_compute(&graph).unwrap();
+                            backend.synchronize().unwrap();
+                        })
+                    });
+                }
+                ctx.set_matmul_paths(auto).unwrap();
             }
         }
         g.finish();
     }
 }
+
+const F32: MatmulPaths = MatmulPaths {
+    int_dot: false,
+    f16_tiles: false,
+};
+const INT: MatmulPaths = MatmulPaths {
+    int_dot: true,
+    f16_tiles: false,
+};
+const F16: MatmulPaths = MatmulPaths {
+    int_dot: false,
+    f16_tiles: true,
+};
 
 criterion_group!(benches, mul_mat);
 criterion_main!(benches);

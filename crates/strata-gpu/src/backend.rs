@@ -65,6 +65,11 @@ pub struct GpuBackend {
     /// Scratch for the storage key of the graph being computed.
     key: Vec<u64>,
     clock: u64,
+    /// The buffer for intermediates between the dispatches of one node (the
+    /// integer-dot matmul's quantized activations): base and bytes. One per
+    /// backend, grown when a graph needs more; dispatches run in order, so
+    /// each node's use of it is over before the next one's starts.
+    scratch: Option<(u64, u64)>,
 }
 
 impl GpuBackend {
@@ -78,6 +83,7 @@ impl GpuBackend {
             planned: Vec::new(),
             key: Vec::new(),
             clock: 0,
+            scratch: None,
         }
     }
 
@@ -152,6 +158,34 @@ impl GpuBackend {
             });
         self.bind_groups.insert(key, bg.clone());
         Ok(bg)
+    }
+
+    /// The base of a scratch buffer of at least `bytes` (at most the device's
+    /// largest buffer: the planner checks): the current one, or a larger one
+    /// made now (the graphs and bind groups that bound the old one are
+    /// forgotten).
+    fn scratch(&mut self, bytes: u64) -> Result<u64> {
+        if let Some((base, size)) = self.scratch {
+            if size >= bytes {
+                return Ok(base);
+            }
+            self.release_scratch();
+        }
+        let max = self.ctx.max_buffer_size() as u64;
+        // room to grow (prompts of other lengths) without a buffer each time
+        let size = bytes.next_power_of_two().clamp(bytes, max.max(bytes));
+        let (base, _) = self.ctx.create_buffer(size as usize, "strata scratch")?;
+        self.scratch = Some((base, size));
+        Ok(base)
+    }
+
+    /// Frees the scratch buffer and forgets what binds it.
+    fn release_scratch(&mut self) {
+        if let Some((base, _)) = self.scratch.take() {
+            self.ctx.release_buffer(base);
+            self.bind_groups.retain(|k, _| !k.contains(&base));
+            self.planned.retain(|p| !p.bases.contains(&base));
+        }
     }
 
     /// Forgets bind groups and planned graphs that bind buffers freed since
@@ -246,6 +280,15 @@ impl GpuBackend {
                 dispatches.push(d);
             }
         }
+        let scratch = match dispatches
+            .iter()
+            .filter_map(|d| d.scratch)
+            .map(|s| s.bytes)
+            .max()
+        {
+            Some(bytes) => Some(self.scratch(bytes)?),
+            None => None,
+        };
         let mut keys = Vec::with_capacity(dispatches.len());
         for d in &dispatches {
             let Some(node) = d.slots[4].as_ref() else {
@@ -254,10 +297,16 @@ impl GpuBackend {
                     msg: "a dispatch without a destination tensor".into(),
                 });
             };
-            let dst = self.base_of(node, node)?;
+            let on_scratch = |k: usize| d.scratch.filter(|s| s.slot == k).and(scratch);
+            let dst = match on_scratch(4) {
+                Some(base) => base,
+                None => self.base_of(node, node)?,
+            };
             let mut key = [dst; STORAGE_SLOTS];
-            for (k, t) in d.slots.iter().enumerate() {
-                if let Some(t) = t {
+            for (k, t) in d.slots.iter().enumerate().take(4) {
+                if let Some(base) = on_scratch(k) {
+                    key[k] = base;
+                } else if let Some(t) = t {
                     key[k] = self.base_of(t, node)?;
                 }
             }
@@ -297,6 +346,9 @@ impl GpuBackend {
             let pipeline = self.ctx.pipeline(&d.pipeline, read_only_mask(key))?;
             let bind_group = self.bind_group(*key)?;
             let what = match (&d.slots[4], profiling) {
+                (Some(node), true) if d.scratch.is_some_and(|s| s.slot == 4) => {
+                    format!("{} (its activations to 8 bits)", describe(node))
+                }
                 (Some(node), true) => describe(node),
                 _ => String::new(),
             };
@@ -422,6 +474,12 @@ impl GpuBackend {
             eprintln!("{t:>12.3?} {n:>5}x {what}");
         }
         Ok(())
+    }
+}
+
+impl Drop for GpuBackend {
+    fn drop(&mut self) {
+        self.release_scratch();
     }
 }
 

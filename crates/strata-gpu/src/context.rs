@@ -59,6 +59,8 @@ pub struct GpuContext {
     events: Mutex<HashMap<usize, std::sync::Weak<Mutex<Option<wgpu::SubmissionIndex>>>>>,
     /// What was asked of wgpu and where the host time went.
     pub(crate) counters: Counters,
+    /// The kernels MUL_MAT runs prompts on (`matmul_paths.rs`).
+    pub(crate) matmul: crate::matmul_paths::PathCell,
 }
 
 /// The optional features `STRATA_GPU_DISABLE` turns off: a comma-separated
@@ -145,6 +147,7 @@ impl GpuContext {
             uncaptured,
             events: Mutex::new(HashMap::new()),
             counters: Counters::default(),
+            matmul: crate::matmul_paths::PathCell::choose(adapter, features),
         })
     }
 
@@ -169,14 +172,18 @@ impl GpuContext {
     }
 
     /// The kernel paths this device's ops take where adapters differ, for
-    /// `strata devices` (e.g. `matvec: subgroup`).
+    /// `strata devices` (e.g. `matvec: subgroup`, `matmul: int-dot, f32
+    /// tiles`).
     pub fn kernel_paths(&self) -> Vec<String> {
         let matvec = if self.has_subgroups() {
             "subgroup"
         } else {
             "workgroup memory"
         };
-        vec![format!("matvec: {matvec}")]
+        vec![
+            format!("matvec: {matvec}"),
+            format!("matmul: {}", self.matmul_paths()),
+        ]
     }
 
     /// Whether the device has subgroup operations.

@@ -25,8 +25,9 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GpuCounters {
     /// wgpu buffers created: tensor memory, the parameter buffer, read-back
-    /// staging, scratch for overlapping copies (not the timestamp resolve
-    /// buffer made when the device is opened).
+    /// staging, scratch for overlapping copies, a backend's scratch for
+    /// intermediates between the dispatches of one node (not the timestamp
+    /// resolve buffer made when the device is opened).
     pub buffers_created: u64,
     /// Bind groups created.
     pub bind_groups_created: u64,

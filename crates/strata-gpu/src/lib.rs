@@ -11,7 +11,11 @@
 //! of its OUTPUT tensors into read-back memory, and submitted once without
 //! waiting; reading those outputs then waits for that submission alone.
 //! [`GpuContext::counters`] counts the wgpu calls made and
-//! [`GpuContext::timings`] says where the host time went. Every op of strata's conformance suite
+//! [`GpuContext::timings`] says where the host time went. MUL_MAT over a
+//! prompt runs on the kernels [`GpuContext::matmul_paths`] names
+//! ([`MatmulPaths`]: integer dot products over 8-bit activations for the
+//! common quantized types, f16 or f32 workgroup tiles), chosen from what
+//! the adapter offers. Every op of strata's conformance suite
 //! runs here; a model's layers go to a GPU through `strata-models`'
 //! placement (`-ngl`), and what a device cannot run stays on the CPU.
 //!
@@ -52,6 +56,7 @@ mod backend;
 mod buffer;
 mod context;
 mod counters;
+mod matmul_paths;
 mod ops;
 mod readback;
 
@@ -66,6 +71,7 @@ pub use backend::{GpuBackend, GpuEvent};
 pub use buffer::{GpuBuffer, GpuBufferType};
 pub use context::GpuContext;
 pub use counters::{GpuCounters, GpuTimings};
+pub use matmul_paths::MatmulPaths;
 /// The kind of adapter (`GpuContext::adapter_info().device_type`).
 pub use wgpu::DeviceType as AdapterType;
 

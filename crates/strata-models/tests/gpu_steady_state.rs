@@ -64,7 +64,11 @@ fn a_decode_token_costs_one_submission_and_one_read_back() {
             // output norm with its MUL; with subgroups also K's and V's
             // products into Q's, and up's into gate's
             let per_layer = if c.has_subgroups() { 8 } else { 5 };
-            assert_eq!(spent.nodes_fused, per_layer * n_layer + 1, "token {i}: {spent:?}");
+            assert_eq!(
+                spent.nodes_fused,
+                per_layer * n_layer + 1,
+                "token {i}: {spent:?}"
+            );
             assert_eq!(
                 spent.bind_group_hits, spent.dispatches,
                 "token {i}: {spent:?}"

@@ -224,5 +224,6 @@ fn flash_attn(
         params: p,
         slots: slots_of(node),
         groups: grid(groups, ctx.limits.max_compute_workgroups_per_dimension),
+        scratch: None,
     }])
 }

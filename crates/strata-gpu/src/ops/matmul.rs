@@ -6,10 +6,14 @@
 //! matrix-vector kernel: a workgroup per few rows of one column, invocations
 //! striding over K, two rows at a time, weights dequantized in registers,
 //! the invocations' parts summed by a subgroup reduction where the adapter
-//! has subgroups (else in workgroup memory). Batches run the tiled
-//! kernel: 64 × 64 output tiles, K through workgroup memory.
+//! has subgroups (else in workgroup memory). Batches run 64 × 64 output
+//! tiles on the device's [`MatmulPaths`](crate::MatmulPaths): the
+//! integer-dot kernel (`matmul/intdot.rs`) for the quantized types it
+//! takes, else the tiled kernel with K through f16 (F16 / BF16 weights, f16
+//! tiles on) or f32 workgroup memory.
 
 mod dequant;
+mod intdot;
 
 use strata::ops::Op;
 use strata::{DType, Result, Tensor};
@@ -126,11 +130,20 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
             Ok(vec![per_item(ctx, k, node, p, items)?])
         }
         Op::MulMat if !matvec_plan(node) => {
+            let paths = ctx.matmul_paths();
+            if paths.int_dot && intdot::has(a.dtype()) {
+                if let Some(d) = intdot::plan(ctx, node)? {
+                    return Ok(d);
+                }
+            }
+            let f16 = paths.f16_tiles && matches!(a.dtype(), DType::F16 | DType::BF16);
             let k = Kernel::new(
                 "mul_mat_tiled",
-                include_str!("../shaders/matmul_tiled.wgsl"),
+                wgsl!("matmul_tiled.wgsl", "matmul_store.wgsl"),
                 node,
             )
+            .def("ENABLE_F16", if f16 { "enable f16;" } else { "" })
+            .def("TILE_T", if f16 { "f16" } else { "f32" })
             .def("DEQUANT", dq());
             Ok(vec![Dispatch {
                 pipeline: k.pipeline(ctx)?,
@@ -141,6 +154,7 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
                     d[1].div_ceil(TILE) as u32,
                     (d[2] * d[3]) as u32,
                 ],
+                scratch: None,
             }])
         }
         Op::MulMat | Op::MulMatId => Ok(vec![plan_matvec(ctx, node, None)?]),
@@ -209,6 +223,7 @@ pub(crate) fn plan_matvec(
         params: Params::of(node).items(cols),
         slots: slots_of(node),
         groups,
+        scratch: None,
     })
 }
 
@@ -257,6 +272,7 @@ pub(crate) fn plan_matvec_products(ctx: &GpuContext, products: &[&Tensor]) -> Re
         params,
         slots: slots_of(first),
         groups: [blocks as u32, first.ne()[1] as u32, 1],
+        scratch: None,
     };
     d.bind(2, weights[1]);
     if let Some(w) = weights.get(2) {

@@ -156,5 +156,6 @@ fn per_group(
             groups as u32,
             ctx.limits.max_compute_workgroups_per_dimension,
         ),
+        scratch: None,
     })
 }

@@ -97,6 +97,17 @@ pub(crate) struct Dispatch {
     pub(crate) params: Params,
     pub(crate) slots: [Option<Tensor>; 5],
     pub(crate) groups: [u32; 3],
+    /// A slot bound to the backend's scratch buffer instead.
+    pub(crate) scratch: Option<Scratch>,
+}
+
+/// A slot of a dispatch bound to the backend's scratch buffer (from byte 0;
+/// an intermediate between the dispatches of one node), which must hold
+/// `bytes`. The slot's tensor, if any, only names the node in messages.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Scratch {
+    pub(crate) slot: usize,
+    pub(crate) bytes: u64,
 }
 
 impl Dispatch {
@@ -139,6 +150,7 @@ pub(crate) fn per_item(
         params: params.items(items as u32),
         slots: slots_of(node),
         groups,
+        scratch: None,
     })
 }
 
@@ -218,7 +230,15 @@ impl Kernel {
         for (f, t) in &self.defs {
             body = body.replace(f, t);
         }
-        prelude(self.dst_type) + &body
+        // directives (a line `enable f16;`) go before every declaration
+        let (directives, rest): (Vec<&str>, Vec<&str>) = body
+            .lines()
+            .partition(|l| l.trim_start().starts_with("enable ") && l.trim_end().ends_with(';'));
+        let mut s = directives.join("\n");
+        s.push('\n');
+        s.push_str(&prelude(self.dst_type));
+        s.push_str(&rest.join("\n"));
+        s
     }
 }
 

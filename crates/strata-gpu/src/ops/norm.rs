@@ -55,5 +55,6 @@ pub(crate) fn row_dispatch(
         params: params.items(rows),
         slots: slots_of(node),
         groups: grid(rows, ctx.limits.max_compute_workgroups_per_dimension),
+        scratch: None,
     }])
 }

@@ -1,26 +1,33 @@
+ENABLE_F16
 // Matrix × matrix: 64 × 64 tiles of dst (rows of s0 × columns of s1) per
-// workgroup of 64, K in steps of 32 through workgroup memory (16 KiB),
-// weights dequantized on load; 8 × 8 outputs per invocation (few
-// workgroup-memory loads per multiply-add: those are gathers on llvmpipe). Grid: (row
+// workgroup of 64, K in steps of 32 through workgroup memory, weights
+// dequantized on load; 8 × 8 outputs per invocation (few workgroup-memory
+// loads per multiply-add: those are gathers on llvmpipe). The tiles hold
+// f32 (16 KiB) or, on the f16 tiles path, f16 (8 KiB: the first line
+// enables f16 then), whose products and sums are still f32. Grid: (row
 // tiles, column tiles, ne2 ne3 of dst).
 DEQUANT
 
 // [k][64 rows / 4] and [k][64 columns / 4]
-var<workgroup> As: array<vec4<f32>, 512>;
-var<workgroup> Bs: array<vec4<f32>, 512>;
+var<workgroup> As: array<vec4<TILE_T>, 512>;
+var<workgroup> Bs: array<vec4<TILE_T>, 512>;
 
 // Stores the 32 K values of row (column) `i` of a tile, as 4 groups of 8.
 fn put_a(i: u32, g: u32, v: V8) {
     let base = g * 128u + (i >> 2u);
     let c = i & 3u;
-    As[base][c] = v.a.x; As[base + 16u][c] = v.a.y; As[base + 32u][c] = v.a.z; As[base + 48u][c] = v.a.w;
-    As[base + 64u][c] = v.b.x; As[base + 80u][c] = v.b.y; As[base + 96u][c] = v.b.z; As[base + 112u][c] = v.b.w;
+    As[base][c] = TILE_T(v.a.x); As[base + 16u][c] = TILE_T(v.a.y);
+    As[base + 32u][c] = TILE_T(v.a.z); As[base + 48u][c] = TILE_T(v.a.w);
+    As[base + 64u][c] = TILE_T(v.b.x); As[base + 80u][c] = TILE_T(v.b.y);
+    As[base + 96u][c] = TILE_T(v.b.z); As[base + 112u][c] = TILE_T(v.b.w);
 }
 fn put_b(i: u32, g: u32, v: V8) {
     let base = g * 128u + (i >> 2u);
     let c = i & 3u;
-    Bs[base][c] = v.a.x; Bs[base + 16u][c] = v.a.y; Bs[base + 32u][c] = v.a.z; Bs[base + 48u][c] = v.a.w;
-    Bs[base + 64u][c] = v.b.x; Bs[base + 80u][c] = v.b.y; Bs[base + 96u][c] = v.b.z; Bs[base + 112u][c] = v.b.w;
+    Bs[base][c] = TILE_T(v.a.x); Bs[base + 16u][c] = TILE_T(v.a.y);
+    Bs[base + 32u][c] = TILE_T(v.a.z); Bs[base + 48u][c] = TILE_T(v.a.w);
+    Bs[base + 64u][c] = TILE_T(v.b.x); Bs[base + 80u][c] = TILE_T(v.b.y);
+    Bs[base + 96u][c] = TILE_T(v.b.z); Bs[base + 112u][c] = TILE_T(v.b.w);
 }
 
 fn outer(a: vec4<f32>, b: vec4<f32>) -> mat4x4<f32> {
@@ -62,10 +69,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
         for (var kk = 0u; kk < 32u; kk++) {
-            let a = As[kk * 16u + tr];
-            let a2 = As[kk * 16u + tr + 1u];
-            let b = Bs[kk * 16u + tc];
-            let b2 = Bs[kk * 16u + tc + 1u];
+            let a = vec4<f32>(As[kk * 16u + tr]);
+            let a2 = vec4<f32>(As[kk * 16u + tr + 1u]);
+            let b = vec4<f32>(Bs[kk * 16u + tc]);
+            let b2 = vec4<f32>(Bs[kk * 16u + tc + 1u]);
             m00 += outer(a, b);
             m01 += outer(a, b2);
             m10 += outer(a2, b);
@@ -79,23 +86,4 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     store4(r, c + 4u, i2, i3, m01);
     store4(r + 4u, c, i2, i3, m10);
     store4(r + 4u, c + 4u, i2, i3, m11);
-}
-
-// Rows r..r+3 of columns c..c+3 (constant column indices: a matrix indexed
-// at run time would live in memory).
-fn store4(r: u32, c: u32, i2: u32, i3: u32, v: mat4x4<f32>) {
-    store(r, c, i2, i3, v[0]);
-    store(r, c + 1u, i2, i3, v[1]);
-    store(r, c + 2u, i2, i3, v[2]);
-    store(r, c + 3u, i2, i3, v[3]);
-}
-
-// Rows r..r+3 of column c, those inside dst.
-fn store(r: u32, c: u32, i2: u32, i3: u32, v: vec4<f32>) {
-    if (c >= P.ne[4].y) { return; }
-    let m = P.ne[0].y;
-    if (r < m) { ST(addr(4u, r, c, i2, i3), v.x); }
-    if (r + 1u < m) { ST(addr(4u, r + 1u, c, i2, i3), v.y); }
-    if (r + 2u < m) { ST(addr(4u, r + 2u, c, i2, i3), v.z); }
-    if (r + 3u < m) { ST(addr(4u, r + 3u, c, i2, i3), v.w); }
 }
