@@ -139,7 +139,7 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
             let f16 = paths.f16_tiles && matches!(a.dtype(), DType::F16 | DType::BF16);
             let k = Kernel::new(
                 "mul_mat_tiled",
-                wgsl!("matmul_tiled.wgsl", "matmul_store.wgsl"),
+                wgsl!("matmul_tiled.wgsl", "matmul_main.wgsl", "matmul_store.wgsl"),
                 node,
             )
             .def("ENABLE_F16", if f16 { "enable f16;" } else { "" })

@@ -103,6 +103,7 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Option<Vec<Dispatc
         "mul_mat_int",
         concat!(
             include_str!("../../shaders/matmul_int.wgsl"),
+            include_str!("../../shaders/matmul_main.wgsl"),
             include_str!("../../shaders/matmul_store.wgsl")
         ),
         node,
