@@ -181,8 +181,9 @@ fn shapes(t: DType, count: usize, rng: &mut Rng) -> Vec<Shape> {
         };
         let experts = pick(2, 9);
         let used = pick(1, experts.min(4));
-        // more than 4 columns per expert, over more than 4 tokens
-        let tokens = (4 * experts / used + 1).max(5) + pick(0, 90);
+        // more than 8 columns per expert (tiles on any device), over more
+        // than 4 tokens
+        let tokens = (8 * experts / used + 1).max(5) + pick(0, 90);
         let route = match i % 3 {
             0 => Route::All,
             1 => Route::First(pick(1, experts.div_ceil(2))),

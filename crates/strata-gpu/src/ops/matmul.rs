@@ -28,7 +28,8 @@
 //! t]. The last slice takes the ids outside 0..n_expert and stores zeros,
 //! as the matrix-vector kernel does. The int-dot path quantizes b's
 //! n_b · tokens columns first, as for MUL_MAT. [`id_tiled`] says which
-//! kernel runs: tiles from more than 4 columns per expert on average.
+//! kernel runs: tiles from more than 4 columns per expert on average (8 on
+//! llvmpipe; [`id_min_per_expert`]).
 
 mod dequant;
 mod intdot;
@@ -137,18 +138,35 @@ fn id_grid(ctx: &GpuContext, node: &Tensor) -> Option<[u32; 3]> {
     g.iter().all(|&n| n <= max).then(|| g.map(|n| n as u32))
 }
 
+/// Columns per expert (on average, n_used · tokens / n_expert) past which
+/// MUL_MAT_ID runs on tiles ([`id_tiled`]).
+///
+/// On a GPU, [`MATVEC_MAX_N`]: MUL_MAT's rule, per expert. The
+/// matrix-vector kernel reads an expert's weights once per column it gets,
+/// a tile once per 64 columns (for that, it computes all 64 and scans the
+/// ids), and MUL_MAT takes tiles from 5 columns on: with more than 4
+/// columns per expert each weight row the matrix-vector kernel would read
+/// serves 5 columns or more on tiles. ggml-vulkan takes its tiles for any
+/// MUL_MAT_ID of more than one token.
+///
+/// On a CPU device (llvmpipe), 8: there the tile's arithmetic over all 64
+/// columns costs what it is, not the weight reads. Measured on llvmpipe
+/// (K 512–1024, M 256–512; tiles / matrix-vector): about 5 columns per
+/// expert, 0.6–0.9× (F32, Q4_0 over 128 experts) to 1.1× (Q4_K); 8.5, 1.3×
+/// to 1.9×; 16, 2.7× to 5×.
+fn id_min_per_expert(ctx: &GpuContext) -> usize {
+    if ctx.info.device_type == wgpu::DeviceType::Cpu {
+        8
+    } else {
+        MATVEC_MAX_N
+    }
+}
+
 /// Whether MUL_MAT_ID `node` runs on 64 × 64 tiles rather than the
 /// matrix-vector kernel: where its tiled grid fits and either its columns
-/// (n_used · tokens) average more than [`MATVEC_MAX_N`] per expert over
-/// more than [`MATVEC_MAX_N`] tokens, or the matrix-vector grid does not fit.
-///
-/// The rule is MUL_MAT's, per expert: the matrix-vector kernel reads an
-/// expert's weights once per column it gets, a tile once per 64 columns
-/// (for that, it computes all 64 and scans the ids), and MUL_MAT takes
-/// tiles from 5 columns on. With routing spread evenly an expert gets
-/// n_used · tokens / n_expert columns; more than 4 of them means each
-/// weight row the matrix-vector kernel would read serves, on tiles, 5
-/// columns or more. A decode step (one token, a few slots) stays on the
+/// (n_used · tokens) average more than [`id_min_per_expert`] per expert
+/// over more than [`MATVEC_MAX_N`] tokens, or the matrix-vector grid does
+/// not fit. A decode step (one token, a few slots) stays on the
 /// matrix-vector kernel whatever the expert count.
 pub(crate) fn id_tiled(ctx: &GpuContext, node: &Tensor) -> bool {
     let (Some(a), Some(_)) = (node.src(0), id_grid(ctx, node)) else {
@@ -157,7 +175,8 @@ pub(crate) fn id_tiled(ctx: &GpuContext, node: &Tensor) -> bool {
     let [_, used, tokens, _] = node.ne();
     let experts = a.ne()[2];
     let max = ctx.limits.max_compute_workgroups_per_dimension as usize;
-    let spread = tokens > MATVEC_MAX_N && used * tokens > MATVEC_MAX_N * experts;
+    let spread = tokens > MATVEC_MAX_N
+        && used.saturating_mul(tokens) > id_min_per_expert(ctx).saturating_mul(experts);
     spread || !matvec_fits(ctx, a, node, max)
 }
 
