@@ -186,6 +186,16 @@ impl GpuContext {
         ]
     }
 
+    /// The keys of the shaders planned on this device so far, sorted (a
+    /// kernel's name, then its types and substitutions: `mul_mat_id_tiled/…`):
+    /// for tests and benchmarks that check which kernel ran.
+    #[doc(hidden)]
+    pub fn shaders_planned(&self) -> Vec<String> {
+        let mut v: Vec<String> = lock(&self.shaders).keys().cloned().collect();
+        v.sort();
+        v
+    }
+
     /// Whether the device has subgroup operations.
     pub fn has_subgroups(&self) -> bool {
         self.features.contains(wgpu::Features::SUBGROUP)

@@ -15,9 +15,11 @@
 //! prompt runs on the kernels [`GpuContext::matmul_paths`] names
 //! ([`MatmulPaths`]: integer dot products over 8-bit activations for the
 //! common quantized types, f16 or f32 workgroup tiles), chosen from what
-//! the adapter offers. Every op of strata's conformance suite
-//! runs here; a model's layers go to a GPU through `strata-models`'
-//! placement (`-ngl`), and what a device cannot run stays on the CPU.
+//! the adapter offers; so does MUL_MAT_ID where its experts get several
+//! columns each (mixture-of-experts prompts). Every op of strata's
+//! conformance suite runs here; a model's layers go to a GPU through
+//! `strata-models`' placement (`-ngl`), and what a device cannot run stays
+//! on the CPU.
 //!
 //! # A graph on the first GPU
 //!

@@ -1,5 +1,7 @@
-//! Which kernels MUL_MAT runs prompts (more than four columns) on, chosen
-//! per device when it is opened from what the adapter offers:
+//! Which kernels MUL_MAT runs prompts (more than four columns) on, and
+//! MUL_MAT_ID prompts (more than four columns per expert, eight on a CPU
+//! device), chosen per device when it is opened from what the adapter
+//! offers:
 //!
 //! * **int-dot**: weights Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K. A first
 //!   dispatch quantizes the activations once into 8-bit blocks of 32 as the

@@ -2,7 +2,7 @@
 //! dequantizers read (F32, F16, BF16, the legacy quants, the K-quants,
 //! IQ4_NL, IQ4_XS), activations of any float type and layout.
 //!
-//! Few columns (and MUL_MAT_ID, whose columns each pick an expert) run the
+//! Few columns (and MUL_MAT_ID with few columns per expert) run the
 //! matrix-vector kernel: a workgroup per few rows of one column, invocations
 //! striding over K, two rows at a time, weights dequantized in registers,
 //! the invocations' parts summed by a subgroup reduction where the adapter
@@ -11,6 +11,25 @@
 //! integer-dot kernel (`matmul/intdot.rs`) for the quantized types it
 //! takes, else the tiled kernel with K through f16 (F16 / BF16 weights, f16
 //! tiles on) or f32 workgroup memory.
+//!
+//! # MUL_MAT_ID on tiles
+//!
+//! A prompt through a mixture of experts gives each expert many of the
+//! (slot, token) columns; the matrix-vector kernel would read an expert's
+//! weights again for every one. The tiled MUL_MAT_ID (as ggml-vulkan's
+//! `mul_mm` for experts) runs the same tiles as MUL_MAT (the shaders' `tile`
+//! function, each path's) behind its own entry point,
+//! `shaders/matmul_id.wgsl`: a grid of (row tiles of M, column groups,
+//! n_expert + 1) workgroups ([`id_grid`]), each of which collects in
+//! workgroup memory, in column order, the columns whose id is its expert,
+//! takes the groups of 64 of them that are its own (j, j + J, …: one
+//! where routing has no repeats, since J covers a token's columns), and
+//! multiplies each by the expert's rows, storing column (s, t) at dst[:, s,
+//! t]. The last slice takes the ids outside 0..n_expert and stores zeros,
+//! as the matrix-vector kernel does. The int-dot path quantizes b's
+//! n_b · tokens columns first, as for MUL_MAT. [`id_tiled`] says which
+//! kernel runs: tiles from more than 4 columns per expert on average (8 on
+//! llvmpipe; [`id_min_per_expert`]).
 
 mod dequant;
 mod intdot;
@@ -90,7 +109,7 @@ pub(crate) fn supports(ctx: &GpuContext, node: &Tensor) -> bool {
                 && node.dtype() == DType::F32
                 && ids.dtype() == DType::I32
                 && aligned(ids)
-                && matvec_fits(ctx, a, node, max)
+                && (matvec_fits(ctx, a, node, max) || id_grid(ctx, node).is_some())
         }
         _ => false,
     }
@@ -101,6 +120,64 @@ fn matvec_fits(ctx: &GpuContext, a: &Tensor, node: &Tensor, max: usize) -> bool 
     let d = node.ne();
     let cols = d[1] * d[2] * d[3];
     a.ne()[1].div_ceil(rows_per_group(ctx)) <= max && cols.div_ceil(max) <= max
+}
+
+/// The tiled MUL_MAT_ID grid of `node` (`shaders/matmul_id.wgsl`): row
+/// tiles of M, column groups (enough for a token's columns in groups of 64,
+/// at least one), one slice per expert and one for invalid ids; `None`
+/// where a dimension passes the device's limit.
+fn id_grid(ctx: &GpuContext, node: &Tensor) -> Option<[u32; 3]> {
+    let a = node.src(0)?;
+    let max = ctx.limits.max_compute_workgroups_per_dimension as usize;
+    let tokens = node.ne()[2];
+    let g = [
+        a.ne()[1].div_ceil(TILE),
+        tokens.div_ceil(TILE).max(1),
+        a.ne()[2].checked_add(1)?,
+    ];
+    g.iter().all(|&n| n <= max).then(|| g.map(|n| n as u32))
+}
+
+/// Columns per expert (on average, n_used · tokens / n_expert) past which
+/// MUL_MAT_ID runs on tiles ([`id_tiled`]).
+///
+/// On a GPU, [`MATVEC_MAX_N`]: MUL_MAT's rule, per expert. The
+/// matrix-vector kernel reads an expert's weights once per column it gets,
+/// a tile once per 64 columns (for that, it computes all 64 and scans the
+/// ids), and MUL_MAT takes tiles from 5 columns on: with more than 4
+/// columns per expert each weight row the matrix-vector kernel would read
+/// serves 5 columns or more on tiles. ggml-vulkan takes its tiles for any
+/// MUL_MAT_ID of more than one token.
+///
+/// On a CPU device (llvmpipe), 8: there the tile's arithmetic over all 64
+/// columns costs what it is, not the weight reads. Measured on llvmpipe
+/// (K 512–1024, M 256–512; tiles / matrix-vector): about 5 columns per
+/// expert, 0.6–0.9× (F32, Q4_0 over 128 experts) to 1.1× (Q4_K); 8.5, 1.3×
+/// to 1.9×; 16, 2.7× to 5×.
+fn id_min_per_expert(ctx: &GpuContext) -> usize {
+    if ctx.info.device_type == wgpu::DeviceType::Cpu {
+        8
+    } else {
+        MATVEC_MAX_N
+    }
+}
+
+/// Whether MUL_MAT_ID `node` runs on 64 × 64 tiles rather than the
+/// matrix-vector kernel: where its tiled grid fits and either its columns
+/// (n_used · tokens) average more than [`id_min_per_expert`] per expert
+/// over more than [`MATVEC_MAX_N`] tokens, or the matrix-vector grid does
+/// not fit. A decode step (one token, a few slots) stays on the
+/// matrix-vector kernel whatever the expert count.
+pub(crate) fn id_tiled(ctx: &GpuContext, node: &Tensor) -> bool {
+    let (Some(a), Some(_)) = (node.src(0), id_grid(ctx, node)) else {
+        return false;
+    };
+    let [_, used, tokens, _] = node.ne();
+    let experts = a.ne()[2];
+    let max = ctx.limits.max_compute_workgroups_per_dimension as usize;
+    let spread = tokens > MATVEC_MAX_N
+        && used.saturating_mul(tokens) > id_min_per_expert(ctx).saturating_mul(experts);
+    spread || !matvec_fits(ctx, a, node, max)
 }
 
 /// Output rows one matrix-vector workgroup computes.
@@ -129,7 +206,8 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
             let items = d[0].div_ceil(8) * d[1] * d[2] * d[3];
             Ok(vec![per_item(ctx, k, node, p, items)?])
         }
-        Op::MulMat if !matvec_plan(node) => {
+        Op::MulMat | Op::MulMatId if tiled(ctx, node) => {
+            let id = node.op() == &Op::MulMatId;
             let paths = ctx.matmul_paths();
             if paths.int_dot && intdot::has(a.dtype()) {
                 if let Some(d) = intdot::plan(ctx, node)? {
@@ -137,28 +215,54 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Vec<Dispatch>> {
                 }
             }
             let f16 = paths.f16_tiles && matches!(a.dtype(), DType::F16 | DType::BF16);
-            let k = Kernel::new(
-                "mul_mat_tiled",
-                wgsl!("matmul_tiled.wgsl", "matmul_store.wgsl"),
-                node,
-            )
-            .def("ENABLE_F16", if f16 { "enable f16;" } else { "" })
-            .def("TILE_T", if f16 { "f16" } else { "f32" })
-            .def("DEQUANT", dq());
+            let (name, body) = if id {
+                (
+                    "mul_mat_id_tiled",
+                    wgsl!("matmul_tiled.wgsl", "matmul_id.wgsl"),
+                )
+            } else {
+                (
+                    "mul_mat_tiled",
+                    wgsl!("matmul_tiled.wgsl", "matmul_main.wgsl", "matmul_store.wgsl"),
+                )
+            };
+            let k = Kernel::new(name, body, node)
+                .def("ENABLE_F16", if f16 { "enable f16;" } else { "" })
+                .def("TILE_T", if f16 { "f16" } else { "f32" })
+                .def("DEQUANT", dq());
             Ok(vec![Dispatch {
                 pipeline: k.pipeline(ctx)?,
                 params: p,
                 slots: slots_of(node),
-                groups: [
-                    d[0].div_ceil(TILE) as u32,
-                    d[1].div_ceil(TILE) as u32,
-                    (d[2] * d[3]) as u32,
-                ],
+                groups: tile_grid(ctx, node)?,
                 scratch: None,
             }])
         }
         Op::MulMat | Op::MulMatId => Ok(vec![plan_matvec(ctx, node, None)?]),
         _ => Err(super::unsupported(ctx, node)),
+    }
+}
+
+/// Whether [`plan`] computes MUL_MAT or MUL_MAT_ID `node` on tiles.
+fn tiled(ctx: &GpuContext, node: &Tensor) -> bool {
+    match node.op() {
+        Op::MulMat => !matvec_plan(node),
+        Op::MulMatId => id_tiled(ctx, node),
+        _ => false,
+    }
+}
+
+/// The grid of the tiled kernels' main dispatch for `node`: MUL_MAT's (row
+/// tiles, column tiles, dst's ne2 · ne3) or MUL_MAT_ID's ([`id_grid`]).
+fn tile_grid(ctx: &GpuContext, node: &Tensor) -> Result<[u32; 3]> {
+    let d = node.ne();
+    match node.op() {
+        Op::MulMatId => id_grid(ctx, node).ok_or_else(|| super::unsupported(ctx, node)),
+        _ => Ok([
+            d[0].div_ceil(TILE) as u32,
+            d[1].div_ceil(TILE) as u32,
+            (d[2] * d[3]) as u32,
+        ]),
     }
 }
 

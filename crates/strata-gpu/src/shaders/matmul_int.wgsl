@@ -6,8 +6,9 @@
 // invocation computes 8 × 8 outputs: per block, exact i32 sums of
 // `dot4I8Packed` over the block (per half of 16 where the weight has a scale
 // per 16: HALVES), then in f32 `acc += (d_w d_a) Σ` and, for weights with a
-// minimum (MINS), `+ m_w s_a`. Grid: (row tiles, column tiles, ne2 ne3 of
-// dst).
+// minimum (MINS), `+ m_w s_a`. This file is the tile (`tile`, `bsel`);
+// the entry point follows it: MUL_MAT's (`matmul_main.wgsl`) or
+// MUL_MAT_ID's (`matmul_id.wgsl`).
 DEQUANT
 WEIGHTS
 
@@ -62,25 +63,24 @@ fn fold(m: mat4x4<f32>, c0: vec4<i32>, c1: vec4<i32>, c2: vec4<i32>, c3: vec4<i3
     return r;
 }
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let n = P.ne[4];
-    let m = P.ne[0].y;
+// The 8 × 8 outputs of one invocation of a tile: rows 8 (lid % 8)..,
+// columns 8 (lid / 8).. as rows 0-3 / 4-7 × columns 0-3 / 4-7.
+struct Acc { m00: mat4x4<f32>, m01: mat4x4<f32>, m10: mat4x4<f32>, m11: mat4x4<f32> }
+
+// The index of s1's column (i1, i2, i3) among the columns the first
+// dispatch quantized (s1's in order), as `tile` takes it.
+fn bsel(i1: u32, i2: u32, i3: u32) -> u32 {
+    return i1 + P.ne[1].y * (i2 + P.ne[1].z * i3);
+}
+
+// One 64 × 64 tile: invocation `lid` loads the weight row at byte `arow`
+// (where `aok`, else zeros) and the quantized column `bcol` (`bsel`; where
+// `bok`) and returns its outputs. Has barriers: call it in uniform control
+// flow.
+fn tile(arow: u32, aok: bool, bcol: u32, bok: bool, lid: u32) -> Acc {
     let kb = P.dn.z;
-    let i2 = wid.z % n.z;
-    let i3 = wid.z / n.z;
-    let a0 = addr(0u, 0u, 0u, i2 / (n.z / P.ne[0].z), i3 / (n.w / P.ne[0].w));
-    let r0 = wid.x * 64u;
-    let c0 = wid.y * 64u;
-    // this invocation loads row / column lid of the tile
-    let arow = a0 + (r0 + lid) * P.nb[0].y;
-    let aok = r0 + lid < m;
-    let bok = c0 + lid < n.y;
-    // the column's index among s1's columns (dst's i2, i3 are s1's)
-    let bcol = (c0 + lid) + P.ne[1].y * (i2 + P.ne[1].z * i3);
     let bq = bcol * 8u * kb;
     let bd = P.dn.w + 2u * bcol * kb;
-    // and computes rows 8 (lid % 8).., columns 8 (lid / 8)..
     let tr = (lid & 7u) * 2u;
     let tc = (lid >> 3u) * 2u;
     var m00 = mat4x4<f32>();
@@ -144,10 +144,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         m11 = fold(m11, t1.c4, t1.c5, t1.c6, t1.c7, da1, db1, ma1, sb1);
         workgroupBarrier();
     }
-    let r = r0 + tr * 4u;
-    let c = c0 + tc * 4u;
-    store4(r, c, i2, i3, m00);
-    store4(r, c + 4u, i2, i3, m01);
-    store4(r + 4u, c, i2, i3, m10);
-    store4(r + 4u, c + 4u, i2, i3, m11);
+    return Acc(m00, m01, m10, m11);
 }

@@ -4,8 +4,9 @@ ENABLE_F16
 // dequantized on load; 8 × 8 outputs per invocation (few workgroup-memory
 // loads per multiply-add: those are gathers on llvmpipe). The tiles hold
 // f32 (16 KiB) or, on the f16 tiles path, f16 (8 KiB: the first line
-// enables f16 then), whose products and sums are still f32. Grid: (row
-// tiles, column tiles, ne2 ne3 of dst).
+// enables f16 then), whose products and sums are still f32. This file is
+// the tile (`tile`, `bsel`); the entry point follows it: MUL_MAT's
+// (`matmul_main.wgsl`) or MUL_MAT_ID's (`matmul_id.wgsl`).
 DEQUANT
 
 // [k][64 rows / 4] and [k][64 columns / 4]
@@ -34,22 +35,20 @@ fn outer(a: vec4<f32>, b: vec4<f32>) -> mat4x4<f32> {
     return mat4x4<f32>(a * b.x, a * b.y, a * b.z, a * b.w);
 }
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let n = P.ne[4];
-    let m = P.ne[0].y;
-    let i2 = wid.z % n.z;
-    let i3 = wid.z / n.z;
-    let a0 = addr(0u, 0u, 0u, i2 / (n.z / P.ne[0].z), i3 / (n.w / P.ne[0].w));
-    let r0 = wid.x * 64u;
-    let c0 = wid.y * 64u;
-    // this invocation loads row / column lid of the tile
-    let arow = a0 + (r0 + lid) * P.nb[0].y;
-    let bcol = addr(1u, 0u, c0 + lid, i2, i3);
-    let aok = r0 + lid < m;
-    let bok = c0 + lid < n.y;
-    // and computes rows 8 tr.., columns 8 tc.. (matrices: rows 0-3 / 4-7 ×
-    // columns 0-3 / 4-7; plain variables, not arrays indexed at run time)
+// The 8 × 8 outputs of one invocation of a tile: rows 8 (lid % 8)..,
+// columns 8 (lid / 8).. as rows 0-3 / 4-7 × columns 0-3 / 4-7 (plain
+// variables, not arrays indexed at run time).
+struct Acc { m00: mat4x4<f32>, m01: mat4x4<f32>, m10: mat4x4<f32>, m11: mat4x4<f32> }
+
+// The byte address of s1's column (i1, i2, i3), as `tile` takes it.
+fn bsel(i1: u32, i2: u32, i3: u32) -> u32 {
+    return addr(1u, 0u, i1, i2, i3);
+}
+
+// One 64 × 64 tile: invocation `lid` loads the weight row at byte `arow`
+// (where `aok`, else zeros) and the s1 column `bcol` (`bsel`; where `bok`)
+// and returns its outputs. Has barriers: call it in uniform control flow.
+fn tile(arow: u32, aok: bool, bcol: u32, bok: bool, lid: u32) -> Acc {
     let tr = (lid & 7u) * 2u;
     let tc = (lid >> 3u) * 2u;
     var m00 = mat4x4<f32>();
@@ -80,10 +79,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
     }
-    let r = r0 + tr * 4u;
-    let c = c0 + tc * 4u;
-    store4(r, c, i2, i3, m00);
-    store4(r, c + 4u, i2, i3, m01);
-    store4(r + 4u, c, i2, i3, m10);
-    store4(r + 4u, c + 4u, i2, i3, m11);
+    return Acc(m00, m01, m10, m11);
 }

@@ -4,8 +4,8 @@ use super::*;
 
 /// MUL_MAT_ID for every weight type (rows a multiple of 16, so that the
 /// `CPU_PACKED` device packs the legacy quants), with `b` broadcast over the
-/// slots and per slot, one token, and experts routed by ARGSORT as
-/// llama.cpp does; ADD_ID; TOP_K.
+/// slots and per slot, one token, a prompt's 37 tokens for a few types, and
+/// experts routed by ARGSORT as llama.cpp does; ADD_ID; TOP_K.
 pub(super) fn moe_cases(v: &mut Vec<OpCase>) {
     // (n_expert, n_used, tokens, b per slot)
     let shapes = [(4, 2, 5, false), (6, 3, 1, true)];
@@ -23,6 +23,28 @@ pub(super) fn moe_cases(v: &mut Vec<OpCase>) {
                     let ids = t(DType::I32, &[n_used, n_tok])?;
                     let out = ops::mul_mat_id(&a, &b, &ids)?;
                     Ok((vec![(a, U), (b, U), (ids, Fill::Index(n_exp))], out))
+                },
+            ));
+        }
+    }
+    // prompt sizes: 74 columns over 8 experts, some 9 each (GPUs run these
+    // on tiles; M off a 64-row tile, K off a 64-wide step where the block
+    // allows)
+    for a_t in [DType::F32, DType::Q4_0, DType::Q4_K, DType::Q6_K] {
+        let k = if a_t.block_size() == 256 { 256 } else { 96 };
+        for n_b in [1, 2] {
+            let tol = if a_t.is_quantized() { 1e-4 } else { 1e-5 };
+            v.push(case(
+                format!(
+                    "MUL_MAT_ID(type_a={a_t},n_expert=8,n_used=2,n_b={n_b},tokens=37,m=80,k={k})"
+                ),
+                tol,
+                move || {
+                    let a = t(a_t, &[k, 80, 8])?;
+                    let b = t(DType::F32, &[k, n_b, 37])?;
+                    let ids = t(DType::I32, &[2, 37])?;
+                    let out = ops::mul_mat_id(&a, &b, &ids)?;
+                    Ok((vec![(a, U), (b, U), (ids, Fill::Index(8))], out))
                 },
             ));
         }

@@ -1,5 +1,6 @@
-//! MUL_MAT's integer-dot path for prompts (`matmul_paths.rs` says when it
-//! runs): two dispatches over the backend's scratch buffer.
+//! MUL_MAT's (and the tiled MUL_MAT_ID's) integer-dot path for prompts
+//! (`matmul_paths.rs` says when it runs): two dispatches over the backend's
+//! scratch buffer.
 //!
 //! 1. `shaders/mmq_quant.wgsl` quantizes every column of `b` once into
 //!    blocks of 32 signed bytes with an f16-rounded scale `d` and `s = d Σq`,
@@ -8,12 +9,15 @@
 //! 2. `shaders/matmul_int.wgsl` multiplies 64 × 64 tiles: weight blocks
 //!    unpacked into signed bytes (`shaders/mmq_weights.wgsl`), exact i32
 //!    block sums by `dot4I8Packed`, then `d_w d_a Σ (+ m_w s_a)` in f32.
+//!    MUL_MAT_ID's entry point (`shaders/matmul_id.wgsl`) picks each tile's
+//!    columns by expert and reads their blocks by b's column (s % n_b, t).
 //!
 //! For the legacy types the products are the CPU's up to the order of the
 //! f32 sums. The K-quants' CPU partner is Q8_K (one scale per 256): here
 //! the activations keep one per 32 (as ggml's Vulkan mmq), so the two
 //! differ by the two roundings of the activations.
 
+use strata::ops::Op;
 use strata::{DType, Result, Tensor};
 
 use super::super::{per_item, slots_of, Dispatch, Kernel, Params, Scratch};
@@ -64,9 +68,9 @@ pub(crate) fn scratch_bytes(ctx: &GpuContext, node: &Tensor) -> Option<u64> {
     (bytes <= ctx.max_buffer_size() as u64).then_some(bytes)
 }
 
-/// The two dispatches of MUL_MAT `node` (weights of a type [`has`] takes;
-/// more columns than the matrix-vector kernel's), or `None` when its
-/// activations do not fit a scratch buffer.
+/// The two dispatches of MUL_MAT or MUL_MAT_ID `node` (weights of a type
+/// [`has`] takes; planned on tiles), or `None` when its activations do not
+/// fit a scratch buffer.
 pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Option<Vec<Dispatch>>> {
     let (Some(a), Some(b)) = (node.src(0), node.src(1)) else {
         return Err(super::super::unsupported(ctx, node));
@@ -99,29 +103,36 @@ pub(crate) fn plan(ctx: &GpuContext, node: &Tensor) -> Result<Option<Vec<Dispatc
     // unpacking
     let mut words = dequant::source(&[(0, a.dtype())]);
     words.push_str(weights_section("common"));
-    let mm = Kernel::new(
-        "mul_mat_int",
-        concat!(
-            include_str!("../../shaders/matmul_int.wgsl"),
-            include_str!("../../shaders/matmul_store.wgsl")
-        ),
-        node,
-    )
-    .def("DEQUANT", words)
-    .def("WEIGHTS", weights_section(name))
-    .def("MINS", mins)
-    .def("HALVES", halves);
+    let (kernel, body) = if node.op() == &Op::MulMatId {
+        (
+            "mul_mat_id_int",
+            concat!(
+                include_str!("../../shaders/matmul_int.wgsl"),
+                include_str!("../../shaders/matmul_id.wgsl")
+            ),
+        )
+    } else {
+        (
+            "mul_mat_int",
+            concat!(
+                include_str!("../../shaders/matmul_int.wgsl"),
+                include_str!("../../shaders/matmul_main.wgsl"),
+                include_str!("../../shaders/matmul_store.wgsl")
+            ),
+        )
+    };
+    let mm = Kernel::new(kernel, body, node)
+        .def("DEQUANT", words)
+        .def("WEIGHTS", weights_section(name))
+        .def("MINS", mins)
+        .def("HALVES", halves);
     let mut slots = slots_of(node);
     slots[1] = None;
     let mut second = Dispatch {
         pipeline: mm.pipeline(ctx)?,
         params: p,
         slots,
-        groups: [
-            node.ne()[0].div_ceil(super::TILE) as u32,
-            node.ne()[1].div_ceil(super::TILE) as u32,
-            (node.ne()[2] * node.ne()[3]) as u32,
-        ],
+        groups: super::tile_grid(ctx, node)?,
         scratch: Some(Scratch { slot: 1, bytes }),
     };
     // slot 1 reads the scratch from its start
