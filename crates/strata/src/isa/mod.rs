@@ -239,6 +239,60 @@ pub fn active() -> Isa {
     })
 }
 
+/// Every kernel family's entries at one level (with the fallback to the
+/// lower levels resolved). Built only for a level this CPU runs, so any
+/// entry may assume its level's CPU features.
+pub(crate) struct Table {
+    /// The quantized dot products and row quantizers, per type.
+    pub(crate) quant: crate::quant::simd::Kernels,
+    /// The packed-weight tile kernels, per type.
+    pub(crate) packed: crate::quant::packed::Table,
+}
+
+impl Table {
+    /// Level `isa`'s own entries, without the fallback.
+    fn own(isa: Isa) -> Table {
+        Table {
+            quant: crate::quant::simd::own(isa),
+            packed: crate::quant::packed::own(isa),
+        }
+    }
+
+    /// These entries, with `lower`'s in the places these have none.
+    fn over(self, lower: &Table) -> Table {
+        Table {
+            quant: self.quant.over(&lower.quant),
+            packed: self.packed.over(&lower.packed),
+        }
+    }
+}
+
+/// The kernel table of level `isa`, built on first use; `None` if this
+/// CPU cannot run `isa`.
+#[inline]
+pub(crate) fn table(isa: Isa) -> Option<&'static Table> {
+    static LEVELS: [OnceLock<Table>; Isa::ALL.len()] = [const { OnceLock::new() }; Isa::ALL.len()];
+    let cell = &LEVELS[isa as usize];
+    // A table is only ever built for a level this CPU runs.
+    if let Some(t) = cell.get() {
+        return Some(t);
+    }
+    if !isa.is_supported() {
+        return None;
+    }
+    Some(cell.get_or_init(|| {
+        let own = Table::own(isa);
+        // (Scalar is its own lower level: no fallback, and no reentry.)
+        match isa {
+            Isa::Scalar => own,
+            _ => match table(isa.lower()) {
+                Some(lower) => own.over(lower),
+                None => own,
+            },
+        }
+    }))
+}
+
 /// Runs the level's instance of a kernel instantiated by [`per_level!`] in
 /// module `$m`, or `$portable` when `$isa` has no f32 lanes on this CPU:
 /// `simd!(isa, m::name(args), portable)`. The caller states, at the call,

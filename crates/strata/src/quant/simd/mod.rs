@@ -50,7 +50,6 @@
 
 use super::{DType, QuantizeRowFn, VecDot4Fn, VecDotFn};
 use crate::isa::Isa;
-use std::sync::OnceLock;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64_neon;
@@ -109,7 +108,7 @@ impl Kernels {
     /// These kernels, with `lower`'s in the slots these leave empty. A
     /// four-column kernel comes from the level whose one-column kernel is
     /// used, so that the two stay bit-identical.
-    fn over(mut self, lower: &Kernels) -> Kernels {
+    pub(crate) fn over(mut self, lower: &Kernels) -> Kernels {
         for t in 0..TYPES {
             if self.vec_dot[t].is_none() {
                 self.vec_dot[t] = lower.vec_dot[t];
@@ -194,8 +193,9 @@ macro_rules! table {
 }
 use table;
 
-/// Level `isa`'s own kernels, without the fallback.
-fn own(isa: Isa) -> Kernels {
+/// Level `isa`'s own kernels, without the fallback (the level's file's
+/// `table!` list; its entry in [`crate::isa::Table`]).
+pub(crate) fn own(isa: Isa) -> Kernels {
     match isa {
         Isa::Scalar => {
             let mut k = Kernels::EMPTY;
@@ -219,20 +219,10 @@ fn own(isa: Isa) -> Kernels {
 }
 
 /// The kernels of level `isa` (with the fallback to the lower levels
-/// resolved), built on first use; `None` if this CPU cannot run `isa`.
+/// resolved): those of its kernel table (`isa::Table`), built on first
+/// use; `None` if this CPU cannot run `isa`.
 pub fn kernels_for(isa: Isa) -> Option<&'static Kernels> {
-    static LEVELS: [OnceLock<Kernels>; Isa::ALL.len()] =
-        [const { OnceLock::new() }; Isa::ALL.len()];
-    if !isa.is_supported() {
-        return None;
-    }
-    Some(LEVELS[isa as usize].get_or_init(|| {
-        let own = own(isa);
-        match isa {
-            Isa::Scalar => own,
-            _ => kernels_for(isa.lower()).map_or(own, |lower| own.over(lower)),
-        }
-    }))
+    crate::isa::table(isa).map(|t| &t.quant)
 }
 
 /// The dot product of a `dtype` row with a `vec_dot_type(dtype)` row at
