@@ -247,6 +247,8 @@ pub(crate) struct Table {
     pub(crate) quant: crate::quant::simd::Kernels,
     /// The packed-weight tile kernels, per type.
     pub(crate) packed: crate::quant::packed::Table,
+    /// The f32 row kernels (conversions, exponentials, activations).
+    pub(crate) vector: crate::cpu::vector::Kernels,
 }
 
 impl Table {
@@ -255,6 +257,7 @@ impl Table {
         Table {
             quant: crate::quant::simd::own(isa),
             packed: crate::quant::packed::own(isa),
+            vector: crate::cpu::vector::own(isa),
         }
     }
 
@@ -263,6 +266,7 @@ impl Table {
         Table {
             quant: self.quant.over(&lower.quant),
             packed: self.packed.over(&lower.packed),
+            vector: self.vector.over(&lower.vector),
         }
     }
 }
