@@ -95,6 +95,7 @@ impl Isa {
     /// The level whose f32 lane kernels run `self` on this CPU: `Avx512`
     /// for `Avx512`, `Vnni` and `Amx`, `Avx2` for `Avx2` and `AvxVnni`, else (also for a level
     /// this CPU cannot run) `Scalar`, meaning the portable code.
+    #[cfg(target_arch = "x86_64")]
     #[inline]
     pub(crate) fn f32_level(self) -> Isa {
         if cfg!(target_arch = "x86_64") && self.is_supported() {
@@ -249,6 +250,8 @@ pub(crate) struct Table {
     pub(crate) packed: crate::quant::packed::Table,
     /// The f32 row kernels (conversions, exponentials, activations).
     pub(crate) vector: crate::cpu::vector::Kernels,
+    /// The float GEMM and GEMV (all or none).
+    pub(crate) gemm: Option<crate::cpu::ops::matmul_float::Kernels>,
 }
 
 impl Table {
@@ -258,6 +261,7 @@ impl Table {
             quant: crate::quant::simd::own(isa),
             packed: crate::quant::packed::own(isa),
             vector: crate::cpu::vector::own(isa),
+            gemm: crate::cpu::ops::matmul_float::own(isa),
         }
     }
 
@@ -267,6 +271,7 @@ impl Table {
             quant: self.quant.over(&lower.quant),
             packed: self.packed.over(&lower.packed),
             vector: self.vector.over(&lower.vector),
+            gemm: self.gemm.or(lower.gemm),
         }
     }
 }
@@ -301,6 +306,7 @@ pub(crate) fn table(isa: Isa) -> Option<&'static Table> {
 /// module `$m`, or `$portable` when `$isa` has no f32 lanes on this CPU:
 /// `simd!(isa, m::name(args), portable)`. The caller states, at the call,
 /// why the arguments meet the kernel's contract.
+#[cfg(target_arch = "x86_64")]
 macro_rules! simd {
     ($isa:expr, $m:ident :: $f:ident $(::<$($g:tt),*>)? ($($a:expr),* $(,)?), $portable:expr) => {
         match $isa.f32_level() {
@@ -315,4 +321,5 @@ macro_rules! simd {
         }
     };
 }
+#[cfg(target_arch = "x86_64")]
 pub(crate) use simd;

@@ -10,7 +10,7 @@ mod attn;
 mod copy;
 mod elementwise;
 mod matmul;
-mod matmul_float;
+pub(crate) mod matmul_float;
 mod matmul_packed;
 mod moe;
 mod moe_packed;
