@@ -92,23 +92,6 @@ impl Isa {
         }
     }
 
-    /// The level whose f32 lane kernels run `self` on this CPU: `Avx512`
-    /// for `Avx512`, `Vnni` and `Amx`, `Avx2` for `Avx2` and `AvxVnni`, else (also for a level
-    /// this CPU cannot run) `Scalar`, meaning the portable code.
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    pub(crate) fn f32_level(self) -> Isa {
-        if cfg!(target_arch = "x86_64") && self.is_supported() {
-            match self {
-                Isa::Avx512 | Isa::Vnni | Isa::Amx => Isa::Avx512,
-                Isa::Avx2 | Isa::AvxVnni => Isa::Avx2,
-                Isa::Scalar | Isa::Neon => Isa::Scalar,
-            }
-        } else {
-            Isa::Scalar
-        }
-    }
-
     /// True if both levels belong to the same architecture (scalar to all).
     fn same_arch(self, other: Isa) -> bool {
         let neon = |i: Isa| i == Isa::Neon;
@@ -252,6 +235,9 @@ pub(crate) struct Table {
     pub(crate) vector: crate::cpu::vector::Kernels,
     /// The float GEMM and GEMV (all or none).
     pub(crate) gemm: Option<crate::cpu::ops::matmul_float::Kernels>,
+    /// FLASH_ATTN_EXT's lane kernels (all or none).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) attn: Option<crate::cpu::ops::attn::x86::SimdKernels>,
 }
 
 impl Table {
@@ -262,6 +248,8 @@ impl Table {
             packed: crate::quant::packed::own(isa),
             vector: crate::cpu::vector::own(isa),
             gemm: crate::cpu::ops::matmul_float::own(isa),
+            #[cfg(target_arch = "x86_64")]
+            attn: crate::cpu::ops::attn::x86::own(isa),
         }
     }
 
@@ -272,6 +260,8 @@ impl Table {
             packed: self.packed.over(&lower.packed),
             vector: self.vector.over(&lower.vector),
             gemm: self.gemm.or(lower.gemm),
+            #[cfg(target_arch = "x86_64")]
+            attn: self.attn.or(lower.attn),
         }
     }
 }
@@ -301,25 +291,3 @@ pub(crate) fn table(isa: Isa) -> Option<&'static Table> {
         }
     }))
 }
-
-/// Runs the level's instance of a kernel instantiated by [`per_level!`] in
-/// module `$m`, or `$portable` when `$isa` has no f32 lanes on this CPU:
-/// `simd!(isa, m::name(args), portable)`. The caller states, at the call,
-/// why the arguments meet the kernel's contract.
-#[cfg(target_arch = "x86_64")]
-macro_rules! simd {
-    ($isa:expr, $m:ident :: $f:ident $(::<$($g:tt),*>)? ($($a:expr),* $(,)?), $portable:expr) => {
-        match $isa.f32_level() {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: f32_level() returned a level this CPU runs; the caller
-            // checked the kernel's extents.
-            $crate::isa::Isa::Avx512 => unsafe { $m::avx512::$f $(::<$($g),*>)? ($($a),*) },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: as above, for AVX2.
-            $crate::isa::Isa::Avx2 => unsafe { $m::avx2::$f $(::<$($g),*>)? ($($a),*) },
-            _ => $portable,
-        }
-    };
-}
-#[cfg(target_arch = "x86_64")]
-pub(crate) use simd;

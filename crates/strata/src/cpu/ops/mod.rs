@@ -6,7 +6,7 @@
 //! the destination for in-place ops: kernels load a source row before
 //! storing the destination row (rows are loaded into per-thread scratch).
 
-mod attn;
+pub(crate) mod attn;
 mod copy;
 mod elementwise;
 mod matmul;
