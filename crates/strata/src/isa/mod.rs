@@ -1,19 +1,30 @@
 //! The CPU's instruction-set levels: one type ([`Isa`]) for every kernel
-//! family, detected once per process.
+//! family, detected once per process, and one kernel table per level.
 //!
 //! [`detected`] is the highest level this CPU runs; [`active`] is that level
 //! or a lower one forced with the environment variable `STRATA_ISA`
 //! (`scalar`, `avx2`, `avxvnni`, `avx512`, `vnni`, `amx`, `neon`), read once per
 //! process.
-//! Every kernel table (the quantized dot products in [`crate::quant::simd`],
-//! the packed matmul kernels, the float GEMM, the vector math, attention)
-//! takes an [`Isa`] and maps it to its own kernels; a level without its own
-//! kernel for something uses [`Isa::lower`]'s.
 //!
-//! The f32 vector kernels (vector math, float GEMM, attention) are written
-//! once over the lane abstraction of `x86` (x86-64 only) and instantiated
-//! per level; `Isa::f32_level` is the one map from a level to the lanes
-//! this CPU runs, and `simd!` the one dispatch on it.
+//! **Dispatch.** Every kernel is picked one way: from its level's `Table`,
+//! which holds each family's entries at that level (the quantized dot
+//! products and quantizers of [`crate::quant::simd`], the packed matmul
+//! tiles, the f32 row kernels of [`crate::cpu::vector`], the float GEMM,
+//! attention), function pointers built once per level on first use
+//! (`table(isa)`; `None` for a level this CPU cannot run). Each level's
+//! module declares its own entries in one place: a `table!` list in
+//! `quant/simd/`, a `*_table` function per level in `quant/packed/`, and
+//! for the f32 families the consts `AVX2` and `AVX512` beside their
+//! `per_level!` instances (`cpu/vector/x86.rs`, `cpu/ops/matmul_float/x86.rs`,
+//! `cpu/ops/attn/x86.rs`). A family's `own(isa)` names a level's entries,
+//! and wherever a level has none, its table takes [`Isa::lower`]'s: the
+//! AVX-VNNI level runs AVX2's f32 kernels, VNNI and AMX the AVX-512
+//! level's. Callers look the table up once per op or row and call through
+//! the pointers; a generic kernel is one entry per instantiation.
+//!
+//! The f32 kernels (vector math, float GEMM, attention) are written once
+//! over the lane abstraction of `x86` (x86-64 only) and instantiated per
+//! lanes level by its `per_level!`.
 
 use crate::{Error, Result};
 use std::sync::OnceLock;
@@ -223,9 +234,9 @@ pub fn active() -> Isa {
     })
 }
 
-/// Every kernel family's entries at one level (with the fallback to the
-/// lower levels resolved). Built only for a level this CPU runs, so any
-/// entry may assume its level's CPU features.
+/// Every kernel family's entries at one level, with the fallback to the
+/// lower levels resolved (module docs). Built only for a level this CPU
+/// runs, so any entry may assume its level's CPU features.
 pub(crate) struct Table {
     /// The quantized dot products and row quantizers, per type.
     pub(crate) quant: crate::quant::simd::Kernels,

@@ -4,10 +4,11 @@
 //!
 //! The levels are [`crate::isa::Isa`]'s. Each level's file declares its own
 //! kernels in one `table!` list (type → kernel, for the one-column dot
-//! products, the four-column ones and the quantizers); [`kernels_for`]
-//! builds a level's [`Kernels`] table once, from its own list and, for the
-//! types it has none for, the next lower level's table ([`Isa::lower`]), and
-//! keeps it. [`super::vec_dot_fn`] and [`super::quantize_row_fn`] look up the
+//! products, the four-column ones and the quantizers). A level's
+//! [`Kernels`] are this family's part of its one kernel table (the `isa`
+//! module's docs: built once per level, from the level's own list and, for
+//! the types it has none for, the next lower level's, [`Isa::lower`]);
+//! [`kernels_for`] returns them. [`super::vec_dot_fn`] and [`super::quantize_row_fn`] look up the
 //! [`crate::isa::active`] level's table; [`vec_dot_fn_for`],
 //! [`quantize_row_fn_for`] and [`vec_dot4_fn_for`] (a one-row × four-column
 //! kernel, where the level has one) a given level's (for the matmul, tests
@@ -71,7 +72,8 @@ const TYPES: usize = DType::ALL.len();
 
 /// One level's kernels, indexed by type: a slot holds the level's own kernel
 /// or, where it has none, the one of the next lower level
-/// ([`Isa::lower`]) that has one. Built once per level ([`kernels_for`]).
+/// ([`Isa::lower`]) that has one. Built once per level, in the level's
+/// kernel table ([`kernels_for`]).
 #[derive(Clone, Copy)]
 pub struct Kernels {
     vec_dot: [Option<VecDotFn>; TYPES],
@@ -134,7 +136,8 @@ impl Kernels {
 /// * `quantize: [T => f, ...]`: safe [`QuantizeRowFn`]s, as they are.
 ///
 /// The wrapped `unsafe fn`s may assume the level's CPU features: [`own`]
-/// tables are only reached through [`kernels_for`], which checks them.
+/// tables are only reached through the level's kernel table, which exists
+/// only for a level this CPU runs.
 macro_rules! table {
     // `dot: all`: every type with a dot product, each by this level's
     // `dot_<type>_imp` (the levels that implement them all).
