@@ -20,7 +20,7 @@
 
 mod buffer;
 mod device;
-mod ops;
+pub(crate) mod ops;
 mod packed_buffer;
 mod plan;
 #[cfg(test)]

@@ -1,19 +1,30 @@
 //! The CPU's instruction-set levels: one type ([`Isa`]) for every kernel
-//! family, detected once per process.
+//! family, detected once per process, and one kernel table per level.
 //!
 //! [`detected`] is the highest level this CPU runs; [`active`] is that level
 //! or a lower one forced with the environment variable `STRATA_ISA`
 //! (`scalar`, `avx2`, `avxvnni`, `avx512`, `vnni`, `amx`, `neon`), read once per
 //! process.
-//! Every kernel table (the quantized dot products in [`crate::quant::simd`],
-//! the packed matmul kernels, the float GEMM, the vector math, attention)
-//! takes an [`Isa`] and maps it to its own kernels; a level without its own
-//! kernel for something uses [`Isa::lower`]'s.
 //!
-//! The f32 vector kernels (vector math, float GEMM, attention) are written
-//! once over the lane abstraction of `x86` (x86-64 only) and instantiated
-//! per level; `Isa::f32_level` is the one map from a level to the lanes
-//! this CPU runs, and `simd!` the one dispatch on it.
+//! **Dispatch.** Every kernel is picked one way: from its level's `Table`,
+//! which holds each family's entries at that level (the quantized dot
+//! products and quantizers of [`crate::quant::simd`], the packed matmul
+//! tiles, the f32 row kernels of [`crate::cpu::vector`], the float GEMM,
+//! attention), function pointers built once per level on first use
+//! (`table(isa)`; `None` for a level this CPU cannot run). Each level's
+//! module declares its own entries in one place: a `table!` list in
+//! `quant/simd/`, a `*_table` function per level in `quant/packed/`, and
+//! for the f32 families the consts `AVX2` and `AVX512` beside their
+//! `per_level!` instances (`cpu/vector/x86.rs`, `cpu/ops/matmul_float/x86.rs`,
+//! `cpu/ops/attn/x86.rs`). A family's `own(isa)` names a level's entries,
+//! and wherever a level has none, its table takes [`Isa::lower`]'s: the
+//! AVX-VNNI level runs AVX2's f32 kernels, VNNI and AMX the AVX-512
+//! level's. Callers look the table up once per op or row and call through
+//! the pointers; a generic kernel is one entry per instantiation.
+//!
+//! The f32 kernels (vector math, float GEMM, attention) are written once
+//! over the lane abstraction of `x86` (x86-64 only) and instantiated per
+//! lanes level by its `per_level!`.
 
 use crate::{Error, Result};
 use std::sync::OnceLock;
@@ -89,22 +100,6 @@ impl Isa {
             Isa::Vnni => Isa::Avx512,
             Isa::Avx512 | Isa::AvxVnni => Isa::Avx2,
             Isa::Avx2 | Isa::Neon | Isa::Scalar => Isa::Scalar,
-        }
-    }
-
-    /// The level whose f32 lane kernels run `self` on this CPU: `Avx512`
-    /// for `Avx512`, `Vnni` and `Amx`, `Avx2` for `Avx2` and `AvxVnni`, else (also for a level
-    /// this CPU cannot run) `Scalar`, meaning the portable code.
-    #[inline]
-    pub(crate) fn f32_level(self) -> Isa {
-        if cfg!(target_arch = "x86_64") && self.is_supported() {
-            match self {
-                Isa::Avx512 | Isa::Vnni | Isa::Amx => Isa::Avx512,
-                Isa::Avx2 | Isa::AvxVnni => Isa::Avx2,
-                Isa::Scalar | Isa::Neon => Isa::Scalar,
-            }
-        } else {
-            Isa::Scalar
         }
     }
 
@@ -239,22 +234,71 @@ pub fn active() -> Isa {
     })
 }
 
-/// Runs the level's instance of a kernel instantiated by [`per_level!`] in
-/// module `$m`, or `$portable` when `$isa` has no f32 lanes on this CPU:
-/// `simd!(isa, m::name(args), portable)`. The caller states, at the call,
-/// why the arguments meet the kernel's contract.
-macro_rules! simd {
-    ($isa:expr, $m:ident :: $f:ident $(::<$($g:tt),*>)? ($($a:expr),* $(,)?), $portable:expr) => {
-        match $isa.f32_level() {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: f32_level() returned a level this CPU runs; the caller
-            // checked the kernel's extents.
-            $crate::isa::Isa::Avx512 => unsafe { $m::avx512::$f $(::<$($g),*>)? ($($a),*) },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: as above, for AVX2.
-            $crate::isa::Isa::Avx2 => unsafe { $m::avx2::$f $(::<$($g),*>)? ($($a),*) },
-            _ => $portable,
-        }
-    };
+/// Every kernel family's entries at one level, with the fallback to the
+/// lower levels resolved (module docs). Built only for a level this CPU
+/// runs, so any entry may assume its level's CPU features.
+pub(crate) struct Table {
+    /// The quantized dot products and row quantizers, per type.
+    pub(crate) quant: crate::quant::simd::Kernels,
+    /// The packed-weight tile kernels, per type.
+    pub(crate) packed: crate::quant::packed::Table,
+    /// The f32 row kernels (conversions, exponentials, activations).
+    pub(crate) vector: crate::cpu::vector::Kernels,
+    /// The float GEMM and GEMV (all or none).
+    pub(crate) gemm: Option<crate::cpu::ops::matmul_float::Kernels>,
+    /// FLASH_ATTN_EXT's lane kernels (all or none).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) attn: Option<crate::cpu::ops::attn::x86::SimdKernels>,
 }
-pub(crate) use simd;
+
+impl Table {
+    /// Level `isa`'s own entries, without the fallback.
+    fn own(isa: Isa) -> Table {
+        Table {
+            quant: crate::quant::simd::own(isa),
+            packed: crate::quant::packed::own(isa),
+            vector: crate::cpu::vector::own(isa),
+            gemm: crate::cpu::ops::matmul_float::own(isa),
+            #[cfg(target_arch = "x86_64")]
+            attn: crate::cpu::ops::attn::x86::own(isa),
+        }
+    }
+
+    /// These entries, with `lower`'s in the places these have none.
+    fn over(self, lower: &Table) -> Table {
+        Table {
+            quant: self.quant.over(&lower.quant),
+            packed: self.packed.over(&lower.packed),
+            vector: self.vector.over(&lower.vector),
+            gemm: self.gemm.or(lower.gemm),
+            #[cfg(target_arch = "x86_64")]
+            attn: self.attn.or(lower.attn),
+        }
+    }
+}
+
+/// The kernel table of level `isa`, built on first use; `None` if this
+/// CPU cannot run `isa`.
+#[inline]
+pub(crate) fn table(isa: Isa) -> Option<&'static Table> {
+    static LEVELS: [OnceLock<Table>; Isa::ALL.len()] = [const { OnceLock::new() }; Isa::ALL.len()];
+    let cell = &LEVELS[isa as usize];
+    // A table is only ever built for a level this CPU runs.
+    if let Some(t) = cell.get() {
+        return Some(t);
+    }
+    if !isa.is_supported() {
+        return None;
+    }
+    Some(cell.get_or_init(|| {
+        let own = Table::own(isa);
+        // (Scalar is its own lower level: no fallback, and no reentry.)
+        match isa {
+            Isa::Scalar => own,
+            _ => match table(isa.lower()) {
+                Some(lower) => own.over(lower),
+                None => own,
+            },
+        }
+    }))
+}

@@ -6,11 +6,11 @@
 //! the destination for in-place ops: kernels load a source row before
 //! storing the destination row (rows are loaded into per-thread scratch).
 
-mod attn;
+pub(crate) mod attn;
 mod copy;
 mod elementwise;
 mod matmul;
-mod matmul_float;
+pub(crate) mod matmul_float;
 mod matmul_packed;
 mod moe;
 mod moe_packed;

@@ -3,9 +3,11 @@
 //! the "rest of the token" (norms, activations, soft_max, rope).
 //!
 //! Every function takes the instruction-set level to run at ([`Isa`]; the
-//! CPU backend passes its own, see [`crate::cpu::CpuBackend::set_isa`]).
-//! Levels this module has no code for (scalar, NEON, or a level this CPU
-//! cannot run) use the portable loops, which LLVM auto-vectorizes for the
+//! CPU backend passes its own, see [`crate::cpu::CpuBackend::set_isa`]) and
+//! calls that level's kernel from its table (the `vector` entries of
+//! `isa::Table`: the x86 levels' are in `x86.rs`). Where it has none
+//! (scalar, NEON, a level this CPU cannot run, and the AVX-512-only kernels
+//! at AVX2) the portable loops run, which LLVM auto-vectorizes for the
 //! build's baseline.
 //!
 //! Exactness: the conversions are bit-identical at every level (f16 / bf16
@@ -13,11 +15,81 @@
 //! `half::f16::from_f32` and [`crate::quant::f32_to_bf16`], NaNs included).
 //! The math functions state their own bounds.
 
-use crate::isa::{simd, Isa};
+use crate::isa::Isa;
 use crate::DType;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
+
+/// Declares [`Kernels`] from its entries: each an optional kernel, with
+/// `NONE` and the per-entry fallback `over`.
+macro_rules! kernels {
+    ($($(#[$doc:meta])* $f:ident: $t:ty,)*) => {
+        /// The f32 row kernels of one level (its table's `vector` entries):
+        /// `None` where neither the level nor one below it has the kernel,
+        /// and the portable loop runs. Every kernel takes raw pointers that
+        /// cover the element count given, and needs its level's CPU
+        /// features (a table exists only for a level this CPU runs).
+        #[derive(Clone, Copy)]
+        pub(crate) struct Kernels {
+            $($(#[$doc])* pub(crate) $f: Option<$t>,)*
+        }
+
+        impl Kernels {
+            /// No kernels: the portable loops.
+            pub(crate) const NONE: Kernels = Kernels { $($f: None,)* };
+
+            /// These kernels, with `lower`'s where these have none.
+            pub(crate) fn over(self, lower: &Kernels) -> Kernels {
+                Kernels { $($f: self.$f.or(lower.$f),)* }
+            }
+        }
+    };
+}
+
+kernels! {
+    /// `(n, src, dst)`: `n` f16 → f32, exactly.
+    f16_to_f32: unsafe fn(usize, *const u8, *mut f32),
+    /// `(n, src, dst)`: `n` bf16 → f32, exactly.
+    bf16_to_f32: unsafe fn(usize, *const u8, *mut f32),
+    /// `(n, src, dst)`: f32 → f16 as [`f32_to_f16_row`]; returns the count
+    /// converted (a prefix).
+    f32_to_f16: unsafe fn(usize, *const f32, *mut u8) -> usize,
+    /// `(n, src, dst)`: f32 → bf16 as [`f32_to_bf16_row`]; returns the
+    /// count converted.
+    f32_to_bf16: unsafe fn(usize, *const f32, *mut u8) -> usize,
+    /// `(n, x)`: [`round_to_f16`]; returns the first index not rounded.
+    round_f16: unsafe fn(usize, *mut f32) -> usize,
+    /// `(n, x, shift)`: [`exp_shifted_row`]; returns the count done.
+    exp_shifted: unsafe fn(usize, *mut f32, f32) -> usize,
+    /// `(n, x)`: glibc's `expf` recomputed in lanes ([`exp_row`]); returns
+    /// the count done.
+    exp_libm: unsafe fn(usize, *mut f32) -> usize,
+    /// `(n, x)`: [`silu_row`]'s lanes; returns the count done.
+    silu: unsafe fn(usize, *mut f32) -> usize,
+    /// `(n, g, u, out)`: [`swiglu_row`]'s lanes; returns the count done.
+    swiglu: unsafe fn(usize, *const f32, *const f32, *mut f32) -> usize,
+    /// `(n, x)`: [`sum_squares_f64`].
+    sum_squares: unsafe fn(usize, *const f32) -> f64,
+}
+
+/// Level `isa`'s own vector kernels, without the fallback (its entries in
+/// `isa::Table`).
+pub(crate) fn own(isa: Isa) -> Kernels {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86::AVX2,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => x86::AVX512,
+        _ => Kernels::NONE,
+    }
+}
+
+/// Level `isa`'s vector kernels (none for a level this CPU cannot run).
+#[inline]
+fn kernels(isa: Isa) -> &'static Kernels {
+    crate::isa::table(isa).map_or(&Kernels::NONE, |t| &t.vector)
+}
 
 /// The message for row conversions whose two slices the caller sized from
 /// one count (so a length error would be a bug in strata, not the caller's).
@@ -43,28 +115,32 @@ fn check_len(what: &str, got: usize, want: usize) -> crate::Result<()> {
 /// Errors: [`crate::Error::Length`] when the lengths disagree.
 pub fn f16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) -> crate::Result<()> {
     check_len("f16_to_f32_row", src.len(), 2 * dst.len())?;
-    // The kernel's extents: the lengths match (checked).
-    simd!(
-        isa,
-        x86::f16_to_f32(dst.len(), src.as_ptr(), dst.as_mut_ptr()),
-        for (s, d) in src.chunks_exact(2).zip(dst.iter_mut()) {
-            *d = crate::quant::simd::f16_to_f32(u16::from_le_bytes([s[0], s[1]]));
+    match kernels(isa).f16_to_f32 {
+        // SAFETY: the table's kernel runs on this CPU; the lengths match
+        // (checked).
+        Some(k) => unsafe { k(dst.len(), src.as_ptr(), dst.as_mut_ptr()) },
+        None => {
+            for (s, d) in src.chunks_exact(2).zip(dst.iter_mut()) {
+                *d = crate::quant::simd::f16_to_f32(u16::from_le_bytes([s[0], s[1]]));
+            }
         }
-    );
+    }
     Ok(())
 }
 
 /// Widens little-endian bf16 values (`src.len() == 2 * dst.len()`) to f32, exactly.
 pub fn bf16_to_f32_row(isa: Isa, src: &[u8], dst: &mut [f32]) -> crate::Result<()> {
     check_len("bf16_to_f32_row", src.len(), 2 * dst.len())?;
-    // The kernel's extents: the lengths match (checked).
-    simd!(
-        isa,
-        x86::bf16_to_f32(dst.len(), src.as_ptr(), dst.as_mut_ptr()),
-        for (s, d) in src.chunks_exact(2).zip(dst.iter_mut()) {
-            *d = crate::quant::bf16_to_f32(u16::from_le_bytes([s[0], s[1]]));
+    match kernels(isa).bf16_to_f32 {
+        // SAFETY: the table's kernel runs on this CPU; the lengths match
+        // (checked).
+        Some(k) => unsafe { k(dst.len(), src.as_ptr(), dst.as_mut_ptr()) },
+        None => {
+            for (s, d) in src.chunks_exact(2).zip(dst.iter_mut()) {
+                *d = crate::quant::bf16_to_f32(u16::from_le_bytes([s[0], s[1]]));
+            }
         }
-    );
+    }
     Ok(())
 }
 
@@ -88,12 +164,12 @@ pub(crate) fn half_rows(dtype: DType) -> (WidenRow, RoundRow) {
 /// holding a NaN goes through `half` so NaN payloads match it too).
 pub fn f32_to_f16_row(isa: Isa, src: &[f32], dst: &mut [u8]) -> crate::Result<()> {
     check_len("f32_to_f16_row", dst.len(), 2 * src.len())?;
-    // The kernel's extents: the lengths match (checked).
-    let done = simd!(
-        isa,
-        x86::f32_to_f16(src.len(), src.as_ptr(), dst.as_mut_ptr()),
-        0
-    );
+    let done = match kernels(isa).f32_to_f16 {
+        // SAFETY: the table's kernel runs on this CPU; the lengths match
+        // (checked).
+        Some(k) => unsafe { k(src.len(), src.as_ptr(), dst.as_mut_ptr()) },
+        None => 0,
+    };
     crate::quant::quantize_row_f16(&src[done..], &mut dst[2 * done..]);
     Ok(())
 }
@@ -102,13 +178,11 @@ pub fn f32_to_f16_row(isa: Isa, src: &[f32], dst: &mut [u8]) -> crate::Result<()
 /// bit-identical to [`crate::quant::f32_to_bf16`] (ggml's rounding).
 pub fn f32_to_bf16_row(isa: Isa, src: &[f32], dst: &mut [u8]) -> crate::Result<()> {
     check_len("f32_to_bf16_row", dst.len(), 2 * src.len())?;
-    let done = match isa.f32_level() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: f32_level() checked AVX-512; the lengths match (checked).
-        Isa::Avx512 => unsafe {
-            x86::f32_to_bf16_avx512(src.len(), src.as_ptr(), dst.as_mut_ptr())
-        },
-        _ => 0,
+    let done = match kernels(isa).f32_to_bf16 {
+        // SAFETY: the table's kernel runs on this CPU; the lengths match
+        // (checked).
+        Some(k) => unsafe { k(src.len(), src.as_ptr(), dst.as_mut_ptr()) },
+        None => 0,
     };
     crate::quant::quantize_row_bf16(&src[done..], &mut dst[2 * done..]);
     Ok(())
@@ -117,8 +191,12 @@ pub fn f32_to_bf16_row(isa: Isa, src: &[f32], dst: &mut [u8]) -> crate::Result<(
 /// Replaces every value by its f16 rounding widened back (`x = f32(f16(x))`),
 /// as [`f32_to_f16_row`] then [`f16_to_f32_row`].
 pub fn round_to_f16(isa: Isa, x: &mut [f32]) {
-    // The kernel's extents: the pointer covers x.len() values.
-    let done = simd!(isa, x86::round_f16(x.len(), x.as_mut_ptr()), 0);
+    let done = match kernels(isa).round_f16 {
+        // SAFETY: the table's kernel runs on this CPU; the pointer covers
+        // x.len() values.
+        Some(k) => unsafe { k(x.len(), x.as_mut_ptr()) },
+        None => 0,
+    };
     for v in &mut x[done..] {
         *v = half::f16::from_f32(*v).to_f32();
     }
@@ -142,8 +220,12 @@ pub fn round_to_bf16(x: &mut [f32]) {
 
 /// `x[i] = e^(x[i] - shift)`.
 pub fn exp_shifted_row(isa: Isa, x: &mut [f32], shift: f32) {
-    // The kernel's extents: the pointer covers x.len() values.
-    let done = simd!(isa, x86::exp_shifted(x.len(), x.as_mut_ptr(), shift), 0);
+    let done = match kernels(isa).exp_shifted {
+        // SAFETY: the table's kernel runs on this CPU; the pointer covers
+        // x.len() values.
+        Some(k) => unsafe { k(x.len(), x.as_mut_ptr(), shift) },
+        None => 0,
+    };
     for v in &mut x[done..] {
         *v = (*v - shift).exp();
     }
@@ -172,7 +254,7 @@ pub fn libm_exp_in_lanes(isa: Isa) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static SAME: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        isa.f32_level() != Isa::Scalar && *SAME.get_or_init(lanes_match_libm)
+        kernels(isa).exp_libm.is_some() && *SAME.get_or_init(lanes_match_libm)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -219,8 +301,8 @@ const PROBE_WITNESSES: [u32; 24] = [
     0x429f_2d8b,
 ];
 
-/// The probe of [`libm_exp_in_lanes`]: the AVX2 lanes (which every lane
-/// level here runs) against `f32::exp`, bit for bit, on
+/// The probe of [`libm_exp_in_lanes`]: the AVX2 lanes (which every CPU
+/// with a lane level runs) against `f32::exp`, bit for bit, on
 /// [`PROBE_WITNESSES`] and an even spread over glibc's fast path (4096 in
 /// all, whole vectors).
 #[cfg(target_arch = "x86_64")]
@@ -229,8 +311,12 @@ fn lanes_match_libm() -> bool {
     let (lo, hi, n) = (-87.9f32, 87.9f32, 4096 - args.len());
     args.extend((0..n).map(|i| lo + (hi - lo) * i as f32 / n as f32));
     let mut y = args.clone();
-    // The kernel's extents: the pointer covers y.len() values.
-    let done = simd!(Isa::Avx2, x86::exp_libm(y.len(), y.as_mut_ptr()), 0);
+    let done = match kernels(Isa::Avx2).exp_libm {
+        // SAFETY: the table's kernel runs on this CPU; the pointer covers
+        // y.len() values.
+        Some(k) => unsafe { k(y.len(), y.as_mut_ptr()) },
+        None => 0,
+    };
     done == args.len()
         && args
             .iter()
@@ -241,11 +327,11 @@ fn lanes_match_libm() -> bool {
 /// `x[i] = e^x[i]`, bit-identical to `f32::exp` at every level (lanes only
 /// where [`libm_exp_in_lanes`]).
 pub fn exp_row(isa: Isa, x: &mut [f32]) {
-    let done = if libm_exp_in_lanes(isa) {
-        // The kernel's extents: the pointer covers x.len() values.
-        simd!(isa, x86::exp_libm(x.len(), x.as_mut_ptr()), 0)
-    } else {
-        0
+    let done = match kernels(isa).exp_libm {
+        // SAFETY: the table's kernel runs on this CPU; the pointer covers
+        // x.len() values.
+        Some(k) if libm_exp_in_lanes(isa) => unsafe { k(x.len(), x.as_mut_ptr()) },
+        _ => 0,
     };
     for v in &mut x[done..] {
         *v = v.exp();
@@ -255,11 +341,11 @@ pub fn exp_row(isa: Isa, x: &mut [f32]) {
 /// `x[i] = silu(x[i])` ([`silu`]), bit-identical to it at every level
 /// (lanes only where [`libm_exp_in_lanes`]).
 pub fn silu_row(isa: Isa, x: &mut [f32]) {
-    let done = if libm_exp_in_lanes(isa) {
-        // The kernel's extents: the pointer covers x.len() values.
-        simd!(isa, x86::silu(x.len(), x.as_mut_ptr()), 0)
-    } else {
-        0
+    let done = match kernels(isa).silu {
+        // SAFETY: the table's kernel runs on this CPU; the pointer covers
+        // x.len() values.
+        Some(k) if libm_exp_in_lanes(isa) => unsafe { k(x.len(), x.as_mut_ptr()) },
+        _ => 0,
     };
     for v in &mut x[done..] {
         *v = silu(*v);
@@ -282,15 +368,13 @@ pub fn swiglu_row(isa: Isa, g: &[f32], u: &[f32], out: &mut [f32]) -> crate::Res
         }
     }
     let n = g.len();
-    let done = if libm_exp_in_lanes(isa) {
-        // The kernel's extents: all three pointers cover n values (checked).
-        simd!(
-            isa,
-            x86::swiglu(n, g.as_ptr(), u.as_ptr(), out.as_mut_ptr()),
-            0
-        )
-    } else {
-        0
+    let done = match kernels(isa).swiglu {
+        // SAFETY: the table's kernel runs on this CPU; all three pointers
+        // cover n values (checked).
+        Some(k) if libm_exp_in_lanes(isa) => unsafe {
+            k(n, g.as_ptr(), u.as_ptr(), out.as_mut_ptr())
+        },
+        _ => 0,
     };
     for i in done..n {
         out[i] = silu(g[i]) * u[i];
@@ -301,11 +385,11 @@ pub fn swiglu_row(isa: Isa, g: &[f32], u: &[f32], out: &mut [f32]) -> crate::Res
 /// `Σ x[i]²` accumulated in f64 (each square exact in f64; the sum's
 /// rounding is the only error, relative <= n · 2^-53).
 pub fn sum_squares_f64(isa: Isa, x: &[f32]) -> f64 {
-    match isa.f32_level() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: f32_level() checked AVX-512; the pointer covers x.len() values.
-        Isa::Avx512 => unsafe { x86::sum_sq_avx512(x.len(), x.as_ptr()) },
-        _ => {
+    match kernels(isa).sum_squares {
+        // SAFETY: the table's kernel runs on this CPU; the pointer covers
+        // x.len() values.
+        Some(k) => unsafe { k(x.len(), x.as_ptr()) },
+        None => {
             let mut acc = [0f64; 4];
             let chunks = x.chunks_exact(4);
             let rest = chunks.remainder();

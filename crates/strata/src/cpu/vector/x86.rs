@@ -1,11 +1,12 @@
 //! x86-64 bodies of [`super`]'s helpers, written once over
 //! [`Lanes`] and instantiated per level by [`per_level!`] (modules
-//! `avx512` and `avx2`); the two AVX-512-only helpers (bf16 rounding,
-//! the f64 sum of squares) follow. Every function is `unsafe` for two
-//! reasons only: the caller must have checked the CPU features of its level
-//! (the dispatcher in `super` does, through `Isa::f32_level`), and the raw
-//! pointers must cover the element counts given.
+//! `avx512` and `avx2`), and the two AVX-512-only helpers (bf16 rounding,
+//! the f64 sum of squares); [`AVX2`] and [`AVX512`] are the levels' table
+//! entries. Every function is `unsafe` for two reasons only: the caller
+//! must run on a CPU with its level's features (the table's kernels do),
+//! and the raw pointers must cover the element counts given.
 
+use super::Kernels;
 use crate::isa::x86::{exp, expf, load_part, mask16, per_level, store_part, widen16, Lanes};
 use std::arch::x86_64::*;
 
@@ -19,6 +20,34 @@ per_level! {
     fn silu(n: usize, x: *mut f32) -> usize;
     fn swiglu(n: usize, g: *const f32, u: *const f32, out: *mut f32) -> usize;
 }
+
+/// The vector kernels of the lanes level whose `per_level!` module is `$l`.
+macro_rules! lanes_kernels {
+    ($l:ident) => {
+        Kernels {
+            f16_to_f32: Some($l::f16_to_f32),
+            bf16_to_f32: Some($l::bf16_to_f32),
+            f32_to_f16: Some($l::f32_to_f16),
+            round_f16: Some($l::round_f16),
+            exp_shifted: Some($l::exp_shifted),
+            exp_libm: Some($l::exp_libm),
+            silu: Some($l::silu),
+            swiglu: Some($l::swiglu),
+            ..Kernels::NONE
+        }
+    };
+}
+
+/// The AVX2 level's vector kernels (AVX-VNNI's too, through the fallback).
+pub(super) const AVX2: Kernels = lanes_kernels!(avx2);
+
+/// The AVX-512 level's vector kernels (VNNI's and AMX's too): its lanes'
+/// and the two AVX-512-only ones.
+pub(super) const AVX512: Kernels = Kernels {
+    f32_to_bf16: Some(f32_to_bf16_avx512),
+    sum_squares: Some(sum_sq_avx512),
+    ..lanes_kernels!(avx512)
+};
 
 /// f16 → f32 (exact), a vector at a time, then the partial one.
 ///
@@ -227,7 +256,7 @@ unsafe fn swiglu<L: Lanes>(n: usize, g: *const f32, u: *const f32, out: *mut f32
 /// # Safety
 /// AVX-512 F/BW/VL; `src` holds `n` f32, `dst` room for `n` bf16.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-pub(super) unsafe fn f32_to_bf16_avx512(n: usize, src: *const f32, dst: *mut u8) -> usize {
+unsafe fn f32_to_bf16_avx512(n: usize, src: *const f32, dst: *mut u8) -> usize {
     let mut i = 0;
     while i + 16 <= n {
         // SAFETY: elements i .. i + 16 <= n of both rows are in bounds.
@@ -252,7 +281,7 @@ pub(super) unsafe fn f32_to_bf16_avx512(n: usize, src: *const f32, dst: *mut u8)
 /// # Safety
 /// AVX-512 F/BW/VL; `x` covers n f32.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-pub(super) unsafe fn sum_sq_avx512(n: usize, x: *const f32) -> f64 {
+unsafe fn sum_sq_avx512(n: usize, x: *const f32) -> f64 {
     let mut a0 = _mm512_setzero_pd();
     let mut a1 = _mm512_setzero_pd();
     let mut i = 0;

@@ -6,11 +6,14 @@
 //!
 //! A kernel is a generic `unsafe fn k<L: Lanes>(..)` marked
 //! `#[inline(always)]`; [`per_level!`] instantiates it per level inside
-//! `#[target_feature]` functions, and the caller dispatches on
-//! [`Isa::f32_level`](super::Isa::f32_level) with [`simd!`](super::simd).
-//! Every function here requires its level's CPU features (callers check
-//! them through `f32_level` or `Isa::is_supported`) and raw pointers that
-//! cover the element counts given.
+//! `#[target_feature]` functions (modules `avx512` and `avx2`), and the
+//! family's file declares each level's table entries from those instances
+//! (consts `AVX2` and `AVX512`, one entry per instantiation of a generic
+//! kernel), which the level's kernel table holds (the `isa` module's docs:
+//! the VNNI and AMX levels take AVX-512's, AVX-VNNI AVX2's). Every
+//! function here requires its level's CPU features (a kernel table exists
+//! only for a level the CPU runs) and raw pointers that cover the element
+//! counts given.
 //!
 //! **exp.** `e^x` is Cephes' `expf` scheme: `n = round(x · log2 e)`, `r = x
 //! − n · ln 2` (Cody–Waite split of ln 2), `e^r = 1 + r + r² · P(r)` with a
@@ -206,9 +209,9 @@ pub(crate) unsafe fn widen16<L: Lanes, const BF: bool>(src: *const u16, n: usize
 /// Instantiates generic kernels per level: for each listed
 /// `fn name<...>(args) -> ret`, the modules `avx512` and `avx2` get a
 /// `#[target_feature]` function `name` calling `super::name::<L512, ..>` /
-/// `super::name::<L256, ..>` (the generic's first parameter is the lanes).
-/// Attributes written before an entry (`#[cfg(test)]`) go on both
-/// instances.
+/// `super::name::<L256, ..>` (the generic's first parameter is the lanes),
+/// for the level's table entries to point to. Attributes written before
+/// an entry (`#[cfg(test)]`) go on both instances.
 ///
 /// # Safety (of the generated functions)
 /// The caller has checked the level's CPU features and meets the generic

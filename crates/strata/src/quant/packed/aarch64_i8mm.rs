@@ -34,7 +34,8 @@
 //! `smmla` is inline assembly: its intrinsic (`vmmlaq_s32`) is not stable
 //! Rust (`stdarch_neon_i8mm`). Every kernel is an `unsafe fn` with
 //! `#[target_feature(enable = "neon,dotprod,i8mm")]`, reached only through
-//! [`kernels`] after [`available`] checked the CPU.
+//! [`kernels`], which fills the NEON level's table (`super::aarch64_neon`)
+//! after [`available`] checked the CPU.
 
 use super::aarch64_neon::{act_block, block_term, column, quarter_with, seed};
 use super::tags::{tiles, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};

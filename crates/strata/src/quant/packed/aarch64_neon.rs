@@ -37,8 +37,8 @@
 //! infinite f16) are written as inline assembly: their intrinsics
 //! (`vdotq_laneq_s32`, `vcvt_f32_f16`) are not stable Rust yet. Every kernel
 //! is an `unsafe fn` with `#[target_feature(enable = "neon,dotprod")]`,
-//! reached only through [`kernels`] after [`super::has_kernels`] checked the
-//! CPU.
+//! reached only through [`neon_table`] (the level's entries in its
+//! [`crate::isa::Table`]), which checks `dotprod`.
 //!
 //! Where the CPU also has `i8mm`, the tiles of two or more columns are
 //! `aarch64_i8mm.rs`'s (`smmla` on column pairs, the same bits); it reuses
@@ -50,7 +50,7 @@ use super::tags::{
     block_quantizer, has_min, is_q5, kernel_table, quantize_blocks, tiles, Q4_0, Q4_1, Q5_0, Q5_1,
     Q8_0,
 };
-use super::{Kernels, Tile, TileFn};
+use super::{Kernels, Table, Tile, TileFn};
 pub(super) use crate::isa::aarch64::sdot_lane;
 use crate::tensor::DType;
 use std::arch::aarch64::*;
@@ -60,6 +60,25 @@ use std::arch::asm;
 /// itself is mandatory on aarch64).
 pub(super) fn available() -> bool {
     std::arch::is_aarch64_feature_detected!("dotprod")
+}
+
+/// The NEON level's own packed kernels on a CPU with `dotprod` (none
+/// without): this file's tiles for the legacy types (of two or more
+/// columns `aarch64_i8mm.rs`'s where the CPU has `i8mm`), and
+/// `aarch64_neon_k.rs`'s for the K-quants; none for IQ4_NL.
+pub(super) fn neon_table() -> Table {
+    if !available() {
+        return Table::EMPTY;
+    }
+    let i8mm = super::aarch64_i8mm::available();
+    Table::from_fn(|t| {
+        let legacy = if i8mm {
+            super::aarch64_i8mm::kernels(t)
+        } else {
+            kernels(t)
+        };
+        legacy.or_else(|| super::aarch64_neon_k::kernels(t))
+    })
 }
 
 /// Four f16 bit patterns widened to f32 (`fcvtl`): exact for every finite

@@ -55,7 +55,8 @@
 //! `aarch64_neon.rs`'s inline assembly (their intrinsics are not stable
 //! Rust). Every kernel is an `unsafe fn` with
 //! `#[target_feature(enable = "neon,dotprod")]`, reached only through
-//! [`kernels`] after [`super::has_kernels`] checked the CPU.
+//! [`kernels`], which fills the NEON level's table (`super::aarch64_neon`)
+//! on a CPU with `dotprod`.
 
 use super::aarch64_neon::{f16x4, sdot_lane};
 use super::k::{IQ4_XS_LINES, Q2_K_D, Q3_K_D, Q4_K_LINES, Q5_K_LINES, Q6_K_D};

@@ -95,7 +95,6 @@
 use crate::isa::Isa;
 use crate::tensor::DType;
 use crate::{Error, Result};
-use std::sync::OnceLock;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64_i8mm;
@@ -583,68 +582,65 @@ impl Kernels {
 /// As [`TileFn`], for `n` columns.
 pub(crate) type WideFn = unsafe fn(t: Tile, n: usize);
 
-/// The packed kernels of `isa` for `dtype`, if it has them ([`has_kernels`]):
-/// a lookup in the level's table, built on first use.
-pub(crate) fn kernels_for(isa: Isa, dtype: DType) -> Option<Kernels> {
-    const TYPES: usize = DType::ALL.len();
-    static LEVELS: [OnceLock<[Option<Kernels>; TYPES]>; Isa::ALL.len()] =
-        [const { OnceLock::new() }; Isa::ALL.len()];
-    if !isa.is_supported() {
-        return None;
-    }
-    LEVELS[isa as usize].get_or_init(|| {
-        let mut table = [None; TYPES];
+/// One level's packed kernels, per type: the level's own or, where it has
+/// none, the next lower level's (its [`crate::isa::Table`] entry).
+#[derive(Clone, Copy)]
+pub(crate) struct Table([Option<Kernels>; DType::ALL.len()]);
+
+impl Table {
+    /// No kernels.
+    #[allow(dead_code)] // unused on architectures without packed kernels
+    const EMPTY: Table = Table([None; DType::ALL.len()]);
+
+    /// The kernels `f` gives for each type: a level's own entries.
+    #[allow(dead_code)] // unused on architectures without packed kernels
+    fn from_fn(f: impl Fn(DType) -> Option<Kernels>) -> Table {
+        let mut table = Table::EMPTY;
         for t in DType::ALL {
-            table[t as usize] = level_kernels(isa, t);
+            table.0[t as usize] = f(t);
         }
         table
-    })[dtype as usize]
+    }
+
+    /// The kernels for `dtype`, if any.
+    pub(crate) fn get(&self, dtype: DType) -> Option<Kernels> {
+        self.0[dtype as usize]
+    }
+
+    /// These kernels, with `lower`'s for the types these have none for.
+    pub(crate) fn over(mut self, lower: &Table) -> Table {
+        for (own, lower) in self.0.iter_mut().zip(&lower.0) {
+            *own = own.or(*lower);
+        }
+        self
+    }
 }
 
-/// The packed kernels of `isa` for `dtype` from the level's module.
-fn level_kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
-    if !has_kernels(isa, dtype) {
-        return None;
+/// Level `isa`'s own packed kernels, without the fallback: each level's
+/// entries are declared by its module's `*_table` function.
+pub(crate) fn own(isa: Isa) -> Table {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86_avx2::avx2_table(),
+        #[cfg(target_arch = "x86_64")]
+        Isa::AvxVnni => x86_avx2::avx_vnni_table(),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => x86::avx512_table(),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Vnni => x86::vnni_table(),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Amx => x86::amx_table(),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => aarch64_neon::neon_table(),
+        #[allow(unreachable_patterns)]
+        _ => Table::EMPTY,
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        let avx2 = || {
-            x86_avx2::kernels(dtype)
-                .or_else(|| x86_avx2_k::kernels(dtype))
-                .map(|k| Kernels {
-                    wide: x86_avx2_kw::wide_for(dtype),
-                    ..k
-                })
-        };
-        if isa == Isa::Avx2 {
-            avx2()
-        } else if isa == Isa::AvxVnni {
-            // Its own tiles for the legacy types and IQ4_NL, AVX2's for the
-            // K-quants.
-            x86_avx2::vnni_kernels(dtype).or_else(avx2)
-        } else {
-            // AVX-512 tiles for the legacy types and Q4_K .. Q6_K; the
-            // AVX2 tiles for the other K types (has_kernels).
-            x86::kernels(isa, dtype)
-                .or_else(|| x86_k::kernels(isa, dtype))
-                .or_else(avx2)
-        }
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        // Tiles of two or more columns with `smmla` where the CPU has i8mm;
-        // the K-quants' tiles are `sdot` ones either way.
-        let legacy = if aarch64_i8mm::available() {
-            aarch64_i8mm::kernels(dtype)
-        } else {
-            aarch64_neon::kernels(dtype)
-        };
-        legacy.or_else(|| aarch64_neon_k::kernels(dtype))
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        None
-    }
+}
+
+/// The packed kernels of `isa` for `dtype`, if it has them ([`has_kernels`]):
+/// a lookup in the level's [`crate::isa::Table`].
+pub(crate) fn kernels_for(isa: Isa, dtype: DType) -> Option<Kernels> {
+    crate::isa::table(isa)?.packed.get(dtype)
 }
 
 /// Bytes of one prepared activation column of `k` elements for weights of

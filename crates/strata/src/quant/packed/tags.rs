@@ -212,8 +212,8 @@ macro_rules! level_table {
             }
         }
 
-        /// This level's kernels for `dtype` (the caller checked
-        /// `has_kernels`).
+        /// This module's kernels for `dtype`, or `None` for a type not
+        /// named (its level's table function takes them from here).
         pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
             Some(match dtype {
                 $(DType::$t => table::<$t>(),)*

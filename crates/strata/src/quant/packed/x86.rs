@@ -17,14 +17,14 @@
 //! sum, as the AVX-VNNI kernels of `x86_avx2.rs` do on eight rows.
 //!
 //! Every kernel here is an `unsafe fn` with `#[target_feature]`: callers get
-//! them only through [`kernels`], which the dispatcher calls after checking
-//! the CPU ([`super::has_kernels`]).
+//! them only through the levels' tables ([`avx512_table`], [`vnni_table`];
+//! entries of [`crate::isa::Table`], which is only built for a level the
+//! CPU runs).
 
 use super::tags::{
     chunk_size, has_min, kernel_table, quantize_blocks, tiles, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 };
-use super::{Kernels, Tile, TileFn};
-use crate::isa::Isa;
+use super::{Kernels, Table, Tile, TileFn};
 use crate::tensor::DType;
 use std::arch::x86_64::*;
 
@@ -230,11 +230,25 @@ level!(
     )
 );
 
-/// The kernels of `isa` for `dtype` (the caller checked [`super::has_kernels`]).
-pub(super) fn kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
-    match isa {
-        Isa::Vnni | Isa::Amx => vnni::kernels(dtype),
-        Isa::Avx512 if dtype != DType::Q8_0 => avx512::kernels(dtype),
-        _ => None,
-    }
+/// The AVX-512 level's own packed kernels: its tiles for the legacy 4/5-bit
+/// types (Q8_0 has none at this level) and `x86_k`'s for the K-quants but
+/// IQ4_XS; the other types run AVX2's ([`Isa::lower`](crate::isa::Isa::lower)).
+pub(super) fn avx512_table() -> Table {
+    Table::from_fn(|t| match t {
+        DType::Q8_0 => None,
+        _ => avx512::kernels(t).or_else(|| super::x86_k::avx512_kernels(t)),
+    })
+}
+
+/// The VNNI level's own packed kernels: its `vpdpbusd` tiles for the legacy
+/// types and IQ4_NL, `x86_k`'s for the K-quants.
+pub(super) fn vnni_table() -> Table {
+    Table::from_fn(|t| vnni::kernels(t).or_else(|| super::x86_k::vnni_kernels(t)))
+}
+
+/// The AMX level's own packed kernels: the K-quants' VNNI tiles with AMX
+/// tile products for 16 columns and more (`x86_k`); the legacy types run
+/// the VNNI level's.
+pub(super) fn amx_table() -> Table {
+    Table::from_fn(super::x86_k::amx_kernels)
 }

@@ -50,14 +50,14 @@
 //! bound of the scalar reference the tests check).
 //!
 //! Every kernel is an `unsafe fn` with `#[target_feature]`, reached only
-//! through [`kernels`] after the dispatcher checked the CPU
-//! ([`super::has_kernels`]).
+//! through the levels' tables ([`avx2_table`], [`avx_vnni_table`]; entries
+//! of [`crate::isa::Table`], which is only built for a level the CPU runs).
 
 use super::tags::{
     block_quantizer, chunk_size, has_min, is_k, is_q5, kernel_table, quantize_blocks, tiles,
     IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 };
-use super::{Kernels, Tile, TileFn};
+use super::{Kernels, Table, Tile, TileFn};
 use crate::tensor::DType;
 use std::arch::x86_64::*;
 
@@ -395,15 +395,24 @@ level!(vnni_emulated, "avx2,fma,f16c", true, dpbusd_avx2);
 
 pub(super) use avx2::tile;
 
-/// The AVX2 kernels for `dtype` (the caller checked [`super::has_kernels`]).
-pub(super) fn kernels(dtype: DType) -> Option<Kernels> {
-    avx2::kernels(dtype)
+/// The AVX2 level's own packed kernels: its tiles for the legacy types and
+/// IQ4_NL, `x86_avx2_k`'s for the K-quants, with `x86_avx2_kw`'s
+/// many-column K-quant kernels.
+pub(super) fn avx2_table() -> Table {
+    Table::from_fn(|t| {
+        avx2::kernels(t)
+            .or_else(|| super::x86_avx2_k::kernels(t))
+            .map(|k| Kernels {
+                wide: super::x86_avx2_kw::wide_for(t),
+                ..k
+            })
+    })
 }
 
-/// The AVX-VNNI kernels for `dtype`: the legacy types and IQ4_NL (the
-/// caller checked [`super::has_kernels`], so the CPU has AVX-VNNI).
-pub(super) fn vnni_kernels(dtype: DType) -> Option<Kernels> {
-    avxvnni::kernels(dtype)
+/// The AVX-VNNI level's own packed kernels: its `vpdpbusd` tiles for the
+/// legacy types and IQ4_NL; the K-quants run AVX2's.
+pub(super) fn avx_vnni_table() -> Table {
+    Table::from_fn(avxvnni::kernels)
 }
 
 /// `t` without its first `c` columns.
@@ -500,7 +509,7 @@ mod tests {
             .into_iter()
             .chain([DType::IQ4_NL])
         {
-            let avx2 = kernels(dtype).unwrap();
+            let avx2 = avx2::kernels(dtype).unwrap();
             let emulated = vnni_emulated::kernels(dtype).unwrap();
             let real = kernels_for(Isa::AvxVnni, dtype);
             assert_eq!(real.is_some(), Isa::AvxVnni.is_supported(), "{dtype}");

@@ -53,8 +53,9 @@
 //! the level-specific `dot` / `wdot`, the tile over a group and the tables.
 //!
 //! Every kernel here is an `unsafe fn` with `#[target_feature]`: callers
-//! get them only through [`kernels`], which the dispatcher calls after
-//! checking the CPU ([`super::has_kernels`]).
+//! get them only through the per-level functions below ([`avx512_kernels`],
+//! [`vnni_kernels`], [`amx_kernels`]), which fill the levels' tables
+//! (`super::x86`), built only for a level the CPU runs.
 
 use super::k::{IQ4_XS_LINES, Q2_K_D, Q3_K_D, Q4_K_LINES, Q5_K_LINES, Q6_K_D};
 use super::tags::{
@@ -232,27 +233,36 @@ macro_rules! wide_fn {
     };
 }
 
-/// The K-quant kernels of `isa` for `dtype` (Q4_K, Q5_K, Q6_K at the
-/// AVX-512 levels; the caller checked [`super::has_kernels`]).
-pub(super) fn kernels(isa: Isa, dtype: DType) -> Option<Kernels> {
-    match isa {
-        Isa::Vnni => vnni::kernels(dtype).map(|k| Kernels {
-            wide: Some(wide_fn!(vnni::wide_dec, dtype)),
-            ..k
-        }),
-        // The VNNI tiles, and AMX products for 16 columns and more.
-        Isa::Amx => vnni::kernels(dtype).map(|k| Kernels {
-            wide: Some(wide_fn!(vnni::wide, dtype)),
-            ..k
-        }),
-        // IQ4_XS's biased values (≤ 241) would saturate `vpmaddubsw`'s
-        // pair sums: the AVX2 tiles (signed values, `vpsignb`) run it.
-        Isa::Avx512 if dtype != DType::IQ4_XS => avx512::kernels(dtype).map(|k| Kernels {
+/// The AVX-512 level's K-quant kernels for `dtype`, with its many-column
+/// kernels; none for IQ4_XS, whose biased values (≤ 241) would saturate
+/// `vpmaddubsw`'s pair sums: the AVX2 tiles (signed values, `vpsignb`) run
+/// it.
+pub(super) fn avx512_kernels(dtype: DType) -> Option<Kernels> {
+    match dtype {
+        DType::IQ4_XS => None,
+        _ => avx512::kernels(dtype).map(|k| Kernels {
             wide: Some(wide_fn!(avx512::wide_dec, dtype)),
             ..k
         }),
-        _ => None,
     }
+}
+
+/// The VNNI level's K-quant kernels for `dtype`, with its many-column
+/// kernels.
+pub(super) fn vnni_kernels(dtype: DType) -> Option<Kernels> {
+    vnni::kernels(dtype).map(|k| Kernels {
+        wide: Some(wide_fn!(vnni::wide_dec, dtype)),
+        ..k
+    })
+}
+
+/// The AMX level's K-quant kernels for `dtype`: the VNNI tiles, and AMX
+/// products for 16 columns and more.
+pub(super) fn amx_kernels(dtype: DType) -> Option<Kernels> {
+    vnni::kernels(dtype).map(|k| Kernels {
+        wide: Some(wide_fn!(vnni::wide, dtype)),
+        ..k
+    })
 }
 
 #[cfg(test)]

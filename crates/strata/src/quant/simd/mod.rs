@@ -4,10 +4,11 @@
 //!
 //! The levels are [`crate::isa::Isa`]'s. Each level's file declares its own
 //! kernels in one `table!` list (type → kernel, for the one-column dot
-//! products, the four-column ones and the quantizers); [`kernels_for`]
-//! builds a level's [`Kernels`] table once, from its own list and, for the
-//! types it has none for, the next lower level's table ([`Isa::lower`]), and
-//! keeps it. [`super::vec_dot_fn`] and [`super::quantize_row_fn`] look up the
+//! products, the four-column ones and the quantizers). A level's
+//! [`Kernels`] are this family's part of its one kernel table (the `isa`
+//! module's docs: built once per level, from the level's own list and, for
+//! the types it has none for, the next lower level's, [`Isa::lower`]);
+//! [`kernels_for`] returns them. [`super::vec_dot_fn`] and [`super::quantize_row_fn`] look up the
 //! [`crate::isa::active`] level's table; [`vec_dot_fn_for`],
 //! [`quantize_row_fn_for`] and [`vec_dot4_fn_for`] (a one-row × four-column
 //! kernel, where the level has one) a given level's (for the matmul, tests
@@ -50,7 +51,6 @@
 
 use super::{DType, QuantizeRowFn, VecDot4Fn, VecDotFn};
 use crate::isa::Isa;
-use std::sync::OnceLock;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64_neon;
@@ -72,7 +72,8 @@ const TYPES: usize = DType::ALL.len();
 
 /// One level's kernels, indexed by type: a slot holds the level's own kernel
 /// or, where it has none, the one of the next lower level
-/// ([`Isa::lower`]) that has one. Built once per level ([`kernels_for`]).
+/// ([`Isa::lower`]) that has one. Built once per level, in the level's
+/// kernel table ([`kernels_for`]).
 #[derive(Clone, Copy)]
 pub struct Kernels {
     vec_dot: [Option<VecDotFn>; TYPES],
@@ -109,7 +110,7 @@ impl Kernels {
     /// These kernels, with `lower`'s in the slots these leave empty. A
     /// four-column kernel comes from the level whose one-column kernel is
     /// used, so that the two stay bit-identical.
-    fn over(mut self, lower: &Kernels) -> Kernels {
+    pub(crate) fn over(mut self, lower: &Kernels) -> Kernels {
         for t in 0..TYPES {
             if self.vec_dot[t].is_none() {
                 self.vec_dot[t] = lower.vec_dot[t];
@@ -135,7 +136,8 @@ impl Kernels {
 /// * `quantize: [T => f, ...]`: safe [`QuantizeRowFn`]s, as they are.
 ///
 /// The wrapped `unsafe fn`s may assume the level's CPU features: [`own`]
-/// tables are only reached through [`kernels_for`], which checks them.
+/// tables are only reached through the level's kernel table, which exists
+/// only for a level this CPU runs.
 macro_rules! table {
     // `dot: all`: every type with a dot product, each by this level's
     // `dot_<type>_imp` (the levels that implement them all).
@@ -194,8 +196,9 @@ macro_rules! table {
 }
 use table;
 
-/// Level `isa`'s own kernels, without the fallback.
-fn own(isa: Isa) -> Kernels {
+/// Level `isa`'s own kernels, without the fallback (the level's file's
+/// `table!` list; its entry in [`crate::isa::Table`]).
+pub(crate) fn own(isa: Isa) -> Kernels {
     match isa {
         Isa::Scalar => {
             let mut k = Kernels::EMPTY;
@@ -219,20 +222,10 @@ fn own(isa: Isa) -> Kernels {
 }
 
 /// The kernels of level `isa` (with the fallback to the lower levels
-/// resolved), built on first use; `None` if this CPU cannot run `isa`.
+/// resolved): those of its kernel table (`isa::Table`), built on first
+/// use; `None` if this CPU cannot run `isa`.
 pub fn kernels_for(isa: Isa) -> Option<&'static Kernels> {
-    static LEVELS: [OnceLock<Kernels>; Isa::ALL.len()] =
-        [const { OnceLock::new() }; Isa::ALL.len()];
-    if !isa.is_supported() {
-        return None;
-    }
-    Some(LEVELS[isa as usize].get_or_init(|| {
-        let own = own(isa);
-        match isa {
-            Isa::Scalar => own,
-            _ => kernels_for(isa.lower()).map_or(own, |lower| own.over(lower)),
-        }
-    }))
+    crate::isa::table(isa).map(|t| &t.quant)
 }
 
 /// The dot product of a `dtype` row with a `vec_dot_type(dtype)` row at

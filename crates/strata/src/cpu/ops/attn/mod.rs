@@ -82,7 +82,7 @@ use crate::tensor::{DType, Tensor};
 mod decode;
 mod tiled;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(crate) mod x86;
 
 use decode::split_kv;
 use tiled::tiled;

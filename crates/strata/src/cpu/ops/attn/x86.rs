@@ -20,15 +20,17 @@
 //!
 //! Every `unsafe fn` here requires the CPU features of its level; the
 //! generic kernels are instantiated per level by `per_level!` (modules
-//! `avx512` and `avx2`), and reached only through [`Simd`], which is built
-//! for a level this CPU runs ([`Isa::f32_level`]) and whose safe [`Kernels`]
-//! methods check slice lengths and row bounds before any raw access.
+//! `avx512` and `avx2`), and the levels' table entries ([`AVX2`],
+//! [`AVX512`]: one [`SimdKernels`] each) are reached only through
+//! [`Simd`], which holds the table of a level this CPU runs and whose
+//! safe [`Kernels`] methods check slice lengths and row bounds before any
+//! raw access.
 
-use super::{ChunkJob, Kernels, PvCols, RowState, Scalar, SoftmaxCols};
+use super::{ChunkJob, Kernels, PvCols, RowState, Scalar, SoftmaxCols, GROUP};
 #[cfg(test)]
 use crate::isa::x86::exp_arg;
 use crate::isa::x86::{exp_bounded, per_level, widen16, Lanes, L256, L512};
-use crate::isa::{simd, Isa};
+use crate::isa::Isa;
 use crate::tensor::DType;
 
 mod chunk;
@@ -387,32 +389,132 @@ per_level! {
     fn round_h_k(x: *mut f32, n: usize);
 }
 
-/// The kernels of one x86 level, [`Isa::Avx512`] (also the VNNI level's)
-/// or [`Isa::Avx2`], as `per_level!` instantiated them; built only for a
-/// level this CPU runs, so each method's `simd!` dispatch finds its level
-/// (the scalar kernels stand in otherwise).
-#[derive(Clone, Copy)]
-pub(crate) struct Simd {
-    level: Isa,
+/// A one-chunk group kernel: a level's [`one_chunk`] for one group of
+/// rows with its arguments built and its row state written back
+/// ([`chunk_groups`]).
+///
+/// # Safety
+/// The level's features; the group of 1 ..= [`GROUP`] rows (the entry's
+/// `G`), for which [`Simd`]'s `one_chunk` checked every extent (queries,
+/// masks, accumulators, K/V rows `c0..c1` from the two pointers).
+type ChunkGroupFn = unsafe fn(&ChunkJob<'_>, &mut [RowState<'_>], *const u8, *const u8);
+
+/// The one-chunk group kernels of the lanes level whose `per_level!`
+/// module is `$l`, per K/V type (f32, f16) and group size: a wrapper per
+/// instantiation of its [`one_chunk`] that builds the group's arguments
+/// and writes back its running maximum and sum outside the kernel.
+macro_rules! chunk_groups {
+    ($l:ident) => {{
+        /// The level's [`one_chunk`] on a group of `G` rows ([`ChunkGroupFn`]).
+        ///
+        /// # Safety
+        /// As [`ChunkGroupFn`].
+        unsafe fn group<const H: bool, const G: usize>(
+            job: &ChunkJob<'_>,
+            rows: &mut [RowState<'_>],
+            k: *const u8,
+            v: *const u8,
+        ) {
+            let mut a = chunk_args::<G>(job, rows, k, v);
+            // SAFETY: forwarded contract.
+            unsafe { $l::one_chunk::<H, G>(&mut a) };
+            a.write_back(rows);
+        }
+        [
+            [
+                group::<false, 1>,
+                group::<false, 2>,
+                group::<false, 3>,
+                group::<false, 4>,
+            ],
+            [
+                group::<true, 1>,
+                group::<true, 2>,
+                group::<true, 3>,
+                group::<true, 4>,
+            ],
+        ]
+    }};
 }
+
+/// FLASH_ATTN_EXT's kernels at one x86 level (its `isa::Table` entry): the
+/// level's `per_level!` instances, one entry per instantiation, and its
+/// width; each needs the level's CPU features and the extents its generic
+/// kernel states.
+#[derive(Clone, Copy)]
+pub(crate) struct SimdKernels {
+    /// f32 lanes per vector.
+    width: usize,
+    to_f32: unsafe fn(*const u8, bool, usize, *mut f32),
+    qk: unsafe fn(*const f32, usize, usize, *const f32, usize, *mut f32),
+    pv: unsafe fn(Pv),
+    softmax_cols: unsafe fn(Softmax),
+    /// `chunk_group[H][G - 1]`: f16 (`H`) or f32 K/V, groups of `G` rows.
+    chunk_group: [[ChunkGroupFn; GROUP]; 2],
+    /// `exp_k::<F>` (tests).
+    #[cfg(test)]
+    exp_k: [unsafe fn(*mut f32, usize); 3],
+    /// `round_h_k` (tests).
+    #[cfg(test)]
+    round_h_k: unsafe fn(*mut f32, usize),
+}
+
+/// The attention kernels of the lanes level whose `per_level!` module is
+/// `$l`, `$w` lanes wide.
+macro_rules! simd_kernels {
+    ($l:ident, $w:expr) => {
+        SimdKernels {
+            width: $w,
+            to_f32: $l::to_f32,
+            qk: $l::qk,
+            pv: $l::pv,
+            softmax_cols: $l::softmax_cols,
+            chunk_group: chunk_groups!($l),
+            #[cfg(test)]
+            exp_k: [
+                $l::exp_k::<EXP>,
+                $l::exp_k::<EXP_BOUNDED>,
+                $l::exp_k::<EXP_ARG>,
+            ],
+            #[cfg(test)]
+            round_h_k: $l::round_h_k,
+        }
+    };
+}
+
+/// The AVX2 level's attention kernels (AVX-VNNI's too, through the fallback).
+const AVX2: SimdKernels = simd_kernels!(avx2, L256::W);
+
+/// The AVX-512 level's attention kernels (VNNI's and AMX's too).
+const AVX512: SimdKernels = simd_kernels!(avx512, L512::W);
+
+/// Level `isa`'s own attention kernels, without the fallback (its entry
+/// in `isa::Table`).
+pub(crate) fn own(isa: Isa) -> Option<SimdKernels> {
+    match isa {
+        Isa::Avx2 => Some(AVX2),
+        Isa::Avx512 => Some(AVX512),
+        _ => None,
+    }
+}
+
+/// The attention kernels of one x86 level, from the level's table: only
+/// made for a level this CPU runs (the scalar kernels stand in otherwise).
+#[derive(Clone, Copy)]
+pub(crate) struct Simd(&'static SimdKernels);
 
 impl Simd {
     /// The kernels running `isa`, if it has f32 lanes on this CPU.
     pub(crate) fn new(isa: Isa) -> Option<Simd> {
-        let level = isa.f32_level();
-        (level != Isa::Scalar).then_some(Simd { level })
+        crate::isa::table(isa)?.attn.as_ref().map(Simd)
     }
 
     /// Exponential `F` ([`exp_k`]) in place for the leading multiple of
     /// the width (tests).
     #[cfg(test)]
     fn exp_k_in_place<const F: u8>(self, x: &mut [f32]) {
-        // The kernel's extents: x.len() f32 at x.
-        simd!(
-            self.level,
-            self::exp_k::<F>(x.as_mut_ptr(), x.len()),
-            unreachable!()
-        );
+        // SAFETY: the table's kernel runs on this CPU; x.len() f32 at x.
+        unsafe { (self.0.exp_k[F as usize])(x.as_mut_ptr(), x.len()) };
     }
 
     /// `e^x` in place for the leading multiple of the width (tests).
@@ -436,51 +538,21 @@ impl Simd {
     /// The f16 round trip in place for the leading multiple of the width (tests).
     #[cfg(test)]
     pub(super) fn round_h_in_place(self, x: &mut [f32]) {
-        // The kernel's extents: x.len() f32 at x.
-        simd!(
-            self.level,
-            self::round_h_k(x.as_mut_ptr(), x.len()),
-            unreachable!()
-        );
-    }
-
-    fn run_chunk<const H: bool, const G: usize>(
-        self,
-        job: &ChunkJob<'_>,
-        rows: &mut [RowState<'_>],
-        k: *const u8,
-        v: *const u8,
-    ) {
-        let mut a = chunk_args::<G>(job, rows, k, v);
-        // The kernel's extents: one_chunk() checked every extent (queries,
-        // masks, accumulators, K/V rows c0..c1).
-        simd!(
-            self.level,
-            self::one_chunk::<H, G>(&mut a),
-            return Scalar.one_chunk(job, rows)
-        );
-        a.write_back(rows);
+        // SAFETY: the table's kernel runs on this CPU; x.len() f32 at x.
+        unsafe { (self.0.round_h_k)(x.as_mut_ptr(), x.len()) };
     }
 }
 
 impl Kernels for Simd {
     fn width(self) -> usize {
-        if self.level == Isa::Avx512 {
-            L512::W
-        } else {
-            L256::W
-        }
+        self.0.width
     }
 
     fn to_f32(self, src: &[u8], dt: DType, dst: &mut [f32]) {
         let n = src.len() / dt.type_size();
         assert!(n <= dst.len() && matches!(dt, DType::F16 | DType::F32));
-        // The kernel's extents: n values in src and dst.
-        simd!(
-            self.level,
-            self::to_f32(src.as_ptr(), dt == DType::F16, n, dst.as_mut_ptr()),
-            return Scalar.to_f32(src, dt, dst)
-        );
+        // SAFETY: the table's kernel runs on this CPU; n values in src and dst.
+        unsafe { (self.0.to_f32)(src.as_ptr(), dt == DType::F16, n, dst.as_mut_ptr()) };
         dst[n..].fill(0.0);
     }
 
@@ -488,12 +560,8 @@ impl Kernels for Simd {
         assert!(np > 0 && np.is_multiple_of(self.width()) && kq.len().is_multiple_of(np));
         let kvn = kq.len() / np;
         assert!(kf.len() >= kvn * d && qt.len() >= d * np);
-        // The kernel's extents: checked above.
-        simd!(
-            self.level,
-            self::qk(kf.as_ptr(), d, kvn, qt.as_ptr(), np, kq.as_mut_ptr()),
-            Scalar.qk(kf, d, qt, np, kq)
-        )
+        // SAFETY: the table's kernel runs on this CPU; extents checked above.
+        unsafe { (self.0.qk)(kf.as_ptr(), d, kvn, qt.as_ptr(), np, kq.as_mut_ptr()) }
     }
 
     fn softmax_cols(self, a: SoftmaxCols<'_>) {
@@ -511,8 +579,8 @@ impl Kernels for Simd {
             s: a.s.as_mut_ptr(),
             ms: a.ms.as_mut_ptr(),
         };
-        // The kernel's extents: checked above.
-        simd!(self.level, self::softmax_cols(raw), Scalar.softmax_cols(a))
+        // SAFETY: the table's kernel runs on this CPU; extents checked above.
+        unsafe { (self.0.softmax_cols)(raw) }
     }
 
     fn pv(self, a: PvCols<'_>) {
@@ -533,8 +601,8 @@ impl Kernels for Simd {
             ms: a.ms.as_ptr(),
             vkq: a.vkq.as_mut_ptr(),
         };
-        // The kernel's extents: checked above.
-        simd!(self.level, self::pv(raw), Scalar.pv(a))
+        // SAFETY: the table's kernel runs on this CPU; extents checked above.
+        unsafe { (self.0.pv)(raw) }
     }
 
     fn one_chunk(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]) {
@@ -557,18 +625,11 @@ impl Kernels for Simd {
         let v = job.v.row_ptr(job.c0, job.ik2, job.ik3).cast_const();
         job.k.row_ptr(job.c1 - 1, job.ik2, job.ik3);
         job.v.row_ptr(job.c1 - 1, job.ik2, job.ik3);
-        let half = kt == DType::F16;
-        for group in rows.chunks_mut(4) {
-            match (half, group.len()) {
-                (true, 1) => self.run_chunk::<true, 1>(job, group, k, v),
-                (true, 2) => self.run_chunk::<true, 2>(job, group, k, v),
-                (true, 3) => self.run_chunk::<true, 3>(job, group, k, v),
-                (true, _) => self.run_chunk::<true, 4>(job, group, k, v),
-                (false, 1) => self.run_chunk::<false, 1>(job, group, k, v),
-                (false, 2) => self.run_chunk::<false, 2>(job, group, k, v),
-                (false, 3) => self.run_chunk::<false, 3>(job, group, k, v),
-                (false, _) => self.run_chunk::<false, 4>(job, group, k, v),
-            }
+        let kernels = &self.0.chunk_group[usize::from(kt == DType::F16)];
+        for group in rows.chunks_mut(GROUP) {
+            // SAFETY: the table's kernel runs on this CPU; the group has
+            // 1 ..= GROUP rows, every extent checked above.
+            unsafe { kernels[group.len() - 1](job, group, k, v) };
         }
     }
 }

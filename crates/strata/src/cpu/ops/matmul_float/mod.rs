@@ -53,7 +53,7 @@
 use super::{matmul_packed, Ctx, NodePlan, WorkSize};
 use crate::cpu::vector;
 use crate::cpu::TView;
-use crate::isa::{simd, Isa};
+use crate::isa::Isa;
 use crate::tensor::DType;
 
 /// Largest K block of the GEMM (the blocks of a given K are equal-sized).
@@ -67,30 +67,67 @@ const CLAIM_PANELS: usize = 4;
 /// Rows per GEMV step.
 const GEMV_ROWS: usize = 8;
 
-/// A level's micro-kernel shape.
-#[derive(Clone, Copy, Debug)]
-struct Geom {
-    mr: usize,
-    nr: usize,
-    /// The f32 lane level ([`Isa::f32_level`]) whose kernels run.
-    level: Isa,
+/// Weight type tags of the kernels (const generic tags, and indices of
+/// [`Kernels::pack`] and [`Kernels::gemv8`]).
+const F32: u8 = 0;
+const F16: u8 = 1;
+const BF16: u8 = 2;
+
+/// The tag of weight type `dtype` (F32, F16 or BF16).
+fn tag(dtype: DType) -> u8 {
+    match dtype {
+        DType::F16 => F16,
+        DType::BF16 => BF16,
+        _ => F32,
+    }
 }
 
-fn geom(isa: Isa) -> Option<Geom> {
-    let level = isa.f32_level();
-    match level {
-        Isa::Avx512 => Some(Geom {
-            mr: 32,
-            nr: 12,
-            level,
-        }),
-        Isa::Avx2 => Some(Geom {
-            mr: 16,
-            nr: 6,
-            level,
-        }),
+/// The largest MR of any level (sizes a panel's row pointers).
+const MR_MAX: usize = 32;
+
+/// The float GEMM's and GEMV's kernels at one level (its `isa::Table`
+/// entry, declared in `x86.rs`): the micro-kernel's shape and the kernels,
+/// each needing the level's CPU features (a table exists only for a level
+/// this CPU runs).
+#[derive(Clone, Copy)]
+pub(crate) struct Kernels {
+    /// Rows of `a` per micro-tile and packed panel (a divisor of [`MC`]).
+    mr: usize,
+    /// Columns of `b` per micro-tile (at most [`NR_MAX`]).
+    nr: usize,
+    /// The `mr × nr` micro-kernel ([`Tile`]).
+    tile: unsafe fn(&Tile),
+    /// `(kc, rows, out)`: packs `kc` weights of each of the `mr` rows
+    /// (`rows[i]`: row i's first, each covering kc elements) into
+    /// `out[kk * mr + i]` as f32 (room for `kc * mr`); per weight [`tag`].
+    pack: [unsafe fn(usize, &[*const u8], *mut f32); 3],
+    /// `(k, rows, x)`: the dot products of eight rows of `k` weights with
+    /// `x` (`k` values of the weight's type); per weight [`tag`].
+    gemv8: [GemvFn; 3],
+    /// `(nr, nv, k, src, out)`: packs the f32 rows `src[j * k ..][..k]`,
+    /// `j < nv <= nr <= 16`, into the `[k][nr]` panel `out`, zeros past
+    /// `nv`.
+    pack_b: unsafe fn(usize, usize, usize, *const f32, *mut f32),
+}
+
+/// A GEMV kernel ([`Kernels::gemv8`]).
+type GemvFn = unsafe fn(usize, &[*const u8; GEMV_ROWS], *const u8) -> [f32; GEMV_ROWS];
+
+/// Level `isa`'s own GEMM kernels, without the fallback (its entry in
+/// `isa::Table`; none but at the two lane levels of x86).
+pub(crate) fn own(isa: Isa) -> Option<Kernels> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Some(x86::AVX2),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => Some(x86::AVX512),
         _ => None,
     }
+}
+
+/// The GEMM kernels of level `isa`, if it has them on this CPU.
+fn kernels(isa: Isa) -> Option<&'static Kernels> {
+    crate::isa::table(isa)?.gemm.as_ref()
 }
 
 /// True when the node's types and layout are ones this file computes (at
@@ -110,7 +147,7 @@ pub(super) fn eligible(node: &NodePlan) -> bool {
 
 /// True when this file computes `node` at the context's level.
 pub(super) fn handles(node: &NodePlan, ctx: &Ctx<'_>) -> bool {
-    eligible(node) && geom(ctx.isa).is_some()
+    eligible(node) && kernels(ctx.isa).is_some()
 }
 
 /// Work memory: enough for this file at any level and for matmul.rs's path
@@ -149,7 +186,7 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
 /// GEMV sums in lanes along k, the GEMM in one FMA chain per output, so a
 /// token's row would change with the number of columns beside it.
 pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
-    let g = geom(ctx.isa).expect("handles() checked the level");
+    let g = kernels(ctx.isa).expect("handles() checked the level");
     if node.src(1).ne[1] == 1 && !ctx.batch_invariant {
         gemv(node, ctx, g);
     } else {
@@ -207,7 +244,7 @@ fn k_blocks(k: usize) -> impl Iterator<Item = (usize, usize)> {
         .filter(|&(_, l)| l > 0)
 }
 
-fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
+fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: &Kernels) {
     let (a, b, d) = (node.src(0), node.src(1), &node.dst);
     let (k, m, n) = (a.ne[0], a.ne[1], b.ne[1]);
     let (mr, nr) = (g.mr, g.nr);
@@ -227,7 +264,6 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
         // f32 (work_size, with NR_MAX >= nr) and is 64-byte aligned; panel pp
         // is written by this thread only, before the barrier.
         let pan = unsafe { std::slice::from_raw_parts_mut(bpack.add(pp * panel_len), panel_len) };
-        #[cfg(target_arch = "x86_64")]
         if nr * k <= apack.len() {
             // The columns as f32 rows in the (still unused) a-panel scratch,
             // then transposed into the panel.
@@ -235,9 +271,9 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
             for (j, col) in apack.chunks_exact_mut(k).take(nv).enumerate() {
                 load_column(a.dtype, b, jp * nr + j, i12, i13, ctx.isa, col);
             }
-            // SAFETY: geom() gave an x86 level, and every such CPU runs AVX2;
-            // nv <= nr <= 16; apack holds nv * k values, pan k * nr.
-            unsafe { x86::pack_b_avx2(nr, nv, k, apack.as_ptr(), pan.as_mut_ptr()) };
+            // SAFETY: the table's kernel runs on this CPU; nv <= nr <= 16;
+            // apack holds nv * k values, pan k * nr.
+            unsafe { (g.pack_b)(nr, nv, k, apack.as_ptr(), pan.as_mut_ptr()) };
             continue;
         }
         for j in 0..nr {
@@ -297,11 +333,11 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
                 for (pc, kc) in k_blocks(k) {
                     pack_a(
                         ctx.isa,
+                        g,
                         a,
                         (i02, i03),
                         (ib * mr, m.min(ie * mr)),
                         ie - ib,
-                        mr,
                         (pc, kc),
                         apack,
                         tmp,
@@ -334,8 +370,8 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
                                 d.elem_ptr(ip * mr + mv - 1, jp * nr + nv - 1, i12, i13);
                                 // SAFETY: ap holds kc * mr packed values, bp kc * nr; the
                                 // tile (mv rows × nv columns at stride nb[1]) is inside dst
-                                // (both corners checked) and owned by this thread; the level
-                                // was checked by geom().
+                                // (both corners checked) and owned by this thread; the
+                                // table's kernel runs on this CPU.
                                 unsafe {
                                     let t = Tile {
                                         kc,
@@ -347,7 +383,7 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
                                         nv,
                                         add: pc > 0,
                                     };
-                                    kernel(g, &t)
+                                    (g.tile)(&t)
                                 };
                             }
                         }
@@ -364,33 +400,38 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
 #[allow(clippy::too_many_arguments)]
 fn pack_a(
     isa: Isa,
+    g: &Kernels,
     a: &TView,
     plane: (usize, usize),
     rows: (usize, usize),
     panels: usize,
-    mr: usize,
     kb: (usize, usize),
     out: &mut [f32],
     tmp: &mut [f32],
 ) {
     let (pc, kc) = kb;
+    let mr = g.mr;
     let tmp = &mut tmp[..kc];
+    let pack = g.pack[tag(a.dtype) as usize];
     for p in 0..panels {
         let pan = &mut out[p * kc * mr..(p + 1) * kc * mr];
         let r0 = rows.0 + p * mr;
-        #[cfg(target_arch = "x86_64")]
         if r0 + mr <= rows.1 {
             let es = a.dtype.type_size();
-            let row = |i: usize| {
-                // SAFETY: a is a read-only source with contiguous rows; row
-                // r0 + i < rows.1 <= M (i < mr).
-                unsafe { a.row_bytes(r0 + i, plane.0, plane.1).as_ptr().add(es * pc) }
-            };
-            // SAFETY: f32_level() is a level this CPU runs; each row pointer
-            // has kc elements from pc (pc + kc <= K); pan holds kc * mr values.
-            if unsafe { x86::pack_panel(isa.f32_level(), a.dtype, mr, kc, row, pan.as_mut_ptr()) } {
-                continue;
-            }
+            let row: [*const u8; MR_MAX] = std::array::from_fn(|i| {
+                if i < mr {
+                    // SAFETY: a is a read-only source with contiguous rows;
+                    // row r0 + i < rows.1 <= M (i < mr).
+                    unsafe { a.row_bytes(r0 + i, plane.0, plane.1).as_ptr().add(es * pc) }
+                } else {
+                    std::ptr::null()
+                }
+            });
+            // SAFETY: the table's kernel runs on this CPU; each of the mr row
+            // pointers has kc elements from pc (pc + kc <= K); pan holds
+            // kc * mr values.
+            unsafe { pack(kc, &row[..mr], pan.as_mut_ptr()) };
+            continue;
         }
         for i in 0..mr {
             let r = r0 + i;
@@ -410,28 +451,12 @@ fn pack_a(
     }
 }
 
-/// Runs the level's micro-kernel on one tile.
-///
-/// # Safety
-/// The level must be runnable; `a` holds `kc * mr` packed f32, `b` `kc * nr`
-/// (rows of `nr`, panel-strided); `c` is element (0, 0) of an `mv` × `nv`
-/// tile of f32 with column stride `ldc` bytes that this thread owns.
-// only x86-64 has float GEMM tiles; elsewhere `geom()` never picks this path
-#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
-#[inline]
-unsafe fn kernel(g: Geom, t: &Tile) {
-    // The kernel's extents: forwarded contract (the tile is mr × nr of g).
-    simd!(
-        g.level,
-        x86::tile(t),
-        unreachable!("geom() has no portable kernel")
-    )
-}
-
-/// One micro-kernel call: `c[j][i] (+)= Σ_kk a[kk][i] · b[kk][j]` for
+/// One micro-kernel call ([`Kernels::tile`]): `c[j][i] (+)= Σ_kk a[kk][i] · b[kk][j]` for
 /// i < mv, j < nv over `kc` steps of the packed panels `a` (mr values per
 /// step) and `b` (nr per step); `c` is element (0, 0) of the f32 tile, its
-/// columns `ldc` bytes apart; `add`: add to `c` instead of storing.
+/// columns `ldc` bytes apart; `add`: add to `c` instead of storing. The
+/// tile is `mr × nr` of the level's kernels (mv <= mr, nv <= nr), and
+/// this thread owns it.
 #[derive(Clone, Copy)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct Tile {
@@ -445,7 +470,7 @@ struct Tile {
     add: bool,
 }
 
-fn gemv(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
+fn gemv(node: &NodePlan, ctx: &Ctx<'_>, g: &Kernels) {
     let (a, b, d) = (node.src(0), node.src(1), &node.dst);
     let (k, m) = (a.ne[0], a.ne[1]);
     let planes = b.ne[2] * b.ne[3];
@@ -464,6 +489,7 @@ fn gemv(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
     let mut converted: Option<usize> = None;
     let groups = m.div_ceil(GEMV_ROWS);
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
+    let gemv8 = g.gemv8[tag(a.dtype) as usize];
     for it in ctx.rows(planes * groups) {
         let (plane, g0) = (it / groups, (it % groups) * GEMV_ROWS);
         let (i12, i13) = (plane % b.ne[2], plane / b.ne[2]);
@@ -489,36 +515,16 @@ fn gemv(node: &NodePlan, ctx: &Ctx<'_>, g: Geom) {
         };
         let rows: [*const u8; GEMV_ROWS] =
             std::array::from_fn(|r| a.row_ptr((g0 + r).min(m - 1), i02, i03).cast_const());
-        // SAFETY: every row pointer has K weights of a.dtype (contiguous
-        // rows); x has K f32; the level was checked by geom().
-        let out = unsafe { gemv_rows(g.level, a.dtype, k, &rows, x) };
+        // SAFETY: the table's kernel for a.dtype runs on this CPU; every row
+        // pointer has K weights of a.dtype (contiguous rows), x K values of
+        // it.
+        let out = unsafe { gemv8(k, &rows, x) };
         let mv = GEMV_ROWS.min(m - g0);
         let p = d.elem_ptr(g0, 0, i12, i13);
         d.elem_ptr(g0 + mv - 1, 0, i12, i13);
         // SAFETY: elements g0 .. g0 + mv of this dst row are in bounds
         // (both ends checked; rows contiguous) and owned by this thread.
         unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), p.cast::<f32>(), mv) };
-    }
-}
-
-/// Eight dot products of `rows` (K weights of `dtype` each) with `x`.
-///
-/// # Safety
-/// The level must be runnable; every pointer covers K elements.
-#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
-unsafe fn gemv_rows(
-    level: Isa,
-    dtype: DType,
-    k: usize,
-    rows: &[*const u8; GEMV_ROWS],
-    x: *const u8,
-) -> [f32; GEMV_ROWS] {
-    let none = || unreachable!("geom() has no portable kernel");
-    // The kernels' extents: forwarded contract.
-    match dtype {
-        DType::F16 => simd!(level, x86::gemv8::<{ x86::F16 }>(k, rows, x), none()),
-        DType::BF16 => simd!(level, x86::gemv8::<{ x86::BF16 }>(k, rows, x), none()),
-        _ => simd!(level, x86::gemv8::<{ x86::F32 }>(k, rows, x), none()),
     }
 }
 

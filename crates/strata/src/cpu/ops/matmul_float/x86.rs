@@ -1,20 +1,14 @@
 //! The x86 micro-kernels: the GEMM tile and the eight-row GEMV written once
 //! over [`Lanes`] and instantiated per level by [`per_level!`] (modules
 //! `avx512` and `avx2`), and the transposing packs of `a` (AVX-512 32-row
-//! and AVX2 16-row panels). Each `unsafe fn`
-//! requires its level's CPU features (checked by the caller through `geom`)
-//! and pointers covering the documented extents.
+//! and AVX2 16-row panels); [`AVX2`] and [`AVX512`] are the levels' table
+//! entries. Each `unsafe fn` requires its level's CPU features (a table
+//! exists only for a level the CPU runs) and pointers covering the
+//! documented extents.
 
-use super::Tile;
+use super::{Kernels, Tile, BF16, F16, F32};
 use crate::isa::x86::{load16, load16_part, load_part, mask16, per_level, store_part, Lanes, L256};
-use crate::isa::Isa;
-use crate::tensor::DType;
 use std::arch::x86_64::*;
-
-/// Weight element types of the GEMV kernels (const generic tags).
-pub(super) const F32: u8 = 0;
-pub(super) const F16: u8 = 1;
-pub(super) const BF16: u8 = 2;
 
 /// How far ahead (bytes) of its loads a GEMV row prefetches its weights.
 /// The rows of a weight matrix are contiguous, so this reaches into the
@@ -27,6 +21,32 @@ per_level! {
     fn tile(t: &Tile);
     fn gemv8<const T: u8>(k: usize, rows: &[*const u8; 8], x: *const u8) -> [f32; 8];
 }
+
+/// The AVX2 level's GEMM kernels (AVX-VNNI's too, through the fallback):
+/// 16 × 6 tiles, panels of 16 rows.
+pub(super) const AVX2: Kernels = Kernels {
+    mr: 16,
+    nr: 6,
+    tile: avx2::tile,
+    pack: [pack16::<F32>, pack16::<F16>, pack16::<BF16>],
+    gemv8: [avx2::gemv8::<F32>, avx2::gemv8::<F16>, avx2::gemv8::<BF16>],
+    pack_b: pack_b_avx2,
+};
+
+/// The AVX-512 level's GEMM kernels (VNNI's and AMX's too): 32 × 12 tiles,
+/// panels of 32 rows; `b`'s panels through the AVX2 transposes.
+pub(super) const AVX512: Kernels = Kernels {
+    mr: 32,
+    nr: 12,
+    tile: avx512::tile,
+    pack: [pack32::<F32>, pack32::<F16>, pack32::<BF16>],
+    gemv8: [
+        avx512::gemv8::<F32>,
+        avx512::gemv8::<F16>,
+        avx512::gemv8::<BF16>,
+    ],
+    pack_b: pack_b_avx2,
+};
 
 /// The level's tile: `2W × 3W/4` (AVX-512 32 × 12, AVX2 16 × 6), as [`kernel`].
 ///
@@ -222,7 +242,7 @@ unsafe fn pack16_avx2<const T: u8>(kc: usize, rows: &[*const u8; 16], out: *mut 
 /// AVX2, FMA, F16C; `nv <= nr <= 16`; `src` covers `nv * k` f32, `out`
 /// `k * nr` f32.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn pack_b_avx2(nr: usize, nv: usize, k: usize, src: *const f32, out: *mut f32) {
+unsafe fn pack_b_avx2(nr: usize, nv: usize, k: usize, src: *const f32, out: *mut f32) {
     for g in 0..nr.div_ceil(8) {
         let cnt = (nr - 8 * g).min(8);
         let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -255,46 +275,26 @@ pub(super) unsafe fn pack_b_avx2(nr: usize, nv: usize, k: usize, src: *const f32
     }
 }
 
-/// Packs one full panel of `mr` rows (`row(i)`: row i's first weight to
-/// pack, of type `dtype`) and `kc` weights into `out[kk * mr + i]` as f32
-/// with the level's transposing kernel: AVX-512 panels of 32 rows, AVX2
-/// panels of 16. Returns false (nothing written) when the level has no
-/// such kernel for `mr`.
+/// [`pack32_avx512`] on a slice of 32 row pointers: the AVX-512 level's
+/// [`Kernels::pack`].
 ///
 /// # Safety
-/// `level` is runnable on this CPU; every `row(i)`, i < mr, covers kc
-/// elements; `out` has room for kc * mr f32.
-pub(super) unsafe fn pack_panel(
-    level: Isa,
-    dtype: DType,
-    mr: usize,
-    kc: usize,
-    row: impl Fn(usize) -> *const u8,
-    out: *mut f32,
-) -> bool {
-    // SAFETY (every arm): the caller's contract; the level is the kernel's.
-    unsafe {
-        match (level, mr) {
-            (Isa::Avx512, 32) => {
-                let rows: [*const u8; 32] = std::array::from_fn(row);
-                match dtype {
-                    DType::F16 => pack32_avx512::<F16>(kc, &rows, out),
-                    DType::BF16 => pack32_avx512::<BF16>(kc, &rows, out),
-                    _ => pack32_avx512::<F32>(kc, &rows, out),
-                }
-            }
-            (Isa::Avx2, 16) => {
-                let rows: [*const u8; 16] = std::array::from_fn(row);
-                match dtype {
-                    DType::F16 => pack16_avx2::<F16>(kc, &rows, out),
-                    DType::BF16 => pack16_avx2::<BF16>(kc, &rows, out),
-                    _ => pack16_avx2::<F32>(kc, &rows, out),
-                }
-            }
-            _ => return false,
-        }
-    }
-    true
+/// As [`pack32_avx512`].
+unsafe fn pack32<const T: u8>(kc: usize, rows: &[*const u8], out: *mut f32) {
+    let rows: &[*const u8; 32] = rows.try_into().expect("a panel of 32 rows");
+    // SAFETY: forwarded contract.
+    unsafe { pack32_avx512::<T>(kc, rows, out) }
+}
+
+/// [`pack16_avx2`] on a slice of 16 row pointers: the AVX2 level's
+/// [`Kernels::pack`].
+///
+/// # Safety
+/// As [`pack16_avx2`].
+unsafe fn pack16<const T: u8>(kc: usize, rows: &[*const u8], out: *mut f32) {
+    let rows: &[*const u8; 16] = rows.try_into().expect("a panel of 16 rows");
+    // SAFETY: forwarded contract.
+    unsafe { pack16_avx2::<T>(kc, rows, out) }
 }
 
 /// Loads up to sixteen weights of type `T` at element `i` (lanes in `m`) as f32.
