@@ -83,18 +83,9 @@ fn mul_mat(c: &mut Criterion) {
     }
 }
 
-const F32: MatmulPaths = MatmulPaths {
-    int_dot: false,
-    f16_tiles: false,
-};
-const INT: MatmulPaths = MatmulPaths {
-    int_dot: true,
-    f16_tiles: false,
-};
-const F16: MatmulPaths = MatmulPaths {
-    int_dot: false,
-    f16_tiles: true,
-};
+const F32: MatmulPaths = MatmulPaths::F32_TILES;
+const INT: MatmulPaths = MatmulPaths::INT_DOT;
+const F16: MatmulPaths = MatmulPaths::F16_TILES;
 
 criterion_group!(benches, mul_mat);
 criterion_main!(benches);

@@ -54,6 +54,22 @@ pub struct MatmulPaths {
 }
 
 impl MatmulPaths {
+    /// int-dot (and f32 tiles for the rest).
+    pub const INT_DOT: MatmulPaths = MatmulPaths {
+        int_dot: true,
+        f16_tiles: false,
+    };
+    /// f16 tiles (and f32 tiles for the rest).
+    pub const F16_TILES: MatmulPaths = MatmulPaths {
+        int_dot: false,
+        f16_tiles: true,
+    };
+    /// f32 tiles only.
+    pub const F32_TILES: MatmulPaths = MatmulPaths {
+        int_dot: false,
+        f16_tiles: false,
+    };
+
     /// The paths' short names, in the order MUL_MAT tries them (the last,
     /// `"f32 tiles"`, always there).
     pub fn names(&self) -> Vec<&'static str> {

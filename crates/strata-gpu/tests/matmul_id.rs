@@ -21,8 +21,6 @@
 //! the suite's 1e-4. A wrong expert, column, slot or store is off by an
 //! NMSE of order 1.
 
-use std::sync::Arc;
-
 use strata::backend::{alloc_graph, Backend};
 use strata::conformance::{run_case, Fill, OpCase, Outcome, Rng};
 use strata::{ops, DType, Graph, Result, Tensor};
@@ -33,33 +31,7 @@ mod support;
 /// Where both sides compute the same terms up to the order of f32 sums.
 const EXACT: f64 = 1e-9;
 
-const INT_DOT: MatmulPaths = MatmulPaths {
-    int_dot: true,
-    f16_tiles: false,
-};
-const F16_TILES: MatmulPaths = MatmulPaths {
-    int_dot: false,
-    f16_tiles: true,
-};
-const F32_TILES: MatmulPaths = MatmulPaths {
-    int_dot: false,
-    f16_tiles: false,
-};
-
 const U: Fill = Fill::Uniform(-1.0, 1.0);
-
-/// A device of its own on the first GPU's adapter running `paths`; `None`
-/// (printing why) without a GPU or, for f16 tiles, without `SHADER_F16`.
-fn device(paths: MatmulPaths) -> Option<Arc<GpuDevice>> {
-    let gpu = support::gpu()?;
-    if paths.f16_tiles && !gpu.context().has_f16() {
-        eprintln!("skipped: {} has no SHADER_F16", gpu.context().name());
-        return None;
-    }
-    let dev = strata_gpu::open_private(gpu.context().name()).unwrap();
-    dev.context().set_matmul_paths(paths).unwrap();
-    Some(dev)
-}
 
 /// How the ids route the columns.
 #[derive(Clone, Copy, Debug)]
@@ -206,11 +178,17 @@ fn shapes(t: DType, count: usize, rng: &mut Rng) -> Vec<Shape> {
 #[test]
 fn tiled_mul_mat_id_matches_the_cpu_on_every_path() {
     let mut rng = Rng::new(453);
-    for paths in [F32_TILES, F16_TILES, INT_DOT] {
-        let Some(dev) = device(paths) else { continue };
-        let types: &[DType] = if paths == F16_TILES {
+    for paths in [
+        MatmulPaths::F32_TILES,
+        MatmulPaths::F16_TILES,
+        MatmulPaths::INT_DOT,
+    ] {
+        let Some(dev) = support::device_with_paths(paths) else {
+            continue;
+        };
+        let types: &[DType] = if paths == MatmulPaths::F16_TILES {
             &[DType::F16, DType::BF16]
-        } else if paths == INT_DOT {
+        } else if paths == MatmulPaths::INT_DOT {
             &[
                 DType::Q4_0,
                 DType::Q4_1,
@@ -235,7 +213,9 @@ fn tiled_mul_mat_id_matches_the_cpu_on_every_path() {
 fn one_expert_takes_every_column() {
     // 3 slots × 150 tokens on expert 0: 450 columns, 8 groups of 64 for
     // the 3 column groups of the grid (each workgroup takes several)
-    let Some(dev) = device(F32_TILES) else { return };
+    let Some(dev) = support::device_with_paths(MatmulPaths::F32_TILES) else {
+        return;
+    };
     for (t, n_b) in [(DType::F32, 3), (DType::Q4_K, 1)] {
         let s = Shape {
             t,
@@ -247,7 +227,7 @@ fn one_expert_takes_every_column() {
             tokens: 150,
             route: Route::First(1),
         };
-        check(&dev, F32_TILES, &s);
+        check(&dev, MatmulPaths::F32_TILES, &s);
     }
 }
 
@@ -277,8 +257,10 @@ fn ids_out_of_range_give_zero_columns() {
     // ids computed by the graph (CONT of an I32 input) are not checked
     // before compute: -1, n_expert and beyond match no expert, and their
     // columns are zero on the tiles as on the matrix-vector kernel
-    for paths in [F32_TILES, INT_DOT] {
-        let Some(dev) = device(paths) else { continue };
+    for paths in [MatmulPaths::F32_TILES, MatmulPaths::INT_DOT] {
+        let Some(dev) = support::device_with_paths(paths) else {
+            continue;
+        };
         for t in [DType::F32, DType::Q4_0] {
             let (k, m, experts, used, tokens) = (96, 70, 3, 2, 40);
             let run = || -> Result<(Vec<f32>, Vec<f32>, Vec<i32>)> {
@@ -330,7 +312,9 @@ fn ids_out_of_range_give_zero_columns() {
 
 #[test]
 fn a_decode_step_stays_on_the_matrix_vector_kernel() {
-    let Some(dev) = device(F32_TILES) else { return };
+    let Some(dev) = support::device_with_paths(MatmulPaths::F32_TILES) else {
+        return;
+    };
     for (experts, used, tokens) in [(8, 2, 1), (4, 4, 1), (128, 8, 32)] {
         let s = Shape {
             t: DType::Q4_0,

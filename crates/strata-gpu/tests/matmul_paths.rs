@@ -27,8 +27,6 @@
 //! differs by the f16 rounding of `s` (relative 2^-11 on a term about as
 //! large as the product: NMSE about 1e-7; bound [`Q4_K_EMULATED`] 1e-5).
 
-use std::sync::Arc;
-
 use strata::backend::{alloc_graph, Backend};
 use strata::conformance::{run_case, run_suite, Fill, OpCase, Outcome, Rng};
 use strata::{ops, DType, Graph, Result, Tensor};
@@ -43,39 +41,18 @@ const K_VS_CPU: f64 = 1e-4;
 /// The NMSE bound of Q4_K against the host emulation (f16 `s`).
 const Q4_K_EMULATED: f64 = 1e-5;
 
-const INT_DOT: MatmulPaths = MatmulPaths {
-    int_dot: true,
-    f16_tiles: false,
-};
-const F16_TILES: MatmulPaths = MatmulPaths {
-    int_dot: false,
-    f16_tiles: true,
-};
-const F32_TILES: MatmulPaths = MatmulPaths {
-    int_dot: false,
-    f16_tiles: false,
-};
-
 const U: Fill = Fill::Uniform(-1.0, 1.0);
-
-/// A device of its own on the first GPU's adapter running `paths`; `None`
-/// (printing why) without a GPU or, for f16 tiles, without `SHADER_F16`.
-fn device(paths: MatmulPaths) -> Option<Arc<GpuDevice>> {
-    let gpu = support::gpu()?;
-    if paths.f16_tiles && !gpu.context().has_f16() {
-        eprintln!("skipped: {} has no SHADER_F16", gpu.context().name());
-        return None;
-    }
-    let dev = strata_gpu::open_private(gpu.context().name()).unwrap();
-    dev.context().set_matmul_paths(paths).unwrap();
-    assert_eq!(dev.context().matmul_paths(), paths);
-    Some(dev)
-}
 
 #[test]
 fn the_suites_mul_mat_cases_pass_on_every_path() {
-    for paths in [INT_DOT, F16_TILES, F32_TILES] {
-        let Some(dev) = device(paths) else { continue };
+    for paths in [
+        MatmulPaths::INT_DOT,
+        MatmulPaths::F16_TILES,
+        MatmulPaths::F32_TILES,
+    ] {
+        let Some(dev) = support::device_with_paths(paths) else {
+            continue;
+        };
         let mut wrong = Vec::new();
         let summary = run_suite(&mut dev.backend(), Some("MUL_MAT"), 7, |case, r| {
             if !matches!(r, Ok(Outcome::Pass { .. })) {
@@ -195,7 +172,9 @@ fn nmse_vs_cpu(dev: &GpuDevice, shape: &Shape, dispatches: u64) -> f64 {
 
 #[test]
 fn int_dot_matches_the_cpu_on_random_shapes() {
-    let Some(dev) = device(INT_DOT) else { return };
+    let Some(dev) = support::device_with_paths(MatmulPaths::INT_DOT) else {
+        return;
+    };
     let mut rng = Rng::new(45);
     for t in [
         DType::Q4_0,
@@ -223,7 +202,9 @@ fn int_dot_matches_the_cpu_on_random_shapes() {
 fn the_bound_tells_the_paths_apart() {
     // the f32 tiles do not round the activations: against the CPU's Q8_0
     // activations they are off by the 8-bit rounding, which LEGACY rejects
-    let Some(dev) = device(F32_TILES) else { return };
+    let Some(dev) = support::device_with_paths(MatmulPaths::F32_TILES) else {
+        return;
+    };
     let mut rng = Rng::new(46);
     for s in shapes(DType::Q4_0, 2, &mut rng) {
         let e = nmse_vs_cpu(&dev, &s, 1);
@@ -277,7 +258,9 @@ fn emulated(
 
 #[test]
 fn k_quants_match_an_emulation_of_the_int_dot_arithmetic() {
-    let Some(dev) = device(INT_DOT) else { return };
+    let Some(dev) = support::device_with_paths(MatmulPaths::INT_DOT) else {
+        return;
+    };
     for (t, bound) in [(DType::Q6_K, LEGACY), (DType::Q4_K, Q4_K_EMULATED)] {
         for (k, m, n) in [(256, 70, 9), (768, 65, 130)] {
             let (got, want) = emulated(&dev, t, k, m, n, 9).unwrap();
@@ -296,7 +279,9 @@ fn f16_tiles_match_the_cpu_on_random_shapes() {
     // activations, NMSE under 1e-7). BF16 weights: the CPU rounds the
     // activations to bf16 (relative 2^-9), the tiles to f16 (2^-12): NMSE
     // about (2^-9)^2 / 3 ≈ 1.3e-6; bound the suite's 1e-5.
-    let Some(dev) = device(F16_TILES) else { return };
+    let Some(dev) = support::device_with_paths(MatmulPaths::F16_TILES) else {
+        return;
+    };
     let mut rng = Rng::new(47);
     for (t, bound) in [(DType::F16, 1e-7), (DType::BF16, 1e-5)] {
         for s in shapes(t, 4, &mut rng) {
@@ -309,7 +294,9 @@ fn f16_tiles_match_the_cpu_on_random_shapes() {
 
 #[test]
 fn the_scratch_is_made_once_and_freed_with_its_backend() {
-    let Some(dev) = device(INT_DOT) else { return };
+    let Some(dev) = support::device_with_paths(MatmulPaths::INT_DOT) else {
+        return;
+    };
     let ctx = dev.context().clone();
     let graph_of = |n: usize| -> Result<(Graph, Tensor, Tensor)> {
         let a = Tensor::new(DType::Q8_0, &[128, 70])?;

@@ -292,7 +292,7 @@ pub(crate) fn plan_matvec(
     };
     let cols = (d[1] * d[2] * d[3]) as u32;
     let body = if ctx.has_subgroups() {
-        wgsl!("matvec.wgsl", "matvec_subgroup.wgsl")
+        wgsl!("matvec.wgsl", "subgroup_in.wgsl", "matvec_subgroup.wgsl")
     } else {
         wgsl!("matvec.wgsl", "matvec_shared.wgsl")
     };
@@ -352,7 +352,7 @@ pub(crate) fn plan_matvec_products(ctx: &GpuContext, products: &[&Tensor]) -> Re
     }
     let mut k = Kernel::new(
         "mul_mat_vec_products",
-        wgsl!("matvec.wgsl", "matvec_multi.wgsl"),
+        wgsl!("matvec.wgsl", "subgroup_in.wgsl", "matvec_multi.wgsl"),
         first,
     )
     .def("RPW", format!("{rpw}u"))

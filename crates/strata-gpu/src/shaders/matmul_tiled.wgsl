@@ -51,10 +51,7 @@ fn bsel(i1: u32, i2: u32, i3: u32) -> u32 {
 fn tile(arow: u32, aok: bool, bcol: u32, bok: bool, lid: u32) -> Acc {
     let tr = (lid & 7u) * 2u;
     let tc = (lid >> 3u) * 2u;
-    var m00 = mat4x4<f32>();
-    var m01 = mat4x4<f32>();
-    var m10 = mat4x4<f32>();
-    var m11 = mat4x4<f32>();
+    var o = Acc();
     let z = V8(vec4<f32>(0.0), vec4<f32>(0.0));
     let steps = (P.ne[0].x + 31u) / 32u;
     for (var s = 0u; s < steps; s++) {
@@ -72,12 +69,12 @@ fn tile(arow: u32, aok: bool, bcol: u32, bok: bool, lid: u32) -> Acc {
             let a2 = vec4<f32>(As[kk * 16u + tr + 1u]);
             let b = vec4<f32>(Bs[kk * 16u + tc]);
             let b2 = vec4<f32>(Bs[kk * 16u + tc + 1u]);
-            m00 += outer(a, b);
-            m01 += outer(a, b2);
-            m10 += outer(a2, b);
-            m11 += outer(a2, b2);
+            o.m00 += outer(a, b);
+            o.m01 += outer(a, b2);
+            o.m10 += outer(a2, b);
+            o.m11 += outer(a2, b2);
         }
         workgroupBarrier();
     }
-    return Acc(m00, m01, m10, m11);
+    return o;
 }

@@ -44,3 +44,18 @@ fn bias_s3(c: u32, r: u32) -> f32 {
 fn bias_none(c: u32, r: u32) -> f32 {
     return 0.0;
 }
+
+// Rows at bytes ar0 and ar1 of s0 · the column at byte yc of s1, summed over
+// the groups of 8 first, first + step, … (the activations loaded once for
+// both rows; plain accumulators, not an array indexed at run time).
+fn dot2_s0(yc: u32, ar0: u32, ar1: u32, first: u32, step: u32) -> vec2<f32> {
+    let groups = (P.ne[0].x + 7u) / 8u;
+    var acc = vec2<f32>(0.0);
+    for (var g = first; g < groups; g += step) {
+        let y = dq_s1(yc, g);
+        let w0 = dq_s0(ar0, g);
+        let w1 = dq_s0(ar1, g);
+        acc += vec2<f32>(dot(w0.a, y.a) + dot(w0.b, y.b), dot(w1.a, y.a) + dot(w1.b, y.b));
+    }
+    return acc;
+}

@@ -16,19 +16,13 @@ fn dq_k(k: u32, row: u32, g: u32) -> V8 {
 }
 
 @compute @workgroup_size(64)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(subgroup_id) sg: u32,
-    @builtin(num_subgroups) nsg: u32,
-    @builtin(subgroup_invocation_id) lane: u32,
-    @builtin(subgroup_size) width: u32,
-) {
-    let c = wid.y;
+fn main(in: SgIn) {
+    let c = in.wid.y;
     // which product, and which block of its rows
     let b0 = (P.ne[0].y + RPW - 1u) / RPW;
     let b1 = (P.ne[2].y + RPW - 1u) / RPW;
     var k = 0u;
-    var blk = wid.x;
+    var blk = in.wid.x;
     if (blk >= b0) {
         k = 1u;
         blk -= b0;
@@ -57,13 +51,13 @@ fn main(
     let dc = dbase + c * m * 4u;
     let groups = (P.ne[0].x + 7u) / 8u;
     let end = min(blk * RPW + RPW, m);
-    for (var r0 = blk * RPW + sg * 2u; r0 < end; r0 += nsg * 2u) {
+    for (var r0 = blk * RPW + in.sg * 2u; r0 < end; r0 += in.nsg * 2u) {
         // the second row past m re-reads the first and is not stored
         let ar0 = wbase + r0 * wnb;
         let ar1 = select(ar0, ar0 + wnb, r0 + 1u < m);
         var acc0 = 0.0;
         var acc1 = 0.0;
-        for (var g = lane; g < groups; g += width) {
+        for (var g = in.lane; g < groups; g += in.width) {
             let y = dq_s1(xc, g);
             let w0 = dq_k(k, ar0, g);
             let w1 = dq_k(k, ar1, g);
@@ -72,7 +66,7 @@ fn main(
         }
         let sum0 = subgroupAdd(acc0);
         let sum1 = subgroupAdd(acc1);
-        if (lane == 0u) {
+        if (in.lane == 0u) {
             ST(dc + r0 * 4u, sum0);
             if (r0 + 1u < m) { ST(dc + (r0 + 1u) * 4u, sum1); }
         }

@@ -46,3 +46,19 @@ pub fn conformance(dev: &Arc<GpuDevice>) {
     assert!(wrong.is_empty(), "{summary}:\n  {}", wrong.join("\n  "));
     assert_eq!(summary.passed + summary.unsupported, cases().len());
 }
+
+/// A device of its own on the first GPU's adapter running the prompt
+/// matmul `paths`; `None` (printing why) without a GPU or, for f16 tiles,
+/// without `SHADER_F16`.
+#[allow(dead_code)]
+pub fn device_with_paths(paths: strata_gpu::MatmulPaths) -> Option<Arc<GpuDevice>> {
+    let gpu = gpu()?;
+    if paths.f16_tiles && !gpu.context().has_f16() {
+        eprintln!("skipped: {} has no SHADER_F16", gpu.context().name());
+        return None;
+    }
+    let dev = strata_gpu::open_private(gpu.context().name()).unwrap();
+    dev.context().set_matmul_paths(paths).unwrap();
+    assert_eq!(dev.context().matmul_paths(), paths);
+    Some(dev)
+}
