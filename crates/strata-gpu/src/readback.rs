@@ -162,11 +162,18 @@ impl GpuContext {
     /// if the map is done) and forgets what it held.
     fn release(&self, f: &mut Fused) {
         if let Some((_, _, state)) = f.map.take() {
-            if state.load(Ordering::Acquire) == DONE {
+            let st = state.load(Ordering::Acquire);
+            if st == DONE {
                 self.read_timestamps(f);
             }
-            if let Some(s) = &f.staging {
-                s.unmap();
+            // mapped, or a map still pending (unmapping cancels it); a map
+            // that failed left the buffer unmapped, and unmapping it again
+            // is a validation error the device would report to whichever
+            // graph of any thread looks next
+            if st != FAILED {
+                if let Some(s) = &f.staging {
+                    s.unmap();
+                }
             }
         }
         f.copied.clear();
@@ -327,10 +334,16 @@ impl GpuContext {
             });
             self.count(Count::ReadbackMaps, 1);
             self.time(Phase::Readback, t.elapsed());
-            self.await_map(idx, ordinal, &state)?;
+            if let Err(e) = self.await_map(idx, ordinal, &state) {
+                if state.load(Ordering::Acquire) == PENDING {
+                    // cancel the map, so the next read can map the buffer
+                    s.unmap();
+                }
+                return Err(e);
+            }
             let t = Instant::now();
             if state.load(Ordering::Acquire) != DONE {
-                s.unmap();
+                // never mapped: nothing to unmap (see `release`)
                 return Err(Error::Backend {
                     backend: self.name.clone(),
                     msg: "reading device memory failed: the staging buffer could not be mapped"
