@@ -354,15 +354,9 @@ impl<'a> Site<'a> {
         if blocks > max {
             return Ok(None);
         }
-        let mut d = matmul::plan_matvec_products(self.ctx, &products)?;
-        // the scheduler's substitutes, as the kernel reads them
-        d.bind(1, x);
-        for (k, p) in [0, 2, 3].into_iter().zip(&products) {
-            if let Some(w) = self.graph.src(p, 0) {
-                // keep the offsets the kernel takes from the parameters
-                d.bind(k, w);
-            }
-        }
+        // the backend swaps in the scheduler's substitutes of every node's
+        // sources (`backend.rs` `substitute`)
+        let d = matmul::plan_matvec_products(self.ctx, &products)?;
         Ok(Some(Fused {
             dispatches: vec![d],
             nodes: run,
