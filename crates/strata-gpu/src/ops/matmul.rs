@@ -35,7 +35,7 @@ mod dequant;
 mod intdot;
 
 use strata::ops::Op;
-use strata::{DType, Result, Tensor};
+use strata::{DType, Error, Result, Tensor};
 
 use super::rows::wgsl;
 use super::{aligned, is_float, per_item, slots_of, Dispatch, Kernel, Params};
@@ -337,12 +337,17 @@ pub(crate) fn plan_matvec(
 /// The caller checked the pattern (`fuse.rs`: same columns, contiguous
 /// results in one buffer, nothing broadcast).
 pub(crate) fn plan_matvec_products(ctx: &GpuContext, products: &[&Tensor]) -> Result<Dispatch> {
-    let first = products[0];
+    let (&[first, ..], 2..=3) = (products, products.len()) else {
+        return Err(Error::Backend {
+            backend: ctx.name().to_string(),
+            msg: format!("fused products of 2 or 3 MUL_MATs, not {}", products.len()),
+        });
+    };
     let (Some(a), Some(b)) = (first.src(0), first.src(1)) else {
         return Err(super::unsupported(ctx, first));
     };
     let weights: Vec<&Tensor> = products.iter().filter_map(|p| p.src(0)).collect();
-    if weights.len() != products.len() || !(2..=3).contains(&products.len()) {
+    if weights.len() != products.len() {
         return Err(super::unsupported(ctx, first));
     }
     let rpw = rows_per_group(ctx);
