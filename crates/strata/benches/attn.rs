@@ -1,7 +1,12 @@
 //! FLASH_ATTN_EXT time at SmolLM2-135M's shapes (head dim 64, 9 query heads,
 //! 3 KV heads, f16 K/V, llama.cpp's causal f16 mask with -inf above the
 //! diagonal): a 512-token prompt against 512 keys, and one token against
-//! 128, 511 and 2048 keys; 1 and 2 threads.
+//! 128, 511 and 2048 keys; 1 and 2 threads. Two more are a step of 16
+//! sequences decoding together in a 4096-cell cache, each token seeing its
+//! own 256 cells: `batch16_interleaved` as a unified cache fills when 16
+//! prompts of 128 are followed by 128 decode steps (prompt cells in runs,
+//! decode cells interleaved 16 apart), `batch16_runs` with each sequence's
+//! cells in one run.
 //!
 //! `cargo bench -p strata --bench attn -- --measurement-time 3`
 //!
@@ -39,12 +44,12 @@ struct Data {
 }
 
 impl Data {
-    fn new(n_q: usize, n_kv: usize) -> Data {
+    fn new(n_q: usize, n_kv: usize, sees: fn(usize, usize, usize, usize) -> bool) -> Data {
         let h16 = |x: Vec<f32>| x.into_iter().map(f16::from_f32).collect::<Vec<_>>();
         let mut mask = Vec::with_capacity(n_kv * n_q);
         for i in 0..n_q {
             for j in 0..n_kv {
-                mask.push(if j <= i + n_kv - n_q {
+                mask.push(if sees(i, j, n_q, n_kv) {
                     f16::ZERO
                 } else {
                     f16::NEG_INFINITY
@@ -122,13 +127,25 @@ fn bench(c: &mut Criterion) {
     let isa = isa::active();
     let mut group = flat_group(c, "attn");
     let scale = 1.0 / (D as f32).sqrt();
-    for (name, n_q, n_kv) in [
-        ("prompt_q512_kv512", 512, 512),
-        ("decode_kv128", 1, 128),
-        ("decode_kv511", 1, 511),
-        ("decode_kv2048", 1, 2048),
+    type Sees = fn(usize, usize, usize, usize) -> bool;
+    let causal: Sees = |i, j, n_q, n_kv| j <= i + n_kv - n_q;
+    let interleaved: Sees = |i, j, _, _| {
+        if j < 2048 {
+            j / 128 == i
+        } else {
+            (j - 2048) % 16 == i
+        }
+    };
+    let runs: Sees = |i, j, _, _| j / 256 == i;
+    for (name, n_q, n_kv, sees) in [
+        ("prompt_q512_kv512", 512, 512, causal),
+        ("decode_kv128", 1, 128, causal),
+        ("decode_kv511", 1, 511, causal),
+        ("decode_kv2048", 1, 2048, causal),
+        ("batch16_interleaved_kv4096", 16, 4096, interleaved),
+        ("batch16_runs_kv4096", 16, 4096, runs),
     ] {
-        let x = Data::new(n_q, n_kv);
+        let x = Data::new(n_q, n_kv, sees);
         let q = Tensor::new(DType::F32, &[D, n_q, H]).unwrap();
         let k = Tensor::new(DType::F16, &[D, n_kv, H_KV]).unwrap();
         let v = Tensor::new(DType::F16, &[D, n_kv, H_KV]).unwrap();

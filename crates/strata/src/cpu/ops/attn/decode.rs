@@ -45,7 +45,7 @@ pub(super) fn split_kv<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
         // is dropped before it.
         let own = unsafe { std::slice::from_raw_parts_mut(thread_area(ctx, share), own_len) };
         let (parts, scratch) = own.split_at_mut(n_part);
-        let (dp, dvp, mp) = (pad(p.d), pad(dv), pad(p.n_kv));
+        let (dp, dvp, mp) = (pad(p.d), pad(dv), mask_floats(p.n_kv));
         let (mut qs, rest) = split_group(scratch, dp);
         let (mut accs, rest) = split_group(rest, dvp);
         let (mut masks, _) = split_group(rest, mp);
@@ -60,9 +60,10 @@ pub(super) fn split_kv<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
             while h0 < n_head {
                 let ik2 = h0 / p.rk2;
                 let g = GROUP.min(p.rk2 - h0 % p.rk2).min(n_head - h0);
+                let mks = group_masks(kn, p, g, |i| (0, h0 + i, 0), (c0, c1), &mut masks);
                 let mut rows = Vec::with_capacity(g);
-                for (((i, q), acc), mk) in (0..g).zip(&mut qs).zip(&mut accs).zip(&mut masks) {
-                    rows.push(p.row_state(kn, (0, h0 + i, 0), (c0, c1), q, acc, mk));
+                for (((i, q), acc), mk) in (0..g).zip(&mut qs).zip(&mut accs).zip(mks) {
+                    rows.push(p.row_state((0, h0 + i, 0), q, acc, mk));
                 }
                 let job = p.chunk_job(ik2, 0, c0, c1);
                 kn.one_chunk(&job, &mut rows);

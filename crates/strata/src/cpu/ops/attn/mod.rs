@@ -148,9 +148,101 @@ fn pad(n: usize) -> usize {
     n.next_multiple_of(PAD)
 }
 
+/// f32 elements of one row's mask buffer ([`MaskBuf`]) for up to `n_keys`
+/// keys: the values, then the visibility words (two f32 each, plus one
+/// word of alignment slack).
+fn mask_floats(n_keys: usize) -> usize {
+    pad(n_keys) + pad(2 * (n_keys.div_ceil(64) + 1))
+}
+
 /// f32 elements of one-chunk scratch for chunks of up to `n_keys` keys.
 fn one_chunk_floats(d: usize, dv: usize, n_keys: usize) -> usize {
-    GROUP * (pad(d) + pad(dv) + pad(n_keys))
+    GROUP * (pad(d) + pad(dv) + mask_floats(n_keys))
+}
+
+/// One row's mask buffer in the one-chunk scratch: `vals` for the slope-scaled
+/// values, `vis` for the visibility words.
+pub(crate) struct MaskBuf<'a> {
+    vals: &'a mut [f32],
+    vis: &'a mut [u64],
+}
+
+impl<'a> MaskBuf<'a> {
+    /// Carves a buffer for `n_keys` keys from `buf` ([`mask_floats`] long).
+    fn new(buf: &'a mut [f32], n_keys: usize) -> MaskBuf<'a> {
+        let (vals, words) = buf.split_at_mut(pad(n_keys));
+        // SAFETY: every bit pattern is a valid u64, and align_to_mut only
+        // reinterprets the aligned middle of the slice.
+        let (_, vis, _) = unsafe { words.align_to_mut::<u64>() };
+        MaskBuf { vals, vis }
+    }
+}
+
+/// The mask of one query row over a chunk's keys, as the one-chunk kernels
+/// read it: key `j` (from the chunk's first) is visible when bit `j % 64` of
+/// `vis[j / 64]` is set (its slope-scaled mask value is not -inf; bits past
+/// the chunk are 0), and then `vals[j]` is that value. `vals` is only
+/// written at visible keys: building it costs the visible keys, not the
+/// cache's size.
+#[derive(Clone, Copy)]
+pub(crate) struct MaskRow<'a> {
+    vals: &'a [f32],
+    vis: &'a [u64],
+}
+
+impl MaskRow<'_> {
+    /// The slope-scaled mask value of key `j`, -inf when it is not visible.
+    #[inline(always)]
+    fn get(&self, j: usize) -> f32 {
+        if self.vis[j / 64] >> (j % 64) & 1 != 0 {
+            self.vals[j]
+        } else {
+            f32::NEG_INFINITY
+        }
+    }
+}
+
+/// Fills `buf` with the visibility and the slope-scaled values of `n`
+/// mask values `get(j)` ([`MaskRow`]).
+fn mask_row_from<'a>(n: usize, buf: MaskBuf<'a>, mut get: impl FnMut(usize) -> f32) -> MaskRow<'a> {
+    let words = n.div_ceil(64);
+    for (w, word) in buf.vis[..words].iter_mut().enumerate() {
+        let mut bits = 0u64;
+        for j in w * 64..(w * 64 + 64).min(n) {
+            let x = get(j);
+            if x != f32::NEG_INFINITY {
+                bits |= 1 << (j % 64);
+                buf.vals[j] = x;
+            }
+        }
+        *word = bits;
+    }
+    MaskRow {
+        vals: &*buf.vals,
+        vis: &buf.vis[..words],
+    }
+}
+
+/// [`mask_row_from`] for a contiguous f16 mask row with slope 1: the
+/// visibility from the raw bits (f16 -inf is 0xfc00) at the kernels'
+/// level, then only the visible values converted.
+fn mask_row_f16<'a, K: Kernels>(kn: K, raw: &[u8], buf: MaskBuf<'a>) -> MaskRow<'a> {
+    let n = raw.len() / 2;
+    let words = n.div_ceil(64);
+    kn.vis_f16(raw, &mut buf.vis[..words]);
+    for (w, &bits) in buf.vis[..words].iter().enumerate() {
+        let mut rest = bits;
+        while rest != 0 {
+            let j = w * 64 + rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            let b = [raw[2 * j], raw[2 * j + 1]];
+            buf.vals[j] = crate::quant::simd::f16_to_f32(u16::from_le_bytes(b));
+        }
+    }
+    MaskRow {
+        vals: &*buf.vals,
+        vis: &buf.vis[..words],
+    }
 }
 
 /// f32 elements of the partials of one thread: H × (M, S, Dv values).
@@ -338,30 +430,61 @@ impl<'a> Params<'a> {
         }
     }
 
-    /// The row state of query row (iq, h, iq3) over keys `c0..c1`, on entry
-    /// to the one-chunk kernels: the query loaded into `q`, `acc` zeroed, the
-    /// slope-scaled mask (if any) loaded into `mk`.
-    #[allow(clippy::too_many_arguments)]
-    fn row_state<'r, K: Kernels>(
+    /// Which mask row, and with which slope, query row (iq, h, iq3) reads:
+    /// rows with the same key share one [`MaskRow`].
+    fn mask_key(&self, iq: usize, h: usize, iq3: usize) -> Option<(usize, usize, usize, u32)> {
+        self.mask.map(|m| {
+            let slope = alibi_slope(self.max_bias, h, self.n_head);
+            (iq, h % m.ne[2], iq3 % m.ne[3], slope.to_bits())
+        })
+    }
+
+    /// The mask of query row (iq, h, iq3) over keys `c0..c1` in `buf` (none
+    /// without a mask).
+    fn mask_row<'r, K: Kernels>(
         &self,
         kn: K,
         (iq, h, iq3): (usize, usize, usize),
         (c0, c1): (usize, usize),
+        buf: MaskBuf<'r>,
+    ) -> Option<MaskRow<'r>> {
+        let m = self.mask?;
+        let (i2, i3) = (h % m.ne[2], iq3 % m.ne[3]);
+        let slope = alibi_slope(self.max_bias, h, self.n_head);
+        assert!(c1 <= m.ne[0], "mask columns {c0}..{c1} of {}", m.ne[0]);
+        Some(if m.rows_contiguous() {
+            // SAFETY: the mask is a read-only source; its rows are contiguous.
+            let row = unsafe { m.row_bytes(iq, i2, i3) };
+            let es = m.dtype.type_size();
+            let row = &row[es * c0..es * c1];
+            match m.dtype {
+                DType::F16 if slope == 1.0 => mask_row_f16(kn, row, buf),
+                DType::F16 => mask_row_from(c1 - c0, buf, |j| {
+                    slope
+                        * f16::from_bits(u16::from_le_bytes([row[2 * j], row[2 * j + 1]])).to_f32()
+                }),
+                _ => mask_row_from(c1 - c0, buf, |j| {
+                    let b = &row[4 * j..4 * j + 4];
+                    slope * f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+                }),
+            }
+        } else {
+            mask_row_from(c1 - c0, buf, |j| slope * m.get_f32(c0 + j, iq, i2, i3))
+        })
+    }
+
+    /// The row state of query row (iq, h, iq3) over keys `c0..c1`, on entry
+    /// to the one-chunk kernels: the query loaded into `q`, `acc` zeroed,
+    /// with the row's `mask` ([`Params::mask_row`]).
+    fn row_state<'r>(
+        &self,
+        (iq, h, iq3): (usize, usize, usize),
         q: &'r mut [f32],
         acc: &'r mut [f32],
-        mk: &'r mut [f32],
+        mask: Option<MaskRow<'r>>,
     ) -> RowState<'r> {
         self.load_q(iq, h, iq3, q);
         acc.fill(0.0);
-        let mask = match self.mask {
-            Some(m) => {
-                let mk = &mut mk[..c1 - c0];
-                let slope = alibi_slope(self.max_bias, h, self.n_head);
-                self.load_mask(kn, m, iq, h, iq3, c0, slope, mk);
-                Some(&*mk)
-            }
-            None => None,
-        };
         RowState {
             q,
             mask,
@@ -418,8 +541,8 @@ pub(crate) struct RowState<'a> {
     /// The query, `d` values (f16-rounded for f16 keys) then zeros to a
     /// multiple of the vector width.
     q: &'a [f32],
-    /// `slope · mask` for keys `c0..c1` (none: all 0).
-    mask: Option<&'a [f32]>,
+    /// The mask for keys `c0..c1` (none: all visible, 0).
+    mask: Option<MaskRow<'a>>,
     /// Running maximum.
     m: f32,
     /// Running sum.
@@ -464,6 +587,9 @@ pub(crate) trait Kernels: Copy {
     /// Converts a K/V row (f16 or f32 bytes of `dt`) to f32 in
     /// `dst[..n]`, zeros after.
     fn to_f32(self, src: &[u8], dt: DType, dst: &mut [f32]);
+    /// Sets `out[j / 64]` bit `j % 64` when little-endian f16 value `j` of
+    /// `raw` is not -inf, for the `raw.len() / 2` values (bits past them 0).
+    fn vis_f16(self, raw: &[u8], out: &mut [u64]);
     /// `kq[j][i] = Σ_d kf[j][d] · qt[d][i]` for the `kq.len() / np` keys j
     /// (kf rows of `d`), `np` query columns (qt rows of `np`), each sum
     /// accumulated in order of d from 0.
@@ -511,12 +637,39 @@ fn split_group(buf: &mut [f32], n: usize) -> (Vec<&mut [f32]>, &mut [f32]) {
     (head.chunks_exact_mut(n).collect(), rest)
 }
 
+/// The mask rows of a group of up to [`GROUP`] rows `at(i)` = (iq, h, iq3)
+/// over keys `c0..c1`, built in `bufs` ([`GROUP`] slices of
+/// [`mask_floats`]`(c1 - c0)`); a row reading the same mask row with the
+/// same slope as the one before it shares that row's.
+fn group_masks<'r, K: Kernels>(
+    kn: K,
+    p: &Params<'_>,
+    g: usize,
+    at: impl Fn(usize) -> (usize, usize, usize),
+    (c0, c1): (usize, usize),
+    bufs: &'r mut [&mut [f32]],
+) -> Vec<Option<MaskRow<'r>>> {
+    let mut out: Vec<Option<MaskRow<'r>>> = Vec::with_capacity(g);
+    let mut last = None;
+    for (i, buf) in bufs.iter_mut().take(g).enumerate() {
+        let (iq, h, iq3) = at(i);
+        let key = p.mask_key(iq, h, iq3);
+        let row = match (out.last(), last == key) {
+            (Some(&prev), true) => prev,
+            _ => p.mask_row(kn, (iq, h, iq3), (c0, c1), MaskBuf::new(buf, c1 - c0)),
+        };
+        last = key;
+        out.push(row);
+    }
+    out
+}
+
 /// The one-chunk path: this thread's rows, in groups sharing a kv head.
 fn one_chunk_rows<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
     let (n_q, ne3) = (p.q.ne[1], p.q.ne[3]);
     let h_kv = p.k.ne[2];
     let scratch = ctx.scratch_f32(one_chunk_floats(p.d, p.dv, p.n_kv));
-    let (dp, dvp, mp) = (pad(p.d), pad(p.dv), pad(p.n_kv));
+    let (dp, dvp, mp) = (pad(p.d), pad(p.dv), mask_floats(p.n_kv));
     let (mut qs, rest) = split_group(scratch, dp);
     let (mut accs, rest) = split_group(rest, dvp);
     let (mut masks, _) = split_group(rest, mp);
@@ -544,13 +697,14 @@ fn one_chunk_rows<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
         } {
             g += 1;
         }
+        let at = |i: usize| {
+            let (h, iq, iq3, _) = coords(u + i);
+            (iq, h, iq3)
+        };
+        let mks = group_masks(kn, p, g, at, (0, p.n_kv), &mut masks);
         let mut rows = Vec::with_capacity(g);
-        for (((i, q), acc), mk) in (0..g).zip(&mut qs).zip(&mut accs).zip(&mut masks) {
-            let (h, iq, iq3) = {
-                let c = coords(u + i);
-                (c.0, c.1, c.2)
-            };
-            rows.push(p.row_state(kn, (iq, h, iq3), (0, p.n_kv), q, acc, mk));
+        for (((i, q), acc), mk) in (0..g).zip(&mut qs).zip(&mut accs).zip(mks) {
+            rows.push(p.row_state(at(i), q, acc, mk));
         }
         let job = p.chunk_job(ik2, iq3 / p.rk3, 0, p.n_kv);
         kn.one_chunk(&job, &mut rows);
@@ -619,7 +773,7 @@ fn one_chunk_row<K: Elem, V: Elem>(job: &ChunkJob<'_>, r: &mut RowState<'_>) {
     let acc = &mut r.acc[..dv];
     let (mut max, mut sum) = (r.m, r.s);
     for ic in job.c0..job.c1 {
-        let mv = r.mask.map_or(0.0, |m| m[ic - job.c0]);
+        let mv = r.mask.map_or(0.0, |m| m.get(ic - job.c0));
         if mv == f32::NEG_INFINITY {
             continue;
         }
@@ -676,6 +830,14 @@ impl Kernels for Scalar {
             }
         }
         dst[n..].fill(0.0);
+    }
+
+    fn vis_f16(self, raw: &[u8], out: &mut [u64]) {
+        for (word, chunk) in out.iter_mut().zip(raw.chunks(128)) {
+            *word = chunk.chunks_exact(2).enumerate().fold(0, |acc, (i, b)| {
+                acc | u64::from(u16::from_le_bytes([b[0], b[1]]) != 0xfc00) << i
+            });
+        }
     }
 
     fn qk(self, kf: &[f32], d: usize, qt: &[f32], np: usize, kq: &mut [f32]) {

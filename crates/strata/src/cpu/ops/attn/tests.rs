@@ -311,3 +311,68 @@ mod shared_tables {
         assert!(plan.kv.is_none() && plan.classes.is_some(), "{plan:?}");
     }
 }
+
+/// A mask row's visible keys and values equal the slope-scaled mask
+/// converted in full (f16 and f32 masks, slope 1 and an ALiBi slope), with
+/// -inf, NaN and chunks that do not start at key 0.
+#[test]
+fn mask_rows_read_only_the_visible_keys_and_equal_the_full_mask() {
+    let mut rng = crate::conformance::Rng::new(11);
+    for n in [1usize, 63, 64, 65, 300] {
+        let x: Vec<f32> = rng
+            .vec(n, -2.0, 2.0)
+            .iter()
+            .map(|&v| match v {
+                v if v < -1.0 => f32::NEG_INFINITY,
+                v if v > 1.9 => f32::NAN,
+                v => v,
+            })
+            .collect();
+        for slope in [1.0f32, 0.25] {
+            for half in [true, false] {
+                let raw: Vec<u8> = if half {
+                    x.iter()
+                        .flat_map(|&v| f16::from_f32(v).to_bits().to_le_bytes())
+                        .collect()
+                } else {
+                    x.iter().flat_map(|v| v.to_le_bytes()).collect()
+                };
+                let stored = |j: usize| {
+                    if half {
+                        f16::from_f32(x[j]).to_f32()
+                    } else {
+                        x[j]
+                    }
+                };
+                let mut buf = vec![7f32; mask_floats(n)];
+                let es = if half { 2 } else { 4 };
+                let row = if half && slope == 1.0 {
+                    mask_row_f16(Scalar, &raw, MaskBuf::new(&mut buf, n))
+                } else {
+                    mask_row_from(n, MaskBuf::new(&mut buf, n), |j| {
+                        let b = &raw[es * j..es * j + es];
+                        let v = if half {
+                            f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
+                        } else {
+                            f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+                        };
+                        slope * v
+                    })
+                };
+                assert_eq!(row.vis.len(), n.div_ceil(64));
+                for j in 0..n {
+                    let want = slope * stored(j);
+                    let got = row.get(j);
+                    assert!(
+                        got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                        "n {n} slope {slope} half {half} key {j}: {got} vs {want}"
+                    );
+                }
+                // bits past the row are clear
+                if n % 64 != 0 {
+                    assert_eq!(row.vis[n / 64] >> (n % 64), 0);
+                }
+            }
+        }
+    }
+}

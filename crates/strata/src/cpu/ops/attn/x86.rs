@@ -50,6 +50,24 @@ unsafe fn to_f32<L: Lanes>(src: *const u8, half: bool, n: usize, dst: *mut f32) 
     }
 }
 
+/// Writes `n.div_ceil(64)` words at `out`: bit `j % 64` of word `j / 64`
+/// set when little-endian f16 value `j` of the `n` at `raw` (any
+/// alignment) is not -inf (0xfc00). Branch-free over whole words, so the
+/// compiler vectorizes it at the level.
+#[inline(always)]
+unsafe fn vis_f16<L: Lanes>(raw: *const u8, n: usize, out: *mut u64) {
+    // SAFETY: the caller guarantees 2·n bytes at raw and the words at out.
+    unsafe {
+        let bytes = std::slice::from_raw_parts(raw, 2 * n);
+        for (w, chunk) in bytes.chunks(128).enumerate() {
+            let bits = chunk.chunks_exact(2).enumerate().fold(0u64, |acc, (i, b)| {
+                acc | (u64::from(u16::from_le_bytes([b[0], b[1]]) != 0xfc00) << i)
+            });
+            *out.add(w) = bits;
+        }
+    }
+}
+
 /// A GEMM's operands: element (r, k) of A at `a[r·a_rs + k·a_ks]`, row k
 /// of B at `b + k·ldb`, row r of C at `c + r·ldc`, and one scale per row
 /// of C at `cs` (`C = diag(cs)·C + A·B`), or null (`C = A·B`).
@@ -379,6 +397,7 @@ unsafe fn round_h_k<L: Lanes>(x: *mut f32, n: usize) {
 
 per_level! {
     fn to_f32(src: *const u8, half: bool, n: usize, dst: *mut f32);
+    fn vis_f16(raw: *const u8, n: usize, out: *mut u64);
     fn qk(kf: *const f32, d: usize, kvn: usize, qt: *const f32, np: usize, kq: *mut f32);
     fn pv(a: Pv);
     fn softmax_cols(a: Softmax);
@@ -446,6 +465,7 @@ pub(crate) struct SimdKernels {
     /// f32 lanes per vector.
     width: usize,
     to_f32: unsafe fn(*const u8, bool, usize, *mut f32),
+    vis_f16: unsafe fn(*const u8, usize, *mut u64),
     qk: unsafe fn(*const f32, usize, usize, *const f32, usize, *mut f32),
     pv: unsafe fn(Pv),
     softmax_cols: unsafe fn(Softmax),
@@ -466,6 +486,7 @@ macro_rules! simd_kernels {
         SimdKernels {
             width: $w,
             to_f32: $l::to_f32,
+            vis_f16: $l::vis_f16,
             qk: $l::qk,
             pv: $l::pv,
             softmax_cols: $l::softmax_cols,
@@ -556,6 +577,13 @@ impl Kernels for Simd {
         dst[n..].fill(0.0);
     }
 
+    fn vis_f16(self, raw: &[u8], out: &mut [u64]) {
+        let n = raw.len() / 2;
+        assert!(out.len() >= n.div_ceil(64));
+        // SAFETY: the table's kernel runs on this CPU; 2·n bytes in raw, the words in out.
+        unsafe { (self.0.vis_f16)(raw.as_ptr(), n, out.as_mut_ptr()) };
+    }
+
     fn qk(self, kf: &[f32], d: usize, qt: &[f32], np: usize, kq: &mut [f32]) {
         assert!(np > 0 && np.is_multiple_of(self.width()) && kq.len().is_multiple_of(np));
         let kvn = kq.len() / np;
@@ -617,7 +645,9 @@ impl Kernels for Simd {
         let w = self.width();
         for r in rows.iter() {
             assert!(r.q.len() >= d.next_multiple_of(w) && r.acc.len() >= dv.next_multiple_of(w));
-            assert!(r.mask.is_none_or(|m| m.len() >= n));
+            assert!(r
+                .mask
+                .is_none_or(|m| m.vals.len() >= n && m.vis.len() >= n.div_ceil(64)));
         }
         assert!(job.k.rows_contiguous() && job.v.rows_contiguous());
         // Rows c0 and c1 - 1 in bounds (row_ptr checks), hence all between.

@@ -22,21 +22,6 @@ unsafe fn load_row<L: Lanes, const H: bool>(row: *const u8, off: usize, n: usize
     }
 }
 
-/// Bit `i` set when mask value `i` of the `n` (≤ 64) at `m` is not -inf
-/// (branch-free, so the compiler vectorizes it).
-///
-/// # Safety
-/// `m` points to `n` readable f32.
-#[inline(always)]
-unsafe fn visible_bits(m: *const f32, n: usize) -> u64 {
-    // SAFETY: the caller's contract.
-    let vals = unsafe { std::slice::from_raw_parts(m, n) };
-    let neg_inf = f32::NEG_INFINITY.to_bits();
-    vals.iter().enumerate().fold(0u64, |acc, (i, x)| {
-        acc | (u64::from(x.to_bits() != neg_inf) << i)
-    })
-}
-
 /// Asks the cache for the `bytes` bytes at `p` (a hint: no fault, no effect on results).
 #[inline(always)]
 fn prefetch_row(p: *const u8, bytes: usize) {
@@ -71,8 +56,11 @@ pub(crate) struct ChunkArgs<const G: usize> {
     softcap: f32,
     /// Queries, `d` rounded up to `W` values each.
     q: [*const f32; G],
-    /// `n` mask values each, or null.
+    /// `n` mask values each (read at visible keys only), or null.
     mask: [*const f32; G],
+    /// `n.div_ceil(64)` visibility words each ([`super::super::MaskRow`]),
+    /// null where `mask` is.
+    vis: [*const u64; G],
     /// Accumulators, `dv` rounded up to `W` values each.
     acc: [*mut f32; G],
     m: [f32; G],
@@ -129,12 +117,12 @@ pub(super) unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut 
                     }
                     let len = (a.n - win).min(64);
                     let mut u = 0u64;
-                    for &m in &a.mask {
-                        if m.is_null() {
+                    for &vis in &a.vis {
+                        if vis.is_null() {
                             u = u64::MAX >> (64 - len);
                             break;
                         }
-                        u |= visible_bits(m.add(win), len);
+                        u |= *vis.add(win / 64);
                     }
                     pend = u;
                     base = win;
@@ -157,10 +145,13 @@ pub(super) unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut 
             for j in 0..nb {
                 let mut bits = 0u8;
                 for g in 0..G {
+                    let key = keys[j];
                     let mv = if a.mask[g].is_null() {
                         0.0
+                    } else if *a.vis[g].add(key / 64) >> (key % 64) & 1 != 0 {
+                        *a.mask[g].add(key)
                     } else {
-                        *a.mask[g].add(keys[j])
+                        f32::NEG_INFINITY
                     };
                     f[g][j] = mv;
                     if mv != f32::NEG_INFINITY {
@@ -221,9 +212,15 @@ pub(super) unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut 
                 a.s[g] = sum;
                 a.m[g] = mx;
             }
-            // Whole vectors two at a time, then one, then the partial one.
+            // Whole vectors four at a time with 32 registers (the chains of
+            // f16 roundings are latency bound: more of them in flight), else
+            // two at a time, then one, then the partial one.
             let nfull = a.dv / w;
             let mut c = 0;
+            while L::W == 16 && c + 4 <= nfull {
+                apply::<L, H, G, 4, true>(a, c, &keys, nb, &act, &grew, &f);
+                c += 4;
+            }
             while c + 2 <= nfull {
                 apply::<L, H, G, 2, true>(a, c, &keys, nb, &act, &grew, &f);
                 c += 2;
@@ -371,6 +368,7 @@ pub(super) fn chunk_args<const G: usize>(
     v: *const u8,
 ) -> ChunkArgs<G> {
     let null = std::ptr::null::<f32>();
+    let no_vis = std::ptr::null::<u64>();
     ChunkArgs {
         d: job.k.ne[0],
         dv: job.v.ne[0],
@@ -382,7 +380,8 @@ pub(super) fn chunk_args<const G: usize>(
         scale: job.scale,
         softcap: job.softcap,
         q: std::array::from_fn(|g| rows[g].q.as_ptr()),
-        mask: std::array::from_fn(|g| rows[g].mask.map_or(null, |m| m.as_ptr())),
+        mask: std::array::from_fn(|g| rows[g].mask.map_or(null, |m| m.vals.as_ptr())),
+        vis: std::array::from_fn(|g| rows[g].mask.map_or(no_vis, |m| m.vis.as_ptr())),
         acc: std::array::from_fn(|g| rows[g].acc.as_mut_ptr()),
         m: std::array::from_fn(|g| rows[g].m),
         s: std::array::from_fn(|g| rows[g].s),

@@ -359,3 +359,50 @@ fn to_f32_converts_exactly() {
         }
     }
 }
+
+#[test]
+fn visibility_words_match_a_naive_scan_at_every_level() {
+    let mut rng = crate::conformance::Rng::new(5);
+    let specials = [
+        f32::NEG_INFINITY,
+        f32::INFINITY,
+        f32::NAN,
+        -0.0,
+        0.0,
+        -65504.0,
+    ];
+    for n in [1, 7, 63, 64, 65, 127, 128, 200, 4096] {
+        let x: Vec<f32> = rng
+            .vec(n, -3.0, 3.0)
+            .iter()
+            .map(|&v| {
+                if v < 0.5 {
+                    specials[(v.abs() * 2.0) as usize % 6]
+                } else {
+                    v
+                }
+            })
+            .collect();
+        let raw: Vec<u8> = x
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes())
+            .collect();
+        let words = n.div_ceil(64);
+        let mut want = vec![0u64; words];
+        for (j, v) in x.iter().enumerate() {
+            if half::f16::from_f32(*v).to_f32() != f32::NEG_INFINITY {
+                want[j / 64] |= 1 << (j % 64);
+            }
+        }
+        let mut got = vec![!0u64; words];
+        Scalar.vis_f16(&raw, &mut got);
+        assert_eq!(got, want, "scalar, n = {n}");
+        for isa in [Isa::Avx512, Isa::Avx2] {
+            if let Some(k) = Simd::new(isa) {
+                let mut got = vec![!0u64; words];
+                k.vis_f16(&raw, &mut got);
+                assert_eq!(got, want, "{isa}, n = {n}");
+            }
+        }
+    }
+}
