@@ -71,6 +71,10 @@ impl BufferType for HostBufferType {
 /// returned to the system when the buffer is dropped.
 pub const LAZY_COMMIT_MIN: usize = 1 << 20;
 
+/// Anonymous mappings of at least this many bytes ask for transparent huge
+/// pages (one 2 MiB page).
+const HUGE_PAGE_MIN: usize = 2 << 20;
+
 enum Owner {
     /// Memory from the global allocator with this layout.
     Alloc(Layout),
@@ -119,6 +123,12 @@ impl HostBuffer {
         if size >= LAZY_COMMIT_MIN {
             let mut map = memmap2::MmapMut::map_anon(size)
                 .map_err(|e| oom(format!("cannot map {size} bytes of anonymous memory: {e}")))?;
+            // Huge pages where the kernel offers them only on request
+            // (transparent_hugepage=madvise): ask (a hint; refused is fine).
+            #[cfg(target_os = "linux")]
+            if size >= HUGE_PAGE_MIN {
+                let _ = map.advise(memmap2::Advice::HugePage);
+            }
             // Page-aligned, hence HOST_ALIGNMENT-aligned; the mapping does not
             // move when moved into `owner`.
             let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| oom("null mapping".into()))?;
