@@ -607,7 +607,11 @@ impl Context {
                 Ok(logits) => {
                     if read {
                         out.rows.extend(rows.iter().map(|&r| off + r));
-                        out.data.extend_from_slice(&logits);
+                        if out.data.is_empty() {
+                            out.data = logits; // one micro-batch: no copy
+                        } else {
+                            out.data.extend_from_slice(&logits);
+                        }
                     }
                 }
                 Err(e) => {

@@ -71,6 +71,13 @@ impl Tensor {
     /// its type; works for strided views too.
     pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
         let dt = self.dtype();
+        if dt == DType::F32 && self.is_contiguous() {
+            // straight into the result: one buffer, one copy (logits are
+            // read like this every step)
+            let mut out = vec![0f32; self.nelements()];
+            tensor_get(self, 0, bytemuck::cast_slice_mut(&mut out))?;
+            return Ok(out);
+        }
         let ne = self.ne();
         let nb = self.nb();
         let raw = self.read_bytes()?;
