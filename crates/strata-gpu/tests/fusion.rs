@@ -221,3 +221,41 @@ fn a_rotated_k_used_again_is_not_fused() {
         assert_eq!(fused, 0);
     }
 }
+
+/// ROPE of K `[64, 2, 3]` into a `[128, 8]` cache and V rows `[96, 3]`
+/// into a `[96, 8]` one, both caches the output; `same_ids`: the V write
+/// takes the K write's ids (else its own, the same values).
+fn kv_writes(same_ids: bool) -> (Vec<(Tensor, Vec<f32>)>, Tensor) {
+    let (x, vr) = (input(&[64, 2, 3], 1), input(&[96, 3], 2));
+    let pos = Tensor::new(DType::I32, &[3]).unwrap();
+    let k_cache = Tensor::new(DType::F16, &[128, 8]).unwrap();
+    let v_cache = Tensor::new(DType::F16, &[96, 8]).unwrap();
+    let ids = Tensor::new(DType::I32, &[3]).unwrap();
+    let v_ids = Tensor::new(DType::I32, &[3]).unwrap();
+    let r = ops::rope(&x.0, &pos, RopeParams::new(64, RopeMode::Neox, 10000.0)).unwrap();
+    let rows = ops::reshape(&r, &[128, 3]).unwrap();
+    let k_all = ops::set_rows(&k_cache, &rows, &ids).unwrap();
+    let v_all = ops::set_rows(&v_cache, &vr.0, if same_ids { &ids } else { &v_ids }).unwrap();
+    let flat = |t: &Tensor| ops::reshape(t, &[t.nelements()]).unwrap();
+    let out = ops::concat(&flat(&k_all), &flat(&v_all), 0).unwrap();
+    let mut inputs = vec![
+        x,
+        vr,
+        (pos, vec![7.0, 8.0, 9.0]),
+        (k_cache, values(128 * 8, 4)),
+        (v_cache, values(96 * 8, 5)),
+        (ids, vec![5.0, 0.0, 2.0]),
+    ];
+    if !same_ids {
+        inputs.push((v_ids, vec![5.0, 0.0, 2.0]));
+    }
+    (inputs, out)
+}
+
+#[test]
+fn the_v_cache_write_joins_the_k_cache_write() {
+    // K and V written by one dispatch, the concatenation by another
+    assert_counts((2, 2), || kv_writes(true));
+    // other ids: the V write alone
+    assert_counts((3, 1), || kv_writes(false));
+}

@@ -8,7 +8,8 @@
 //!   row kernel, which also stores the sum (it is the next residual).
 //! - MUL_MAT → ADD (a bias), on the matrix-vector kernel.
 //! - ROPE → RESHAPE → SET_ROWS (the K cache write): the rotated rows go
-//!   straight into the cache rows.
+//!   straight into the cache rows; the V cache write after it (SET_ROWS of
+//!   the V rows with the same ids, into the same buffer) joins the dispatch.
 //! - MUL_MAT → MUL_MAT (→ MUL_MAT) of the same activations (the Q, K, V
 //!   projections; the gate and up products), on the subgroup
 //!   matrix-vector kernel: one dispatch, every product stored. (Their GLU
@@ -407,6 +408,7 @@ impl<'a> Site<'a> {
         let Some(ids) = self.graph.src(sr, 1) else {
             return Ok(None);
         };
+        let v = self.v_rows_after(j, rope, sr, ids);
         let mut ds = attn::plan(self.ctx, rope)?;
         let Some(mut d) = ds.pop() else {
             return Ok(None);
@@ -418,25 +420,99 @@ impl<'a> Site<'a> {
             src_types[k] = s.as_ref().map(|s| s.dtype());
         }
         src_types[3] = Some(ids.dtype());
+        if v.is_some() {
+            src_types[2] = Some(DType::F32);
+        }
         let kernel = Kernel {
             key: "rope_set_rows".into(),
             body: wgsl!("rope.wgsl", "rope_set_rows.wgsl", "item_main.wgsl"),
             src_types,
             dst_type: sr.dtype(),
-            defs: vec![("IDX64", (ids.dtype() == DType::I64).to_string())],
+            defs: vec![
+                ("IDX64", (ids.dtype() == DType::I64).to_string()),
+                ("HAS_V", v.is_some().to_string()),
+            ],
         };
         d.pipeline = kernel.pipeline(self.ctx)?;
         d.bind(3, ids);
         d.bind(4, sr);
-        d.params = d.params.items(items as u32);
+        let mut nodes = vec![i, j];
+        let mut all = items;
+        if let Some((k, vsr, vrows)) = v {
+            d.bind(2, vrows);
+            let at = vsr.storage().map_or(0, |s| s.offset);
+            d.params = d
+                .params
+                .int(3, items as u32)
+                .int(6, at as u32)
+                .int(7, vsr.nb()[1] as u32);
+            all += vrows.ne()[0];
+            nodes.push(k);
+        }
+        d.params = d.params.items(all as u32);
         d.groups = grid(
-            (items as u32).div_ceil(WG),
+            (all as u32).div_ceil(WG),
             self.ctx.limits.max_compute_workgroups_per_dimension,
         );
         Ok(Some(Fused {
             dispatches: vec![d],
-            nodes: vec![i, j],
+            nodes,
         }))
+    }
+
+    /// The V cache write right after the K cache write SET_ROWS `sr` at `j`
+    /// (of ROPE `rope`'s rows, ids `ids`) that the fused ROPE → SET_ROWS
+    /// kernel can do too: SET_ROWS of f32 rows (one per token of the K
+    /// rows) into a cache of the K cache's type and cells, in the same
+    /// buffer (the kernel's destination), with the same ids, the ROPE
+    /// without frequency factors (the rows take their slot). Its index, the
+    /// SET_ROWS and the rows.
+    fn v_rows_after(
+        &self,
+        j: usize,
+        rope: &Tensor,
+        sr: &Tensor,
+        ids: &Tensor,
+    ) -> Option<(usize, &'a Tensor, &'a Tensor)> {
+        let nodes = self.graph.nodes();
+        let k = next_compute(nodes, j)?;
+        let vsr = &nodes[k];
+        if vsr.op() != &Op::SetRows
+            || rope.src(2).is_some()
+            || rope.ne()[3] != 1
+            || !self.reads(vsr, 1, ids)
+            || !rows::supports(self.ctx, vsr)
+            || vsr.dtype() != sr.dtype()
+            || vsr.ne()[1] != sr.ne()[1]
+            || vsr.nb()[0] != sr.nb()[0]
+            || vsr.ne()[2..] != [1, 1]
+        {
+            return None;
+        }
+        let vrows = self.graph.src(vsr, 0)?;
+        let base = |t: &Tensor| t.storage().map(|s| s.buffer.base());
+        let kr = self.graph.src(sr, 0)?;
+        let fits = vrows.dtype() == DType::F32
+            && vrows.is_contiguous()
+            && aligned(vrows)
+            && vrows.ne()[0] == vsr.ne()[0]
+            && vrows.ne()[1..] == kr.ne()[1..]
+            && base(vsr).is_some()
+            && base(vsr) == base(sr);
+        // the two caches and everything the kernel reads are apart
+        let reads = [
+            self.graph.src(rope, 0),
+            self.graph.src(rope, 1),
+            Some(ids),
+            Some(vrows),
+        ];
+        let ok = fits
+            && apart(vsr, sr, false)
+            && reads
+                .iter()
+                .flatten()
+                .all(|s| apart(vsr, s, false) && apart(sr, s, false));
+        ok.then_some((k, vsr, vrows))
     }
 }
 

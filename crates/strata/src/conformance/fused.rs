@@ -6,7 +6,8 @@ use super::*;
 /// issue #45), each named by its ops joined with `+`: RMS_NORM then MUL by
 /// the weight; ADD, RMS_NORM of the sum and MUL, with the sum used again
 /// (it is the residual); MUL_MAT then ADD of a bias, a row or a whole
-/// matrix; ROPE, reshaped into rows, into SET_ROWS (the K cache write);
+/// matrix; ROPE, reshaped into rows, into SET_ROWS (the K cache write),
+/// alone or with the V rows' SET_ROWS (the same ids) after it;
 /// the gate and up products of one activation (types may differ), then
 /// their GLU.
 pub(super) fn fused_cases(v: &mut Vec<OpCase>) {
@@ -66,6 +67,39 @@ pub(super) fn fused_cases(v: &mut Vec<OpCase>) {
                     (x, U),
                     (pos, Fill::Index(100)),
                     (cache, U),
+                    (ids, Fill::Permutation(8)),
+                ];
+                Ok((ins, out))
+            },
+        ));
+    }
+    for (kv_t, mode) in [(DType::F16, RopeMode::Neox), (DType::F32, RopeMode::Normal)] {
+        v.push(case(
+            format!("ROPE+SET_ROWS+SET_ROWS(kv={kv_t},mode={mode:?})"),
+            1e-6,
+            move || {
+                // K [64, 2, 3] and V rows [96, 3] into caches of 8 cells
+                let x = t(DType::F32, &[64, 2, 3])?;
+                let vr = t(DType::F32, &[96, 3])?;
+                let pos = t(DType::I32, &[3])?;
+                let k_cache = t(kv_t, &[128, 8])?;
+                let v_cache = t(kv_t, &[96, 8])?;
+                let ids = t(DType::I32, &[3])?;
+                let r = ops::rope(&x, &pos, RopeParams::new(64, mode, 10000.0))?;
+                let k_all = ops::set_rows(&k_cache, &ops::reshape(&r, &[128, 3])?, &ids)?;
+                let v_all = ops::set_rows(&v_cache, &vr, &ids)?;
+                // both caches in the result
+                let out = ops::concat(
+                    &ops::reshape(&k_all, &[128 * 8])?,
+                    &ops::reshape(&v_all, &[96 * 8])?,
+                    0,
+                )?;
+                let ins = vec![
+                    (x, U),
+                    (vr, U),
+                    (pos, Fill::Index(100)),
+                    (k_cache, U),
+                    (v_cache, U),
                     (ids, Fill::Permutation(8)),
                 ];
                 Ok((ins, out))
