@@ -10,10 +10,15 @@
 //! - ROPE → RESHAPE → SET_ROWS (the K cache write): the rotated rows go
 //!   straight into the cache rows; the V cache write after it (SET_ROWS of
 //!   the V rows with the same ids, into the same buffer) joins the dispatch.
+//! - GLU → MUL_MAT (→ ADD) (the FFN's SwiGLU, its down projection and the
+//!   residual): the matrix-vector kernel computes the GLU of the gate and
+//!   up operands as it reads its activations; the GLU is never stored. The
+//!   planner mostly gives the product the dead gate's bytes, which the
+//!   fused kernel still reads (in SmolLM2's decode graph 29 layers of 30).
 //! - MUL_MAT → MUL_MAT (→ MUL_MAT) of the same activations (the Q, K, V
 //!   projections; the gate and up products), on the subgroup
 //!   matrix-vector kernel: one dispatch, every product stored. (Their GLU
-//!   cannot join: the planner gives its result the bytes of the dead
+//!   cannot join them: the planner gives its result the bytes of the dead
 //!   activations every workgroup still reads.)
 //!
 //! A node whose result a fused dispatch does not store (the norm, the
@@ -22,8 +27,8 @@
 //! one another (only views in between), so nothing computed between them
 //! can overwrite what the run reads. A stored result may not meet what the
 //! run still reads elsewhere in memory ([`apart`]): the planner reuses
-//! dead sources' bytes as if the nodes ran one after another. SwiGLU needs no fusion here: strata's
-//! graphs express it as one GLU node over the gate and up products.
+//! dead sources' bytes as if the nodes ran one after another. SwiGLU is one
+//! GLU node over the gate and up products in strata's graphs.
 
 use strata::graph::{Graph, IdMap};
 use strata::ops::Op;
@@ -74,6 +79,7 @@ pub(crate) fn plan(
             None => g.products(i)?,
         },
         Op::Rope(_) => g.rope_set_rows(i)?,
+        Op::Glu { .. } => g.glu_mul_mat(i)?,
         _ => None,
     };
     Ok(f)
@@ -258,32 +264,39 @@ impl<'a> Site<'a> {
         }))
     }
 
+    /// The ADD of a bias (f32, broadcast over the product) right after the
+    /// MUL_MAT at `i`, when the product is used only there: the ADD's index,
+    /// the bias and the ADD.
+    fn bias_add(&self, i: usize) -> Option<(usize, &'a Tensor, &'a Tensor)> {
+        let nodes = self.graph.nodes();
+        let mm = &nodes[i];
+        if !self.single_use(mm) {
+            return None;
+        }
+        let j = next_compute(nodes, i)?;
+        let add = &nodes[j];
+        if add.op() != &Op::Add || !self.reads(add, 0, mm) || !elementwise::supports(add) {
+            return None;
+        }
+        let bias = self.graph.src(add, 1)?;
+        (!bias.ptr_eq(mm)
+            && bias.dtype() == DType::F32
+            && add.dtype() == DType::F32
+            && add.ne() == mm.ne()
+            && broadcasts(bias, add))
+        .then_some((j, bias, add))
+    }
+
     /// MUL_MAT at `i` on the matrix-vector kernel, then the ADD of a bias
     /// (f32, broadcast over the product).
     fn mul_mat_add(&self, i: usize) -> Result<Option<Fused>> {
-        let nodes = self.graph.nodes();
-        let mm = &nodes[i];
-        if !self.single_use(mm) || !matmul::matvec_plan(mm) || !super::supported(self.ctx, mm) {
+        let mm = &self.graph.nodes()[i];
+        if !matmul::matvec_plan(mm) || !super::supported(self.ctx, mm) {
             return Ok(None);
         }
-        let Some(j) = next_compute(nodes, i) else {
+        let Some((j, bias, add)) = self.bias_add(i) else {
             return Ok(None);
         };
-        let add = &nodes[j];
-        if add.op() != &Op::Add || !self.reads(add, 0, mm) || !elementwise::supports(add) {
-            return Ok(None);
-        }
-        let Some(bias) = self.graph.src(add, 1) else {
-            return Ok(None);
-        };
-        if bias.ptr_eq(mm)
-            || bias.dtype() != DType::F32
-            || add.dtype() != DType::F32
-            || add.ne() != mm.ne()
-            || !broadcasts(bias, add)
-        {
-            return Ok(None);
-        }
         // every workgroup reads the whole vector: the sum may not meet it
         let srcs = [self.graph.src(mm, 0), self.graph.src(mm, 1)];
         if !srcs.iter().flatten().all(|s| apart(add, s, false)) || !apart(add, bias, false) {
@@ -295,6 +308,74 @@ impl<'a> Site<'a> {
         Ok(Some(Fused {
             dispatches: vec![d],
             nodes: vec![i, j],
+        }))
+    }
+
+    /// GLU at `i` (f32), its result used only as the activations of the
+    /// MUL_MAT after it on the matrix-vector kernel (the FFN's down
+    /// projection), and that product's bias ADD if one follows: one
+    /// dispatch whose kernel computes the GLU of the gate and up operands as
+    /// it reads them.
+    fn glu_mul_mat(&self, i: usize) -> Result<Option<Fused>> {
+        let nodes = self.graph.nodes();
+        let glu = &nodes[i];
+        let Op::Glu { .. } = glu.op() else {
+            return Ok(None);
+        };
+        let Some(a) = self.graph.src(glu, 0) else {
+            return Ok(None);
+        };
+        let b = self.graph.src(glu, 1);
+        let f32_rows = |t: &Tensor| t.dtype() == DType::F32 && t.nb()[0] == 4 && aligned(t);
+        // the operands as the kernel reads them: the GLU's shape with the
+        // operands' strides (two of the GLU's shape and strides, or one
+        // twice as wide)
+        let operands_ok = match b {
+            Some(b) => a.ne() == glu.ne() && b.ne() == glu.ne() && a.nb() == b.nb() && f32_rows(b),
+            None => {
+                let (n, na) = (glu.ne(), a.ne());
+                na[0] == 2 * n[0] && na[1..] == n[1..]
+            }
+        };
+        if !operands_ok || !f32_rows(a) || glu.dtype() != DType::F32 || !self.single_use(glu) {
+            return Ok(None);
+        }
+        let Some(j) = next_compute(nodes, i) else {
+            return Ok(None);
+        };
+        let mm = &nodes[j];
+        if mm.op() != &Op::MulMat
+            || !self.reads(mm, 1, glu)
+            || self.reads(mm, 0, glu)
+            || !matmul::matvec_plan(mm)
+            || !super::supported(self.ctx, mm)
+            || mm.dtype() != DType::F32
+        {
+            return Ok(None);
+        }
+        let Some(w) = self.graph.src(mm, 0) else {
+            return Ok(None);
+        };
+        let add = self.bias_add(j);
+        let dst = add.map_or(mm, |(_, _, add)| add);
+        // every workgroup reads the whole of the operands: the result may
+        // not meet them (nor the weights, nor the bias)
+        let mut reads = vec![a, w];
+        reads.extend(b);
+        reads.extend(add.map(|(_, bias, _)| bias));
+        if !reads.iter().all(|s| apart(dst, s, false)) {
+            return Ok(None);
+        }
+        let mut d = matmul::plan_matvec_glu(self.ctx, mm, add.map(|(_, _, add)| add), glu)?;
+        let mut run = vec![i, j];
+        if let Some((k, bias, add)) = add {
+            d.bind(3, bias);
+            d.bind(4, add);
+            run.push(k);
+        }
+        Ok(Some(Fused {
+            dispatches: vec![d],
+            nodes: run,
         }))
     }
 
