@@ -317,7 +317,7 @@ pub(crate) fn plan_matvec_glu(
     for (k, t, at) in [(1, gate, gate_at), (2, up, up_at)] {
         d.bind(k, t);
         d.params = d.params.shape(k, glu.ne(), t.nb());
-        d.params.w[40 + k] += at as u32;
+        d.params.w[40 + k] = d.params.w[40 + k].wrapping_add(at as u32);
     }
     Ok(d)
 }
