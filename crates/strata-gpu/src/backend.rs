@@ -498,7 +498,7 @@ impl Backend for GpuBackend {
 
     fn synchronize(&mut self) -> Result<()> {
         self.ctx.wait()?;
-        self.ctx.take_error("a copy")
+        self.ctx.take_error(format_args!("a copy"))
     }
 
     fn cpy_tensor_async(&mut self, src: &Tensor, dst: &Tensor) -> Result<bool> {
@@ -592,7 +592,7 @@ impl Backend for GpuBackend {
         }
         let (nodes, n) = (p.nodes, p.dispatches.len());
         self.ctx
-            .take_error(&format!("a graph of {nodes} nodes ({n} dispatches)"))
+            .take_error(format_args!("a graph of {nodes} nodes ({n} dispatches)"))
     }
 
     fn supports_op(&self, op: &Tensor) -> bool {
@@ -633,9 +633,11 @@ fn describe(node: &Tensor) -> String {
     )
 }
 
-/// Whether `STRATA_GPU_PROFILE=1` asks for per-op times.
+/// Whether `STRATA_GPU_PROFILE=1` asks for per-op times (read once: a
+/// decode token asks several times).
 fn profiling() -> bool {
-    std::env::var("STRATA_GPU_PROFILE").is_ok_and(|v| v == "1")
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("STRATA_GPU_PROFILE").is_ok_and(|v| v == "1"))
 }
 /// Binds `subs`' replacements (same type and layout, other memory) where a
 /// dispatch binds the source they replace, moving the slot's byte offset

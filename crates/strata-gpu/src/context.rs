@@ -375,7 +375,7 @@ impl GpuContext {
     }
 
     /// An error for the first uncaptured device error since the last call.
-    pub(crate) fn take_error(&self, during: &str) -> Result<()> {
+    pub(crate) fn take_error(&self, during: std::fmt::Arguments<'_>) -> Result<()> {
         let errs = std::mem::take(&mut *lock(&self.uncaptured));
         match errs.first() {
             None => Ok(()),

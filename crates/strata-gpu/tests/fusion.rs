@@ -221,3 +221,90 @@ fn a_rotated_k_used_again_is_not_fused() {
         assert_eq!(fused, 0);
     }
 }
+
+/// SwiGLU of g and u `[256, 2]` into the down product (weights `[256,
+/// 16]`) and the residual r `[16, 2]` added; `reuse`: the GLU is read
+/// again (by a second product, added on).
+fn glu_down(reuse: bool) -> (Vec<(Tensor, Vec<f32>)>, Tensor) {
+    let (g, u) = (input(&[256, 2], 1), input(&[256, 2], 2));
+    let (w, r) = (input(&[256, 16], 3), input(&[16, 2], 4));
+    let glu = ops::swiglu_split(&g.0, &u.0).unwrap();
+    let mut out = ops::add(&ops::mul_mat(&w.0, &glu).unwrap(), &r.0).unwrap();
+    if reuse {
+        out = ops::add(&out, &ops::mul_mat(&w.0, &glu).unwrap()).unwrap();
+    }
+    (vec![g, u, w, r], out)
+}
+
+#[test]
+fn the_glu_and_the_residual_join_the_down_product() {
+    assert_counts((1, 2), || glu_down(false));
+}
+
+#[test]
+fn a_glu_used_again_is_not_fused_into_a_product() {
+    // the GLU, the first product with its ADD, the second, the last ADD
+    assert_counts((4, 1), || glu_down(true));
+}
+
+#[test]
+fn a_feed_forward_block_is_two_dispatches_where_subgroups_are() {
+    let Some(dev) = support::gpu() else { return };
+    let ffn = || {
+        let (wg, wu, wd) = (
+            input(&[64, 96], 1),
+            input(&[64, 96], 2),
+            input(&[96, 64], 3),
+        );
+        let x = input(&[64, 1], 4);
+        let gate = ops::mul_mat(&wg.0, &x.0).unwrap();
+        let up = ops::mul_mat(&wu.0, &x.0).unwrap();
+        let glu = ops::swiglu_split(&gate, &up).unwrap();
+        let out = ops::add(&ops::mul_mat(&wd.0, &glu).unwrap(), &x.0).unwrap();
+        (vec![wg, wu, wd, x], out)
+    };
+    if dev.context().has_subgroups() {
+        // gate and up in one dispatch; the GLU, down and the residual in another
+        assert_counts((2, 3), ffn);
+    } else {
+        assert_counts((3, 2), ffn);
+    }
+}
+
+/// ROPE of K `[64, 2, 3]` into a `[128, 8]` cache and V rows `[96, 3]`
+/// into a `[96, 8]` one, both caches the output; `same_ids`: the V write
+/// takes the K write's ids (else its own, the same values).
+fn kv_writes(same_ids: bool) -> (Vec<(Tensor, Vec<f32>)>, Tensor) {
+    let (x, vr) = (input(&[64, 2, 3], 1), input(&[96, 3], 2));
+    let pos = Tensor::new(DType::I32, &[3]).unwrap();
+    let k_cache = Tensor::new(DType::F16, &[128, 8]).unwrap();
+    let v_cache = Tensor::new(DType::F16, &[96, 8]).unwrap();
+    let ids = Tensor::new(DType::I32, &[3]).unwrap();
+    let v_ids = Tensor::new(DType::I32, &[3]).unwrap();
+    let r = ops::rope(&x.0, &pos, RopeParams::new(64, RopeMode::Neox, 10000.0)).unwrap();
+    let rows = ops::reshape(&r, &[128, 3]).unwrap();
+    let k_all = ops::set_rows(&k_cache, &rows, &ids).unwrap();
+    let v_all = ops::set_rows(&v_cache, &vr.0, if same_ids { &ids } else { &v_ids }).unwrap();
+    let flat = |t: &Tensor| ops::reshape(t, &[t.nelements()]).unwrap();
+    let out = ops::concat(&flat(&k_all), &flat(&v_all), 0).unwrap();
+    let mut inputs = vec![
+        x,
+        vr,
+        (pos, vec![7.0, 8.0, 9.0]),
+        (k_cache, values(128 * 8, 4)),
+        (v_cache, values(96 * 8, 5)),
+        (ids, vec![5.0, 0.0, 2.0]),
+    ];
+    if !same_ids {
+        inputs.push((v_ids, vec![5.0, 0.0, 2.0]));
+    }
+    (inputs, out)
+}
+
+#[test]
+fn the_v_cache_write_joins_the_k_cache_write() {
+    // K and V written by one dispatch, the concatenation by another
+    assert_counts((2, 2), || kv_writes(true));
+    // other ids: the V write alone
+    assert_counts((3, 1), || kv_writes(false));
+}

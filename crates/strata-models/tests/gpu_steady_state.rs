@@ -62,11 +62,14 @@ fn a_decode_token_costs_one_submission_and_one_read_back() {
             // their MULs, both residual ADDs into the matrix-vector
             // products before them, and K's ROPE into the cache write; the
             // output norm with its MUL; with subgroups also K's and V's
-            // products into Q's, and up's into gate's
+            // products into Q's, and up's into gate's. Per layer at most two
+            // more: the V cache write into K's (not here: this model's ROPE
+            // has frequency factors) and the GLU into the down product
+            // (where the planner did not give the product the gate's bytes)
             let per_layer = if c.has_subgroups() { 8 } else { 5 };
-            assert_eq!(
-                spent.nodes_fused,
-                per_layer * n_layer + 1,
+            let base = per_layer * n_layer + 1;
+            assert!(
+                (base..=base + 2 * n_layer).contains(&spent.nodes_fused),
                 "token {i}: {spent:?}"
             );
             assert_eq!(

@@ -122,6 +122,19 @@ fn alibi(p: Params, max_bias: f32, n_head: usize) -> Params {
         .int(2, n as u32)
 }
 
+/// The WGSL expression of GLU `op` of the f32s `a` (the gate) and `b` (the
+/// up operand); also the matrix-vector kernel's when a GLU is fused into it.
+pub(crate) fn glu_expr(op: GluOp) -> &'static str {
+    match op {
+        GluOp::Reglu => "max(a, 0.0) * b",
+        GluOp::Geglu => {
+            "0.5 * a * (1.0 + tanh(clamp(0.7978845608 * a * (1.0 + 0.044715 * a * a), -15.0, 15.0))) * b"
+        }
+        GluOp::Swiglu => "a / (1.0 + exp(-a)) * b",
+        GluOp::GegluErf => "0.5 * a * (1.0 + erf_approx(a * 0.70710678118654752)) * b",
+    }
+}
+
 /// GLU on the binary element-wise kernel: `a` is the gate, `b` the up
 /// operand; the fused form binds its one source to both, each slot starting
 /// at its half (gate first unless `swapped`).
@@ -132,14 +145,7 @@ fn glu(
     op: GluOp,
     swapped: bool,
 ) -> Result<Vec<Dispatch>> {
-    let act = match op {
-        GluOp::Reglu => "max(a, 0.0) * b",
-        GluOp::Geglu => {
-            "0.5 * a * (1.0 + tanh(clamp(0.7978845608 * a * (1.0 + 0.044715 * a * a), -15.0, 15.0))) * b"
-        }
-        GluOp::Swiglu => "a / (1.0 + exp(-a)) * b",
-        GluOp::GegluErf => "0.5 * a * (1.0 + erf_approx(a * 0.70710678118654752)) * b",
-    };
+    let act = glu_expr(op);
     let a = node.src(0).ok_or_else(|| super::unsupported(ctx, node))?;
     let mut kernel = Kernel::new("glu", BINARY, node).def("OPER", act);
     let mut slots = slots_of(node);

@@ -8,11 +8,17 @@
 //!   row kernel, which also stores the sum (it is the next residual).
 //! - MUL_MAT → ADD (a bias), on the matrix-vector kernel.
 //! - ROPE → RESHAPE → SET_ROWS (the K cache write): the rotated rows go
-//!   straight into the cache rows.
+//!   straight into the cache rows; the V cache write after it (SET_ROWS of
+//!   the V rows with the same ids, into the same buffer) joins the dispatch.
+//! - GLU → MUL_MAT (→ ADD) (the FFN's SwiGLU, its down projection and the
+//!   residual): the matrix-vector kernel computes the GLU of the gate and
+//!   up operands as it reads its activations; the GLU is never stored. The
+//!   planner mostly gives the product the dead gate's bytes, which the
+//!   fused kernel still reads (in SmolLM2's decode graph 29 layers of 30).
 //! - MUL_MAT → MUL_MAT (→ MUL_MAT) of the same activations (the Q, K, V
 //!   projections; the gate and up products), on the subgroup
 //!   matrix-vector kernel: one dispatch, every product stored. (Their GLU
-//!   cannot join: the planner gives its result the bytes of the dead
+//!   cannot join them: the planner gives its result the bytes of the dead
 //!   activations every workgroup still reads.)
 //!
 //! A node whose result a fused dispatch does not store (the norm, the
@@ -21,8 +27,8 @@
 //! one another (only views in between), so nothing computed between them
 //! can overwrite what the run reads. A stored result may not meet what the
 //! run still reads elsewhere in memory ([`apart`]): the planner reuses
-//! dead sources' bytes as if the nodes ran one after another. SwiGLU needs no fusion here: strata's
-//! graphs express it as one GLU node over the gate and up products.
+//! dead sources' bytes as if the nodes ran one after another. SwiGLU is one
+//! GLU node over the gate and up products in strata's graphs.
 
 use strata::graph::{Graph, IdMap};
 use strata::ops::Op;
@@ -73,6 +79,7 @@ pub(crate) fn plan(
             None => g.products(i)?,
         },
         Op::Rope(_) => g.rope_set_rows(i)?,
+        Op::Glu { .. } => g.glu_mul_mat(i)?,
         _ => None,
     };
     Ok(f)
@@ -257,32 +264,39 @@ impl<'a> Site<'a> {
         }))
     }
 
+    /// The ADD of a bias (f32, broadcast over the product) right after the
+    /// MUL_MAT at `i`, when the product is used only there: the ADD's index,
+    /// the bias and the ADD.
+    fn bias_add(&self, i: usize) -> Option<(usize, &'a Tensor, &'a Tensor)> {
+        let nodes = self.graph.nodes();
+        let mm = &nodes[i];
+        if !self.single_use(mm) {
+            return None;
+        }
+        let j = next_compute(nodes, i)?;
+        let add = &nodes[j];
+        if add.op() != &Op::Add || !self.reads(add, 0, mm) || !elementwise::supports(add) {
+            return None;
+        }
+        let bias = self.graph.src(add, 1)?;
+        (!bias.ptr_eq(mm)
+            && bias.dtype() == DType::F32
+            && add.dtype() == DType::F32
+            && add.ne() == mm.ne()
+            && broadcasts(bias, add))
+        .then_some((j, bias, add))
+    }
+
     /// MUL_MAT at `i` on the matrix-vector kernel, then the ADD of a bias
     /// (f32, broadcast over the product).
     fn mul_mat_add(&self, i: usize) -> Result<Option<Fused>> {
-        let nodes = self.graph.nodes();
-        let mm = &nodes[i];
-        if !self.single_use(mm) || !matmul::matvec_plan(mm) || !super::supported(self.ctx, mm) {
+        let mm = &self.graph.nodes()[i];
+        if !matmul::matvec_plan(mm) || !super::supported(self.ctx, mm) {
             return Ok(None);
         }
-        let Some(j) = next_compute(nodes, i) else {
+        let Some((j, bias, add)) = self.bias_add(i) else {
             return Ok(None);
         };
-        let add = &nodes[j];
-        if add.op() != &Op::Add || !self.reads(add, 0, mm) || !elementwise::supports(add) {
-            return Ok(None);
-        }
-        let Some(bias) = self.graph.src(add, 1) else {
-            return Ok(None);
-        };
-        if bias.ptr_eq(mm)
-            || bias.dtype() != DType::F32
-            || add.dtype() != DType::F32
-            || add.ne() != mm.ne()
-            || !broadcasts(bias, add)
-        {
-            return Ok(None);
-        }
         // every workgroup reads the whole vector: the sum may not meet it
         let srcs = [self.graph.src(mm, 0), self.graph.src(mm, 1)];
         if !srcs.iter().flatten().all(|s| apart(add, s, false)) || !apart(add, bias, false) {
@@ -294,6 +308,74 @@ impl<'a> Site<'a> {
         Ok(Some(Fused {
             dispatches: vec![d],
             nodes: vec![i, j],
+        }))
+    }
+
+    /// GLU at `i` (f32), its result used only as the activations of the
+    /// MUL_MAT after it on the matrix-vector kernel (the FFN's down
+    /// projection), and that product's bias ADD if one follows: one
+    /// dispatch whose kernel computes the GLU of the gate and up operands as
+    /// it reads them.
+    fn glu_mul_mat(&self, i: usize) -> Result<Option<Fused>> {
+        let nodes = self.graph.nodes();
+        let glu = &nodes[i];
+        let Op::Glu { .. } = glu.op() else {
+            return Ok(None);
+        };
+        let Some(a) = self.graph.src(glu, 0) else {
+            return Ok(None);
+        };
+        let b = self.graph.src(glu, 1);
+        let f32_rows = |t: &Tensor| t.dtype() == DType::F32 && t.nb()[0] == 4 && aligned(t);
+        // the operands as the kernel reads them: the GLU's shape with the
+        // operands' strides (two of the GLU's shape and strides, or one
+        // twice as wide)
+        let operands_ok = match b {
+            Some(b) => a.ne() == glu.ne() && b.ne() == glu.ne() && a.nb() == b.nb() && f32_rows(b),
+            None => {
+                let (n, na) = (glu.ne(), a.ne());
+                na[0] == 2 * n[0] && na[1..] == n[1..]
+            }
+        };
+        if !operands_ok || !f32_rows(a) || glu.dtype() != DType::F32 || !self.single_use(glu) {
+            return Ok(None);
+        }
+        let Some(j) = next_compute(nodes, i) else {
+            return Ok(None);
+        };
+        let mm = &nodes[j];
+        if mm.op() != &Op::MulMat
+            || !self.reads(mm, 1, glu)
+            || self.reads(mm, 0, glu)
+            || !matmul::matvec_plan(mm)
+            || !super::supported(self.ctx, mm)
+            || mm.dtype() != DType::F32
+        {
+            return Ok(None);
+        }
+        let Some(w) = self.graph.src(mm, 0) else {
+            return Ok(None);
+        };
+        let add = self.bias_add(j);
+        let dst = add.map_or(mm, |(_, _, add)| add);
+        // every workgroup reads the whole of the operands: the result may
+        // not meet them (nor the weights, nor the bias)
+        let mut reads = vec![a, w];
+        reads.extend(b);
+        reads.extend(add.map(|(_, bias, _)| bias));
+        if !reads.iter().all(|s| apart(dst, s, false)) {
+            return Ok(None);
+        }
+        let mut d = matmul::plan_matvec_glu(self.ctx, mm, add.map(|(_, _, add)| add), glu)?;
+        let mut run = vec![i, j];
+        if let Some((k, bias, add)) = add {
+            d.bind(3, bias);
+            d.bind(4, add);
+            run.push(k);
+        }
+        Ok(Some(Fused {
+            dispatches: vec![d],
+            nodes: run,
         }))
     }
 
@@ -407,6 +489,7 @@ impl<'a> Site<'a> {
         let Some(ids) = self.graph.src(sr, 1) else {
             return Ok(None);
         };
+        let v = self.v_rows_after(j, rope, sr, ids);
         let mut ds = attn::plan(self.ctx, rope)?;
         let Some(mut d) = ds.pop() else {
             return Ok(None);
@@ -418,25 +501,99 @@ impl<'a> Site<'a> {
             src_types[k] = s.as_ref().map(|s| s.dtype());
         }
         src_types[3] = Some(ids.dtype());
+        if v.is_some() {
+            src_types[2] = Some(DType::F32);
+        }
         let kernel = Kernel {
             key: "rope_set_rows".into(),
             body: wgsl!("rope.wgsl", "rope_set_rows.wgsl", "item_main.wgsl"),
             src_types,
             dst_type: sr.dtype(),
-            defs: vec![("IDX64", (ids.dtype() == DType::I64).to_string())],
+            defs: vec![
+                ("IDX64", (ids.dtype() == DType::I64).to_string()),
+                ("HAS_V", v.is_some().to_string()),
+            ],
         };
         d.pipeline = kernel.pipeline(self.ctx)?;
         d.bind(3, ids);
         d.bind(4, sr);
-        d.params = d.params.items(items as u32);
+        let mut nodes = vec![i, j];
+        let mut all = items;
+        if let Some((k, vsr, vrows)) = v {
+            d.bind(2, vrows);
+            let at = vsr.storage().map_or(0, |s| s.offset);
+            d.params = d
+                .params
+                .int(3, items as u32)
+                .int(6, at as u32)
+                .int(7, vsr.nb()[1] as u32);
+            all += vrows.ne()[0];
+            nodes.push(k);
+        }
+        d.params = d.params.items(all as u32);
         d.groups = grid(
-            (items as u32).div_ceil(WG),
+            (all as u32).div_ceil(WG),
             self.ctx.limits.max_compute_workgroups_per_dimension,
         );
         Ok(Some(Fused {
             dispatches: vec![d],
-            nodes: vec![i, j],
+            nodes,
         }))
+    }
+
+    /// The V cache write right after the K cache write SET_ROWS `sr` at `j`
+    /// (of ROPE `rope`'s rows, ids `ids`) that the fused ROPE → SET_ROWS
+    /// kernel can do too: SET_ROWS of f32 rows (one per token of the K
+    /// rows) into a cache of the K cache's type and cells, in the same
+    /// buffer (the kernel's destination), with the same ids, the ROPE
+    /// without frequency factors (the rows take their slot). Its index, the
+    /// SET_ROWS and the rows.
+    fn v_rows_after(
+        &self,
+        j: usize,
+        rope: &Tensor,
+        sr: &Tensor,
+        ids: &Tensor,
+    ) -> Option<(usize, &'a Tensor, &'a Tensor)> {
+        let nodes = self.graph.nodes();
+        let k = next_compute(nodes, j)?;
+        let vsr = &nodes[k];
+        if vsr.op() != &Op::SetRows
+            || rope.src(2).is_some()
+            || rope.ne()[3] != 1
+            || !self.reads(vsr, 1, ids)
+            || !rows::supports(self.ctx, vsr)
+            || vsr.dtype() != sr.dtype()
+            || vsr.ne()[1] != sr.ne()[1]
+            || vsr.nb()[0] != sr.nb()[0]
+            || vsr.ne()[2..] != [1, 1]
+        {
+            return None;
+        }
+        let vrows = self.graph.src(vsr, 0)?;
+        let base = |t: &Tensor| t.storage().map(|s| s.buffer.base());
+        let kr = self.graph.src(sr, 0)?;
+        let fits = vrows.dtype() == DType::F32
+            && vrows.is_contiguous()
+            && aligned(vrows)
+            && vrows.ne()[0] == vsr.ne()[0]
+            && vrows.ne()[1..] == kr.ne()[1..]
+            && base(vsr).is_some()
+            && base(vsr) == base(sr);
+        // the two caches and everything the kernel reads are apart
+        let reads = [
+            self.graph.src(rope, 0),
+            self.graph.src(rope, 1),
+            Some(ids),
+            Some(vrows),
+        ];
+        let ok = fits
+            && apart(vsr, sr, false)
+            && reads
+                .iter()
+                .flatten()
+                .all(|s| apart(vsr, s, false) && apart(sr, s, false));
+        ok.then_some((k, vsr, vrows))
     }
 }
 

@@ -34,7 +34,7 @@
 mod dequant;
 mod intdot;
 
-use strata::ops::Op;
+use strata::ops::{GluOp, Op};
 use strata::{DType, Error, Result, Tensor};
 
 use super::rows::wgsl;
@@ -280,9 +280,92 @@ pub(crate) fn plan_matvec(
     node: &Tensor,
     add: Option<&Tensor>,
 ) -> Result<Dispatch> {
+    matvec(ctx, node, add, None)
+}
+
+/// [`plan_matvec`] of MUL_MAT `node` whose activations are the f32 result
+/// of GLU node `glu` (`node`'s source 1), computed as the kernel reads them
+/// from the GLU's gate and up operands (bound to slots 1 and 2) instead of
+/// read from memory (issue #45). The caller checked the pattern
+/// (`fuse.rs`: f32 operands of the GLU's shape and strides).
+pub(crate) fn plan_matvec_glu(
+    ctx: &GpuContext,
+    node: &Tensor,
+    add: Option<&Tensor>,
+    glu: &Tensor,
+) -> Result<Dispatch> {
+    let &Op::Glu { op, swapped } = glu.op() else {
+        return Err(super::unsupported(ctx, node));
+    };
+    let Some(a) = glu.src(0) else {
+        return Err(super::unsupported(ctx, glu));
+    };
+    // (operand, bytes past its offset) of the gate and of the up operand:
+    // two tensors, or the halves of one (gate first unless `swapped`)
+    let ((gate, gate_at), (up, up_at)) = match glu.src(1) {
+        Some(b) => ((a, 0), (b, 0)),
+        None => {
+            let half = glu.ne()[0] * a.nb()[0];
+            if swapped {
+                ((a, half), (a, 0))
+            } else {
+                ((a, 0), (a, half))
+            }
+        }
+    };
+    let mut d = matvec(ctx, node, add, Some((op, gate.dtype(), up.dtype())))?;
+    for (k, t, at) in [(1, gate, gate_at), (2, up, up_at)] {
+        d.bind(k, t);
+        d.params = d.params.shape(k, glu.ne(), t.nb());
+        d.params.w[40 + k] = d.params.w[40 + k].wrapping_add(at as u32);
+    }
+    Ok(d)
+}
+
+/// The WGSL of `y8_s1` (`shaders/matvec.wgsl`): s1's activations, or with
+/// a GLU (its op and the gate's and up operand's types) that GLU of the
+/// gate in s1 and the up operand in s2, whose column lies as far past s2's
+/// offset as the gate's past s1's.
+fn activations(glu: Option<(GluOp, DType, DType)>) -> String {
+    let Some((op, _, _)) = glu else {
+        return "fn y8_s1(yc: u32, g: u32) -> V8 { return dq_s1(yc, g); }".into();
+    };
+    let lanes = |v: &str| {
+        let at = |c: &str| format!("glu_act(a.{v}.{c}, b.{v}.{c})");
+        format!(
+            "vec4<f32>({}, {}, {}, {})",
+            at("x"),
+            at("y"),
+            at("z"),
+            at("w")
+        )
+    };
+    format!(
+        "fn glu_act(a: f32, b: f32) -> f32 {{ return {}; }}\n\
+         fn y8_s1(yc: u32, g: u32) -> V8 {{\n    \
+             let a = dq_s1(yc, g);\n    \
+             let b = dq_s2(yc - P.off.y + P.off.z, g);\n    \
+             return V8({}, {});\n}}\n",
+        super::attn::glu_expr(op),
+        lanes("a"),
+        lanes("b")
+    )
+}
+
+/// [`plan_matvec`], with the activations of a fused GLU when `glu` is set.
+fn matvec(
+    ctx: &GpuContext,
+    node: &Tensor,
+    add: Option<&Tensor>,
+    glu: Option<(GluOp, DType, DType)>,
+) -> Result<Dispatch> {
     let (Some(a), Some(b)) = (node.src(0), node.src(1)) else {
         return Err(super::unsupported(ctx, node));
     };
+    let mut dq = vec![(0, a.dtype()), (1, b.dtype())];
+    if let Some((_, gate, up)) = glu {
+        dq = vec![(0, a.dtype()), (1, gate), (2, up)];
+    }
     let max = ctx.limits.max_compute_workgroups_per_dimension;
     let d = node.ne();
     let colmap = if matches!(node.op(), Op::MulMat) {
@@ -301,10 +384,8 @@ pub(crate) fn plan_matvec(
         .def("TPR", format!("{}u", tpr(ctx)))
         .def("RPW", format!("{}u", rows_per_group(ctx)))
         .def("MAXY", format!("{max}u"))
-        .def(
-            "DEQUANT",
-            dequant::source(&[(0, a.dtype()), (1, b.dtype())]),
-        )
+        .def("DEQUANT", dequant::source(&dq))
+        .def("Y8_FN", activations(glu))
         .def(
             "BIAS(",
             if add.is_some() {
@@ -315,6 +396,10 @@ pub(crate) fn plan_matvec(
         );
     if add.is_some() {
         k.src_types[3] = Some(DType::F32);
+    }
+    if let Some((_, gate, up)) = glu {
+        k.src_types[1] = Some(gate);
+        k.src_types[2] = Some(up);
     }
     let rows = a.ne()[1].div_ceil(rows_per_group(ctx)) as u32;
     let groups = if cols <= max {
@@ -362,7 +447,8 @@ pub(crate) fn plan_matvec_products(ctx: &GpuContext, products: &[&Tensor]) -> Re
     )
     .def("RPW", format!("{rpw}u"))
     .def("DQ3", if weights.len() == 3 { "dq_s3" } else { "dq_s2" })
-    .def("DEQUANT", dequant::source(&slots));
+    .def("DEQUANT", dequant::source(&slots))
+    .def("Y8_FN", activations(None));
     k.src_types[2] = Some(weights[1].dtype());
     k.src_types[3] = weights.get(2).map(|w| w.dtype());
     let blocks: usize = products

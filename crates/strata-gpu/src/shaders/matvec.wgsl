@@ -5,7 +5,11 @@
 // memory (matvec_shared.wgsl) or with a subgroup reduction
 // (matvec_subgroup.wgsl). COLMAP picks the column mapping: MUL_MAT
 // (broadcast over dims 2, 3) or MUL_MAT_ID (the expert from the ids in s2).
+// `y8_s1(column byte, group)` gives the column's 8 activations of a group:
+// s1's, or with a GLU fused in (issue #45) the GLU of the gate in s1 and the
+// up operand in s2 (`ops/matmul.rs` `activations`).
 DEQUANT
+Y8_FN
 
 // (weights matrix byte, s1 column byte, dst column byte, 1 if valid) of
 // column c = i1 + ne1 (i2 + ne2 i3) of the destination.
@@ -52,7 +56,7 @@ fn dot2_s0(yc: u32, ar0: u32, ar1: u32, first: u32, step: u32) -> vec2<f32> {
     let groups = (P.ne[0].x + 7u) / 8u;
     var acc = vec2<f32>(0.0);
     for (var g = first; g < groups; g += step) {
-        let y = dq_s1(yc, g);
+        let y = y8_s1(yc, g);
         let w0 = dq_s0(ar0, g);
         let w1 = dq_s0(ar1, g);
         acc += vec2<f32>(dot(w0.a, y.a) + dot(w0.b, y.b), dot(w1.a, y.a) + dot(w1.b, y.b));

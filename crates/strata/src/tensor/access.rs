@@ -80,6 +80,19 @@ impl Tensor {
         }
         let ne = self.ne();
         let nb = self.nb();
+        if dt == DType::F32 && self.is_contiguous() && cfg!(target_endian = "little") {
+            // straight into the result (a decode token's logits: no second
+            // buffer, no conversion pass)
+            let mut out = vec![0f32; self.nelements()];
+            // SAFETY: the bytes of `out`'s initialized elements, borrowed
+            // while `out` is not otherwise used; every bit pattern is an f32
+            // and u8 needs no alignment.
+            let bytes = unsafe {
+                std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), 4 * out.len())
+            };
+            tensor_get(self, 0, bytes)?;
+            return Ok(out);
+        }
         let raw = self.read_bytes()?;
         let row = self.row_size();
         let mut out = Vec::with_capacity(self.nelements());
