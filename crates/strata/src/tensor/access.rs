@@ -71,28 +71,15 @@ impl Tensor {
     /// its type; works for strided views too.
     pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
         let dt = self.dtype();
-        if dt == DType::F32 && self.is_contiguous() {
+        if dt == DType::F32 && self.is_contiguous() && cfg!(target_endian = "little") {
             // straight into the result: one buffer, one copy (logits are
-            // read like this every step)
+            // read like this every step; tensor bytes are little-endian)
             let mut out = vec![0f32; self.nelements()];
             tensor_get(self, 0, bytemuck::cast_slice_mut(&mut out))?;
             return Ok(out);
         }
         let ne = self.ne();
         let nb = self.nb();
-        if dt == DType::F32 && self.is_contiguous() && cfg!(target_endian = "little") {
-            // straight into the result (a decode token's logits: no second
-            // buffer, no conversion pass)
-            let mut out = vec![0f32; self.nelements()];
-            // SAFETY: the bytes of `out`'s initialized elements, borrowed
-            // while `out` is not otherwise used; every bit pattern is an f32
-            // and u8 needs no alignment.
-            let bytes = unsafe {
-                std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), 4 * out.len())
-            };
-            tensor_get(self, 0, bytes)?;
-            return Ok(out);
-        }
         let raw = self.read_bytes()?;
         let row = self.row_size();
         let mut out = Vec::with_capacity(self.nelements());
