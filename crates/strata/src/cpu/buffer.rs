@@ -240,6 +240,13 @@ impl Buffer for HostBuffer {
         BufferUsage::from_u8(self.usage.load(Ordering::Relaxed))
     }
     fn set_usage(&self, usage: BufferUsage) {
+        // A compute buffer is replaced by a larger one whenever a graph
+        // outgrows it (a context's KV span grows as it decodes); huge pages
+        // would make each new one zero whole 2 MiB pages it barely touches.
+        #[cfg(target_os = "linux")]
+        if let (BufferUsage::Compute, Owner::Map(map)) = (usage, &self.owner) {
+            let _ = map.advise(memmap2::Advice::NoHugePage);
+        }
         self.usage.store(usage.to_u8(), Ordering::Relaxed)
     }
     fn write(&self, tensor: &Tensor, offset: usize, data: &[u8]) -> Result<()> {
@@ -312,6 +319,26 @@ impl Buffer for HostBuffer {
 mod tests {
     use super::*;
     use crate::tensor::DType;
+
+    /// Mapped buffers (huge pages asked for, then refused for compute
+    /// buffers) start zeroed and keep what is written, whatever the kernel
+    /// made of the advice.
+    #[test]
+    fn large_mapped_buffers_are_zeroed_and_writable_in_every_usage() {
+        for usage in [BufferUsage::Any, BufferUsage::Weights, BufferUsage::Compute] {
+            let buf = cpu_buffer_type()
+                .alloc_buffer(HUGE_PAGE_MIN + 4096)
+                .unwrap();
+            buf.set_usage(usage);
+            assert_eq!(buf.usage(), usage);
+            let t = Tensor::new(DType::F32, &[1024]).unwrap();
+            t.set_storage(buf.clone(), HUGE_PAGE_MIN).unwrap();
+            assert!(t.to_f32_vec().unwrap().iter().all(|&x| x == 0.0));
+            let v: Vec<f32> = (0..1024).map(|i| i as f32).collect();
+            t.write_f32(&v).unwrap();
+            assert_eq!(t.to_f32_vec().unwrap(), v);
+        }
+    }
 
     #[test]
     fn read_only_buffers_name_the_refused_write() {
