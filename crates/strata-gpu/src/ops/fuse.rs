@@ -171,14 +171,19 @@ impl<'a> Site<'a> {
         if mul.op() != &Op::Mul || !self.reads(mul, 0, rms) || !super::supported(self.ctx, mul) {
             return None;
         }
-        let w = self.graph.src(mul, 1)?;
-        (!w.ptr_eq(rms)
+        let w = self.broadcast_f32(mul, rms)?;
+        (aligned(w) && aligned(mul)).then_some(w)
+    }
+
+    /// Source 1 of `node` when it is an f32 operand other than `first`
+    /// that broadcasts over `node`, an f32 result of `first`'s shape.
+    fn broadcast_f32(&self, node: &'a Tensor, first: &Tensor) -> Option<&'a Tensor> {
+        let w = self.graph.src(node, 1)?;
+        (!w.ptr_eq(first)
             && w.dtype() == DType::F32
-            && mul.dtype() == DType::F32
-            && mul.ne() == rms.ne()
-            && aligned(w)
-            && aligned(mul)
-            && broadcasts(w, mul))
+            && node.dtype() == DType::F32
+            && node.ne() == first.ne()
+            && broadcasts(w, node))
         .then_some(w)
     }
 
@@ -278,13 +283,8 @@ impl<'a> Site<'a> {
         if add.op() != &Op::Add || !self.reads(add, 0, mm) || !elementwise::supports(add) {
             return None;
         }
-        let bias = self.graph.src(add, 1)?;
-        (!bias.ptr_eq(mm)
-            && bias.dtype() == DType::F32
-            && add.dtype() == DType::F32
-            && add.ne() == mm.ne()
-            && broadcasts(bias, add))
-        .then_some((j, bias, add))
+        let bias = self.broadcast_f32(add, mm)?;
+        Some((j, bias, add))
     }
 
     /// MUL_MAT at `i` on the matrix-vector kernel, then the ADD of a bias
