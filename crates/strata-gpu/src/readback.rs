@@ -166,14 +166,18 @@ impl GpuContext {
             if st == DONE {
                 self.read_timestamps(f);
             }
-            // mapped, or a map still pending (unmapping cancels it); a map
-            // that failed left the buffer unmapped, and unmapping it again
-            // is a validation error the device would report to whichever
-            // graph of any thread looks next
-            if st != FAILED {
-                if let Some(s) = &f.staging {
-                    s.unmap();
-                }
+            // mapped, or a map still pending (unmapping cancels it). A map
+            // that failed left the buffer in a state this side cannot know
+            // (unmapped, or still mapped when the failure was a map asked
+            // for while mapped, as tests sharing one device have met):
+            // unmapping an unmapped buffer and copying into a mapped one are
+            // both validation errors the device would report to whichever
+            // graph of any thread looks next, so the buffer is dropped and
+            // the next graph makes a new one.
+            if st == FAILED {
+                f.staging = None;
+            } else if let Some(s) = &f.staging {
+                s.unmap();
             }
         }
         f.copied.clear();
