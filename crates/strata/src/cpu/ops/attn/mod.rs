@@ -80,11 +80,15 @@ use crate::ops::Op;
 use crate::tensor::{DType, Tensor};
 
 mod decode;
+mod mask;
+mod scalar;
 mod tiled;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 
 use decode::split_kv;
+use mask::{group_masks, mask_floats, MaskRow};
+pub(crate) use scalar::Scalar;
 use tiled::tiled;
 
 /// Query rows per tile of the tiled path, and the fewest query rows that take it.
@@ -148,101 +152,9 @@ fn pad(n: usize) -> usize {
     n.next_multiple_of(PAD)
 }
 
-/// f32 elements of one row's mask buffer ([`MaskBuf`]) for up to `n_keys`
-/// keys: the values, then the visibility words (two f32 each, plus one
-/// word of alignment slack).
-fn mask_floats(n_keys: usize) -> usize {
-    pad(n_keys) + pad(2 * (n_keys.div_ceil(64) + 1))
-}
-
 /// f32 elements of one-chunk scratch for chunks of up to `n_keys` keys.
 fn one_chunk_floats(d: usize, dv: usize, n_keys: usize) -> usize {
     GROUP * (pad(d) + pad(dv) + mask_floats(n_keys))
-}
-
-/// One row's mask buffer in the one-chunk scratch: `vals` for the slope-scaled
-/// values, `vis` for the visibility words.
-pub(crate) struct MaskBuf<'a> {
-    vals: &'a mut [f32],
-    vis: &'a mut [u64],
-}
-
-impl<'a> MaskBuf<'a> {
-    /// Carves a buffer for `n_keys` keys from `buf` ([`mask_floats`] long).
-    fn new(buf: &'a mut [f32], n_keys: usize) -> MaskBuf<'a> {
-        let (vals, words) = buf.split_at_mut(pad(n_keys));
-        // SAFETY: every bit pattern is a valid u64, and align_to_mut only
-        // reinterprets the aligned middle of the slice.
-        let (_, vis, _) = unsafe { words.align_to_mut::<u64>() };
-        MaskBuf { vals, vis }
-    }
-}
-
-/// The mask of one query row over a chunk's keys, as the one-chunk kernels
-/// read it: key `j` (from the chunk's first) is visible when bit `j % 64` of
-/// `vis[j / 64]` is set (its slope-scaled mask value is not -inf; bits past
-/// the chunk are 0), and then `vals[j]` is that value. `vals` is only
-/// written at visible keys: building it costs the visible keys, not the
-/// cache's size.
-#[derive(Clone, Copy)]
-pub(crate) struct MaskRow<'a> {
-    vals: &'a [f32],
-    vis: &'a [u64],
-}
-
-impl MaskRow<'_> {
-    /// The slope-scaled mask value of key `j`, -inf when it is not visible.
-    #[inline(always)]
-    fn get(&self, j: usize) -> f32 {
-        if self.vis[j / 64] >> (j % 64) & 1 != 0 {
-            self.vals[j]
-        } else {
-            f32::NEG_INFINITY
-        }
-    }
-}
-
-/// Fills `buf` with the visibility and the slope-scaled values of `n`
-/// mask values `get(j)` ([`MaskRow`]).
-fn mask_row_from<'a>(n: usize, buf: MaskBuf<'a>, mut get: impl FnMut(usize) -> f32) -> MaskRow<'a> {
-    let words = n.div_ceil(64);
-    for (w, word) in buf.vis[..words].iter_mut().enumerate() {
-        let mut bits = 0u64;
-        for j in w * 64..(w * 64 + 64).min(n) {
-            let x = get(j);
-            if x != f32::NEG_INFINITY {
-                bits |= 1 << (j % 64);
-                buf.vals[j] = x;
-            }
-        }
-        *word = bits;
-    }
-    MaskRow {
-        vals: &*buf.vals,
-        vis: &buf.vis[..words],
-    }
-}
-
-/// [`mask_row_from`] for a contiguous f16 mask row with slope 1: the
-/// visibility from the raw bits (f16 -inf is 0xfc00) at the kernels'
-/// level, then only the visible values converted.
-fn mask_row_f16<'a, K: Kernels>(kn: K, raw: &[u8], buf: MaskBuf<'a>) -> MaskRow<'a> {
-    let n = raw.len() / 2;
-    let words = n.div_ceil(64);
-    kn.vis_f16(raw, &mut buf.vis[..words]);
-    for (w, &bits) in buf.vis[..words].iter().enumerate() {
-        let mut rest = bits;
-        while rest != 0 {
-            let j = w * 64 + rest.trailing_zeros() as usize;
-            rest &= rest - 1;
-            let b = [raw[2 * j], raw[2 * j + 1]];
-            buf.vals[j] = crate::quant::simd::f16_to_f32(u16::from_le_bytes(b));
-        }
-    }
-    MaskRow {
-        vals: &*buf.vals,
-        vis: &buf.vis[..words],
-    }
 }
 
 /// f32 elements of the partials of one thread: H × (M, S, Dv values).
@@ -430,49 +342,6 @@ impl<'a> Params<'a> {
         }
     }
 
-    /// Which mask row, and with which slope, query row (iq, h, iq3) reads:
-    /// rows with the same key share one [`MaskRow`].
-    fn mask_key(&self, iq: usize, h: usize, iq3: usize) -> Option<(usize, usize, usize, u32)> {
-        self.mask.map(|m| {
-            let slope = alibi_slope(self.max_bias, h, self.n_head);
-            (iq, h % m.ne[2], iq3 % m.ne[3], slope.to_bits())
-        })
-    }
-
-    /// The mask of query row (iq, h, iq3) over keys `c0..c1` in `buf` (none
-    /// without a mask).
-    fn mask_row<'r, K: Kernels>(
-        &self,
-        kn: K,
-        (iq, h, iq3): (usize, usize, usize),
-        (c0, c1): (usize, usize),
-        buf: MaskBuf<'r>,
-    ) -> Option<MaskRow<'r>> {
-        let m = self.mask?;
-        let (i2, i3) = (h % m.ne[2], iq3 % m.ne[3]);
-        let slope = alibi_slope(self.max_bias, h, self.n_head);
-        assert!(c1 <= m.ne[0], "mask columns {c0}..{c1} of {}", m.ne[0]);
-        Some(if m.rows_contiguous() {
-            // SAFETY: the mask is a read-only source; its rows are contiguous.
-            let row = unsafe { m.row_bytes(iq, i2, i3) };
-            let es = m.dtype.type_size();
-            let row = &row[es * c0..es * c1];
-            match m.dtype {
-                DType::F16 if slope == 1.0 => mask_row_f16(kn, row, buf),
-                DType::F16 => mask_row_from(c1 - c0, buf, |j| {
-                    slope
-                        * f16::from_bits(u16::from_le_bytes([row[2 * j], row[2 * j + 1]])).to_f32()
-                }),
-                _ => mask_row_from(c1 - c0, buf, |j| {
-                    let b = &row[4 * j..4 * j + 4];
-                    slope * f32::from_le_bytes([b[0], b[1], b[2], b[3]])
-                }),
-            }
-        } else {
-            mask_row_from(c1 - c0, buf, |j| slope * m.get_f32(c0 + j, iq, i2, i3))
-        })
-    }
-
     /// The row state of query row (iq, h, iq3) over keys `c0..c1`, on entry
     /// to the one-chunk kernels: the query loaded into `q`, `acc` zeroed,
     /// with the row's `mask` ([`Params::mask_row`]).
@@ -637,33 +506,6 @@ fn split_group(buf: &mut [f32], n: usize) -> (Vec<&mut [f32]>, &mut [f32]) {
     (head.chunks_exact_mut(n).collect(), rest)
 }
 
-/// The mask rows of a group of up to [`GROUP`] rows `at(i)` = (iq, h, iq3)
-/// over keys `c0..c1`, built in `bufs` ([`GROUP`] slices of
-/// [`mask_floats`]`(c1 - c0)`); a row reading the same mask row with the
-/// same slope as the one before it shares that row's.
-fn group_masks<'r, K: Kernels>(
-    kn: K,
-    p: &Params<'_>,
-    g: usize,
-    at: impl Fn(usize) -> (usize, usize, usize),
-    (c0, c1): (usize, usize),
-    bufs: &'r mut [&mut [f32]],
-) -> Vec<Option<MaskRow<'r>>> {
-    let mut out: Vec<Option<MaskRow<'r>>> = Vec::with_capacity(g);
-    let mut last = None;
-    for (i, buf) in bufs.iter_mut().take(g).enumerate() {
-        let (iq, h, iq3) = at(i);
-        let key = p.mask_key(iq, h, iq3);
-        let row = match (out.last(), last == key) {
-            (Some(&prev), true) => prev,
-            _ => p.mask_row(kn, (iq, h, iq3), (c0, c1), MaskBuf::new(buf, c1 - c0)),
-        };
-        last = key;
-        out.push(row);
-    }
-    out
-}
-
 /// The one-chunk path: this thread's rows, in groups sharing a kv head.
 fn one_chunk_rows<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
     let (n_q, ne3) = (p.q.ne[1], p.q.ne[3]);
@@ -715,202 +557,6 @@ fn one_chunk_rows<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
             store_normalized(p, h, iq, iq3, s, r.acc);
         }
         u += g;
-    }
-}
-
-// ---- the portable kernels ----
-
-/// The portable kernels (every architecture; the reference).
-#[derive(Clone, Copy)]
-pub(crate) struct Scalar;
-
-/// An element type k and v rows can hold.
-trait Elem {
-    const SIZE: usize;
-    /// True for f16: the one-chunk V accumulator is then kept in f16.
-    const HALF: bool = false;
-    fn get(b: &[u8], i: usize) -> f32;
-}
-
-struct F32;
-struct F16;
-
-impl Elem for F32 {
-    const SIZE: usize = 4;
-    #[inline(always)]
-    fn get(b: &[u8], i: usize) -> f32 {
-        let o = i * 4;
-        f32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
-    }
-}
-
-impl Elem for F16 {
-    const SIZE: usize = 2;
-    const HALF: bool = true;
-    #[inline(always)]
-    fn get(b: &[u8], i: usize) -> f32 {
-        let o = i * 2;
-        f16::from_bits(u16::from_le_bytes([b[o], b[o + 1]])).to_f32()
-    }
-}
-
-/// The V accumulator's storage rounding: f16 when V is f16 (as ggml).
-#[inline(always)]
-fn v_round<V: Elem>(x: f32) -> f32 {
-    if V::HALF {
-        half_round(x)
-    } else {
-        x
-    }
-}
-
-/// strata's original row-by-row loop over keys `c0..c1` for one row, with
-/// the same arithmetic in the same order (the one-chunk reference).
-fn one_chunk_row<K: Elem, V: Elem>(job: &ChunkJob<'_>, r: &mut RowState<'_>) {
-    let (k, v) = (job.k, job.v);
-    let (dk, dv) = (k.ne[0], v.ne[0]);
-    let qrow = &r.q[..dk];
-    let acc = &mut r.acc[..dv];
-    let (mut max, mut sum) = (r.m, r.s);
-    for ic in job.c0..job.c1 {
-        let mv = r.mask.map_or(0.0, |m| m.get(ic - job.c0));
-        if mv == f32::NEG_INFINITY {
-            continue;
-        }
-        // SAFETY: k and v are read-only sources with contiguous rows.
-        let krow = unsafe { k.row_bytes(ic, job.ik2, job.ik3) };
-        debug_assert_eq!(krow.len(), dk * K::SIZE);
-        let mut s = 0.0f32;
-        for (i, &x) in qrow.iter().enumerate() {
-            s += x * K::get(krow, i);
-        }
-        s *= job.scale;
-        if job.softcap != 0.0 {
-            s = job.softcap * (s / job.softcap).tanh();
-        }
-        s += mv;
-        let w = if s > max {
-            let shrink = (max - s).exp();
-            max = s;
-            sum *= shrink;
-            acc.iter_mut().for_each(|a| *a = v_round::<V>(*a * shrink));
-            1.0
-        } else {
-            (s - max).exp()
-        };
-        sum += w;
-        // SAFETY: as krow.
-        let vrow = unsafe { v.row_bytes(ic, job.ik2, job.ik3) };
-        debug_assert_eq!(vrow.len(), dv * V::SIZE);
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = v_round::<V>(*a + w * V::get(vrow, i));
-        }
-    }
-    r.m = max;
-    r.s = sum;
-}
-
-impl Kernels for Scalar {
-    fn width(self) -> usize {
-        1
-    }
-
-    fn to_f32(self, src: &[u8], dt: DType, dst: &mut [f32]) {
-        let n = src.len() / dt.type_size();
-        match dt {
-            DType::F16 => {
-                for (o, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                    *o = crate::quant::simd::f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
-                }
-            }
-            _ => {
-                for (o, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
-                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                }
-            }
-        }
-        dst[n..].fill(0.0);
-    }
-
-    fn vis_f16(self, raw: &[u8], out: &mut [u64]) {
-        for (word, chunk) in out.iter_mut().zip(raw.chunks(128)) {
-            *word = chunk.chunks_exact(2).enumerate().fold(0, |acc, (i, b)| {
-                acc | u64::from(u16::from_le_bytes([b[0], b[1]]) != 0xfc00) << i
-            });
-        }
-    }
-
-    fn qk(self, kf: &[f32], d: usize, qt: &[f32], np: usize, kq: &mut [f32]) {
-        for (j, out) in kq.chunks_exact_mut(np).enumerate() {
-            out.fill(0.0);
-            for (dd, &a) in kf[j * d..(j + 1) * d].iter().enumerate() {
-                for (o, &b) in out.iter_mut().zip(&qt[dd * np..(dd + 1) * np]) {
-                    *o += a * b;
-                }
-            }
-        }
-    }
-
-    fn softmax_cols(self, a: SoftmaxCols<'_>) {
-        let (kq, np, scale, mt) = (a.kq, a.np, a.scale, a.mt);
-        let (m, s, ms) = (a.m, a.s, a.ms);
-        let kvn = kq.len() / np;
-        match mt {
-            Some(mt) => kq
-                .iter_mut()
-                .zip(mt)
-                .for_each(|(x, &b)| *x = *x * scale + b),
-            None => kq.iter_mut().for_each(|x| *x *= scale),
-        }
-        for i in 0..np {
-            let tmax = (0..kvn).fold(f32::NEG_INFINITY, |a, j| a.max(kq[j * np + i]));
-            let mold = m[i];
-            let mnew = mold.max(tmax);
-            let f = if mnew > mold {
-                (mold - mnew).exp()
-            } else {
-                1.0
-            };
-            let mut sum = 0.0f32;
-            for j in 0..kvn {
-                let x = &mut kq[j * np + i];
-                *x = if tmax == f32::NEG_INFINITY {
-                    0.0
-                } else {
-                    (*x - mnew).exp()
-                };
-                sum += *x;
-            }
-            s[i] = s[i] * f + sum;
-            m[i] = mnew;
-            ms[i] = f;
-        }
-    }
-
-    fn pv(self, a: PvCols<'_>) {
-        let (p, np, rows, ms) = (a.p, a.np, a.rows, a.ms);
-        let (vf, dvp, vkq) = (a.vf, a.dvp, a.vkq);
-        let kvn = vf.len() / dvp;
-        for (i, out) in vkq.chunks_exact_mut(dvp).take(rows).enumerate() {
-            out.iter_mut().for_each(|o| *o *= ms[i]);
-            for j in 0..kvn {
-                let a = p[j * np + i];
-                for (o, &b) in out.iter_mut().zip(&vf[j * dvp..(j + 1) * dvp]) {
-                    *o += a * b;
-                }
-            }
-        }
-    }
-
-    fn one_chunk(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]) {
-        for r in rows {
-            match (job.k.dtype, job.v.dtype) {
-                (DType::F16, DType::F16) => one_chunk_row::<F16, F16>(job, r),
-                (DType::F16, _) => one_chunk_row::<F16, F32>(job, r),
-                (_, DType::F16) => one_chunk_row::<F32, F16>(job, r),
-                _ => one_chunk_row::<F32, F32>(job, r),
-            }
-        }
     }
 }
 

@@ -50,22 +50,19 @@ unsafe fn to_f32<L: Lanes>(src: *const u8, half: bool, n: usize, dst: *mut f32) 
     }
 }
 
-/// Writes `n.div_ceil(64)` words at `out`: bit `j % 64` of word `j / 64`
-/// set when little-endian f16 value `j` of the `n` at `raw` (any
-/// alignment) is not -inf (0xfc00). Branch-free over whole words, so the
-/// compiler vectorizes it at the level.
+/// [`super::mask::vis_words_f16`] for `n` f16 values at `raw` (any
+/// alignment) into `n.div_ceil(64)` words at `out`, inlined here so that
+/// the compiler vectorizes it at the level.
 #[inline(always)]
 unsafe fn vis_f16<L: Lanes>(raw: *const u8, n: usize, out: *mut u64) {
     // SAFETY: the caller guarantees 2·n bytes at raw and the words at out.
-    unsafe {
-        let bytes = std::slice::from_raw_parts(raw, 2 * n);
-        for (w, chunk) in bytes.chunks(128).enumerate() {
-            let bits = chunk.chunks_exact(2).enumerate().fold(0u64, |acc, (i, b)| {
-                acc | (u64::from(u16::from_le_bytes([b[0], b[1]]) != 0xfc00) << i)
-            });
-            *out.add(w) = bits;
-        }
-    }
+    let (raw, out) = unsafe {
+        (
+            std::slice::from_raw_parts(raw, 2 * n),
+            std::slice::from_raw_parts_mut(out, n.div_ceil(64)),
+        )
+    };
+    super::mask::vis_words_f16(raw, out);
 }
 
 /// A GEMM's operands: element (r, k) of A at `a[r·a_rs + k·a_ks]`, row k
