@@ -69,6 +69,12 @@ impl MatmulPaths {
         int_dot: false,
         f16_tiles: false,
     };
+    /// Each path on its own, as tests run every one.
+    pub const EACH: [MatmulPaths; 3] = [
+        MatmulPaths::INT_DOT,
+        MatmulPaths::F16_TILES,
+        MatmulPaths::F32_TILES,
+    ];
 
     /// The paths' short names, in the order MUL_MAT tries them (the last,
     /// `"f32 tiles"`, always there).

@@ -178,11 +178,7 @@ fn shapes(t: DType, count: usize, rng: &mut Rng) -> Vec<Shape> {
 #[test]
 fn tiled_mul_mat_id_matches_the_cpu_on_every_path() {
     let mut rng = Rng::new(453);
-    for paths in [
-        MatmulPaths::F32_TILES,
-        MatmulPaths::F16_TILES,
-        MatmulPaths::INT_DOT,
-    ] {
+    for paths in MatmulPaths::EACH {
         let Some(dev) = support::device_with_paths(paths) else {
             continue;
         };

@@ -45,11 +45,7 @@ const U: Fill = Fill::Uniform(-1.0, 1.0);
 
 #[test]
 fn the_suites_mul_mat_cases_pass_on_every_path() {
-    for paths in [
-        MatmulPaths::INT_DOT,
-        MatmulPaths::F16_TILES,
-        MatmulPaths::F32_TILES,
-    ] {
+    for paths in MatmulPaths::EACH {
         let Some(dev) = support::device_with_paths(paths) else {
             continue;
         };
