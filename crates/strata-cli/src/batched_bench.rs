@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(long = "pps")]
     pub pps: bool,
     /// Attention as llama.cpp chooses it (tiled prompts, split-KV decode)
-    /// instead of the batch-invariant one-chunk path.
+    /// instead of the batch-invariant two-pass path.
     #[arg(long = "no-batch-invariant")]
     pub no_batch_invariant: bool,
     /// Print JSON lines instead of the table.

@@ -249,7 +249,7 @@ fn llama_attention(
 
 #[test]
 fn flash_attention_over_a_kv_cache_view() {
-    // prompt (one-chunk on the CPU: f16 accumulation there), a batch of 70
+    // prompt (one-chunk on the CPU unless batch-invariant: f16 accumulation), a batch of 70
     // (tiled on the CPU: f32) and decoding over 300 cells
     for (tokens, n_kv) in [(7, 100), (70, 90), (1, 300)] {
         for kv_t in [DType::F16, DType::F32] {

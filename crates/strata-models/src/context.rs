@@ -17,9 +17,10 @@
 //!   whatever the other columns of the batch (the matmul kernels give the
 //!   scalar reference's bits per column at every ISA level; the norms, RoPE
 //!   and element-wise ops are per row; a MoE routes each token alone);
-//! - attention takes the one-chunk path for every shape
-//!   ([`strata::cpu::CpuBackend::set_batch_invariant`]): one pass over the
-//!   row's unmasked keys in cell order, masked keys skipped;
+//! - attention takes the two-pass path for every shape
+//!   ([`strata::cpu::CpuBackend::set_batch_invariant`]): the row's unmasked
+//!   keys in cell order, masked keys skipped, each weight `exp(s − M)` taken
+//!   with the row's final maximum and added in f32 in key order;
 //! - the cell allocator keeps each sequence's cells in position order
 //!   ([`Cells::find_slots`]), so a sequence's keys are visited in the same
 //!   order wherever they lie.

@@ -11,7 +11,8 @@
 //! `cargo bench -p strata --bench attn -- --measurement-time 3`
 //!
 //! `new` is the CPU backend's kernel at this CPU's best instruction-set level,
-//! or the lower one `STRATA_ISA` names (only `graph_compute` is timed: the graph is built and allocated once).
+//! or the lower one `STRATA_ISA` names (only `graph_compute` is timed: the graph is built and allocated once);
+//! `invariant` the same backend with batch-invariant attention (the two-pass path).
 //! `old` is a copy of strata's original scalar kernel (row by row, every
 //! K/V element converted through `half`, the f16 V accumulator rounded
 //! through `half`), run on the same data with the backend's thread pool and
@@ -164,6 +165,11 @@ fn bench(c: &mut Criterion) {
             cpu.set_isa(isa).unwrap();
             group.bench_function(
                 BenchmarkId::new(name, format!("new_{isa}_t{threads}")),
+                |b| b.iter(|| cpu.graph_compute(&graph).unwrap()),
+            );
+            cpu.set_batch_invariant(true);
+            group.bench_function(
+                BenchmarkId::new(name, format!("invariant_{isa}_t{threads}")),
                 |b| b.iter(|| cpu.graph_compute(&graph).unwrap()),
             );
             let pool = ThreadPool::new(threads);

@@ -197,10 +197,11 @@ impl CpuBackend {
         self.isa
     }
 
-    /// With `on`, FLASH_ATTN_EXT computes every query row by the one-chunk
-    /// algorithm (one pass over the row's unmasked keys in cell order), for
-    /// every batch shape: a row's result then depends only on its own query
-    /// and the keys it sees, not on the other rows of the batch, the cells'
+    /// With `on`, FLASH_ATTN_EXT computes every query row by the two-pass
+    /// algorithm (the row's unmasked keys in cell order: their scores and
+    /// maximum, then the weights and the f32 sums in key order), for every
+    /// batch shape: a row's result then depends only on its own query and
+    /// the keys it sees, not on the other rows of the batch, the cells'
     /// offsets, the number of cells attended to or the thread count. Off
     /// (the default), the path follows the shapes as ggml's does: the
     /// tiled path for 64 rows or more, split-KV for one row over 512 keys

@@ -67,7 +67,7 @@ pub(crate) struct Ctx<'a> {
     pub isa: crate::isa::Isa,
     /// Whether this thread's scratch has been handed out for the current node.
     pub scratch_taken: std::cell::Cell<bool>,
-    /// Attention takes the one-chunk path for every shape
+    /// Attention takes the two-pass path for every shape
     /// (`CpuBackend::set_batch_invariant`).
     pub batch_invariant: bool,
     /// The matmuls' blocking, from the backend's cache sizes

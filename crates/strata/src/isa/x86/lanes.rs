@@ -40,6 +40,9 @@ pub(crate) trait Lanes {
     /// (AVX-512: halves down to four lanes, then `(x0 + x2) + (x1 + x3)`;
     /// AVX2: halves, then `(x0 + x1) + (x2 + x3)`).
     unsafe fn hsum(v: Self::V) -> f32;
+    /// Lane `j` is [`Lanes::hsum`] of vector `j` of the `W` at `r`, bit for
+    /// bit: the same pairs added at each step, for `W` vectors at once.
+    unsafe fn hsum_lanes(r: *const Self::V) -> Self::V;
     /// Each lane rounded to the nearest integer (ties to even).
     unsafe fn round_int(v: Self::V) -> Self::V;
     /// `y · 2^n` for integral `n` in −126..=127.
@@ -166,6 +169,43 @@ impl Lanes for L512 {
         let t = _mm_add_ps(_mm256_extractf128_ps::<1>(t), _mm256_castps256_ps128(t));
         let t = _mm_add_ps(t, _mm_shuffle_ps::<0b01_00_11_10>(t, t));
         _mm_cvtss_f32(t) + _mm_cvtss_f32(_mm_movehdup_ps(t))
+    }
+    #[inline(always)]
+    unsafe fn hsum_lanes(r: *const __m512) -> __m512 {
+        // SAFETY: forwarded contract (16 readable vectors).
+        let r = unsafe { std::slice::from_raw_parts(r, 16) };
+        // hsum's steps, each on two vectors' halves side by side.
+        // 256-bit halves: u[a] = [r[2a] | r[2a + 1]], eight lanes each.
+        let u: [__m512; 8] = std::array::from_fn(|a| {
+            let (x, y) = (r[2 * a], r[2 * a + 1]);
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0xee>(x, y),
+                _mm512_shuffle_f32x4::<0x44>(x, y),
+            )
+        });
+        // 128-bit halves: one quad per vector r[4b .. 4b + 4].
+        let v: [__m512; 4] = std::array::from_fn(|b| {
+            let (x, y) = (u[2 * b], u[2 * b + 1]);
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0xdd>(x, y),
+                _mm512_shuffle_f32x4::<0x88>(x, y),
+            )
+        });
+        // x0 + x2 and x1 + x3 in each quad, two vectors' quads interleaved.
+        let w: [__m512; 2] = std::array::from_fn(|c| {
+            let (x, y) = (v[2 * c], v[2 * c + 1]);
+            _mm512_add_ps(
+                _mm512_shuffle_ps::<0x44>(x, y),
+                _mm512_shuffle_ps::<0xee>(x, y),
+            )
+        });
+        // the last pair: lane 4k + i holds vector 4i + k
+        let z = _mm512_add_ps(
+            _mm512_shuffle_ps::<0x88>(w[0], w[1]),
+            _mm512_shuffle_ps::<0xdd>(w[0], w[1]),
+        );
+        let idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        _mm512_permutexvar_ps(idx, z)
     }
     #[inline(always)]
     unsafe fn round_int(v: __m512) -> __m512 {
@@ -305,6 +345,22 @@ impl Lanes for L256 {
         _mm_cvtss_f32(_mm_hadd_ps(s, s))
     }
     #[inline(always)]
+    unsafe fn hsum_lanes(r: *const __m256) -> __m256 {
+        // SAFETY: forwarded contract (8 readable vectors).
+        let r = unsafe { std::slice::from_raw_parts(r, 8) };
+        // halves: u[a] = [r[2a] | r[2a + 1]], four lanes each
+        let u: [__m256; 4] = std::array::from_fn(|a| {
+            let (x, y) = (r[2 * a], r[2 * a + 1]);
+            _mm256_add_ps(
+                _mm256_permute2f128_ps::<0x20>(x, y),
+                _mm256_permute2f128_ps::<0x31>(x, y),
+            )
+        });
+        // the two horizontal adds: lanes [r0, r2, r4, r6 | r1, r3, r5, r7]
+        let h = _mm256_hadd_ps(_mm256_hadd_ps(u[0], u[1]), _mm256_hadd_ps(u[2], u[3]));
+        _mm256_permutevar8x32_ps(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+    }
+    #[inline(always)]
     unsafe fn round_int(v: __m256) -> __m256 {
         _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v)
     }
@@ -356,5 +412,66 @@ impl Lanes for L256 {
     #[inline(always)]
     unsafe fn fold8(v: __m256) -> __m256 {
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values of mixed sign and magnitude (2^-20 .. 2^20), so that adding
+    /// them in another order changes the rounded sum.
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = crate::conformance::Rng::new(seed);
+        let (m, e) = (rng.vec(n, -1.0, 1.0), rng.vec(n, -20.0, 20.0));
+        m.iter().zip(&e).map(|(m, e)| m * e.exp2()).collect()
+    }
+
+    /// `hsum_lanes` of the `W` vectors at `x` beside `hsum` of each.
+    ///
+    /// # Safety
+    /// The level's CPU features; `x` holds `W·W` values.
+    #[inline(always)]
+    unsafe fn both<L: Lanes>(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
+        let w = L::W;
+        // SAFETY: the caller's features; x holds w·w values.
+        unsafe {
+            let r: Vec<L::V> = (0..w).map(|j| L::load(x.as_ptr().add(j * w))).collect();
+            let mut lanes = vec![0f32; w];
+            L::store(lanes.as_mut_ptr(), L::hsum_lanes(r.as_ptr()));
+            (lanes, r.iter().map(|&v| L::hsum(v)).collect())
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn both512(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
+        // SAFETY: forwarded contract.
+        unsafe { both::<L512>(x) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn both256(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
+        // SAFETY: forwarded contract.
+        unsafe { both::<L256>(x) }
+    }
+
+    #[test]
+    fn hsum_lanes_is_hsum_of_each_vector_bit_for_bit() {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for seed in 0..50 {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the features were detected; 256 values.
+                let (a, b) = unsafe { both512(&values(256, seed)) };
+                assert_eq!(bits(&a), bits(&b), "avx512, seed {seed}");
+            }
+            let avx2 = std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+                && std::arch::is_x86_feature_detected!("f16c");
+            if avx2 {
+                // SAFETY: the features were detected; 64 values.
+                let (a, b) = unsafe { both256(&values(64, seed)) };
+                assert_eq!(bits(&a), bits(&b), "avx2, seed {seed}");
+            }
+        }
     }
 }

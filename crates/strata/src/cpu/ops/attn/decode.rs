@@ -60,10 +60,18 @@ pub(super) fn split_kv<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
             while h0 < n_head {
                 let ik2 = h0 / p.rk2;
                 let g = GROUP.min(p.rk2 - h0 % p.rk2).min(n_head - h0);
-                let mks = group_masks(kn, p, g, |i| (0, h0 + i, 0), (c0, c1), &mut masks);
+                let mks = group_masks(
+                    kn,
+                    p,
+                    g,
+                    |i| (0, h0 + i, 0),
+                    (c0, c1),
+                    &mut masks,
+                    &mut None,
+                );
                 let mut rows = Vec::with_capacity(g);
                 for (((i, q), acc), mk) in (0..g).zip(&mut qs).zip(&mut accs).zip(mks) {
-                    rows.push(p.row_state((0, h0 + i, 0), q, acc, mk));
+                    rows.push(p.row_state((0, h0 + i, 0), q, acc, mk, None));
                 }
                 let job = p.chunk_job(ik2, 0, c0, c1);
                 kn.one_chunk(&job, &mut rows);

@@ -33,6 +33,16 @@ impl<'a> MaskBuf<'a> {
     }
 }
 
+impl<'a> MaskBuf<'a> {
+    /// The mask row of `n` keys this buffer already holds.
+    fn held(self, n: usize) -> MaskRow<'a> {
+        MaskRow {
+            vals: &*self.vals,
+            vis: &self.vis[..n.div_ceil(64)],
+        }
+    }
+}
+
 /// The mask of one query row over a chunk's keys, as the one-chunk kernels
 /// read it: key `j` (from the chunk's first) is visible when bit `j % 64` of
 /// `vis[j / 64]` is set (its slope-scaled mask value is not -inf; bits past
@@ -163,10 +173,16 @@ impl Params<'_> {
     }
 }
 
+/// Which mask row a buffer holds: the row's [`Params::mask_key`] and the
+/// keys `c0..c1` it covers.
+pub(super) type HeldMask = Option<((usize, usize, usize, u32), usize, usize)>;
+
 /// The mask rows of a group of up to [`GROUP`] rows `at(i)` = (iq, h, iq3)
 /// over keys `c0..c1`, built in `bufs` ([`GROUP`] slices of
 /// [`mask_floats`]`(c1 - c0)`); a row reading the same mask row with the
-/// same slope as the one before it shares that row's.
+/// same slope as the one before it shares that row's. `held` says which
+/// mask row `bufs[0]` holds from the group before (the first row reuses it
+/// when it reads the same), and is set to the one it holds after.
 pub(super) fn group_masks<'r, K: Kernels>(
     kn: K,
     p: &Params<'_>,
@@ -174,18 +190,23 @@ pub(super) fn group_masks<'r, K: Kernels>(
     at: impl Fn(usize) -> (usize, usize, usize),
     (c0, c1): (usize, usize),
     bufs: &'r mut [&mut [f32]],
+    held: &mut HeldMask,
 ) -> [Option<MaskRow<'r>>; GROUP] {
     let mut out = [None; GROUP];
     let mut last = None;
+    let first = p.mask_key(at(0).0, at(0).1, at(0).2).map(|k| (k, c0, c1));
     for (i, buf) in bufs.iter_mut().take(g).enumerate() {
         let (iq, h, iq3) = at(i);
         let key = p.mask_key(iq, h, iq3);
+        let buf = MaskBuf::new(buf, c1 - c0);
         out[i] = match i.checked_sub(1) {
             Some(prev) if last == key => out[prev],
-            _ => p.mask_row(kn, (iq, h, iq3), (c0, c1), MaskBuf::new(buf, c1 - c0)),
+            None if first.is_some() && *held == first => Some(buf.held(c1 - c0)),
+            _ => p.mask_row(kn, (iq, h, iq3), (c0, c1), buf),
         };
         last = key;
     }
+    *held = first;
     out
 }
 

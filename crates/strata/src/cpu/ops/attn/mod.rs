@@ -45,6 +45,22 @@
 //!   Unlike ggml on aarch64 (which takes this path only for `Dv % 4 == 0`),
 //!   strata takes it for every Dv on every architecture.
 //!
+//! A batch-invariant backend (`Ctx::batch_invariant`) runs a fourth one for
+//! every shape instead, whose result for a row depends only on its query
+//! and the keys it sees, in cell order:
+//!
+//! * **Two-pass**: the scores of the row's unmasked keys as the one-chunk
+//!   path computes them (q rounded to f16 for f16 keys, ggml's dot order at
+//!   the level, `·scale`, soft-capped, `+ slope·mask`) and their maximum
+//!   `M`; then `p = exp(s − M)` (the vectorized exp at the SIMD levels),
+//!   the sum of the `p` in key order and `acc += p·v` in f32 in key order
+//!   (one FMA per key at the SIMD levels, multiply then add at the scalar
+//!   one); sinks after. No rescale ever happens, so where blocks of keys
+//!   start and which rows share a group (the kernels score, for up to four
+//!   rows of one kv head, the keys any of them sees: a row's unseen keys
+//!   cost nothing but time) do not move a bit. No f16 accumulator either:
+//!   it keeps the rounding chains off the decode's critical path.
+//!
 //! The hot loops run at the backend's instruction-set level
 //! ([`crate::isa::Isa`]), chosen once per op: AVX-512 and AVX2 (+FMA, F16C)
 //! kernels in `x86` (x86-64 only; instantiated per level by `per_level!`), the portable scalar ones here (also used for NEON,
@@ -57,13 +73,15 @@
 //! where ggml calls `expf`. Their f16 roundings stay bit-exact (`vcvtps2ph`
 //! with round to nearest even is `half::f16::from_f32`).
 //!
-//! Threads: one-chunk rows (grouped by kv head, up to four rows sharing each
-//! K/V load) are split across threads in contiguous ranges; tiles are handed
+//! Threads: one-chunk and two-pass rows (grouped by kv head, up to four rows
+//! sharing each K/V load; in batches of up to 64 tokens the rows run token
+//! by token, so that a token's groups build its mask row once) are split
+//! across threads in contiguous ranges; tiles are handed
 //! out by a shared counter once the threads have shared the node's
 //! preparation (the mask's class per tile pair and f32 copies of K and V,
 //! in the shared work memory; see `tiled`) and met at one barrier. Every
 //! row is computed by the same arithmetic whichever thread runs it, so the
-//! one-chunk and tiled results do not depend on the thread count (split-KV
+//! one-chunk, two-pass and tiled results do not depend on the thread count (split-KV
 //! does, see above). The split-KV partials live at the start of each thread's own work
 //! memory and are read by the merging threads after the barrier (the op's
 //! `work_size` is not told the thread count, so they cannot be sized in the
@@ -152,9 +170,11 @@ fn pad(n: usize) -> usize {
     n.next_multiple_of(PAD)
 }
 
-/// f32 elements of one-chunk scratch for chunks of up to `n_keys` keys.
+/// f32 elements of one-chunk (and two-pass) scratch for chunks of up to
+/// `n_keys` keys: per row of a group the query, the accumulator, the mask
+/// and the two-pass scores.
 fn one_chunk_floats(d: usize, dv: usize, n_keys: usize) -> usize {
-    GROUP * (pad(d) + pad(dv) + mask_floats(n_keys))
+    GROUP * (pad(d) + pad(dv) + mask_floats(n_keys) + pad(n_keys))
 }
 
 /// f32 elements of the partials of one thread: H × (M, S, Dv values).
@@ -343,14 +363,16 @@ impl<'a> Params<'a> {
     }
 
     /// The row state of query row (iq, h, iq3) over keys `c0..c1`, on entry
-    /// to the one-chunk kernels: the query loaded into `q`, `acc` zeroed,
-    /// with the row's `mask` ([`Params::mask_row`]).
+    /// to the one-chunk or two-pass kernels: the query loaded into `q`,
+    /// `acc` zeroed, with the row's `mask` ([`Params::mask_row`]) and, for
+    /// the two-pass kernels, its score buffer `sc`.
     fn row_state<'r>(
         &self,
         (iq, h, iq3): (usize, usize, usize),
         q: &'r mut [f32],
         acc: &'r mut [f32],
         mask: Option<MaskRow<'r>>,
+        sc: Option<&'r mut [f32]>,
     ) -> RowState<'r> {
         self.load_q(iq, h, iq3, q);
         acc.fill(0.0);
@@ -360,6 +382,7 @@ impl<'a> Params<'a> {
             m: f32::NEG_INFINITY,
             s: 0.0,
             acc,
+            sc,
         }
     }
 
@@ -418,6 +441,10 @@ pub(crate) struct RowState<'a> {
     s: f32,
     /// Unnormalized accumulator: `dv` values then padding (zeros on entry).
     acc: &'a mut [f32],
+    /// The two-pass kernels' scores, then weights, of the keys the row's
+    /// group sees (at least the chunk's keys rounded up to 16); none for
+    /// the one-chunk kernels.
+    sc: Option<&'a mut [f32]>,
 }
 
 /// The operands of [`Kernels::softmax_cols`], the online softmax over the
@@ -469,6 +496,9 @@ pub(crate) trait Kernels: Copy {
     fn pv(self, a: PvCols<'_>);
     /// Runs the one-chunk algorithm for up to [`GROUP`] rows sharing K/V.
     fn one_chunk(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]);
+    /// Runs the two-pass algorithm for fresh rows (maximum −∞, sum 0,
+    /// accumulators zero) with score buffers.
+    fn two_pass(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]);
 }
 
 pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
@@ -482,12 +512,12 @@ pub(super) fn forward(node: &NodePlan, ctx: &Ctx<'_>) {
 
 fn run<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
     if ctx.batch_invariant {
-        return one_chunk_rows(kn, p, ctx);
+        return one_chunk_rows(kn, p, ctx, true);
     }
     match choose_path(p.q.ne, p.k.dtype, p.v.dtype, p.n_kv) {
         Path::SplitKv => split_kv(kn, p, ctx),
         Path::Tiled => tiled(kn, p, ctx),
-        Path::OneChunk => one_chunk_rows(kn, p, ctx),
+        Path::OneChunk => one_chunk_rows(kn, p, ctx, false),
     }
 }
 
@@ -506,25 +536,35 @@ fn split_group(buf: &mut [f32], n: usize) -> (Vec<&mut [f32]>, &mut [f32]) {
     (head.chunks_exact_mut(n).collect(), rest)
 }
 
-/// The one-chunk path: this thread's rows, in groups sharing a kv head.
-fn one_chunk_rows<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
+/// The one-chunk path, or (`two`) the two-pass one: this thread's rows,
+/// in groups sharing a kv head.
+fn one_chunk_rows<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>, two: bool) {
     let (n_q, ne3) = (p.q.ne[1], p.q.ne[3]);
     let h_kv = p.k.ne[2];
     let scratch = ctx.scratch_f32(one_chunk_floats(p.d, p.dv, p.n_kv));
     let (dp, dvp, mp) = (pad(p.d), pad(p.dv), mask_floats(p.n_kv));
     let (mut qs, rest) = split_group(scratch, dp);
     let (mut accs, rest) = split_group(rest, dvp);
-    let (mut masks, _) = split_group(rest, mp);
+    let (mut masks, rest) = split_group(rest, mp);
+    let (mut scs, _) = split_group(rest, pad(p.n_kv));
     // Row u enumerates (iq3, kv head, iq, head within the kv group), fastest
-    // last, so consecutive rows share K and V.
+    // last, so consecutive rows share K and V; in batches of few tokens
+    // (decoding) (iq3, iq, kv head, head within the kv group), so that
+    // consecutive groups read one mask row, built once. The bits do not
+    // depend on the order, the grouping nor the thread a row runs on.
+    let by_token = n_q <= CROSS_TOKENS;
     let coords = |u: usize| {
         let hr = u % p.rk2;
-        let iq = (u / p.rk2) % n_q;
-        let ik2 = (u / (p.rk2 * n_q)) % h_kv;
-        let iq3 = u / (p.rk2 * n_q * h_kv);
+        let (iq, ik2) = if by_token {
+            ((u / p.n_head) % n_q, (u / p.rk2) % h_kv)
+        } else {
+            ((u / p.rk2) % n_q, (u / (p.rk2 * n_q)) % h_kv)
+        };
+        let iq3 = u / (p.n_head * n_q);
         (ik2 * p.rk2 + hr, iq, iq3, ik2)
     };
     let range = ctx.rows(n_q * p.n_head * ne3);
+    let mut held = None;
     let mut u = range.start;
     while u < range.end {
         let (_, iq0, iq3, ik2) = coords(u);
@@ -543,13 +583,19 @@ fn one_chunk_rows<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
             let (h, iq, iq3, _) = coords(u + i);
             (iq, h, iq3)
         };
-        let mks = group_masks(kn, p, g, at, (0, p.n_kv), &mut masks);
+        let mks = group_masks(kn, p, g, at, (0, p.n_kv), &mut masks, &mut held);
         let mut rows = Vec::with_capacity(g);
-        for (((i, q), acc), mk) in (0..g).zip(&mut qs).zip(&mut accs).zip(mks) {
-            rows.push(p.row_state(at(i), q, acc, mk));
+        let rest = accs.iter_mut().zip(mks).zip(&mut scs);
+        for ((i, q), ((acc, mk), sc)) in (0..g).zip(&mut qs).zip(rest) {
+            let sc = two.then_some(&mut **sc);
+            rows.push(p.row_state(at(i), q, acc, mk, sc));
         }
         let job = p.chunk_job(ik2, iq3 / p.rk3, 0, p.n_kv);
-        kn.one_chunk(&job, &mut rows);
+        if two {
+            kn.two_pass(&job, &mut rows);
+        } else {
+            kn.one_chunk(&job, &mut rows);
+        }
         for (i, r) in rows.into_iter().enumerate() {
             let (h, iq, iq3, _) = coords(u + i);
             let (mut m, mut s) = (r.m, r.s);

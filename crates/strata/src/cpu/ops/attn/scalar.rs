@@ -96,6 +96,67 @@ fn one_chunk_row<K: Elem, V: Elem>(job: &ChunkJob<'_>, r: &mut RowState<'_>) {
     r.s = sum;
 }
 
+/// The two-pass algorithm (module docs of `attn`) for one fresh row over
+/// keys `c0..c1`: scores `q·k` (sequential f32 sums) `·scale`, soft-capped,
+/// `+ mask` and their maximum `M`; then `p = exp(s − M)`, the sum of the
+/// `p` in key order and `acc += p·v` (multiply, then add) in key order.
+fn two_pass_row<K: Elem, V: Elem>(job: &ChunkJob<'_>, r: &mut RowState<'_>) {
+    let (k, v) = (job.k, job.v);
+    let (dk, dv) = (k.ne[0], v.ne[0]);
+    let qrow = &r.q[..dk];
+    let Some(sc) = r.sc.as_deref_mut() else {
+        return;
+    };
+    let mut n = 0;
+    let mut max = f32::NEG_INFINITY;
+    for ic in job.c0..job.c1 {
+        let mv = r.mask.map_or(0.0, |m| m.get(ic - job.c0));
+        if mv == f32::NEG_INFINITY {
+            continue;
+        }
+        // SAFETY: k is a read-only source with contiguous rows.
+        let krow = unsafe { k.row_bytes(ic, job.ik2, job.ik3) };
+        let mut s = 0.0f32;
+        for (i, &x) in qrow.iter().enumerate() {
+            s += x * K::get(krow, i);
+        }
+        s *= job.scale;
+        if job.softcap != 0.0 {
+            s = job.softcap * (s / job.softcap).tanh();
+        }
+        s += mv;
+        sc[n] = s;
+        n += 1;
+        max = max.max(s);
+    }
+    r.m = max;
+    if max == f32::NEG_INFINITY {
+        return;
+    }
+    let mut sum = 0.0f32;
+    for x in &mut sc[..n] {
+        *x = (*x - max).exp();
+        sum += *x;
+    }
+    r.s = sum;
+    let acc = &mut r.acc[..dv];
+    let mut at = 0;
+    for ic in job.c0..job.c1 {
+        if r.mask
+            .is_some_and(|m| m.get(ic - job.c0) == f32::NEG_INFINITY)
+        {
+            continue;
+        }
+        let w = sc[at];
+        at += 1;
+        // SAFETY: v is a read-only source with contiguous rows.
+        let vrow = unsafe { v.row_bytes(ic, job.ik2, job.ik3) };
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a += w * V::get(vrow, i);
+        }
+    }
+}
+
 impl Kernels for Scalar {
     fn width(self) -> usize {
         1
@@ -191,6 +252,17 @@ impl Kernels for Scalar {
                 (DType::F16, _) => one_chunk_row::<F16, F32>(job, r),
                 (_, DType::F16) => one_chunk_row::<F32, F16>(job, r),
                 _ => one_chunk_row::<F32, F32>(job, r),
+            }
+        }
+    }
+
+    fn two_pass(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]) {
+        for r in rows {
+            match (job.k.dtype, job.v.dtype) {
+                (DType::F16, DType::F16) => two_pass_row::<F16, F16>(job, r),
+                (DType::F16, _) => two_pass_row::<F16, F32>(job, r),
+                (_, DType::F16) => two_pass_row::<F32, F16>(job, r),
+                _ => two_pass_row::<F32, F32>(job, r),
             }
         }
     }

@@ -2,7 +2,9 @@
 //! of FLASH_ATTN_EXT, written once over [`Lanes`] and instantiated per level
 //! inside `#[target_feature]` functions: here the tiled path's GEMMs and
 //! column softmax, in `x86/chunk.rs` the one-chunk path (a few rows sharing
-//! K/V, ggml's per-key f16 roundings).
+//! K/V, ggml's per-key f16 roundings), in `x86/two_pass.rs` the two-pass
+//! path (batch-invariant attention; its q·k sums are the one-chunk path's,
+//! `W` keys' lane sums taken together by `Lanes::hsum_lanes`).
 //!
 //! * f16 → f32 is `vcvtph2ps` (exact); the f16 rounding of the one-chunk V
 //!   accumulator is `vcvtps2ph` with round to nearest even and back, the
@@ -34,8 +36,10 @@ use crate::isa::Isa;
 use crate::tensor::DType;
 
 mod chunk;
+mod two_pass;
 
 use chunk::{chunk_args, one_chunk, ChunkArgs};
+use two_pass::two_pass;
 
 /// Converts `n` f16 (`half`) or f32 values at `src` (any alignment) to f32 at `dst`.
 #[inline(always)]
@@ -399,29 +403,31 @@ per_level! {
     fn pv(a: Pv);
     fn softmax_cols(a: Softmax);
     fn one_chunk<const H: bool, const G: usize>(a: &mut ChunkArgs<G>);
+    fn two_pass<const H: bool, const G: usize>(a: &mut ChunkArgs<G>);
     #[cfg(test)]
     fn exp_k<const F: u8>(x: *mut f32, n: usize);
     #[cfg(test)]
     fn round_h_k(x: *mut f32, n: usize);
 }
 
-/// A one-chunk group kernel: a level's [`one_chunk`] for one group of
+/// A group kernel: a level's [`one_chunk`] or [`two_pass`] for one group of
 /// rows with its arguments built and its row state written back
 /// ([`chunk_groups`]).
 ///
 /// # Safety
 /// The level's features; the group of 1 ..= [`GROUP`] rows (the entry's
-/// `G`), for which [`Simd`]'s `one_chunk` checked every extent (queries,
-/// masks, accumulators, K/V rows `c0..c1` from the two pointers).
+/// `G`), for which [`Simd`]'s `groups` checked every extent (queries,
+/// masks, accumulators, score buffers, K/V rows `c0..c1` from the two
+/// pointers).
 type ChunkGroupFn = unsafe fn(&ChunkJob<'_>, &mut [RowState<'_>], *const u8, *const u8);
 
-/// The one-chunk group kernels of the lanes level whose `per_level!`
-/// module is `$l`, per K/V type (f32, f16) and group size: a wrapper per
-/// instantiation of its [`one_chunk`] that builds the group's arguments
+/// The group kernels `$k` ([`one_chunk`] or [`two_pass`]) of the lanes
+/// level whose `per_level!` module is `$l`, per K/V type (f32, f16) and
+/// group size: a wrapper per instantiation that builds the group's arguments
 /// and writes back its running maximum and sum outside the kernel.
 macro_rules! chunk_groups {
-    ($l:ident) => {{
-        /// The level's [`one_chunk`] on a group of `G` rows ([`ChunkGroupFn`]).
+    ($l:ident, $k:ident) => {{
+        /// The level's kernel `$k` on a group of `G` rows ([`ChunkGroupFn`]).
         ///
         /// # Safety
         /// As [`ChunkGroupFn`].
@@ -433,7 +439,7 @@ macro_rules! chunk_groups {
         ) {
             let mut a = chunk_args::<G>(job, rows, k, v);
             // SAFETY: forwarded contract.
-            unsafe { $l::one_chunk::<H, G>(&mut a) };
+            unsafe { $l::$k::<H, G>(&mut a) };
             a.write_back(rows);
         }
         [
@@ -468,6 +474,8 @@ pub(crate) struct SimdKernels {
     softmax_cols: unsafe fn(Softmax),
     /// `chunk_group[H][G - 1]`: f16 (`H`) or f32 K/V, groups of `G` rows.
     chunk_group: [[ChunkGroupFn; GROUP]; 2],
+    /// `two_pass_group[H][G - 1]`: the same for the two-pass kernel.
+    two_pass_group: [[ChunkGroupFn; GROUP]; 2],
     /// `exp_k::<F>` (tests).
     #[cfg(test)]
     exp_k: [unsafe fn(*mut f32, usize); 3],
@@ -487,7 +495,8 @@ macro_rules! simd_kernels {
             qk: $l::qk,
             pv: $l::pv,
             softmax_cols: $l::softmax_cols,
-            chunk_group: chunk_groups!($l),
+            chunk_group: chunk_groups!($l, one_chunk),
+            two_pass_group: chunk_groups!($l, two_pass),
             #[cfg(test)]
             exp_k: [
                 $l::exp_k::<EXP>,
@@ -631,9 +640,25 @@ impl Kernels for Simd {
     }
 
     fn one_chunk(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]) {
+        self.groups(job, rows, false);
+    }
+
+    fn two_pass(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]) {
+        self.groups(job, rows, true);
+    }
+}
+
+impl Simd {
+    /// Runs the one-chunk or (`two`) the two-pass group kernel over `rows`
+    /// in groups of up to [`GROUP`], after checking every extent the
+    /// kernels read or write; K and V of different types go to [`Scalar`].
+    fn groups(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>], two: bool) {
         let (kt, vt) = (job.k.dtype, job.v.dtype);
         if kt != vt || !matches!(kt, DType::F16 | DType::F32) {
-            return Scalar.one_chunk(job, rows);
+            return match two {
+                true => Scalar.two_pass(job, rows),
+                false => Scalar.one_chunk(job, rows),
+            };
         }
         if job.c0 >= job.c1 || rows.is_empty() {
             return;
@@ -645,6 +670,17 @@ impl Kernels for Simd {
             assert!(r
                 .mask
                 .is_none_or(|m| m.vals.len() >= n && m.vis.len() >= n.div_ceil(64)));
+            if two {
+                // the scores of up to n keys, whole vectors
+                assert!(r
+                    .sc
+                    .as_ref()
+                    .is_some_and(|s| s.len() >= n.next_multiple_of(w)));
+                assert!(
+                    r.m == f32::NEG_INFINITY && r.s == 0.0,
+                    "two-pass rows start fresh"
+                );
+            }
         }
         assert!(job.k.rows_contiguous() && job.v.rows_contiguous());
         // Rows c0 and c1 - 1 in bounds (row_ptr checks), hence all between.
@@ -652,7 +688,11 @@ impl Kernels for Simd {
         let v = job.v.row_ptr(job.c0, job.ik2, job.ik3).cast_const();
         job.k.row_ptr(job.c1 - 1, job.ik2, job.ik3);
         job.v.row_ptr(job.c1 - 1, job.ik2, job.ik3);
-        let kernels = &self.0.chunk_group[usize::from(kt == DType::F16)];
+        let table = match two {
+            true => &self.0.two_pass_group,
+            false => &self.0.chunk_group,
+        };
+        let kernels = &table[usize::from(kt == DType::F16)];
         for group in rows.chunks_mut(GROUP) {
             // SAFETY: the table's kernel runs on this CPU; the group has
             // 1 ..= GROUP rows, every extent checked above.

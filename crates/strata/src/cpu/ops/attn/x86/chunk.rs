@@ -10,7 +10,11 @@ use crate::isa::x86::{exp_bounded, load16_part, load_part, Lanes};
 /// Elements `off .. off + n` (n ≤ W) of a K/V row (f16 when `H`) as f32
 /// lanes, zeros past `n`.
 #[inline(always)]
-unsafe fn load_row<L: Lanes, const H: bool>(row: *const u8, off: usize, n: usize) -> L::V {
+pub(super) unsafe fn load_row<L: Lanes, const H: bool>(
+    row: *const u8,
+    off: usize,
+    n: usize,
+) -> L::V {
     // SAFETY: the caller guarantees elements off .. off + n of the row.
     unsafe {
         match (H, n == L::W) {
@@ -24,7 +28,7 @@ unsafe fn load_row<L: Lanes, const H: bool>(row: *const u8, off: usize, n: usize
 
 /// Asks the cache for the `bytes` bytes at `p` (a hint: no fault, no effect on results).
 #[inline(always)]
-fn prefetch_row(p: *const u8, bytes: usize) {
+pub(super) fn prefetch_row(p: *const u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
     for off in (0..bytes).step_by(64) {
         // SAFETY: prefetching is a hint that never faults, whatever the address.
@@ -38,33 +42,89 @@ fn prefetch_row(p: *const u8, bytes: usize) {
 }
 
 /// Keys per block of the one-chunk kernel (a multiple of every `W`).
-const KB: usize = 32;
+pub(super) const KB: usize = 32;
 
 /// The one-chunk kernel's operands for `G` rows (checked by the wrapper).
 pub(crate) struct ChunkArgs<const G: usize> {
-    d: usize,
-    dv: usize,
+    pub(super) d: usize,
+    pub(super) dv: usize,
     /// Keys.
-    n: usize,
+    pub(super) n: usize,
     /// First K row and the byte stride between rows.
-    k: *const u8,
-    ks: usize,
+    pub(super) k: *const u8,
+    pub(super) ks: usize,
     /// First V row and the byte stride between rows.
-    v: *const u8,
-    vs: usize,
-    scale: f32,
-    softcap: f32,
+    pub(super) v: *const u8,
+    pub(super) vs: usize,
+    pub(super) scale: f32,
+    pub(super) softcap: f32,
     /// Queries, `d` rounded up to `W` values each.
-    q: [*const f32; G],
+    pub(super) q: [*const f32; G],
     /// `n` mask values each (read at visible keys only), or null.
-    mask: [*const f32; G],
+    pub(super) mask: [*const f32; G],
     /// `n.div_ceil(64)` visibility words each ([`super::super::MaskRow`]),
     /// null where `mask` is.
-    vis: [*const u64; G],
+    pub(super) vis: [*const u64; G],
     /// Accumulators, `dv` rounded up to `W` values each.
-    acc: [*mut f32; G],
-    m: [f32; G],
-    s: [f32; G],
+    pub(super) acc: [*mut f32; G],
+    pub(super) m: [f32; G],
+    pub(super) s: [f32; G],
+    /// The two-pass kernel's score buffers ([`super::two_pass`]), `n`
+    /// rounded up to `W` values each; null for the one-chunk kernel.
+    pub(super) sc: [*mut f32; G],
+}
+
+/// The keys some row of a group sees, in ascending order, handed out in
+/// blocks of up to [`KB`]: taken from 64-key windows of the rows'
+/// visibility words (any row's bit; every key when a row has no mask).
+#[derive(Default)]
+pub(super) struct KeyBlocks {
+    /// The first key of the next window.
+    win: usize,
+    /// The window's keys not yet handed out (bits from `base`).
+    pend: u64,
+    base: usize,
+}
+
+impl KeyBlocks {
+    /// Fills `keys` with the next keys (at most [`KB`]) and returns how
+    /// many; 0 when every key has been handed out.
+    ///
+    /// # Safety
+    /// `a`'s visibility words (non-null ones) hold `a.n.div_ceil(64)` words.
+    #[inline(always)]
+    pub(super) unsafe fn next<const G: usize>(
+        &mut self,
+        a: &ChunkArgs<G>,
+        keys: &mut [usize; KB],
+    ) -> usize {
+        let mut nb = 0;
+        while nb < KB {
+            if self.pend == 0 {
+                if self.win >= a.n {
+                    break;
+                }
+                let len = (a.n - self.win).min(64);
+                let mut u = 0u64;
+                for &vis in &a.vis {
+                    if vis.is_null() {
+                        u = u64::MAX >> (64 - len);
+                        break;
+                    }
+                    // SAFETY: win < n, so word win / 64 is within the row's words.
+                    u |= unsafe { *vis.add(self.win / 64) };
+                }
+                self.pend = u;
+                self.base = self.win;
+                self.win += len;
+                continue;
+            }
+            keys[nb] = self.base + self.pend.trailing_zeros() as usize;
+            self.pend &= self.pend - 1;
+            nb += 1;
+        }
+        nb
+    }
 }
 
 /// `x` stored in the accumulator's type: f16 when `H`.
@@ -102,37 +162,12 @@ pub(super) unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut 
     // interleaved) then cost their visible keys, not the cache's size. The
     // keys come from 64-key windows of visibility bits (any row's), taken
     // in ascending order.
-    let mut win = 0;
-    let mut pend = 0u64;
-    let mut base = 0;
+    let mut blocks = KeyBlocks::default();
     let mut keys = [0usize; KB];
     // SAFETY: the wrapper checked every extent of `a`.
     unsafe {
         loop {
-            let mut nb = 0;
-            while nb < KB {
-                if pend == 0 {
-                    if win >= a.n {
-                        break;
-                    }
-                    let len = (a.n - win).min(64);
-                    let mut u = 0u64;
-                    for &vis in &a.vis {
-                        if vis.is_null() {
-                            u = u64::MAX >> (64 - len);
-                            break;
-                        }
-                        u |= *vis.add(win / 64);
-                    }
-                    pend = u;
-                    base = win;
-                    win += len;
-                    continue;
-                }
-                keys[nb] = base + pend.trailing_zeros() as usize;
-                pend &= pend - 1;
-                nb += 1;
-            }
+            let nb = blocks.next(a, &mut keys);
             if nb == 0 {
                 break;
             }
@@ -242,7 +277,7 @@ pub(super) unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut 
 /// `(s0 + s2) + (s1 + s3)` then across lanes; the leftover elements added
 /// one by one, in f64 for f16 (the products are exact) and in f32 for f32.
 #[inline(always)]
-unsafe fn dot<L: Lanes, const H: bool, const G: usize>(
+pub(super) unsafe fn dot<L: Lanes, const H: bool, const G: usize>(
     a: &ChunkArgs<G>,
     kr: *const u8,
 ) -> [f32; G] {
@@ -385,6 +420,12 @@ pub(super) fn chunk_args<const G: usize>(
         acc: std::array::from_fn(|g| rows[g].acc.as_mut_ptr()),
         m: std::array::from_fn(|g| rows[g].m),
         s: std::array::from_fn(|g| rows[g].s),
+        sc: std::array::from_fn(|g| {
+            rows[g]
+                .sc
+                .as_deref_mut()
+                .map_or(std::ptr::null_mut(), |s| s.as_mut_ptr())
+        }),
     }
 }
 

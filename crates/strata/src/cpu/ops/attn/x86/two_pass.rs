@@ -1,0 +1,300 @@
+//! The two-pass path of FLASH_ATTN_EXT at the x86 levels (the
+//! batch-invariant attention; module docs of `attn`): up to four (`GROUP`)
+//! query rows sharing K and V. The first pass scores every key some row
+//! sees and keeps each row's maximum; the second turns the scores into
+//! weights `exp(s − M)` with the row's final maximum, so that no
+//! accumulator is ever rescaled, and adds `p·v` into f32 accumulators, one
+//! FMA per key in key order. A row's bits depend on its own query and the
+//! keys it sees, not on the other rows of its group nor on where the blocks
+//! of keys begin. Written once over [`Lanes`]; `per_level!` in `x86.rs`
+//! instantiates [`two_pass`] per level.
+
+use super::chunk::{dot, load_row, prefetch_row, ChunkArgs, KeyBlocks, KB};
+use crate::isa::x86::{exp_bounded, Lanes};
+
+/// [`dot`]'s whole steps for the `G` queries and the K row at `kr`: per
+/// query the vector `(s0 + s2) + (s1 + s3)` whose lanes [`dot`] adds with
+/// [`Lanes::hsum`] (`d` a multiple of `4·W`: no leftover elements).
+#[inline(always)]
+unsafe fn dot_parts<L: Lanes, const H: bool, const G: usize>(
+    a: &ChunkArgs<G>,
+    kr: *const u8,
+) -> [L::V; G] {
+    let w = L::W;
+    let ns = a.d / (4 * w);
+    // SAFETY: the K row holds d elements; the queries d (padded) f32.
+    unsafe {
+        let mut acc = [[L::zero(); 4]; G];
+        for st in 0..ns {
+            for (jj, i) in (st * 4..st * 4 + 4).enumerate() {
+                let kv = load_row::<L, H>(kr, i * w, w);
+                for (ag, &q) in acc.iter_mut().zip(&a.q) {
+                    ag[jj] = L::fma(kv, L::load(q.add(i * w)), ag[jj]);
+                }
+            }
+        }
+        acc.map(|ag| L::add(L::add(ag[0], ag[2]), L::add(ag[1], ag[3])))
+    }
+}
+
+/// [`dot`] for the first `nb` keys of a block into `out[g][..nb]`: `W` keys
+/// at a time, their lane sums taken together by [`Lanes::hsum_lanes`]
+/// (bit for bit [`Lanes::hsum`] of each) when `d` is a multiple of `4·W`,
+/// else key by key.
+#[inline(always)]
+unsafe fn dots<L: Lanes, const H: bool, const G: usize>(
+    a: &ChunkArgs<G>,
+    keys: &[usize; KB],
+    nb: usize,
+    out: &mut [[f32; KB]; G],
+) {
+    let w = L::W;
+    // SAFETY: the wrapper checked every extent of `a`; the keys are rows of
+    // the chunk; j0 + w <= KB (KB is a multiple of every W).
+    unsafe {
+        if !a.d.is_multiple_of(4 * w) {
+            for (j, &key) in keys[..nb].iter().enumerate() {
+                let d = dot::<L, H, G>(a, a.k.add(key * a.ks));
+                for (o, x) in out.iter_mut().zip(d) {
+                    o[j] = x;
+                }
+            }
+            return;
+        }
+        let mut j0 = 0;
+        while j0 < nb {
+            let mut parts = [[L::zero(); 16]; G];
+            for jj in 0..w {
+                // past nb: the block's last key again (its sums are not read)
+                let key = keys[(j0 + jj).min(nb - 1)];
+                let p = dot_parts::<L, H, G>(a, a.k.add(key * a.ks));
+                for (pg, v) in parts.iter_mut().zip(p) {
+                    pg[jj] = v;
+                }
+            }
+            for (o, pg) in out.iter_mut().zip(&parts) {
+                L::store(o.as_mut_ptr().add(j0), L::hsum_lanes(pg.as_ptr()));
+            }
+            j0 += w;
+        }
+    }
+}
+
+/// The two-pass algorithm (module docs) for `G` fresh rows (maximum −∞,
+/// sum 0, accumulators zero) sharing K and V, both f16 when `H` (else
+/// f32). Leaves each row's maximum `M`, sum `Σ exp(s − M)` (in key order)
+/// and unnormalized accumulator; a row that sees no key keeps −∞, 0 and
+/// zeros.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // rows index several arrays at once
+pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G>) {
+    let w = L::W;
+    let es = if H { 2 } else { 4 };
+    let mut keys = [0usize; KB];
+    let mut sums = [[0f32; KB]; G];
+    // Rows reading one mask row see the same keys (a decode token's heads).
+    let shared = a.vis.iter().all(|&v| v == a.vis[0]);
+    // SAFETY: the wrapper checked every extent of `a`: K/V rows of the
+    // chunk, queries and accumulators padded to W, masks of n keys, score
+    // buffers of n rounded up to W.
+    unsafe {
+        // Pass 1: the scores `mask + scale·q·k` (soft-capped) of every key
+        // some row sees, -inf where the row does not see it, and the maxima.
+        let mut mx = [L::splat(f32::NEG_INFINITY); G];
+        let mut mk = [[0f32; KB]; G];
+        let mut blocks = KeyBlocks::default();
+        let mut t = 0;
+        loop {
+            let nb = blocks.next(a, &mut keys);
+            if nb == 0 {
+                break;
+            }
+            for &key in &keys[..nb] {
+                prefetch_row(a.k.add(key * a.ks), a.d * es);
+            }
+            dots::<L, H, G>(a, &keys, nb, &mut sums);
+            // Per row the mask value of each key, -inf where the row does
+            // not see it (and past nb); rows of one mask row share it.
+            for g in 0..G {
+                if g > 0 && a.mask[g] == a.mask[g - 1] && a.vis[g] == a.vis[g - 1] {
+                    mk[g] = mk[g - 1];
+                    continue;
+                }
+                let row = &mut mk[g];
+                for j in 0..nb {
+                    let key = keys[j];
+                    row[j] = if a.mask[g].is_null() {
+                        0.0
+                    } else if *a.vis[g].add(key / 64) >> (key % 64) & 1 != 0 {
+                        *a.mask[g].add(key)
+                    } else {
+                        f32::NEG_INFINITY
+                    };
+                }
+                row[nb..].fill(f32::NEG_INFINITY);
+            }
+            let (scale, ninf) = (L::splat(a.scale), L::splat(f32::NEG_INFINITY));
+            for g in 0..G {
+                let mut j0 = 0;
+                while j0 < nb {
+                    let mut x = L::mul(L::load(sums[g].as_ptr().add(j0)), scale);
+                    if a.softcap != 0.0 {
+                        let mut v = [0f32; 16];
+                        L::store(v.as_mut_ptr(), x);
+                        for y in &mut v[..w] {
+                            *y = a.softcap * (*y / a.softcap).tanh();
+                        }
+                        x = L::load(v.as_ptr());
+                    }
+                    let m = L::load(mk[g].as_ptr().add(j0));
+                    // unseen keys (mask -inf) stay -inf whatever the score
+                    let x = L::select_gt(m, ninf, L::add(m, x), ninf);
+                    L::store(a.sc[g].add(t + j0), x);
+                    mx[g] = L::max(mx[g], x);
+                    j0 += w;
+                }
+            }
+            t += nb;
+        }
+        // The weights and their sums (in key order, the rows' chains side
+        // by side), with each row's final maximum.
+        let mut live = 0u8;
+        for g in 0..G {
+            let mut lanes = [0f32; 16];
+            L::store(lanes.as_mut_ptr(), mx[g]);
+            let m = lanes[..w].iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            a.m[g] = m;
+            if m == f32::NEG_INFINITY {
+                continue;
+            }
+            live |= 1 << g;
+            let (sc, mv) = (a.sc[g], L::splat(m));
+            let mut c = 0;
+            while c < t {
+                let p = sc.add(c);
+                L::store(p, exp_bounded::<L>(L::sub(L::load(p), mv)));
+                c += w;
+            }
+        }
+        let mut sum = [0f32; G];
+        for j in 0..t {
+            for g in 0..G {
+                if live >> g & 1 != 0 {
+                    sum[g] += *a.sc[g].add(j);
+                }
+            }
+        }
+        for g in 0..G {
+            if live >> g & 1 != 0 {
+                a.s[g] = sum[g];
+            }
+        }
+        if live == 0 {
+            return;
+        }
+        // Pass 2: acc += p·v for every key each row sees, in key order.
+        let mut act = [0u8; KB];
+        let mut blocks = KeyBlocks::default();
+        let mut t0 = 0;
+        loop {
+            let nb = blocks.next(a, &mut keys);
+            if nb == 0 {
+                break;
+            }
+            for &key in &keys[..nb] {
+                prefetch_row(a.v.add(key * a.vs), a.dv * es);
+            }
+            for j in 0..nb {
+                act[j] = if shared {
+                    live
+                } else {
+                    let key = keys[j];
+                    let mut bits = 0u8;
+                    for g in 0..G {
+                        let vis = a.vis[g];
+                        if vis.is_null() || *vis.add(key / 64) >> (key % 64) & 1 != 0 {
+                            bits |= 1 << g;
+                        }
+                    }
+                    bits & live
+                };
+            }
+            let nfull = a.dv / w;
+            let mut c = 0;
+            while L::W == 16 && c + 4 <= nfull {
+                add_pv::<L, H, G, 4, true>(a, c, &keys, nb, &act, t0);
+                c += 4;
+            }
+            while c + 2 <= nfull {
+                add_pv::<L, H, G, 2, true>(a, c, &keys, nb, &act, t0);
+                c += 2;
+            }
+            if c < nfull {
+                add_pv::<L, H, G, 1, true>(a, c, &keys, nb, &act, t0);
+                c += 1;
+            }
+            if c < a.dv.div_ceil(w) {
+                add_pv::<L, H, G, 1, false>(a, c, &keys, nb, &act, t0);
+            }
+            t0 += nb;
+        }
+    }
+}
+
+/// `acc += p·v` (one FMA) for vectors `c .. c + NC` of every row and the
+/// keys of one block, whose weights start at `t0` in the score buffers;
+/// rows whose bit in `act[j]` is clear skip key `j`. `FULL`: the vectors
+/// lie within `dv` (no partial V loads).
+#[inline(always)]
+unsafe fn add_pv<L: Lanes, const H: bool, const G: usize, const NC: usize, const FULL: bool>(
+    a: &ChunkArgs<G>,
+    c: usize,
+    keys: &[usize; KB],
+    nb: usize,
+    act: &[u8; KB],
+    t0: usize,
+) {
+    let w = L::W;
+    let all = ((1u32 << G) - 1) as u8;
+    // SAFETY: the wrapper checked every extent of `a`; vectors c .. c + NC
+    // of each accumulator lie within its padded length, and of each V row
+    // within dv when FULL (else the loads stop at dv); t0 + nb weights.
+    unsafe {
+        let mut acc = [[L::zero(); NC]; G];
+        for (g, row) in acc.iter_mut().enumerate() {
+            for (i, x) in row.iter_mut().enumerate() {
+                *x = L::load(a.acc[g].add((c + i) * w));
+            }
+        }
+        for j in 0..nb {
+            let bits = act[j];
+            if bits == 0 {
+                continue;
+            }
+            let vr = a.v.add(keys[j] * a.vs);
+            let mut vv = [L::zero(); NC];
+            for (i, x) in vv.iter_mut().enumerate() {
+                let o = (c + i) * w;
+                *x = if FULL {
+                    load_row::<L, H>(vr, o, w)
+                } else {
+                    load_row::<L, H>(vr, o, w.min(a.dv - o))
+                };
+            }
+            for (g, row) in acc.iter_mut().enumerate() {
+                if bits != all && bits >> g & 1 == 0 {
+                    continue;
+                }
+                let p = L::splat(*a.sc[g].add(t0 + j));
+                for (x, &v) in row.iter_mut().zip(&vv) {
+                    *x = L::fma(v, p, *x);
+                }
+            }
+        }
+        for (g, row) in acc.iter().enumerate() {
+            for (i, &x) in row.iter().enumerate() {
+                L::store(a.acc[g].add((c + i) * w), x);
+            }
+        }
+    }
+}
