@@ -16,163 +16,33 @@
 
 mod common;
 
-use common::{assert_close, round_trip, tensor, Rng};
-use strata::backend::Backend;
-use strata::cpu::{alloc_graph_host, CpuBackend};
+use common::attn::{compute, levels, reference, Case, Inputs, MaskKind};
+use common::{assert_close, round_trip, Rng};
 use strata::isa::Isa;
-use strata::{ops, DType, Graph};
+use strata::DType;
 
-/// Shapes and types of one FLASH_ATTN_EXT node; the mask is [n_kv, n_q].
-#[derive(Clone, Copy, Debug)]
-struct Attn {
-    d: usize,
-    dv: usize,
-    n_q: usize,
-    n_kv: usize,
-    h: usize,
-    h_kv: usize,
-    k_t: DType,
-    v_t: DType,
-    mask_t: Option<DType>,
-    max_bias: f32,
-    softcap: f32,
-    sinks: bool,
+/// Runs the case with `nth` threads at `isa`, batch-invariant, its mask
+/// one row per query ([n_kv, n_q]).
+fn run(c: &Case, x: &Inputs, nth: usize, isa: Isa) -> Vec<f32> {
+    compute(&sized(c), x, nth, isa)
 }
 
-/// A node's inputs as stored (f16 values rounded): q [d, n_q, h], k
-/// [d, n_kv, h_kv], v [dv, n_kv, h_kv], mask [n_kv, n_q] (-inf: not seen).
-#[derive(Clone)]
-struct Data {
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    mask: Vec<f32>,
-    sinks: Vec<f32>,
-}
-
-fn scale(a: &Attn) -> f32 {
-    1.0 / (a.d as f32).sqrt()
-}
-
-/// The levels this CPU runs, scalar first.
-fn levels() -> Vec<Isa> {
-    Isa::ALL.into_iter().filter(|i| i.is_supported()).collect()
-}
-
-/// Runs the node with `nth` threads at `isa`, batch-invariant attention on.
-fn compute(a: &Attn, x: &Data, nth: usize, isa: Isa) -> Vec<f32> {
-    let q = tensor("q", DType::F32, &[a.d, a.n_q, a.h, 1]);
-    let k = tensor("k", a.k_t, &[a.d, a.n_kv, a.h_kv, 1]);
-    let v = tensor("v", a.v_t, &[a.dv, a.n_kv, a.h_kv, 1]);
-    let mask = a.mask_t.map(|t| tensor("mask", t, &[a.n_kv, a.n_q, 1, 1]));
-    let sinks = a.sinks.then(|| tensor("sinks", DType::F32, &[a.h]));
-    let out = ops::make(
-        ops::Op::FlashAttnExt {
-            scale: scale(a),
-            max_bias: a.max_bias,
-            softcap: a.softcap,
-        },
-        vec![
-            Some(q.clone()),
-            Some(k.clone()),
-            Some(v.clone()),
-            mask.clone(),
-            sinks.clone(),
-        ],
-        None,
-    )
-    .unwrap();
-    let g = Graph::build(std::slice::from_ref(&out));
-    let _bufs = alloc_graph_host(&g).unwrap();
-    q.write_f32(&x.q).unwrap();
-    k.write_f32(&x.k).unwrap();
-    v.write_f32(&x.v).unwrap();
-    if let Some(m) = &mask {
-        m.write_f32(&x.mask).unwrap();
+/// The case with its mask shaped [n_kv, n_q] and batch-invariant attention.
+fn sized(c: &Case) -> Case {
+    Case {
+        mask: c.mask.map(|(t, _)| (t, [c.n_kv, c.n_q, 1, 1])),
+        invariant: true,
+        ..c.clone()
     }
-    if let Some(s) = &sinks {
-        s.write_f32(&x.sinks).unwrap();
-    }
-    let mut cpu = CpuBackend::new(nth);
-    cpu.set_isa(isa).unwrap();
-    cpu.set_batch_invariant(true);
-    cpu.graph_compute(&g).unwrap();
-    out.to_f32_vec().unwrap()
-}
-
-fn alibi(max_bias: f32, h: usize, n_head: usize) -> f64 {
-    if max_bias <= 0.0 {
-        return 1.0;
-    }
-    let n_log2 = 1usize << n_head.ilog2();
-    let m0 = 2f64.powf(-(max_bias as f64) / n_log2 as f64);
-    let m1 = 2f64.powf(-(max_bias as f64) / 2.0 / n_log2 as f64);
-    if h < n_log2 {
-        m0.powi(h as i32 + 1)
-    } else {
-        m1.powi(2 * (h - n_log2) as i32 + 1)
-    }
-}
-
-/// The naive f64 softmax(q·kᵀ)·v, output [dv, h, n_q]; a row that sees no
-/// key is zeros (before sinks).
-fn reference(a: &Attn, x: &Data) -> Vec<f64> {
-    let mut out = vec![0f64; a.dv * a.h * a.n_q];
-    for iq in 0..a.n_q {
-        for h in 0..a.h {
-            let hk = h / (a.h / a.h_kv);
-            let qo = (h * a.n_q + iq) * a.d;
-            let mut sc = Vec::new();
-            for j in 0..a.n_kv {
-                let m = if a.mask_t.is_some() {
-                    x.mask[iq * a.n_kv + j] as f64
-                } else {
-                    0.0
-                };
-                if m == f64::NEG_INFINITY {
-                    continue;
-                }
-                let ko = (hk * a.n_kv + j) * a.d;
-                let dot: f64 = (0..a.d)
-                    .map(|i| x.q[qo + i] as f64 * x.k[ko + i] as f64)
-                    .sum();
-                let mut s = dot * scale(a) as f64;
-                if a.softcap != 0.0 {
-                    s = a.softcap as f64 * (s / a.softcap as f64).tanh();
-                }
-                sc.push((j, s + alibi(a.max_bias, h, a.h) * m));
-            }
-            let sink = a.sinks.then(|| x.sinks[h] as f64);
-            let max = sc
-                .iter()
-                .map(|&(_, s)| s)
-                .chain(sink)
-                .fold(f64::NEG_INFINITY, f64::max);
-            if sc.is_empty() && sink.is_none() {
-                continue;
-            }
-            let sum: f64 = sc.iter().map(|&(_, s)| (s - max).exp()).sum::<f64>()
-                + sink.map_or(0.0, |s| (s - max).exp());
-            let o = (iq * a.h + h) * a.dv;
-            for e in 0..a.dv {
-                let acc: f64 = sc
-                    .iter()
-                    .map(|&(j, s)| (s - max).exp() * x.v[(hk * a.n_kv + j) * a.dv + e] as f64)
-                    .sum();
-                out[o + e] = acc / sum;
-            }
-        }
-    }
-    out
 }
 
 /// Random inputs; key j is seen by query i when `sees(i, j)`, with a
 /// random bias in -1..0 (or 0 when `flat`).
-fn data(a: &Attn, seed: u64, flat: bool, sees: impl Fn(usize, usize) -> bool) -> Data {
+fn data(a: &Case, seed: u64, flat: bool, sees: impl Fn(usize, usize) -> bool) -> Inputs {
     let mut rng = Rng::new(seed);
     let q = rng.vec(a.d * a.n_q * a.h, -1.0, 1.0);
-    let k = round_trip(a.k_t, &rng.vec(a.d * a.n_kv * a.h_kv, -1.0, 1.0));
-    let v = round_trip(a.v_t, &rng.vec(a.dv * a.n_kv * a.h_kv, -2.0, 2.0));
+    let k = round_trip(a.kv_t, &rng.vec(a.d * a.n_kv * a.h_kv, -1.0, 1.0));
+    let v = round_trip(a.vt(), &rng.vec(a.dv * a.n_kv * a.h_kv, -2.0, 2.0));
     let mut mask = Vec::with_capacity(a.n_q * a.n_kv);
     for i in 0..a.n_q {
         for j in 0..a.n_kv {
@@ -180,9 +50,9 @@ fn data(a: &Attn, seed: u64, flat: bool, sees: impl Fn(usize, usize) -> bool) ->
             mask.push(if sees(i, j) { b } else { f32::NEG_INFINITY });
         }
     }
-    let mask = round_trip(a.mask_t.unwrap_or(DType::F32), &mask);
+    let mask = round_trip(a.mask.map_or(DType::F32, |m| m.0), &mask);
     let sinks = rng.vec(a.h, -1.0, 2.0);
-    Data {
+    Inputs {
         q,
         k,
         v,
@@ -191,62 +61,75 @@ fn data(a: &Attn, seed: u64, flat: bool, sees: impl Fn(usize, usize) -> bool) ->
     }
 }
 
-fn base() -> Attn {
-    Attn {
+fn base() -> Case {
+    Case {
         d: 64,
         dv: 64,
         n_q: 16,
         n_kv: 300,
         h: 9,
         h_kv: 3,
-        k_t: DType::F16,
-        v_t: DType::F16,
-        mask_t: Some(DType::F16),
+        ne3: 1,
+        kv_t: DType::F16,
+        v_t: None,
+        mask: Some((DType::F16, [0; 4])),
+        mask_kind: MaskKind::Causal,
+        scale: 0.125,
         max_bias: 0.0,
         softcap: 0.0,
         sinks: false,
+        invariant: true,
+    }
+}
+
+/// `a` with f32 K, V and mask.
+fn f32s(a: Case) -> Case {
+    Case {
+        kv_t: DType::F32,
+        v_t: None,
+        mask: Some((DType::F32, [0; 4])),
+        ..a
+    }
+}
+
+/// One kv head per query head, a head size with leftover elements, dv ≠ d.
+fn mha() -> Case {
+    Case {
+        d: 40,
+        dv: 72,
+        h: 4,
+        h_kv: 4,
+        ..base()
     }
 }
 
 #[test]
 fn two_pass_matches_the_f64_reference_at_every_level() {
-    let f32s = |a: Attn| Attn {
-        k_t: DType::F32,
-        v_t: DType::F32,
-        mask_t: Some(DType::F32),
-        ..a
-    };
     let cases = [
         base(),
         f32s(base()),
         // one decode row; a prompt chunk of 70 rows; no mask
-        Attn { n_q: 1, ..base() },
-        Attn {
+        Case { n_q: 1, ..base() },
+        Case {
             n_q: 70,
             n_kv: 90,
             ..base()
         },
-        Attn {
-            mask_t: None,
+        Case {
+            mask: None,
             n_kv: 77,
             ..base()
         },
         // head sizes with leftover elements, dv ≠ d, MHA and one kv head
-        Attn {
-            d: 40,
-            dv: 72,
-            h: 4,
-            h_kv: 4,
-            ..base()
-        },
-        Attn {
+        mha(),
+        Case {
             d: 80,
             dv: 24,
             h: 8,
             h_kv: 1,
             ..base()
         },
-        f32s(Attn {
+        f32s(Case {
             d: 96,
             dv: 128,
             h: 6,
@@ -254,30 +137,31 @@ fn two_pass_matches_the_f64_reference_at_every_level() {
             ..base()
         }),
         // f16 K with f32 V and the reverse (portable kernels)
-        Attn {
-            v_t: DType::F32,
+        Case {
+            v_t: Some(DType::F32),
             ..base()
         },
-        Attn {
-            k_t: DType::F32,
+        Case {
+            kv_t: DType::F32,
+            v_t: Some(DType::F16),
             ..base()
         },
         // soft-capping, ALiBi, sinks
-        Attn {
+        Case {
             softcap: 20.0,
             ..base()
         },
-        Attn {
+        Case {
             max_bias: 8.0,
             h: 8,
             h_kv: 2,
             ..base()
         },
-        Attn {
+        Case {
             sinks: true,
             ..base()
         },
-        f32s(Attn {
+        f32s(Case {
             sinks: true,
             softcap: 10.0,
             ..base()
@@ -288,11 +172,11 @@ fn two_pass_matches_the_f64_reference_at_every_level() {
         let x = data(a, 7 + ci as u64, false, |i, j| {
             i % 5 != 4 && (j + i) % 3 != 0 && j <= a.n_kv / 2 + 7 * i
         });
-        let want = reference(a, &x);
-        let tol = if a.k_t == DType::F16 { 5e-8 } else { 1e-11 };
+        let want = reference(&sized(a), &x);
+        let tol = if a.kv_t == DType::F16 { 5e-8 } else { 1e-11 };
         for isa in levels() {
             for nth in [1, 2] {
-                let got = compute(a, &x, nth, isa);
+                let got = run(a, &x, nth, isa);
                 assert_close(&format!("case {ci} {a:?} {isa:?} t{nth}"), &got, &want, tol);
             }
         }
@@ -302,10 +186,10 @@ fn two_pass_matches_the_f64_reference_at_every_level() {
 #[test]
 fn rows_that_see_no_key_give_zeros_or_the_sink_alone() {
     for sinks in [false, true] {
-        let a = Attn { sinks, ..base() };
+        let a = Case { sinks, ..base() };
         let x = data(&a, 3, false, |i, j| i % 2 == 0 && j < 100);
         for isa in levels() {
-            let got = compute(&a, &x, 2, isa);
+            let got = run(&a, &x, 2, isa);
             for iq in (1..a.n_q).step_by(2) {
                 let row = &got[iq * a.h * a.dv..(iq + 1) * a.h * a.dv];
                 assert!(
@@ -333,18 +217,22 @@ struct Seq {
 /// sequence `s`'s key `i` at cell `cell(s, i)`, other cells random and
 /// masked, and builds the node with their queries (in that order).
 fn lay_out(
-    a: &Attn,
+    a: &Case,
     seqs: &[Seq],
     batch: &[usize],
     n_kv: usize,
     cell: impl Fn(usize, usize) -> usize,
     seed: u64,
-) -> (Attn, Data) {
+) -> (Case, Inputs) {
     let n_q = batch.iter().map(|&s| seqs[s].queries.len()).sum();
-    let at = Attn { n_q, n_kv, ..*a };
+    let at = Case {
+        n_q,
+        n_kv,
+        ..a.clone()
+    };
     let mut rng = Rng::new(seed);
-    let mut k = round_trip(a.k_t, &rng.vec(a.d * n_kv * a.h_kv, -1.0, 1.0));
-    let mut v = round_trip(a.v_t, &rng.vec(a.dv * n_kv * a.h_kv, -2.0, 2.0));
+    let mut k = round_trip(a.kv_t, &rng.vec(a.d * n_kv * a.h_kv, -1.0, 1.0));
+    let mut v = round_trip(a.vt(), &rng.vec(a.dv * n_kv * a.h_kv, -2.0, 2.0));
     let (mut q, mut mask) = (
         vec![0f32; a.d * n_q * a.h],
         vec![f32::NEG_INFINITY; n_q * n_kv],
@@ -373,11 +261,11 @@ fn lay_out(
             iq += 1;
         }
     }
-    let mask = round_trip(a.mask_t.unwrap_or(DType::F32), &mask);
+    let mask = round_trip(a.mask.map_or(DType::F32, |m| m.0), &mask);
     let sinks = Rng::new(99).vec(a.h, -1.0, 2.0);
     (
         at,
-        Data {
+        Inputs {
             q,
             k,
             v,
@@ -390,15 +278,15 @@ fn lay_out(
 /// Sequences with `lens[s]` keys each; sequence 0's queries are a prompt
 /// chunk of `prompt` tokens (token t sees keys ..= lens[0] - prompt + t),
 /// the others one decode token seeing all its keys.
-fn sequences(a: &Attn, lens: &[usize], prompt: usize, seed: u64) -> Vec<Seq> {
+fn sequences(a: &Case, lens: &[usize], prompt: usize, seed: u64) -> Vec<Seq> {
     let mut rng = Rng::new(seed);
     lens.iter()
         .enumerate()
         .map(|(s, &n)| {
             let keys = (0..n)
                 .map(|_| {
-                    let kr = round_trip(a.k_t, &rng.vec(a.d * a.h_kv, -1.0, 1.0));
-                    let vr = round_trip(a.v_t, &rng.vec(a.dv * a.h_kv, -2.0, 2.0));
+                    let kr = round_trip(a.kv_t, &rng.vec(a.d * a.h_kv, -1.0, 1.0));
+                    let vr = round_trip(a.vt(), &rng.vec(a.dv * a.h_kv, -2.0, 2.0));
                     (kr, vr)
                 })
                 .collect();
@@ -422,7 +310,7 @@ fn sequences(a: &Attn, lens: &[usize], prompt: usize, seed: u64) -> Vec<Seq> {
 }
 
 /// The output rows (all heads) of query `iq` of a result [dv, h, n_q].
-fn row(a: &Attn, out: &[f32], iq: usize) -> Vec<u32> {
+fn row(a: &Case, out: &[f32], iq: usize) -> Vec<u32> {
     out[iq * a.h * a.dv..(iq + 1) * a.h * a.dv]
         .iter()
         .map(|x| x.to_bits())
@@ -431,23 +319,11 @@ fn row(a: &Attn, out: &[f32], iq: usize) -> Vec<u32> {
 
 #[test]
 fn a_row_has_the_same_bits_in_any_batch_at_any_offset() {
-    let f32s = Attn {
-        k_t: DType::F32,
-        v_t: DType::F32,
-        mask_t: Some(DType::F32),
-        ..base()
-    };
     for a in [
         base(),
-        f32s,
-        Attn {
-            d: 40,
-            dv: 72,
-            h: 4,
-            h_kv: 4,
-            ..base()
-        },
-        Attn {
+        f32s(base()),
+        mha(),
+        Case {
             sinks: true,
             softcap: 15.0,
             ..base()
@@ -474,13 +350,13 @@ fn a_row_has_the_same_bits_in_any_batch_at_any_offset() {
         }
         let mixed = lay_out(&a, &seqs, &all, total + 5, |s, i| cells[s][i], 1);
         for isa in levels() {
-            let batch = compute(&mixed.0, &mixed.1, 2, isa);
+            let batch = run(&mixed.0, &mixed.1, 2, isa);
             let mut iq = 0;
             for (s, sq) in seqs.iter().enumerate() {
                 // the sequence alone, its keys in one run at another offset
                 let alone = lay_out(&a, &seqs, &[s], lens[s] + 40, |_, i| i + 17, 2);
                 for nth in [1, 3] {
-                    let got = compute(&alone.0, &alone.1, nth, isa);
+                    let got = run(&alone.0, &alone.1, nth, isa);
                     for t in 0..sq.queries.len() {
                         let what = format!("{a:?} {isa:?} seq {s} query {t} t{nth}");
                         assert_eq!(row(&a, &batch, iq + t), row(&a, &got, t), "{what}");
@@ -495,7 +371,7 @@ fn a_row_has_the_same_bits_in_any_batch_at_any_offset() {
                             bias: sq.bias.clone(),
                         };
                         let single = lay_out(&a, &[one], &[0], lens[s], |_, i| i, 3);
-                        let got = compute(&single.0, &single.1, 2, isa);
+                        let got = run(&single.0, &single.1, 2, isa);
                         let what = format!("{a:?} {isa:?} prompt token {t} alone");
                         assert_eq!(row(&a, &batch, iq + t), row(&a, &got, 0), "{what}");
                     }

@@ -2,6 +2,7 @@
 //! running a graph on the CPU, and comparing against f64 references.
 #![allow(dead_code)]
 
+pub mod attn;
 pub mod matmul;
 pub mod qblock;
 
@@ -16,6 +17,47 @@ pub fn tensor(name: &str, dtype: DType, dims: &[usize]) -> Tensor {
     let t = Tensor::new(dtype, dims).unwrap().with_name(name);
     t.set_input();
     t
+}
+
+/// FLASH_ATTN_EXT of `q`, `k`, `v` with an optional mask and sinks and
+/// (scale, max_bias, softcap); the library's builder has no sinks
+/// argument, so the generic constructor.
+pub fn flash_attn(
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    mask: Option<&Tensor>,
+    sinks: Option<&Tensor>,
+    (scale, max_bias, softcap): (f32, f32, f32),
+) -> Tensor {
+    let op = strata::ops::Op::FlashAttnExt {
+        scale,
+        max_bias,
+        softcap,
+    };
+    let srcs = vec![
+        Some(q.clone()),
+        Some(k.clone()),
+        Some(v.clone()),
+        mask.cloned(),
+        sinks.cloned(),
+    ];
+    strata::ops::make(op, srcs, None).unwrap()
+}
+
+/// Allocates the graph of `out` on the host, writes `inputs` (converted to
+/// each tensor's type), computes it on `cpu` and reads `out` as f32.
+pub fn compute_with(
+    out: &Tensor,
+    inputs: &[(&Tensor, &[f32])],
+    cpu: &mut cpu::CpuBackend,
+) -> Vec<f32> {
+    use strata::backend::Backend;
+    let g = Graph::build(std::slice::from_ref(out));
+    let _bufs = cpu::alloc_graph_host(&g).unwrap();
+    for (t, v) in inputs {
+        write_input(t, v);
+    }
+    cpu.graph_compute(&g).unwrap();
+    out.to_f32_vec().unwrap()
 }
 
 /// Allocates the graph of `outputs` on the CPU, writes `inputs` (converted to

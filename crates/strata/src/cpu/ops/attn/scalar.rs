@@ -50,6 +50,23 @@ fn v_round<V: Elem>(x: f32) -> f32 {
     }
 }
 
+/// The score of key `ic` for a query row: `q·k` (a sequential f32 sum),
+/// `·scale`, soft-capped, `+ mv` (the key's mask value).
+fn score<K: Elem>(job: &ChunkJob<'_>, qrow: &[f32], ic: usize, mv: f32) -> f32 {
+    // SAFETY: k is a read-only source with contiguous rows.
+    let krow = unsafe { job.k.row_bytes(ic, job.ik2, job.ik3) };
+    debug_assert_eq!(krow.len(), qrow.len() * K::SIZE);
+    let mut s = 0.0f32;
+    for (i, &x) in qrow.iter().enumerate() {
+        s += x * K::get(krow, i);
+    }
+    s *= job.scale;
+    if job.softcap != 0.0 {
+        s = job.softcap * (s / job.softcap).tanh();
+    }
+    s + mv
+}
+
 /// strata's original row-by-row loop over keys `c0..c1` for one row, with
 /// the same arithmetic in the same order (the one-chunk reference).
 fn one_chunk_row<K: Elem, V: Elem>(job: &ChunkJob<'_>, r: &mut RowState<'_>) {
@@ -63,18 +80,7 @@ fn one_chunk_row<K: Elem, V: Elem>(job: &ChunkJob<'_>, r: &mut RowState<'_>) {
         if mv == f32::NEG_INFINITY {
             continue;
         }
-        // SAFETY: k and v are read-only sources with contiguous rows.
-        let krow = unsafe { k.row_bytes(ic, job.ik2, job.ik3) };
-        debug_assert_eq!(krow.len(), dk * K::SIZE);
-        let mut s = 0.0f32;
-        for (i, &x) in qrow.iter().enumerate() {
-            s += x * K::get(krow, i);
-        }
-        s *= job.scale;
-        if job.softcap != 0.0 {
-            s = job.softcap * (s / job.softcap).tanh();
-        }
-        s += mv;
+        let s = score::<K>(job, qrow, ic, mv);
         let w = if s > max {
             let shrink = (max - s).exp();
             max = s;
@@ -114,17 +120,7 @@ fn two_pass_row<K: Elem, V: Elem>(job: &ChunkJob<'_>, r: &mut RowState<'_>) {
         if mv == f32::NEG_INFINITY {
             continue;
         }
-        // SAFETY: k is a read-only source with contiguous rows.
-        let krow = unsafe { k.row_bytes(ic, job.ik2, job.ik3) };
-        let mut s = 0.0f32;
-        for (i, &x) in qrow.iter().enumerate() {
-            s += x * K::get(krow, i);
-        }
-        s *= job.scale;
-        if job.softcap != 0.0 {
-            s = job.softcap * (s / job.softcap).tanh();
-        }
-        s += mv;
+        let s = score::<K>(job, qrow, ic, mv);
         sc[n] = s;
         n += 1;
         max = max.max(s);

@@ -281,23 +281,14 @@ pub(super) unsafe fn dot<L: Lanes, const H: bool, const G: usize>(
     a: &ChunkArgs<G>,
     kr: *const u8,
 ) -> [f32; G] {
-    let w = L::W;
-    let step = 4 * w;
+    let step = 4 * L::W;
     let ns = a.d / step;
     // SAFETY: the K row holds d elements; the queries d (padded) f32.
     unsafe {
-        let mut acc = [[L::zero(); 4]; G];
-        for st in 0..ns {
-            for (jj, i) in (st * 4..st * 4 + 4).enumerate() {
-                let kv = load_row::<L, H>(kr, i * w, w);
-                for (ag, &q) in acc.iter_mut().zip(&a.q) {
-                    ag[jj] = L::fma(kv, L::load(q.add(i * w)), ag[jj]);
-                }
-            }
-        }
+        let parts = dot_parts::<L, H, G>(a, kr);
         let mut out = [0f32; G];
-        for (o, (ag, &q)) in out.iter_mut().zip(acc.iter().zip(&a.q)) {
-            let r = L::hsum(L::add(L::add(ag[0], ag[2]), L::add(ag[1], ag[3])));
+        for (o, (&p, &q)) in out.iter_mut().zip(parts.iter().zip(&a.q)) {
+            let r = L::hsum(p);
             if H {
                 let mut sum = r as f64;
                 let k = kr.cast::<u16>();
@@ -319,26 +310,58 @@ pub(super) unsafe fn dot<L: Lanes, const H: bool, const G: usize>(
     }
 }
 
-/// The accumulator updates of one key block for vectors `c .. c + NC` of
-/// every row: on a new maximum `acc = r(acc·ms)` then `acc = r(acc + v)`,
-/// else `acc = r(v·vs + acc)` (one FMA), `r` the accumulator's rounding.
-/// `FULL`: the vectors lie within `dv` (no partial V loads).
+/// [`dot`]'s whole steps for the `G` queries and the K row at `kr`: per
+/// query the vector `(s0 + s2) + (s1 + s3)` whose lanes [`dot`] adds with
+/// [`Lanes::hsum`] (the elements past the last whole step left out).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn apply<L: Lanes, const H: bool, const G: usize, const NC: usize, const FULL: bool>(
+pub(super) unsafe fn dot_parts<L: Lanes, const H: bool, const G: usize>(
+    a: &ChunkArgs<G>,
+    kr: *const u8,
+) -> [L::V; G] {
+    let w = L::W;
+    let ns = a.d / (4 * w);
+    // SAFETY: the K row holds d elements; the queries d (padded) f32.
+    unsafe {
+        let mut acc = [[L::zero(); 4]; G];
+        for st in 0..ns {
+            for (jj, i) in (st * 4..st * 4 + 4).enumerate() {
+                let kv = load_row::<L, H>(kr, i * w, w);
+                for (ag, &q) in acc.iter_mut().zip(&a.q) {
+                    ag[jj] = L::fma(kv, L::load(q.add(i * w)), ag[jj]);
+                }
+            }
+        }
+        acc.map(|ag| L::add(L::add(ag[0], ag[2]), L::add(ag[1], ag[3])))
+    }
+}
+
+/// The accumulator vectors `c .. c + NC` of every row in registers (loaded
+/// before, stored after) while `step(acc, v, j, bits)` runs for each key
+/// `j` of a block that some row sees (`bits = act[j]`, not 0), `v` the
+/// key's V vectors `c .. c + NC`. `FULL`: the vectors lie within `dv` (no
+/// partial V loads).
+///
+/// # Safety
+/// Every extent of `a` checked by the wrapper; vectors `c .. c + NC` of each
+/// accumulator within its padded length, of each V row within `dv` when
+/// `FULL`; the keys are rows of the chunk.
+#[inline(always)]
+pub(super) unsafe fn over_v<
+    L: Lanes,
+    const H: bool,
+    const G: usize,
+    const NC: usize,
+    const FULL: bool,
+>(
     a: &ChunkArgs<G>,
     c: usize,
     keys: &[usize; KB],
     nb: usize,
     act: &[u8; KB],
-    grew: &[u8; KB],
-    f: &[[f32; KB]; G],
+    mut step: impl FnMut(&mut [[L::V; NC]; G], &[L::V; NC], usize, u8),
 ) {
     let w = L::W;
-    let all = ((1u32 << G) - 1) as u8;
-    // SAFETY: the wrapper checked every extent of `a`; vectors c .. c + NC
-    // of each accumulator lie within its padded length, and of each V row
-    // within dv when FULL (else the loads stop at dv).
+    // SAFETY: the caller's contract.
     unsafe {
         let mut acc = [[L::zero(); NC]; G];
         for (g, row) in acc.iter_mut().enumerate() {
@@ -361,14 +384,43 @@ unsafe fn apply<L: Lanes, const H: bool, const G: usize, const NC: usize, const 
                     load_row::<L, H>(vr, o, w.min(a.dv - o))
                 };
             }
+            step(&mut acc, &vv, j, bits);
+        }
+        for (g, row) in acc.iter().enumerate() {
+            for (i, &x) in row.iter().enumerate() {
+                L::store(a.acc[g].add((c + i) * w), x);
+            }
+        }
+    }
+}
+
+/// The accumulator updates of one key block for vectors `c .. c + NC` of
+/// every row ([`over_v`]): on a new maximum `acc = r(acc·ms)` then
+/// `acc = r(acc + v)`, else `acc = r(v·vs + acc)` (one FMA), `r` the
+/// accumulator's rounding.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn apply<L: Lanes, const H: bool, const G: usize, const NC: usize, const FULL: bool>(
+    a: &ChunkArgs<G>,
+    c: usize,
+    keys: &[usize; KB],
+    nb: usize,
+    act: &[u8; KB],
+    grew: &[u8; KB],
+    f: &[[f32; KB]; G],
+) {
+    let all = ((1u32 << G) - 1) as u8;
+    // SAFETY: forwarded contract (the wrapper checked every extent of `a`).
+    unsafe {
+        over_v::<L, H, G, NC, FULL>(a, c, keys, nb, act, |acc, vv, j, bits| {
             if bits == all && grew[j] == 0 {
                 for (row, fg) in acc.iter_mut().zip(f) {
                     let fv = L::splat(fg[j]);
-                    for (x, &v) in row.iter_mut().zip(&vv) {
+                    for (x, &v) in row.iter_mut().zip(vv) {
                         *x = store_round::<L, H>(L::fma(v, fv, *x));
                     }
                 }
-                continue;
+                return;
             }
             for (g, (row, fg)) in acc.iter_mut().zip(f).enumerate() {
                 if bits >> g & 1 == 0 {
@@ -376,22 +428,17 @@ unsafe fn apply<L: Lanes, const H: bool, const G: usize, const NC: usize, const 
                 }
                 let fv = L::splat(fg[j]);
                 if grew[j] >> g & 1 != 0 {
-                    for (x, &v) in row.iter_mut().zip(&vv) {
+                    for (x, &v) in row.iter_mut().zip(vv) {
                         *x = store_round::<L, H>(L::mul(*x, fv));
                         *x = store_round::<L, H>(L::add(v, *x));
                     }
                 } else {
-                    for (x, &v) in row.iter_mut().zip(&vv) {
+                    for (x, &v) in row.iter_mut().zip(vv) {
                         *x = store_round::<L, H>(L::fma(v, fv, *x));
                     }
                 }
             }
-        }
-        for (g, row) in acc.iter().enumerate() {
-            for (i, &x) in row.iter().enumerate() {
-                L::store(a.acc[g].add((c + i) * w), x);
-            }
-        }
+        });
     }
 }
 

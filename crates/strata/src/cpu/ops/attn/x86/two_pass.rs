@@ -9,33 +9,8 @@
 //! of keys begin. Written once over [`Lanes`]; `per_level!` in `x86.rs`
 //! instantiates [`two_pass`] per level.
 
-use super::chunk::{dot, load_row, prefetch_row, ChunkArgs, KeyBlocks, KB};
+use super::chunk::{dot, dot_parts, over_v, prefetch_row, ChunkArgs, KeyBlocks, KB};
 use crate::isa::x86::{exp_bounded, Lanes};
-
-/// [`dot`]'s whole steps for the `G` queries and the K row at `kr`: per
-/// query the vector `(s0 + s2) + (s1 + s3)` whose lanes [`dot`] adds with
-/// [`Lanes::hsum`] (`d` a multiple of `4·W`: no leftover elements).
-#[inline(always)]
-unsafe fn dot_parts<L: Lanes, const H: bool, const G: usize>(
-    a: &ChunkArgs<G>,
-    kr: *const u8,
-) -> [L::V; G] {
-    let w = L::W;
-    let ns = a.d / (4 * w);
-    // SAFETY: the K row holds d elements; the queries d (padded) f32.
-    unsafe {
-        let mut acc = [[L::zero(); 4]; G];
-        for st in 0..ns {
-            for (jj, i) in (st * 4..st * 4 + 4).enumerate() {
-                let kv = load_row::<L, H>(kr, i * w, w);
-                for (ag, &q) in acc.iter_mut().zip(&a.q) {
-                    ag[jj] = L::fma(kv, L::load(q.add(i * w)), ag[jj]);
-                }
-            }
-        }
-        acc.map(|ag| L::add(L::add(ag[0], ag[2]), L::add(ag[1], ag[3])))
-    }
-}
 
 /// [`dot`] for the first `nb` keys of a block into `out[g][..nb]`: `W` keys
 /// at a time, their lane sums taken together by [`Lanes::hsum_lanes`]
@@ -254,47 +229,20 @@ unsafe fn add_pv<L: Lanes, const H: bool, const G: usize, const NC: usize, const
     act: &[u8; KB],
     t0: usize,
 ) {
-    let w = L::W;
     let all = ((1u32 << G) - 1) as u8;
-    // SAFETY: the wrapper checked every extent of `a`; vectors c .. c + NC
-    // of each accumulator lie within its padded length, and of each V row
-    // within dv when FULL (else the loads stop at dv); t0 + nb weights.
+    // SAFETY: forwarded contract (the wrapper checked every extent of `a`);
+    // t0 + nb weights in each score buffer.
     unsafe {
-        let mut acc = [[L::zero(); NC]; G];
-        for (g, row) in acc.iter_mut().enumerate() {
-            for (i, x) in row.iter_mut().enumerate() {
-                *x = L::load(a.acc[g].add((c + i) * w));
-            }
-        }
-        for j in 0..nb {
-            let bits = act[j];
-            if bits == 0 {
-                continue;
-            }
-            let vr = a.v.add(keys[j] * a.vs);
-            let mut vv = [L::zero(); NC];
-            for (i, x) in vv.iter_mut().enumerate() {
-                let o = (c + i) * w;
-                *x = if FULL {
-                    load_row::<L, H>(vr, o, w)
-                } else {
-                    load_row::<L, H>(vr, o, w.min(a.dv - o))
-                };
-            }
+        over_v::<L, H, G, NC, FULL>(a, c, keys, nb, act, |acc, vv, j, bits| {
             for (g, row) in acc.iter_mut().enumerate() {
                 if bits != all && bits >> g & 1 == 0 {
                     continue;
                 }
                 let p = L::splat(*a.sc[g].add(t0 + j));
-                for (x, &v) in row.iter_mut().zip(&vv) {
+                for (x, &v) in row.iter_mut().zip(vv) {
                     *x = L::fma(v, p, *x);
                 }
             }
-        }
-        for (g, row) in acc.iter().enumerate() {
-            for (i, &x) in row.iter().enumerate() {
-                L::store(a.acc[g].add((c + i) * w), x);
-            }
-        }
+        });
     }
 }
