@@ -417,7 +417,7 @@ impl CpuBackend {
         } else {
             Vec::new()
         };
-        let ok = self.pool.run(&|w| {
+        let job = |w: &WorkerCtx<'_>| {
             let mut last = Instant::now();
             for (si, step) in cache.steps.iter().enumerate() {
                 let mut ctx = Ctx::new(w, wdata_addr as *mut u8, works[step.start], isa);
@@ -453,7 +453,12 @@ impl CpuBackend {
                     break;
                 }
             }
-        });
+        };
+        let ok = if cache.light {
+            self.pool.run_alone(&job)
+        } else {
+            self.pool.run(&job)
+        };
         self.clock.add(t0.elapsed());
         if let Some(p) = &mut self.profile {
             for (step, t) in cache.steps.iter().zip(&times) {
