@@ -100,14 +100,17 @@ pub fn run(a: Args) -> CliResult {
             .collect();
         for (name, n, is_pp) in tests {
             let tokens: Vec<u32> = (0..n as u32).map(|i| (i * 7919 + 13) % n_vocab).collect();
-            let run_once = |ctx: &mut Context| -> Result<f64, Box<dyn std::error::Error>> {
+            // the logits' memory is kept from token to token, as a decode
+            // loop keeps it (llama-bench reads none)
+            let mut logits = Vec::new();
+            let mut run_once = |ctx: &mut Context| -> Result<f64, Box<dyn std::error::Error>> {
                 ctx.clear()?;
                 let t0 = Instant::now();
                 if is_pp {
-                    ctx.decode(&tokens, Logits::Last)?;
+                    ctx.decode_into(&tokens, Logits::Last, &mut logits)?;
                 } else {
                     for &tok in &tokens {
-                        ctx.decode(&[tok], Logits::Last)?;
+                        ctx.decode_into(&[tok], Logits::Last, &mut logits)?;
                     }
                 }
                 Ok(n as f64 / t0.elapsed().as_secs_f64())

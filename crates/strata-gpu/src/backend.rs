@@ -62,8 +62,12 @@ pub struct GpuBackend {
     params_used: u64,
     bind_groups: HashMap<[u64; STORAGE_SLOTS], wgpu::BindGroup>,
     planned: Vec<Planned>,
-    /// Scratch for the storage key of the graph being computed.
+    /// The storage key of the graph computed last.
     key: Vec<u64>,
+    /// Its [`Graph::storage_stamp`]: while a graph has the same one, `key`
+    /// is its key too (not recomputed: a decode token would go through
+    /// every node's sources).
+    stamp: Option<(u64, u64)>,
     clock: u64,
     /// The buffer for intermediates between the dispatches of one node (the
     /// integer-dot matmul's quantized activations): base and bytes. One per
@@ -82,6 +86,7 @@ impl GpuBackend {
             bind_groups: HashMap::new(),
             planned: Vec::new(),
             key: Vec::new(),
+            stamp: None,
             clock: 0,
             scratch: None,
         }
@@ -522,7 +527,12 @@ impl Backend for GpuBackend {
         self.ctx.check_alive()?;
         let t0 = Instant::now();
         self.forget_dropped();
-        graph.storage_key(&mut self.key);
+        let stamp = graph.storage_stamp();
+        if self.stamp != Some(stamp) {
+            self.stamp = None;
+            graph.storage_key(&mut self.key);
+            self.stamp = Some(stamp);
+        }
         let i = match self.planned.iter().position(|p| p.key == self.key) {
             Some(i) => {
                 self.ctx.count(Count::GraphsReplayed, 1);

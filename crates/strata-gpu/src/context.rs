@@ -10,6 +10,7 @@ use strata::{Error, Result};
 use crate::counters::{Count, Counters, GpuCounters, GpuTimings, Phase};
 pub(crate) use crate::readback::Output;
 use crate::readback::{Fused, Timestamps};
+use crate::upload::Uploads;
 
 /// Bytes of one dispatch's parameter block (see `ops::Params`).
 pub(crate) const PARAMS_BYTES: u64 = 256;
@@ -43,6 +44,9 @@ pub struct GpuContext {
     pub(crate) fused: Mutex<Fused>,
     /// The staging buffer of the other reads.
     pub(crate) staging: Mutex<Option<wgpu::Buffer>>,
+    /// Writes waiting in the upload buffer for the next submission
+    /// (`upload.rs`); locked across every submission.
+    pub(crate) uploads: Mutex<Uploads>,
     /// Timestamp queries, where the adapter has them.
     pub(crate) timestamps: Option<Timestamps>,
     /// Buffers by base address.
@@ -138,6 +142,7 @@ impl GpuContext {
             completed: AtomicU64::new(0),
             fused: Mutex::new(Fused::default()),
             staging: Mutex::new(None),
+            uploads: Mutex::default(),
             timestamps,
             buffers: Mutex::new(HashMap::new()),
             dropped: Mutex::new(Vec::new()),
@@ -321,12 +326,17 @@ impl GpuContext {
         &self,
         cmds: impl IntoIterator<Item = wgpu::CommandBuffer>,
     ) -> (wgpu::SubmissionIndex, u64) {
-        let t = std::time::Instant::now();
-        let idx = self.queue.submit(cmds);
+        // the writes waiting in the upload buffer go first
+        let mut u = lock(&self.uploads);
+        self.submit_locked(&mut u, cmds)
+    }
+
+    /// Counts a submission begun at `t` and returns its ordinal.
+    pub(crate) fn note_submit(&self, t: std::time::Instant) -> u64 {
         let ordinal = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
         self.count(Count::Submits, 1);
         self.time(Phase::Submit, t.elapsed());
-        (idx, ordinal)
+        ordinal
     }
 
     /// Blocks until submission `idx` (ordinal `ordinal`) has run, unless a
@@ -560,8 +570,7 @@ impl GpuContext {
         }
         let end = offset + data.len() as u64;
         if offset.is_multiple_of(4) && end.is_multiple_of(4) {
-            self.queue.write_buffer(buf, offset, data);
-            return Ok(());
+            return self.write_aligned(buf, offset, data);
         }
         let start = offset & !3;
         let aend = end.next_multiple_of(4);
@@ -576,8 +585,7 @@ impl GpuContext {
         }
         let skip = (offset - start) as usize;
         merged[skip..skip + data.len()].copy_from_slice(data);
-        self.queue.write_buffer(buf, start, &merged);
-        Ok(())
+        self.write_aligned(buf, start, &merged)
     }
 }
 

@@ -58,6 +58,12 @@ pub struct GpuCounters {
     /// Graph nodes computed inside another node's dispatch (fused into
     /// it), counted like `dispatches`: every time a graph is recorded.
     pub nodes_fused: u64,
+    /// Tensor writes copied through the persistent upload buffer (the next
+    /// submission copies them into place; no buffer of their own).
+    pub writes_staged: u64,
+    /// Tensor writes through `Queue::write_buffer`, which makes a staging
+    /// buffer for each (the upload buffer was busy or too small for them).
+    pub writes_direct: u64,
 }
 
 impl Sub for GpuCounters {
@@ -84,6 +90,8 @@ impl Sub for GpuCounters {
                 .saturating_sub(e.params_bytes_written),
             dispatches: self.dispatches.saturating_sub(e.dispatches),
             nodes_fused: self.nodes_fused.saturating_sub(e.nodes_fused),
+            writes_staged: self.writes_staged.saturating_sub(e.writes_staged),
+            writes_direct: self.writes_direct.saturating_sub(e.writes_direct),
         }
     }
 }
@@ -153,6 +161,8 @@ pub(crate) enum Count {
     TimedGraphs,
     Dispatches,
     NodesFused,
+    WritesStaged,
+    WritesDirect,
 }
 
 /// Which phase a duration goes to.
@@ -169,7 +179,7 @@ pub(crate) enum Phase {
 /// The device's counters (atomics, so shared references count).
 #[derive(Default)]
 pub(crate) struct Counters {
-    counts: [AtomicU64; 15],
+    counts: [AtomicU64; 17],
     nanos: [AtomicU64; 6],
 }
 
@@ -207,6 +217,8 @@ impl Counters {
             params_bytes_written: self.get(Count::ParamsBytes),
             dispatches: self.get(Count::Dispatches),
             nodes_fused: self.get(Count::NodesFused),
+            writes_staged: self.get(Count::WritesStaged),
+            writes_direct: self.get(Count::WritesDirect),
         }
     }
 

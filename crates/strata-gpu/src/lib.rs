@@ -61,6 +61,7 @@ mod counters;
 mod matmul_paths;
 mod ops;
 mod readback;
+mod upload;
 
 use std::sync::{Arc, Mutex, OnceLock};
 

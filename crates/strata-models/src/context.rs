@@ -444,6 +444,24 @@ impl Context {
     /// `n_ubatch` tokens, and returns the wanted logits (`n_vocab` per row).
     /// Graphs whose logits are not wanted are queued without waiting for them.
     pub fn decode(&mut self, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
+        let mut logits = Vec::new();
+        self.decode_into(tokens, want, &mut logits)?;
+        Ok(logits)
+    }
+
+    /// [`Context::decode`] into `logits`, which keeps its memory from call to
+    /// call: it is overwritten with the wanted logits (`n_vocab` per row) and
+    /// grows only when they need more room than it has (a decode loop that
+    /// passes the same vector allocates nothing for them after the first
+    /// token, as llama.cpp keeps its logits in the context). After an error
+    /// `logits` is empty.
+    pub fn decode_into(
+        &mut self,
+        tokens: &[u32],
+        want: Logits,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        let data = std::mem::take(logits);
         if tokens.is_empty() {
             return Err(ModelError::EmptyPrompt);
         }
@@ -482,7 +500,8 @@ impl Context {
         let at: Vec<(i32, SeqSet)> = (0..n)
             .map(|i| ((n_past + i) as i32, SeqSet::one(0)))
             .collect();
-        Ok(self.run(tokens, &at, &want)?.data)
+        *logits = self.run(tokens, &at, &want, data)?.data;
+        Ok(())
     }
 
     /// Decodes a batch of tokens of any sequences (prompt chunks beside
@@ -506,7 +525,7 @@ impl Context {
             .zip(&batch.seqs)
             .map(|(&p, &s)| (p, s))
             .collect();
-        self.run(&batch.tokens, &at, &batch.logits)
+        self.run(&batch.tokens, &at, &batch.logits, Vec::new())
     }
 
     fn check_batch(&self, b: &Batch) -> Result<()> {
@@ -572,15 +591,24 @@ impl Context {
     }
 
     /// Places the tokens `at` (position, sequences) in free cells and runs
-    /// them in micro-batches; the rows `want` flags are returned.
-    fn run(&mut self, tokens: &[u32], at: &[(i32, SeqSet)], want: &[bool]) -> Result<BatchLogits> {
+    /// them in micro-batches; the rows `want` flags are returned, in `data`
+    /// (overwritten, its memory reused).
+    fn run(
+        &mut self,
+        tokens: &[u32],
+        at: &[(i32, SeqSet)],
+        want: &[bool],
+        data: Vec<f32>,
+    ) -> Result<BatchLogits> {
         let slots = self.cells.place(at)?;
         let n_vocab = self.model.hparams.n_vocab;
         let mut out = BatchLogits {
             n_vocab,
             rows: Vec::new(),
-            data: Vec::new(),
+            data,
         };
+        // logits written so far (`out.data` beyond them is old memory)
+        let mut filled = 0;
         // Attend over the cells the batch's sequences reach, padded (see
         // KV_PAD; the padding is masked). A token sees only cells of its
         // lowest sequence, so cells above those (other sequences', a prefix
@@ -601,18 +629,14 @@ impl Context {
                 &at[off..off + n],
                 &slots[off..off + n],
                 &rows,
-                read,
+                read.then_some((&mut out.data, filled)),
                 n_kv,
             );
             match r {
-                Ok(logits) => {
+                Ok(m) => {
                     if read {
                         out.rows.extend(rows.iter().map(|&r| off + r));
-                        if out.data.is_empty() {
-                            out.data = logits; // one micro-batch: no copy
-                        } else {
-                            out.data.extend_from_slice(&logits);
-                        }
+                        filled += m;
                     }
                 }
                 Err(e) => {
@@ -623,6 +647,7 @@ impl Context {
         }
         // nothing stays queued past the call (a batch whose logits were not
         // wanted), and queued graphs end before an error is returned
+        out.data.truncate(filled);
         let synced = self.sched.synchronize();
         if let Err(e) = result.and(synced.map_err(ModelError::from)) {
             self.cells.release(&slots);
@@ -632,17 +657,19 @@ impl Context {
     }
 
     /// Decodes one micro-batch of tokens at `at` in cells `slots`; with
-    /// `read`, waits for it and returns the logits of `rows` (ascending
-    /// indices into the micro-batch), otherwise queues it and returns nothing.
+    /// `read` = (`data`, `from`), waits for it and writes the logits of
+    /// `rows` (ascending indices into the micro-batch) into `data` from `from`
+    /// (growing it if needed) and returns how many values it wrote;
+    /// otherwise queues it and returns 0.
     fn decode_chunk(
         &mut self,
         tokens: &[u32],
         at: &[(i32, SeqSet)],
         slots: &[usize],
         rows: &[usize],
-        read: bool,
+        read: Option<(&mut Vec<f32>, usize)>,
         n_kv: usize,
-    ) -> Result<Vec<f32>> {
+    ) -> Result<usize> {
         let n = tokens.len();
         let shape = BatchShape {
             n_tokens: n,
@@ -678,16 +705,20 @@ impl Context {
         let t3 = Instant::now();
         let k0 = self.clock.elapsed();
         self.sched.compute_async(&g.graph)?;
-        if read {
+        if read.is_some() {
             self.sched.synchronize()?;
         }
         let t4 = Instant::now();
         let kernels = self.clock.elapsed().saturating_sub(k0);
-        let logits = if read {
-            g.logits.to_f32_vec()?
-        } else {
-            Vec::new()
-        };
+        let mut written = 0;
+        if let Some((data, from)) = read {
+            written = g.logits.nelements();
+            let end = from + written;
+            if data.len() < end {
+                data.resize(end, 0.0);
+            }
+            g.logits.read_f32_into(&mut data[from..end])?;
+        }
         self.last = Some(g);
         let t = &mut self.timings;
         t.tokens += n;
@@ -698,7 +729,7 @@ impl Context {
         t.compute += t4 - t3;
         t.kernels += kernels;
         t.outputs += t4.elapsed();
-        Ok(logits)
+        Ok(written)
     }
 }
 

@@ -229,7 +229,7 @@ impl Generator<'_> {
         self.pending.extend_from_slice(tok.token_to_piece(id)?);
         let ctx = self.session.context();
         if self.remaining > 0 && ctx.n_past() < ctx.options().n_ctx {
-            self.logits = ctx.decode(&[id], Logits::Last)?;
+            ctx.decode_into(&[id], Logits::Last, &mut self.logits)?;
         } else {
             self.stats.context_full = self.remaining > 0;
             self.done = true;

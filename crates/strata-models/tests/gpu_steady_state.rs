@@ -2,7 +2,8 @@
 //! steady state asks nothing of wgpu but one submission and one read-back
 //! per token: no buffer and no bind group is created, the graph's dispatch
 //! list is replayed, and the logits come back through the graph's own
-//! submission (issue #45), in fewer dispatches than nodes (fusion).
+//! submission (issue #45), in fewer dispatches than nodes (fusion); the
+//! inputs go through the persistent upload buffer.
 //! Counted by strata-gpu at its wgpu call sites (`GpuContext::counters`).
 //! Skips without a GPU (fails under `STRATA_REQUIRE_GPU=1`).
 
@@ -57,6 +58,11 @@ fn a_decode_token_costs_one_submission_and_one_read_back() {
             assert_eq!(spent.readback_maps, 1, "token {i}: {spent:?}");
             assert_eq!(spent.waits, 1, "token {i}: {spent:?}");
             assert_eq!(spent.fused_reads, 1, "token {i}: {spent:?}");
+            // the inputs (the CPU's token embedding, positions, mask,
+            // cache rows) through the upload buffer: no staging buffer of
+            // wgpu's per write
+            assert!(spent.writes_staged > 0, "token {i}: {spent:?}");
+            assert_eq!(spent.writes_direct, 0, "token {i}: {spent:?}");
             assert!(spent.bind_group_hits > 0, "token {i}: {spent:?}");
             // fused (strata-gpu's ops/fuse.rs): per layer both norms with
             // their MULs, both residual ADDs into the matrix-vector

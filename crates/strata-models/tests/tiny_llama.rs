@@ -473,6 +473,31 @@ fn reused_decode_graphs_give_the_same_bits_as_rebuilt_ones() {
     }
 }
 
+#[test]
+fn decode_into_gives_decodes_logits_in_the_memory_it_is_given() {
+    let (bytes, _) = write_model(None);
+    let model = load(&bytes, &LoadOptions::default()).unwrap();
+    let mut a = ctx(&model, Attention::Flash, 2);
+    let mut b = ctx(&model, Attention::Flash, 2);
+    // every row of a prompt in two micro-batches (3 + 2 tokens); what the
+    // vector held before is overwritten, not kept
+    let want = a.decode(&PROMPT[..5], Logits::All).unwrap();
+    let mut got = vec![7.0; 3];
+    b.decode_into(&PROMPT[..5], Logits::All, &mut got).unwrap();
+    assert_eq!(got, want);
+    // one token at a time: the same bits, in the same memory every time
+    let at = got.as_ptr();
+    for &t in &PROMPT[5..] {
+        let want = a.decode(&[t], Logits::Last).unwrap();
+        b.decode_into(&[t], Logits::Last, &mut got).unwrap();
+        assert_eq!(got, want);
+        assert_eq!(got.as_ptr(), at, "no new allocation");
+    }
+    // a refused call leaves it empty
+    assert!(b.decode_into(&[], Logits::Last, &mut got).is_err());
+    assert!(got.is_empty());
+}
+
 /// Issue 16 item 7: hyperparameters that disagree with the tensors present
 /// are typed errors naming the key, found before anything is sized by them
 /// (block_count 2^40 aborted on an 8 TiB layer map; 2^27 used 1.2 GB).

@@ -18,6 +18,8 @@
 //! allows them) and in its [`crate::model::HParams`], so the families share
 //! this one builder.
 
+use std::sync::Mutex;
+
 use half::f16;
 use strata::ops;
 use strata::{DType, Graph, Tensor};
@@ -71,6 +73,18 @@ pub struct BatchGraph {
     pub logits: Tensor,
     /// The sizes.
     pub shape: BatchShape,
+    /// Memory the mask writes reuse from step to step.
+    scratch: Mutex<MaskScratch>,
+}
+
+/// What [`write_mask`] builds a mask in, kept by the graph so that a decode
+/// step allocates none: one allocation of a kilobyte or more per step, after
+/// the device's many small frees, had the allocator consolidate them there
+/// (tens of µs a token).
+#[derive(Default)]
+struct MaskScratch {
+    cell: Vec<Option<(i32, SeqSet)>>,
+    bytes: Vec<u8>,
 }
 
 impl BatchGraph {
@@ -106,11 +120,16 @@ impl BatchGraph {
         if let Some(o) = self.out_ids.as_ref().filter(|o| is_used(o)) {
             o.write_i32(out_ids)?;
         }
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         if is_used(&self.mask) {
-            write_mask(&self.mask, &self.shape, cells, at, |_, _| false)?;
+            write_mask(&self.mask, &self.shape, cells, at, &mut scratch, |_, _| {
+                false
+            })?;
         }
         if let (Some(m), Some(swa)) = (self.mask_swa.as_ref().filter(|m| is_used(m)), swa) {
-            write_mask(m, &self.shape, cells, at, |j, p| swa.is_masked(j, p))?;
+            write_mask(m, &self.shape, cells, at, &mut scratch, |j, p| {
+                swa.is_masked(j, p)
+            })?;
         }
         Ok(())
     }
@@ -130,12 +149,15 @@ fn write_mask(
     shape: &BatchShape,
     cells: &Cells,
     at: &[(i32, SeqSet)],
+    scratch: &mut MaskScratch,
     masked: impl Fn(usize, usize) -> bool,
 ) -> Result<()> {
     let n_kv = shape.n_kv;
+    let MaskScratch { cell, bytes: b } = scratch;
     // per cell, once: its position and sequences (None when free)
-    let cell: Vec<Option<(i32, SeqSet)>> = (0..n_kv).map(|j| cells.cell(j)).collect();
-    let (cell, masked) = (&cell, &masked);
+    cell.clear();
+    cell.extend((0..n_kv).map(|j| cells.cell(j)));
+    let (cell, masked) = (&*cell, &masked);
     // a token sees a cell of its lowest sequence at a position not after its own
     let row = |&(p, set): &(i32, SeqSet)| {
         let s = set.first();
@@ -149,13 +171,24 @@ fn write_mask(
     match t.dtype() {
         DType::F16 => {
             const NEG_INF: [u8; 2] = f16::NEG_INFINITY.to_bits().to_le_bytes();
-            let mut b = Vec::with_capacity(shape.n_tokens * n_kv * 2);
+            b.clear();
             for tok in at.iter().take(shape.n_tokens) {
                 for seen in row(tok) {
                     b.extend_from_slice(if seen { &[0, 0] } else { &NEG_INF });
                 }
             }
-            t.write_bytes(0, &b)?;
+            t.write_bytes(0, b)?;
+        }
+        DType::F32 => {
+            const ZERO: [u8; 4] = 0f32.to_le_bytes();
+            const NEG_INF: [u8; 4] = f32::NEG_INFINITY.to_le_bytes();
+            b.clear();
+            for tok in at.iter().take(shape.n_tokens) {
+                for seen in row(tok) {
+                    b.extend_from_slice(if seen { &ZERO } else { &NEG_INF });
+                }
+            }
+            t.write_bytes(0, b)?;
         }
         _ => {
             let mut m = Vec::with_capacity(shape.n_tokens * n_kv);
@@ -282,5 +315,6 @@ pub fn build(
         out_ids,
         logits,
         shape,
+        scratch: Mutex::default(),
     })
 }

@@ -75,6 +75,9 @@ pub struct CpuBackend {
     cache: Option<PlanCache>,
     /// Scratch for the key of the graph being computed (no allocation per compute).
     key: Vec<u64>,
+    /// The [`Graph::storage_stamp`] `key` was computed at: while a graph
+    /// has it, `key` is that graph's key (not recomputed).
+    stamp: Option<(u64, u64)>,
     /// How many times a graph's plans were resolved (cache misses).
     plan_resolutions: u64,
     /// Time per kind of step, when profiling ([`CpuBackend::set_profiling`]).
@@ -141,6 +144,7 @@ impl CpuBackend {
             clock: KernelClock::default(),
             cache: None,
             key: Vec::new(),
+            stamp: None,
             plan_resolutions: 0,
             profile: None,
             print_profile: false,
@@ -346,7 +350,7 @@ impl CpuBackend {
     /// the same tensors as last time and no storage has moved, else resolved
     /// afresh. Data-dependent checks (row indices) run every time.
     fn plan(&mut self, graph: &Graph) -> Result<&PlanCache> {
-        graph.storage_key(&mut self.key);
+        self.storage_key(graph);
         // Work memory is sized per share: split-KV attention keeps one
         // partial per share (`WorkerCtx::shares`).
         let nth = self.pool.shares();
@@ -362,6 +366,16 @@ impl CpuBackend {
         let c = self.cache.as_ref().expect("filled above");
         c.validate(graph)?;
         Ok(c)
+    }
+
+    /// Puts `graph`'s storage key in `self.key` (kept from the last call
+    /// while the graph's storage stamp holds).
+    fn storage_key(&mut self, graph: &Graph) {
+        let stamp = graph.storage_stamp();
+        if self.stamp != Some(stamp) {
+            graph.storage_key(&mut self.key);
+            self.stamp = Some(stamp);
+        }
     }
 
     /// Runs resolved plans (sized for `cache.nth` threads when that is the
@@ -404,7 +418,7 @@ impl CpuBackend {
         } else {
             Vec::new()
         };
-        let ok = self.pool.run(&|w| {
+        let job = |w: &WorkerCtx<'_>| {
             let mut last = Instant::now();
             for (si, step) in cache.steps.iter().enumerate() {
                 let mut ctx = Ctx::new(w, wdata_addr as *mut u8, works[step.start], isa);
@@ -440,7 +454,12 @@ impl CpuBackend {
                     break;
                 }
             }
-        });
+        };
+        let ok = if cache.light {
+            self.pool.run_alone(&job)
+        } else {
+            self.pool.run(&job)
+        };
         self.clock.add(t0.elapsed());
         if let Some(p) = &mut self.profile {
             for (step, t) in cache.steps.iter().zip(&times) {
@@ -599,7 +618,7 @@ impl Backend for CpuBackend {
         let Some(cache) = plan.state::<PlanCache>() else {
             return self.graph_compute(plan.graph());
         };
-        plan.graph().storage_key(&mut self.key);
+        self.storage_key(plan.graph());
         if self.key != cache.key {
             return Err(Error::InvalidArgument(
                 "CPU graph plan is stale: a tensor of its graph was placed elsewhere since the \

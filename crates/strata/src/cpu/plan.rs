@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::ops::{self, NodePlan, WorkSize};
 use super::{steps, CpuBackend};
 use crate::graph::Graph;
+use crate::ops::Op;
 use crate::tensor::Tensor;
 use crate::Result;
 
@@ -57,7 +58,12 @@ pub(super) struct PlanCache {
     /// Ranges of `plans` that run as one step (`steps`): single nodes, and
     /// packed MUL_MATs sharing their activations.
     pub(super) steps: Vec<std::ops::Range<usize>>,
+    /// Small enough to run on the calling thread alone ([`PlanCache::is_light`]).
+    pub(super) light: bool,
 }
+
+/// Most elements a light graph may write ([`PlanCache::is_light`]).
+const LIGHT_ELEMENTS: usize = 16 << 10;
 
 impl PlanCache {
     /// Resolves `graph` for `nth` threads.
@@ -65,6 +71,7 @@ impl PlanCache {
         let (plans, written) = CpuBackend::resolve(graph)?;
         let (plans, steps) = steps::schedule(plans);
         let works = steps::works(&plans, &steps, nth);
+        let light = PlanCache::is_light(&plans);
         Ok(PlanCache {
             key,
             plans,
@@ -72,7 +79,21 @@ impl PlanCache {
             nth,
             works,
             steps,
+            light,
         })
+    }
+
+    /// Whether a graph is only row gathers and copies writing at most
+    /// [`LIGHT_ELEMENTS`] elements in all (a decode step's token embedding,
+    /// where a GPU holds the layers): waking the pool's workers for it costs
+    /// more than the work. Their kernels split rows by thread, so running
+    /// them on one thread gives the same bits.
+    fn is_light(plans: &[(usize, NodePlan)]) -> bool {
+        let mut elements = 0usize;
+        plans.iter().all(|(_, p)| {
+            elements = elements.saturating_add(p.dst.ne.iter().product());
+            matches!(p.op, Op::GetRows | Op::Dup | Op::Cpy | Op::Cont)
+        }) && elements <= LIGHT_ELEMENTS
     }
 
     /// The data-dependent checks (row indices), run before every compute.

@@ -149,3 +149,42 @@ fn thread_counts_above_the_cores_run_on_the_cores() {
         assert!(e.contains("poll=0..100"), "{e}");
     }
 }
+
+#[test]
+fn small_row_gathers_run_on_the_calling_thread_with_the_same_bits() {
+    // a decode step's token embedding: Q8_0 rows gathered into f32
+    let rows = |n_rows: usize, n_ids: usize| {
+        let w = Tensor::new(DType::Q8_0, &[64, n_rows]).unwrap();
+        let ids = Tensor::new(DType::I32, &[n_ids]).unwrap();
+        let y = ops::get_rows(&w, &ids).unwrap();
+        let g = Graph::build(&[y.clone()]);
+        let bufs = alloc_graph_host(&g).unwrap();
+        let vals: Vec<f32> = (0..64 * n_rows).map(|i| (i % 29) as f32 - 14.0).collect();
+        w.write_f32(&vals).unwrap();
+        let idx: Vec<i32> = (0..n_ids).map(|i| ((i * 7) % n_rows) as i32).collect();
+        ids.write_i32(&idx).unwrap();
+        (g, y, bufs)
+    };
+    for (n_ids, light) in [(1, true), (256, true), (257, false)] {
+        let (g, y, _bufs) = rows(300, n_ids);
+        let mut one = CpuBackend::new(1);
+        one.graph_compute(&g).unwrap();
+        let want = y.to_f32_vec().unwrap();
+        let mut two = CpuBackend::new(2);
+        two.graph_compute(&g).unwrap();
+        assert_eq!(
+            two.cache.as_ref().map(|c| c.light),
+            Some(light),
+            "{n_ids} rows"
+        );
+        assert_eq!(y.to_f32_vec().unwrap(), want, "{n_ids} rows");
+    }
+    // a product is never light, however small
+    let a = Tensor::new(DType::F32, &[4, 2]).unwrap();
+    let b = Tensor::new(DType::F32, &[4, 1]).unwrap();
+    let g = Graph::build(&[ops::mul_mat(&a, &b).unwrap()]);
+    let _bufs = alloc_graph_host(&g).unwrap();
+    let mut be = CpuBackend::new(2);
+    be.graph_compute(&g).unwrap();
+    assert_eq!(be.cache.as_ref().map(|c| c.light), Some(false));
+}

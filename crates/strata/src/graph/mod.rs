@@ -7,6 +7,7 @@ pub type IdMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBuildHasher
 /// A hash set of tensor ids (see [`IdMap`]).
 pub type IdSet<K> = std::collections::HashSet<K, rustc_hash::FxBuildHasher>;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::tensor::{Flags, Tensor, TensorId};
 
@@ -33,7 +34,7 @@ pub enum Slot {
 /// assert!(g.nodes().last().unwrap() == &c);
 /// assert!(g.to_dot().contains("MUL"));
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Graph {
     nodes: Vec<Tensor>,
     leafs: Vec<Tensor>,
@@ -43,6 +44,27 @@ pub struct Graph {
     /// Backends, the memory planner and serializers read sources through
     /// [`Graph::src`].
     overrides: IdMap<(TensorId, TensorId), Tensor>,
+    /// Drawn from [`GRAPH_IDS`] whenever the contents are made or changed.
+    id: u64,
+}
+
+/// The source of [`Graph::id`]s (0 is never drawn).
+static GRAPH_IDS: AtomicU64 = AtomicU64::new(1);
+
+fn next_graph_id() -> u64 {
+    GRAPH_IDS.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Default for Graph {
+    fn default() -> Graph {
+        Graph {
+            nodes: Vec::new(),
+            leafs: Vec::new(),
+            index: IdMap::default(),
+            overrides: IdMap::default(),
+            id: next_graph_id(),
+        }
+    }
 }
 
 impl Graph {
@@ -63,6 +85,7 @@ impl Graph {
     /// Adds `t` and everything it depends on that is not in the graph yet:
     /// depth first, sources in order, so every node comes after its sources.
     pub fn expand(&mut self, t: &Tensor) {
+        self.id = next_graph_id();
         // Iterative DFS (deep graphs must not overflow the stack).
         let mut stack: Vec<(Tensor, usize)> = vec![(t.clone(), 0)];
         while let Some((cur, next_src)) = stack.pop() {
@@ -118,6 +141,7 @@ impl Graph {
             leafs,
             index,
             overrides,
+            id: next_graph_id(),
         }
     }
 
@@ -176,6 +200,31 @@ impl Graph {
         }
     }
 
+    /// The graph's storage key stamp: equal stamps from two calls mean
+    /// [`Graph::storage_key`] would write equal keys, so a backend that kept
+    /// the key (and what it derived from it) can skip recomputing it. It is
+    /// this graph's [`Graph::id`] and [`Tensor::placements`]; read it before
+    /// computing the key it stands for.
+    ///
+    /// ```
+    /// use strata::{cpu, ops, DType, Graph, Tensor};
+    /// let a = Tensor::new(DType::F32, &[4]).unwrap();
+    /// let g = Graph::build(&[ops::scale(&a, 2.0).unwrap()]);
+    /// let before = g.storage_stamp();
+    /// let _bufs = cpu::alloc_graph_host(&g).unwrap(); // places the tensors
+    /// assert_ne!(before, g.storage_stamp());
+    /// ```
+    pub fn storage_stamp(&self) -> (u64, u64) {
+        (self.id, Tensor::placements())
+    }
+
+    /// Identifies the graph's contents: graphs with equal ids have the same
+    /// nodes, leafs and substitutions (a clone keeps the id; building,
+    /// expanding or viewing a graph draws a new one, never 0).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Nodes in execution order.
     pub fn nodes(&self) -> &[Tensor] {
         &self.nodes
@@ -212,6 +261,7 @@ impl Graph {
             leafs: Vec::new(),
             index,
             overrides: self.overrides.clone(),
+            id: next_graph_id(),
         }
     }
 
@@ -277,6 +327,26 @@ impl std::fmt::Debug for Graph {
 mod tests {
     use super::*;
     use crate::{ops, DType};
+
+    #[test]
+    fn a_graph_keeps_its_id_until_its_contents_or_placements_change() {
+        let a = Tensor::new(DType::F32, &[2]).unwrap();
+        let x = ops::scale(&a, 2.0).unwrap();
+        let mut g = Graph::build(&[x.clone()]);
+        let (id, stamp) = (g.id(), g.storage_stamp());
+        assert_ne!(id, 0);
+        assert_eq!(g.clone().id(), id, "a clone has the same contents");
+        assert_ne!(Graph::build(&[x.clone()]).id(), id, "another graph");
+        assert_ne!(g.view(0, 1).id(), id);
+        let (mut k1, mut k2) = (Vec::new(), Vec::new());
+        g.storage_key(&mut k1);
+        let _bufs = crate::cpu::alloc_graph_host(&g).unwrap();
+        assert_ne!(g.storage_stamp(), stamp, "its tensors were placed");
+        g.storage_key(&mut k2);
+        assert_ne!(k1, k2);
+        g.expand(&ops::scale(&x, 3.0).unwrap());
+        assert_ne!(g.id(), id, "expanded");
+    }
 
     #[test]
     fn depth_first_sources_in_order() {

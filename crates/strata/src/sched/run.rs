@@ -39,6 +39,8 @@ pub(crate) struct RunState {
     galloc: GraphAllocator,
     assignment: Option<Assignment>,
     key: Vec<TensorId>,
+    /// The [`Graph::id`] `key` was taken from (0: none).
+    key_graph: u64,
     allocated: bool,
     /// Copies of split inputs: (source id, backend) → one tensor per pipeline copy.
     copies: IdMap<(TensorId, BackendId), Vec<Tensor>>,
@@ -72,6 +74,7 @@ impl RunState {
             galloc: GraphAllocator::new_n(bufts)?,
             assignment: None,
             key: Vec::new(),
+            key_graph: 0,
             allocated: false,
             copies: IdMap::default(),
             assigned: IdMap::default(),
@@ -90,6 +93,7 @@ impl RunState {
         self.assignment = None;
         self.split_graphs.clear();
         self.key.clear();
+        self.key_graph = 0;
     }
 
     pub(crate) fn assignment(&self) -> Option<&Assignment> {
@@ -101,7 +105,20 @@ impl RunState {
     }
 
     pub(crate) fn is_planned_for(&self, graph: &Graph) -> bool {
-        self.assignment.is_some() && self.key == graph_key(graph)
+        // the same graph as planned (its id), or compared in place: called
+        // every step, a collected key would be an allocation of a thousand
+        // ids each time
+        self.assignment.is_some() && (self.key_graph == graph.id() || self.key_matches(graph))
+    }
+
+    fn key_matches(&self, graph: &Graph) -> bool {
+        self.key.len() == graph.nodes().len() + graph.leafs().len()
+            && graph
+                .nodes()
+                .iter()
+                .chain(graph.leafs())
+                .map(Tensor::id)
+                .eq(self.key.iter().copied())
     }
 
     pub(crate) fn is_allocated_for(&self, graph: &Graph) -> bool {
@@ -251,6 +268,7 @@ impl RunState {
             galloc: GraphAllocator::from_planner(self.galloc.planner().clone()),
             assignment: None,
             key: Vec::new(),
+            key_graph: 0,
             allocated: false,
             copies: make_copies(graph, p, backends, n_copies),
             assigned: IdMap::default(),
@@ -389,6 +407,7 @@ impl RunState {
             self.assigned.insert(t.id(), a.backend);
         }
         self.key = graph_key(graph);
+        self.key_graph = graph.id();
         self.assignment = Some(p);
         self.split_graphs.clear();
     }

@@ -67,15 +67,34 @@ impl Tensor {
         tensor_set(self, 0, &bytes)
     }
 
+    /// Reads the tensor as f32 in logical order into `out`, which must hold
+    /// exactly `nelements()` values (the logits of every decode step are read
+    /// like this into memory the caller keeps: no allocation). Same values as
+    /// [`Tensor::to_f32_vec`].
+    pub fn read_f32_into(&self, out: &mut [f32]) -> Result<()> {
+        if out.len() != self.nelements() {
+            return Err(Error::Length {
+                what: format!("read_f32_into: f32 values of tensor '{}'", self.name()),
+                expected: self.nelements(),
+                got: out.len(),
+            });
+        }
+        if self.dtype() == DType::F32 && self.is_contiguous() && cfg!(target_endian = "little") {
+            // straight into the output: one copy (tensor bytes are little-endian)
+            return tensor_get(self, 0, bytemuck::cast_slice_mut(out));
+        }
+        out.copy_from_slice(&self.to_f32_vec()?);
+        Ok(())
+    }
+
     /// Reads the tensor as f32 in logical order (ne0 fastest), converting from
     /// its type; works for strided views too.
     pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
         let dt = self.dtype();
         if dt == DType::F32 && self.is_contiguous() && cfg!(target_endian = "little") {
-            // straight into the result: one buffer, one copy (logits are
-            // read like this every step; tensor bytes are little-endian)
+            // straight into the result: one buffer, one copy
             let mut out = vec![0f32; self.nelements()];
-            tensor_get(self, 0, bytemuck::cast_slice_mut(&mut out))?;
+            self.read_f32_into(&mut out)?;
             return Ok(out);
         }
         let ne = self.ne();

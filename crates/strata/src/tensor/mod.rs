@@ -101,6 +101,9 @@ pub(crate) struct Inner {
     storage_version: AtomicU64,
 }
 
+/// Bumped after every storage version of every tensor ([`Tensor::placements`]).
+static PLACEMENTS: AtomicU64 = AtomicU64::new(0);
+
 /// A tensor handle: cheap to clone, shared between graphs, allocators and backends.
 ///
 /// ```
@@ -540,6 +543,7 @@ impl Tensor {
         *self.0.storage.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(Storage { buffer, offset });
         self.0.storage_version.fetch_add(1, Ordering::AcqRel);
+        PLACEMENTS.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
@@ -547,6 +551,14 @@ impl Tensor {
     pub fn clear_storage(&self) {
         *self.0.storage.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.0.storage_version.fetch_add(1, Ordering::AcqRel);
+        PLACEMENTS.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many times any tensor's storage has been placed or removed in
+    /// this process (bumped after the tensor's own storage version): while
+    /// it stays the same, no tensor's storage has moved.
+    pub fn placements() -> u64 {
+        PLACEMENTS.load(Ordering::Acquire)
     }
 
     /// How many times the memory this tensor reads and writes (its storage

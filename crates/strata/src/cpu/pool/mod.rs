@@ -300,6 +300,24 @@ impl ThreadPool {
         self.shared.waits.set_poll(poll);
     }
 
+    /// Runs `job` on the calling thread alone (thread 0 of 1, the pool's
+    /// shares unchanged), waking no worker: for jobs so small that waking
+    /// the workers would cost more than they save. Results are those of
+    /// [`ThreadPool::run`] (kernels split by `nth` do not depend on the
+    /// division; those that do divide by `shares`). Returns `false` if the
+    /// job panicked.
+    pub fn run_alone(&self, job: &(dyn Fn(&WorkerCtx<'_>) + Sync)) -> bool {
+        let s = &*self.shared;
+        let ctx = WorkerCtx {
+            ith: 0,
+            nth: 1,
+            shares: s.shares,
+            barrier: &s.barrier,
+            waits: &s.waits,
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&ctx))).is_ok()
+    }
+
     /// Runs `job` on the active threads (the caller as thread 0; all of
     /// them unless the pool is adaptive) and returns when all are done.
     /// Returns `false` if a worker panicked.
