@@ -293,6 +293,13 @@ pub fn xorshift(seed: u64) -> impl Iterator<Item = u64> {
     })
 }
 
+/// ggml's ALiBi slope of head `h` of `n_head` for `max_bias` (1 when
+/// `max_bias` is 0), exactly as the CPU kernels compute it in f32: the
+/// slope a test's reference scales the mask by to match them bit for bit.
+pub fn alibi_slope(max_bias: f32, h: usize, n_head: usize) -> f32 {
+    crate::cpu::ops::alibi_slope(max_bias, h, n_head)
+}
+
 /// One key of flash attention's online softmax, as ggml's CPU kernel does
 /// it: with score `s` against the running `max` and `sum`, rescales `acc`
 /// (each value through `round`, the V accumulator's precision) when `s` is

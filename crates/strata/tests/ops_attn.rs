@@ -65,7 +65,7 @@ fn old_row(
         .iter()
         .map(|&x| if half { r16(x) } else { x })
         .collect();
-    let slope = slope32(c.max_bias, h, c.h);
+    let slope = strata::testkit::alibi_slope(c.max_bias, h, c.h);
     let mut acc = vec![0f32; c.dv];
     let mut max = f32::NEG_INFINITY;
     let mut sum = 0.0f32;

@@ -160,21 +160,6 @@ pub fn slope64(max_bias: f32, h: usize, n_head: usize) -> f64 {
     }
 }
 
-/// The ALiBi slope exactly as the library computes it in f32.
-pub fn slope32(max_bias: f32, h: usize, n_head: usize) -> f32 {
-    if max_bias <= 0.0 || n_head == 0 {
-        return 1.0;
-    }
-    let n_log2 = 1usize << n_head.ilog2();
-    let m0 = 2f32.powf(-max_bias / n_log2 as f32);
-    let m1 = 2f32.powf(-(max_bias / 2.0) / n_log2 as f32);
-    if h < n_log2 {
-        m0.powi(h as i32 + 1)
-    } else {
-        m1.powi(2 * (h - n_log2) as i32 + 1)
-    }
-}
-
 pub fn mask_at(c: &Case, m: &[f32], j: usize, iq: usize, h: usize, i3: usize) -> f32 {
     let ne = c.mask.unwrap().1;
     m[(((i3 % ne[3]) * ne[2] + h % ne[2]) * ne[1] + iq) * ne[0] + j]

@@ -20,6 +20,8 @@ mod rope;
 mod rows;
 mod softmax;
 
+pub(crate) use softmax::alibi_slope;
+
 use super::pool::WorkerCtx;
 use super::view::TView;
 use crate::ops::Op;
