@@ -20,6 +20,7 @@ mod rope;
 mod rows;
 mod softmax;
 
+#[cfg(feature = "testkit")]
 pub(crate) use softmax::alibi_slope;
 
 use super::pool::WorkerCtx;

@@ -127,6 +127,35 @@ impl KeyBlocks {
     }
 }
 
+/// Runs `f(keys, nb, t0)` for each block of the keys some row of `a` sees
+/// ([`KeyBlocks`]; `t0` the keys handed out before it), after asking the
+/// cache for the block's rows of `bytes` bytes, `stride` apart from `base`.
+///
+/// # Safety
+/// As [`KeyBlocks::next`]; `f`'s own contract.
+#[inline(always)]
+pub(super) unsafe fn each_block<const G: usize>(
+    a: &ChunkArgs<G>,
+    (base, stride, bytes): (*const u8, usize, usize),
+    mut f: impl FnMut(&[usize; KB], usize, usize),
+) {
+    let mut blocks = KeyBlocks::default();
+    let mut keys = [0usize; KB];
+    let mut t0 = 0;
+    loop {
+        // SAFETY: forwarded contract.
+        let nb = unsafe { blocks.next(a, &mut keys) };
+        if nb == 0 {
+            break;
+        }
+        for &key in &keys[..nb] {
+            prefetch_row(base.wrapping_add(key * stride), bytes);
+        }
+        f(&keys, nb, t0);
+        t0 += nb;
+    }
+}
+
 /// `x` stored in the accumulator's type: f16 when `H`.
 #[inline(always)]
 unsafe fn store_round<L: Lanes, const H: bool>(x: L::V) -> L::V {

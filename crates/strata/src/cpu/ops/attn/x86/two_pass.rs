@@ -9,7 +9,7 @@
 //! of keys begin. Written once over [`Lanes`]; `per_level!` in `x86.rs`
 //! instantiates [`two_pass`] per level.
 
-use super::chunk::{dot, dot_parts, over_v, prefetch_row, ChunkArgs, KeyBlocks, KB};
+use super::chunk::{dot, dot_parts, each_block, over_v, ChunkArgs, KB};
 use crate::isa::x86::{exp_bounded, Lanes};
 
 /// [`dot`] for the first `nb` keys of a block into `out[g][..nb]`: `W` keys
@@ -65,7 +65,6 @@ unsafe fn dots<L: Lanes, const H: bool, const G: usize>(
 pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut ChunkArgs<G>) {
     let w = L::W;
     let es = if H { 2 } else { 4 };
-    let mut keys = [0usize; KB];
     let mut sums = [[0f32; KB]; G];
     // Rows reading one mask row see the same keys (a decode token's heads).
     let shared = a.vis.iter().all(|&v| v == a.vis[0]);
@@ -77,17 +76,10 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
         // some row sees, -inf where the row does not see it, and the maxima.
         let mut mx = [L::splat(f32::NEG_INFINITY); G];
         let mut mk = [[0f32; KB]; G];
-        let mut blocks = KeyBlocks::default();
         let mut t = 0;
-        loop {
-            let nb = blocks.next(a, &mut keys);
-            if nb == 0 {
-                break;
-            }
-            for &key in &keys[..nb] {
-                prefetch_row(a.k.add(key * a.ks), a.d * es);
-            }
-            dots::<L, H, G>(a, &keys, nb, &mut sums);
+        each_block(a, (a.k, a.ks, a.d * es), |keys, nb, t0| {
+            t = t0 + nb;
+            dots::<L, H, G>(a, keys, nb, &mut sums);
             // Per row the mask value of each key, -inf where the row does
             // not see it (and past nb); rows of one mask row share it.
             for g in 0..G {
@@ -124,13 +116,12 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
                     let m = L::load(mk[g].as_ptr().add(j0));
                     // unseen keys (mask -inf) stay -inf whatever the score
                     let x = L::select_gt(m, ninf, L::add(m, x), ninf);
-                    L::store(a.sc[g].add(t + j0), x);
+                    L::store(a.sc[g].add(t0 + j0), x);
                     mx[g] = L::max(mx[g], x);
                     j0 += w;
                 }
             }
-            t += nb;
-        }
+        });
         // The weights and their sums (in key order, the rows' chains side
         // by side), with each row's final maximum.
         let mut live = 0u8;
@@ -169,16 +160,7 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
         }
         // Pass 2: acc += p·v for every key each row sees, in key order.
         let mut act = [0u8; KB];
-        let mut blocks = KeyBlocks::default();
-        let mut t0 = 0;
-        loop {
-            let nb = blocks.next(a, &mut keys);
-            if nb == 0 {
-                break;
-            }
-            for &key in &keys[..nb] {
-                prefetch_row(a.v.add(key * a.vs), a.dv * es);
-            }
+        each_block(a, (a.v, a.vs, a.dv * es), |keys, nb, t0| {
             for j in 0..nb {
                 act[j] = if shared {
                     live
@@ -197,22 +179,21 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
             let nfull = a.dv / w;
             let mut c = 0;
             while L::W == 16 && c + 4 <= nfull {
-                add_pv::<L, H, G, 4, true>(a, c, &keys, nb, &act, t0);
+                add_pv::<L, H, G, 4, true>(a, c, keys, nb, &act, t0);
                 c += 4;
             }
             while c + 2 <= nfull {
-                add_pv::<L, H, G, 2, true>(a, c, &keys, nb, &act, t0);
+                add_pv::<L, H, G, 2, true>(a, c, keys, nb, &act, t0);
                 c += 2;
             }
             if c < nfull {
-                add_pv::<L, H, G, 1, true>(a, c, &keys, nb, &act, t0);
+                add_pv::<L, H, G, 1, true>(a, c, keys, nb, &act, t0);
                 c += 1;
             }
             if c < a.dv.div_ceil(w) {
-                add_pv::<L, H, G, 1, false>(a, c, &keys, nb, &act, t0);
+                add_pv::<L, H, G, 1, false>(a, c, keys, nb, &act, t0);
             }
-            t0 += nb;
-        }
+        });
     }
 }
 
