@@ -242,24 +242,30 @@ impl Kernels for Scalar {
     }
 
     fn one_chunk(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]) {
-        for r in rows {
-            match (job.k.dtype, job.v.dtype) {
-                (DType::F16, DType::F16) => one_chunk_row::<F16, F16>(job, r),
-                (DType::F16, _) => one_chunk_row::<F16, F32>(job, r),
-                (_, DType::F16) => one_chunk_row::<F32, F16>(job, r),
-                _ => one_chunk_row::<F32, F32>(job, r),
-            }
-        }
+        each_row::<false>(job, rows);
     }
 
     fn two_pass(self, job: &ChunkJob<'_>, rows: &mut [RowState<'_>]) {
-        for r in rows {
-            match (job.k.dtype, job.v.dtype) {
-                (DType::F16, DType::F16) => two_pass_row::<F16, F16>(job, r),
-                (DType::F16, _) => two_pass_row::<F16, F32>(job, r),
-                (_, DType::F16) => two_pass_row::<F32, F16>(job, r),
-                _ => two_pass_row::<F32, F32>(job, r),
-            }
+        each_row::<true>(job, rows);
+    }
+}
+
+/// The one-chunk or (`TWO`) two-pass row kernel for every row, at the K
+/// and V types of `job`.
+fn each_row<const TWO: bool>(job: &ChunkJob<'_>, rows: &mut [RowState<'_>]) {
+    fn row<K: Elem, V: Elem, const TWO: bool>(job: &ChunkJob<'_>, r: &mut RowState<'_>) {
+        if TWO {
+            two_pass_row::<K, V>(job, r)
+        } else {
+            one_chunk_row::<K, V>(job, r)
+        }
+    }
+    for r in rows {
+        match (job.k.dtype, job.v.dtype) {
+            (DType::F16, DType::F16) => row::<F16, F16, TWO>(job, r),
+            (DType::F16, _) => row::<F16, F32, TWO>(job, r),
+            (_, DType::F16) => row::<F32, F16, TWO>(job, r),
+            _ => row::<F32, F32, TWO>(job, r),
         }
     }
 }

@@ -74,6 +74,38 @@ pub(crate) struct ChunkArgs<const G: usize> {
     pub(super) sc: [*mut f32; G],
 }
 
+impl<const G: usize> ChunkArgs<G> {
+    /// Whether row `g` sees key `key` (a row without a mask sees every key).
+    ///
+    /// # Safety
+    /// `key < n` (the row's visibility words cover it).
+    #[inline(always)]
+    pub(super) unsafe fn sees(&self, g: usize, key: usize) -> bool {
+        let vis = self.vis[g];
+        // SAFETY: word key / 64 of the row's words (contract).
+        vis.is_null() || unsafe { *vis.add(key / 64) } >> (key % 64) & 1 != 0
+    }
+
+    /// Row `g`'s slope-scaled mask value of key `key`: 0 without a mask,
+    /// -inf where the row does not see the key.
+    ///
+    /// # Safety
+    /// As [`ChunkArgs::sees`].
+    #[inline(always)]
+    pub(super) unsafe fn mask_at(&self, g: usize, key: usize) -> f32 {
+        // SAFETY: forwarded contract; the values cover the visible keys.
+        unsafe {
+            if self.mask[g].is_null() {
+                0.0
+            } else if self.sees(g, key) {
+                *self.mask[g].add(key)
+            } else {
+                f32::NEG_INFINITY
+            }
+        }
+    }
+}
+
 /// The keys some row of a group sees, in ascending order, handed out in
 /// blocks of up to [`KB`]: taken from 64-key windows of the rows'
 /// visibility words (any row's bit; every key when a row has no mask).
@@ -209,14 +241,7 @@ pub(super) unsafe fn one_chunk<L: Lanes, const H: bool, const G: usize>(a: &mut 
             for j in 0..nb {
                 let mut bits = 0u8;
                 for g in 0..G {
-                    let key = keys[j];
-                    let mv = if a.mask[g].is_null() {
-                        0.0
-                    } else if *a.vis[g].add(key / 64) >> (key % 64) & 1 != 0 {
-                        *a.mask[g].add(key)
-                    } else {
-                        f32::NEG_INFINITY
-                    };
+                    let mv = a.mask_at(g, keys[j]);
                     f[g][j] = mv;
                     if mv != f32::NEG_INFINITY {
                         bits |= 1 << g;

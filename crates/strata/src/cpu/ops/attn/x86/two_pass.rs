@@ -88,15 +88,8 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
                     continue;
                 }
                 let row = &mut mk[g];
-                for j in 0..nb {
-                    let key = keys[j];
-                    row[j] = if a.mask[g].is_null() {
-                        0.0
-                    } else if *a.vis[g].add(key / 64) >> (key % 64) & 1 != 0 {
-                        *a.mask[g].add(key)
-                    } else {
-                        f32::NEG_INFINITY
-                    };
+                for (m, &key) in row.iter_mut().zip(&keys[..nb]) {
+                    *m = a.mask_at(g, key);
                 }
                 row[nb..].fill(f32::NEG_INFINITY);
             }
@@ -165,15 +158,8 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
                 act[j] = if shared {
                     live
                 } else {
-                    let key = keys[j];
-                    let mut bits = 0u8;
-                    for g in 0..G {
-                        let vis = a.vis[g];
-                        if vis.is_null() || *vis.add(key / 64) >> (key % 64) & 1 != 0 {
-                            bits |= 1 << g;
-                        }
-                    }
-                    bits & live
+                    let bits = (0..G).filter(|&g| a.sees(g, keys[j]));
+                    bits.fold(0u8, |b, g| b | 1 << g) & live
                 };
             }
             let nfull = a.dv / w;
