@@ -78,6 +78,13 @@ fn a_decode_token_costs_one_submission_and_one_read_back() {
                 (base..=base + 2 * n_layer).contains(&spent.nodes_fused),
                 "token {i}: {spent:?}"
             );
+            // on llvmpipe (subgroups) the planner leaves the gate's bytes
+            // apart from the down product in exactly one of this model's
+            // layers: one GLU fusion, every token (none would mean the
+            // fusion stopped firing)
+            if c.has_subgroups() {
+                assert_eq!(spent.nodes_fused, base + 1, "token {i}: {spent:?}");
+            }
             assert_eq!(
                 spent.bind_group_hits, spent.dispatches,
                 "token {i}: {spent:?}"
