@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use strata::backend::{Backend, BufferType, Device, Event};
-use strata::graph::Graph;
+use strata::graph::{Graph, StorageKey};
 use strata::{Error, Result, Tensor};
 
 use crate::context::{GpuContext, Output, PARAMS_BYTES, STORAGE_SLOTS};
@@ -62,12 +62,10 @@ pub struct GpuBackend {
     params_used: u64,
     bind_groups: HashMap<[u64; STORAGE_SLOTS], wgpu::BindGroup>,
     planned: Vec<Planned>,
-    /// The storage key of the graph computed last.
-    key: Vec<u64>,
-    /// Its [`Graph::storage_stamp`]: while a graph has the same one, `key`
-    /// is its key too (not recomputed: a decode token would go through
-    /// every node's sources).
-    stamp: Option<(u64, u64)>,
+    /// The storage key of the graph computed last (not recomputed while
+    /// the next graph has its stamp: a decode token would go through every
+    /// node's sources).
+    key: StorageKey,
     clock: u64,
     /// The buffer for intermediates between the dispatches of one node (the
     /// integer-dot matmul's quantized activations): base and bytes. One per
@@ -85,8 +83,7 @@ impl GpuBackend {
             params_used: 0,
             bind_groups: HashMap::new(),
             planned: Vec::new(),
-            key: Vec::new(),
-            stamp: None,
+            key: StorageKey::default(),
             clock: 0,
             scratch: None,
         }
@@ -371,7 +368,7 @@ impl GpuBackend {
         bases.dedup();
         self.ctx.count(Count::GraphsPlanned, 1);
         self.planned.push(Planned {
-            key: self.key.clone(),
+            key: self.key.of(graph).to_vec(),
             dispatches: ready,
             region,
             params: bytes,
@@ -527,13 +524,8 @@ impl Backend for GpuBackend {
         self.ctx.check_alive()?;
         let t0 = Instant::now();
         self.forget_dropped();
-        let stamp = graph.storage_stamp();
-        if self.stamp != Some(stamp) {
-            self.stamp = None;
-            graph.storage_key(&mut self.key);
-            self.stamp = Some(stamp);
-        }
-        let i = match self.planned.iter().position(|p| p.key == self.key) {
+        let key = self.key.of(graph);
+        let i = match self.planned.iter().position(|p| p.key == key) {
             Some(i) => {
                 self.ctx.count(Count::GraphsReplayed, 1);
                 let n = self.planned[i].dispatches.len() as u64;

@@ -168,29 +168,25 @@ fn write_mask(
             _ => false,
         })
     };
-    match t.dtype() {
-        DType::F16 => {
-            const NEG_INF: [u8; 2] = f16::NEG_INFINITY.to_bits().to_le_bytes();
+    // a seen cell is 0, an unseen one -inf, in the mask's type
+    const F16_INF: [u8; 2] = f16::NEG_INFINITY.to_bits().to_le_bytes();
+    const F32_INF: [u8; 4] = f32::NEG_INFINITY.to_le_bytes();
+    let bytes: Option<(&[u8], &[u8])> = match t.dtype() {
+        DType::F16 => Some((&[0; 2], &F16_INF)),
+        DType::F32 => Some((&[0; 4], &F32_INF)),
+        _ => None,
+    };
+    match bytes {
+        Some((zero, neg_inf)) => {
             b.clear();
             for tok in at.iter().take(shape.n_tokens) {
                 for seen in row(tok) {
-                    b.extend_from_slice(if seen { &[0, 0] } else { &NEG_INF });
+                    b.extend_from_slice(if seen { zero } else { neg_inf });
                 }
             }
             t.write_bytes(0, b)?;
         }
-        DType::F32 => {
-            const ZERO: [u8; 4] = 0f32.to_le_bytes();
-            const NEG_INF: [u8; 4] = f32::NEG_INFINITY.to_le_bytes();
-            b.clear();
-            for tok in at.iter().take(shape.n_tokens) {
-                for seen in row(tok) {
-                    b.extend_from_slice(if seen { &ZERO } else { &NEG_INF });
-                }
-            }
-            t.write_bytes(0, b)?;
-        }
-        _ => {
+        None => {
             let mut m = Vec::with_capacity(shape.n_tokens * n_kv);
             for tok in at.iter().take(shape.n_tokens) {
                 m.extend(row(tok).map(|seen| if seen { 0.0 } else { f32::NEG_INFINITY }));

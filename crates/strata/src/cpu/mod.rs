@@ -51,7 +51,7 @@ pub use pool::{
 pub use view::TView;
 
 use crate::backend::{Backend, Device, GraphPlan};
-use crate::graph::Graph;
+use crate::graph::{Graph, StorageKey};
 use crate::isa::cache::{self, CacheSizes};
 use crate::isa::{self, Isa};
 use crate::tensor::MAX_SRC;
@@ -74,10 +74,7 @@ pub struct CpuBackend {
     /// decode graph costs no re-resolution).
     cache: Option<PlanCache>,
     /// Scratch for the key of the graph being computed (no allocation per compute).
-    key: Vec<u64>,
-    /// The [`Graph::storage_stamp`] `key` was computed at: while a graph
-    /// has it, `key` is that graph's key (not recomputed).
-    stamp: Option<(u64, u64)>,
+    key: StorageKey,
     /// How many times a graph's plans were resolved (cache misses).
     plan_resolutions: u64,
     /// Time per kind of step, when profiling ([`CpuBackend::set_profiling`]).
@@ -143,8 +140,7 @@ impl CpuBackend {
             isa: isa::active(),
             clock: KernelClock::default(),
             cache: None,
-            key: Vec::new(),
-            stamp: None,
+            key: StorageKey::default(),
             plan_resolutions: 0,
             profile: None,
             print_profile: false,
@@ -350,32 +346,23 @@ impl CpuBackend {
     /// the same tensors as last time and no storage has moved, else resolved
     /// afresh. Data-dependent checks (row indices) run every time.
     fn plan(&mut self, graph: &Graph) -> Result<&PlanCache> {
-        self.storage_key(graph);
+        let key = self.key.of(graph);
         // Work memory is sized per share: split-KV attention keeps one
         // partial per share (`WorkerCtx::shares`).
         let nth = self.pool.shares();
         let hit = self
             .cache
             .as_ref()
-            .is_some_and(|c| c.nth == nth && c.key == self.key);
+            .is_some_and(|c| c.nth == nth && c.key == key);
         if !hit {
+            let key = key.to_vec();
             self.cache = None;
             self.plan_resolutions += 1;
-            self.cache = Some(PlanCache::new(graph, self.key.clone(), nth)?);
+            self.cache = Some(PlanCache::new(graph, key, nth)?);
         }
         let c = self.cache.as_ref().expect("filled above");
         c.validate(graph)?;
         Ok(c)
-    }
-
-    /// Puts `graph`'s storage key in `self.key` (kept from the last call
-    /// while the graph's storage stamp holds).
-    fn storage_key(&mut self, graph: &Graph) {
-        let stamp = graph.storage_stamp();
-        if self.stamp != Some(stamp) {
-            graph.storage_key(&mut self.key);
-            self.stamp = Some(stamp);
-        }
     }
 
     /// Runs resolved plans (sized for `cache.nth` threads when that is the
@@ -618,8 +605,7 @@ impl Backend for CpuBackend {
         let Some(cache) = plan.state::<PlanCache>() else {
             return self.graph_compute(plan.graph());
         };
-        self.storage_key(plan.graph());
-        if self.key != cache.key {
+        if self.key.of(plan.graph()) != cache.key {
             return Err(Error::InvalidArgument(
                 "CPU graph plan is stale: a tensor of its graph was placed elsewhere since the \
                  plan was made; create the plan again (graph_plan_create)"

@@ -55,6 +55,40 @@ fn next_graph_id() -> u64 {
     GRAPH_IDS.fetch_add(1, Ordering::Relaxed)
 }
 
+/// A graph's [`Graph::storage_key`] kept from call to call: recomputed only
+/// when the graph handed in has another [`Graph::storage_stamp`] than the
+/// one the key was computed for (a backend that replays a graph's plan
+/// while its tensors stay in place asks for it every step).
+///
+/// ```
+/// use strata::graph::StorageKey;
+/// use strata::{ops, DType, Graph, Tensor};
+/// let a = Tensor::new(DType::F32, &[4]).unwrap();
+/// let g = Graph::build(&[ops::scale(&a, 2.0).unwrap()]);
+/// let mut cache = StorageKey::default();
+/// let mut fresh = Vec::new();
+/// g.storage_key(&mut fresh);
+/// assert_eq!(cache.of(&g), &fresh[..]);
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct StorageKey {
+    key: Vec<u64>,
+    stamp: Option<(u64, u64)>,
+}
+
+impl StorageKey {
+    /// `graph`'s storage key (recomputed if its stamp changed since the
+    /// last call).
+    pub fn of(&mut self, graph: &Graph) -> &[u64] {
+        let stamp = graph.storage_stamp();
+        if self.stamp != Some(stamp) {
+            graph.storage_key(&mut self.key);
+            self.stamp = Some(stamp);
+        }
+        &self.key
+    }
+}
+
 impl Default for Graph {
     fn default() -> Graph {
         Graph {

@@ -16,13 +16,8 @@ use crate::tensor::{Flags, Tensor, TensorId, ViewOf};
 use crate::{Error, Result, ResultExt};
 
 /// Identity of a graph: its node and leaf ids (tensors are unique objects).
-fn graph_key(graph: &Graph) -> Vec<TensorId> {
-    graph
-        .nodes()
-        .iter()
-        .chain(graph.leafs())
-        .map(Tensor::id)
-        .collect()
+fn graph_ids(graph: &Graph) -> impl Iterator<Item = TensorId> + '_ {
+    graph.nodes().iter().chain(graph.leafs()).map(Tensor::id)
 }
 
 fn slot_tensor(graph: &Graph, slot: Slot) -> &Tensor {
@@ -112,13 +107,7 @@ impl RunState {
     }
 
     fn key_matches(&self, graph: &Graph) -> bool {
-        self.key.len() == graph.nodes().len() + graph.leafs().len()
-            && graph
-                .nodes()
-                .iter()
-                .chain(graph.leafs())
-                .map(Tensor::id)
-                .eq(self.key.iter().copied())
+        graph_ids(graph).eq(self.key.iter().copied())
     }
 
     pub(crate) fn is_allocated_for(&self, graph: &Graph) -> bool {
@@ -406,7 +395,7 @@ impl RunState {
         {
             self.assigned.insert(t.id(), a.backend);
         }
-        self.key = graph_key(graph);
+        self.key = graph_ids(graph).collect();
         self.key_graph = graph.id();
         self.assignment = Some(p);
         self.split_graphs.clear();
