@@ -40,9 +40,24 @@ struct Copied {
 }
 
 /// Map states: asked, done, failed.
-const PENDING: u8 = 0;
-const DONE: u8 = 1;
-const FAILED: u8 = 2;
+pub(crate) const PENDING: u8 = 0;
+pub(crate) const DONE: u8 = 1;
+pub(crate) const FAILED: u8 = 2;
+
+/// Asks for `range` of `buf` to be mapped for `mode`; the state the
+/// callback sets ([`PENDING`], then [`DONE`] or [`FAILED`]).
+pub(crate) fn map_state(
+    buf: &wgpu::Buffer,
+    mode: wgpu::MapMode,
+    range: impl std::ops::RangeBounds<wgpu::BufferAddress>,
+) -> Arc<AtomicU8> {
+    let state = Arc::new(AtomicU8::new(PENDING));
+    let s = state.clone();
+    buf.map_async(mode, range, move |r| {
+        s.store(if r.is_ok() { DONE } else { FAILED }, Ordering::Release);
+    });
+    state
+}
 
 /// The graphs' read-back memory and what it holds.
 #[derive(Default)]
@@ -145,11 +160,7 @@ impl GpuContext {
         self.time(Phase::Record, t.elapsed());
         let (idx, ordinal) = self.submit_raw([cmd]);
         if let Some(staging) = f.staging.as_ref().filter(|_| used > 0) {
-            let state = Arc::new(AtomicU8::new(PENDING));
-            let s = state.clone();
-            staging.map_async(wgpu::MapMode::Read, 0..used, move |r| {
-                s.store(if r.is_ok() { DONE } else { FAILED }, Ordering::Release);
-            });
+            let state = map_state(staging, wgpu::MapMode::Read, 0..used);
             self.count(Count::ReadbackMaps, 1);
             f.map = Some((idx, ordinal, state));
             f.copied = copied;
@@ -329,13 +340,11 @@ impl GpuContext {
             };
             let mut enc = self.device.create_command_encoder(&Default::default());
             enc.copy_buffer_to_buffer(buf, start, s, 0, size);
-            // copying out changes no tensor: the graphs' read-back stays
+            // copying out changes no tensor (the submission may also run
+            // staged uploads, but a write forgets the read-backs of what it
+            // overwrites first, `GpuBuffer::write`): the graphs' read-back stays
             let (idx, ordinal) = self.submit_raw([enc.finish()]);
-            let state = Arc::new(AtomicU8::new(PENDING));
-            let st = state.clone();
-            s.map_async(wgpu::MapMode::Read, 0..size, move |r| {
-                st.store(if r.is_ok() { DONE } else { FAILED }, Ordering::Release);
-            });
+            let state = map_state(s, wgpu::MapMode::Read, 0..size);
             self.count(Count::ReadbackMaps, 1);
             self.time(Phase::Readback, t.elapsed());
             if let Err(e) = self.await_map(idx, ordinal, &state) {

@@ -20,14 +20,10 @@ use strata::{Error, Result};
 
 use crate::context::{lock, GpuContext};
 use crate::counters::Count;
+use crate::readback::{map_state, DONE, FAILED};
 
 /// The upload buffer's size.
 const UPLOAD_BYTES: u64 = 64 << 10;
-
-/// Map states: asked, done, failed.
-const PENDING: u8 = 0;
-const DONE: u8 = 1;
-const FAILED: u8 = 2;
 
 /// A write waiting in the upload buffer: its destination, where in the
 /// destination, where in the upload buffer, and how many bytes.
@@ -157,12 +153,7 @@ impl GpuContext {
         let idx = self.queue.submit(std::iter::once(copies).chain(cmds));
         u.used = 0;
         if let Some(b) = &u.buf {
-            let state = Arc::new(AtomicU8::new(PENDING));
-            let s = state.clone();
-            b.map_async(wgpu::MapMode::Write, .., move |r| {
-                s.store(if r.is_ok() { DONE } else { FAILED }, Ordering::Release);
-            });
-            u.map = Some(state);
+            u.map = Some(map_state(b, wgpu::MapMode::Write, ..));
         }
         idx
     }
@@ -171,6 +162,7 @@ impl GpuContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::readback::PENDING;
 
     #[test]
     fn a_failed_map_drops_the_buffer_and_a_pending_one_is_not_mapped() {

@@ -305,7 +305,8 @@ impl ThreadPool {
     /// the workers would cost more than they save. Results are those of
     /// [`ThreadPool::run`] (kernels split by `nth` do not depend on the
     /// division; those that do divide by `shares`). Returns `false` if the
-    /// job panicked.
+    /// job panicked. Like [`ThreadPool::run`], one caller at a time: the
+    /// two share the barrier.
     pub fn run_alone(&self, job: &(dyn Fn(&WorkerCtx<'_>) + Sync)) -> bool {
         let s = &*self.shared;
         let ctx = WorkerCtx {
