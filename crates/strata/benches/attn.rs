@@ -1,12 +1,16 @@
 //! FLASH_ATTN_EXT time at SmolLM2-135M's shapes (head dim 64, 9 query heads,
 //! 3 KV heads, f16 K/V, llama.cpp's causal f16 mask with -inf above the
-//! diagonal): a 512-token prompt against 512 keys, and one token against
-//! 128, 511 and 2048 keys; 1 and 2 threads. Two more are a step of 16
+//! diagonal): a 512-token prompt against 512 keys (also as the last 512 of
+//! 4096 cells, the others another sequence's, and as 16 sequences' prompts
+//! added position by position, `prompt16_interleaved`: 32 positions of
+//! each, their cells interleaved), and one token against 128, 511 and 2048
+//! keys; 1 and 2 threads. Two more are a step of 16
 //! sequences decoding together in a 4096-cell cache, each token seeing its
 //! own 256 cells: `batch16_interleaved` as a unified cache fills when 16
 //! prompts of 128 are followed by 128 decode steps (prompt cells in runs,
 //! decode cells interleaved 16 apart), `batch16_runs` with each sequence's
-//! cells in one run.
+//! cells in one run. `batch16_interleaved_layers30` is that step over the
+//! 30 layers' caches in the model's cell layout (from DRAM, not the cache).
 //!
 //! `cargo bench -p strata --bench attn -- --measurement-time 3`
 //!
@@ -138,8 +142,15 @@ fn bench(c: &mut Criterion) {
         }
     };
     let runs: Sees = |i, j, _, _| j / 256 == i;
+    // llama-batched-bench's prompts of 16 sequences, added position by
+    // position: cell c holds position c / 16 of sequence c % 16; the batch
+    // holds positions 256..288, query i position 256 + i / 16 of sequence i % 16
+    let prompt16: Sees = |i, j, _, _| j % 16 == i % 16 && j / 16 <= 256 + i / 16;
+    let own: Sees = |i, j, n_q, n_kv| j >= n_kv - n_q && j <= i + n_kv - n_q;
     for (name, n_q, n_kv, sees) in [
         ("prompt_q512_kv512", 512, 512, causal),
+        ("prompt_q512_kv4096_last512", 512, 4096, own),
+        ("prompt16_interleaved_q512_kv4608", 512, 4608, prompt16),
         ("decode_kv128", 1, 128, causal),
         ("decode_kv511", 1, 511, causal),
         ("decode_kv2048", 1, 2048, causal),
@@ -180,7 +191,60 @@ fn bench(c: &mut Criterion) {
             );
         }
     }
+    layers(&mut group, interleaved);
     group.finish();
+}
+
+/// Layers of the 16-sequence step: one graph of [`LAYERS`] attention ops,
+/// each over its own 4096-cell K and V caches in the model's layout (a
+/// cell's kv heads side by side, 384 bytes per cell row), 94 MB in all, so
+/// that the keys come from DRAM as in a decode step, not from the cache.
+fn layers(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    sees: fn(usize, usize, usize, usize) -> bool,
+) {
+    const LAYERS: usize = 30;
+    let (n_q, n_kv) = (16, 4096);
+    let x = Data::new(n_q, n_kv, sees);
+    let m = Tensor::new(DType::F16, &[n_kv, n_q]).unwrap();
+    let mut leaves = Vec::new();
+    let mut outs = Vec::new();
+    for _ in 0..LAYERS {
+        let q = Tensor::new(DType::F32, &[D, n_q, H]).unwrap();
+        let kc = Tensor::new(DType::F16, &[D * H_KV, n_kv]).unwrap();
+        let vc = Tensor::new(DType::F16, &[D * H_KV, n_kv]).unwrap();
+        let cells = |c: &Tensor| ops::view(c, &[D, n_kv, H_KV], &[D * H_KV * 2, D * 2], 0).unwrap();
+        let scale = 1.0 / (D as f32).sqrt();
+        outs.push(
+            ops::flash_attn_ext(&q, &cells(&kc), &cells(&vc), Some(&m), scale, 0.0, 0.0).unwrap(),
+        );
+        leaves.push((q, kc, vc));
+    }
+    let graph = Graph::build(&outs);
+    let _bufs = alloc_graph_host(&graph).unwrap();
+    let f = |h: &[f16]| h.iter().map(|v| v.to_f32()).collect::<Vec<_>>();
+    m.write_f32(&f(&x.mask)).unwrap();
+    for (q, kc, vc) in &leaves {
+        q.write_f32(&x.q).unwrap();
+        kc.write_f32(&f(&x.k)).unwrap();
+        vc.write_f32(&f(&x.v)).unwrap();
+    }
+    let isa = isa::active();
+    for threads in [1, 2] {
+        let mut cpu = CpuBackend::new(threads);
+        cpu.set_isa(isa).unwrap();
+        for invariant in [false, true] {
+            cpu.set_batch_invariant(invariant);
+            let kind = if invariant { "invariant" } else { "new" };
+            group.bench_function(
+                BenchmarkId::new(
+                    "batch16_interleaved_layers30",
+                    format!("{kind}_{isa}_t{threads}"),
+                ),
+                |b| b.iter(|| cpu.graph_compute(&graph).unwrap()),
+            );
+        }
+    }
 }
 
 criterion_group!(benches, bench);

@@ -9,7 +9,7 @@
 //! of keys begin. Written once over [`Lanes`]; `per_level!` in `x86.rs`
 //! instantiates [`two_pass`] per level.
 
-use super::chunk::{dot, dot_parts, each_block, over_v, ChunkArgs, KB};
+use super::chunk::{dot, dot_parts, each_block, over_v, Ahead, ChunkArgs, KB};
 use crate::isa::x86::{exp_bounded, Lanes};
 
 /// [`dot`] for the first `nb` keys of a block into `out[g][..nb]`: `W` keys
@@ -22,6 +22,7 @@ unsafe fn dots<L: Lanes, const H: bool, const G: usize>(
     keys: &[usize; KB],
     nb: usize,
     out: &mut [[f32; KB]; G],
+    ahead: &Ahead<'_>,
 ) {
     let w = L::W;
     // SAFETY: the wrapper checked every extent of `a`; the keys are rows of
@@ -29,6 +30,7 @@ unsafe fn dots<L: Lanes, const H: bool, const G: usize>(
     unsafe {
         if !a.d.is_multiple_of(4 * w) {
             for (j, &key) in keys[..nb].iter().enumerate() {
+                ahead.at(j);
                 let d = dot::<L, H, G>(a, a.k.add(key * a.ks));
                 for (o, x) in out.iter_mut().zip(d) {
                     o[j] = x;
@@ -40,6 +42,7 @@ unsafe fn dots<L: Lanes, const H: bool, const G: usize>(
         while j0 < nb {
             let mut parts = [[L::zero(); 16]; G];
             for jj in 0..w {
+                ahead.at(j0 + jj);
                 // past nb: the block's last key again (its sums are not read)
                 let key = keys[(j0 + jj).min(nb - 1)];
                 let p = dot_parts::<L, H, G>(a, a.k.add(key * a.ks));
@@ -77,44 +80,49 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
         let mut mx = [L::splat(f32::NEG_INFINITY); G];
         let mut mk = [[0f32; KB]; G];
         let mut t = 0;
-        each_block(a, (a.k, a.ks, a.d * es), |keys, nb, t0| {
-            t = t0 + nb;
-            dots::<L, H, G>(a, keys, nb, &mut sums);
-            // Per row the mask value of each key, -inf where the row does
-            // not see it (and past nb); rows of one mask row share it.
-            for g in 0..G {
-                if g > 0 && a.mask[g] == a.mask[g - 1] && a.vis[g] == a.vis[g - 1] {
-                    mk[g] = mk[g - 1];
-                    continue;
-                }
-                let row = &mut mk[g];
-                for (m, &key) in row.iter_mut().zip(&keys[..nb]) {
-                    *m = a.mask_at(g, key);
-                }
-                row[nb..].fill(f32::NEG_INFINITY);
-            }
-            let (scale, ninf) = (L::splat(a.scale), L::splat(f32::NEG_INFINITY));
-            for g in 0..G {
-                let mut j0 = 0;
-                while j0 < nb {
-                    let mut x = L::mul(L::load(sums[g].as_ptr().add(j0)), scale);
-                    if a.softcap != 0.0 {
-                        let mut v = [0f32; 16];
-                        L::store(v.as_mut_ptr(), x);
-                        for y in &mut v[..w] {
-                            *y = a.softcap * (*y / a.softcap).tanh();
-                        }
-                        x = L::load(v.as_ptr());
+        each_block(
+            a,
+            (a.k, a.ks, a.d * es),
+            #[inline(always)]
+            |keys, nb, t0, ahead| {
+                t = t0 + nb;
+                dots::<L, H, G>(a, keys, nb, &mut sums, ahead);
+                // Per row the mask value of each key, -inf where the row does
+                // not see it (and past nb); rows of one mask row share it.
+                for g in 0..G {
+                    if g > 0 && a.mask[g] == a.mask[g - 1] && a.vis[g] == a.vis[g - 1] {
+                        mk[g] = mk[g - 1];
+                        continue;
                     }
-                    let m = L::load(mk[g].as_ptr().add(j0));
-                    // unseen keys (mask -inf) stay -inf whatever the score
-                    let x = L::select_gt(m, ninf, L::add(m, x), ninf);
-                    L::store(a.sc[g].add(t0 + j0), x);
-                    mx[g] = L::max(mx[g], x);
-                    j0 += w;
+                    let row = &mut mk[g];
+                    for (m, &key) in row.iter_mut().zip(&keys[..nb]) {
+                        *m = a.mask_at(g, key);
+                    }
+                    row[nb..].fill(f32::NEG_INFINITY);
                 }
-            }
-        });
+                let (scale, ninf) = (L::splat(a.scale), L::splat(f32::NEG_INFINITY));
+                for g in 0..G {
+                    let mut j0 = 0;
+                    while j0 < nb {
+                        let mut x = L::mul(L::load(sums[g].as_ptr().add(j0)), scale);
+                        if a.softcap != 0.0 {
+                            let mut v = [0f32; 16];
+                            L::store(v.as_mut_ptr(), x);
+                            for y in &mut v[..w] {
+                                *y = a.softcap * (*y / a.softcap).tanh();
+                            }
+                            x = L::load(v.as_ptr());
+                        }
+                        let m = L::load(mk[g].as_ptr().add(j0));
+                        // unseen keys (mask -inf) stay -inf whatever the score
+                        let x = L::select_gt(m, ninf, L::add(m, x), ninf);
+                        L::store(a.sc[g].add(t0 + j0), x);
+                        mx[g] = L::max(mx[g], x);
+                        j0 += w;
+                    }
+                }
+            },
+        );
         // The weights and their sums (in key order, the rows' chains side
         // by side), with each row's final maximum.
         let mut live = 0u8;
@@ -153,33 +161,70 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
         }
         // Pass 2: acc += p·v for every key each row sees, in key order.
         let mut act = [0u8; KB];
-        each_block(a, (a.v, a.vs, a.dv * es), |keys, nb, t0| {
-            for j in 0..nb {
-                act[j] = if shared {
-                    live
-                } else {
-                    let bits = (0..G).filter(|&g| a.sees(g, keys[j]));
-                    bits.fold(0u8, |b, g| b | 1 << g) & live
-                };
-            }
-            let nfull = a.dv / w;
-            let mut c = 0;
-            while L::W == 16 && c + 4 <= nfull {
-                add_pv::<L, H, G, 4, true>(a, c, keys, nb, &act, t0);
-                c += 4;
-            }
-            while c + 2 <= nfull {
-                add_pv::<L, H, G, 2, true>(a, c, keys, nb, &act, t0);
-                c += 2;
-            }
-            if c < nfull {
-                add_pv::<L, H, G, 1, true>(a, c, keys, nb, &act, t0);
-                c += 1;
-            }
-            if c < a.dv.div_ceil(w) {
-                add_pv::<L, H, G, 1, false>(a, c, keys, nb, &act, t0);
-            }
-        });
+        each_block(
+            a,
+            (a.v, a.vs, a.dv * es),
+            #[inline(always)]
+            |keys, nb, t0, ahead| {
+                for j in 0..nb {
+                    act[j] = if shared {
+                        live
+                    } else {
+                        let bits = (0..G).filter(|&g| a.sees(g, keys[j]));
+                        bits.fold(0u8, |b, g| b | 1 << g) & live
+                    };
+                }
+                let nfull = a.dv / w;
+                let mut c = 0;
+                while L::W == 16 && c + 4 <= nfull {
+                    add_pv::<L, H, G, 4, true>(
+                        a,
+                        c,
+                        keys,
+                        nb,
+                        &act,
+                        t0,
+                        if c == 0 { ahead } else { &Ahead::NONE },
+                    );
+                    c += 4;
+                }
+                while c + 2 <= nfull {
+                    add_pv::<L, H, G, 2, true>(
+                        a,
+                        c,
+                        keys,
+                        nb,
+                        &act,
+                        t0,
+                        if c == 0 { ahead } else { &Ahead::NONE },
+                    );
+                    c += 2;
+                }
+                if c < nfull {
+                    add_pv::<L, H, G, 1, true>(
+                        a,
+                        c,
+                        keys,
+                        nb,
+                        &act,
+                        t0,
+                        if c == 0 { ahead } else { &Ahead::NONE },
+                    );
+                    c += 1;
+                }
+                if c < a.dv.div_ceil(w) {
+                    add_pv::<L, H, G, 1, false>(
+                        a,
+                        c,
+                        keys,
+                        nb,
+                        &act,
+                        t0,
+                        if c == 0 { ahead } else { &Ahead::NONE },
+                    );
+                }
+            },
+        );
     }
 }
 
@@ -195,21 +240,31 @@ unsafe fn add_pv<L: Lanes, const H: bool, const G: usize, const NC: usize, const
     nb: usize,
     act: &[u8; KB],
     t0: usize,
+    ahead: &Ahead<'_>,
 ) {
     let all = ((1u32 << G) - 1) as u8;
     // SAFETY: forwarded contract (the wrapper checked every extent of `a`);
     // t0 + nb weights in each score buffer.
     unsafe {
-        over_v::<L, H, G, NC, FULL>(a, c, keys, nb, act, |acc, vv, j, bits| {
-            for (g, row) in acc.iter_mut().enumerate() {
-                if bits != all && bits >> g & 1 == 0 {
-                    continue;
+        over_v::<L, H, G, NC, FULL>(
+            a,
+            c,
+            keys,
+            nb,
+            act,
+            ahead,
+            #[inline(always)]
+            |acc, vv, j, bits| {
+                for (g, row) in acc.iter_mut().enumerate() {
+                    if bits != all && bits >> g & 1 == 0 {
+                        continue;
+                    }
+                    let p = L::splat(*a.sc[g].add(t0 + j));
+                    for (x, &v) in row.iter_mut().zip(vv) {
+                        *x = L::fma(v, p, *x);
+                    }
                 }
-                let p = L::splat(*a.sc[g].add(t0 + j));
-                for (x, &v) in row.iter_mut().zip(vv) {
-                    *x = L::fma(v, p, *x);
-                }
-            }
-        });
+            },
+        );
     }
 }
