@@ -501,6 +501,70 @@ fn each_path_is_taken_under_ggml_conditions() {
     }
 }
 
+/// A prompt batch of 16 sequences added position by position, as
+/// llama-batched-bench adds them, interleaves their cells: ggml's tiled path
+/// would compute every key tile for every query tile, 16 times the keys a
+/// row sees, so such a batch takes the one-chunk path, which visits only
+/// those keys. Each row then has the bits of its token run alone (one-chunk
+/// rows do not depend on the rest of the batch) and the one-chunk path's
+/// error (f16 accumulator), where the tiled path's would be 100 times
+/// smaller; one sequence's prompt of the same length stays tiled.
+#[test]
+fn interleaved_prompt_batches_take_the_one_chunk_path() {
+    let (seqs, n_q, n_kv) = (16, 128, 320);
+    let case = |n_q: usize| Case {
+        d: 64,
+        dv: 64,
+        n_q,
+        n_kv,
+        h: 6,
+        h_kv: 2,
+        mask: Some((DType::F16, [n_kv, n_q, 1, 1])),
+        ..base()
+    };
+    // cell c holds position c / 16 of sequence c % 16; the batch holds
+    // positions 12..20, query i position 12 + i / 16 of sequence i % 16
+    let sees = |i: usize, j: usize| j % seqs == i % seqs && j / seqs <= 12 + i / seqs;
+    let c = case(n_q);
+    let inp = inputs_where(&c, 8, false, sees);
+    let one = case(1);
+    let contiguous = Case {
+        mask_kind: MaskKind::Causal,
+        ..case(n_q)
+    };
+    let contiguous_inp = inputs(&contiguous, 9);
+    for isa in levels() {
+        let got = compute(&c, &inp, 2, isa);
+        let e = nmse(&got, &reference(&c, &inp));
+        assert!(e > 1e-9 && e < 1e-6, "{isa}: interleaved batch nmse {e:e}");
+        let (row, h_d) = (
+            |out: &[f32], t: usize| out[t * 6 * 64..][..6 * 64].to_vec(),
+            6 * 64,
+        );
+        for t in [0, 17, 100, 127] {
+            // query t alone: its q rows (one per head) and its mask row
+            let q: Vec<f32> = (0..6)
+                .flat_map(|hh| inp.q[(hh * n_q + t) * 64..][..64].to_vec())
+                .collect();
+            let alone = Inputs {
+                q,
+                k: inp.k.clone(),
+                v: inp.v.clone(),
+                mask: inp.mask[t * n_kv..][..n_kv].to_vec(),
+                sinks: inp.sinks.clone(),
+            };
+            let want = compute(&one, &alone, 2, isa);
+            assert_eq!(want.len(), h_d);
+            assert!(same_bits(&row(&got, t), &want), "{isa}: query {t} alone");
+        }
+        let e = nmse(
+            &compute(&contiguous, &contiguous_inp, 2, isa),
+            &reference(&contiguous, &contiguous_inp),
+        );
+        assert!(e < 1e-11, "{isa}: one sequence's prompt nmse {e:e}");
+    }
+}
+
 /// Issue 47: `-t 8` on fewer cores runs the 8 threads' shares of work on
 /// fewer OS threads; split-KV attention, whose result depends on the thread
 /// count, still gives the result of 8 threads bit for bit (ggml's, at the

@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::attn::{compute, levels, reference, Case, Inputs, MaskKind};
+use common::attn::{compute, inputs_where, levels, reference, Case, Inputs, MaskKind};
 use common::{assert_close, round_trip, Rng};
 use strata::isa::Isa;
 use strata::DType;
@@ -33,31 +33,6 @@ fn sized(c: &Case) -> Case {
         mask: c.mask.map(|(t, _)| (t, [c.n_kv, c.n_q, 1, 1])),
         invariant: true,
         ..c.clone()
-    }
-}
-
-/// Random inputs; key j is seen by query i when `sees(i, j)`, with a
-/// random bias in -1..0 (or 0 when `flat`).
-fn data(a: &Case, seed: u64, flat: bool, sees: impl Fn(usize, usize) -> bool) -> Inputs {
-    let mut rng = Rng::new(seed);
-    let q = rng.vec(a.d * a.n_q * a.h, -1.0, 1.0);
-    let k = round_trip(a.kv_t, &rng.vec(a.d * a.n_kv * a.h_kv, -1.0, 1.0));
-    let v = round_trip(a.vt(), &rng.vec(a.dv * a.n_kv * a.h_kv, -2.0, 2.0));
-    let mut mask = Vec::with_capacity(a.n_q * a.n_kv);
-    for i in 0..a.n_q {
-        for j in 0..a.n_kv {
-            let b = if flat { 0.0 } else { rng.uniform(-1.0, 0.0) };
-            mask.push(if sees(i, j) { b } else { f32::NEG_INFINITY });
-        }
-    }
-    let mask = round_trip(a.mask.map_or(DType::F32, |m| m.0), &mask);
-    let sinks = rng.vec(a.h, -1.0, 2.0);
-    Inputs {
-        q,
-        k,
-        v,
-        mask,
-        sinks,
     }
 }
 
@@ -169,7 +144,7 @@ fn two_pass_matches_the_f64_reference_at_every_level() {
     ];
     for (ci, a) in cases.iter().enumerate() {
         // each query sees a different run of keys, some none at all
-        let x = data(a, 7 + ci as u64, false, |i, j| {
+        let x = inputs_where(a, 7 + ci as u64, false, |i, j| {
             i % 5 != 4 && (j + i) % 3 != 0 && j <= a.n_kv / 2 + 7 * i
         });
         let want = reference(&sized(a), &x);
@@ -187,7 +162,7 @@ fn two_pass_matches_the_f64_reference_at_every_level() {
 fn rows_that_see_no_key_give_zeros_or_the_sink_alone() {
     for sinks in [false, true] {
         let a = Case { sinks, ..base() };
-        let x = data(&a, 3, false, |i, j| i % 2 == 0 && j < 100);
+        let x = inputs_where(&a, 3, false, |i, j| i % 2 == 0 && j < 100);
         for isa in levels() {
             let got = run(&a, &x, 2, isa);
             for iq in (1..a.n_q).step_by(2) {
@@ -329,7 +304,7 @@ fn a_row_has_the_same_bits_in_any_batch_at_any_offset() {
             ..base()
         },
     ] {
-        // sequence 0 a prompt chunk of 70 tokens (groups across tokens),
+        // sequence 0 a prompt chunk of 70 tokens (for MHA, groups across tokens),
         // the others decoding; one sequence with a single key
         let lens = [150, 37, 64, 1, 120, 200];
         let seqs = sequences(&a, &lens, 70, 5);

@@ -117,6 +117,36 @@ pub fn inputs(c: &Case, seed: u64) -> Inputs {
     }
 }
 
+/// Random inputs; key j is seen by query i when `sees(i, j)`, with a
+/// random bias in -1..0 (or 0 when `flat`).
+pub fn inputs_where(
+    a: &Case,
+    seed: u64,
+    flat: bool,
+    sees: impl Fn(usize, usize) -> bool,
+) -> Inputs {
+    let mut rng = Rng::new(seed);
+    let q = rng.vec(a.d * a.n_q * a.h, -1.0, 1.0);
+    let k = round_trip(a.kv_t, &rng.vec(a.d * a.n_kv * a.h_kv, -1.0, 1.0));
+    let v = round_trip(a.vt(), &rng.vec(a.dv * a.n_kv * a.h_kv, -2.0, 2.0));
+    let mut mask = Vec::with_capacity(a.n_q * a.n_kv);
+    for i in 0..a.n_q {
+        for j in 0..a.n_kv {
+            let b = if flat { 0.0 } else { rng.uniform(-1.0, 0.0) };
+            mask.push(if sees(i, j) { b } else { f32::NEG_INFINITY });
+        }
+    }
+    let mask = round_trip(a.mask.map_or(DType::F32, |m| m.0), &mask);
+    let sinks = rng.vec(a.h, -1.0, 2.0);
+    Inputs {
+        q,
+        k,
+        v,
+        mask,
+        sinks,
+    }
+}
+
 /// Runs the case on a CPU backend at level `isa` with `nth` threads.
 pub fn compute(c: &Case, inp: &Inputs, nth: usize, isa: Isa) -> Vec<f32> {
     compute_on(c, inp, nth, None, isa)

@@ -523,9 +523,51 @@ fn run<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
     }
     match choose_path(p.q.ne, p.k.dtype, p.v.dtype, p.n_kv) {
         Path::SplitKv => split_kv(kn, p, ctx),
+        Path::Tiled if sparse_for_tiles(kn, p) => one_chunk_rows(kn, p, ctx, false),
         Path::Tiled => tiled(kn, p, ctx),
         Path::OneChunk => one_chunk_rows(kn, p, ctx, false),
     }
+}
+
+/// Query rows [`sparse_for_tiles`] samples.
+const SPARSE_SAMPLES: usize = 8;
+/// How many times more keys than a row sees the tiles must cover before
+/// the one-chunk path, which costs about 5.4 times the tiled path per
+/// visible key (`benches/attn.rs`, `prompt*`, one-chunk forced), is faster.
+const SPARSE_WASTE: usize = 8;
+
+/// Whether the tiled path would compute mostly masked scores, so that the
+/// one-chunk path (which visits only the keys a row sees) is faster: a
+/// prompt batch of many sequences added position by position (as
+/// llama-batched-bench adds them) interleaves their cells, so no key tile
+/// is masked for a whole query tile and the tiles cover every sequence's
+/// keys, 16 times what a row sees for 16 sequences (the tiled path then
+/// took 20 times as long as for one sequence's prompt; one-chunk: 3.3
+/// times faster). Judged from [`SPARSE_SAMPLES`] query rows of the first
+/// mask plane spread over the batch: the key tiles (of [`TILE_KV`]) a row
+/// touches, a lower bound on what its query tile computes, against the
+/// keys it sees. Only f16 masks with contiguous rows are sampled (the
+/// shape the models build); the answer depends on the mask alone, so every
+/// thread takes the same path.
+fn sparse_for_tiles<K: Kernels>(kn: K, p: &Params<'_>) -> bool {
+    let Some(m) = p.mask else { return false };
+    if m.dtype != DType::F16 || !m.rows_contiguous() || m.ne[0] < p.n_kv {
+        return false;
+    }
+    let n_q = p.q.ne[1];
+    let mut words = vec![0u64; p.n_kv.div_ceil(64)];
+    let (mut seen, mut tiles) = (0usize, 0usize);
+    for s in 0..SPARSE_SAMPLES.min(n_q) {
+        let iq = s * n_q / SPARSE_SAMPLES.min(n_q);
+        // SAFETY: the mask is a read-only source with contiguous rows; row
+        // iq < n_q of plane 0 (the mask covers the batch's rows).
+        let row = unsafe { m.row_bytes(iq % m.ne[1], 0, 0) };
+        kn.vis_f16(&row[..2 * p.n_kv], &mut words);
+        seen += words.iter().map(|w| w.count_ones() as usize).sum::<usize>();
+        // TILE_KV = 64: one word per key tile
+        tiles += words.iter().filter(|&&w| w != 0).count();
+    }
+    tiles * TILE_KV > SPARSE_WASTE * seen
 }
 
 /// Divides `acc[..dv]` by `s` (0 when `s` is 0) and stores it as the output
