@@ -508,7 +508,8 @@ fn each_path_is_taken_under_ggml_conditions() {
 /// those keys. Each row then has the bits of its token run alone (one-chunk
 /// rows do not depend on the rest of the batch) and the one-chunk path's
 /// error (f16 accumulator), where the tiled path's would be 100 times
-/// smaller; one sequence's prompt of the same length stays tiled.
+/// smaller; one sequence's prompt of the same length stays tiled, as does a
+/// cache shorter than a key tile.
 #[test]
 fn interleaved_prompt_batches_take_the_one_chunk_path() {
     let (seqs, n_q, n_kv) = (16, 128, 320);
@@ -562,6 +563,16 @@ fn interleaved_prompt_batches_take_the_one_chunk_path() {
             &reference(&contiguous, &contiguous_inp),
         );
         assert!(e < 1e-11, "{isa}: one sequence's prompt nmse {e:e}");
+        // 64 queries, 8 keys: most rows see none, a key tile is 8 keys wide
+        let short = Case {
+            n_q: 64,
+            n_kv: 8,
+            mask: Some((DType::F16, [8, 64, 1, 1])),
+            ..contiguous.clone()
+        };
+        let x = inputs(&short, 10);
+        let e = nmse(&compute(&short, &x, 2, isa), &reference(&short, &x));
+        assert!(e < 1e-11, "{isa}: 8 keys nmse {e:e}");
     }
 }
 

@@ -544,12 +544,13 @@ const SPARSE_WASTE: usize = 8;
 /// keys, 16 times what a row sees for 16 sequences (the tiled path then
 /// took 20 times as long as for one sequence's prompt; one-chunk: 3.3
 /// times faster). Judged from [`SPARSE_SAMPLES`] query rows of the first
-/// mask plane spread over the batch: the key tiles (of [`TILE_KV`]) a row
-/// touches, a lower bound on what its query tile computes, against the
-/// keys it sees. Only f16 masks with contiguous rows are sampled (the
+/// mask plane spread over the batch: the keys of the key tiles (of
+/// [`TILE_KV`]) a row touches, a lower bound on what its query tile
+/// computes, against the keys it sees. Only f16 masks with contiguous rows are sampled (the
 /// shape the models build); the answer depends on the mask alone, so every
 /// thread takes the same path.
 fn sparse_for_tiles<K: Kernels>(kn: K, p: &Params<'_>) -> bool {
+    const _: () = assert!(TILE_KV == 64, "one visibility word per key tile");
     let Some(m) = p.mask else { return false };
     if m.dtype != DType::F16 || !m.rows_contiguous() || m.ne[0] < p.n_kv {
         return false;
@@ -564,10 +565,11 @@ fn sparse_for_tiles<K: Kernels>(kn: K, p: &Params<'_>) -> bool {
         let row = unsafe { m.row_bytes(iq % m.ne[1], 0, 0) };
         kn.vis_f16(&row[..2 * p.n_kv], &mut words);
         seen += words.iter().map(|w| w.count_ones() as usize).sum::<usize>();
-        // TILE_KV = 64: one word per key tile
-        tiles += words.iter().filter(|&&w| w != 0).count();
+        // one word per key tile (TILE_KV = 64), the last one partial
+        let live = words.iter().enumerate().filter(|(_, &w)| w != 0);
+        tiles += live.map(|(t, _)| (p.n_kv - t * 64).min(64)).sum::<usize>();
     }
-    tiles * TILE_KV > SPARSE_WASTE * seen
+    tiles > SPARSE_WASTE * seen
 }
 
 /// Divides `acc[..dv]` by `s` (0 when `s` is 0) and stores it as the output
