@@ -75,8 +75,9 @@
 //!
 //! Threads: one-chunk and two-pass rows run token by token, a kv head's rows
 //! of one token a group sharing each K/V load (up to four) and the token's
-//! mask row, built once; the threads take the tokens in turn, which
-//! balances causal prompts. A group never mixes tokens, whose keys differ
+//! mask row, built once; in prompt chunks (more than 64 tokens) the
+//! threads take the tokens in turn, which balances causal prompts, else
+//! contiguous shares of rows. A group never mixes tokens, whose keys differ
 //! when the tokens belong to different sequences (a prompt batch added
 //! position by position, as llama-batched-bench does, interleaves them):
 //! 1.7–2× faster there than groups spanning two tokens, and no slower on
@@ -616,11 +617,12 @@ fn one_chunk_rows<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>, two: bool) {
         let iq3 = u / (p.n_head * n_q);
         (ik2 * p.rk2 + hr, iq, iq3, ik2)
     };
-    // By token, the threads take the tokens in turn (a causal prompt's
-    // later tokens see more keys, so contiguous shares would leave the
-    // first threads idle); else contiguous shares of rows.
+    // In prompt chunks by token, the threads take the tokens in turn (a
+    // causal prompt's later tokens see more keys, so contiguous shares
+    // would leave the first threads idle); else contiguous shares of rows,
+    // which split a decode token's heads between threads.
     let n_rows = n_q * p.n_head * ne3;
-    let (first, step, len) = if by_token {
+    let (first, step, len) = if by_token && n_q > CROSS_TOKENS {
         (ctx.w.ith * p.n_head, ctx.w.nth.max(1) * p.n_head, p.n_head)
     } else {
         let r = ctx.rows(n_rows);
