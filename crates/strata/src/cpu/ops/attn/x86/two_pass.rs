@@ -177,51 +177,19 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
                 let nfull = a.dv / w;
                 let mut c = 0;
                 while L::W == 16 && c + 4 <= nfull {
-                    add_pv::<L, H, G, 4, true>(
-                        a,
-                        c,
-                        keys,
-                        nb,
-                        &act,
-                        t0,
-                        if c == 0 { ahead } else { &Ahead::NONE },
-                    );
+                    add_pv::<L, H, G, 4, true>(a, c, keys, nb, &act, t0, ahead);
                     c += 4;
                 }
                 while c + 2 <= nfull {
-                    add_pv::<L, H, G, 2, true>(
-                        a,
-                        c,
-                        keys,
-                        nb,
-                        &act,
-                        t0,
-                        if c == 0 { ahead } else { &Ahead::NONE },
-                    );
+                    add_pv::<L, H, G, 2, true>(a, c, keys, nb, &act, t0, ahead);
                     c += 2;
                 }
                 if c < nfull {
-                    add_pv::<L, H, G, 1, true>(
-                        a,
-                        c,
-                        keys,
-                        nb,
-                        &act,
-                        t0,
-                        if c == 0 { ahead } else { &Ahead::NONE },
-                    );
+                    add_pv::<L, H, G, 1, true>(a, c, keys, nb, &act, t0, ahead);
                     c += 1;
                 }
                 if c < a.dv.div_ceil(w) {
-                    add_pv::<L, H, G, 1, false>(
-                        a,
-                        c,
-                        keys,
-                        nb,
-                        &act,
-                        t0,
-                        if c == 0 { ahead } else { &Ahead::NONE },
-                    );
+                    add_pv::<L, H, G, 1, false>(a, c, keys, nb, &act, t0, ahead);
                 }
             },
         );
@@ -231,7 +199,8 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
 /// `acc += p·v` (one FMA) for vectors `c .. c + NC` of every row and the
 /// keys of one block, whose weights start at `t0` in the score buffers;
 /// rows whose bit in `act[j]` is clear skip key `j`. `FULL`: the vectors
-/// lie within `dv` (no partial V loads).
+/// lie within `dv` (no partial V loads). The first vectors (`c` = 0) ask
+/// for the next block's V rows as they go ([`Ahead`]).
 #[inline(always)]
 unsafe fn add_pv<L: Lanes, const H: bool, const G: usize, const NC: usize, const FULL: bool>(
     a: &ChunkArgs<G>,
@@ -243,6 +212,8 @@ unsafe fn add_pv<L: Lanes, const H: bool, const G: usize, const NC: usize, const
     ahead: &Ahead<'_>,
 ) {
     let all = ((1u32 << G) - 1) as u8;
+    // the next block's V rows are asked for once, with the first vectors
+    let ahead = if c == 0 { ahead } else { &Ahead::NONE };
     // SAFETY: forwarded contract (the wrapper checked every extent of `a`);
     // t0 + nb weights in each score buffer.
     unsafe {
