@@ -557,18 +557,25 @@ fn sparse_for_tiles<K: Kernels>(kn: K, p: &Params<'_>) -> bool {
         return false;
     }
     let n_q = p.q.ne[1];
-    let mut words = vec![0u64; p.n_kv.div_ceil(64)];
+    // visibility words of 4096 keys at a time (64-key aligned, as the tiles)
+    let mut words = [0u64; 64];
     let (mut seen, mut tiles) = (0usize, 0usize);
     for s in 0..SPARSE_SAMPLES.min(n_q) {
         let iq = s * n_q / SPARSE_SAMPLES.min(n_q);
         // SAFETY: the mask is a read-only source with contiguous rows; row
         // iq < n_q of plane 0 (the mask covers the batch's rows).
         let row = unsafe { m.row_bytes(iq % m.ne[1], 0, 0) };
-        kn.vis_f16(&row[..2 * p.n_kv], &mut words);
-        seen += words.iter().map(|w| w.count_ones() as usize).sum::<usize>();
-        // one word per key tile (TILE_KV = 64), the last one partial
-        let live = words.iter().enumerate().filter(|(_, &w)| w != 0);
-        tiles += live.map(|(t, _)| (p.n_kv - t * 64).min(64)).sum::<usize>();
+        for (wi, raw) in row[..2 * p.n_kv].chunks(2 * 64 * words.len()).enumerate() {
+            let words = &mut words[..(raw.len() / 2).div_ceil(64)];
+            kn.vis_f16(raw, words);
+            seen += words.iter().map(|w| w.count_ones() as usize).sum::<usize>();
+            // one word per key tile (TILE_KV = 64), the last one partial
+            let first = wi * 64 * 64;
+            let live = words.iter().enumerate().filter(|(_, &w)| w != 0);
+            tiles += live
+                .map(|(t, _)| (p.n_kv - first - t * 64).min(64))
+                .sum::<usize>();
+        }
     }
     tiles > SPARSE_WASTE * seen
 }
