@@ -101,6 +101,28 @@ impl Row {
     }
 }
 
+/// The prompt batches of one test: the prompts sequence by sequence, each
+/// in position order, as llama-batched-bench b11312 adds them (so each
+/// prompt's cells are contiguous in the cache), cut into pieces of at most
+/// `n_batch` tokens (its `decode_helper`); only each prompt's last token
+/// asks for logits. One prompt (sequence 0) when `shared`.
+fn prompt_pieces(pp: usize, pl: usize, shared: bool, n_batch: usize) -> Vec<Batch> {
+    let mut pieces = Vec::new();
+    let mut piece = Batch::new();
+    for j in 0..if shared { 1 } else { pl } {
+        for i in 0..pp {
+            piece.add(0, i as i32, &[j as SeqId], i + 1 == pp);
+            if piece.len() == n_batch.max(1) {
+                pieces.push(std::mem::take(&mut piece));
+            }
+        }
+    }
+    if !piece.is_empty() {
+        pieces.push(piece);
+    }
+    pieces
+}
+
 /// One test: PP prompt tokens per sequence (or one shared prompt), TG steps.
 fn one(
     ctx: &mut Context,
@@ -111,20 +133,8 @@ fn one(
     n_batch: usize,
 ) -> Result<Row, Box<dyn std::error::Error>> {
     ctx.clear()?;
-    // the prompts position by position, as llama-batched-bench adds them,
-    // decoded in pieces of at most `n_batch` tokens (its `decode_helper`)
     let t0 = Instant::now();
-    let mut piece = Batch::new();
-    for i in 0..pp {
-        for j in 0..if shared { 1 } else { pl } {
-            piece.add(0, i as i32, &[j as SeqId], i + 1 == pp);
-            if piece.len() == n_batch {
-                ctx.decode_batch(&piece)?;
-                piece.clear();
-            }
-        }
-    }
-    if !piece.is_empty() {
+    for piece in prompt_pieces(pp, pl, shared, n_batch) {
         ctx.decode_batch(&piece)?;
     }
     if shared {
@@ -233,6 +243,27 @@ pub fn run(a: Args) -> CliResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prompts_go_sequence_by_sequence_in_pieces_of_n_batch() {
+        let pieces = prompt_pieces(3, 2, false, 4);
+        assert_eq!(pieces.iter().map(Batch::len).collect::<Vec<_>>(), [4, 2]);
+        let tokens: Vec<(i32, Vec<SeqId>, bool)> = pieces
+            .iter()
+            .flat_map(|b| (0..b.len()).map(|i| b.get(i).unwrap()))
+            .map(|(_, pos, seqs, logits)| (pos, seqs.iter().collect(), logits))
+            .collect();
+        let want = [(0, 0, false), (1, 0, false), (2, 0, true)];
+        let want: Vec<(i32, Vec<SeqId>, bool)> = [0, 1]
+            .iter()
+            .flat_map(|&s| want.iter().map(move |&(p, _, l)| (p, vec![s], l)))
+            .collect();
+        assert_eq!(tokens, want);
+        // a shared prompt is sequence 0's alone
+        let shared = prompt_pieces(3, 4, true, 512);
+        assert_eq!(shared.len(), 1);
+        assert_eq!(shared[0].len(), 3);
+    }
 
     #[test]
     fn cells_and_speeds_as_llama_batched_bench() {
