@@ -9,7 +9,7 @@
 //! of keys begin. Written once over [`Lanes`]; `per_level!` in `x86.rs`
 //! instantiates [`two_pass`] per level.
 
-use super::chunk::{dot, dot_parts, each_block, over_v, Ahead, ChunkArgs, KB};
+use super::chunk::{dot, dot_parts, each_block, load_row, over_v, Ahead, ChunkArgs, KB};
 use crate::isa::x86::{exp_bounded, Lanes};
 
 /// [`dot`] for the first `nb` keys of a block into `out[g][..nb]`: `W` keys
@@ -38,6 +38,18 @@ unsafe fn dots<L: Lanes, const H: bool, const G: usize>(
             }
             return;
         }
+        // One step of 4·W (d = 64 at AVX-512): the queries stay in
+        // registers for the whole block instead of being loaded again for
+        // every key (the same FMAs in the same order: the same bits).
+        let one_step = a.d == 4 * w;
+        let mut qv = [[L::zero(); 4]; G];
+        if one_step {
+            for (qg, &q) in qv.iter_mut().zip(&a.q) {
+                for (i, x) in qg.iter_mut().enumerate() {
+                    *x = L::load(q.add(i * w));
+                }
+            }
+        }
         let mut j0 = 0;
         while j0 < nb {
             let mut parts = [[L::zero(); 16]; G];
@@ -45,7 +57,12 @@ unsafe fn dots<L: Lanes, const H: bool, const G: usize>(
                 ahead.at(j0 + jj);
                 // past nb: the block's last key again (its sums are not read)
                 let key = keys[(j0 + jj).min(nb - 1)];
-                let p = dot_parts::<L, H, G>(a, a.k.add(key * a.ks));
+                let kr = a.k.add(key * a.ks);
+                let p = if one_step {
+                    dot_step::<L, H, G>(&qv, kr)
+                } else {
+                    dot_parts::<L, H, G>(a, kr)
+                };
                 for (pg, v) in parts.iter_mut().zip(p) {
                     pg[jj] = v;
                 }
@@ -55,6 +72,33 @@ unsafe fn dots<L: Lanes, const H: bool, const G: usize>(
             }
             j0 += w;
         }
+    }
+}
+
+/// [`dot_parts`] for `d = 4·W` with the queries in registers: the same
+/// four FMAs per row from zero and the same `(s0 + s2) + (s1 + s3)`.
+#[inline(always)]
+unsafe fn dot_step<L: Lanes, const H: bool, const G: usize>(
+    qv: &[[L::V; 4]; G],
+    kr: *const u8,
+) -> [L::V; G] {
+    // SAFETY: the K row holds d = 4·W elements (the caller's check).
+    unsafe {
+        // (plain loops: a closure here would be compiled without the
+        // level's target features, every intrinsic a call)
+        let mut kv = [L::zero(); 4];
+        for (i, x) in kv.iter_mut().enumerate() {
+            *x = load_row::<L, H>(kr, i * L::W, L::W);
+        }
+        let mut out = [L::zero(); G];
+        for (o, q) in out.iter_mut().zip(qv) {
+            let mut s = [L::zero(); 4];
+            for i in 0..4 {
+                s[i] = L::fma(kv[i], q[i], L::zero());
+            }
+            *o = L::add(L::add(s[0], s[2]), L::add(s[1], s[3]));
+        }
+        out
     }
 }
 
@@ -143,23 +187,16 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
                 c += w;
             }
         }
-        let mut sum = [0f32; G];
-        for j in 0..t {
-            for g in 0..G {
-                if live >> g & 1 != 0 {
-                    sum[g] += *a.sc[g].add(j);
-                }
-            }
-        }
-        for g in 0..G {
-            if live >> g & 1 != 0 {
-                a.s[g] = sum[g];
-            }
-        }
         if live == 0 {
             return;
         }
-        // Pass 2: acc += p·v for every key each row sees, in key order.
+        // Pass 2: acc += p·v for every key each row sees, in key order, and
+        // each row's sum of the weights, in the same order beside the
+        // products (a chain of dependent adds, hidden behind the FMAs there
+        // rather than run on its own: the same adds, so the same bits; a
+        // key the row does not see has weight 0, and `x + 0 = x` for the
+        // non-negative sums, so skipping it moves no bit).
+        let mut sum = [0f32; G];
         let mut act = [0u8; KB];
         each_block(
             a,
@@ -177,22 +214,27 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
                 let nfull = a.dv / w;
                 let mut c = 0;
                 while L::W == 16 && c + 4 <= nfull {
-                    add_pv::<L, H, G, 4, true>(a, c, keys, nb, &act, t0, ahead);
+                    add_pv::<L, H, G, 4, true>(a, c, keys, nb, &act, t0, ahead, &mut sum);
                     c += 4;
                 }
                 while c + 2 <= nfull {
-                    add_pv::<L, H, G, 2, true>(a, c, keys, nb, &act, t0, ahead);
+                    add_pv::<L, H, G, 2, true>(a, c, keys, nb, &act, t0, ahead, &mut sum);
                     c += 2;
                 }
                 if c < nfull {
-                    add_pv::<L, H, G, 1, true>(a, c, keys, nb, &act, t0, ahead);
+                    add_pv::<L, H, G, 1, true>(a, c, keys, nb, &act, t0, ahead, &mut sum);
                     c += 1;
                 }
                 if c < a.dv.div_ceil(w) {
-                    add_pv::<L, H, G, 1, false>(a, c, keys, nb, &act, t0, ahead);
+                    add_pv::<L, H, G, 1, false>(a, c, keys, nb, &act, t0, ahead, &mut sum);
                 }
             },
         );
+        for g in 0..G {
+            if live >> g & 1 != 0 {
+                a.s[g] = sum[g];
+            }
+        }
     }
 }
 
@@ -200,8 +242,10 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
 /// keys of one block, whose weights start at `t0` in the score buffers;
 /// rows whose bit in `act[j]` is clear skip key `j`. `FULL`: the vectors
 /// lie within `dv` (no partial V loads). The first vectors (`c` = 0) ask
-/// for the next block's V rows as they go ([`Ahead`]).
+/// for the next block's V rows as they go ([`Ahead`]) and add each weight
+/// to its row's `sum`, in key order.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)] // one block's operands, all needed
 unsafe fn add_pv<L: Lanes, const H: bool, const G: usize, const NC: usize, const FULL: bool>(
     a: &ChunkArgs<G>,
     c: usize,
@@ -210,10 +254,13 @@ unsafe fn add_pv<L: Lanes, const H: bool, const G: usize, const NC: usize, const
     act: &[u8; KB],
     t0: usize,
     ahead: &Ahead<'_>,
+    sum: &mut [f32; G],
 ) {
     let all = ((1u32 << G) - 1) as u8;
-    // the next block's V rows are asked for once, with the first vectors
-    let ahead = if c == 0 { ahead } else { &Ahead::NONE };
+    // the next block's V rows are asked for once, with the first vectors,
+    // and the weights summed once
+    let first = c == 0;
+    let ahead = if first { ahead } else { &Ahead::NONE };
     // SAFETY: forwarded contract (the wrapper checked every extent of `a`);
     // t0 + nb weights in each score buffer.
     unsafe {
@@ -230,7 +277,11 @@ unsafe fn add_pv<L: Lanes, const H: bool, const G: usize, const NC: usize, const
                     if bits != all && bits >> g & 1 == 0 {
                         continue;
                     }
-                    let p = L::splat(*a.sc[g].add(t0 + j));
+                    let pw = *a.sc[g].add(t0 + j);
+                    if first {
+                        sum[g] += pw;
+                    }
+                    let p = L::splat(pw);
                     for (x, &v) in row.iter_mut().zip(vv) {
                         *x = L::fma(v, p, *x);
                     }
