@@ -142,8 +142,8 @@ fn bench(c: &mut Criterion) {
         }
     };
     let runs: Sees = |i, j, _, _| j / 256 == i;
-    // llama-batched-bench's prompts of 16 sequences, added position by
-    // position: cell c holds position c / 16 of sequence c % 16; the batch
+    // 16 sequences' prompts added position by position (as older
+    // llama-batched-bench did): cell c holds position c / 16 of sequence c % 16; the batch
     // holds positions 256..288, query i position 256 + i / 16 of sequence i % 16
     let prompt16: Sees = |i, j, _, _| j % 16 == i % 16 && j / 16 <= 256 + i / 16;
     let own: Sees = |i, j, n_q, n_kv| j >= n_kv - n_q && j <= i + n_kv - n_q;

@@ -501,8 +501,8 @@ fn each_path_is_taken_under_ggml_conditions() {
     }
 }
 
-/// A prompt batch of 16 sequences added position by position, as
-/// llama-batched-bench adds them, interleaves their cells: ggml's tiled path
+/// A prompt batch of 16 sequences added position by position, as older
+/// llama-batched-bench added them, interleaves their cells: ggml's tiled path
 /// would compute every key tile for every query tile, 16 times the keys a
 /// row sees, so such a batch takes the one-chunk path, which visits only
 /// those keys. Each row then has the bits of its token run alone (one-chunk

@@ -79,7 +79,7 @@
 //! threads take the tokens in turn, which balances causal prompts, else
 //! contiguous shares of rows. A group never mixes tokens, whose keys differ
 //! when the tokens belong to different sequences (a prompt batch added
-//! position by position, as llama-batched-bench does, interleaves them):
+//! position by position, as older llama-batched-bench did, interleaves them):
 //! 1.7–2× faster there than groups spanning two tokens, and no slower on
 //! one sequence's prompt (`benches/attn.rs`, `prompt*`). Only MHA prompt
 //! chunks (one query head per kv head, more than 64 tokens) group one head
@@ -539,8 +539,8 @@ const SPARSE_WASTE: usize = 8;
 
 /// Whether the tiled path would compute mostly masked scores, so that the
 /// one-chunk path (which visits only the keys a row sees) is faster: a
-/// prompt batch of many sequences added position by position (as
-/// llama-batched-bench adds them) interleaves their cells, so no key tile
+/// prompt batch of many sequences added position by position (as older
+/// llama-batched-bench added them) interleaves their cells, so no key tile
 /// is masked for a whole query tile and the tiles cover every sequence's
 /// keys, 16 times what a row sees for 16 sequences (the tiled path then
 /// took 20 times as long as for one sequence's prompt; one-chunk: 3.3
