@@ -69,13 +69,12 @@ pub(super) fn split_kv<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
                     &mut masks,
                     &mut None,
                 );
-                let mut rows = Vec::with_capacity(g);
-                for (((i, q), acc), mk) in (0..g).zip(&mut qs).zip(&mut accs).zip(mks) {
-                    rows.push(p.row_state((0, h0 + i, 0), q, acc, mk, None));
-                }
+                let at = |i| (0, h0 + i, 0);
+                let mut rows = p.group_rows(g, at, (&mut qs, &mut accs), mks, None);
+                let rows = &mut rows[..g];
                 let job = p.chunk_job(ik2, 0, c0, c1);
-                kn.one_chunk(&job, &mut rows);
-                for (i, r) in rows.into_iter().enumerate() {
+                kn.one_chunk(&job, rows);
+                for (i, r) in rows.iter_mut().enumerate() {
                     let h = h0 + i;
                     let (mut m, mut s) = (r.m, r.s);
                     if c0 == 0 {

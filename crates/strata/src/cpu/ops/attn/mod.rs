@@ -394,6 +394,37 @@ impl<'a> Params<'a> {
         }
     }
 
+    /// The fresh states of a group's `g` rows (row `i` at `at(i)`), in this
+    /// thread's [`GROUP`] buffers (`scs` for the two-pass kernels), in a
+    /// fixed array, so that no group allocates: the entries from `g` on are
+    /// empty and not to be run (`&mut rows[..g]`).
+    fn group_rows<'r>(
+        &self,
+        g: usize,
+        at: impl Fn(usize) -> (usize, usize, usize),
+        bufs: (&'r mut [&mut [f32]; GROUP], &'r mut [&mut [f32]; GROUP]),
+        mks: [Option<MaskRow<'r>>; GROUP],
+        scs: Option<&'r mut [&mut [f32]; GROUP]>,
+    ) -> [RowState<'r>; GROUP] {
+        let (mut qs, mut accs) = (bufs.0.iter_mut(), bufs.1.iter_mut());
+        let (mut mks, mut scs) = (mks.into_iter(), scs.map(|s| s.iter_mut()));
+        std::array::from_fn(|i| {
+            let (q, acc, mk) = (qs.next(), accs.next(), mks.next().flatten());
+            let sc = scs.as_mut().and_then(|s| s.next()).map(|s| &mut **s);
+            match (q, acc) {
+                (Some(q), Some(acc)) if i < g => self.row_state(at(i), q, acc, mk, sc),
+                _ => RowState {
+                    q: &[],
+                    mask: None,
+                    m: f32::NEG_INFINITY,
+                    s: 0.0,
+                    acc: &mut [],
+                    sc: None,
+                },
+            }
+        })
+    }
+
     /// The one-chunk job over keys `c0..c1` of kv head (ik2, ik3).
     fn chunk_job(&self, ik2: usize, ik3: usize, c0: usize, c1: usize) -> ChunkJob<'a> {
         ChunkJob {
@@ -563,8 +594,8 @@ fn sparse_for_tiles<K: Kernels>(kn: K, p: &Params<'_>) -> bool {
     for s in 0..SPARSE_SAMPLES.min(n_q) {
         let iq = s * n_q / SPARSE_SAMPLES.min(n_q);
         // SAFETY: the mask is a read-only source with contiguous rows; row
-        // iq < n_q of plane 0 (the mask covers the batch's rows).
-        let row = unsafe { m.row_bytes(iq % m.ne[1], 0, 0) };
+        // iq < n_q <= mask.ne1 (checked when the op was built) of plane 0.
+        let row = unsafe { m.row_bytes(iq, 0, 0) };
         for (wi, raw) in row[..2 * p.n_kv].chunks(2 * 64 * words.len()).enumerate() {
             let words = &mut words[..(raw.len() / 2).div_ceil(64)];
             kn.vis_f16(raw, words);
@@ -589,10 +620,16 @@ fn store_normalized(p: &Params<'_>, h: usize, iq: usize, iq3: usize, s: f32, acc
     p.dst.store_row(h, iq, iq3, acc);
 }
 
-/// Splits `buf` into [`GROUP`] slices of `n` (plus the rest).
-fn split_group(buf: &mut [f32], n: usize) -> (Vec<&mut [f32]>, &mut [f32]) {
-    let (head, rest) = buf.split_at_mut(GROUP * n);
-    (head.chunks_exact_mut(n).collect(), rest)
+/// Splits `buf` into [`GROUP`] slices of `n` (plus the rest), without
+/// allocating.
+fn split_group(buf: &mut [f32], n: usize) -> ([&mut [f32]; GROUP], &mut [f32]) {
+    let mut rest = buf;
+    let parts = std::array::from_fn(|_| {
+        let (part, r) = std::mem::take(&mut rest).split_at_mut(n);
+        rest = r;
+        part
+    });
+    (parts, rest)
 }
 
 /// The one-chunk path, or (`two`) the two-pass one: this thread's rows,
@@ -654,23 +691,20 @@ fn one_chunk_rows<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>, two: bool) {
                 (iq, h, iq3)
             };
             let mks = group_masks(kn, p, g, at, (0, p.n_kv), &mut masks, &mut held);
-            let mut rows = Vec::with_capacity(g);
-            let rest = accs.iter_mut().zip(mks).zip(&mut scs);
-            for ((i, q), ((acc, mk), sc)) in (0..g).zip(&mut qs).zip(rest) {
-                let sc = two.then_some(&mut **sc);
-                rows.push(p.row_state(at(i), q, acc, mk, sc));
-            }
+            let scs = two.then_some(&mut scs);
+            let mut rows = p.group_rows(g, at, (&mut qs, &mut accs), mks, scs);
+            let rows = &mut rows[..g];
             let job = p.chunk_job(ik2, iq3 / p.rk3, 0, p.n_kv);
             if two {
-                kn.two_pass(&job, &mut rows);
+                kn.two_pass(&job, rows);
             } else {
-                kn.one_chunk(&job, &mut rows);
+                kn.one_chunk(&job, rows);
             }
-            for (i, r) in rows.into_iter().enumerate() {
+            for (i, r) in rows.iter_mut().enumerate() {
                 let (h, iq, iq3, _) = coords(u + i);
                 let (mut m, mut s) = (r.m, r.s);
                 p.add_sink(h, &mut m, &mut s, &mut r.acc[..p.dv]);
-                store_normalized(p, h, iq, iq3, s, r.acc);
+                store_normalized(p, h, iq, iq3, s, &mut *r.acc);
             }
             u += g;
         }
