@@ -412,20 +412,47 @@ pub(super) unsafe fn dot_parts<L: Lanes, const H: bool, const G: usize>(
     a: &ChunkArgs<G>,
     kr: *const u8,
 ) -> [L::V; G] {
+    // SAFETY: the queries hold d (padded) f32; forwarded contract.
+    unsafe {
+        dot_parts_with::<L, H, G>(
+            a.d / (4 * L::W),
+            kr,
+            #[inline(always)]
+            |g, i| L::load(a.q[g].add(i * L::W)),
+        )
+    }
+}
+
+/// [`dot_parts`] over `ns` steps of `4·W` elements with vector `i` of query
+/// `g` given by `q(g, i)` (loaded, or held in registers across keys).
+///
+/// # Safety
+/// The K row at `kr` holds `ns·4·W` elements; `q`'s own contract.
+#[inline(always)]
+pub(super) unsafe fn dot_parts_with<L: Lanes, const H: bool, const G: usize>(
+    ns: usize,
+    kr: *const u8,
+    q: impl Fn(usize, usize) -> L::V,
+) -> [L::V; G] {
     let w = L::W;
-    let ns = a.d / (4 * w);
-    // SAFETY: the K row holds d elements; the queries d (padded) f32.
+    // SAFETY: the caller's contract.
     unsafe {
         let mut acc = [[L::zero(); 4]; G];
         for st in 0..ns {
             for (jj, i) in (st * 4..st * 4 + 4).enumerate() {
                 let kv = load_row::<L, H>(kr, i * w, w);
-                for (ag, &q) in acc.iter_mut().zip(&a.q) {
-                    ag[jj] = L::fma(kv, L::load(q.add(i * w)), ag[jj]);
+                for (g, ag) in acc.iter_mut().enumerate() {
+                    ag[jj] = L::fma(kv, q(g, i), ag[jj]);
                 }
             }
         }
-        acc.map(|ag| L::add(L::add(ag[0], ag[2]), L::add(ag[1], ag[3])))
+        // (a loop, not a closure: one would be compiled without the
+        // level's target features, every intrinsic a call)
+        let mut out = [L::zero(); G];
+        for (o, ag) in out.iter_mut().zip(&acc) {
+            *o = L::add(L::add(ag[0], ag[2]), L::add(ag[1], ag[3]));
+        }
+        out
     }
 }
 

@@ -9,7 +9,7 @@
 //! of keys begin. Written once over [`Lanes`]; `per_level!` in `x86.rs`
 //! instantiates [`two_pass`] per level.
 
-use super::chunk::{dot, dot_parts, each_block, load_row, over_v, Ahead, ChunkArgs, KB};
+use super::chunk::{dot, dot_parts, dot_parts_with, each_block, over_v, Ahead, ChunkArgs, KB};
 use crate::isa::x86::{exp_bounded, Lanes};
 
 /// [`dot`] for the first `nb` keys of a block into `out[g][..nb]`: `W` keys
@@ -59,7 +59,12 @@ unsafe fn dots<L: Lanes, const H: bool, const G: usize>(
                 let key = keys[(j0 + jj).min(nb - 1)];
                 let kr = a.k.add(key * a.ks);
                 let p = if one_step {
-                    dot_step::<L, H, G>(&qv, kr)
+                    dot_parts_with::<L, H, G>(
+                        1,
+                        kr,
+                        #[inline(always)]
+                        |g, i| qv[g][i],
+                    )
                 } else {
                     dot_parts::<L, H, G>(a, kr)
                 };
@@ -72,33 +77,6 @@ unsafe fn dots<L: Lanes, const H: bool, const G: usize>(
             }
             j0 += w;
         }
-    }
-}
-
-/// [`dot_parts`] for `d = 4·W` with the queries in registers: the same
-/// four FMAs per row from zero and the same `(s0 + s2) + (s1 + s3)`.
-#[inline(always)]
-unsafe fn dot_step<L: Lanes, const H: bool, const G: usize>(
-    qv: &[[L::V; 4]; G],
-    kr: *const u8,
-) -> [L::V; G] {
-    // SAFETY: the K row holds d = 4·W elements (the caller's check).
-    unsafe {
-        // (plain loops: a closure here would be compiled without the
-        // level's target features, every intrinsic a call)
-        let mut kv = [L::zero(); 4];
-        for (i, x) in kv.iter_mut().enumerate() {
-            *x = load_row::<L, H>(kr, i * L::W, L::W);
-        }
-        let mut out = [L::zero(); G];
-        for (o, q) in out.iter_mut().zip(qv) {
-            let mut s = [L::zero(); 4];
-            for i in 0..4 {
-                s[i] = L::fma(kv[i], q[i], L::zero());
-            }
-            *o = L::add(L::add(s[0], s[2]), L::add(s[1], s[3]));
-        }
-        out
     }
 }
 
