@@ -111,6 +111,13 @@ fn two_pass_matches_the_f64_reference_at_every_level() {
             h_kv: 2,
             ..base()
         }),
+        // d = 4 lanes' vectors at the 8-lane levels, as d = 64 is at the
+        // 16-lane ones: the score loop keeps the queries in registers
+        Case {
+            d: 32,
+            dv: 32,
+            ..base()
+        },
         // f16 K with f32 V and the reverse (portable kernels)
         Case {
             v_t: Some(DType::F32),
