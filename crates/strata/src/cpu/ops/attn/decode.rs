@@ -70,7 +70,7 @@ pub(super) fn split_kv<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>) {
                     &mut None,
                 );
                 let at = |i| (0, h0 + i, 0);
-                let mut rows = p.group_rows(g, at, (&mut qs, &mut accs), mks, None);
+                let mut rows = p.group_rows(kn, g, at, (&mut qs, &mut accs), mks, None);
                 let rows = &mut rows[..g];
                 let job = p.chunk_job(ik2, 0, c0, c1);
                 kn.one_chunk(&job, rows);

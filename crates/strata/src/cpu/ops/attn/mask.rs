@@ -99,13 +99,12 @@ pub(super) fn mask_row_f16<'a, K: Kernels>(kn: K, raw: &[u8], buf: MaskBuf<'a>) 
     let n = raw.len() / 2;
     let words = n.div_ceil(64);
     kn.vis_f16(raw, &mut buf.vis[..words]);
+    // The values of each 64-key window with a visible key, converted at the
+    // kernels' level (those of the hidden keys too: never read).
     for (w, &bits) in buf.vis[..words].iter().enumerate() {
-        let mut rest = bits;
-        while rest != 0 {
-            let j = w * 64 + rest.trailing_zeros() as usize;
-            rest &= rest - 1;
-            let b = [raw[2 * j], raw[2 * j + 1]];
-            buf.vals[j] = crate::quant::simd::f16_to_f32(u16::from_le_bytes(b));
+        if bits != 0 {
+            let (j0, j1) = (64 * w, (64 * w + 64).min(n));
+            kn.to_f32(&raw[2 * j0..2 * j1], DType::F16, &mut buf.vals[j0..j1]);
         }
     }
     MaskRow {

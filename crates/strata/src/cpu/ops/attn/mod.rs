@@ -326,10 +326,10 @@ impl<'a> Params<'a> {
 
     /// Loads query row (iq, h, iq3) into `out[..d]`, rounded to f16 for f16
     /// keys (ggml's conversion to K's dot type), zeros after it.
-    fn load_q(&self, iq: usize, h: usize, iq3: usize, out: &mut [f32]) {
+    fn load_q<K: Kernels>(&self, kn: K, iq: usize, h: usize, iq3: usize, out: &mut [f32]) {
         self.q.load_row(iq, h, iq3, out);
         if self.k.dtype == DType::F16 {
-            out[..self.d].iter_mut().for_each(|x| *x = half_round(*x));
+            kn.round_h(&mut out[..self.d]);
         }
         out[self.d..].fill(0.0);
     }
@@ -374,15 +374,16 @@ impl<'a> Params<'a> {
     /// to the one-chunk or two-pass kernels: the query loaded into `q`,
     /// `acc` zeroed, with the row's `mask` ([`Params::mask_row`]) and, for
     /// the two-pass kernels, its score buffer `sc`.
-    fn row_state<'r>(
+    fn row_state<'r, K: Kernels>(
         &self,
+        kn: K,
         (iq, h, iq3): (usize, usize, usize),
         q: &'r mut [f32],
         acc: &'r mut [f32],
         mask: Option<MaskRow<'r>>,
         sc: Option<&'r mut [f32]>,
     ) -> RowState<'r> {
-        self.load_q(iq, h, iq3, q);
+        self.load_q(kn, iq, h, iq3, q);
         acc.fill(0.0);
         RowState {
             q,
@@ -398,8 +399,9 @@ impl<'a> Params<'a> {
     /// thread's [`GROUP`] buffers (`scs` for the two-pass kernels), in a
     /// fixed array, so that no group allocates: the entries from `g` on are
     /// empty and not to be run (`&mut rows[..g]`).
-    fn group_rows<'r>(
+    fn group_rows<'r, K: Kernels>(
         &self,
+        kn: K,
         g: usize,
         at: impl Fn(usize) -> (usize, usize, usize),
         bufs: (&'r mut [&mut [f32]; GROUP], &'r mut [&mut [f32]; GROUP]),
@@ -412,7 +414,7 @@ impl<'a> Params<'a> {
             let (q, acc, mk) = (qs.next(), accs.next(), mks.next().flatten());
             let sc = scs.as_mut().and_then(|s| s.next()).map(|s| &mut **s);
             match (q, acc) {
-                (Some(q), Some(acc)) if i < g => self.row_state(at(i), q, acc, mk, sc),
+                (Some(q), Some(acc)) if i < g => self.row_state(kn, at(i), q, acc, mk, sc),
                 _ => RowState {
                     q: &[],
                     mask: None,
@@ -519,6 +521,9 @@ pub(crate) struct PvCols<'a> {
 pub(crate) trait Kernels: Copy {
     /// f32 lanes per vector; the tile kernels take rows of a multiple of it.
     fn width(self) -> usize;
+    /// Rounds every value of `x` to f16 and back (the queries of an f16
+    /// K, as ggml converts them).
+    fn round_h(self, x: &mut [f32]);
     /// Converts a K/V row (f16 or f32 bytes of `dt`) to f32 in
     /// `dst[..n]`, zeros after.
     fn to_f32(self, src: &[u8], dt: DType, dst: &mut [f32]);
@@ -692,7 +697,7 @@ fn one_chunk_rows<K: Kernels>(kn: K, p: &Params<'_>, ctx: &Ctx<'_>, two: bool) {
             };
             let mks = group_masks(kn, p, g, at, (0, p.n_kv), &mut masks, &mut held);
             let scs = two.then_some(&mut scs);
-            let mut rows = p.group_rows(g, at, (&mut qs, &mut accs), mks, scs);
+            let mut rows = p.group_rows(kn, g, at, (&mut qs, &mut accs), mks, scs);
             let rows = &mut rows[..g];
             let job = p.chunk_job(ik2, iq3 / p.rk3, 0, p.n_kv);
             if two {

@@ -158,6 +158,10 @@ impl Kernels for Scalar {
         1
     }
 
+    fn round_h(self, x: &mut [f32]) {
+        x.iter_mut().for_each(|v| *v = half_round(*v));
+    }
+
     fn to_f32(self, src: &[u8], dt: DType, dst: &mut [f32]) {
         let n = src.len() / dt.type_size();
         match dt {

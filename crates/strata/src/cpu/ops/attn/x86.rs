@@ -66,7 +66,40 @@ unsafe fn vis_f16<L: Lanes>(raw: *const u8, n: usize, out: *mut u64) {
             std::slice::from_raw_parts_mut(out, n.div_ceil(64)),
         )
     };
-    super::mask::vis_words_f16(raw, out);
+    // Whole words 64 values at a time (both levels run AVX2): four compares
+    // of 16 values, packed to bytes and their sign bits gathered.
+    let whole = n / 64;
+    for (w, word) in out[..whole].iter_mut().enumerate() {
+        // SAFETY: values 64·w .. 64·w + 64 lie within the n.
+        *word = unsafe { vis64_f16(raw.as_ptr().add(128 * w)) };
+    }
+    super::mask::vis_words_f16(&raw[128 * whole..], &mut out[whole..]);
+}
+
+/// Bit `i` set where f16 value `i` of the 64 at `p` is not -inf (0xfc00).
+///
+/// # Safety
+/// 128 readable bytes at `p`; AVX2 (every x86 level of this module).
+#[inline(always)]
+unsafe fn vis64_f16(p: *const u8) -> u64 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        use std::arch::x86_64::*;
+        // (no closures: one would be compiled without AVX2, every
+        // intrinsic a call)
+        let ninf = _mm256_set1_epi16(0xfc00u16 as i16);
+        let mut eq = [_mm256_setzero_si256(); 4];
+        for (i, e) in eq.iter_mut().enumerate() {
+            *e = _mm256_cmpeq_epi16(_mm256_loadu_si256(p.add(32 * i).cast()), ninf);
+        }
+        // packs works per 128-bit lane ([a0..8 b0..8 | a8..16 b8..16]): the
+        // 64-bit permute 0, 2, 1, 3 puts the bytes back in value order.
+        let lo = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi16(eq[0], eq[1]));
+        let hi = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi16(eq[2], eq[3]));
+        let lo = _mm256_movemask_epi8(lo) as u32;
+        let hi = _mm256_movemask_epi8(hi) as u32;
+        !(u64::from(lo) | u64::from(hi) << 32)
+    }
 }
 
 /// A GEMM's operands: element (r, k) of A at `a[r·a_rs + k·a_ks]`, row k
@@ -381,8 +414,7 @@ unsafe fn exp_k<L: Lanes, const F: u8>(x: *mut f32, n: usize) {
 }
 
 /// The f16 round trip in place for the leading multiple of the width of
-/// the `n` f32 at `x` (tests).
-#[cfg(test)]
+/// the `n` f32 at `x`.
 #[inline(always)]
 unsafe fn round_h_k<L: Lanes>(x: *mut f32, n: usize) {
     let mut i = 0;
@@ -406,7 +438,6 @@ per_level! {
     fn two_pass<const H: bool, const G: usize>(a: &mut ChunkArgs<G>);
     #[cfg(test)]
     fn exp_k<const F: u8>(x: *mut f32, n: usize);
-    #[cfg(test)]
     fn round_h_k(x: *mut f32, n: usize);
 }
 
@@ -479,8 +510,7 @@ pub(crate) struct SimdKernels {
     /// `exp_k::<F>` (tests).
     #[cfg(test)]
     exp_k: [unsafe fn(*mut f32, usize); 3],
-    /// `round_h_k` (tests).
-    #[cfg(test)]
+    /// `round_h_k`.
     round_h_k: unsafe fn(*mut f32, usize),
 }
 
@@ -503,7 +533,6 @@ macro_rules! simd_kernels {
                 $l::exp_k::<EXP_BOUNDED>,
                 $l::exp_k::<EXP_ARG>,
             ],
-            #[cfg(test)]
             round_h_k: $l::round_h_k,
         }
     };
@@ -561,18 +590,21 @@ impl Simd {
     pub(super) fn exp_arg_in_place(self, x: &mut [f32]) {
         self.exp_k_in_place::<EXP_ARG>(x);
     }
-
-    /// The f16 round trip in place for the leading multiple of the width (tests).
-    #[cfg(test)]
-    pub(super) fn round_h_in_place(self, x: &mut [f32]) {
-        // SAFETY: the table's kernel runs on this CPU; x.len() f32 at x.
-        unsafe { (self.0.round_h_k)(x.as_mut_ptr(), x.len()) };
-    }
 }
 
 impl Kernels for Simd {
     fn width(self) -> usize {
         self.0.width
+    }
+
+    fn round_h(self, x: &mut [f32]) {
+        let whole = x.len() - x.len() % self.0.width;
+        // SAFETY: the table's kernel runs on this CPU; it rounds the
+        // leading `whole` (a multiple of the width) of the x.len() f32.
+        unsafe { (self.0.round_h_k)(x.as_mut_ptr(), whole) };
+        x[whole..]
+            .iter_mut()
+            .for_each(|v| *v = super::half_round(*v));
     }
 
     fn to_f32(self, src: &[u8], dt: DType, dst: &mut [f32]) {

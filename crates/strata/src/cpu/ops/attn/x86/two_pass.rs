@@ -9,8 +9,11 @@
 //! of keys begin. Written once over [`Lanes`]; `per_level!` in `x86.rs`
 //! instantiates [`two_pass`] per level.
 
-use super::chunk::{dot, dot_parts, dot_parts_with, each_block, over_v, Ahead, ChunkArgs, KB};
+use super::chunk::{
+    dot, dot_parts, dot_parts_with, each_block, load_row, over_v, Ahead, ChunkArgs, KB,
+};
 use crate::isa::x86::{exp_bounded, Lanes};
+use std::mem::MaybeUninit;
 
 /// [`dot`] for the first `nb` keys of a block into `out[g][..nb]`: `W` keys
 /// at a time, their lane sums taken together by [`Lanes::hsum_lanes`]
@@ -52,7 +55,9 @@ unsafe fn dots<L: Lanes, const H: bool, const G: usize>(
         }
         let mut j0 = 0;
         while j0 < nb {
-            let mut parts = [[L::zero(); 16]; G];
+            // Written in full (jj < w) before it is read: not zeroed first
+            // (a 3 KB memset per W keys at AVX-512 for three rows).
+            let mut parts = [const { [const { MaybeUninit::<L::V>::uninit() }; 16] }; G];
             for jj in 0..w {
                 ahead.at(j0 + jj);
                 // past nb: the block's last key again (its sums are not read)
@@ -69,11 +74,12 @@ unsafe fn dots<L: Lanes, const H: bool, const G: usize>(
                     dot_parts::<L, H, G>(a, kr)
                 };
                 for (pg, v) in parts.iter_mut().zip(p) {
-                    pg[jj] = v;
+                    pg[jj].write(v);
                 }
             }
             for (o, pg) in out.iter_mut().zip(&parts) {
-                L::store(o.as_mut_ptr().add(j0), L::hsum_lanes(pg.as_ptr()));
+                // vectors 0 .. w of pg were written above
+                L::store(o.as_mut_ptr().add(j0), L::hsum_lanes(pg.as_ptr().cast()));
             }
             j0 += w;
         }
@@ -176,21 +182,44 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
         // non-negative sums, so skipping it moves no bit).
         let mut sum = [0f32; G];
         let mut act = [0u8; KB];
+        let all = ((1u32 << G) - 1) as u8;
         each_block(
             a,
             (a.v, a.vs, a.dv * es),
             #[inline(always)]
             |keys, nb, t0, ahead| {
-                for j in 0..nb {
-                    act[j] = if shared {
-                        live
-                    } else {
-                        let bits = (0..G).filter(|&g| a.sees(g, keys[j]));
-                        bits.fold(0u8, |b, g| b | 1 << g) & live
-                    };
-                }
                 let nfull = a.dv / w;
                 let mut c = 0;
+                if shared && live == all {
+                    // Every row sees every key of the block (rows of one
+                    // mask row, none without a key): whole passes without
+                    // per-key row bits, four vectors a pass at AVX-512, two
+                    // at AVX2, whose sixteen registers hold three rows' two
+                    // (with four, some spilled: 5-10 % slower,
+                    // `examples/attn_cycles`); the general path below does
+                    // the rest.
+                    act[..nb].fill(live);
+                    let step = if L::W == 16 { 4 } else { 2 };
+                    while c + step <= nfull {
+                        let s = &mut sum;
+                        match (step, c == 0) {
+                            (4, true) => pv_all::<L, H, G, 4, true>(a, c, keys, nb, t0, ahead, s),
+                            (4, false) => pv_all::<L, H, G, 4, false>(a, c, keys, nb, t0, ahead, s),
+                            (_, true) => pv_all::<L, H, G, 2, true>(a, c, keys, nb, t0, ahead, s),
+                            (_, false) => pv_all::<L, H, G, 2, false>(a, c, keys, nb, t0, ahead, s),
+                        }
+                        c += step;
+                    }
+                } else {
+                    for j in 0..nb {
+                        act[j] = if shared {
+                            live
+                        } else {
+                            let bits = (0..G).filter(|&g| a.sees(g, keys[j]));
+                            bits.fold(0u8, |b, g| b | 1 << g) & live
+                        };
+                    }
+                }
                 while L::W == 16 && c + 4 <= nfull {
                     add_pv::<L, H, G, 4, true>(a, c, keys, nb, &act, t0, ahead, &mut sum);
                     c += 4;
@@ -266,5 +295,62 @@ unsafe fn add_pv<L: Lanes, const H: bool, const G: usize, const NC: usize, const
                 }
             },
         );
+    }
+}
+
+/// [`add_pv`] for a block whose every key every row sees (all `act` bits
+/// set): vectors `c .. c + NC` (within `dv`) of every row's accumulator in
+/// registers, `acc += p·v` key by key in key order (one FMA each, the same
+/// bits), no per-key row bits to test, V's vectors loaded one at a time
+/// (fewer registers than [`over_v`], which loads them all). `FIRST`: asks
+/// for the next block's V rows ([`Ahead`]) and adds each weight to its row's
+/// `sum`, in key order.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)] // one block's operands, all needed
+unsafe fn pv_all<L: Lanes, const H: bool, const G: usize, const NC: usize, const FIRST: bool>(
+    a: &ChunkArgs<G>,
+    c: usize,
+    keys: &[usize; KB],
+    nb: usize,
+    t0: usize,
+    ahead: &Ahead<'_>,
+    sum: &mut [f32; G],
+) {
+    let w = L::W;
+    // SAFETY: forwarded contract (the wrapper checked every extent of `a`;
+    // vectors c .. c + NC lie within dv); t0 + nb weights in each score
+    // buffer; the keys are rows of the chunk.
+    unsafe {
+        let mut acc = [[L::zero(); NC]; G];
+        for (g, row) in acc.iter_mut().enumerate() {
+            for (i, x) in row.iter_mut().enumerate() {
+                *x = L::load(a.acc[g].add((c + i) * w));
+            }
+        }
+        for (j, &key) in keys[..nb].iter().enumerate() {
+            if FIRST {
+                ahead.at(j);
+            }
+            let mut p = [L::zero(); G];
+            for (g, pg) in p.iter_mut().enumerate() {
+                let pw = *a.sc[g].add(t0 + j);
+                if FIRST {
+                    sum[g] += pw;
+                }
+                *pg = L::splat(pw);
+            }
+            let vr = a.v.add(key * a.vs);
+            for i in 0..NC {
+                let v = load_row::<L, H>(vr, (c + i) * w, w);
+                for (row, &pg) in acc.iter_mut().zip(&p) {
+                    row[i] = L::fma(v, pg, row[i]);
+                }
+            }
+        }
+        for (g, row) in acc.iter().enumerate() {
+            for (i, &x) in row.iter().enumerate() {
+                L::store(a.acc[g].add((c + i) * w), x);
+            }
+        }
     }
 }
