@@ -4,8 +4,11 @@
 //! runs), batch-invariant (two-pass) kernel, one thread, at this CPU's
 //! best level or the one `STRATA_ISA` names; timed by this thread's
 //! on-CPU time: `cargo run --release -p strata --example attn_cycles
-//! [ITERS [KEYS]]`. Prints five samples and the time per (key, KV head)
-//! pair, the kernel's unit of work.
+//! [ITERS [KEYS [LAYERS]]]`. With LAYERS > 1 the graph holds that many
+//! such ops, each over its own caches in the model's cell layout (a cell's
+//! KV heads side by side), so that with enough of them the keys come from
+//! DRAM as in a decode step. Prints five samples and the time per (key, KV
+//! head) pair, the kernel's unit of work.
 
 use half::f16;
 use strata::backend::Backend;
@@ -24,20 +27,39 @@ const N_Q: usize = 16;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let iters: usize = std::env::args().nth(1).map_or(Ok(2000), |s| s.parse())?;
     let keys: usize = std::env::args().nth(2).map_or(Ok(256), |s| s.parse())?;
+    let layers: usize = std::env::args().nth(3).map_or(Ok(1), |s| s.parse())?;
     let n_kv = N_Q * keys;
     let mut rng = strata::conformance::Rng::new(1);
-    let q = Tensor::new(DType::F32, &[D, N_Q, H])?;
-    let k = Tensor::new(DType::F16, &[D, n_kv, H_KV])?;
-    let v = Tensor::new(DType::F16, &[D, n_kv, H_KV])?;
     let m = Tensor::new(DType::F16, &[n_kv, N_Q])?;
-    let out = ops::flash_attn_ext(&q, &k, &v, Some(&m), 0.125, 0.0, 0.0)?;
-    let graph = Graph::build(std::slice::from_ref(&out));
+    let mut leaves = Vec::new();
+    let mut outs = Vec::new();
+    for _ in 0..layers {
+        let q = Tensor::new(DType::F32, &[D, N_Q, H])?;
+        let (k, v) = if layers == 1 {
+            let kv = || Tensor::new(DType::F16, &[D, n_kv, H_KV]);
+            (kv()?, kv()?)
+        } else {
+            // the cache's layout: [D·H_KV, n_kv], viewed as [D, n_kv, H_KV]
+            let cache = || Tensor::new(DType::F16, &[D * H_KV, n_kv]);
+            let (kc, vc) = (cache()?, cache()?);
+            let cells = |c: &Tensor| ops::view(c, &[D, n_kv, H_KV], &[D * H_KV * 2, D * 2], 0);
+            let (k, v) = (cells(&kc)?, cells(&vc)?);
+            leaves.push(kc);
+            leaves.push(vc);
+            (k, v)
+        };
+        outs.push(ops::flash_attn_ext(&q, &k, &v, Some(&m), 0.125, 0.0, 0.0)?);
+        leaves.push(q);
+    }
+    let graph = Graph::build(&outs);
     let _bufs = alloc_graph_host(&graph)?;
     let h16 =
         |x: Vec<f32>| -> Vec<f32> { x.into_iter().map(|v| f16::from_f32(v).to_f32()).collect() };
-    q.write_f32(&rng.vec(D * N_Q * H, -1.0, 1.0))?;
-    k.write_f32(&h16(rng.vec(D * n_kv * H_KV, -1.0, 1.0)))?;
-    v.write_f32(&h16(rng.vec(D * n_kv * H_KV, -1.0, 1.0)))?;
+    for t in &leaves {
+        let n = t.nelements();
+        let x = rng.vec(n, -1.0, 1.0);
+        t.write_f32(&if t.dtype() == DType::F16 { h16(x) } else { x })?;
+    }
     let mut mask = Vec::with_capacity(n_kv * N_Q);
     for i in 0..N_Q {
         for j in 0..n_kv {
@@ -62,9 +84,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         samples.push((cpu_ns()? - c0) as f64 / 1e3 / iters as f64);
     }
     let best = samples.iter().copied().fold(f64::MAX, f64::min);
-    let per = best * 1e3 / (N_Q * H_KV * keys) as f64;
+    let per = best * 1e3 / (N_Q * H_KV * keys * layers) as f64;
     println!(
-        "{} keys {keys}: best {best:.1} µs, {per:.2} ns per (key, KV head) ({samples:.1?})",
+        "{} keys {keys} layers {layers}: best {best:.1} µs, {per:.2} ns per (key, KV head) ({samples:.1?})",
         strata::isa::active()
     );
     Ok(())

@@ -161,20 +161,24 @@ impl KeyBlocks {
 
 /// Runs `f(keys, nb, t0, ahead)` for each block of the keys some row of
 /// `a` sees ([`KeyBlocks`]; `t0` the keys handed out before it), where
-/// [`Ahead::at`]`(j)` asks the cache for the row (`bytes` bytes, `stride`
-/// apart from `base`) of the next block's `j`-th key. Called once per key
-/// as `f` works through its block, the requests spread over the work
-/// instead of going out in one burst that fills the core's line-fill
-/// buffers and stalls it (only the first block's rows go in a burst):
-/// 8–13 % less time for 16 decode tokens over 30 layers' caches in DRAM
-/// (`benches/attn.rs`, `batch16_interleaved_layers30`).
+/// [`Ahead::at`]`(j)` asks the cache for the row of stream `rows` (`bytes`
+/// bytes, `stride` apart from `base`) of the next block's `j`-th key, and
+/// for that of stream `also` (if not null) of this block's `j`-th key.
+/// Called once per key as `f` works through its block, the requests spread
+/// over the work instead of going out in one burst that fills the core's
+/// line-fill buffers and stalls it (only the first block's rows go in a
+/// burst): 8–13 % less time for 16 decode tokens over 30 layers' caches in
+/// DRAM (`benches/attn.rs`, `batch16_interleaved_layers30`). The two-pass
+/// kernel's first pass asks for V as `also`, so that its second finds V
+/// in the cache.
 ///
 /// # Safety
 /// As [`KeyBlocks::next`]; `f`'s own contract.
 #[inline(always)]
 pub(super) unsafe fn each_block<const G: usize>(
     a: &ChunkArgs<G>,
-    (base, stride, bytes): (*const u8, usize, usize),
+    rows: Rows,
+    also: Rows,
     mut f: impl FnMut(&[usize; KB], usize, usize, &Ahead<'_>),
 ) {
     let mut blocks = KeyBlocks::default();
@@ -182,17 +186,17 @@ pub(super) unsafe fn each_block<const G: usize>(
     // SAFETY: forwarded contract.
     let mut nb = unsafe { blocks.next(a, &mut cur) };
     for &key in &cur[..nb] {
-        prefetch_row(base.wrapping_add(key * stride), bytes);
+        rows.prefetch(key);
     }
     let mut t0 = 0;
     while nb > 0 {
         // SAFETY: forwarded contract.
         let nn = unsafe { blocks.next(a, &mut next) };
         let ahead = Ahead {
-            base,
-            stride,
-            bytes,
+            rows,
             keys: &next[..nn],
+            also,
+            now: &cur[..nb],
         };
         f(&cur, nb, t0, &ahead);
         t0 += nb;
@@ -201,29 +205,60 @@ pub(super) unsafe fn each_block<const G: usize>(
     }
 }
 
-/// The rows of the next block's keys, asked for one at a time
-/// ([`each_block`]).
+/// Rows of `bytes` bytes, `stride` apart from `base` (K's or V's), to ask
+/// the cache for; none where `base` is null.
+#[derive(Clone, Copy)]
+pub(super) struct Rows {
+    pub(super) base: *const u8,
+    pub(super) stride: usize,
+    pub(super) bytes: usize,
+}
+
+impl Rows {
+    /// No rows.
+    pub(super) const NONE: Rows = Rows {
+        base: std::ptr::null(),
+        stride: 0,
+        bytes: 0,
+    };
+
+    /// Asks the cache for the row of `key` (a hint: no fault, no effect on
+    /// results; nothing for [`Rows::NONE`]).
+    #[inline(always)]
+    fn prefetch(self, key: usize) {
+        if !self.base.is_null() {
+            prefetch_row(self.base.wrapping_add(key * self.stride), self.bytes);
+        }
+    }
+}
+
+/// The rows of the next block's keys, and of the other stream for this
+/// block's, asked for one at a time ([`each_block`]).
 pub(super) struct Ahead<'a> {
-    base: *const u8,
-    stride: usize,
-    bytes: usize,
+    rows: Rows,
     keys: &'a [usize],
+    also: Rows,
+    now: &'a [usize],
 }
 
 impl Ahead<'_> {
     /// Asks for nothing (the one-chunk kernel's V loop).
     pub(super) const NONE: Ahead<'static> = Ahead {
-        base: std::ptr::null(),
-        stride: 0,
-        bytes: 0,
+        rows: Rows::NONE,
         keys: &[],
+        also: Rows::NONE,
+        now: &[],
     };
 
-    /// Asks the cache for the row of the next block's `j`-th key, if any.
+    /// Asks the cache for the row of the next block's `j`-th key, and for
+    /// the other stream's row of this block's `j`-th key, if any.
     #[inline(always)]
     pub(super) fn at(&self, j: usize) {
         if let Some(&key) = self.keys.get(j) {
-            prefetch_row(self.base.wrapping_add(key * self.stride), self.bytes);
+            self.rows.prefetch(key);
+        }
+        if let Some(&key) = self.now.get(j) {
+            self.also.prefetch(key);
         }
     }
 }

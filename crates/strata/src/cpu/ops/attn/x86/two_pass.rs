@@ -10,7 +10,7 @@
 //! instantiates [`two_pass`] per level.
 
 use super::chunk::{
-    dot, dot_parts, dot_parts_with, each_block, load_row, over_v, Ahead, ChunkArgs, KB,
+    dot, dot_parts, dot_parts_with, each_block, load_row, over_v, Ahead, ChunkArgs, Rows, KB,
 };
 use crate::isa::x86::{exp_bounded, Lanes};
 use std::mem::MaybeUninit;
@@ -108,9 +108,20 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
         let mut mx = [L::splat(f32::NEG_INFINITY); G];
         let mut mk = [[0f32; KB]; G];
         let mut t = 0;
+        let v_rows = Rows {
+            base: a.v,
+            stride: a.vs,
+            bytes: a.dv * es,
+        };
+        let k_rows = Rows {
+            base: a.k,
+            stride: a.ks,
+            bytes: a.d * es,
+        };
         each_block(
             a,
-            (a.k, a.ks, a.d * es),
+            k_rows,
+            v_rows,
             #[inline(always)]
             |keys, nb, t0, ahead| {
                 t = t0 + nb;
@@ -185,7 +196,8 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
         let all = ((1u32 << G) - 1) as u8;
         each_block(
             a,
-            (a.v, a.vs, a.dv * es),
+            v_rows,
+            Rows::NONE,
             #[inline(always)]
             |keys, nb, t0, ahead| {
                 let nfull = a.dv / w;
