@@ -247,7 +247,9 @@ pub fn parse_split_mode(s: &str) -> Result<SplitMode, String> {
 }
 
 /// Turns llama.cpp's single-dash long options (`-ngl`, `-ot`, `-ts`, `-sm`,
-/// `-mg`, `-ub`, `-cmoe`, `-ncmoe`) into clap's `--` form, and `-ts 3/1` into `3,1`.
+/// `-mg`, `-ub`, `-np`, `-cmoe`, `-ncmoe`, and llama-batched-bench's
+/// `-npp`, `-ntg`, `-npl`, `-pps`) into clap's `--` form, and `-ts 3/1`
+/// into `3,1`.
 pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for a in args {
@@ -263,6 +265,10 @@ pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
             "-mg" => "--mg".into(),
             "-ub" => "--ub".into(),
             "-np" => "--np".into(),
+            "-npp" => "--npp".into(),
+            "-ntg" => "--ntg".into(),
+            "-npl" => "--npl".into(),
+            "-pps" => "--pps".into(),
             "-cmoe" => "--cpu-moe".into(),
             "-ncmoe" => "--n-cpu-moe".into(),
             _ if after_ts => a.replace('/', ","),
@@ -457,6 +463,18 @@ impl ModelArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// llama.cpp's single-dash spellings reach clap as `--` options; other
+    /// arguments are left alone.
+    #[test]
+    fn llama_cpp_spellings_are_normalized() {
+        let args = "strata batched-bench -npp 128,256 -ntg 64 -npl 1,16 -pps -ub 512 -ts 3/1 -c 64";
+        let got = normalize_args(args.split(' ').map(String::from));
+        assert_eq!(
+            got.join(" "),
+            "strata batched-bench --npp 128,256 --ntg 64 --npl 1,16 --pps --ub 512 --ts 3,1 -c 64"
+        );
+    }
 
     #[test]
     fn thread_counts_within_the_cores_give_no_warning() {

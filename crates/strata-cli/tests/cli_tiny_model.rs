@@ -631,17 +631,18 @@ fn batched_bench_prints_llama_batched_benchs_table() {
         assert_eq!(cols[3], b.to_string(), "{row}");
         assert_eq!(cols[4], (b * 12).to_string(), "{row}");
     }
+    // llama-batched-bench's own spellings
     let shared = stdout(&strata(&[
         "batched-bench",
         "-m",
         m,
-        "--npp",
+        "-npp",
         "8",
-        "--ntg",
+        "-ntg",
         "2",
-        "--npl",
+        "-npl",
         "4",
-        "--pps",
+        "-pps",
         "-c",
         "64",
         "-t",
