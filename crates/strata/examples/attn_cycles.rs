@@ -17,7 +17,7 @@ use strata::{ops, DType, Graph, Tensor};
 
 #[path = "probe/cpu_time.rs"]
 mod cpu_time;
-use cpu_time::cpu_ns;
+use cpu_time::time_calls;
 
 const D: usize = 64;
 const H: usize = 9;
@@ -74,16 +74,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut cpu = CpuBackend::new(1);
     cpu.set_isa(strata::isa::active())?;
     cpu.set_batch_invariant(true);
-    cpu.graph_compute(&graph)?;
-    let mut samples = Vec::new();
-    for _ in 0..5 {
-        let c0 = cpu_ns()?;
-        for _ in 0..iters {
-            cpu.graph_compute(&graph)?;
-        }
-        samples.push((cpu_ns()? - c0) as f64 / 1e3 / iters as f64);
-    }
-    let best = samples.iter().copied().fold(f64::MAX, f64::min);
+    let (best, samples) = time_calls::<Box<dyn std::error::Error>>(iters, || {
+        cpu.graph_compute(&graph)?;
+        Ok(())
+    })?;
+    let (best, samples): (f64, Vec<f64>) = (best / 1e3, samples.iter().map(|s| s / 1e3).collect());
     let per = best * 1e3 / (N_Q * H_KV * keys * layers) as f64;
     println!(
         "{} keys {keys} layers {layers}: best {best:.1} µs, {per:.2} ns per (key, KV head) ({samples:.1?})",

@@ -17,7 +17,7 @@ use strata::{ops, DType, Graph, Tensor};
 
 #[path = "probe/cpu_time.rs"]
 mod cpu_time;
-use cpu_time::cpu_ns;
+use cpu_time::time_calls;
 
 fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let [t, m, k, n, iters] = args else {
@@ -42,16 +42,11 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     if std::env::var_os("STRATA_ISA").is_none() && Isa::Avx2.is_supported() {
         cpu.set_isa(Isa::Avx2)?;
     }
-    cpu.graph_compute(&graph)?;
-    let mut samples = Vec::new();
-    for _ in 0..5 {
-        let c0 = cpu_ns()?;
-        for _ in 0..iters {
-            cpu.graph_compute(&graph)?;
-        }
-        samples.push((cpu_ns()? - c0) as f64 / 1e6 / iters.max(1) as f64);
-    }
-    let best = samples.iter().copied().fold(f64::MAX, f64::min);
+    let (best, samples) = time_calls::<Box<dyn std::error::Error>>(iters, || {
+        cpu.graph_compute(&graph)?;
+        Ok(())
+    })?;
+    let (best, samples): (f64, Vec<f64>) = (best / 1e6, samples.iter().map(|s| s / 1e6).collect());
     let all: Vec<String> = samples.iter().map(|s| format!("{s:.3}")).collect();
     println!(
         "{t} {m}x{k}x{n}: best {best:.3} ms/iter on-CPU ({})",

@@ -17,20 +17,15 @@ const ROW: usize = 1536;
 
 #[path = "probe/cpu_time.rs"]
 mod cpu_time;
-use cpu_time::cpu_ns;
+use cpu_time::time_calls;
 
 /// The minimum and all of five samples of `iters` calls of `f`, in ms per call.
 fn time(iters: usize, mut f: impl FnMut()) -> Result<(f64, Vec<f64>), String> {
-    f();
-    let mut samples = Vec::new();
-    for _ in 0..5 {
-        let c0 = cpu_ns()?;
-        for _ in 0..iters {
-            f();
-        }
-        samples.push((cpu_ns()? - c0) as f64 / 1e6 / iters as f64);
-    }
-    Ok((samples.iter().copied().fold(f64::MAX, f64::min), samples))
+    let (best, all) = time_calls::<String>(iters, || {
+        f();
+        Ok(())
+    })?;
+    Ok((best / 1e6, all.iter().map(|s| s / 1e6).collect()))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

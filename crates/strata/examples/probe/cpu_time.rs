@@ -9,3 +9,22 @@ pub fn cpu_ns() -> Result<u64, String> {
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| format!("unexpected schedstat {s:?}"))
 }
+
+/// Five samples of `iters` calls of `f` (after one call to warm up), each
+/// the on-CPU nanoseconds per call ([`cpu_ns`]), and their minimum, the
+/// figure to compare between builds.
+pub fn time_calls<E: From<String>>(
+    iters: usize,
+    mut f: impl FnMut() -> Result<(), E>,
+) -> Result<(f64, Vec<f64>), E> {
+    f()?;
+    let mut all = Vec::new();
+    for _ in 0..5 {
+        let c0 = cpu_ns()?;
+        for _ in 0..iters {
+            f()?;
+        }
+        all.push((cpu_ns()? - c0) as f64 / iters.max(1) as f64);
+    }
+    Ok((all.iter().copied().fold(f64::MAX, f64::min), all))
+}
