@@ -115,9 +115,8 @@ pub(super) fn mask_row_f16<'a, K: Kernels>(kn: K, raw: &[u8], buf: MaskBuf<'a>) 
 
 /// Sets bit `j % 64` of `out[j / 64]` when little-endian f16 value `j` of
 /// `raw` is not -inf (0xfc00), for the `raw.len() / 2` values (bits past
-/// them 0). Branch-free, so that inlined at a SIMD level (`x86`'s
-/// `vis_f16`) the compiler vectorizes it; [`Kernels::vis_f16`] of the
-/// portable kernels is this.
+/// them 0). [`Kernels::vis_f16`] of the portable kernels, and the tail
+/// (a partial word) of `x86`'s, which takes whole words in AVX2 lanes.
 #[inline(always)]
 pub(crate) fn vis_words_f16(raw: &[u8], out: &mut [u64]) {
     for (word, chunk) in out.iter_mut().zip(raw.chunks(128)) {

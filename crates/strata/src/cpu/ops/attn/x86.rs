@@ -55,8 +55,9 @@ unsafe fn to_f32<L: Lanes>(src: *const u8, half: bool, n: usize, dst: *mut f32) 
 }
 
 /// [`super::mask::vis_words_f16`] for `n` f16 values at `raw` (any
-/// alignment) into `n.div_ceil(64)` words at `out`, inlined here so that
-/// the compiler vectorizes it at the level.
+/// alignment) into `n.div_ceil(64)` words at `out`: whole words by
+/// [`vis64_f16`] (the compiler did not vectorize the portable fold), the
+/// last partial one by the fold.
 #[inline(always)]
 unsafe fn vis_f16<L: Lanes>(raw: *const u8, n: usize, out: *mut u64) {
     // SAFETY: the caller guarantees 2·n bytes at raw and the words at out.
