@@ -10,7 +10,7 @@
 //! instantiates [`two_pass`] per level.
 
 use super::chunk::{
-    dot, dot_parts, dot_parts_with, each_block, load_row, over_v, Ahead, ChunkArgs, Rows, KB,
+    dot, dot_parts, dot_parts_with, each_block, load_row, Ahead, ChunkArgs, Rows, KB,
 };
 use crate::isa::x86::{exp_bounded, Lanes};
 use std::mem::MaybeUninit;
@@ -193,36 +193,17 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
         // non-negative sums, so skipping it moves no bit).
         let mut sum = [0f32; G];
         let mut act = [0u8; KB];
-        let all = ((1u32 << G) - 1) as u8;
+        // Rows of one mask row, none without a key (a decode token's
+        // heads): every row sees every key, and no per-key row bits are
+        // needed.
+        let every = shared && live == ((1u32 << G) - 1) as u8;
         each_block(
             a,
             v_rows,
             Rows::NONE,
             #[inline(always)]
             |keys, nb, t0, ahead| {
-                let nfull = a.dv / w;
-                let mut c = 0;
-                if shared && live == all {
-                    // Every row sees every key of the block (rows of one
-                    // mask row, none without a key): whole passes without
-                    // per-key row bits, four vectors a pass at AVX-512, two
-                    // at AVX2, whose sixteen registers hold three rows' two
-                    // (with four, some spilled: 5-10 % slower,
-                    // `examples/attn_cycles`); the general path below does
-                    // the rest.
-                    act[..nb].fill(live);
-                    let step = if L::W == 16 { 4 } else { 2 };
-                    while c + step <= nfull {
-                        let s = &mut sum;
-                        match (step, c == 0) {
-                            (4, true) => pv_all::<L, H, G, 4, true>(a, c, keys, nb, t0, ahead, s),
-                            (4, false) => pv_all::<L, H, G, 4, false>(a, c, keys, nb, t0, ahead, s),
-                            (_, true) => pv_all::<L, H, G, 2, true>(a, c, keys, nb, t0, ahead, s),
-                            (_, false) => pv_all::<L, H, G, 2, false>(a, c, keys, nb, t0, ahead, s),
-                        }
-                        c += step;
-                    }
-                } else {
+                if !every {
                     for j in 0..nb {
                         act[j] = if shared {
                             live
@@ -232,20 +213,30 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
                         };
                     }
                 }
+                let blk = Block {
+                    keys,
+                    nb,
+                    act: &act,
+                    every,
+                    t0,
+                    ahead,
+                };
+                let nfull = a.dv / w;
+                let mut c = 0;
                 while L::W == 16 && c + 4 <= nfull {
-                    add_pv::<L, H, G, 4, true>(a, c, keys, nb, &act, t0, ahead, &mut sum);
+                    add_pv_at::<L, H, G, 4, true>(a, c, &blk, &mut sum);
                     c += 4;
                 }
                 while c + 2 <= nfull {
-                    add_pv::<L, H, G, 2, true>(a, c, keys, nb, &act, t0, ahead, &mut sum);
+                    add_pv_at::<L, H, G, 2, true>(a, c, &blk, &mut sum);
                     c += 2;
                 }
                 if c < nfull {
-                    add_pv::<L, H, G, 1, true>(a, c, keys, nb, &act, t0, ahead, &mut sum);
+                    add_pv_at::<L, H, G, 1, true>(a, c, &blk, &mut sum);
                     c += 1;
                 }
                 if c < a.dv.div_ceil(w) {
-                    add_pv::<L, H, G, 1, false>(a, c, keys, nb, &act, t0, ahead, &mut sum);
+                    add_pv_at::<L, H, G, 1, false>(a, c, &blk, &mut sum);
                 }
             },
         );
@@ -257,81 +248,69 @@ pub(super) unsafe fn two_pass<L: Lanes, const H: bool, const G: usize>(a: &mut C
     }
 }
 
-/// `acc += p·v` (one FMA) for vectors `c .. c + NC` of every row and the
-/// keys of one block, whose weights start at `t0` in the score buffers;
-/// rows whose bit in `act[j]` is clear skip key `j`. `FULL`: the vectors
-/// lie within `dv` (no partial V loads). The first vectors (`c` = 0) ask
-/// for the next block's V rows as they go ([`Ahead`]) and add each weight
-/// to its row's `sum`, in key order.
+/// One block of pass 2: its keys, which rows see each (`act`, unless
+/// `every` row sees every key), where its weights start in the score
+/// buffers (`t0`), and the next block's V rows to ask for.
+struct Block<'b> {
+    keys: &'b [usize; KB],
+    nb: usize,
+    act: &'b [u8; KB],
+    every: bool,
+    t0: usize,
+    ahead: &'b Ahead<'b>,
+}
+
+/// [`add_pv`] for vectors `c .. c + NC`, instantiated for the block: the
+/// first vectors (`c` = 0) ask for the next block's V rows and sum the
+/// weights; a block that every row sees skips the row bits.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)] // one block's operands, all needed
-unsafe fn add_pv<L: Lanes, const H: bool, const G: usize, const NC: usize, const FULL: bool>(
+unsafe fn add_pv_at<L: Lanes, const H: bool, const G: usize, const NC: usize, const FULL: bool>(
     a: &ChunkArgs<G>,
     c: usize,
-    keys: &[usize; KB],
-    nb: usize,
-    act: &[u8; KB],
-    t0: usize,
-    ahead: &Ahead<'_>,
+    b: &Block<'_>,
     sum: &mut [f32; G],
 ) {
-    let all = ((1u32 << G) - 1) as u8;
-    // the next block's V rows are asked for once, with the first vectors,
-    // and the weights summed once
-    let first = c == 0;
-    let ahead = if first { ahead } else { &Ahead::NONE };
-    // SAFETY: forwarded contract (the wrapper checked every extent of `a`);
-    // t0 + nb weights in each score buffer.
+    // SAFETY: forwarded contract.
     unsafe {
-        over_v::<L, H, G, NC, FULL>(
-            a,
-            c,
-            keys,
-            nb,
-            act,
-            ahead,
-            #[inline(always)]
-            |acc, vv, j, bits| {
-                for (g, row) in acc.iter_mut().enumerate() {
-                    if bits != all && bits >> g & 1 == 0 {
-                        continue;
-                    }
-                    let pw = *a.sc[g].add(t0 + j);
-                    if first {
-                        sum[g] += pw;
-                    }
-                    let p = L::splat(pw);
-                    for (x, &v) in row.iter_mut().zip(vv) {
-                        *x = L::fma(v, p, *x);
-                    }
-                }
-            },
-        );
+        match (c == 0, b.every) {
+            (true, true) => add_pv::<L, H, G, NC, FULL, true, true>(a, c, b, sum),
+            (true, false) => add_pv::<L, H, G, NC, FULL, true, false>(a, c, b, sum),
+            (false, true) => add_pv::<L, H, G, NC, FULL, false, true>(a, c, b, sum),
+            (false, false) => add_pv::<L, H, G, NC, FULL, false, false>(a, c, b, sum),
+        }
     }
 }
 
-/// [`add_pv`] for a block whose every key every row sees (all `act` bits
-/// set): vectors `c .. c + NC` (within `dv`) of every row's accumulator in
-/// registers, `acc += p·v` key by key in key order (one FMA each, the same
-/// bits), no per-key row bits to test, V's vectors loaded one at a time
-/// (fewer registers than [`over_v`], which loads them all). `FIRST`: asks
-/// for the next block's V rows ([`Ahead`]) and adds each weight to its row's
+/// `acc += p·v` (one FMA) for vectors `c .. c + NC` of every row and the
+/// keys of one block, key by key in key order, the accumulators in
+/// registers and V's vectors loaded one at a time (so that at AVX2 three
+/// rows' two vectors and their weights fit the sixteen registers); rows
+/// whose bit in `act[j]` is clear skip key `j`, unless `ALL` (every row
+/// sees every key: no bits tested). `FULL`: the vectors lie within `dv`
+/// (no partial V loads). `FIRST` (the vectors from 0) asks for the next
+/// block's V rows as it goes ([`Ahead`]) and adds each weight to its row's
 /// `sum`, in key order.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)] // one block's operands, all needed
-unsafe fn pv_all<L: Lanes, const H: bool, const G: usize, const NC: usize, const FIRST: bool>(
+unsafe fn add_pv<
+    L: Lanes,
+    const H: bool,
+    const G: usize,
+    const NC: usize,
+    const FULL: bool,
+    const FIRST: bool,
+    const ALL: bool,
+>(
     a: &ChunkArgs<G>,
     c: usize,
-    keys: &[usize; KB],
-    nb: usize,
-    t0: usize,
-    ahead: &Ahead<'_>,
+    b: &Block<'_>,
     sum: &mut [f32; G],
 ) {
     let w = L::W;
+    let all = ((1u32 << G) - 1) as u8;
     // SAFETY: forwarded contract (the wrapper checked every extent of `a`;
-    // vectors c .. c + NC lie within dv); t0 + nb weights in each score
-    // buffer; the keys are rows of the chunk.
+    // vectors c .. c + NC lie within each accumulator's padded length, and
+    // within dv when FULL); t0 + nb weights in each score buffer; the keys
+    // are rows of the chunk.
     unsafe {
         let mut acc = [[L::zero(); NC]; G];
         for (g, row) in acc.iter_mut().enumerate() {
@@ -339,23 +318,32 @@ unsafe fn pv_all<L: Lanes, const H: bool, const G: usize, const NC: usize, const
                 *x = L::load(a.acc[g].add((c + i) * w));
             }
         }
-        for (j, &key) in keys[..nb].iter().enumerate() {
+        for (j, &key) in b.keys[..b.nb].iter().enumerate() {
             if FIRST {
-                ahead.at(j);
+                b.ahead.at(j);
+            }
+            let bits = if ALL { all } else { b.act[j] };
+            if bits == 0 {
+                continue;
             }
             let mut p = [L::zero(); G];
             for (g, pg) in p.iter_mut().enumerate() {
-                let pw = *a.sc[g].add(t0 + j);
-                if FIRST {
-                    sum[g] += pw;
+                if ALL || bits >> g & 1 != 0 {
+                    let pw = *a.sc[g].add(b.t0 + j);
+                    if FIRST {
+                        sum[g] += pw;
+                    }
+                    *pg = L::splat(pw);
                 }
-                *pg = L::splat(pw);
             }
             let vr = a.v.add(key * a.vs);
             for i in 0..NC {
-                let v = load_row::<L, H>(vr, (c + i) * w, w);
-                for (row, &pg) in acc.iter_mut().zip(&p) {
-                    row[i] = L::fma(v, pg, row[i]);
+                let o = (c + i) * w;
+                let v = load_row::<L, H>(vr, o, if FULL { w } else { w.min(a.dv - o) });
+                for (g, (row, &pg)) in acc.iter_mut().zip(&p).enumerate() {
+                    if ALL || bits >> g & 1 != 0 {
+                        row[i] = L::fma(v, pg, row[i]);
+                    }
                 }
             }
         }
