@@ -18,6 +18,6 @@ table() { # who round: the table rows of stdin as "who round B S_PP S_TG"
 }
 for r in $(seq 1 "$rounds"); do
     $rt "$strata" batched-bench -m "$model" "${common[@]}" 2>/dev/null | table strata "$r"
-    STRATA_ISA= $rt "$llama" -m "$model" "${common[@]}" -b 2048 -ub 512 2>/dev/null \
+    $rt "$llama" -m "$model" "${common[@]}" -b 2048 -ub 512 2>/dev/null \
         | table llama "$r"
 done
