@@ -63,6 +63,40 @@ impl Case {
             Path::OneChunk
         }
     }
+
+    /// [`Case::path`] given the inputs: where the tiled path would compute
+    /// mostly masked scores the kernel takes the one-chunk path instead
+    /// (`sparse_for_tiles` in the attention kernel): 8 query rows of the
+    /// first mask plane, spread over the batch, the keys of the 64-key tiles
+    /// each row has a visible key in against the keys it sees, 8 times more
+    /// flips it. Only f16 masks are sampled.
+    pub fn path_for(&self, inp: &Inputs) -> Path {
+        let path = self.path();
+        let Some((DType::F16, ne)) = self.mask else {
+            return path;
+        };
+        if path != Path::Tiled || ne[0] < self.n_kv {
+            return path;
+        }
+        let samples = 8.min(self.n_q);
+        let (mut seen, mut tiles) = (0, 0);
+        for s in 0..samples {
+            let iq = s * self.n_q / samples;
+            let row = &inp.mask[iq * ne[0]..iq * ne[0] + self.n_kv];
+            for (t, tile) in row.chunks(64).enumerate() {
+                let vis = tile.iter().filter(|&&m| m != f32::NEG_INFINITY).count();
+                seen += vis;
+                if vis > 0 {
+                    tiles += (self.n_kv - t * 64).min(64);
+                }
+            }
+        }
+        if tiles > 8 * seen {
+            Path::OneChunk
+        } else {
+            path
+        }
+    }
 }
 
 /// The inputs of a case, as stored (f16 values rounded).
