@@ -8,6 +8,19 @@ pub(super) const WARM_UP_JOBS: u64 = 2;
 /// in between while the try loses).
 pub(super) const PROBE_MIN: u64 = 64;
 pub(super) const PROBE_MAX: u64 = 1024;
+/// Job time (ns) spent on fewer threads before the next try of one
+/// thread more, at first and at most (doubling as [`PROBE_MIN`]'s jobs):
+/// whichever of the two comes first. Long jobs (a batch of 32 decodes:
+/// 30 ms; a prompt chunk: 300 ms) would otherwise stay on fewer threads
+/// for seconds after a moment of contention. Jobs under 6 ms (one
+/// sequence's decoding steps) reach [`PROBE_MIN`] first, as before: a try
+/// that loses to a busy process costs several such jobs (a 100 ms start
+/// measured 16-token runs at 63-86 % of the job-count rule beside `yes`).
+pub(super) const PROBE_NS_MIN: u64 = 400_000_000;
+pub(super) const PROBE_NS_MAX: u64 = 6_400_000_000;
+/// Jobs on fewer threads before a try by time (a prompt chunk's jobs
+/// each last longer than [`PROBE_NS_MIN`]).
+pub(super) const PROBE_MIN_JOBS: u64 = 8;
 
 /// The adaptive choice of how many threads take part in a job: the mean
 /// time of recent jobs per thread count, compared among jobs of one kind
@@ -30,6 +43,12 @@ pub(super) struct Adapt {
     pub(super) probe_at: u64,
     /// Jobs between such tries.
     pub(super) probe_every: u64,
+    /// Job time and jobs on fewer threads since the last change of thread
+    /// count, and the time at which to try one thread more
+    /// ([`PROBE_NS_MIN`]).
+    pub(super) spent: u64,
+    pub(super) held: u64,
+    pub(super) probe_ns: u64,
 }
 
 impl Adapt {
@@ -43,6 +62,9 @@ impl Adapt {
             mean: vec![(0, 0); n_threads],
             probe_at: PROBE_MIN,
             probe_every: PROBE_MIN,
+            spent: 0,
+            held: 0,
+            probe_ns: PROBE_NS_MIN,
         }
     }
 
@@ -101,21 +123,39 @@ impl Adapt {
         let better = |other: Option<u64>| other.is_some_and(|o| o + o / 16 < here);
         // The next try of one thread more, at least `probe_every` jobs
         // after going down.
-        let wait_to_probe = |a: &mut Adapt| a.probe_at = a.probe_at.max(a.jobs + a.probe_every);
+        let wait_to_probe = |a: &mut Adapt| {
+            a.probe_at = a.probe_at.max(a.jobs + a.probe_every);
+            (a.spent, a.held) = (0, 0);
+        };
+        if k < n {
+            self.spent += ns;
+            self.held += 1;
+        }
+        let by_time = self.spent >= self.probe_ns && self.held >= PROBE_MIN_JOBS;
         self.active = if k > 1 && better(self.fresh(k - 1)) {
             wait_to_probe(self);
             k - 1
         } else if k < n && better(self.fresh(k + 1)) {
             self.probe_every = PROBE_MIN;
+            self.probe_ns = PROBE_NS_MIN;
+            (self.spent, self.held) = (0, 0);
             k + 1
         } else if try_fewer {
             wait_to_probe(self);
             k - 1
-        } else if k < n && self.jobs >= self.probe_at {
+        } else if k < n && (self.jobs >= self.probe_at || by_time) {
             self.probe_at = self.jobs + self.probe_every;
             self.probe_every = (self.probe_every * 2).min(PROBE_MAX);
+            self.probe_ns = (self.probe_ns * 2).min(PROBE_NS_MAX);
+            (self.spent, self.held) = (0, 0);
             k + 1
         } else {
+            if k == n {
+                // All threads and staying (a try of one more that won, or
+                // calm): the next contention's tries start soon again.
+                self.probe_every = PROBE_MIN;
+                self.probe_ns = PROBE_NS_MIN;
+            }
             k
         };
     }

@@ -25,9 +25,11 @@
 //! ([`PoolConfig::adaptive`], the CPU backend's) then also tries the job on
 //! one thread fewer, and keeps running that many while it is faster (one
 //! busy process beside a 2-thread pool: one thread has a core to itself,
-//! instead of two that keep waiting for each other); now and then it tries
-//! one thread more again, and returns to all its threads once the other
-//! process is gone. The threads a job leaves out sleep.
+//! instead of two that keep waiting for each other); now and then (after
+//! 64 jobs or 0.4 s of job time, whichever comes first, twice as long
+//! after each try that loses) it tries one thread more again, and returns
+//! to all its threads once the other process is gone. The threads a job
+//! leaves out sleep.
 //!
 //! **More threads than cores.** A pool may run more threads than the cores
 //! available (a [`ThreadPool::new`] of 64 on 2 cores); then at most

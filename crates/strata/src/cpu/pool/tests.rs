@@ -1,6 +1,6 @@
 //! The pool's tests.
 
-use super::adapt::{PROBE_MAX, PROBE_MIN};
+use super::adapt::{PROBE_MAX, PROBE_MIN, PROBE_MIN_JOBS, PROBE_NS_MIN};
 use super::wait::LONG_WAIT;
 use super::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -155,6 +155,7 @@ fn adaptive_pools_leave_out_threads_only_while_faster() {
     let down = ks.iter().position(|&k| k == 1).expect("went down");
     assert!(down <= 3, "{down} jobs to notice");
     let up = down + ks[down..].iter().position(|&k| k == 2).expect("tried 2");
+    // (4.8 ms jobs: PROBE_MIN of them before PROBE_NS_MIN)
     assert!(
         up - down >= PROBE_MIN as usize - 1,
         "tried 2 again after {}",
@@ -196,6 +197,56 @@ fn adaptive_pools_leave_out_threads_only_while_faster() {
     let ks = drive(&mut a, 40, |k| if k == 2 { (2700, 0) } else { (4300, 0) });
     assert_eq!(ks.iter().filter(|&&k| k == 1).count(), 1, "{ks:?}");
     assert_eq!(a.active, 2);
+}
+
+/// Long jobs (a batch of 32 decodes, 30 ms each) after a moment of
+/// contention: back on 2 threads after PROBE_NS_MIN of job time, not after
+/// PROBE_MIN jobs (two seconds); and a prompt run on 1 thread does not
+/// keep the decoding steps after it there for PROBE_MIN jobs.
+#[test]
+fn fewer_threads_are_tried_again_by_time_and_per_kind() {
+    let mut a = Adapt::new(2);
+    drive(&mut a, 20, |_| (30_000, 0));
+    // Contention for a few jobs: 2 threads wait for each other.
+    let ks = drive(
+        &mut a,
+        6,
+        |k| if k == 2 { (50_000, 3) } else { (40_000, 0) },
+    );
+    assert!(ks.contains(&1), "went down: {ks:?}");
+    // Calm again: 2 threads are faster.
+    let ks = drive(
+        &mut a,
+        40,
+        |k| if k == 2 { (30_000, 0) } else { (55_000, 0) },
+    );
+    let back = ks.iter().position(|&k| k == 2).expect("tried 2 again");
+    let by_time = (PROBE_NS_MIN / 55_000_000) as usize + 1;
+    assert!(back <= by_time.max(PROBE_MIN_JOBS as usize), "{ks:?}");
+    assert!(ks[back..].iter().all(|&k| k == 2), "{ks:?}");
+
+    // Down to 1 thread in a prompt (one busy process, 400 ms jobs).
+    let mut a = Adapt::new(2);
+    drive(&mut a, 10, |_| (300_000, 0));
+    let ks = drive(
+        &mut a,
+        8,
+        |k| if k == 2 { (600_000, 4) } else { (420_000, 0) },
+    );
+    assert_eq!(a.active, 1, "{ks:?}");
+    // Then decoding steps (another barrier count, 17 ms on 1 thread) on
+    // calm cores: all threads again after PROBE_NS_MIN of them, not
+    // PROBE_MIN.
+    let mut ks = Vec::new();
+    for _ in 0..40 {
+        ks.push(a.active);
+        let us = if a.active == 2 { 10_000 } else { 17_000 };
+        a.record(us * 1000, 450, 0);
+    }
+    let back = ks.iter().position(|&k| k == 2).expect("tried 2 again");
+    assert!(back <= (PROBE_NS_MIN / 17_000_000) as usize + 1, "{ks:?}");
+    assert!(back < PROBE_MIN as usize / 2, "{ks:?}");
+    assert!(ks[back..].iter().all(|&k| k == 2), "{ks:?}");
 }
 
 /// An adaptive pool runs a job on the threads its policy chose (tested
