@@ -38,25 +38,23 @@ for r in $(seq 1 "$rounds"); do
     done
 done
 echo "B  median S_TG ratio (range) over $rounds rounds"
-awk '{ s[$1, $2, $3] = $5; bs[$3] = 1; rs[$2] = 1 }
-END {
-    for (b in bs) {
-        n = 0
-        for (r in rs) if ((("strata", r, b) in s) && (("llama", r, b) in s))
-            v[++n] = s["strata", r, b] / s["llama", r, b]
+awk 'function summary(v, n,   i, j, t) { # "median (min-max)" of v[1..n]
         for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) {
             t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
-        med = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-        if (n) printf "%d %.2f (%.2f-%.2f)\n", b, med, v[1], v[n]
+        return sprintf("%.2f (%.2f-%.2f)",
+            n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, v[1], v[n])
     }
-}' "$out" | sort -n
-awk '{ s[$1, $2, $3] = $5; rs[$2] = 1 }
-END {
-    n = 0
-    for (r in rs) if ((("strata", r, 16) in s) && (("strata", r, 1) in s))
-        w[++n] = s["strata", r, 16] / s["strata", r, 1]
-    for (i = 2; i <= n; i++) for (j = i; j > 1 && w[j - 1] > w[j]; j--) {
-        t = w[j]; w[j] = w[j - 1]; w[j - 1] = t }
-    if (n) printf "strata S_TG(16)/S_TG(1): median %.2f (%.2f-%.2f)\n", \
-        n % 2 ? w[(n + 1) / 2] : (w[n / 2] + w[n / 2 + 1]) / 2, w[1], w[n]
-}' "$out"
+    { s[$1, $2, $3] = $5; bs[$3] = 1; rs[$2] = 1 }
+    END {
+        # B from 1 to the largest run, so that the lines come out in order
+        for (b = 1; b <= 4096; b++) if (b in bs) {
+            n = 0; delete v
+            for (r in rs) if ((("strata", r, b) in s) && (("llama", r, b) in s))
+                v[++n] = s["strata", r, b] / s["llama", r, b]
+            if (n) print b, summary(v, n)
+        }
+        n = 0; delete v
+        for (r in rs) if ((("strata", r, 16) in s) && (("strata", r, 1) in s))
+            v[++n] = s["strata", r, 16] / s["strata", r, 1]
+        if (n) print "strata S_TG(16)/S_TG(1): median", summary(v, n)
+    }' "$out"

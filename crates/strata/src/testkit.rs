@@ -26,7 +26,7 @@ use crate::cpu::{cpu_buffer_type, CpuBackend};
 use crate::gguf::{GgufWriter, Value};
 use crate::graph::Graph;
 use crate::tensor::Tensor;
-use crate::Result;
+use crate::{Error, Result};
 
 /// Which ops a test backend accepts.
 pub type OpFilter = Arc<dyn Fn(&Tensor) -> bool + Send + Sync>;
@@ -298,6 +298,35 @@ pub fn xorshift(seed: u64) -> impl Iterator<Item = u64> {
 /// slope a test's reference scales the mask by to match them bit for bit.
 pub fn alibi_slope(max_bias: f32, h: usize, n_head: usize) -> f32 {
     crate::cpu::ops::alibi_slope(max_bias, h, n_head)
+}
+
+/// Whether the CPU's flash attention, on a batch of 64 or more query rows
+/// (its tiled path), takes the one-chunk path instead because the tiles
+/// would compute mostly masked scores: the rule of the kernel itself, on
+/// an f16 mask of `n_q` rows of `row_len` little-endian values (`mask`,
+/// the first plane), of which the first `n_kv` are the keys. Tests use it
+/// to know which path, and so which tolerance, a case gets.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `n_kv > row_len` or `mask` holds fewer
+/// than `n_q` rows.
+pub fn attn_mask_too_sparse_for_tiles(
+    mask: &[u8],
+    row_len: usize,
+    n_q: usize,
+    n_kv: usize,
+) -> Result<bool> {
+    let need = row_len.checked_mul(n_q).and_then(|v| v.checked_mul(2));
+    if n_kv > row_len || need.is_none_or(|need| mask.len() < need) {
+        return Err(Error::InvalidArgument(format!(
+            "an f16 mask of {n_q} rows of {row_len} values for {n_kv} keys needs \
+             n_kv <= row_len and {n_q} x {row_len} x 2 bytes; got {} bytes",
+            mask.len()
+        )));
+    }
+    Ok(crate::cpu::ops::attn::sparse_mask_f16(
+        mask, row_len, n_q, n_kv,
+    ))
 }
 
 /// One key of flash attention's online softmax, as ggml's CPU kernel does

@@ -501,6 +501,39 @@ fn each_path_is_taken_under_ggml_conditions() {
     }
 }
 
+/// The kernel's rule as tests see it: a mask whose rows each see one key
+/// in 64 is too sparse for the tiles, a causal one is not, and a mask too
+/// short for its shape is an error, not a panic.
+#[test]
+fn the_sparse_mask_rule_is_exposed_without_panics() {
+    use strata::testkit::attn_mask_too_sparse_for_tiles as sparse;
+    let f16s = |v: &[f32]| -> Vec<u8> {
+        v.iter()
+            .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+            .collect()
+    };
+    let (n_q, n_kv) = (64, 256);
+    let sees = |f: &dyn Fn(usize, usize) -> bool| {
+        let v: Vec<f32> = (0..n_q * n_kv)
+            .map(|i| {
+                if f(i / n_kv, i % n_kv) {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+            .collect();
+        f16s(&v)
+    };
+    let one_in_64 = sees(&|i, j| j % 64 == i % 64);
+    let causal = sees(&|i, j| j <= i + n_kv - n_q);
+    assert!(sparse(&one_in_64, n_kv, n_q, n_kv).unwrap());
+    assert!(!sparse(&causal, n_kv, n_q, n_kv).unwrap());
+    assert!(sparse(&causal[..10], n_kv, n_q, n_kv).is_err());
+    assert!(sparse(&causal, n_kv, n_q, n_kv + 1).is_err());
+    assert!(sparse(&causal, usize::MAX, usize::MAX, 1).is_err());
+}
+
 /// A prompt batch of 16 sequences added position by position, as older
 /// llama-batched-bench added them, interleaves their cells: ggml's tiled path
 /// would compute every key tile for every query tile, 16 times the keys a

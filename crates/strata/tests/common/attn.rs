@@ -66,10 +66,8 @@ impl Case {
 
     /// [`Case::path`] given the inputs: where the tiled path would compute
     /// mostly masked scores the kernel takes the one-chunk path instead
-    /// (`sparse_for_tiles` in the attention kernel): 8 query rows of the
-    /// first mask plane, spread over the batch, the keys of the 64-key tiles
-    /// each row has a visible key in against the keys it sees, 8 times more
-    /// flips it. Only f16 masks are sampled.
+    /// (its own rule, [`strata::testkit::attn_mask_too_sparse_for_tiles`],
+    /// on the first mask plane; only f16 masks are judged).
     pub fn path_for(&self, inp: &Inputs) -> Path {
         let path = self.path();
         let Some((DType::F16, ne)) = self.mask else {
@@ -78,20 +76,14 @@ impl Case {
         if path != Path::Tiled || ne[0] < self.n_kv {
             return path;
         }
-        let samples = 8.min(self.n_q);
-        let (mut seen, mut tiles) = (0, 0);
-        for s in 0..samples {
-            let iq = s * self.n_q / samples;
-            let row = &inp.mask[iq * ne[0]..iq * ne[0] + self.n_kv];
-            for (t, tile) in row.chunks(64).enumerate() {
-                let vis = tile.iter().filter(|&&m| m != f32::NEG_INFINITY).count();
-                seen += vis;
-                if vis > 0 {
-                    tiles += (self.n_kv - t * 64).min(64);
-                }
-            }
-        }
-        if tiles > 8 * seen {
+        let plane: Vec<u8> = inp.mask[..ne[0] * self.n_q]
+            .iter()
+            .flat_map(|&m| half::f16::from_f32(m).to_le_bytes())
+            .collect();
+        let sparse =
+            strata::testkit::attn_mask_too_sparse_for_tiles(&plane, ne[0], self.n_q, self.n_kv)
+                .expect("a whole mask plane");
+        if sparse {
             Path::OneChunk
         } else {
             path

@@ -204,7 +204,7 @@ fn adaptive_pools_leave_out_threads_only_while_faster() {
 /// PROBE_MIN jobs (two seconds); and a prompt run on 1 thread does not
 /// keep the decoding steps after it there for PROBE_MIN jobs.
 #[test]
-fn fewer_threads_are_tried_again_by_time_and_per_kind() {
+fn fewer_threads_are_tried_again_after_enough_job_time() {
     let mut a = Adapt::new(2);
     drive(&mut a, 20, |_| (30_000, 0));
     // Contention for a few jobs: 2 threads wait for each other.

@@ -587,21 +587,30 @@ const SPARSE_WASTE: usize = 8;
 /// shape the models build); the answer depends on the mask alone, so every
 /// thread takes the same path.
 fn sparse_for_tiles<K: Kernels>(kn: K, p: &Params<'_>) -> bool {
-    const _: () = assert!(TILE_KV == 64, "one visibility word per key tile");
     let Some(m) = p.mask else { return false };
     if m.dtype != DType::F16 || !m.rows_contiguous() || m.ne[0] < p.n_kv {
         return false;
     }
-    let n_q = p.q.ne[1];
+    // SAFETY: the mask is a read-only source with contiguous rows; row
+    // iq < n_q <= mask.ne1 (checked when the op was built) of plane 0.
+    sparse_rows(kn, p.q.ne[1], p.n_kv, |iq| unsafe { m.row_bytes(iq, 0, 0) })
+}
+
+/// [`sparse_for_tiles`]'s rule over the f16 mask rows `row(iq)` (at least
+/// `n_kv` values each) of `n_q` query rows.
+fn sparse_rows<'m, K: Kernels>(
+    kn: K,
+    n_q: usize,
+    n_kv: usize,
+    row: impl Fn(usize) -> &'m [u8],
+) -> bool {
+    const _: () = assert!(TILE_KV == 64, "one visibility word per key tile");
     // visibility words of 4096 keys at a time (64-key aligned, as the tiles)
     let mut words = [0u64; 64];
     let (mut seen, mut tiles) = (0usize, 0usize);
     for s in 0..SPARSE_SAMPLES.min(n_q) {
         let iq = s * n_q / SPARSE_SAMPLES.min(n_q);
-        // SAFETY: the mask is a read-only source with contiguous rows; row
-        // iq < n_q <= mask.ne1 (checked when the op was built) of plane 0.
-        let row = unsafe { m.row_bytes(iq, 0, 0) };
-        for (wi, raw) in row[..2 * p.n_kv].chunks(2 * 64 * words.len()).enumerate() {
+        for (wi, raw) in row(iq)[..2 * n_kv].chunks(2 * 64 * words.len()).enumerate() {
             let words = &mut words[..(raw.len() / 2).div_ceil(64)];
             kn.vis_f16(raw, words);
             seen += words.iter().map(|w| w.count_ones() as usize).sum::<usize>();
@@ -609,11 +618,21 @@ fn sparse_for_tiles<K: Kernels>(kn: K, p: &Params<'_>) -> bool {
             let first = wi * 64 * 64;
             let live = words.iter().enumerate().filter(|(_, &w)| w != 0);
             tiles += live
-                .map(|(t, _)| (p.n_kv - first - t * 64).min(64))
+                .map(|(t, _)| (n_kv - first - t * 64).min(64))
                 .sum::<usize>();
         }
     }
     tiles > SPARSE_WASTE * seen
+}
+
+/// Whether a prompt batch with this f16 mask (`n_q` rows of `row_len`
+/// little-endian values, the first `n_kv` read) leaves the tiled path for
+/// the one-chunk path ([`sparse_for_tiles`]); the caller checked that the
+/// rows are there and `n_kv <= row_len`.
+#[cfg(feature = "testkit")]
+pub(crate) fn sparse_mask_f16(mask: &[u8], row_len: usize, n_q: usize, n_kv: usize) -> bool {
+    let bytes = 2 * row_len;
+    sparse_rows(Scalar, n_q, n_kv, |iq| &mask[iq * bytes..(iq + 1) * bytes])
 }
 
 /// Divides `acc[..dv]` by `s` (0 when `s` is 0) and stores it as the output
