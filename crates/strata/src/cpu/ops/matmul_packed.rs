@@ -29,13 +29,13 @@
 //! into thread scratch and go through that level's ordinary dot product,
 //! bit-identical to the unpacked path at the same level.
 
+use super::claim::{claim_units, CLAIM_BYTES};
 use super::{Ctx, NodePlan, WorkSize};
 use crate::backend::TensorLayout;
 use crate::quant::packed::{self, Kernels, Tile, ROWS};
 use crate::quant::simd::{quantize_row_fn_for, vec_dot_fn_for};
 use crate::quant::vec_dot_type;
 use crate::tensor::{DType, Tensor};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Most MUL_MATs [`forward_many`] runs as one (the CPU backend's steps hold
 /// at most this many).
@@ -65,13 +65,13 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
     let (row, bytes) = scratch_bytes(a.dtype, k);
     WorkSize {
         // Either layout of the activations (kernels or fallback), then the
-        // units' claim counter on its own cache line.
-        shared: counter_offset(a.dtype, k, cols) + 64,
+        // units' claim state.
+        shared: counter_offset(a.dtype, k, cols) + CLAIM_BYTES,
         per_thread: row + bytes,
     }
 }
 
-/// Where the claim counter of phase 2 sits in the shared work memory: after
+/// Where the claim state of phase 2 sits in the shared work memory: after
 /// the activations of `cols` columns, 64-byte aligned.
 fn counter_offset(a_dtype: DType, k: usize, cols: usize) -> usize {
     (cols * packed::act_bytes(a_dtype, k).max(vec_dot_type(a_dtype).row_size(k)))
@@ -178,11 +178,6 @@ pub(super) fn forward_many(nodes: &[&NodePlan], ctx: &Ctx<'_>) {
             quantize(&row[..k], out);
         }
     }
-    // SAFETY: the counter's line is inside the shared work memory
-    // (work_size reserves it), 8-aligned (the work memory is u64 words and
-    // the offset a multiple of 64), used only as this node's counter.
-    let counter = unsafe { claim_counter(shared.add(counter_offset(a.dtype, k, n_cols)), ctx) };
-
     // Phase 2: units of one group × a block of columns of one plane, the
     // nodes' units one after another.
     let n_plane = b.ne[1];
@@ -205,8 +200,13 @@ pub(super) fn forward_many(nodes: &[&NodePlan], ctx: &Ctx<'_>) {
     let blocks = n_plane.div_ceil(width);
     let per_node = |n: &NodePlan| planes * blocks * groups_of(n);
     let units: usize = nodes.iter().map(|n| per_node(n)).sum();
+    // SAFETY: the claim state's CLAIM_BYTES are inside the shared work
+    // memory (work_size reserves them), 8-aligned (the work memory is u64
+    // words and the offset a multiple of 64), used only as this node's
+    // claim state. The call is the barrier after phase 1.
+    let claims = unsafe { claim_units(shared.add(counter_offset(a.dtype, k, n_cols)), units, ctx) };
     let mut tmp = [[0f32; ROWS]; Kernels::NR];
-    for mut u in claims(counter, units, ctx) {
+    for mut u in claims.units() {
         // The node whose units hold u, and u among them.
         let mut i = 0;
         while u >= per_node(nodes[i]) {
@@ -276,49 +276,6 @@ pub(super) fn forward_many(nodes: &[&NodePlan], ctx: &Ctx<'_>) {
             c += nr;
         }
     }
-}
-
-/// The claim counter at `at` for the node's phase that follows: thread 0
-/// sets it past the first chunks (each thread's first is its index), then
-/// every thread meets at the barrier that ends the previous phase.
-///
-/// # Safety
-/// `at` is 8 bytes of the node's shared work memory, 8-aligned, used only
-/// as this counter by this node's threads (the barrier after every node
-/// keeps the previous node's claims from reaching it).
-pub(super) unsafe fn claim_counter<'a>(at: *mut u8, ctx: &Ctx<'_>) -> &'a AtomicUsize {
-    // SAFETY: the caller's contract.
-    let counter = unsafe { &*at.cast::<AtomicUsize>().cast_const() };
-    if ctx.w.ith == 0 {
-        counter.store(ctx.w.nth.max(1), Ordering::Relaxed);
-    }
-    ctx.w.barrier();
-    counter
-}
-
-/// This thread's units of `0..units`, claimed in chunks, each thread's first
-/// by its index, the rest from `counter` (as ggml's mul_mat does): a thread
-/// that is slowed (another process on its core, a slower core) takes fewer
-/// chunks instead of holding the others at the barrier. Over the node's
-/// threads every unit comes once; a unit's result must not depend on which
-/// thread computes it.
-pub(super) fn claims<'a>(
-    counter: &'a AtomicUsize,
-    units: usize,
-    ctx: &Ctx<'_>,
-) -> impl Iterator<Item = usize> + 'a {
-    let step = (units / (8 * ctx.w.nth.max(1))).max(1);
-    let n_chunks = units.div_ceil(step);
-    let mut chunk = ctx.w.ith;
-    std::iter::from_fn(move || {
-        if chunk >= n_chunks {
-            return None;
-        }
-        let claimed = chunk * step..((chunk + 1) * step).min(units);
-        chunk = counter.fetch_add(1, Ordering::Relaxed);
-        Some(claimed)
-    })
-    .flatten()
 }
 
 /// Width of the column blocks: as many columns as keep `act_bytes` of

@@ -7,6 +7,7 @@
 //! storing the destination row (rows are loaded into per-thread scratch).
 
 pub(crate) mod attn;
+mod claim;
 mod copy;
 mod elementwise;
 mod matmul;

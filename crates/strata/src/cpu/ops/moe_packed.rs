@@ -9,7 +9,7 @@
 //!    several slots is prepared once per slot), so each expert's columns
 //!    are consecutive in the shared work memory; one barrier;
 //! 3. units of (expert, block of its columns, 16-row group), claimed in
-//!    chunks from a shared counter as MUL_MAT's packed path claims them:
+//!    chunks ([`super::claim`]) as MUL_MAT's packed path claims them:
 //!    each unit runs the tile kernel over up to [`Kernels::NR`] columns at
 //!    a time and scatters the 16 outputs per column to `dst[:, slot, token]`.
 //!
@@ -17,7 +17,7 @@
 //! kernels, whatever the tile width), so results do not depend on the
 //! thread count and equal a packed MUL_MAT of the same expert bit for bit.
 
-use super::matmul_packed::{claim_counter, claims};
+use super::claim::{claim_units, CLAIM_BYTES};
 use super::moe::{grouped, up64};
 use super::{Ctx, NodePlan};
 use crate::cpu::TView;
@@ -29,10 +29,10 @@ const BLOCK_N: usize = 64;
 
 /// Bytes of shared work memory this path needs for `a` [K, M, n_exp] and
 /// `n_pairs` (slot, token) pairs: the grouping words, the prepared columns,
-/// the claim counter.
+/// the claim state.
 pub(super) fn shared_size(a: &TView, n_pairs: usize) -> usize {
     let col = packed::act_bytes(a.dtype, a.ne[0]);
-    counter_offset(a, n_pairs, col).saturating_add(64)
+    counter_offset(a, n_pairs, col).saturating_add(CLAIM_BYTES)
 }
 
 /// Where the prepared columns start: after the grouping words.
@@ -44,7 +44,7 @@ fn cols_offset(n_exp: usize, n_pairs: usize) -> usize {
     )
 }
 
-/// Where the claim counter sits: after the prepared columns.
+/// Where the claim state sits: after the prepared columns.
 fn counter_offset(a: &TView, n_pairs: usize, col: usize) -> usize {
     cols_offset(a.ne[2], n_pairs).saturating_add(up64(n_pairs.saturating_mul(col)))
 }
@@ -92,9 +92,6 @@ pub(super) fn mul_mat_id(node: &NodePlan, ctx: &Ctx<'_>) {
         // thread only, before the barrier.
         unsafe { (kern.quantize)(x, nb, cols.add(p * col)) };
     }
-    // SAFETY: the counter's line is inside the shared work memory
-    // (shared_size), 8-aligned, used only as this node's counter.
-    let counter = unsafe { claim_counter(shared.add(counter_offset(a, n_pairs, col)), ctx) };
 
     // Phase 3: units (expert, column block, group), groups fastest.
     let groups = m / ROWS;
@@ -103,7 +100,11 @@ pub(super) fn mul_mat_id(node: &NodePlan, ctx: &Ctx<'_>) {
     let mut tmp = [[0f32; ROWS]; Kernels::NR];
     let mut wtmp = [[0f32; ROWS]; BLOCK_N];
     let (mut e, mut first) = (0, 0);
-    for u in claims(counter, units, ctx) {
+    // SAFETY: the claim state's CLAIM_BYTES are inside the shared work
+    // memory (shared_size), 8-aligned, used only as this node's claim
+    // state. The call is the barrier after phase 2.
+    let claims = unsafe { claim_units(shared.add(counter_offset(a, n_pairs, col)), units, ctx) };
+    for u in claims.units() {
         // Units only grow within a thread's chunk, but a later chunk may
         // come before: find the expert from the start when needed.
         if u < first {

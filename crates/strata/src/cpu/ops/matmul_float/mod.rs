@@ -50,7 +50,8 @@
 //! eight rows at the end; threads split the row groups and each converts
 //! the activation rows it needs itself (no barrier).
 
-use super::{matmul_packed, Ctx, NodePlan, WorkSize};
+use super::claim::{claim_units, CLAIM_BYTES};
+use super::{Ctx, NodePlan, WorkSize};
 use crate::cpu::vector;
 use crate::cpu::TView;
 use crate::isa::Isa;
@@ -62,7 +63,7 @@ pub(crate) const KC_MAX: usize = 256;
 const MC: usize = 256;
 /// The largest NR of any level (sizes the shared work buffer).
 const NR_MAX: usize = 12;
-/// Row panels per unit the GEMM's threads claim from the shared counter.
+/// Row panels per unit the GEMM's threads claim ([`super::claim`]).
 const CLAIM_PANELS: usize = 4;
 /// Rows per GEMV step.
 const GEMV_ROWS: usize = 8;
@@ -156,10 +157,10 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
     let (a, b) = (node.src(0), node.src(1));
     let (k, n) = (a.ne[0], b.ne[1]);
     let planes = b.ne[2] * b.ne[3];
-    // the GEMM's: the b panels, then the claim counter (64 bytes); a
+    // the GEMM's: the b panels, then the claim state (CLAIM_BYTES); a
     // batch-invariant backend runs one column through it too
     let gemm = WorkSize {
-        shared: (planes * n.div_ceil(NR_MAX) * NR_MAX * k).next_multiple_of(16) * 4 + 64,
+        shared: (planes * n.div_ceil(NR_MAX) * NR_MAX * k).next_multiple_of(16) * 4 + CLAIM_BYTES,
         per_thread: (MC * KC_MAX + KC_MAX + k) * 4,
     };
     let ours = if n == 1 {
@@ -290,17 +291,8 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: &Kernels) {
             }
         }
     }
-    // SAFETY: the counter's 64 bytes follow the panels in the shared
-    // buffer (work_size), 8-byte aligned (panel_len is a multiple of 2 f32
-    // for every level's nr); it is only accessed through this atomic. The
-    // call is the barrier after the panels.
-    let counter = unsafe {
-        let at = bpack.add((planes * npan * panel_len).next_multiple_of(16));
-        matmul_packed::claim_counter(at.cast::<u8>(), ctx)
-    };
-
     // 2. Items (plane, column chunk, row panel), row panels fastest, claimed
-    // in units of CLAIM_PANELS from the counter (a thread slowed by another
+    // in units of CLAIM_PANELS ([`super::claim`]: a thread slowed by another
     // process takes fewer); a tile's result does not depend on the thread.
     let nth = ctx.w.nth.max(1);
     let m_panels = m.div_ceil(mr);
@@ -313,7 +305,15 @@ fn gemm(node: &NodePlan, ctx: &Ctx<'_>, g: &Kernels) {
     let per_plane = n_chunks * m_panels;
     let n_items = planes * per_plane;
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
-    for unit in matmul_packed::claims(counter, n_items.div_ceil(CLAIM_PANELS), ctx) {
+    // SAFETY: the claim state's CLAIM_BYTES follow the panels in the shared
+    // buffer (work_size), 8-byte aligned (panel_len is a multiple of 2 f32
+    // for every level's nr); only accessed as this node's claim state. The
+    // call is the barrier after the panels.
+    let claims = unsafe {
+        let at = bpack.add((planes * npan * panel_len).next_multiple_of(16));
+        claim_units(at.cast::<u8>(), n_items.div_ceil(CLAIM_PANELS), ctx)
+    };
+    for unit in claims.units() {
         let items = unit * CLAIM_PANELS..(n_items).min((unit + 1) * CLAIM_PANELS);
         let mut it = items.start;
         while it < items.end {
