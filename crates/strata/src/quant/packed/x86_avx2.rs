@@ -214,6 +214,7 @@ macro_rules! level {
                 let ones = _mm256_set1_epi16(1);
                 let mut acc = [_mm256_setzero_ps(); N];
                 let mut accm = [_mm256_setzero_ps(); N];
+                let split_min = has_min(T) && N >= 3;
                 // The sign trick's eight dword groups per block: for three
                 // or more columns as a count the compiler cannot see, so it
                 // keeps the loop. Unrolled, it scheduled several groups'
@@ -303,7 +304,7 @@ macro_rules! level {
                             }
                         }
                     }
-                    let mw = if has_min(T) {
+                    let mw = if has_min(T) && !split_min {
                         // SAFETY: the 8 f16 minimums of half h follow the scales.
                         _mm256_cvtph_ps(unsafe { _mm_loadu_si128(c.add(32 + 16 * h).cast()) })
                     } else {
@@ -314,9 +315,31 @@ macro_rules! level {
                     {
                         let da = _mm256_set1_ps(f32::from_bits(word(i, 8) as u32));
                         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, da), *acc);
-                        if has_min(T) {
+                        if has_min(T) && !split_min {
                             let sa = _mm256_set1_ps(f32::from_bits(word(i, 9) as u32));
                             *accm = _mm256_fmadd_ps(mw, sa, *accm);
+                        }
+                    }
+                }
+                if split_min {
+                    // The minimum terms `acc_m = fma(m_w, s_a, acc_m)` in
+                    // block order, in a loop of their own for three or more
+                    // columns: kept beside the sums, their N registers made
+                    // the 4-column pass spill (10 stack moves per block;
+                    // 4-6 % of a 16-column Q4_1 product). The same FMAs in
+                    // the same order, so the same bits.
+                    for b in 0..t.nb {
+                        // SAFETY: chunk b < nb (contract); the 8 f16
+                        // minimums of half h follow the scales; block b of
+                        // column i < N holds its Q8_1 sum `s` as word 9.
+                        unsafe {
+                            let (c, _) = t.chunk::<T>(b);
+                            let mw = _mm256_cvtph_ps(_mm_loadu_si128(c.add(32 + 16 * h).cast()));
+                            for (i, accm) in accm.iter_mut().enumerate() {
+                                let w9 = t.act(i, b).add(36).cast::<i32>().read_unaligned();
+                                let sa = _mm256_set1_ps(f32::from_bits(w9 as u32));
+                                *accm = _mm256_fmadd_ps(mw, sa, *accm);
+                            }
                         }
                     }
                 }
