@@ -632,6 +632,42 @@ fn packed_every_tile_width_matches_single_columns() {
     }
 }
 
+/// Many columns of the 32-wide types (the AVX2 many-column kernels of
+/// Q5_0, Q5_1 and IQ4_NL: segments of 8 blocks with a rest, steps of 64
+/// columns with a rest of 16, plus the tiles' rest) give, column by
+/// column, the bits of that column alone, at every level.
+#[test]
+fn packed_many_columns_match_single_columns() {
+    let mut rng = Rng::new(47);
+    for t in W32 {
+        for (k, n) in [(288usize, 16usize), (576, 83)] {
+            let m = 16;
+            let w = weights(&mut rng, t, k, m, true);
+            let bv = rng.vec(k * n, -2.0, 1.5);
+            let single = MatCase {
+                t,
+                k,
+                m,
+                n: 1,
+                a23: [1, 1],
+                b23: [1, 1],
+                transposed: false,
+            };
+            for isa in levels() {
+                let got = run_mul_mat(&MatCase { n, ..single }, &w, &bv, isa, 2, false);
+                for j in 0..n {
+                    let alone = run_mul_mat(&single, &w, &bv[j * k..(j + 1) * k], isa, 1, false);
+                    assert_eq!(
+                        bits(&got[j * m..(j + 1) * m]),
+                        bits(&alone),
+                        "{isa} {t} k={k} n={n} column {j}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------- buffer
 
 #[test]

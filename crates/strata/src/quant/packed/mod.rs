@@ -116,6 +116,8 @@ mod x86_avx2_k23;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2_kw;
 #[cfg(target_arch = "x86_64")]
+mod x86_avx2_lw;
+#[cfg(target_arch = "x86_64")]
 mod x86_k;
 #[cfg(target_arch = "x86_64")]
 mod x86_kshared;

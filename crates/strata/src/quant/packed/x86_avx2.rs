@@ -62,10 +62,10 @@ use crate::tensor::DType;
 use std::arch::x86_64::*;
 
 /// Columns per pass over a half group.
-const PASS: usize = 4;
+pub(super) const PASS: usize = 4;
 
 /// How far ahead (bytes) the first half of a legacy group prefetches.
-const PF_BYTES: usize = 2048;
+pub(super) const PF_BYTES: usize = 2048;
 
 /// Asks for the cache lines `dist` bytes past chunk `b` (of `cs` bytes) of
 /// the weights at `w`: one prefetch per 64 bytes the chunk covers. The first
@@ -117,7 +117,7 @@ fn fifth_bits(m: u32) -> __m256i {
 /// `c` points at a whole chunk of type `T`; `qh`, `qs` are its offsets.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn group<const T: u8, const U: bool>(
+pub(super) unsafe fn group<const T: u8, const U: bool>(
     c: *const u8,
     qh: usize,
     qs: usize,
@@ -211,10 +211,61 @@ macro_rules! level {
                     // SAFETY: the contract, forwarded (a K-quant group).
                     return unsafe { super::super::x86_avx2_k::half::<T, N>(t, h) };
                 }
-                let ones = _mm256_set1_epi16(1);
                 let mut acc = [_mm256_setzero_ps(); N];
                 let mut accm = [_mm256_setzero_ps(); N];
+                // SAFETY: the contract, forwarded (all nb blocks).
+                unsafe {
+                    span::<T, N, V, false>(t, h, (0, t.nb), std::ptr::null(), &mut acc, &mut accm)
+                };
+                if has_min(T) {
+                    for (acc, accm) in acc.iter_mut().zip(accm) {
+                        *acc = _mm256_add_ps(*acc, accm);
+                    }
+                }
+                for (i, acc) in acc.iter().enumerate() {
+                    // SAFETY: rows 8h .. 8h + 8 of column i are writable (contract).
+                    unsafe { _mm256_storeu_ps(t.out(i).add(32 * h).cast(), *acc) };
+                }
+            }
+
+            /// Blocks `b0 .. b1` of columns `0 .. N` of half `h` of one
+            /// legacy-type group, in block order: each block's term added
+            /// to `acc` (`fma(f32(s), d_w · d_a, acc)`) and, for the types
+            /// with a minimum, `fma(m_w, s_a, accm)` to `accm`. With `DEC`
+            /// the quant registers come decoded from `dec` (dword group `j`
+            /// of block `b` at `dec[8 (b − b0) + j]`, as [`group`] gives
+            /// them), else from the chunks.
+            ///
+            /// # Safety
+            /// As [`TileFn`] for blocks `b0 .. b1 ≤ nb`; with `DEC`, `dec`
+            /// holds those blocks' groups; the CPU supports the features.
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in super::super) unsafe fn span<
+                const T: u8,
+                const N: usize,
+                const V: bool,
+                const DEC: bool,
+            >(
+                t: Tile,
+                h: usize,
+                (b0, b1): (usize, usize),
+                dec: *const __m256i,
+                acc: &mut [__m256; N],
+                accm: &mut [__m256; N],
+            ) {
+                let ones = _mm256_set1_epi16(1);
                 let split_min = has_min(T) && N >= 3;
+                // Dword group j of block b: decoded here, or from `dec`.
+                // SAFETY (both): chunk b < nb is in bounds (contract); with
+                // DEC its groups are in `dec` (contract).
+                let quant = |c: *const u8, qh: usize, qs: usize, b: usize, j: usize| unsafe {
+                    if DEC {
+                        _mm256_load_si256(dec.add(8 * (b - b0) + j))
+                    } else {
+                        group::<T, V>(c, qh, qs, h, j)
+                    }
+                };
                 // The sign trick's eight dword groups per block: for three
                 // or more columns as a count the compiler cannot see, so it
                 // keeps the loop. Unrolled, it scheduled several groups'
@@ -226,8 +277,8 @@ macro_rules! level {
                 } else {
                     8
                 };
-                for b in 0..t.nb {
-                    if h == 0 {
+                for b in b0..b1 {
+                    if h == 0 && !DEC {
                         prefetch_ahead(t.w, b, chunk_size(T), PF_BYTES);
                     }
                     // SAFETY: chunk b < nb (contract).
@@ -253,8 +304,7 @@ macro_rules! level {
                         // block (the latency of the dependent `vpdpbusd`s).
                         let mut s1 = [_mm256_setzero_si256(); N];
                         for j in 0..8 {
-                            // SAFETY: the whole chunk is in bounds.
-                            let q = unsafe { group::<T, true>(c, qh, qs, h, j) };
+                            let q = quant(c, qh, qs, b, j);
                             for (i, (s, s1)) in s.iter_mut().zip(s1.iter_mut()).enumerate() {
                                 let y = _mm256_set1_epi32(word(i, j));
                                 if N <= 2 && j % 2 == 1 {
@@ -271,8 +321,7 @@ macro_rules! level {
                         }
                     } else if T == Q8_0 || T == IQ4_NL {
                         for j in 0..groups {
-                            // SAFETY: the whole chunk is in bounds.
-                            let q = unsafe { group::<T, false>(c, qh, qs, h, j) };
+                            let q = quant(c, qh, qs, b, j);
                             let qa = _mm256_abs_epi8(q);
                             for (i, s) in s.iter_mut().enumerate() {
                                 let y = _mm256_sign_epi8(_mm256_set1_epi32(word(i, j)), q);
@@ -287,8 +336,7 @@ macro_rules! level {
                         for j0 in (0..8).step_by(span) {
                             let mut s16 = [_mm256_setzero_si256(); N];
                             for j in j0..j0 + span {
-                                // SAFETY: the whole chunk is in bounds.
-                                let q = unsafe { group::<T, false>(c, qh, qs, h, j) };
+                                let q = quant(c, qh, qs, b, j);
                                 for (i, s16) in s16.iter_mut().enumerate() {
                                     let p = _mm256_maddubs_epi16(q, _mm256_set1_epi32(word(i, j)));
                                     *s16 = _mm256_add_epi16(*s16, p);
@@ -328,7 +376,7 @@ macro_rules! level {
                     // the 4-column pass spill (10 stack moves per block;
                     // 4-6 % of a 16-column Q4_1 product). The same FMAs in
                     // the same order, so the same bits.
-                    for b in 0..t.nb {
+                    for b in b0..b1 {
                         // SAFETY: chunk b < nb (contract); the 8 f16
                         // minimums of half h follow the scales; block b of
                         // column i < N holds its Q8_1 sum `s` as word 9.
@@ -342,15 +390,6 @@ macro_rules! level {
                             }
                         }
                     }
-                }
-                if has_min(T) {
-                    for (acc, accm) in acc.iter_mut().zip(accm) {
-                        *acc = _mm256_add_ps(*acc, accm);
-                    }
-                }
-                for (i, acc) in acc.iter().enumerate() {
-                    // SAFETY: rows 8h .. 8h + 8 of column i are writable (contract).
-                    unsafe { _mm256_storeu_ps(t.out(i).add(32 * h).cast(), *acc) };
                 }
             }
 
@@ -426,7 +465,7 @@ pub(super) fn avx2_table() -> Table {
         avx2::kernels(t)
             .or_else(|| super::x86_avx2_k::kernels(t))
             .map(|k| Kernels {
-                wide: super::x86_avx2_kw::wide_for(t),
+                wide: super::x86_avx2_kw::wide_for(t).or_else(|| super::x86_avx2_lw::wide_for(t)),
                 ..k
             })
     })
