@@ -199,6 +199,27 @@ fn adaptive_pools_leave_out_threads_only_while_faster() {
     assert_eq!(a.active, 2);
 }
 
+/// A one-job try of 1 thread, then one slow job (another process for a
+/// moment) on the first job back at 2 threads: the 2-thread mean measured
+/// just before is kept, so the pool stays at 2 instead of going back to
+/// 1 thread until the next try (as measured on a 4-sequence decode: 50
+/// jobs on one thread).
+#[test]
+fn one_slow_job_after_a_return_keeps_all_threads() {
+    let mut a = Adapt::new(2);
+    drive(&mut a, 70, |_| (4300, 0));
+    // A long wait in a slower job: one try of 1 thread (slower).
+    a.record(5_700_000, 500, 1);
+    assert_eq!(a.active, 1);
+    a.record(8_000_000, 500, 0);
+    assert_eq!(a.active, 2);
+    // The first job back: slow, without a long wait.
+    a.record(11_000_000, 500, 0);
+    let ks = drive(&mut a, 60, |k| if k == 2 { (4300, 0) } else { (8000, 0) });
+    assert!(ks.iter().filter(|&&k| k == 1).count() <= 1, "{ks:?}");
+    assert_eq!(a.active, 2);
+}
+
 /// Long jobs (a batch of 32 decodes, 30 ms each) after a moment of
 /// contention: back on 2 threads after PROBE_NS_MIN of job time, not after
 /// PROBE_MIN jobs (two seconds); and a prompt run on 1 thread does not
