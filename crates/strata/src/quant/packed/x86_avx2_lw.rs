@@ -23,15 +23,12 @@ const WIDE_COLS: usize = 64;
 struct Decoded([__m256i; 8 * SEG]);
 
 /// Any multiple of [`super::Kernels::WIDE`] columns of one legacy-type
-/// group (the [`super::WideFn`] contract): per half and
-/// segment of [`SEG`] blocks the quant registers are decoded
-/// once into scratch, then every pass of columns runs
-/// [`avx2::span`] over the copy, its sums carried from segment to
-/// segment in the outputs (and, for the minimum terms, on the
-/// stack): per column the same operations in the same order as
-/// [`super::x86_avx2::tile`], so the same bits. The tiles decode every group
-/// again for each pass of four columns, a third of a 16-column
-/// Q5_0 product's instructions.
+/// group (the [`super::WideFn`] contract): per half and segment of [`SEG`]
+/// blocks the quant registers are decoded once into scratch, then every
+/// pass of columns runs [`avx2::span`] over the copy, its sums carried from
+/// segment to segment in the outputs (and, for the minimum terms, on the
+/// stack): per column the same operations in the same order as the tiles
+/// (`x86_avx2::tile`), so the same bits.
 ///
 /// # Safety
 /// As [`super::WideFn`]; the CPU supports the features.
@@ -87,9 +84,9 @@ pub(super) unsafe fn wide<const T: u8>(t: Tile, n: usize) {
     }
 }
 
-/// One pass of [`wide`]: columns `0 .. N` of `t`, blocks
-/// `b0 .. b1` of half `h` from `dec`, their sums loaded from the
-/// outputs (zero at block 0) and `accm`, and stored back.
+/// One pass of [`wide`]: columns `0 .. N` of `t`, blocks `b0 .. b1` of half
+/// `h` from `dec`, their sums loaded from the outputs (zero at block 0) and
+/// `accm`, and stored back.
 ///
 /// # Safety
 /// As [`avx2::span`] with `DEC`; `accm` has N entries.
@@ -102,8 +99,8 @@ unsafe fn wide_pass<const T: u8, const N: usize>(
     dec: &Decoded,
     accm: &mut [__m256],
 ) {
-    // SAFETY: rows 8h .. 8h + 8 of each column are writable
-    // (contract); from block 1 on they hold the column's sum.
+    // SAFETY: rows 8h .. 8h + 8 of each column are writable (contract);
+    // from block 1 on they hold the column's sum.
     let out = |i: usize| unsafe { t.out(i).add(32 * h).cast::<f32>() };
     let mut acc: [__m256; N] = std::array::from_fn(|i| {
         if b0 == 0 {
