@@ -224,6 +224,22 @@ struct MatCase {
     transposed: bool,
 }
 
+impl MatCase {
+    /// `w` [k, m] of type `t` times `b` [k, n], neither broadcast nor
+    /// transposed.
+    fn plain(t: DType, k: usize, m: usize, n: usize) -> MatCase {
+        MatCase {
+            t,
+            k,
+            m,
+            n,
+            a23: [1, 1],
+            b23: [1, 1],
+            transposed: false,
+        }
+    }
+}
+
 /// Runs `mul_mat(w, b)` with `w` packed (and, when `plain`, unpacked) at
 /// level `isa` with `nth` threads; `bv` are b's values in logical order.
 fn run_mul_mat(c: &MatCase, w: &[u8], bv: &[f32], isa: Isa, nth: usize, plain: bool) -> Vec<f32> {
@@ -483,15 +499,7 @@ fn packed_k_extreme_quants_stay_exact() {
         // Every tile width 1..=8, a wider n, and the AMX level's steps of
         // 16 columns (with a rest).
         for n in [1, 2, 3, 4, 5, 6, 7, 8, 11, 16, 35] {
-            let c = MatCase {
-                t,
-                k,
-                m,
-                n,
-                a23: [1, 1],
-                b23: [1, 1],
-                transposed: false,
-            };
+            let c = MatCase::plain(t, k, m, n);
             let bv: Vec<f32> = (0..k * n).map(|i| [1.0, -0.5][i / k % 2]).collect();
             let (want, _) = reference(&c, &w, &bv);
             for isa in levels() {
@@ -528,15 +536,7 @@ fn packed_integer_sums_are_exact_on_every_level() {
                     -127.0
                 };
             }
-            let c = MatCase {
-                t,
-                k,
-                m,
-                n,
-                a23: [1, 1],
-                b23: [1, 1],
-                transposed: false,
-            };
+            let c = MatCase::plain(t, k, m, n);
             let (want, _) = reference(&c, &w, &bv);
             for v in &want {
                 assert_eq!(*v, v.round(), "{t}: integer reference");
@@ -557,15 +557,7 @@ fn packed_results_do_not_depend_on_threads_or_tile_width() {
             let k = k_for(t, k);
             let w = weights(&mut rng, t, k, m, false);
             let bv = rng.vec(k * n, -1.0, 1.0);
-            let c = MatCase {
-                t,
-                k,
-                m,
-                n,
-                a23: [1, 1],
-                b23: [1, 1],
-                transposed: false,
-            };
+            let c = MatCase::plain(t, k, m, n);
             for isa in levels() {
                 let one = run_mul_mat(&c, &w, &bv, isa, 1, false);
                 for nth in [2, 3] {
@@ -607,15 +599,7 @@ fn packed_every_tile_width_matches_single_columns() {
                     _ => rng.vec(k, -2.0, 1.5),
                 })
                 .collect();
-            let single = MatCase {
-                t,
-                k,
-                m,
-                n: 1,
-                a23: [1, 1],
-                b23: [1, 1],
-                transposed: false,
-            };
+            let single = MatCase::plain(t, k, m, 1);
             for isa in levels() {
                 let alone: Vec<f32> = cols
                     .iter()
@@ -644,15 +628,7 @@ fn packed_many_columns_match_single_columns() {
             let m = 16;
             let w = weights(&mut rng, t, k, m, true);
             let bv = rng.vec(k * n, -2.0, 1.5);
-            let single = MatCase {
-                t,
-                k,
-                m,
-                n: 1,
-                a23: [1, 1],
-                b23: [1, 1],
-                transposed: false,
-            };
+            let single = MatCase::plain(t, k, m, 1);
             for isa in levels() {
                 let got = run_mul_mat(&MatCase { n, ..single }, &w, &bv, isa, 2, false);
                 for j in 0..n {

@@ -197,6 +197,32 @@ mod tests {
         }
     }
 
+    /// The units each of `nth` pool threads takes of `units`, thread 0
+    /// sleeping `late_ms` first (a descheduled thread).
+    fn claimed(pool: &ThreadPool, nth: usize, units: usize, late_ms: u64) -> Vec<Vec<usize>> {
+        let mut mem = vec![0u64; CLAIM_BYTES / 8];
+        let at = mem.as_mut_ptr() as usize;
+        let got = Mutex::new(vec![Vec::new(); nth]);
+        pool.run(&|w| {
+            let ctx = Ctx::new(
+                w,
+                at as *mut u8,
+                WorkSize::default(),
+                crate::isa::Isa::Scalar,
+            );
+            // SAFETY: CLAIM_BYTES of 8-aligned memory, used only as this
+            // claim state during the job.
+            let claims = unsafe { claim_units(at as *mut u8, units, &ctx) };
+            if w.ith == 0 && late_ms > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(late_ms));
+            }
+            let mine: Vec<usize> = claims.units().collect();
+            got.lock().unwrap_or_else(|e| e.into_inner())[w.ith] = mine;
+        });
+        drop(mem);
+        got.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Threads running at once, one of them late (its range stolen): every
     /// unit still comes exactly once.
     #[test]
@@ -204,35 +230,13 @@ mod tests {
         for nth in [2, 3, 40] {
             let pool = ThreadPool::new(nth);
             for units in [1, 16, 37, 1000] {
-                for slow in [false, true] {
-                    let mut mem = vec![0u64; CLAIM_BYTES / 8];
-                    let at = mem.as_mut_ptr() as usize;
-                    let seen = Mutex::new(vec![0u32; units]);
-                    pool.run(&|w| {
-                        let ctx = Ctx::new(
-                            w,
-                            at as *mut u8,
-                            WorkSize::default(),
-                            crate::isa::Isa::Scalar,
-                        );
-                        // SAFETY: CLAIM_BYTES of 8-aligned memory, used only
-                        // as this claim state during the job.
-                        let claims = unsafe { claim_units(at as *mut u8, units, &ctx) };
-                        if slow && w.ith == 0 {
-                            std::thread::sleep(std::time::Duration::from_millis(3));
-                        }
-                        let mine: Vec<usize> = claims.units().collect();
-                        let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-                        for u in mine {
-                            seen[u] += 1;
-                        }
-                    });
-                    let seen = seen.into_inner().unwrap_or_else(|e| e.into_inner());
-                    assert!(
-                        seen.iter().all(|&c| c == 1),
-                        "{nth} {units} {slow}: {seen:?}"
-                    );
-                    drop(mem);
+                for late_ms in [0, 3] {
+                    let mut seen = vec![0u32; units];
+                    for u in claimed(&pool, nth, units, late_ms).concat() {
+                        seen[u] += 1;
+                    }
+                    let once = seen.iter().all(|&c| c == 1);
+                    assert!(once, "{nth} {units} {late_ms}: {seen:?}");
                 }
             }
         }
@@ -242,29 +246,9 @@ mod tests {
     /// other thread computes every unit.
     #[test]
     fn a_late_threads_range_is_stolen() {
-        let pool = ThreadPool::new(2);
         let units = 64;
-        let mut mem = vec![0u64; CLAIM_BYTES / 8];
-        let at = mem.as_mut_ptr() as usize;
-        let counts = Mutex::new([0usize; 2]);
-        pool.run(&|w| {
-            let ctx = Ctx::new(
-                w,
-                at as *mut u8,
-                WorkSize::default(),
-                crate::isa::Isa::Scalar,
-            );
-            // SAFETY: as above.
-            let claims = unsafe { claim_units(at as *mut u8, units, &ctx) };
-            if w.ith == 0 {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            let n = claims.units().count();
-            counts.lock().unwrap_or_else(|e| e.into_inner())[w.ith] = n;
-        });
-        let c = counts.into_inner().unwrap_or_else(|e| e.into_inner());
-        assert_eq!(c[0] + c[1], units);
-        assert!(c[1] > units / 2, "the awake thread took only {c:?}");
-        drop(mem);
+        let c = claimed(&ThreadPool::new(2), 2, units, 50);
+        assert_eq!(c[0].len() + c[1].len(), units);
+        assert!(c[1].len() > units / 2, "the awake thread took only {c:?}");
     }
 }
