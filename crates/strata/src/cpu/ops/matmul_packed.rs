@@ -66,14 +66,14 @@ pub(super) fn work_size(node: &NodePlan) -> WorkSize {
     WorkSize {
         // Either layout of the activations (kernels or fallback), then the
         // units' claim state.
-        shared: counter_offset(a.dtype, k, cols) + CLAIM_BYTES,
+        shared: claim_offset(a.dtype, k, cols) + CLAIM_BYTES,
         per_thread: row + bytes,
     }
 }
 
 /// Where the claim state of phase 2 sits in the shared work memory: after
 /// the activations of `cols` columns, 64-byte aligned.
-fn counter_offset(a_dtype: DType, k: usize, cols: usize) -> usize {
+fn claim_offset(a_dtype: DType, k: usize, cols: usize) -> usize {
     (cols * packed::act_bytes(a_dtype, k).max(vec_dot_type(a_dtype).row_size(k)))
         .next_multiple_of(64)
 }
@@ -96,7 +96,7 @@ pub(crate) fn same_activations(a: DType, b: DType) -> bool {
 /// Several packed MUL_MATs over the same activations (`src1`, one view; the
 /// weights' types [`same_activations`]; none reads another's output): the
 /// activations are prepared once, then the units of every node are claimed
-/// from one counter, so the nodes share one preparation and one barrier
+/// together ([`super::claim`]), so the nodes share one preparation and one barrier
 /// and their units balance across threads together (a decode's Q, K and V,
 /// or gate and up). Every output is computed by the same arithmetic as
 /// [`forward`] of its node alone, so the results are bit-identical.
@@ -204,7 +204,7 @@ pub(super) fn forward_many(nodes: &[&NodePlan], ctx: &Ctx<'_>) {
     // memory (work_size reserves them), 8-aligned (the work memory is u64
     // words and the offset a multiple of 64), used only as this node's
     // claim state. The call is the barrier after phase 1.
-    let claims = unsafe { claim_units(shared.add(counter_offset(a.dtype, k, n_cols)), units, ctx) };
+    let claims = unsafe { claim_units(shared.add(claim_offset(a.dtype, k, n_cols)), units, ctx) };
     let mut tmp = [[0f32; ROWS]; Kernels::NR];
     for mut u in claims.units() {
         // The node whose units hold u, and u among them.

@@ -32,7 +32,7 @@ const BLOCK_N: usize = 64;
 /// the claim state.
 pub(super) fn shared_size(a: &TView, n_pairs: usize) -> usize {
     let col = packed::act_bytes(a.dtype, a.ne[0]);
-    counter_offset(a, n_pairs, col).saturating_add(CLAIM_BYTES)
+    claim_offset(a, n_pairs, col).saturating_add(CLAIM_BYTES)
 }
 
 /// Where the prepared columns start: after the grouping words.
@@ -45,7 +45,7 @@ fn cols_offset(n_exp: usize, n_pairs: usize) -> usize {
 }
 
 /// Where the claim state sits: after the prepared columns.
-fn counter_offset(a: &TView, n_pairs: usize, col: usize) -> usize {
+fn claim_offset(a: &TView, n_pairs: usize, col: usize) -> usize {
     cols_offset(a.ne[2], n_pairs).saturating_add(up64(n_pairs.saturating_mul(col)))
 }
 
@@ -103,7 +103,7 @@ pub(super) fn mul_mat_id(node: &NodePlan, ctx: &Ctx<'_>) {
     // SAFETY: the claim state's CLAIM_BYTES are inside the shared work
     // memory (shared_size), 8-aligned, used only as this node's claim
     // state. The call is the barrier after phase 2.
-    let claims = unsafe { claim_units(shared.add(counter_offset(a, n_pairs, col)), units, ctx) };
+    let claims = unsafe { claim_units(shared.add(claim_offset(a, n_pairs, col)), units, ctx) };
     for u in claims.units() {
         // Units only grow within a thread's chunk, but a later chunk may
         // come before: find the expert from the start when needed.

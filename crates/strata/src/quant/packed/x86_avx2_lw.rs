@@ -110,13 +110,22 @@ unsafe fn wide_pass<const T: u8, const N: usize>(
             unsafe { _mm256_loadu_ps(out(i)) }
         }
     });
-    let mut m: [__m256; N] = std::array::from_fn(|i| accm[i]);
+    // The minimum terms' sums (left zero and unread for types without).
+    let mut m: [__m256; N] = std::array::from_fn(|i| {
+        if has_min(T) {
+            accm[i]
+        } else {
+            _mm256_setzero_ps()
+        }
+    });
     // SAFETY: the contract, forwarded.
     unsafe { avx2::span::<T, N, false, true>(t, h, (b0, b1), dec.0.as_ptr(), &mut acc, &mut m) };
     for (i, (a, mi)) in acc.iter().zip(m).enumerate() {
         // SAFETY: as `out`.
         unsafe { _mm256_storeu_ps(out(i), *a) };
-        accm[i] = mi;
+        if has_min(T) {
+            accm[i] = mi;
+        }
     }
 }
 
